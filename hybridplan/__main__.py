@@ -1,0 +1,3 @@
+from hybridplan.cli import main
+
+main()

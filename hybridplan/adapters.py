@@ -1,0 +1,504 @@
+"""One adapter per model family: a raw Hugging Face ``config.json`` dict → a normalised ``ModelSpec``.
+
+Pure functions over a dict; no I/O. Layouts per family follow the checkpoints' own fields (the raw JSON,
+so both the transformers-4 spellings ``mamba``/``attention`` and the transformers-5 ones
+``linear_attention``/``full_attention`` are accepted).
+
+Missing fields: a field a real checkpoint may omit takes the transformers class default, because that is
+what vLLM sees when it loads the config; each such default is recorded in ``ModelSpec.notes`` so the user
+learns it was assumed (it matters: Zamba2's ``n_mamba_heads`` defaults to 8 where Zamba2-7B has 112). The
+fields that define a model's size and every checkpoint carries (``hidden_size``, the layer count or layer
+list, the attention head count) are required.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hybridplan.dtypes import parse_dtype
+from hybridplan.errors import PlanError
+from hybridplan.spec import (
+    MLA,
+    Attention,
+    GatedDeltaNet,
+    KimiDeltaAttention,
+    LinearAttention,
+    Mamba1,
+    Mamba2,
+    Mixer,
+    ModelSpec,
+    ShortConv,
+)
+
+_REQUIRED = object()
+_MAX_LAYERS = 10_000
+_MAX_DIM = 1 << 24
+
+
+class Fields:
+    """Typed, validated access to one config dict; remembers which class defaults it applied."""
+
+    def __init__(self, raw: Mapping[str, Any], family: str) -> None:
+        self.raw = raw
+        self.family = family
+        self.notes: list[str] = []
+
+    def has(self, *keys: str) -> bool:
+        return any(self.raw.get(k) is not None for k in keys)
+
+    def _lookup(self, keys: tuple[str, ...], default: Any) -> tuple[str, Any]:
+        for key in keys:
+            if self.raw.get(key) is not None:
+                return key, self.raw[key]
+        if default is _REQUIRED:
+            alts = " or ".join(repr(k) for k in keys)
+            raise PlanError(f"{self.family} config is missing the needed field {alts}")
+        self.notes.append(f"{keys[0]} not in config: using the {self.family} class default {default!r}")
+        return keys[0], default
+
+    def int(self, *keys: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
+        key, value = self._lookup(keys, default)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(f"{self.family} config field {key!r} must be an integer, got {value!r}")
+        if value < minimum or value > _MAX_DIM:
+            raise PlanError(f"{self.family} config field {key!r} is out of range: {value}")
+        return value
+
+    def number(self, *keys: str, default: Any = _REQUIRED) -> float:
+        key, value = self._lookup(keys, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise PlanError(f"{self.family} config field {key!r} must be a positive number, got {value!r}")
+        return value
+
+    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
+        return self.int(*keys, minimum=minimum) if self.has(*keys) else None
+
+    def list(self, *keys: str, default: Any = _REQUIRED) -> list:
+        key, value = self._lookup(keys, default)
+        if not isinstance(value, list) or len(value) > _MAX_LAYERS:
+            raise PlanError(f"{self.family} config field {key!r} must be a list, got {type(value).__name__}")
+        return value
+
+    def str(self, *keys: str, default: Any = _REQUIRED) -> str:
+        key, value = self._lookup(keys, default)
+        if not isinstance(value, str):
+            raise PlanError(f"{self.family} config field {key!r} must be a string, got {value!r}")
+        return value
+
+    def dtype(self, *keys: str, default: Any = "bfloat16") -> str:
+        key, value = self._lookup(keys, default)
+        if not isinstance(value, str):
+            raise PlanError(f"{self.family} config field {key!r} must be a dtype name, got {value!r}")
+        return parse_dtype(value, what=f"dtype in config field {key!r}")
+
+    def opt_dtype(self, *keys: str) -> str | None:
+        return self.dtype(*keys) if self.has(*keys) else None
+
+    def indices(self, key: str, num_layers: int, base: int = 0) -> set[int]:
+        values = self.list(key)
+        out = set()
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or not base <= v < num_layers + base:
+                raise PlanError(f"{self.family} config field {key!r} holds {v!r}, not a layer index "
+                                f"in [{base}, {num_layers + base})")
+            out.add(v - base)
+        return out
+
+
+# Spellings of the layer types across checkpoints and transformers versions.
+_RECURRENT_NAMES = {"mamba", "linear_attention", "m", "conv"}
+_ATTENTION_NAMES = {"attention", "full_attention", "*", "g", "hybrid"}
+
+
+def _layer_types(f: Fields, key: str, allowed: set[str]) -> list[str]:
+    types = f.list(key)
+    if not types:
+        raise PlanError(f"{f.family} config field {key!r} is empty")
+    for t in types:
+        if not isinstance(t, str) or t.lower() not in allowed:
+            raise PlanError(f"{f.family} config field {key!r} holds an unknown layer type {t!r} "
+                            f"(known: {', '.join(sorted(allowed))})")
+    return [t.lower() for t in types]
+
+
+def _attention(f: Fields, *, heads_key: tuple[str, ...] = ("num_attention_heads",),
+               kv_default: Any = None, head_dim: int | None = None, window: int | None = None) -> Attention:
+    heads = f.int(*heads_key)
+    kv = f.int("num_key_value_heads", default=heads if kv_default is None else kv_default)
+    if head_dim is None:
+        head_dim = f.int("head_dim") if f.has("head_dim") else _even(f, f.int("hidden_size"), heads, "hidden_size",
+                                                                       "num_attention_heads")
+    return Attention(num_heads=heads, num_kv_heads=kv, head_dim=head_dim, window=window)
+
+
+def _even(f: Fields, a: int, b: int, a_name: str, b_name: str) -> int:
+    if a % b:
+        raise PlanError(f"{f.family} config: {a_name} ({a}) is not a multiple of {b_name} ({b})")
+    return a // b
+
+
+def _mamba2(f: Fields, *, intermediate: int, heads: int, head_dim: int, state: int, groups: int, kernel: int
+            ) -> Mamba2:
+    if heads * head_dim != intermediate:
+        raise PlanError(f"{f.family} config: Mamba-2 inner width {intermediate} is not heads·head_dim = "
+                        f"{heads}·{head_dim} = {heads * head_dim}; the model cannot be built from it")
+    if heads % groups:
+        raise PlanError(f"{f.family} config: Mamba heads ({heads}) are not a multiple of the groups ({groups})")
+    return Mamba2(num_heads=heads, head_dim=head_dim, state_size=state, n_groups=groups, conv_kernel=kernel,
+                  intermediate=intermediate)
+
+
+def _display_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _model_dtype(f: Fields) -> str:
+    return f.dtype("torch_dtype", "dtype", default="bfloat16")
+
+
+# --------------------------------------------------------------------------------------------------
+# Families
+# --------------------------------------------------------------------------------------------------
+
+
+def nemotron_h(f: Fields) -> dict:
+    # Pattern: one char per layer, M = Mamba-2, * = attention, - = MLP, E = MoE (transformers 5 writes a list).
+    if f.has("hybrid_override_pattern"):
+        pattern = f.str("hybrid_override_pattern")
+        chars = list(pattern)
+    else:
+        names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                 "moe": "E"}
+        chars = [names[t] for t in _layer_types(f, "layers_block_type" if f.has("layers_block_type")
+                                                  else "layer_types", set(names))]
+    if not chars or any(c not in "M*-E" for c in chars):
+        raise PlanError(f"{f.family} config: hybrid_override_pattern must use only M, *, - and E")
+    if f.has("num_hidden_layers") and f.int("num_hidden_layers") != len(chars):
+        raise PlanError(f"{f.family} config: hybrid_override_pattern has {len(chars)} layers but "
+                        f"num_hidden_layers is {f.int('num_hidden_layers')}")
+    mixers: list[Mixer] = []
+    ffn: list[str] = []
+    mamba = attn = None
+    if "M" in chars:
+        heads = f.int("mamba_num_heads", default=128)
+        head_dim = f.int("mamba_head_dim", default=64)
+        # vLLM: I = mamba_num_heads·mamba_head_dim, never expand·hidden (Nano-3: 64·64 ≠ 2·2688).
+        mamba = _mamba2(f, intermediate=heads * head_dim, heads=heads, head_dim=head_dim,
+                        state=f.int("ssm_state_size", "mamba_d_state", default=128),
+                        groups=f.int("n_groups", "mamba_n_groups", default=8),
+                        kernel=f.int("conv_kernel", "mamba_d_conv", default=4))
+    if "*" in chars:
+        head_dim = f.int("head_dim", "attention_head_dim", default=128)
+        attn = _attention(f, kv_default=8, head_dim=head_dim)
+    for c in chars:
+        if c == "M":
+            mixers.append(mamba)
+        elif c == "*":
+            mixers.append(attn)
+        else:
+            ffn.append("mlp" if c == "-" else "moe")
+    return dict(mixers=mixers, ffn=ffn, chunk=f.int("chunk_size", "mamba_chunk_size", default=128),
+                ssm_dtype=f.opt_dtype("mamba_ssm_cache_dtype"))
+
+
+def jamba(f: Fields) -> dict:
+    n = f.int("num_hidden_layers")
+    period, offset = f.int("attn_layer_period", default=8), f.int("attn_layer_offset", default=4, minimum=0)
+    e_period, e_offset = f.int("expert_layer_period", default=2), f.int("expert_layer_offset", default=1, minimum=0)
+    experts = f.int("num_experts", default=16)
+    hidden = f.int("hidden_size")
+    mamba = Mamba1(intermediate=int(f.number("mamba_expand", default=2) * hidden),
+                   state_size=f.int("mamba_d_state", default=16), conv_kernel=f.int("mamba_d_conv", default=4))
+    attn = _attention(f, kv_default=8)
+    mixers = [attn if i % period == offset else mamba for i in range(n)]
+    ffn = ["moe" if experts > 1 and i % e_period == e_offset else "mlp" for i in range(n)]
+    return dict(mixers=mixers, ffn=ffn, chunk=None)
+
+
+def zamba2(f: Fields) -> dict:
+    hidden = f.int("hidden_size")
+    if f.has("layers_block_type"):
+        types = _layer_types(f, "layers_block_type", {"mamba", "linear_attention", "hybrid"})
+    else:
+        types = ["hybrid" if t == "g" else "mamba" for t in _layer_types(f, "layer_mapping", {"m", "g"})]
+    if not f.has("mamba_d_state") and f.has("state_size", "mamba_headdim"):
+        # Pre-release Zyphra schema (state_size, conv_dimension, expansion_factor, mamba_headdim).
+        expand = f.number("expansion_factor", default=2)
+        head_dim = f.int("mamba_headdim", default=64)
+        inner = int(expand * hidden)
+        heads = _even(f, inner, head_dim, "expansion_factor·hidden_size", "mamba_headdim")
+        state, kernel = f.int("state_size", default=64), f.int("conv_dimension", default=4)
+        f.notes.append("pre-release Zamba2 schema: read state_size, conv_dimension, expansion_factor, "
+                       "mamba_headdim as the HF fields")
+    else:
+        inner = int(f.number("mamba_expand", default=2) * hidden)
+        heads = f.int("n_mamba_heads", default=8)
+        head_dim = _even(f, inner, heads, "mamba_expand·hidden_size", "n_mamba_heads")
+        state, kernel = f.int("mamba_d_state", default=64), f.int("mamba_d_conv", default=4)
+    mamba = _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim, state=state,
+                    groups=f.int("mamba_ngroups", default=1), kernel=kernel)
+    heads_attn = f.int("num_attention_heads", "num_mem_heads")
+    # The shared block attends over concat(hidden, embedding): head size 2·hidden/heads.
+    attn = _attention(f, heads_key=("num_attention_heads", "num_mem_heads"),
+                      head_dim=_even(f, 2 * hidden, heads_attn, "2·hidden_size", "num_attention_heads"))
+    mixers: list[Mixer] = []
+    ffn: list[str] = []
+    for t in types:
+        if t == "hybrid":
+            mixers.append(attn)
+            ffn.append("mlp")
+        mixers.append(mamba)
+    return dict(mixers=mixers, ffn=ffn, chunk=f.int("chunk_size", default=256))
+
+
+def falcon_h1(f: Fields) -> dict:
+    n, hidden = f.int("num_hidden_layers"), f.int("hidden_size")
+    heads = f.int("mamba_n_heads", default=128)
+    # vLLM: I = mamba_d_ssm if set, else int(mamba_expand·hidden); FalconH1Config's default mamba_d_ssm is 1024.
+    if "mamba_d_ssm" in f.raw and f.raw["mamba_d_ssm"] is None:
+        inner = int(f.number("mamba_expand", default=2) * hidden)
+    else:
+        inner = f.int("mamba_d_ssm", default=1024)
+    head_dim = (_even(f, inner, heads, "the Mamba inner width", "mamba_n_heads")
+                if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
+    mamba = _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim,
+                    state=f.int("mamba_d_state", default=256), groups=f.int("mamba_n_groups", default=1),
+                    kernel=f.int("mamba_d_conv", default=4))
+    attn = _attention(f, kv_default=8)
+    mixers: list[Mixer] = []
+    for _ in range(n):  # every layer runs attention and Mamba-2 in parallel
+        mixers += [attn, mamba]
+    return dict(mixers=mixers, ffn=["mlp"] * n, chunk=f.int("mamba_chunk_size", default=256))
+
+
+def _granite_like_mamba(f: Fields) -> Mamba2:
+    hidden = f.int("hidden_size")
+    inner = int(f.number("mamba_expand", default=2) * hidden)
+    heads = f.int("mamba_n_heads", default=128)
+    head_dim = (_even(f, inner, heads, "mamba_expand·hidden_size", "mamba_n_heads")
+                if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
+    return _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim, state=f.int("mamba_d_state", default=256),
+                   groups=f.int("mamba_n_groups", default=1), kernel=f.int("mamba_d_conv", default=4))
+
+
+def granite_hybrid(f: Fields) -> dict:
+    key = "layer_types" if f.has("layer_types") else "layers_block_type"
+    types = _layer_types(f, key, {"mamba", "linear_attention", "attention", "full_attention"})
+    mamba, attn = _granite_like_mamba(f), _attention(f, kv_default=8)
+    mixers = [mamba if t in _RECURRENT_NAMES else attn for t in types]
+    moe = f.int("num_local_experts", default=0, minimum=0) > 0
+    return dict(mixers=mixers, ffn=["moe" if moe else "mlp"] * len(types),
+                chunk=f.int("mamba_chunk_size", default=256))
+
+
+def bamba(f: Fields) -> dict:
+    n = f.int("num_hidden_layers")
+    attn_idx = f.indices("attn_layer_indices", n) if f.has("attn_layer_indices") else set()
+    mamba = _granite_like_mamba(f)
+    attn = _attention(f, kv_default=8) if attn_idx else None
+    return dict(mixers=[attn if i in attn_idx else mamba for i in range(n)], ffn=["mlp"] * n,
+                chunk=f.int("mamba_chunk_size", default=256))
+
+
+def mamba1(f: Fields) -> dict:
+    n, hidden = f.int("num_hidden_layers", "n_layer"), f.int("hidden_size", "d_model")
+    # falcon-mamba-7b says expand 16 beside intermediate_size 8192: the explicit width wins.
+    inner = f.int("intermediate_size") if f.has("intermediate_size") else int(f.number("expand", default=2) * hidden)
+    m = Mamba1(intermediate=inner, state_size=f.int("state_size", default=16),
+               conv_kernel=f.int("conv_kernel", default=4))
+    return dict(mixers=[m] * n, ffn=[], chunk=None)
+
+
+def mamba2(f: Fields) -> dict:
+    n, hidden = f.int("num_hidden_layers"), f.int("hidden_size")
+    inner = int(f.number("expand", default=2) * hidden)
+    m = _mamba2(f, intermediate=inner, heads=f.int("num_heads", default=128), head_dim=f.int("head_dim", default=64),
+                state=f.int("state_size", default=128), groups=f.int("n_groups", default=8),
+                kernel=f.int("conv_kernel", default=4))
+    return dict(mixers=[m] * n, ffn=[], chunk=f.int("chunk_size", default=256))
+
+
+def lfm2(f: Fields) -> dict:
+    hidden = f.int("hidden_size")
+    if f.has("layer_types"):
+        types = _layer_types(f, "layer_types", {"conv", "full_attention", "attention"})
+        is_attn = [t != "conv" for t in types]
+    else:
+        n = f.int("num_hidden_layers")
+        idx = f.indices("full_attn_idxs", n)
+        is_attn = [i in idx for i in range(n)]
+    conv = ShortConv(dim=f.int("conv_dim", default=hidden), l_cache=f.int("conv_L_cache", default=3, minimum=2))
+    attn = _attention(f, kv_default=8)
+    return dict(mixers=[attn if a else conv for a in is_attn], ffn=["mlp"] * len(is_attn), chunk=None)
+
+
+def qwen_next(f: Fields) -> dict:
+    if f.has("layer_types"):
+        types = _layer_types(f, "layer_types", {"linear_attention", "full_attention", "attention"})
+        is_attn = [t != "linear_attention" for t in types]
+    else:
+        n = f.int("num_hidden_layers")
+        interval = f.int("full_attention_interval", default=4)
+        is_attn = [(i + 1) % interval == 0 for i in range(n)]
+    gdn = GatedDeltaNet(num_k_heads=f.int("linear_num_key_heads", default=16),
+                        num_v_heads=f.int("linear_num_value_heads", default=32),
+                        head_k_dim=f.int("linear_key_head_dim", default=128),
+                        head_v_dim=f.int("linear_value_head_dim", default=128),
+                        conv_kernel=f.int("linear_conv_kernel_dim", default=4))
+    if gdn.num_v_heads % gdn.num_k_heads:
+        raise PlanError(f"{f.family} config: linear value heads ({gdn.num_v_heads}) are not a multiple of the "
+                        f"key heads ({gdn.num_k_heads})")
+    attn = _attention(f, kv_default=2, head_dim=f.int("head_dim", default=256))
+    moe = f.int("num_experts", default=0, minimum=0) > 0
+    return dict(mixers=[attn if a else gdn for a in is_attn], ffn=["moe" if moe else "mlp"] * len(is_attn),
+                chunk=None, ssm_dtype=f.opt_dtype("mamba_ssm_dtype"))
+
+
+def kimi_linear(f: Fields) -> dict:
+    n = f.int("num_hidden_layers")
+    lac = f.raw.get("linear_attn_config") or {}
+    if not isinstance(lac, Mapping):
+        raise PlanError(f"{f.family} config field 'linear_attn_config' must be an object")
+    sub = Fields(lac, f.family + " linear_attn_config")
+    if sub.has("full_attn_layers"):
+        full = sub.indices("full_attn_layers", n, base=1)  # 1-indexed in the checkpoint
+    else:
+        full = {i for i in range(n) if i and i % 4 == 0}
+        f.notes.append("linear_attn_config.full_attn_layers not in config: using the class fallback "
+                       "(full attention where i % 4 == 0, i > 0)")
+    kda = KimiDeltaAttention(num_heads=sub.int("num_heads", default=f.raw.get("linear_num_heads") or 32),
+                             head_dim=sub.int("head_dim", default=f.raw.get("linear_head_dim") or 128),
+                             conv_kernel=sub.int("short_conv_kernel_size",
+                                                 default=f.raw.get("linear_conv_kernel_dim") or 4))
+    f.notes.extend(sub.notes)
+    mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
+              qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
+    first_dense = f.int("first_k_dense_replace", default=1, minimum=0)
+    return dict(mixers=[mla if i in full else kda for i in range(n)],
+                ffn=["mlp" if i < first_dense else "moe" for i in range(n)], chunk=None)
+
+
+def minimax(f: Fields) -> dict:
+    if f.has("attn_type_list"):
+        kinds = f.list("attn_type_list")
+        if any(k not in (0, 1) or isinstance(k, bool) for k in kinds):
+            raise PlanError(f"{f.family} config field 'attn_type_list' must hold 0 (lightning) or 1 (softmax)")
+        is_attn = [k == 1 for k in kinds]
+    else:
+        types = _layer_types(f, "layer_types", {"linear_attention", "full_attention", "attention"})
+        is_attn = [t != "linear_attention" for t in types]
+    attn = _attention(f)
+    lin = LinearAttention(num_heads=attn.num_heads, head_dim=attn.head_dim)
+    return dict(mixers=[attn if a else lin for a in is_attn], ffn=["moe"] * len(is_attn), chunk=None)
+
+
+def dense_attention(f: Fields) -> dict:
+    """Llama, Mistral, Qwen2 and kin: one attention mixer and one MLP per layer."""
+    n = f.int("num_hidden_layers")
+    window = f.opt_int("sliding_window")
+    use_sliding = f.raw.get("use_sliding_window", True) is not False
+    attn_full = _attention(f)
+    slid = Attention(attn_full.num_heads, attn_full.num_kv_heads, attn_full.head_dim, window) if window else attn_full
+    if window and use_sliding and "max_window_layers" in f.raw and f.raw.get("model_type") == "qwen2":
+        # Qwen2: layers from max_window_layers on use the window when use_sliding_window is on.
+        first = f.int("max_window_layers", minimum=0)
+        mixers = [slid if i >= first else attn_full for i in range(n)]
+    else:
+        mixers = [slid if window and use_sliding else attn_full] * n
+    return dict(mixers=mixers, ffn=["mlp"] * n, chunk=None)
+
+
+def deepseek(f: Fields) -> dict:
+    n = f.int("num_hidden_layers")
+    mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
+              qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
+    dense = f.int("first_k_dense_replace", default=0, minimum=0)
+    moe = f.int("n_routed_experts", default=0, minimum=0) > 0
+    return dict(mixers=[mla] * n, ffn=["moe" if moe and i >= dense else "mlp" for i in range(n)], chunk=None)
+
+
+Adapter = Callable[[Fields], dict]
+
+#: architecture name → (family label, adapter)
+ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
+    "NemotronHForCausalLM": ("Nemotron-H", nemotron_h),
+    "JambaForCausalLM": ("Jamba", jamba),
+    "Zamba2ForCausalLM": ("Zamba2", zamba2),
+    "FalconH1ForCausalLM": ("Falcon-H1", falcon_h1),
+    "GraniteMoeHybridForCausalLM": ("Granite-4.0-H", granite_hybrid),
+    "BambaForCausalLM": ("Bamba", bamba),
+    "MambaForCausalLM": ("Mamba", mamba1),
+    "FalconMambaForCausalLM": ("FalconMamba", mamba1),
+    "Mamba2ForCausalLM": ("Mamba2", mamba2),
+    "Lfm2ForCausalLM": ("LFM2", lfm2),
+    "Qwen3NextForCausalLM": ("Qwen3-Next", qwen_next),
+    "Qwen3_5ForConditionalGeneration": ("Qwen3.5", qwen_next),
+    "Qwen3_5MoeForConditionalGeneration": ("Qwen3.5", qwen_next),
+    "Qwen3_5ForCausalLM": ("Qwen3.5", qwen_next),
+    "Qwen3_5MoeForCausalLM": ("Qwen3.5", qwen_next),
+    "KimiLinearForCausalLM": ("Kimi-Linear", kimi_linear),
+    "MiniMaxText01ForCausalLM": ("MiniMax-Text-01", minimax),
+    "MiniMaxForCausalLM": ("MiniMax-Text-01", minimax),
+    "LlamaForCausalLM": ("Llama", dense_attention),
+    "MistralForCausalLM": ("Mistral", dense_attention),
+    "Qwen2ForCausalLM": ("Qwen2", dense_attention),
+    "Qwen3ForCausalLM": ("Qwen3", dense_attention),
+    "DeepseekV2ForCausalLM": ("DeepSeek", deepseek),
+    "DeepseekV3ForCausalLM": ("DeepSeek", deepseek),
+}
+
+#: model_type → architecture, for configs without an ``architectures`` list
+MODEL_TYPES: dict[str, str] = {
+    "nemotron_h": "NemotronHForCausalLM", "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "bamba": "BambaForCausalLM", "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
+    "mamba2": "Mamba2ForCausalLM", "lfm2": "Lfm2ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",
+    "minimax": "MiniMaxForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+}
+
+
+def architecture_of(config: Mapping[str, Any]) -> str:
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs:
+        for arch in archs:
+            if isinstance(arch, str) and arch in ARCHITECTURES:
+                return arch
+        raise PlanError(f"unsupported architecture {archs[0]!r} (supported: {', '.join(sorted(ARCHITECTURES))})")
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in MODEL_TYPES:
+        return MODEL_TYPES[model_type]
+    if archs is None and model_type is None:
+        raise PlanError("config has neither 'architectures' nor 'model_type': cannot tell the model family")
+    raise PlanError(f"unsupported model_type {model_type!r} (supported: {', '.join(sorted(MODEL_TYPES))})")
+
+
+def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
+                     aliases: tuple[str, ...] = ()) -> ModelSpec:
+    """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
+    if not isinstance(config, Mapping):
+        raise PlanError(f"{name}: a config must be a JSON object, got {type(config).__name__}")
+    arch = architecture_of(config)
+    family, adapter = ARCHITECTURES[arch]
+    raw: Mapping[str, Any] = config
+    if isinstance(config.get("text_config"), Mapping):  # multimodal wrappers (Qwen3.5) nest the LM here
+        raw = {**config["text_config"], "architectures": config.get("architectures")}
+    elif config.get("text_config") is not None:
+        raise PlanError(f"{family} config field 'text_config' must be an object")
+    f = Fields(raw, family)
+    parts = adapter(f)
+    if not parts["mixers"]:
+        raise PlanError(f"{family} config describes no layers")
+    return ModelSpec(
+        name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
+        ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
+        max_position_embeddings=f.opt_int("max_position_embeddings"), chunk_size=parts["chunk"],
+        config_ssm_dtype=parts.get("ssm_dtype"), source=source, aliases=aliases, notes=tuple(f.notes))

@@ -1,0 +1,43 @@
+"""Cache dtypes by their torch names, their sizes, and the spellings a user may type."""
+
+from __future__ import annotations
+
+from hybridplan.errors import PlanError
+
+#: bytes per element, keyed by the torch dtype name
+SIZES: dict[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "float": "float32",
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "f16": "float16",
+    "fp8": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "float8": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+}
+
+
+def parse_dtype(name: str, *, what: str = "dtype") -> str:
+    """Return the torch name for a user-typed dtype (``bf16`` → ``bfloat16``); refuse anything else."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    key = _ALIASES.get(key, key)
+    if key not in SIZES:
+        known = ", ".join(sorted(SIZES) + sorted(_ALIASES))
+        raise PlanError(f"unknown {what} {name!r} (known: {known})")
+    return key
+
+
+def size_of(dtype: str) -> int:
+    """Bytes per element of a torch dtype name."""
+    return SIZES[dtype]

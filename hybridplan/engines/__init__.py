@@ -1,0 +1,1 @@
+"""Serving-engine rules, one module per engine, each rule with the releases it holds for."""

@@ -1,0 +1,12 @@
+"""The one exception type a user ever sees: it carries a single line naming the problem."""
+
+from __future__ import annotations
+
+
+class PlanError(Exception):
+    """Bad input or an impossible request. The CLI prints ``str(err)`` on one line and exits 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))

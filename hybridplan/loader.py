@@ -1,0 +1,124 @@
+"""Where a model comes from: a shipped spec by name or alias, a config.json, a model folder, or a spec YAML.
+
+This is the only module of the planner that reads files. Everything it returns is a frozen ``ModelSpec``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybridplan.adapters import spec_from_config
+from hybridplan.errors import PlanError
+from hybridplan.spec import ModelSpec
+
+try:  # libyaml when present: the shipped specs parse in a fraction of the time
+    _YamlLoader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on the PyYAML build
+    _YamlLoader = yaml.SafeLoader
+
+
+def _safe_load(text: str) -> Any:
+    """``yaml.safe_load``, with the C loader when PyYAML has it."""
+    return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - CSafeLoader/SafeLoader are the safe loaders
+
+
+def _specs_dir():
+    return resources.files("hybridplan") / "model_specs"
+
+
+def _spec_documents() -> list[tuple[str, Any]]:
+    return [(p.name, p) for p in sorted(_specs_dir().iterdir(), key=lambda p: p.name) if p.name.endswith(".yaml")]
+
+
+@lru_cache(maxsize=None)
+def _read_spec_document(filename: str) -> dict:
+    text = (_specs_dir() / filename).read_text(encoding="utf-8")
+    doc = _safe_load(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise PlanError(f"shipped spec {filename} is malformed: it needs a 'config' mapping")
+    return doc
+
+
+def _spec_from_document(doc: Any, origin: str) -> ModelSpec:
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise PlanError(f"{origin}: a spec file needs a 'config' mapping (the model's HF config fields)")
+    name = doc.get("name") or Path(origin).stem
+    aliases = doc.get("aliases") or []
+    if not isinstance(name, str) or not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise PlanError(f"{origin}: 'name' must be a string and 'aliases' a list of strings")
+    source = doc.get("source")
+    return spec_from_config(doc["config"], name=name, source=source if isinstance(source, str) else None,
+                            aliases=tuple(aliases))
+
+
+def shipped_names() -> dict[str, str]:
+    """Every shipped name and alias (lower case) → the spec's file name."""
+    names: dict[str, str] = {}
+    for filename, _ in _spec_documents():
+        doc = _read_spec_document(filename)
+        for n in [doc.get("name") or filename[:-5], *(doc.get("aliases") or [])]:
+            names[str(n).lower()] = filename
+    return names
+
+
+def shipped_specs() -> list[ModelSpec]:
+    return [_spec_from_document(_read_spec_document(fn), fn) for fn, _ in _spec_documents()]
+
+
+def _parse_file(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            return _safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise PlanError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    try:
+        # Python's json accepts Infinity, which real configs contain (time_step_limit).
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path} is not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def load_path(path: Path) -> ModelSpec:
+    if path.is_dir():
+        candidate = path / "config.json"
+        if not candidate.is_file():
+            raise PlanError(f"{path} is a folder without a config.json")
+        path = candidate
+    doc = _parse_file(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _spec_from_document(doc, str(path))
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_config(doc, name=name, source=str(path))
+
+
+def load_model(ref: str) -> ModelSpec:
+    """Resolve MODEL as typed on the command line: a shipped name/alias, or a path to a config or folder."""
+    ref = ref.strip()
+    if not ref:
+        raise PlanError("empty model name")
+    path = Path(ref).expanduser()
+    looks_like_path = any(sep in ref for sep in ("/", "\\")) or path.suffix.lower() in (".json", ".yaml", ".yml")
+    if path.exists():
+        return load_path(path)
+    direct = f"{ref.lower()}.yaml"
+    if not looks_like_path and (_specs_dir() / direct).is_file():
+        return _spec_from_document(_read_spec_document(direct), direct)
+    names = shipped_names()
+    if ref.lower() in names:
+        filename = names[ref.lower()]
+        return _spec_from_document(_read_spec_document(filename), filename)
+    if looks_like_path:
+        raise PlanError(f"no such file or folder: {ref}")
+    raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`) nor a path to a config.json")

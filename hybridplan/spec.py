@@ -1,0 +1,247 @@
+"""The normalised model: a tuple of mixers (one per token-mixing block) and what each keeps per sequence.
+
+Every mixer is a small frozen dataclass. Recurrent mixers know the shapes of their per-sequence state on
+one tensor-parallel rank (``state_shapes``); attention mixers know their KV elements per token
+(``kv_elements_per_token``). Both refuse a TP degree the serving engine would refuse. Shapes follow vLLM's
+``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py); conv shapes are written
+``(channels, window)`` — vLLM stores some transposed, which changes no byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from hybridplan.errors import PlanError
+
+RECURRENT_KINDS = ("mamba1", "mamba2", "gdn", "kda", "short_conv", "linear_attention")
+ATTENTION_KINDS = ("attention", "sliding_attention", "mla")
+FFN_KINDS = ("mlp", "moe")
+LAYER_KINDS = RECURRENT_KINDS + ATTENTION_KINDS + FFN_KINDS
+
+
+def divide(numerator: int, tp: int, what: str) -> int:
+    """Exact division by the TP degree, as vLLM's ``divide()`` asserts; anything else is an invalid TP."""
+    if numerator % tp:
+        raise PlanError(f"--tp {tp} does not divide {what} ({numerator}); vLLM refuses this TP")
+    return numerator // tp
+
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StateShapes:
+    """Per-sequence state of one recurrent layer on one rank. ``conv``/``ssm`` are None where absent."""
+
+    conv: Shape | None
+    ssm: Shape | None
+
+
+# --------------------------------------------------------------------------------------------------
+# Recurrent mixers
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    """Mamba-2 (SSD) mixer. ``intermediate`` is the inner width I as vLLM reads it for the family."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    intermediate: int
+    kind: str = field(default="mamba2", init=False)
+
+    def padded_groups(self, tp: int) -> int:
+        # vLLM extra_groups_for_head_shards: groups that TP cannot split are replicated up to tp.
+        return self.n_groups if self.n_groups % tp == 0 else tp
+
+    def conv_channels(self, tp: int) -> int:
+        return divide(self.intermediate + 2 * self.padded_groups(tp) * self.state_size, tp,
+                      "the Mamba-2 conv dimension (I + 2·groups·state)")
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        if self.n_groups % tp and self.n_groups != 1:
+            raise PlanError(f"--tp {tp} does not divide the Mamba-2 groups ({self.n_groups}), which are not 1; "
+                            "vLLM refuses this TP")
+        divide(self.intermediate, tp, "the Mamba-2 inner width")
+        heads = divide(self.num_heads, tp, "the Mamba heads")
+        return StateShapes(conv=(self.conv_channels(tp), self.conv_kernel - 1 + spec_tokens),
+                           ssm=(heads, self.head_dim, self.state_size))
+
+
+@dataclass(frozen=True)
+class Mamba1:
+    intermediate: int
+    state_size: int
+    conv_kernel: int
+    kind: str = field(default="mamba1", init=False)
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        # vLLM's Mamba-1 state has no speculative columns.
+        inner = divide(self.intermediate, tp, "the Mamba inner width")
+        return StateShapes(conv=(inner, self.conv_kernel - 1), ssm=(inner, self.state_size))
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+    kind: str = field(default="gdn", init=False)
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        divide(self.num_k_heads, tp, "the linear-attention key heads")
+        v_heads = divide(self.num_v_heads, tp, "the linear-attention value heads")
+        conv = 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+        return StateShapes(conv=(divide(conv, tp, "the GDN conv dimension"), self.conv_kernel - 1 + spec_tokens),
+                           ssm=(v_heads, self.head_v_dim, self.head_k_dim))
+
+
+@dataclass(frozen=True)
+class KimiDeltaAttention:
+    num_heads: int
+    head_dim: int
+    conv_kernel: int
+    kind: str = field(default="kda", init=False)
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        heads = divide(self.num_heads, tp, "the KDA heads")
+        # q, k and v each keep a short-conv window (Kimi-Linear: key heads = heads, key dim = head dim).
+        conv = 3 * self.num_heads * self.head_dim
+        return StateShapes(conv=(divide(conv, tp, "the KDA conv dimension"), self.conv_kernel - 1),
+                           ssm=(heads, self.head_dim, self.head_dim))
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    dim: int
+    l_cache: int
+    kind: str = field(default="short_conv", init=False)
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        return StateShapes(conv=(divide(self.dim, tp, "the short-conv dimension"), self.l_cache - 1 + spec_tokens),
+                           ssm=None)
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Lightning (linear) attention: a (d × d) state per head, no conv."""
+
+    num_heads: int
+    head_dim: int
+    kind: str = field(default="linear_attention", init=False)
+
+    def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
+        heads = divide(self.num_heads, tp, "the linear-attention heads")
+        return StateShapes(conv=None, ssm=(heads, self.head_dim, self.head_dim))
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention mixers
+# --------------------------------------------------------------------------------------------------
+
+
+def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
+    """vLLM QKVParallelLinear: query heads split exactly; KV heads split, or replicated when fewer than tp."""
+    divide(num_heads, tp, "the attention heads")
+    if num_kv_heads >= tp:
+        return divide(num_kv_heads, tp, "the KV heads")
+    if tp % num_kv_heads:
+        raise PlanError(f"--tp {tp} is not a multiple of the KV heads ({num_kv_heads}), so they cannot be "
+                        "replicated evenly; vLLM refuses this TP")
+    return 1
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Softmax attention with a per-token K and V. ``window`` set means a sliding-window layer."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    window: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "attention" if self.window is None else "sliding_attention"
+
+    def kv_elements_per_token(self, tp: int) -> int:
+        return 2 * kv_heads_per_rank(self.num_heads, self.num_kv_heads, tp) * self.head_dim
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention: one compressed latent + rope key per token, replicated on every rank."""
+
+    num_heads: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    window: None = field(default=None, init=False)
+    kind: str = field(default="mla", init=False)
+
+    def kv_elements_per_token(self, tp: int) -> int:
+        divide(self.num_heads, tp, "the attention heads")
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+RecurrentMixer = Union[Mamba2, Mamba1, GatedDeltaNet, KimiDeltaAttention, ShortConv, LinearAttention]
+AttentionMixer = Union[Attention, MLA]
+Mixer = Union[RecurrentMixer, AttentionMixer]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
+
+    ``mixers`` counts token mixers: a Falcon-H1 layer contributes one Mamba-2 and one attention mixer, a
+    Zamba2 hybrid layer its Mamba-2 and the shared block's attention. ``ffn`` lists the MLP / MoE blocks.
+    """
+
+    name: str
+    architecture: str
+    family: str
+    model_dtype: str
+    mixers: tuple[Mixer, ...]
+    ffn: tuple[str, ...] = ()
+    hidden_size: int = 0
+    max_position_embeddings: int | None = None
+    chunk_size: int | None = None
+    config_ssm_dtype: str | None = None
+    source: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def recurrent(self) -> tuple[RecurrentMixer, ...]:
+        return tuple(m for m in self.mixers if m.kind in RECURRENT_KINDS)
+
+    @property
+    def attention(self) -> tuple[AttentionMixer, ...]:
+        return tuple(m for m in self.mixers if m.kind in ATTENTION_KINDS)
+
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.recurrent) and bool(self.attention)
+
+    @property
+    def layer_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for kind in [m.kind for m in self.mixers] + list(self.ffn):
+            counts[kind] = counts.get(kind, 0) + 1
+        return {k: counts[k] for k in LAYER_KINDS if k in counts}
+
+    def check_tp(self, tp: int) -> None:
+        """Raise PlanError when vLLM would refuse this TP for any layer of the model."""
+        if tp < 1:
+            raise PlanError(f"--tp must be a positive integer, got {tp}")
+        for m in set(self.mixers):
+            if m.kind in RECURRENT_KINDS:
+                m.state_shapes(tp)
+            else:
+                m.kv_elements_per_token(tp)
