@@ -153,6 +153,7 @@ def _mamba2(f: Fields, *, intermediate: int, heads: int, head_dim: int, state: i
 
 
 def _display_int(value: Any) -> int:
+    """A field that only labels layers (MLP or MoE): never a reason to refuse a config."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -166,6 +167,7 @@ def _model_dtype(f: Fields) -> str:
 
 
 def nemotron_h(f: Fields) -> dict:
+    f.int("hidden_size")
     # Pattern: one char per layer, M = Mamba-2, * = attention, - = MLP, E = MoE (transformers 5 writes a list).
     if f.has("hybrid_override_pattern"):
         pattern = f.str("hybrid_override_pattern")
@@ -209,7 +211,7 @@ def jamba(f: Fields) -> dict:
     n = f.int("num_hidden_layers")
     period, offset = f.int("attn_layer_period", default=8), f.int("attn_layer_offset", default=4, minimum=0)
     e_period, e_offset = f.int("expert_layer_period", default=2), f.int("expert_layer_offset", default=1, minimum=0)
-    experts = f.int("num_experts", default=16)
+    experts = _display_int(f.raw.get("num_experts", 16))
     hidden = f.int("hidden_size")
     mamba = Mamba1(intermediate=int(f.number("mamba_expand", default=2) * hidden),
                    state_size=f.int("mamba_d_state", default=16), conv_kernel=f.int("mamba_d_conv", default=4))
@@ -290,7 +292,7 @@ def granite_hybrid(f: Fields) -> dict:
     types = _layer_types(f, key, {"mamba", "linear_attention", "attention", "full_attention"})
     mamba, attn = _granite_like_mamba(f), _attention(f, kv_default=8)
     mixers = [mamba if t in _RECURRENT_NAMES else attn for t in types]
-    moe = f.int("num_local_experts", default=0, minimum=0) > 0
+    moe = _display_int(f.raw.get("num_local_experts")) > 0
     return dict(mixers=mixers, ffn=["moe" if moe else "mlp"] * len(types),
                 chunk=f.int("mamba_chunk_size", default=256))
 
@@ -353,7 +355,7 @@ def qwen_next(f: Fields) -> dict:
         raise PlanError(f"{f.family} config: linear value heads ({gdn.num_v_heads}) are not a multiple of the "
                         f"key heads ({gdn.num_k_heads})")
     attn = _attention(f, kv_default=2, head_dim=f.int("head_dim", default=256))
-    moe = f.int("num_experts", default=0, minimum=0) > 0
+    moe = _display_int(f.raw.get("num_experts")) > 0
     return dict(mixers=[attn if a else gdn for a in is_attn], ffn=["moe" if moe else "mlp"] * len(is_attn),
                 chunk=None, ssm_dtype=f.opt_dtype("mamba_ssm_dtype"))
 
@@ -377,7 +379,7 @@ def kimi_linear(f: Fields) -> dict:
     f.notes.extend(sub.notes)
     mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
               qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
-    first_dense = f.int("first_k_dense_replace", default=1, minimum=0)
+    first_dense = _display_int(f.raw.get("first_k_dense_replace", 1))
     return dict(mixers=[mla if i in full else kda for i in range(n)],
                 ffn=["mlp" if i < first_dense else "moe" for i in range(n)], chunk=None)
 
@@ -416,8 +418,8 @@ def deepseek(f: Fields) -> dict:
     n = f.int("num_hidden_layers")
     mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
               qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
-    dense = f.int("first_k_dense_replace", default=0, minimum=0)
-    moe = f.int("n_routed_experts", default=0, minimum=0) > 0
+    dense = _display_int(f.raw.get("first_k_dense_replace"))
+    moe = _display_int(f.raw.get("n_routed_experts")) > 0
     return dict(mixers=[mla] * n, ffn=["moe" if moe and i >= dense else "mlp" for i in range(n)], chunk=None)
 
 

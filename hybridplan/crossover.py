@@ -12,9 +12,6 @@ from math import floor
 
 from hybridplan.memory import Footprint
 
-LADDER = tuple(1024 * 2**k for k in range(11))  # 1K … 1M tokens
-
-
 @dataclass(frozen=True)
 class Curve:
     """bytes(x) = constant + Σ slope·min(x, cap); cap None means uncapped."""

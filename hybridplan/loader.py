@@ -6,8 +6,8 @@ This is the only module of the planner that reads files. Everything it returns i
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,27 @@ def _safe_load(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - CSafeLoader/SafeLoader are the safe loaders
 
 
-def _specs_dir():
-    return resources.files("hybridplan") / "model_specs"
+_SPECS_DIR = Path(__file__).resolve().parent / "model_specs"
+_HEADER = re.compile(r"^(name|aliases):(.*)$", re.MULTILINE)
 
 
-def _spec_documents() -> list[tuple[str, Any]]:
-    return [(p.name, p) for p in sorted(_specs_dir().iterdir(), key=lambda p: p.name) if p.name.endswith(".yaml")]
+def _specs_dir() -> Path:
+    return _SPECS_DIR
+
+
+def _spec_documents() -> list[str]:
+    return sorted(p.name for p in _SPECS_DIR.glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def _spec_header(filename: str) -> tuple[str, ...]:
+    """The name and aliases of a shipped spec, read from its top-level lines without parsing the rest."""
+    text = (_SPECS_DIR / filename).read_text(encoding="utf-8")
+    names = [filename[:-5]]
+    for key, value in _HEADER.findall(text):
+        parsed = _safe_load(value)
+        names.extend(parsed if isinstance(parsed, list) else [parsed])
+    return tuple(str(n).lower() for n in names if n)
 
 
 @lru_cache(maxsize=None)
@@ -59,16 +74,11 @@ def _spec_from_document(doc: Any, origin: str) -> ModelSpec:
 
 def shipped_names() -> dict[str, str]:
     """Every shipped name and alias (lower case) → the spec's file name."""
-    names: dict[str, str] = {}
-    for filename, _ in _spec_documents():
-        doc = _read_spec_document(filename)
-        for n in [doc.get("name") or filename[:-5], *(doc.get("aliases") or [])]:
-            names[str(n).lower()] = filename
-    return names
+    return {n: filename for filename in _spec_documents() for n in _spec_header(filename)}
 
 
 def shipped_specs() -> list[ModelSpec]:
-    return [_spec_from_document(_read_spec_document(fn), fn) for fn, _ in _spec_documents()]
+    return [_spec_from_document(_read_spec_document(fn), fn) for fn in _spec_documents()]
 
 
 def _parse_file(path: Path) -> Any:

@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
-from hybridplan.crossover import LADDER, CrossoverRow, crossover_row
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint, footprint
 from hybridplan.spec import ModelSpec
 
+if TYPE_CHECKING:  # the exact-rational crossover machinery is imported only by `crossover`
+    from fractions import Fraction
+
+    from hybridplan.crossover import CrossoverRow
+
 SCHEMA_VERSION = 1
+#: contexts of the crossover ladder: 1K … 1M tokens
+LADDER = tuple(1024 * 2**k for k in range(11))
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class SizeReport:
             "tp": fp.tp,
             "ctx": self.ctx,
             "spec_tokens": fp.spec_tokens,
-            "vllm_dtype_rules": self.vllm_release.versions,
+            "vllm_version": self.vllm_release.version,
             "layers": self.spec.layer_counts,
             "dtypes": {"conv": fp.dtypes.conv, "ssm": fp.dtypes.ssm, "kv": fp.dtypes.kv},
             "state": {
@@ -172,6 +178,8 @@ class CrossoverReport:
 def crossover(spec: ModelSpec, ref: ModelSpec, *, tp: int = 1, choice: DtypeChoice = DtypeChoice(),
               ssm_dtypes: tuple[str, ...] = ("float32", "bfloat16"),
               rel: vllm.Release = vllm.NEWEST) -> CrossoverReport:
+    from hybridplan.crossover import crossover_row
+
     if not spec.recurrent:
         raise PlanError(f"{spec.name} has no recurrent layers: there is no crossover to find")
     vllm.check_served(spec, rel)

@@ -53,7 +53,7 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     fp, spec = r.fp, r.spec
     head = Text.assemble((spec.name, "bold"), f"  {spec.architecture}  ·  TP {fp.tp}  ·  ctx {r.ctx:,}")
     parts: list = [head, Text(f"layers: {_layers_line(spec.layer_counts)}  ·  dtype rules: vLLM "
-                              f"{r.vllm_release.versions}", style="dim")]
+                              f"{r.vllm_release.version}", style="dim")]
     if fp.spec_tokens:
         parts.append(Text(f"speculative tokens: {fp.spec_tokens}", style="dim"))
 

@@ -240,7 +240,7 @@ class ModelSpec:
         """Raise PlanError when vLLM would refuse this TP for any layer of the model."""
         if tp < 1:
             raise PlanError(f"--tp must be a positive integer, got {tp}")
-        for m in set(self.mixers):
+        for m in dict.fromkeys(self.mixers):  # layer order: the same message every run
             if m.kind in RECURRENT_KINDS:
                 m.state_shapes(tp)
             else:

@@ -1,0 +1,232 @@
+"""What a profile allocates and runs, decided from the planner's footprint alone (pure; no torch).
+
+* Pools: one tensor per state kind and layer group, of shape ``(layers, slots, *state_shape)`` in the
+  planner's dtype, so that their bytes add up to ``Footprint.pool_bytes(slots)``; one KV tensor per attention
+  group holding ``ctx`` tokens (or the window) for each of its layers, adding up to ``kv_bytes_at(ctx)``.
+* Kernels: for every recurrent layer group, a decode step over all slots and a prefill of ``tokens`` tokens,
+  split into the conv part (the depthwise causal conv window, which every family with a conv state shares)
+  and the SSM part (Mamba-2 only: the other recurrences have no kernel here and are reported as such).
+  Modelled bytes and FLOPs come from ``hybridplan.kernels.bench``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from hybridplan.dtypes import size_of
+from hybridplan.errors import PlanError
+from hybridplan.kernels import bench
+from hybridplan.memory import Footprint, KVGroup, StateGroup
+from hybridplan.spec import MLA, Attention, Mamba2, ModelSpec, kv_heads_per_rank
+
+#: state dtypes the kernels read and write
+KERNEL_DTYPES = ("float32", "bfloat16", "float16")
+#: bytes of the int32 slot index / metadata entries
+INDEX_BYTES = 4
+#: chunk size when the model's config names none (vLLM's fallback)
+DEFAULT_CHUNK = 2048
+
+DECODE, PREFILL = "decode", "prefill"
+CONV_KERNELS = {DECODE: "causal_conv1d_update", PREFILL: "causal_conv1d_prefill"}
+SSM_KERNELS = {DECODE: "selective_state_update", PREFILL: "ssd_chunk_scan"}
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """One tensor the profile allocates. ``role`` is "state" or "kv"; ``group`` indexes Footprint.state/kv."""
+
+    name: str
+    role: str
+    part: str
+    group: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * size_of(self.dtype)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One row of the bandwidth tables: a kernel over every layer of one recurrent group.
+
+    ``nbytes``/``flops`` are for all ``layers`` together; ``workspace`` is what one call allocates besides the
+    pools (inputs, outputs, the kernel's own intermediates). ``status`` is "ok" when it runs, else why not.
+    """
+
+    phase: str
+    kind: str
+    part: str
+    group: int
+    layers: int
+    kernel: str | None
+    status: str
+    shape: dict = field(hash=False)
+    nbytes: int = 0
+    flops: int = 0
+    workspace: int = 0
+
+    @property
+    def runs(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Workload:
+    spec: ModelSpec
+    fp: Footprint
+    slots: int
+    ctx: int
+    tokens: int
+    chunk_size: int
+    act_dtype: str
+    tensors: tuple[TensorPlan, ...]
+    decode: tuple[KernelPlan, ...]
+    prefill: tuple[KernelPlan, ...]
+
+    @property
+    def predicted_state(self) -> int:
+        return self.fp.pool_bytes(self.slots)
+
+    @property
+    def predicted_kv(self) -> int:
+        return self.fp.kv_bytes_at(self.ctx)
+
+    @property
+    def predicted_total(self) -> int:
+        return self.predicted_state + self.predicted_kv
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The largest working set of any one kernel row (rows run one after another and free their inputs)."""
+        return max((k.workspace for k in self.decode + self.prefill if k.runs), default=0)
+
+    @property
+    def kernels(self) -> tuple[KernelPlan, ...]:
+        return tuple(k for k in self.decode + self.prefill if k.runs)
+
+
+def _distinct(mixers) -> list:
+    return list(dict.fromkeys(mixers))
+
+
+def _pair(spec: ModelSpec, fp: Footprint) -> tuple[list[tuple[StateGroup, object]], list[tuple[KVGroup, object]]]:
+    """Each footprint group with the mixer it was sized from (``footprint`` groups mixers in layer order)."""
+    rec, att = _distinct(spec.recurrent), _distinct(spec.attention)
+    if len(rec) != len(fp.state) or len(att) != len(fp.kv):
+        raise PlanError(f"internal: footprint of {spec.name} does not match its mixers")
+    for g, m in zip(fp.state, rec):
+        if g.kind != m.kind:
+            raise PlanError(f"internal: footprint group {g.kind} paired with a {m.kind} mixer")
+    return list(zip(fp.state, rec)), list(zip(fp.kv, att))
+
+
+def _names(kinds: list[str]) -> list[str]:
+    """``mamba2``, or ``mamba2#0``/``mamba2#1`` when a kind has more than one group."""
+    return [k if kinds.count(k) == 1 else f"{k}#{kinds[:i].count(k)}" for i, k in enumerate(kinds)]
+
+
+def _kv_shape(g: KVGroup, mixer, tokens: int) -> tuple[int, ...]:
+    per_token = g.bytes_per_token_per_layer // size_of(g.dtype)
+    if isinstance(mixer, Attention):
+        shape = (g.count, 2, tokens, kv_heads_per_rank(mixer.num_heads, mixer.num_kv_heads, 1), mixer.head_dim)
+    elif isinstance(mixer, MLA):
+        shape = (g.count, tokens, mixer.kv_lora_rank + mixer.qk_rope_head_dim)
+    else:
+        shape = (g.count, tokens, per_token)
+    if prod(shape[1:]) != tokens * per_token:  # never for the shipped mixers; keep the planner's bytes
+        shape = (g.count, tokens, per_token)
+    return shape
+
+
+def pool_tensors(spec: ModelSpec, fp: Footprint, slots: int, ctx: int) -> tuple[TensorPlan, ...]:
+    """The pools at the planner's shapes and dtypes; their bytes sum to pool_bytes(slots) + kv_bytes_at(ctx)."""
+    states, kvs = _pair(spec, fp)
+    out: list[TensorPlan] = []
+    for i, ((g, _), name) in enumerate(zip(states, _names([g.kind for g, _ in states]))):
+        if g.conv_shape:
+            out.append(TensorPlan(f"{name}.conv", "state", "conv", i, (g.count, slots, *g.conv_shape), g.conv_dtype))
+        if g.ssm_shape:
+            out.append(TensorPlan(f"{name}.ssm", "state", "ssm", i, (g.count, slots, *g.ssm_shape), g.ssm_dtype))
+    for i, ((g, m), name) in enumerate(zip(kvs, _names([g.kind for g, _ in kvs]))):
+        out.append(TensorPlan(f"{name}.kv", "kv", "kv", i, _kv_shape(g, m, g.tokens_kept(ctx)), g.dtype))
+    return tuple(out)
+
+
+def _conv_row(phase: str, i: int, g: StateGroup, *, slots: int, tokens: int, act: int) -> KernelPlan:
+    dim, window = g.conv_shape
+    width = window + 1
+    if g.conv_dtype not in KERNEL_DTYPES:
+        return KernelPlan(phase, g.kind, "conv", i, g.count, None, f"no kernel for {g.conv_dtype} state",
+                          {"dim": dim, "width": width})
+    sb = size_of(g.conv_dtype)
+    weights = dim * (width + 1) * act
+    if phase == DECODE:
+        shape = {"batch": slots, "dim": dim, "width": width}
+        per_layer = bench.conv_update_bytes(slots, dim, width, state_bytes=sb, io_bytes=act, weight_bytes=act)
+        flops = 2 * slots * dim * width
+        work = 2 * slots * dim * act + weights + slots * INDEX_BYTES
+    else:
+        shape = {"tokens": tokens, "seqs": 1, "dim": dim, "width": width}
+        per_layer = bench.conv_prefill_bytes(tokens, 1, dim, width, state_bytes=sb, io_bytes=act, weight_bytes=act)
+        flops = 2 * tokens * dim * width
+        work = 2 * tokens * dim * act + weights + (tokens + 8) * INDEX_BYTES
+    return KernelPlan(phase, g.kind, "conv", i, g.count, CONV_KERNELS[phase], "ok", shape,
+                      g.count * per_layer, g.count * flops, work)
+
+
+def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: int, chunk: int,
+             act: int) -> KernelPlan:
+    if not isinstance(mixer, Mamba2):
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", {"state": list(g.ssm_shape)})
+    nheads, headdim, dstate = g.ssm_shape
+    ngroups = mixer.padded_groups(1)
+    dims = {"nheads": nheads, "headdim": headdim, "dstate": dstate, "ngroups": ngroups}
+    if g.ssm_dtype not in KERNEL_DTYPES:
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    sb = size_of(g.ssm_dtype)
+    params = 3 * nheads * 4
+    if phase == DECODE:
+        shape = {"batch": slots, **dims}
+        per_layer = bench.state_update_bytes(slots, nheads, headdim, dstate, ngroups, state_bytes=sb, io_bytes=act)
+        flops = bench.state_update_flops(slots, nheads, headdim, dstate)
+        work = (3 * slots * nheads * headdim + slots * nheads + 2 * slots * ngroups * dstate) * act + params \
+            + slots * INDEX_BYTES
+    else:
+        shape = {"tokens": tokens, "seqs": 1, "chunk": chunk, **dims}
+        per_layer = bench.chunk_scan_bytes(tokens, 1, nheads, headdim, dstate, ngroups, io_bytes=act, state_bytes=sb)
+        flops = bench.chunk_scan_flops([tokens], chunk, nheads, headdim, dstate, ngroups)
+        nchunks = -(-tokens // chunk)
+        inter = (2 * nchunks * nheads * chunk + nchunks * ngroups * chunk * chunk
+                 + nchunks * nheads * headdim * dstate) * 4 + nchunks * nheads * headdim * dstate * max(act, 4)
+        work = (3 * tokens * nheads * headdim + tokens * nheads + 2 * tokens * ngroups * dstate) * act + params \
+            + inter + (3 * nchunks + 8) * INDEX_BYTES
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, SSM_KERNELS[phase], "ok", shape,
+                      g.count * per_layer, g.count * flops, work)
+
+
+def kernel_rows(spec: ModelSpec, fp: Footprint, phase: str, *, slots: int, tokens: int, chunk: int,
+                act_dtype: str) -> tuple[KernelPlan, ...]:
+    states, _ = _pair(spec, fp)
+    act = size_of(act_dtype)
+    rows: list[KernelPlan] = []
+    for i, (g, mixer) in enumerate(states):
+        if g.conv_shape:
+            rows.append(_conv_row(phase, i, g, slots=slots, tokens=tokens, act=act))
+        if g.ssm_shape:
+            rows.append(_ssm_row(phase, i, g, mixer, slots=slots, tokens=tokens, chunk=chunk, act=act))
+    return tuple(rows)
+
+
+def plan_workload(spec: ModelSpec, fp: Footprint, *, slots: int, ctx: int, tokens: int, chunk_size: int | None,
+                  act_dtype: str) -> Workload:
+    if fp.tp != 1 or fp.spec_tokens:
+        raise PlanError("the profiler runs one GPU without speculative tokens (tp 1, spec-tokens 0)")
+    chunk = int(chunk_size or spec.chunk_size or DEFAULT_CHUNK)
+    common = dict(slots=slots, tokens=tokens, chunk=chunk, act_dtype=act_dtype)
+    return Workload(spec=spec, fp=fp, slots=slots, ctx=ctx, tokens=tokens, chunk_size=chunk, act_dtype=act_dtype,
+                    tensors=pool_tensors(spec, fp, slots, ctx),
+                    decode=kernel_rows(spec, fp, DECODE, **common),
+                    prefill=kernel_rows(spec, fp, PREFILL, **common))

@@ -1,0 +1,151 @@
+"""Bad input: one line on stderr naming the problem, exit code 2, never a traceback."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridplan.adapters import spec_from_config
+from hybridplan.errors import PlanError
+from hybridplan.loader import load_path
+
+
+def _one_line_error(code, out, err, *needles):
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture
+def nemotron_cfg(shared_configs):
+    return json.loads((shared_configs / "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json").read_text())
+
+
+def test_unknown_model(run_cli):
+    _one_line_error(*run_cli("size", "no-such-model"), "unknown model 'no-such-model'")
+
+
+def test_missing_file(run_cli, tmp_path):
+    _one_line_error(*run_cli("size", tmp_path / "nope" / "config.json"), "no such file")
+
+
+def test_folder_without_config(run_cli, tmp_path):
+    _one_line_error(*run_cli("size", tmp_path), "without a config.json")
+
+
+def test_malformed_json(run_cli, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{"architectures": ["NemotronHForCausalLM",}')
+    _one_line_error(*run_cli("size", p), "not valid JSON at line 1")
+
+
+def test_malformed_yaml(run_cli, tmp_path):
+    p = tmp_path / "spec.yaml"
+    p.write_text("name: x\nconfig: {a: [1, 2\n")
+    _one_line_error(*run_cli("size", p), "not valid YAML")
+
+
+def test_yaml_is_loaded_safely(run_cli, tmp_path):
+    p = tmp_path / "spec.yaml"
+    p.write_text("config: !!python/object/apply:os.system ['echo pwned']\n")
+    _one_line_error(*run_cli("size", p), "not valid YAML")
+
+
+def test_config_missing_a_needed_field(run_cli, tmp_path, nemotron_cfg):
+    del nemotron_cfg["hidden_size"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(nemotron_cfg))
+    _one_line_error(*run_cli("size", p), "missing the needed field 'hidden_size'")
+
+
+def test_unsupported_architecture(run_cli, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    _one_line_error(*run_cli("size", p), "unsupported architecture 'GPT2LMHeadModel'")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--ctx", "0"), "--ctx must be a positive integer"),
+    (("--ctx", "-5"), "--ctx must be a positive integer"),
+    (("--ctx", "abc"), "--ctx"),
+    (("--tp", "3"), "--tp 3 does not divide"),
+    (("--tp", "0"), "--tp must be a positive integer"),
+    (("--ssm-dtype", "fp64"), "unknown --ssm-dtype 'fp64'"),
+    (("--kv-dtype", "int4"), "unknown --kv-dtype 'int4'"),
+    (("--slots", "0"), "--slots must be a positive integer"),
+    (("--vllm-version", "0.12"), "unknown vLLM version '0.12'"),
+    (("--no-such-flag",), "no-such-flag"),
+])
+def test_bad_flags(run_cli, args, needle):
+    _one_line_error(*run_cli("size", "nemotron-h", *args), needle)
+
+
+def test_crossover_of_a_transformer_is_refused(run_cli):
+    _one_line_error(*run_cli("crossover", "llama-3-8b"), "no recurrent layers")
+
+
+def test_model_the_release_does_not_serve(run_cli, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"architectures": ["BambaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 4096,
+                             "num_attention_heads": 32, "attn_layer_indices": [1]}))
+    code, out, _ = run_cli("size", p, "--vllm-version", "0.23", "--json")
+    assert code == 0 and json.loads(out)["layers"]["mamba2"] == 1
+    _one_line_error(*run_cli("size", p, "--vllm-version", "0.33"), "does not serve BambaForCausalLM")
+
+
+# --- property test: mutated real configs either load or fail with one PlanError -----------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 1 << 20) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6)
+
+
+@pytest.fixture(scope="module")
+def real_configs():
+    from tests.conftest import SHARED_CONFIGS
+
+    if not SHARED_CONFIGS.is_dir():
+        pytest.skip("../shared/model_configs is not present")
+    return [json.loads(p.read_text()) for p in sorted(SHARED_CONFIGS.glob("*.json"))]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_configs_load_or_fail_cleanly(real_configs, data):
+    cfg = dict(data.draw(st.sampled_from(real_configs)))
+    target = cfg
+    if isinstance(cfg.get("text_config"), dict) and data.draw(st.booleans()):
+        target = cfg["text_config"] = dict(cfg["text_config"])
+    for _ in range(data.draw(st.integers(1, 4))):
+        key = data.draw(st.sampled_from(sorted(target)))
+        if data.draw(st.booleans()):
+            del target[key]
+        else:
+            target[key] = data.draw(_json_values)
+        if not target:
+            break
+    try:
+        spec = spec_from_config(cfg, name="mutant")
+    except PlanError as exc:
+        assert "\n" not in str(exc)
+        return
+    from hybridplan import plan
+
+    for tp in (1, 2):
+        try:
+            fp = plan.resolve_footprint(spec, tp=tp, choice=plan.DtypeChoice())
+        except PlanError:
+            continue
+        assert fp.state_bytes >= 0 and fp.kv_bytes_per_token >= 0
+
+
+def test_non_object_config(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("[1, 2, 3]")
+    with pytest.raises(PlanError, match="JSON object"):
+        load_path(p)

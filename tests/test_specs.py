@@ -1,0 +1,255 @@
+"""Shipped specs against the real configs, per-family shapes, and TP rules (ENGINE_NOTES §1)."""
+
+import json
+
+import pytest
+
+from hybridplan import plan
+from hybridplan.adapters import spec_from_config
+from hybridplan.errors import PlanError
+from hybridplan.loader import load_model, load_path, shipped_specs
+
+#: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
+PROVENANCE = {
+    "nemotron-h-8b": ("nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", {}),
+    "nemotron-h-56b": ("nvidia__Nemotron-H-56B-Base-8K.json", {}),
+    "nemotron-3-nano-30b-a3b": ("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", {}),
+    "jamba-1.5-mini": ("ai21labs__AI21-Jamba-1.5-Mini.from-python-dict.json", {}),
+    # the saved config is trimmed: mamba_d_ssm = 24 heads · 64 = 1536 restored (SOURCES.md)
+    "falcon-h1-0.5b": ("tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json", {"mamba_d_ssm"}),
+    "falcon-mamba-7b": ("tiiuae__falcon-mamba-7b.json", {}),
+    "mamba-2.8b": ("state-spaces__mamba-2.8b-hf.json", {}),
+    "mamba-codestral-7b": ("mistralai__Mamba-Codestral-7B-v0.1.from-python-dict.json", {}),
+    "lfm2-1.2b": ("LiquidAI__LFM2-1.2B.json", {}),
+    "qwen3-next-80b-a3b": ("Qwen__Qwen3-Next-80B-A3B-Thinking.json", {}),
+    "qwen3.5-27b": ("Qwen__Qwen3.5-27B.json", {}),
+    "llama-3.1-70b": ("meta-llama__Meta-Llama-3.1-70B.json", {}),
+    # Llama-3-8B = Llama-3.1-8B shapes with an 8K context and no rope scaling (SOURCES.md)
+    "llama-3-8b": ("meta-llama__Meta-Llama-3.1-8B.json", {"max_position_embeddings", "rope_scaling"}),
+    "qwen2.5-7b": ("Qwen__Qwen2.5-7B.json", {}),
+    "mistral-7b": ("mistralai__Mistral-7B-v0.1.json", {}),
+    "deepseek-v3": ("deepseek-ai__DeepSeek-V3.json", {}),
+}
+
+
+def _subset_equal(spec_cfg: dict, real: dict, changed: set, where: str):
+    for key, value in spec_cfg.items():
+        if key in changed:
+            continue
+        assert key in real, f"{where}: {key} is not in the real config"
+        if isinstance(value, dict) and isinstance(real[key], dict):
+            _subset_equal(value, real[key], set(), f"{where}.{key}")
+        else:
+            assert value == real[key], f"{where}: {key} = {value!r}, config says {real[key]!r}"
+
+
+@pytest.mark.parametrize("name", sorted(PROVENANCE))
+def test_shipped_spec_matches_its_config(name, shared_configs):
+    import yaml
+
+    from hybridplan.loader import _specs_dir
+
+    filename, changed = PROVENANCE[name]
+    doc = yaml.safe_load((_specs_dir() / f"{name}.yaml").read_text())
+    real = json.loads((shared_configs / filename).read_text())
+    _subset_equal(doc["config"], real, changed, name)
+    if not changed:  # the real config itself normalises to the same model
+        assert load_path(shared_configs / filename).mixers == load_model(name).mixers
+
+
+def test_zamba2_spec_matches_the_prerelease_config(shared_configs):
+    # The 7B config on disk uses the pre-release field names; read through them it is the same model.
+    real = load_path(shared_configs / "Zyphra__Zamba2-7B.prerelease-format.from-python-dict.json")
+    assert real.mixers == load_model("zamba2-7b").mixers
+    assert any("pre-release" in n for n in real.notes)
+
+
+def test_trimmed_falcon_h1_config_is_refused_naming_the_field(shared_configs):
+    # Without mamba_d_ssm, FalconH1Config's default 1024 is not 24 heads · 64: the model cannot be built.
+    with pytest.raises(PlanError, match="1024.*24·64"):
+        load_path(shared_configs / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json")
+
+
+def test_every_shipped_spec_loads_and_sizes():
+    specs = shipped_specs()
+    assert len(specs) >= 17
+    ref = load_model("llama-3-8b")
+    for s in specs:
+        r = plan.size(s, ref, ctx=4096)
+        assert r.total_at_ctx > 0
+        assert s.notes == (), f"{s.name} relies on class defaults: {s.notes}"
+
+
+# (model, kind) → (count, conv shape, SSM shape, conv dtype, SSM dtype) at TP 1, each derived from its config.
+FAMILY_SHAPES = {
+    # 56B: I = 256·64 = 16384; conv = 16384 + 2·8·256 = 20480; SSM fp32 (no mamba_ssm_cache_dtype → float32)
+    "nemotron-h-56b": (54, (20480, 3), (256, 64, 256), "bfloat16", "float32"),
+    # Nano-3: I = 64·64 = 4096 (not 2·2688); conv = 4096 + 2·8·128 = 6144
+    "nemotron-3-nano-30b-a3b": (23, (6144, 3), (64, 64, 128), "bfloat16", "float32"),
+    # Jamba: Mamba-1, I = 2·4096 = 8192, state 16, model dtype
+    "jamba-1.5-mini": (28, (8192, 3), (8192, 16), "bfloat16", "bfloat16"),
+    # Zamba2-7B: I = 7168 = 112·64; conv = 7168 + 2·2·64 = 7424
+    "zamba2-7b": (81, (7424, 3), (112, 64, 64), "bfloat16", "bfloat16"),
+    # Falcon-H1-0.5B: I = mamba_d_ssm = 1536; conv = 1536 + 2·1·128 = 1792
+    "falcon-h1-0.5b": (36, (1792, 3), (24, 64, 128), "bfloat16", "bfloat16"),
+    # falcon-mamba-7b: intermediate_size 8192 wins over expand 16 (16·4096 would be 65536)
+    "falcon-mamba-7b": (64, (8192, 3), (8192, 16), "bfloat16", "bfloat16"),
+    # mamba-2.8b: I = 5120; a float32 checkpoint runs in bfloat16 under vLLM --dtype auto
+    "mamba-2.8b": (64, (5120, 3), (5120, 16), "bfloat16", "bfloat16"),
+    # Codestral: I = 2·4096 = 8192; conv = 8192 + 2·8·128 = 10240; model dtype (not Nemotron-H)
+    "mamba-codestral-7b": (64, (10240, 3), (128, 64, 128), "bfloat16", "bfloat16"),
+    # LFM2: 16 layers − 6 attention = 10 short convs of 2048 channels, L_cache − 1 = 2
+    "lfm2-1.2b": (10, (2048, 2), None, "bfloat16", None),
+    # Qwen3-Next: conv = 2·16·128 + 32·128 = 8192; SSM (Hv, dv, dk) = (32, 128, 128), model dtype
+    "qwen3-next-80b-a3b": (36, (8192, 3), (32, 128, 128), "bfloat16", "bfloat16"),
+    # Qwen3.5-27B: conv = 2·16·128 + 48·128 = 10240; vLLM ≥ 0.20 reads mamba_ssm_dtype = float32
+    "qwen3.5-27b": (48, (10240, 3), (48, 128, 128), "bfloat16", "float32"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_SHAPES))
+def test_family_state_shapes(name):
+    count, conv, ssm, conv_dt, ssm_dt = FAMILY_SHAPES[name]
+    fp = plan.resolve_footprint(load_model(name), tp=1, choice=plan.DtypeChoice())
+    (g,) = fp.state
+    assert (g.count, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype) == (count, conv, ssm, conv_dt, ssm_dt)
+
+
+# KV bytes per token per layer at TP 1, bf16.
+KV_PER_LAYER = {
+    "nemotron-3-nano-30b-a3b": 2 * 2 * 128 * 2,  # 2 KV heads × head_dim 128
+    "zamba2-7b": 2 * 32 * 224 * 2,  # shared block: 32 KV heads × 2·3584/32
+    "falcon-h1-0.5b": 2 * 2 * 64 * 2,
+    "lfm2-1.2b": 2 * 8 * 64 * 2,  # head_dim = 2048 / 32
+    "qwen3-next-80b-a3b": 2 * 2 * 256 * 2,
+    "deepseek-v3": (512 + 64) * 2,  # MLA: kv_lora_rank + qk_rope_head_dim, no factor 2
+    "mistral-7b": 2 * 8 * 128 * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(KV_PER_LAYER))
+def test_kv_per_token_per_layer(name):
+    fp = plan.resolve_footprint(load_model(name), tp=1, choice=plan.DtypeChoice())
+    assert {g.bytes_per_token_per_layer for g in fp.kv} == {KV_PER_LAYER[name]}
+
+
+def test_sliding_window_caps_kv():
+    fp = plan.resolve_footprint(load_model("mistral-7b"), tp=1, choice=plan.DtypeChoice())
+    (g,) = fp.kv
+    assert g.window == 4096 and g.kind == "sliding_attention"
+    # 32 layers · 4,096 B · min(131,072, 4,096) tokens
+    assert fp.kv_bytes_at(131072) == 32 * 4096 * 4096 == fp.kv_bytes_at(4096)
+
+
+def test_mla_kv_is_not_divided_by_tp():
+    fp1 = plan.resolve_footprint(load_model("deepseek-v3"), tp=1, choice=plan.DtypeChoice())
+    fp8 = plan.resolve_footprint(load_model("deepseek-v3"), tp=8, choice=plan.DtypeChoice())
+    assert fp1.kv_bytes_per_token == fp8.kv_bytes_per_token == 61 * 576 * 2
+
+
+# TP rules (ENGINE_NOTES §1): conv = (I + 2·g'·N)/t, g' = g if g % t == 0 else t; SSM heads/t.
+@pytest.mark.parametrize("tp,conv,ssm", [
+    (1, (10240, 3), (128, 64, 128)),
+    (2, ((8192 + 2 * 8 * 128) // 2, 3), (64, 64, 128)),
+    (4, ((8192 + 2 * 8 * 128) // 4, 3), (32, 64, 128)),
+    (8, ((8192 + 2 * 8 * 128) // 8, 3), (16, 64, 128)),
+])
+def test_nemotron_tp_shapes(tp, conv, ssm):
+    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=tp, choice=plan.DtypeChoice())
+    (g,) = fp.state
+    assert (g.conv_shape, g.ssm_shape) == (conv, ssm)
+    # KV heads 8 / tp, one per rank at TP 8
+    assert fp.kv_bytes_per_token == 4 * 2 * (8 // tp) * 128 * 2
+
+
+# g = 1 (Falcon-H1-0.5B): the single group is replicated to g' = t groups: conv = (1536 + 2·t·128)/t.
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_group_padding_for_single_group_mamba2(tp):
+    fp = plan.resolve_footprint(load_model("falcon-h1-0.5b"), tp=tp, choice=plan.DtypeChoice())
+    g = fp.state[0]
+    padded_groups = 1 if tp == 1 else tp
+    assert g.conv_shape == ((1536 + 2 * padded_groups * 128) // tp, 3)
+    assert g.ssm_shape == (24 // tp, 64, 128)
+    # 2 KV heads: split at TP 2, replicated (1 per rank) at TP 4 and 8
+    assert fp.kv[0].bytes_per_token_per_layer == 2 * max(1, 2 // tp) * 64 * 2
+
+
+@pytest.mark.parametrize("name,tp,what", [
+    ("nemotron-h", 3, "groups"),  # 8 groups, not 1, not divisible by 3
+    ("nemotron-h", 16, "groups"),  # 8 % 16 ≠ 0 and 8 ≠ 1
+    ("falcon-h1-0.5b", 16, "attention heads"),  # 8 attention heads (and 24 Mamba heads)
+    ("qwen3.5-27b", 16, "attention heads"),  # 24 attention heads
+    ("jamba", 3, "inner width|attention heads"),  # 8192 % 3 and 32 % 3
+    ("lfm2", 3, "short-conv|attention heads"),  # 2048 % 3 and 32 % 3
+    ("qwen3-next", 3, r"heads \(16\)"),  # 16 attention heads and 16 GDN key heads
+])
+def test_invalid_tp_is_refused_saying_what(name, tp, what):
+    with pytest.raises(PlanError, match=what):
+        plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice())
+
+
+@pytest.mark.parametrize("name", sorted(s.name for s in shipped_specs()))
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_tp_sweep_either_sizes_or_refuses(name, tp):
+    try:
+        fp = plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice())
+    except PlanError as exc:
+        assert f"--tp {tp}" in str(exc)
+    else:
+        assert fp.tp == tp and (fp.state or fp.kv)
+
+
+def test_spec_tokens_widen_conv_windows():
+    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=1, choice=plan.DtypeChoice(), spec_tokens=2)
+    assert fp.state[0].conv_shape == (10240, 3 + 2)
+    # Mamba-1 keeps no speculative columns in vLLM
+    fp = plan.resolve_footprint(load_model("jamba"), tp=1, choice=plan.DtypeChoice(), spec_tokens=2)
+    assert fp.state[0].conv_shape == (8192, 3)
+
+
+def test_dtype_overrides():
+    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=1, choice=plan.DtypeChoice(ssm="bf16", kv="fp8"))
+    assert fp.state[0].ssm_dtype == "bfloat16" and fp.kv_bytes_per_token == 16_384 // 2
+
+
+def test_transformers5_spellings_are_accepted():
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 1536, "num_attention_heads": 12,
+           "num_key_value_heads": 4, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128,
+           "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2,
+           "layer_types": ["linear_attention", "full_attention", "mamba", "attention"]}
+    s = spec_from_config(cfg, name="granite")
+    assert s.layer_counts["mamba2"] == 2 and s.layer_counts["attention"] == 2
+    # Granite-4.0-H-tiny style: 12 heads cannot be split 8 ways (ENGINE_NOTES §1)
+    with pytest.raises(PlanError, match="attention heads"):
+        plan.resolve_footprint(s, tp=8, choice=plan.DtypeChoice())
+
+
+def test_zamba2_missing_heads_takes_the_class_default_and_says_so():
+    cfg = {"architectures": ["Zamba2ForCausalLM"], "hidden_size": 3584, "num_attention_heads": 32,
+           "layers_block_type": ["mamba", "hybrid"]}
+    s = spec_from_config(cfg, name="z")
+    assert s.mixers[-1].num_heads == 8  # Zamba2Config.n_mamba_heads default, as vLLM sees it
+    assert any("n_mamba_heads" in n for n in s.notes)
+
+
+def test_kimi_linear_and_minimax_and_bamba():
+    kimi = spec_from_config({"architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 8, "hidden_size": 2304,
+                             "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                             "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7], "full_attn_layers": [4, 8],
+                                                    "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}},
+                            name="kimi")
+    assert kimi.layer_counts["kda"] == 6 and kimi.layer_counts["mla"] == 2  # 1-indexed 4 and 8
+    fp = plan.resolve_footprint(kimi, tp=1, choice=plan.DtypeChoice())
+    (g,) = fp.state
+    # conv = (H·d + 2·Hk·dk) = 3·32·128 = 12288 × (K − 1); SSM (32, 128, 128) kept in fp32
+    assert g.conv_shape == (12288, 3) and g.ssm_shape == (32, 128, 128) and g.ssm_dtype == "float32"
+    mm = spec_from_config({"architectures": ["MiniMaxText01ForCausalLM"], "hidden_size": 6144,
+                           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                           "attn_type_list": [0, 0, 0, 1]}, name="mm")
+    fp = plan.resolve_footprint(mm, tp=1, choice=plan.DtypeChoice())
+    assert fp.state[0].conv_shape is None and fp.state[0].ssm_shape == (64, 128, 128)
+    bamba = spec_from_config({"architectures": ["BambaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 4096,
+                              "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128,
+                              "mamba_d_state": 128, "attn_layer_indices": [2]}, name="bamba")
+    assert bamba.layer_counts == {"mamba2": 3, "attention": 1, "mlp": 4}
+    assert bamba.mixers[0].head_dim == 64  # "auto": 2·4096 / 128
