@@ -33,6 +33,8 @@ from hybridplan.spec import (
 )
 
 _REQUIRED = object()
+#: config fields that name a recurrent-state dtype
+_STATE_DTYPE_FIELDS = ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
 _MAX_LAYERS = 10_000
 _MAX_DIM = 1 << 24
 
@@ -203,8 +205,7 @@ def nemotron_h(f: Fields) -> dict:
             mixers.append(attn)
         else:
             ffn.append("mlp" if c == "-" else "moe")
-    return dict(mixers=mixers, ffn=ffn, chunk=f.int("chunk_size", "mamba_chunk_size", default=128),
-                ssm_dtype=f.opt_dtype("mamba_ssm_cache_dtype"))
+    return dict(mixers=mixers, ffn=ffn, chunk=f.int("chunk_size", "mamba_chunk_size", default=128))
 
 
 def jamba(f: Fields) -> dict:
@@ -357,7 +358,7 @@ def qwen_next(f: Fields) -> dict:
     attn = _attention(f, kv_default=2, head_dim=f.int("head_dim", default=256))
     moe = _display_int(f.raw.get("num_experts")) > 0
     return dict(mixers=[attn if a else gdn for a in is_attn], ffn=["moe" if moe else "mlp"] * len(is_attn),
-                chunk=None, ssm_dtype=f.opt_dtype("mamba_ssm_dtype"))
+                chunk=None)
 
 
 def kimi_linear(f: Fields) -> dict:
@@ -503,4 +504,4 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
         ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
         max_position_embeddings=f.opt_int("max_position_embeddings"), chunk_size=parts["chunk"],
-        config_ssm_dtype=parts.get("ssm_dtype"), source=source, aliases=aliases, notes=tuple(f.notes))
+        config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source, aliases=aliases, notes=tuple(f.notes))

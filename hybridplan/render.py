@@ -128,3 +128,131 @@ def models_view(specs: list[ModelSpec]) -> Table:
     for s in specs:
         t.add_row(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
     return t
+
+
+def engines_view(e, *, exact: bool = False) -> Group:
+    parts: list = []
+    if e.vllm is not None:
+        v = e.vllm
+        t = Table(title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with prefix "
+                        f"caching: {v.prefix_mode})", box=box.SIMPLE_HEAD, title_justify="left")
+        for col in ("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"):
+            t.add_column(col, justify="left" if col == "mode" else "right")
+        for mode, m in v.modes.items():
+            d = m.to_dict()
+            t.add_row(mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
+                      _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
+                      f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
+                      f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)")
+        parts.append(t)
+        for mode, m in v.modes.items():
+            for line in m.layout.logs:
+                parts.append(Text(f"  [{mode}] {line}", style="dim"))
+    if e.sglang is not None:
+        d = e.sglang.to_dict()
+        t = Table(title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)",
+                  box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
+        t.add_column(style="bold")
+        t.add_column(justify="right")
+        t.add_column(style="dim")
+        t.add_row("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"]))
+        t.add_row("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"]))
+        t.add_row("per request", _b(d["per_request_bytes"], exact), "")
+        t.add_row("max running requests", f"{d['max_running_requests']:,}",
+                  f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request")
+        t.add_row("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")
+        parts.append(t)
+        parts.append(Text(f"  {d['logs'][0]}", style="dim"))
+    return Group(*parts)
+
+
+def fit_view(r) -> Group:
+    d = r.to_dict()
+    parts: list = [Text.assemble((r.spec.name, "bold"), f"  ·  {r.ctx:,} tokens per request  ·  TP {r.tp}")]
+    if r.vllm:
+        v = d["vllm"]
+        t = Table(title=f"vLLM {r.vllm[v['default_mode']].capacity.rel.version}: {v['available_kv_cache_memory_log']} "
+                        f"({v['kv_budget_bytes']:,} B)",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+        for col in ("mode", "block", "blocks", "blocks / request", "max concurrency", "KV tokens",
+                    "max_num_seqs ≤", "starts"):
+            t.add_column(col, justify="left" if col == "mode" else "right")
+        for mode, m in v["modes"].items():
+            label = f"{mode} (default)" if mode == v["default_mode"] else mode
+            t.add_row(label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
+                      str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
+                      f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
+                      "[green]yes[/]" if m["starts"] else "[red]no[/]")
+        parts.append(t)
+        dm = v["modes"].get(v["default_mode"])
+        if dm:
+            for line in dm["logs"]:
+                parts.append(Text(f"  {line}", style="dim"))
+    if r.sglang:
+        s = d["sglang"]
+        t = Table(title=f"SGLang {s['version']}: {human_bytes(s['budget_bytes'])} split between the state pool and "
+                        "the KV pool", box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
+        t.add_column(style="bold")
+        t.add_column(justify="right")
+        t.add_column(style="dim")
+        t.add_row("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"]))
+        t.add_row("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"]))
+        t.add_row("max running requests", f"{s['max_running_requests']:,}",
+                  f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")
+        parts.append(t)
+        for line in s["logs"]:
+            parts.append(Text(f"  {line}", style="dim"))
+    for engine, flags in d["flags"].items():
+        parts.append(Text(f"{engine} flags: {flags}"))
+    problems = [f"vLLM ({m}): {f.problem}" for m, f in r.vllm.items() if m == r.vllm_default_mode and f.problem]
+    if r.verdict_ok:
+        parts.append(Text("verdict: starts with these settings", style="bold green"))
+    else:
+        parts.append(Text("verdict: will not start — " + "; ".join(problems or ["no request fits"]), style="bold red"))
+    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    return Group(*parts)
+
+
+def prefix_view(r) -> Group:
+    t = Table(title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one "
+                    "that shared the prefix", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("engine", "block / grid", "checkpoints of the first request", "reused", "computed"):
+        t.add_column(col, justify="left" if col in ("engine", "checkpoints of the first request") else "right")
+    for mode, x in r.vllm.items():
+        t.add_row(f"vLLM {r.vllm_rel.version} {mode}", f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints),
+                  f"{x.reused_tokens:,}", f"{x.computed_tokens:,}")
+    if r.sglang:
+        x = r.sglang
+        t.add_row(f"SGLang {r.sglang_rel.version}", f"{x.grid:,}", _cps(x.checkpoints), f"{x.reused_tokens:,}",
+                  f"{x.computed_tokens:,}")
+    return Group(t)
+
+
+def _cps(cps) -> str:
+    if not cps:
+        return "none"
+    shown = ", ".join(f"{c:,}" for c in cps[:6])
+    return shown + (f", … ({len(cps)})" if len(cps) > 6 else "")
+
+
+def sweep_view(sw) -> Group:
+    series = sw.series()
+    t = Table(title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private)",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    t.add_column("shared", justify="right")
+    for label in series:
+        t.add_column(label, justify="right")
+    for i, p in enumerate(sw.points):
+        t.add_row(f"{p.shared:,}", *(f"{series[label][i][1]:,}" for label in series))
+    return Group(t)
+
+
+def check_view(r) -> Group:
+    t = Table(title=f"{r.model}: the log against the prediction ({', '.join(f'{k} {v}' for k, v in r.settings.items())})",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("engine", "figure", "logged", "predicted", ""):
+        t.add_column(col, justify="right" if col in ("logged", "predicted") else "left")
+    for row in r.rows:
+        t.add_row(row.engine, row.figure, row.logged, row.predicted, "[green]✓[/]" if row.ok else "[red]✗[/]")
+    verdict = Text("all figures match" if r.ok else "MISMATCH", style="bold green" if r.ok else "bold red")
+    return Group(t, verdict, *(Text(f"note: {n}", style="yellow") for n in r.notes))

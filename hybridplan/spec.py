@@ -212,10 +212,15 @@ class ModelSpec:
     hidden_size: int = 0
     max_position_embeddings: int | None = None
     chunk_size: int | None = None
-    config_ssm_dtype: str | None = None
+    #: recurrent-state dtypes the config itself names: ``mamba_ssm_cache_dtype`` (Nemotron) and
+    #: ``mamba_ssm_dtype`` (Qwen3.5); which engine reads which is an engine rule
+    config_dtypes: tuple[tuple[str, str], ...] = ()
     source: str | None = None
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+
+    def config_dtype(self, field: str) -> str | None:
+        return dict(self.config_dtypes).get(field)
 
     @property
     def recurrent(self) -> tuple[RecurrentMixer, ...]:

@@ -175,10 +175,10 @@ def cache_dtypes(spec: ModelSpec, rel: Release = NEWEST, *, dtype: str | None = 
     if ssm:
         ssm_dt = parse_dtype(ssm, what="--ssm-dtype")
     elif spec.family == "Nemotron-H" and rel.minor >= 14:
-        ssm_dt = "float16" if rel.minor <= 17 else (spec.config_ssm_dtype or "float32")
-    elif (spec.config_ssm_dtype and rel.minor >= 20
+        ssm_dt = "float16" if rel.minor <= 17 else (spec.config_dtype("mamba_ssm_cache_dtype") or "float32")
+    elif (spec.config_dtype("mamba_ssm_dtype") and rel.minor >= 20
           and (spec.architecture in _QWEN35_VLM or (spec.architecture in _QWEN35_LM and rel.minor >= 28))):
-        ssm_dt = spec.config_ssm_dtype
+        ssm_dt = spec.config_dtype("mamba_ssm_dtype")
     else:
         ssm_dt = conv_dt
     return CacheDtypes(conv=conv_dt, ssm=ssm_dt, kv=kv_dt, ssm_by_kind=() if ssm else (("kda", "float32"),))

@@ -1,0 +1,423 @@
+"""vLLM and SGLang arithmetic. Each expected figure is vLLM's or SGLang's own (ENGINE_NOTES §2–§4, noted so)
+or a derivation written out in the comment beside it."""
+
+import json
+
+import pytest
+
+from hybridplan import plan, serving
+from hybridplan.engines import sglang, vllm
+from hybridplan.errors import PlanError
+from hybridplan.loader import load_model
+
+GiB = 1 << 30
+
+
+def fp_of(name, minor=33, tp=1, **kw):
+    return plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice(**kw), rel=vllm.Release(minor))
+
+
+def lay(name, mode, minor=33, tp=1, **kw):
+    spec = load_model(name)
+    return vllm.layout(fp_of(name, minor, tp), spec, vllm.Release(minor), mode, **kw)
+
+
+# --- ENGINE_NOTES §2: "vLLM gives, for Nemotron-H-8B (bf16 KV, fp32 SSM, t=1)" -------------------------
+
+
+@pytest.mark.parametrize("minor", [20, 23, 28, 31, 32, 33])
+@pytest.mark.parametrize("mode", ["none", "align"])
+def test_nemotron_block_1040(minor, mode):
+    # vLLM gives: block 1040 (+0.10%) in none/align
+    lo = lay("nemotron-h", mode, minor)
+    assert lo.block_size == 1040 and f"{lo.padding_pct:.2f}" == "0.10"
+    assert lo.mamba_page_bytes == 4_255_744 and lo.page_bytes == 1040 * 4096
+    assert lo.logs == (
+        "Setting attention block size to 1040 tokens to ensure that attention page size is >= mamba page size.",
+        "Padding mamba page size by 0.10% to ensure that mamba page size and attention page size are exactly equal.")
+
+
+def test_nemotron_all_mode_blocks():
+    # vLLM gives: in all, 1280 (+23.20%) with chunk_size 256 (the 8B config) and 1152 (+10.88%) with 128
+    lo = lay("nemotron-h", "all", 28)
+    assert (lo.block_size, f"{lo.padding_pct:.2f}", lo.page_bytes) == (1280, "23.20", 5_242_880)
+    spec = load_model("nemotron-h")
+    from dataclasses import replace
+
+    lo = vllm.layout(fp_of("nemotron-h", 28), replace(spec, chunk_size=128), vllm.Release(28), "all")
+    assert (lo.block_size, f"{lo.padding_pct:.2f}") == (1152, "10.88")
+
+
+@pytest.mark.parametrize("minor,mode,blocks,conc,tokens", [
+    # vLLM gives, at 40 GiB and max_len 8192: 2520 blocks, 180.00 (none), 126.00 (align); all: 2048 and 41.80.
+    # tokens = int(concurrency · 8192) (vllm/v1/core/kv_cache_utils.py, 0.23+)
+    (28, "none", 2520, "180.00", 1_474_560),
+    (28, "align", 2520, "126.00", 1_032_192),
+    (28, "all", 2048, "41.80", int(2048 / 49 * 8192)),
+    # 0.32+: MambaMixer2 adds one prefill-checkpoint page in align: 8 + 6·(2 + 1) = 26 blocks per request
+    (33, "align", 2520, "96.92", int(2520 / 26 * 8192)),
+])
+def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
+    spec = load_model("nemotron-h")
+    cap = vllm.capacity(fp_of("nemotron-h", minor), spec, vllm.Release(minor), mode, kv_budget=40 * GiB,
+                        max_len=8192)
+    # groups: 4 attention + 24 Mamba layers → group size 4 → 1 attention group and 6 Mamba groups
+    assert cap.group_size == 4 and len(cap.groups) == 7
+    assert cap.num_blocks == blocks and f"{cap.max_concurrency:.2f}" == conc and cap.kv_tokens == tokens
+    line = f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for 8,192 tokens per request: {conc}x"
+    assert cap.logs == (line,)
+
+
+def test_two_line_capacity_log_before_028():
+    # 0.23 prints two lines (ENGINE_NOTES §2)
+    spec = load_model("nemotron-h")
+    cap = vllm.capacity(fp_of("nemotron-h", 23), spec, vllm.Release(23), "none", kv_budget=40 * GiB, max_len=8192)
+    assert cap.logs == ("GPU KV cache size: 1,474,560 tokens",
+                        "Maximum concurrency for 8,192 tokens per request: 180.00x")
+
+
+def test_max_num_seqs_over_mamba_blocks_will_not_start():
+    # vLLM 0.33 raises when max_num_seqs > num_blocks with Mamba layers (vllm/config/compilation.py)
+    spec = load_model("nemotron-h")
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="vllm"), max_num_seqs=3000)
+    f = r.vllm["align"]
+    assert not f.starts and f.largest_max_num_seqs == 2520 and not r.verdict_ok
+    assert f.problem.startswith("max_num_seqs (3000) exceeds available Mamba cache blocks (2520).")
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="vllm"), max_num_seqs=2520)
+    assert r.verdict_ok
+
+
+def test_fit_cli_exit_codes(run_cli):
+    code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"]
+    assert d["vllm"]["available_kv_cache_memory_log"] == "Available KV cache memory: 40.0 GiB"
+    assert d["vllm"]["modes"]["none"]["num_blocks"] == 2520
+    assert d["sglang"]["max_mamba_cache_size"] == 198
+    code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--max-num-seqs", "5000")
+    assert code == 1 and "will not start" in out
+
+
+def test_fit_from_gpu_memory():
+    # 0.33: requested = ceil(141e9 · 0.92); budget = that − weights (8e9 params · 2 B) − 2 GiB overhead
+    r = serving.fit(load_model("nemotron-h"), ctx=8192, tp=1, choice=plan.DtypeChoice(),
+                    budget=serving.Budget(gpu_mem=141 * 10**9, params=8e9, overhead=2 * GiB),
+                    s=serving.EngineSettings(engine="vllm"))
+    assert r.vllm_budget == -(-141 * 10**9 * 92 // 100) - 16 * 10**9 - 2 * GiB
+    with pytest.raises(PlanError, match="--weights SIZE or --params"):
+        serving.fit(load_model("nemotron-h"), ctx=8192, tp=1, choice=plan.DtypeChoice(),
+                    budget=serving.Budget(gpu_mem=141 * 10**9), s=serving.EngineSettings(engine="vllm"))
+
+
+def test_impossible_budget(run_cli):
+    code, _, err = run_cli("fit", "nemotron-h", "--gpu-mem", "16GiB", "--weights", "20GiB")
+    assert code == 2 and "nothing is left" in err and "Traceback" not in err
+
+
+# --- rules across versions, TPs and families ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("tp,block", [(1, 1040), (2, 1040), (4, 1040), (8, 1040)])
+def test_nemotron_block_at_every_tp(tp, block):
+    # state and attn1 halve together: TP 2: conv 5120·3·2 + SSM 64·64·128·4 = 2,127,872 B; attn1 2·4·128·2
+    # = 2,048 → 16·cdiv(2,127,872, 32,768) = 16·65 = 1040; likewise at 4 and 8.
+    assert lay("nemotron-h", "align", tp=tp).block_size == block
+
+
+@pytest.mark.parametrize("tp,mpage,attn1,none_block,all_block", [
+    # Falcon-H1-0.5B, g = 1 padded to t groups; SSM at bf16 (model dtype); chunk 128; attn1 = 2·kv·64·2
+    # TP 1: conv 1792·3·2 = 10,752 + SSM 24·64·128·2 = 393,216 → 403,968; attn1 512 → 16·cdiv(403,968, 8,192)
+    #       = 800; all: lcm(128,16) = 128, cdiv(403,968, 512) = 789 → 128·7 = 896
+    (1, 403_968, 512, 800, 896),
+    # TP 2: conv (1536 + 2·2·128)/2 = 1024 → 6,144 + 196,608 = 202,752; attn1 256 → 16·cdiv(202,752, 4,096) = 800
+    (2, 202_752, 256, 800, 896),
+    # TP 4: conv (1536 + 2·4·128)/4 = 640 → 3,840 + 98,304 = 102,144; KV heads 2 < 4 → 1 → attn1 256 → 400
+    (4, 102_144, 256, 400, 512),
+    # TP 8: conv (1536 + 2·8·128)/8 = 448 → 2,688 + 49,152 = 51,840; attn1 256 → 16·cdiv(51,840, 4,096) = 208
+    (8, 51_840, 256, 208, 256),
+])
+def test_single_group_mamba2_model(tp, mpage, attn1, none_block, all_block):
+    fp = fp_of("falcon-h1-0.5b", 28, tp)
+    assert vllm.mamba_page(fp) == mpage and vllm.attention_page_per_token(fp) == attn1
+    assert lay("falcon-h1-0.5b", "none", 28, tp).block_size == none_block
+    # all: 128·cdiv(cdiv(mpage, attn1), 128); TP 4: cdiv(102,144, 256) = 399 → 512; TP 8: 203 → 256
+    assert lay("falcon-h1-0.5b", "all", 28, tp).block_size == all_block
+
+
+def test_mamba1_model():
+    # Jamba: conv 8192·3·2 = 49,152 + SSM 8192·16·2 = 262,144 → 311,296 B; attn1 2·8·128·2 = 4,096
+    # none: 16·cdiv(311,296, 65,536) = 80 (+5.26 %); all: no chunk size → 2048 → 2048·cdiv(76, 2048) = 2048
+    lo = lay("jamba", "none", 28)
+    assert (lo.block_size, f"{lo.padding_pct:.2f}") == (80, "5.26")
+    assert lay("jamba", "all", 28).block_size == 2048
+    # Mamba-1 layers pin 2 pages in align even in 0.33 (no prefill checkpoint page)
+    assert vllm.recurrent_pages_per_request("mamba1", vllm.Release(33), "align", block_size=80, max_len=8192) == 2
+    assert vllm.recurrent_pages_per_request("mamba2", vllm.Release(33), "align", block_size=80, max_len=8192) == 3
+
+
+@pytest.mark.parametrize("minor,backend,block", [
+    # Qwen3-Next: conv 8192·3·2 = 49,152 + SSM 32·128·128·2 = 1,048,576 → 1,097,728 B; attn1 2·2·256·2 = 2,048
+    # → 16·cdiv(1,097,728, 32,768) = 544; vLLM 0.33 with FlashInfer GDN prefill aligns to lcm(16, 64) = 64:
+    # 64·cdiv(1,097,728, 131,072) = 576 (ENGINE_NOTES §2: "block 576 instead of 544 at t=1")
+    (33, "flashinfer", 576),
+    (33, "triton", 544),
+    (32, "flashinfer", 544),  # the checkpoint alignment arrived in 0.33
+])
+def test_gdn_checkpoint_alignment(minor, backend, block):
+    assert lay("qwen3-next", "align", minor, gdn_backend=backend).block_size == block
+    assert lay("qwen3-next", "none", minor, gdn_backend=backend).block_size == 544
+    # FlashInfer GDN also pins a checkpoint page in 0.33 align: 2 + 1
+    pages = vllm.recurrent_pages_per_request("gdn", vllm.Release(minor), "align", block_size=block, max_len=8192,
+                                             gdn_backend=backend)
+    assert pages == (3 if (minor, backend) == (33, "flashinfer") else 2)
+
+
+def test_lfm2_block_does_not_grow_but_page_is_padded():
+    # LFM2: conv state 2048·2·2 = 8,192 B per layer; attn1 2·8·64·2 = 2,048; 16·cdiv(8,192, 32,768) = 16:
+    # the block stays at 16 (no "Setting" line); the state page is padded to 16·2,048 = 32,768 (+300 %)
+    lo = lay("lfm2", "align")
+    assert lo.block_size == 16 and not lo.block_grown and lo.padding_pct == 300.0
+    assert lo.logs == ("Padding mamba page size by 300.00% to ensure that mamba page size and attention page size "
+                       "are exactly equal.",)
+
+
+@pytest.mark.parametrize("name", ["nemotron-h", "falcon-h1-0.5b", "jamba", "qwen3-next", "lfm2"])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("minor", vllm.KNOWN_MINORS)
+def test_every_mode_of_every_release(name, tp, minor):
+    rel = vllm.Release(minor)
+    spec = load_model(name)
+    try:
+        fp = plan.resolve_footprint(spec, tp=tp, choice=plan.DtypeChoice(), rel=rel)
+    except PlanError as exc:
+        assert f"--tp {tp}" in str(exc)
+        return
+    mpage, attn1 = vllm.mamba_page(fp), vllm.attention_page_per_token(fp)
+    for mode in rel.modes:
+        lo = vllm.layout(fp, spec, rel, mode)
+        # invariants of _align_hybrid_block_size: one attention page holds one state page, the state page is
+        # padded to exactly block·attn1, and the block is a multiple of the kernel block (16)
+        assert lo.page_bytes == lo.block_size * attn1 >= mpage
+        assert lo.block_size % 16 == 0
+        # minimality: one kernel block less (none/align) or one chunk less (all) would not hold the state
+        step = 16 if mode != "all" else vllm.lcm(spec.chunk_size or 2048, 16)
+        if mode == "align" and minor >= 33 and name == "qwen3-next":
+            step = 64
+        assert lo.block_size == 16 or (lo.block_size - step) * attn1 < mpage
+        cap = vllm.capacity(fp, spec, rel, mode, kv_budget=40 * GiB, max_len=8192)
+        assert cap.num_blocks == 40 * GiB // (cap.group_size * lo.page_bytes)
+        assert len(cap.logs) == (1 if minor >= 28 else 2)
+
+
+def test_user_block_larger_than_needed_is_kept():
+    # the block only grows: --block-size 2048 stays, and the state page is padded to 2048·4,096 B
+    lo = lay("nemotron-h", "align", block_size=2048)
+    assert lo.block_size == 2048 and not lo.block_grown and lo.page_bytes == 2048 * 4096
+    assert lo.logs == (f"Padding mamba page size by {100 * (2048 * 4096 - 4_255_744) / 4_255_744:.2f}% to ensure "
+                       "that mamba page size and attention page size are exactly equal.",)
+
+
+def test_mla_block_at_least_128():
+    from hybridplan.adapters import spec_from_config
+
+    kimi = spec_from_config({"architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 4, "hidden_size": 2304,
+                             "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                             "linear_attn_config": {"full_attn_layers": [4], "num_heads": 32, "head_dim": 128,
+                                                    "short_conv_kernel_size": 4}}, name="kimi")
+    fp = plan.resolve_footprint(kimi, tp=1, choice=plan.DtypeChoice())
+    # KDA page: conv 12288·3·2 = 73,728 + SSM 32·128·128·4 = 2,097,152 → 2,170,880 B; MLA attn1 = 576·2 = 1,152
+    # 0.27+: A = max(16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920; 0.23: 16·cdiv(…, 18,432) = 1888
+    assert vllm.layout(fp, kimi, vllm.Release(33), "align").block_size == 1920
+    assert vllm.layout(fp, kimi, vllm.Release(23), "none").block_size == 1888
+
+
+def test_dtype_defaults_by_release():
+    # Nemotron-H SSM: 0.11 model dtype; 0.14–0.17 float16; 0.20+ float32 (ENGINE_NOTES §1 Dtypes)
+    assert fp_of("nemotron-h", 11).state[0].ssm_dtype == "bfloat16"
+    assert fp_of("nemotron-h", 15).state[0].ssm_dtype == "float16"
+    assert fp_of("nemotron-h", 20).state[0].ssm_dtype == "float32"
+    # Qwen3.5 reads mamba_ssm_dtype from 0.20; Qwen3-Next has no hook
+    assert fp_of("qwen3.5-27b", 17).state[0].ssm_dtype == "bfloat16"
+    assert fp_of("qwen3.5-27b", 20).state[0].ssm_dtype == "float32"
+    assert fp_of("qwen3-next", 33).state[0].ssm_dtype == "bfloat16"
+
+
+def test_default_modes_by_release():
+    spec = load_model("nemotron-h")
+    # 0.11 never caches prefixes; 0.23 keeps prefix caching off for hybrids; 0.27 turns it on with `all`;
+    # 0.28–0.33 default to align
+    assert [vllm.Release(m).default_mode(spec) for m in (11, 23, 27, 28, 33)] == ["none", "none", "all", "align",
+                                                                                  "align"]
+    assert vllm.Release(27).default_mode(load_model("qwen3-next")) == "align"  # GDN has no `all`
+    with pytest.raises(PlanError, match="no mamba cache mode 'all'"):
+        vllm.layout(fp_of("nemotron-h"), spec, vllm.Release(33), "all")
+
+
+def test_unknown_versions():
+    with pytest.raises(PlanError, match=r"unknown vLLM version '0.18' \(known: 0.11, 0.14"):
+        vllm.release("0.18")
+    with pytest.raises(PlanError, match="unknown SGLang version"):
+        sglang.release("0.4.0")
+    assert vllm.release("0.23.1").minor == 23
+
+
+# --- SGLang (ENGINE_NOTES §3) -----------------------------------------------------------------------
+
+
+def test_sglang_pool_256_slots():
+    # SGLang: "conv_state size: 0.35GB, ssm_state size: 24.09GB" for Nemotron-H-8B, 256 slots (+1 padding row):
+    # conv 24·257·61,440 B = 378,961,920 B = 0.35 GiB; SSM 24·257·4,194,304 B = 25,870,467,072 B = 24.09 GiB
+    spec = load_model("nemotron-h")
+    s = serving.sglang_section(spec, serving.sglang_footprint(spec, tp=1, choice=plan.DtypeChoice()), slots=256,
+                               s=serving.EngineSettings())
+    assert s.pool.conv_bytes == 378_961_920 and s.pool.ssm_bytes == 25_870_467_072
+    assert s.pool.log == ("Mamba Cache is allocated. max_mamba_cache_size: 256, conv_state size: 0.35GB, "
+                          "ssm_state size: 24.09GB ")
+    assert s.max_running_requests == 256 // 5  # extra_buffer with overlap: 5 state slots per request
+
+
+def test_sglang_auto_split_at_40gib():
+    # SGLang's own code gives, for Nemotron-H-8B with R = 40 GiB: K = 198, 1,380,874 KV tokens, cap 39
+    spec = load_model("nemotron-h")
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="sglang"), max_running_requests=100)
+    assert (r.sglang.pool.size, r.sglang.kv_tokens, r.sglang.max_running_requests) == (198, 1_380_874, 39)
+    assert r.sglang.logs[1] == (
+        "max_running_requests is capped to 39 by the mamba state cache (max_mamba_cache_size=198, 5 state slots per "
+        "request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state "
+        "size with --mamba-ssm-dtype bfloat16.")
+    # 0.5.9: K = floor(40 GiB · 0.9/1.9 / 102,137,856) = 199
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="sglang", sglang_version="0.5.9"))
+    assert r.sglang.pool.size == int(40 * GiB * 0.9 / 1.9 // 102_137_856) == 199
+
+
+def test_sglang_strategies_and_dtypes():
+    assert sglang.strategy(load_model("lfm2")) == "no_buffer" and sglang.slots_per_request("no_buffer") == 3
+    assert sglang.slots_per_request("extra_buffer", overlap=False) == 4 and sglang.slots_per_request("off") == 1
+    # conv bf16 whatever the model dtype; SSM fp32 unless the config's mamba_ssm_dtype says otherwise
+    d = sglang.cache_dtypes(load_model("mamba-codestral-7b"))
+    assert (d.conv, d.ssm) == ("bfloat16", "float32")
+    with pytest.raises(PlanError, match="no model class for JambaForCausalLM"):
+        sglang.check_served(load_model("jamba"), sglang.release(None))
+
+
+def test_size_engine_json_contract(run_cli):
+    code, out, err = run_cli("size", "nemotron-h", "--ctx", "8192", "--engine", "both", "--vllm-version", "0.28",
+                             "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    v = d["vllm"]
+    assert v["version"] == "0.28" and v["default_mode"] == "align" and set(v["modes"]) == {"none", "align", "all"}
+    al = v["modes"]["all"]
+    assert (al["block_size"], al["page_bytes"], f"{al['padding_pct']:.2f}") == (1280, 5_242_880, "23.20")
+    # per request at 8,192 tokens, all mode: 24 layers · cdiv(8192, 1280) = 7 pages; KV 4 layers · 7 pages
+    assert al["state_bytes_per_request"] == 24 * 7 * 5_242_880 and al["kv_bytes_per_request"] == 4 * 7 * 5_242_880
+    assert al["logs"][0] == ("Setting attention block size to 1280 tokens to ensure that attention page size is >= "
+                             "mamba page size.")
+    sg = d["sglang"]
+    assert (sg["slots"], sg["conv_state_bytes"], sg["ssm_state_bytes"]) == (256, 378_961_920, 25_870_467_072)
+    assert sg["max_running_requests"] == 51 and sg["per_request_bytes"] == 102_137_856
+
+
+# --- prefix reuse (ENGINE_NOTES §4) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shared,private,reused,computed", [
+    (4000, 200, 3840, 360),  # cached at 1280/2560/3840: reuses 3840, computes 360
+    (900, 200, 0, 1100),  # no checkpoint inside 900 tokens: every request computes all 1100
+    (1279, 200, 0, 1479),  # a 1279-token prefix in a 1280-token block hits nothing
+    (1280, 0, 0, 1280),  # a whole cached prompt still recomputes its last token, here its only block
+])
+def test_prefix_examples_all_mode(shared, private, reused, computed):
+    r = serving.prefix(load_model("nemotron-h"), shared=shared, private=private,
+                       s=serving.EngineSettings(engine="vllm", vllm_version="0.28", mode="all"))
+    x = r.vllm["all"]
+    assert x.grid == 1280 and (x.reused_tokens, x.computed_tokens) == (reused, computed)
+
+
+def test_prefix_align_and_none():
+    spec = load_model("nemotron-h")
+    r = serving.prefix(spec, shared=3000, private=200, s=serving.EngineSettings(engine="vllm"))
+    # align (0.33, block 1040): the first 3,200-token request stops its prefill at the last block boundary
+    # before its final token, (3200 − 1)//1040·1040 = 3120 > 3000, and nowhere else: nothing to reuse
+    assert r.vllm["align"].checkpoints == (3120,) and r.vllm["align"].reused_tokens == 0
+    assert r.vllm["none"].reused_tokens == 0
+    r = serving.prefix(spec, shared=3100, private=20, s=serving.EngineSettings(engine="vllm"))
+    assert r.vllm["align"].reused_tokens == 2080  # (3120 − 1)//1040·1040 = 2080 ≤ 3100
+
+
+def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
+    sw = serving.prefix_sweep(load_model("nemotron-h"), sweep="1200:2700:100", private=200,
+                              s=serving.EngineSettings(engine="vllm", vllm_version="0.28", mode="all"))
+    reused = [p.vllm["all"].reused_tokens for p in sw.points]
+    assert reused == [0] + [1280] * 13 + [2560, 2560]  # steps at 1280 and 2560
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "s.png"
+    code, _, err = run_cli("prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:250", "--plot", png)
+    assert code == 0, err and png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--shared", "-5"), "--shared and --private must be ≥ 0"),
+    (("--sweep", "5:1:1"), "--sweep needs"),
+    (("--shared", "10", "--mode", "all"), "no mamba cache mode 'all'"),
+])
+def test_prefix_bad_input(run_cli, args, needle):
+    code, out, err = run_cli("prefix", "nemotron-h", *args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+# --- check-log on logs written the way the engines print them ----------------------------------------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_check_log_vllm_023(run_cli):
+    # vLLM 0.23, prefix caching off (its default for hybrids) → mode none; ENGINE_NOTES §2 figures:
+    # block 1040 (+0.10%), 180.00x at 8,192 tokens from a 40 GiB budget, 1,474,560 tokens
+    code, out, err = run_cli("check-log", DATA / "vllm-0.23-nemotron-h.log", "--json")
+    d = json.loads(out)
+    assert code == 0, (out, err)
+    assert d["model"] == "nemotron-h-8b" and d["settings"]["vllm_version"] == "0.23" and d["settings"]["mode"] == "none"
+    figures = {r["figure"]: (r["logged"], r["predicted"]) for r in d["rows"]}
+    assert figures["attention block size"] == ("1040", "1040")
+    assert figures["mamba page padding %"] == ("0.10", "0.10")
+    assert figures["SSM cache dtype"] == ("float32", "float32")
+    assert figures["KV cache size (tokens)"] == ("1,474,560", "1,474,560")
+    assert figures["blocks within the logged budget"] == ("yes", "yes")
+
+
+def test_check_log_vllm_033_gdn_tp4(run_cli):
+    # Qwen3-Next at TP 4: conv 2048·3·2 = 12,288 + SSM 8·128·128·2 = 262,144 → 274,432 B; KV heads 2 < 4 → 1:
+    # attn1 = 2·1·256·2 = 1,024; align with FlashInfer GDN: 64·cdiv(274,432, 65,536) = 320;
+    # padding (320·1,024 − 274,432)/274,432 = 19.40 %
+    code, out, _ = run_cli("check-log", DATA / "vllm-0.33-qwen3-next-tp4.log")
+    assert code == 0 and "all figures match" in out
+    code, out, _ = run_cli("check-log", DATA / "vllm-0.33-qwen3-next-tp4.log", "--tp", "1")
+    assert code == 1 and "MISMATCH" in out  # at TP 1 the block would be 576
+
+
+def test_check_log_sglang(run_cli):
+    # ENGINE_NOTES §3: 256 slots → 0.35GB / 24.09GB; the cap of 39 at max_mamba_cache_size 198 (198 // 5)
+    code, out, _ = run_cli("check-log", DATA / "sglang-0.5.23-nemotron-h.log", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"] and len(d["rows"]) == 4
+
+
+def test_check_log_mismatch(run_cli, tmp_path):
+    p = tmp_path / "bad.log"
+    p.write_text((DATA / "vllm-0.23-nemotron-h.log").read_text().replace("size to 1040", "size to 1024"))
+    code, out, _ = run_cli("check-log", p)
+    assert code == 1 and "MISMATCH" in out
+
+
+def test_check_log_nothing_recognised(run_cli, tmp_path):
+    p = tmp_path / "empty.log"
+    p.write_text("INFO starting\nINFO done\n")
+    code, out, err = run_cli("check-log", p)
+    assert code == 2 and "no line hybridplan can check" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("check-log", tmp_path / "missing.log")
+    assert code == 2 and "cannot read" in err
