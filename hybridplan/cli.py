@@ -40,6 +40,8 @@ BlockOpt = typer.Option(None, "--block-size", help="vLLM --block-size (the block
 GdnOpt = typer.Option("flashinfer", "--gdn-prefill-backend",
                       help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")
 EngineOpt = typer.Option("both", "--engine", help="vllm, sglang or both.")
+RadixOpt = typer.Option("auto", "--radix", help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, "
+                                               "extra_buffer, or off (radix cache disabled).")
 
 
 def _emit_json(payload: dict) -> None:
@@ -96,15 +98,17 @@ def size(
     from hybridplan import plan
     from hybridplan.loader import load_model
 
+    from hybridplan.engines import vllm
+
     spec = load_model(model)
-    settings = _settings(engine or "both", vllm_version, sglang_version, mode, block_size, gdn_backend)
     choice = _choice(dtype, conv_dtype, ssm_dtype, kv_dtype)
     report = plan.size(spec, load_model(vs), ctx=ctx if ctx is not None else plan.default_ctx(spec), tp=tp,
-                       slots=slots, choice=choice, spec_tokens=spec_tokens, rel=settings.vllm)
+                       slots=slots, choice=choice, spec_tokens=spec_tokens, rel=vllm.release(vllm_version))
     eng = None
-    if engine is not None:
+    if engine is not None:  # the engine models are imported only when asked for
         from hybridplan import serving
 
+        settings = _settings(engine, vllm_version, sglang_version, mode, block_size, gdn_backend)
         eng = serving.engines(spec, report.fp, tp=tp, choice=choice, max_len=report.ctx, slots=slots, s=settings)
     if as_json:
         _emit_json({**report.to_dict(), **(eng.to_dict() if eng else {})})
@@ -187,7 +191,7 @@ def fit(
     mode: Optional[str] = ModeOpt,
     block_size: Optional[int] = BlockOpt,
     gdn_backend: str = GdnOpt,
-    radix: str = typer.Option("auto", "--radix", help="SGLang radix strategy: auto, off, no_buffer, extra_buffer."),
+    radix: str = RadixOpt,
     full_memory_ratio: float = typer.Option(0.9, "--mamba-full-memory-ratio", help="SGLang's state/KV split."),
     mem_fraction: float = typer.Option(0.88, "--mem-fraction-static", help="SGLang --mem-fraction-static (only "
                                                                           "with --gpu-mem)."),
@@ -249,7 +253,10 @@ def prefix(
     mode: Optional[str] = ModeOpt,
     block_size: Optional[int] = BlockOpt,
     gdn_backend: str = GdnOpt,
-    chunk: int = typer.Option(8192, "--max-num-batched-tokens", help="Prefill chunk limit."),
+    chunk: int = typer.Option(8192, "--max-num-batched-tokens", help="Prefill chunk limit (vLLM "
+                                                                   "--max-num-batched-tokens, SGLang "
+                                                                   "--chunked-prefill-size)."),
+    radix: str = RadixOpt,
     dtype: Optional[str] = DtypeOpt,
     conv_dtype: Optional[str] = ConvOpt,
     ssm_dtype: Optional[str] = SsmOpt,
@@ -269,8 +276,10 @@ def prefix(
     from hybridplan.loader import load_model
 
     spec = load_model(model)
+    if chunk <= 0:
+        raise PlanError(f"--max-num-batched-tokens must be positive, got {chunk}")
     settings = _settings(engine, vllm_version, sglang_version, mode, block_size, gdn_backend,
-                         max_num_batched_tokens=chunk)
+                         max_num_batched_tokens=chunk, radix=radix)
     choice = _choice(dtype, conv_dtype, ssm_dtype, kv_dtype)
     if sweep is None:
         if shared is None:

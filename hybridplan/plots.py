@@ -60,11 +60,13 @@ def prefix_plot(sw, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, pts in sw.series().items():
-        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=label)
+        (line,) = ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{label}: 2nd request")
+        ax.step([p[0] for p in pts], [p[2] for p in pts], where="post", ls="--", color=line.get_color(), alpha=0.7,
+                label=f"{label}: 3rd and later")
     xs = [p.shared for p in sw.points]
     ax.plot(xs, xs, color="grey", lw=0.8, ls=":", label="whole shared prefix")
     ax.set_xlabel("shared prefix (tokens)")
-    ax.set_ylabel("tokens reused by the second request")
+    ax.set_ylabel("tokens reused")
     ax.set_title(f"{sw.spec.name}: prefix reuse, {sw.private:,} private tokens")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

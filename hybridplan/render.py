@@ -216,15 +216,15 @@ def fit_view(r) -> Group:
 def prefix_view(r) -> Group:
     t = Table(title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one "
                     "that shared the prefix", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("engine", "block / grid", "checkpoints of the first request", "reused", "computed"):
+    for col in ("engine", "block / grid", "checkpoints of the first request", "2nd reuses", "computes",
+                "3rd+ reuses", "computes"):
         t.add_column(col, justify="left" if col in ("engine", "checkpoints of the first request") else "right")
-    for mode, x in r.vllm.items():
-        t.add_row(f"vLLM {r.vllm_rel.version} {mode}", f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints),
-                  f"{x.reused_tokens:,}", f"{x.computed_tokens:,}")
+    rows = [(f"vLLM {r.vllm_rel.version} {mode}", x) for mode, x in r.vllm.items()]
     if r.sglang:
-        x = r.sglang
-        t.add_row(f"SGLang {r.sglang_rel.version}", f"{x.grid:,}", _cps(x.checkpoints), f"{x.reused_tokens:,}",
-                  f"{x.computed_tokens:,}")
+        rows.append((f"SGLang {r.sglang_rel.version}", r.sglang))
+    for label, x in rows:
+        t.add_row(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
+                  f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
     return Group(t)
 
 
@@ -237,13 +237,13 @@ def _cps(cps) -> str:
 
 def sweep_view(sw) -> Group:
     series = sw.series()
-    t = Table(title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private)",
-              box=box.SIMPLE_HEAD, title_justify="left")
+    t = Table(title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
+                    "2nd request / 3rd and later", box=box.SIMPLE_HEAD, title_justify="left")
     t.add_column("shared", justify="right")
     for label in series:
         t.add_column(label, justify="right")
     for i, p in enumerate(sw.points):
-        t.add_row(f"{p.shared:,}", *(f"{series[label][i][1]:,}" for label in series))
+        t.add_row(f"{p.shared:,}", *(f"{series[label][i][1]:,} / {series[label][i][2]:,}" for label in series))
     return Group(t)
 
 

@@ -26,7 +26,7 @@ class EngineSettings:
     mode: str | None = None  # vLLM mamba cache mode; None = every mode of the release
     block_size: int | None = None
     gdn_backend: str = "flashinfer"
-    radix: str = "auto"
+    radix: str = "auto"  # SGLang --mamba-radix-cache-strategy
     overlap: bool = True
     full_memory_ratio: float = sglang.FULL_MEMORY_RATIO
     max_num_batched_tokens: int = 8192
@@ -409,51 +409,67 @@ def fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budg
 
 @dataclass(frozen=True)
 class Reuse:
+    """Prefix reuse on one engine. The second request finds only the first one's checkpoints; from the
+    third on, requests also find the checkpoint the second left where the two diverged (the junction)."""
+
     grid: int | None
     checkpoints: tuple[int, ...]
     reused_tokens: int
     computed_tokens: int
+    later_reused_tokens: int
+    later_computed_tokens: int
 
     def to_dict(self, grid_key: str) -> dict:
         return {grid_key: self.grid, "checkpoints": list(self.checkpoints), "reused_tokens": self.reused_tokens,
-                "computed_tokens": self.computed_tokens}
+                "computed_tokens": self.computed_tokens, "later_reused_tokens": self.later_reused_tokens,
+                "later_computed_tokens": self.later_computed_tokens}
 
 
-def _hit(checkpoints: tuple[int, ...], shared: int, prompt: int) -> int:
+def _hit(checkpoints, shared: int, prompt: int) -> int:
     """The deepest checkpoint inside the shared prefix that still leaves one token to compute."""
     return max((c for c in checkpoints if c <= shared and c <= prompt - 1), default=0)
 
 
-def vllm_checkpoints(mode: str, block: int | None, prompt: int, chunk: int) -> tuple[int, ...]:
-    """Where the first request leaves reusable states (vllm/v1/core/sched/scheduler.py
-    ``_mamba_block_aligned_split``, kv_cache_interface.py ``get_mamba_prefill_checkpoint_position``).
+def _floor_to(n: int, unit: int) -> int:
+    return n // unit * unit
 
-    all: every full block. align: the ends of prefill chunks, which are cut at block boundaries, and the
-    last block boundary before the prompt's final token. none: nothing is reused."""
+
+def _reuse(grid: int | None, checkpoints: tuple[int, ...], junction: int, shared: int, prompt: int) -> Reuse:
+    hit = _hit(checkpoints, shared, prompt)
+    later = max(hit, _hit((junction,), shared, prompt)) if junction else hit
+    return Reuse(grid, checkpoints, hit, prompt - hit, later, prompt - later)
+
+
+def vllm_checkpoints(mode: str, block: int | None, prompt: int, chunk: int, minor: int = 33) -> tuple[int, ...]:
+    """Where the first request leaves reusable states (vllm/v1/core/sched/scheduler.py
+    ``_mamba_block_aligned_split``; kv_cache_interface.py ``get_mamba_prefill_checkpoint_position``).
+
+    all: every full block. align: the ends of prefill chunks, cut to block boundaries (a chunk is
+    floor(max_num_batched_tokens / B)·B tokens), and the prompt's last cacheable boundary: floor(L/B)·B
+    through 0.31, floor((L − 1)/B)·B from 0.32 (saved inside the final forward). none: nothing."""
     if mode == "none" or not block:
         return ()
     if mode == "all":
         return tuple(range(block, prompt + 1, block))
-    last = (prompt - 1) // block * block
-    out, start = [], 0
-    step = max(block, chunk // block * block)
-    while start < prompt:
-        end = min(start + step, prompt)
-        if end < prompt:
-            end = end // block * block
-        if start < last < end:
-            end = last
-        if end % block == 0 and end > 0:
-            out.append(end)
-        start = end
-    return tuple(out)
+    last = _floor_to(prompt - 1 if minor >= 32 else prompt, block)
+    step = max(block, _floor_to(chunk, block))
+    ends = set(range(step, prompt, step))
+    ends.add(last)
+    return tuple(sorted(c for c in ends if 0 < c <= last))
 
 
-def sglang_checkpoints(grid: int, prompt: int, chunk: int) -> tuple[int, ...]:
-    """States saved at prefill-chunk ends on the grid and at the prompt's last grid point."""
-    out = {c // grid * grid for c in range(chunk, prompt, chunk)}
-    out.add((prompt - 1) // grid * grid)
-    return tuple(sorted(c for c in out if c > 0))
+def sglang_checkpoints(strategy: str, grid: int, prompt: int, chunk: int) -> tuple[int, ...]:
+    """Where the first request leaves states in SGLang's radix tree
+    (mem_cache/unified_radix_cache.py ``checkpoint_into_tree``): extra_buffer, one per prefill chunk at
+    the chunk's last grid point; no_buffer, every chunk end and the prompt's end; off, nothing."""
+    if strategy == "off":
+        return ()
+    starts = range(0, prompt, chunk)
+    if strategy == "no_buffer":
+        ends = {min(s + chunk, prompt) for s in starts}
+    else:
+        ends = {s + _floor_to(min(chunk, prompt - s), grid) for s in starts}
+    return tuple(sorted(c for c in ends if c > 0))
 
 
 @dataclass(frozen=True)
@@ -490,17 +506,21 @@ def prefix(spec: ModelSpec, *, shared: int, private: int, tp: int = 1, choice: D
         fp = resolve_footprint(spec, tp=tp, choice=choice, rel=vrel)
         for mode in _modes(spec, vrel, s):
             block = vllm.layout(fp, spec, vrel, mode, block_size=s.block_size, gdn_backend=s.gdn_backend).block_size
-            cps = vllm_checkpoints(mode, block, prompt, s.max_num_batched_tokens)
-            hit = _hit(cps, shared, prompt)
-            vres[mode] = Reuse(block, cps, hit, prompt - hit)
+            cps = vllm_checkpoints(mode, block, prompt, s.max_num_batched_tokens, vrel.minor)
+            # align: the second request stops a chunk at the block-floored junction with the first and saves
+            # a state there (always on, 0.28+); all caches every block anyway
+            junction = _floor_to(min(shared, prompt - 1), block) if mode == "align" and vrel.minor >= 28 else 0
+            vres[mode] = _reuse(block, cps, junction, shared, prompt)
     sres = srel = None
     if s.wants("sglang") and spec.recurrent:
         srel = s.sglang
         sglang.check_served(spec, srel)
         grid = sglang.checkpoint_grid(spec)
-        cps = sglang_checkpoints(grid, prompt, s.max_num_batched_tokens)
-        hit = _hit(cps, shared, prompt)
-        sres = Reuse(grid, cps, hit, prompt - hit)
+        strat = sglang.strategy(spec, s.radix)
+        cps = sglang_checkpoints(strat, grid, prompt, s.max_num_batched_tokens)
+        # extra_buffer: the second request records its branch point, grid-floored, and saves a state there
+        junction = _floor_to(min(shared, prompt - 1), grid) if strat == "extra_buffer" else 0
+        sres = _reuse(grid, cps, junction, shared, prompt)
     return PrefixReport(spec, shared, private, vrel, vres, sres, srel)
 
 
@@ -512,16 +532,15 @@ class SweepReport:
     private: int
     points: tuple[PrefixReport, ...]
 
-    def series(self) -> dict[str, list[tuple[int, int]]]:
-        """engine/mode label → [(shared, reused)]."""
-        out: dict[str, list[tuple[int, int]]] = {}
+    def series(self) -> dict[str, list[tuple[int, int, int]]]:
+        """engine/mode label → [(shared, reused by the 2nd request, reused by the 3rd and later)]."""
+        out: dict[str, list[tuple[int, int, int]]] = {}
         for p in self.points:
-            for mode, r in p.vllm.items():
-                out.setdefault(f"vLLM {p.vllm_rel.version} {mode} (block {r.grid})", []).append(
-                    (p.shared, r.reused_tokens))
+            rows = [(f"vLLM {p.vllm_rel.version} {mode} (block {r.grid})", r) for mode, r in p.vllm.items()]
             if p.sglang:
-                out.setdefault(f"SGLang {p.sglang_rel.version} (grid {p.sglang.grid})", []).append(
-                    (p.shared, p.sglang.reused_tokens))
+                rows.append((f"SGLang {p.sglang_rel.version} (grid {p.sglang.grid})", p.sglang))
+            for label, r in rows:
+                out.setdefault(label, []).append((p.shared, r.reused_tokens, r.later_reused_tokens))
         return out
 
     def to_dict(self) -> dict:

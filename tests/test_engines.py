@@ -421,3 +421,30 @@ def test_check_log_nothing_recognised(run_cli, tmp_path):
     assert code == 2 and "no line hybridplan can check" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("check-log", tmp_path / "missing.log")
     assert code == 2 and "cannot read" in err
+
+
+def test_prefix_later_requests_reuse_the_junction():
+    # 4,000 shared + 200 private (ENGINE_NOTES §4 example) on each engine:
+    # vLLM 0.28 align (B 1040): request 1 stores only 4160 (its last block boundary) → request 2 reuses 0, but
+    # stops a chunk at the block-floored junction floor(4000/1040)·1040 = 3120 and stores a state there, which
+    # request 3 reuses. SGLang extra_buffer (grid 256): request 1 stores floor(4200/256)·256 = 4096 → request 2
+    # reuses 0 and records its branch point floor(4000/256)·256 = 3840 for the next.
+    r = serving.prefix(load_model("nemotron-h"), shared=4000, private=200,
+                       s=serving.EngineSettings(vllm_version="0.28"))
+    al = r.vllm["align"]
+    assert (al.checkpoints, al.reused_tokens, al.later_reused_tokens) == ((4160,), 0, 3120)
+    sg = r.sglang
+    assert (sg.grid, sg.checkpoints, sg.reused_tokens, sg.later_reused_tokens) == (256, (4096,), 0, 3840)
+    # no_buffer keeps states only at chunk ends and the prompt's end: nothing inside a 4,000-token prefix
+    r = serving.prefix(load_model("nemotron-h"), shared=4000, private=200,
+                       s=serving.EngineSettings(engine="sglang", radix="no_buffer"))
+    assert (r.sglang.checkpoints, r.sglang.later_reused_tokens) == ((4200,), 0)
+
+
+def test_align_chunk_ends_are_checkpoints():
+    # a 20,000-token prompt with 8,192-token chunks and B = 1040: chunks end at floor(8192/1040)·1040 = 7280,
+    # 14,560, then the last boundary floor(19,999/1040)·1040 = 19,760 (0.33)
+    assert serving.vllm_checkpoints("align", 1040, 20_000, 8192, 33) == (7280, 14560, 19760)
+    # through 0.31 the last boundary is floor(L/B)·B: for L = 20,800 = 20·1040 that is L itself
+    assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 28)[-1] == 20_800
+    assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 33)[-1] == 19_760
