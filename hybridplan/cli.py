@@ -24,6 +24,27 @@ app = typer.Typer(
 
 MODEL_HELP = "Shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, or a spec YAML."
 
+
+def _complete_model(incomplete: str) -> list[str]:
+    """Shell completion for MODEL: the shipped names and aliases."""
+    from hybridplan.loader import shipped_names
+
+    return sorted(n for n in shipped_names() if n.startswith(incomplete.lower()))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from hybridplan import __version__
+
+        sys.stdout.write(f"hybridplan {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                       callback=_version)) -> None:
+    """Capacity planner and live profiler for hybrid (attention + recurrent) LLMs."""
+
 # Options shared by the planning commands.
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")
 DtypeOpt = typer.Option(None, "--dtype", help="Model dtype (vLLM --dtype); default: the config's.")
@@ -63,7 +84,7 @@ def _choice(dtype, conv, ssm, kv):
 
 @app.command()
 def size(
-    model: str = typer.Argument("nemotron-h", help=MODEL_HELP),
+    model: str = typer.Argument("nemotron-h", help=MODEL_HELP, autocompletion=_complete_model),
     ctx: Optional[int] = typer.Option(None, "--ctx", help="Context length in tokens (default: the model's maximum)."),
     tp: int = TpOpt,
     slots: int = typer.Option(256, "--slots", help="Concurrent sequences in the state pool."),
@@ -123,7 +144,7 @@ def size(
 
 @app.command()
 def crossover(
-    model: str = typer.Argument("nemotron-h", help=MODEL_HELP),
+    model: str = typer.Argument("nemotron-h", help=MODEL_HELP, autocompletion=_complete_model),
     vs: str = typer.Option("llama-3-8b", "--vs", help="Reference model."),
     tp: int = TpOpt,
     dtype: Optional[str] = DtypeOpt,
@@ -168,7 +189,7 @@ def crossover(
 
 @app.command()
 def fit(
-    model: str = typer.Argument("nemotron-h", help=MODEL_HELP),
+    model: str = typer.Argument("nemotron-h", help=MODEL_HELP, autocompletion=_complete_model),
     ctx: Optional[int] = typer.Option(None, "--ctx", help="Tokens per request (vLLM --max-model-len)."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="GPU memory, e.g. 141GB, 80GiB."),
     weights: Optional[str] = typer.Option(None, "--weights", help="Weights per GPU before TP split, e.g. 16GiB."),
@@ -241,7 +262,7 @@ def fit(
 
 @app.command()
 def prefix(
-    model: str = typer.Argument("nemotron-h", help=MODEL_HELP),
+    model: str = typer.Argument("nemotron-h", help=MODEL_HELP, autocompletion=_complete_model),
     shared: Optional[int] = typer.Option(None, "--shared", help="Tokens of the prefix two requests share."),
     private: int = typer.Option(0, "--private", help="Tokens after it that differ between the requests."),
     sweep: Optional[str] = typer.Option(None, "--sweep", help="Sweep the shared length: A:B:STEP."),

@@ -253,3 +253,29 @@ def test_kimi_linear_and_minimax_and_bamba():
                               "mamba_d_state": 128, "attn_layer_indices": [2]}, name="bamba")
     assert bamba.layer_counts == {"mamba2": 3, "attention": 1, "mlp": 4}
     assert bamba.mixers[0].head_dim == 64  # "auto": 2·4096 / 128
+
+
+def test_lfm2_both_schemas_agree(shared_configs):
+    # the original release lists full_attn_idxs; newer configs write layer_types ("conv" / "full_attention")
+    real = json.loads((shared_configs / "LiquidAI__LFM2-1.2B.json").read_text())
+    idx = set(real.pop("full_attn_idxs"))
+    real["layer_types"] = ["full_attention" if i in idx else "conv" for i in range(real["num_hidden_layers"])]
+    assert spec_from_config(real, name="lfm2").mixers == load_model("lfm2").mixers
+
+
+def test_zamba2_transformers5_spelling():
+    # transformers 5 writes "linear_attention" for a Mamba layer; "hybrid" stays
+    import yaml
+
+    from hybridplan.loader import _specs_dir
+
+    cfg = yaml.safe_load((_specs_dir() / "zamba2-7b.yaml").read_text())["config"]
+    cfg["layers_block_type"] = ["linear_attention" if t == "mamba" else t for t in cfg["layers_block_type"]]
+    assert spec_from_config(cfg, name="z").mixers == load_model("zamba2-7b").mixers
+
+
+def test_native_zamba2_layer_mapping(shared_configs):
+    # Zyphra's own format names the layers 'm' / 'g'; 9 shared-block layers among 54
+    s = spec_from_config({**json.loads((shared_configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
+                                       .read_text()), "architectures": ["Zamba2ForCausalLM"]}, name="z27")
+    assert s.layer_counts["mamba2"] == 54 and s.layer_counts["attention"] == 9
