@@ -1,0 +1,1 @@
+"""Short causal depthwise convolution: ``naive`` (references), ``update`` (decode), ``prefill`` (packed varlen)."""

@@ -1,0 +1,1 @@
+"""Mamba-2 (SSD) kernels: ``naive`` (references), ``state_update`` (decode), ``chunk`` (prefill scan)."""
