@@ -388,6 +388,11 @@ def models(as_json: bool = JsonOpt) -> None:
     console().print(models_view(specs))
 
 
+from hybridplan.profile.command import profile as _profile  # noqa: E402 - imports typer only; torch at run time
+
+app.command(name="profile")(_profile)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit 2 for any bad input, never a traceback."""
     try:

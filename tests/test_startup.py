@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "triton", "pynvml", "matplotlib", "numpy", "hybridplan.kernels", "hybridplan.profile",
+HEAVY = ("torch", "triton", "pynvml", "matplotlib", "numpy", "hybridplan.kernels", "hybridplan.profile.pipeline",
          "hybridplan.serving", "hybridplan.crossover", "rich.console", "fractions")
 
 

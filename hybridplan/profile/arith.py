@@ -90,9 +90,15 @@ def missing_bytes(required: int, free: int) -> int:
 
 
 def fmt_rate(bytes_per_s: float | None) -> str:
-    """``4.312e12`` → ``4,312 GB/s`` (decimal, as vendors quote bandwidth)."""
-    return "—" if bytes_per_s is None else f"{bytes_per_s / 1e9:,.0f} GB/s" if bytes_per_s >= 1e10 \
-        else f"{bytes_per_s / 1e9:,.3g} GB/s"
+    """``4.312e12`` → ``4,312 GB/s`` (decimal, as vendors quote bandwidth); slow rates in MB/s or kB/s."""
+    if bytes_per_s is None:
+        return "—"
+    if bytes_per_s >= 1e10:
+        return f"{bytes_per_s / 1e9:,.0f} GB/s"
+    for scale, unit in ((1e9, "GB/s"), (1e6, "MB/s")):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.3g} {unit}"
+    return f"{bytes_per_s / 1e3:.3g} kB/s"
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -106,4 +112,6 @@ def fmt_seconds(seconds: float | None) -> str:
 
 
 def fmt_fraction(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.1f} %"
+    if x is None:
+        return "—"
+    return "<0.1 %" if 0 < x < 0.0005 else f"{100 * x:.1f} %"

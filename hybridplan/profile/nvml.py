@@ -103,7 +103,8 @@ class NvmlSession:
         total = 0
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
-            if getattr(p, "pid", None) != own_pid and isinstance(used, int):
+            # NVML_VALUE_NOT_AVAILABLE (all ones) where the driver cannot attribute the memory
+            if getattr(p, "pid", None) != own_pid and isinstance(used, int) and 0 <= used < 1 << 63:
                 total += used
         return total
 

@@ -65,7 +65,7 @@ def device_view(r: ProfileReport, exact: bool = False) -> Table:
     t.add_row("peak bandwidth", fmt_rate(d.peak_bandwidth), peak_how)
     share = f" · {fmt_fraction(d.copy_fraction_of_peak)} of peak" if d.copy_fraction_of_peak is not None else ""
     t.add_row("copy bandwidth", fmt_rate(d.copy_bandwidth),
-              f"{human_bytes(d.copy_bytes)} copy, read + write{share}: the ceiling below")
+              f"{human_bytes(d.copy_bytes)} copied, read + write counted{share}")
     return t
 
 
@@ -102,11 +102,11 @@ def memory_view(m: MemoryReport, exact: bool = False, cuda: bool = True) -> Tabl
 
 def _kernel_row(r: KernelResult, exact: bool, flops: bool) -> list[str]:
     p = r.plan
-    name = p.kernel or "—"
+    layers = f"{p.layers} × {p.kind} {p.part}"
     if not p.runs:
-        cells = [p.kind, p.part, str(p.layers), name, Text(p.status, style="yellow"), "—", "—", "—", "—"]
+        cells = [layers, "—", Text(p.status, style="yellow"), "—", "—", "—", "—"]
         return cells + (["—"] if flops else [])
-    cells = [p.kind, p.part, str(p.layers), name, _b(p.nbytes, exact), fmt_seconds(r.predicted_seconds),
+    cells = [layers, p.kernel, _b(p.nbytes, exact), fmt_seconds(r.predicted_seconds),
              fmt_seconds(r.seconds), fmt_rate(r.achieved_bandwidth), fmt_fraction(r.fraction_of_ceiling)]
     if flops:
         cells.append("—" if r.tflops is None else f"{r.tflops:.3g}")
@@ -114,14 +114,14 @@ def _kernel_row(r: KernelResult, exact: bool, flops: bool) -> list[str]:
 
 
 def phase_view(ph: PhaseReport, title: str, exact: bool = False, flops: bool = False) -> Table:
-    cols = ("kind", "part", "layers", "kernel", "modelled bytes", "predicted", "measured", "achieved", "of copy")
-    t = _table(title, cols + (("TFLOP/s",) if flops else ()), left=("kind", "part", "kernel"))
+    cols = ("layers", "kernel", "modelled bytes", "predicted", "measured", "achieved", "of copy")
+    t = _table(title, cols + (("TFLOP/s",) if flops else ()), left=("layers", "kernel"))
     for r in ph.rows:
         t.add_row(*_kernel_row(r, exact, flops))
     if ph.ran:
-        tail = ["—" if not ph.flops or not ph.seconds else f"{ph.flops / ph.seconds / 1e12:.3g}"] if flops else []
-        t.add_row(Text("total", style="bold"), "", "", "", _b(ph.nbytes, exact), fmt_seconds(ph.predicted_seconds), fmt_seconds(ph.seconds),
-                  fmt_rate(ph.achieved_bandwidth), fmt_fraction(ph.fraction_of_ceiling), *tail)
+        tail = ["—" if ph.tflops is None else f"{ph.tflops:.3g}"] if flops else []
+        t.add_row(Text("total", style="bold"), "", _b(ph.nbytes, exact), fmt_seconds(ph.predicted_seconds),
+                  fmt_seconds(ph.seconds), fmt_rate(ph.achieved_bandwidth), fmt_fraction(ph.fraction_of_ceiling), *tail)
     t.caption = "predicted = modelled bytes ÷ copy bandwidth; achieved = modelled bytes ÷ measured time"
     t.caption_justify = "left"
     return t

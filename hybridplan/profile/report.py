@@ -269,6 +269,10 @@ class PhaseReport:
         return arith.fraction(self.achieved_bandwidth, self.ceiling)
 
     @property
+    def tflops(self) -> float | None:
+        return arith.tflops(self.flops, self.seconds)
+
+    @property
     def not_covered(self) -> tuple[str, ...]:
         """``kind part`` of every row with no kernel (their time is not in the totals)."""
         return tuple(f"{r.plan.kind} {r.plan.part}" for r in self.rows if not r.plan.runs)
@@ -279,7 +283,7 @@ class PhaseReport:
             "predicted": {"bytes": self.nbytes, "flops": self.flops, "seconds": self.predicted_seconds},
             "measured": {"seconds": self.seconds, "bandwidth_bytes_per_s": self.achieved_bandwidth,
                          "fraction_of_copy": self.fraction_of_ceiling,
-                         "tflop_per_s": arith.tflops(self.flops, self.seconds)},
+                         "tflop_per_s": self.tflops},
             "not_covered": list(self.not_covered),
         }
 
