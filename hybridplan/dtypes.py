@@ -41,3 +41,11 @@ def parse_dtype(name: str, *, what: str = "dtype") -> str:
 def size_of(dtype: str) -> int:
     """Bytes per element of a torch dtype name."""
     return SIZES[dtype]
+
+
+def serving_dtype(config_dtype: str, override: str | None = None) -> str:
+    """The dtype a model runs in under ``--dtype auto``: the config's, except that float32 checkpoints run in
+    bfloat16 on GPUs that have it (vLLM vllm/config/model.py ``_resolve_auto_dtype``; SGLang alike)."""
+    if override is not None:
+        return parse_dtype(override, what="--dtype")
+    return "bfloat16" if config_dtype == "float32" else config_dtype

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from hybridplan.dtypes import parse_dtype
+from hybridplan.dtypes import parse_dtype, serving_dtype
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.spec import ModelSpec
@@ -56,8 +56,7 @@ def cache_dtypes(spec: ModelSpec, *, dtype: str | None = None, conv: str | None 
                  kv: str | None = None) -> CacheDtypes:
     """Conv bfloat16 (env ``SGLANG_MAMBA_CONV_DTYPE``); SSM float32, overridden by the config's
     ``mamba_ssm_dtype``, then by ``--mamba-ssm-dtype``; KV at the model dtype unless ``--kv-cache-dtype``."""
-    mdt = parse_dtype(dtype, what="--dtype") if dtype else ("bfloat16" if spec.model_dtype == "float32"
-                                                          else spec.model_dtype)
+    mdt = serving_dtype(spec.model_dtype, dtype)
     return CacheDtypes(conv=parse_dtype(conv, what="--conv-dtype") if conv else "bfloat16",
                        ssm=parse_dtype(ssm, what="--ssm-dtype") if ssm else (spec.config_dtype("mamba_ssm_dtype")
                                                                             or "float32"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, gcd
 
-from hybridplan.dtypes import parse_dtype
+from hybridplan.dtypes import parse_dtype, serving_dtype
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.spec import ModelSpec
@@ -151,11 +151,8 @@ def check_served(spec: ModelSpec, rel: Release) -> None:
 
 
 def model_dtype(spec: ModelSpec, dtype: str | None = None) -> str:
-    """``--dtype auto``: the config dtype, except that float32 checkpoints run in bfloat16 on GPUs that
-    have it (vllm/config/model.py ``_resolve_auto_dtype``)."""
-    if dtype is not None:
-        return parse_dtype(dtype, what="--dtype")
-    return "bfloat16" if spec.model_dtype == "float32" else spec.model_dtype
+    """``--dtype``, auto by default (vllm/config/model.py ``_resolve_auto_dtype``)."""
+    return serving_dtype(spec.model_dtype, dtype)
 
 
 def cache_dtypes(spec: ModelSpec, rel: Release = NEWEST, *, dtype: str | None = None, conv: str | None = None,
