@@ -192,9 +192,10 @@ def fit(
     model: str = typer.Argument("nemotron-h", help=MODEL_HELP, autocompletion=_complete_model),
     ctx: Optional[int] = typer.Option(None, "--ctx", help="Tokens per request (vLLM --max-model-len)."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="GPU memory, e.g. 141GB, 80GiB."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="Weights per GPU before TP split, e.g. 16GiB."),
-    params: Optional[float] = typer.Option(None, "--params", help="Parameter count, e.g. 8.1e9 (weights at the "
-                                                                 "model dtype)."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="The model's weights over all ranks (each of --tp "
+                                                                  "GPUs holds its share), e.g. 16GiB."),
+    params: Optional[float] = typer.Option(None, "--params", help="Parameter count, e.g. 8.1e9: weights at the "
+                                                                 "model dtype, split over --tp."),
     gpu_util: Optional[float] = typer.Option(None, "--gpu-util", help="vLLM --gpu-memory-utilization "
                                                                      "(default: the release's)."),
     overhead: str = typer.Option("2GiB", "--overhead", help="Activations, CUDA graphs, non-torch memory: an "

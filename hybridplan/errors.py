@@ -10,3 +10,8 @@ class PlanError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class NotServed(PlanError):
+    """An engine (release) that does not run this model. With ``--engine both`` the other engine still
+    answers; asked for alone, it is an error like any other."""

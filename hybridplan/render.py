@@ -163,7 +163,12 @@ def engines_view(e, *, exact: bool = False) -> Group:
         t.add_row("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")
         parts.append(t)
         parts.append(Text(f"  {d['logs'][0]}", style="dim"))
+    parts.extend(_skipped(e.skipped))
     return Group(*parts)
+
+
+def _skipped(skipped) -> list[Text]:
+    return [Text(f"{engine}: not modelled — {why}", style="yellow") for engine, why in skipped]
 
 
 def fit_view(r) -> Group:
@@ -210,6 +215,7 @@ def fit_view(r) -> Group:
     else:
         parts.append(Text("verdict: will not start — " + "; ".join(problems or ["no request fits"]), style="bold red"))
     parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    parts.extend(_skipped(r.skipped))
     return Group(*parts)
 
 
@@ -225,7 +231,7 @@ def prefix_view(r) -> Group:
     for label, x in rows:
         t.add_row(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
                   f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
-    return Group(t)
+    return Group(t, *_skipped(r.skipped))
 
 
 def _cps(cps) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from hybridplan.dtypes import size_of
 from hybridplan.engines import sglang, vllm
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import Footprint, footprint
 from hybridplan.plan import SCHEMA_VERSION, DtypeChoice, positive, resolve_footprint
 from hybridplan.spec import ModelSpec
@@ -54,6 +54,20 @@ def _modes(spec: ModelSpec, rel: vllm.Release, s: EngineSettings) -> tuple[str, 
     if s.mode not in modes:
         raise PlanError(f"mode {s.mode!r} is not modelled for attention-free {spec.name}: only 'none'")
     return (s.mode,)
+
+
+def _part(s: EngineSettings, engine: str, build, skipped: dict[str, str]):
+    """Build one engine's part of a report. With ``--engine both`` an engine that does not serve the model is
+    skipped, with its reason; asked for alone, that is an error."""
+    if not s.wants(engine):
+        return None
+    try:
+        return build()
+    except NotServed as exc:
+        if s.engine == engine:
+            raise
+        skipped[engine] = str(exc)
+        return None
 
 
 def _check_gdn_backend(s: EngineSettings) -> None:
@@ -156,7 +170,7 @@ def sglang_section(spec: ModelSpec, fp: Footprint, *, slots: int, s: EngineSetti
     rel = s.sglang
     sglang.check_served(spec, rel)
     if not fp.state:
-        raise PlanError(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
+        raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
     strat = sglang.strategy(spec, s.radix)
     return SglangSection(rel, sglang.Pool(slots, fp), strat, sglang.slots_per_request(strat, overlap=s.overlap),
                          sglang.checkpoint_grid(spec))
@@ -166,24 +180,26 @@ def sglang_section(spec: ModelSpec, fp: Footprint, *, slots: int, s: EngineSetti
 class EngineReport:
     vllm: VllmSection | None = None
     sglang: SglangSection | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
-        d = {}
+        d: dict = {}
         if self.vllm:
             d["vllm"] = self.vllm.to_dict()
         if self.sglang:
             d["sglang"] = self.sglang.to_dict()
+        if self.skipped:
+            d["skipped"] = dict(self.skipped)
         return d
 
 
 def engines(spec: ModelSpec, fp: Footprint, *, tp: int, choice: DtypeChoice, max_len: int, slots: int,
             s: EngineSettings) -> EngineReport:
-    v = vllm_section(spec, fp, max_len=max_len, s=s) if s.wants("vllm") else None
-    g = None
-    if s.wants("sglang"):
-        sfp = sglang_footprint(spec, tp=tp, choice=choice, spec_tokens=fp.spec_tokens)
-        g = sglang_section(spec, sfp, slots=slots, s=s)
-    return EngineReport(v, g)
+    skipped: dict[str, str] = {}
+    v = _part(s, "vllm", lambda: vllm_section(spec, fp, max_len=max_len, s=s), skipped)
+    g = _part(s, "sglang", lambda: sglang_section(
+        spec, sglang_footprint(spec, tp=tp, choice=choice, spec_tokens=fp.spec_tokens), slots=slots, s=s), skipped)
+    return EngineReport(v, g, tuple(skipped.items()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -314,6 +330,7 @@ class FitReport:
     vllm: dict[str, VllmFit] = field(default_factory=dict)
     sglang: SglangFit | None = None
     notes: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
 
     @property
     def verdict_ok(self) -> bool:
@@ -337,6 +354,8 @@ class FitReport:
     def to_dict(self) -> dict:
         d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "ctx": self.ctx, "tp": self.tp,
                    "ok": self.verdict_ok, "flags": self.flags(), "notes": list(self.notes)}
+        if self.skipped:
+            d["skipped"] = dict(self.skipped)
         if self.vllm:
             d["vllm"] = {"default_mode": self.vllm_default_mode, "kv_budget_bytes": self.vllm_budget,
                          "available_kv_cache_memory_log": vllm.available_kv_memory_log(self.vllm_budget),
@@ -351,55 +370,66 @@ def default_max_num_seqs(gpu_mem: int | None) -> int:
     return 1024 if gpu_mem is None or gpu_mem >= 70 * (1 << 30) else 256
 
 
+def _vllm_fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
+              spec_tokens: int, max_num_seqs: int | None) -> tuple[int, str, dict[str, VllmFit]]:
+    rel = s.vllm
+    vllm.check_served(spec, rel)
+    _check_gdn_backend(s)
+    fp = resolve_footprint(spec, tp=tp, choice=choice, spec_tokens=spec_tokens, rel=rel)
+    wb = weight_bytes(spec, budget, size_of(vllm.model_dtype(spec, choice.dtype))) // tp
+    kv_budget = budget.vllm_bytes(rel, wb)
+    if kv_budget <= 0:
+        raise PlanError(f"nothing is left for the KV cache: the weights and overhead take all of "
+                        f"{(budget.gpu_mem or 0) / (1 << 30):.2f} GiB × utilization")
+    n = max_num_seqs if max_num_seqs is not None else default_max_num_seqs(budget.gpu_mem)
+    if n <= 0:
+        raise PlanError(f"--max-num-seqs must be positive, got {n}")
+    fits = {mode: VllmFit(vllm.capacity(fp, spec, rel, mode, kv_budget=kv_budget, max_len=ctx,
+                                        block_size=s.block_size, spec_tokens=spec_tokens,
+                                        gdn_backend=s.gdn_backend, in_flight=s.max_num_batched_tokens),
+                          n, max_num_seqs is not None)
+            for mode in _modes(spec, rel, s)}
+    return kv_budget, s.mode or rel.default_mode(spec, spec_tokens), fits
+
+
+def _sglang_fit(spec: ModelSpec, *, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
+                spec_tokens: int, max_running_requests: int | None, mem_fraction_static: float) -> SglangFit:
+    rel = s.sglang
+    sglang.check_served(spec, rel)
+    if not spec.recurrent:
+        raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
+    if max_running_requests is not None and max_running_requests <= 0:
+        raise PlanError(f"--max-running-requests must be positive, got {max_running_requests}")
+    sfp = sglang_footprint(spec, tp=tp, choice=choice, spec_tokens=spec_tokens)
+    wb = weight_bytes(spec, budget, size_of(vllm.model_dtype(spec, choice.dtype))) // tp
+    total = budget.sglang_bytes(wb, mem_fraction_static)
+    if total <= 0:
+        raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
+    pool = sglang.Pool(sglang.auto_pool_size(sfp, total, rel, ratio=s.full_memory_ratio), sfp)
+    kv_bytes = total - pool.bytes
+    strat = sglang.strategy(spec, s.radix)
+    return SglangFit(rel, total, pool, kv_bytes, sglang.kv_tokens(sfp, kv_bytes),
+                     sglang.slots_per_request(strat, overlap=s.overlap), strat, max_running_requests)
+
+
 def fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
         spec_tokens: int = 0, max_num_seqs: int | None = None, max_running_requests: int | None = None,
         mem_fraction_static: float = 0.88) -> FitReport:
     positive(ctx, "--ctx")
     notes: list[str] = []
-    vfits: dict[str, VllmFit] = {}
-    vbudget = vdefault = None
     if budget.kv_budget is None:
         notes.append(f"the budget subtracts weights and a {budget.overhead / (1 << 30):.2f} GiB overhead for "
                      "activations, CUDA graphs and non-torch memory: an estimate; the engine measures it at start-up")
-    if s.wants("vllm"):
-        rel = s.vllm
-        fp = resolve_footprint(spec, tp=tp, choice=choice, spec_tokens=spec_tokens, rel=rel)
-        vllm.check_served(spec, rel)
-        _check_gdn_backend(s)
-        wb = weight_bytes(spec, budget, size_of(vllm.model_dtype(spec, choice.dtype))) // tp
-        vbudget = budget.vllm_bytes(rel, wb)
-        if vbudget <= 0:
-            raise PlanError(f"nothing is left for the KV cache: the weights and overhead take all of "
-                            f"{(budget.gpu_mem or 0) / (1 << 30):.2f} GiB × utilization")
-        vdefault = rel.default_mode(spec, spec_tokens)
-        n = max_num_seqs if max_num_seqs is not None else default_max_num_seqs(budget.gpu_mem)
-        if n <= 0:
-            raise PlanError(f"--max-num-seqs must be positive, got {n}")
-        for mode in _modes(spec, rel, s):
-            cap = vllm.capacity(fp, spec, rel, mode, kv_budget=vbudget, max_len=ctx, block_size=s.block_size,
-                                spec_tokens=spec_tokens, gdn_backend=s.gdn_backend,
-                                in_flight=s.max_num_batched_tokens)
-            vfits[mode] = VllmFit(cap, n, max_num_seqs is not None)
-        if s.mode is not None:
-            vdefault = s.mode
-    sfit = None
-    if s.wants("sglang") and spec.recurrent:
-        rel_s = s.sglang
-        sglang.check_served(spec, rel_s)
-        sfp = sglang_footprint(spec, tp=tp, choice=choice, spec_tokens=spec_tokens)
-        wb = weight_bytes(spec, budget, size_of(vllm.model_dtype(spec, choice.dtype))) // tp
-        sb = budget.sglang_bytes(wb, mem_fraction_static)
-        if sb <= 0:
-            raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
-        k = sglang.auto_pool_size(sfp, sb, rel_s, ratio=s.full_memory_ratio)
-        pool = sglang.Pool(k, sfp)
-        kv_bytes = sb - pool.bytes
-        strat = sglang.strategy(spec, s.radix)
-        if max_running_requests is not None and max_running_requests <= 0:
-            raise PlanError(f"--max-running-requests must be positive, got {max_running_requests}")
-        sfit = SglangFit(rel_s, sb, pool, kv_bytes, sglang.kv_tokens(sfp, kv_bytes), sglang.slots_per_request(
-            strat, overlap=s.overlap), strat, max_running_requests)
-    return FitReport(spec, ctx, tp, vbudget, vdefault, vfits, sfit, tuple(notes))
+    skipped: dict[str, str] = {}
+    v = _part(s, "vllm", lambda: _vllm_fit(spec, ctx=ctx, tp=tp, choice=choice, budget=budget, s=s,
+                                           spec_tokens=spec_tokens, max_num_seqs=max_num_seqs), skipped)
+    sfit = _part(s, "sglang", lambda: _sglang_fit(spec, tp=tp, choice=choice, budget=budget, s=s,
+                                                  spec_tokens=spec_tokens, max_running_requests=max_running_requests,
+                                                  mem_fraction_static=mem_fraction_static), skipped)
+    if v is None and sfit is None:
+        raise PlanError("; ".join(skipped.values()) or "no engine to fit")
+    vbudget, vdefault, vfits = v if v is not None else (None, None, {})
+    return FitReport(spec, ctx, tp, vbudget, vdefault, vfits, sfit, tuple(notes), tuple(skipped.items()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -481,6 +511,7 @@ class PrefixReport:
     vllm: dict[str, Reuse]
     sglang: Reuse | None
     sglang_rel: sglang.Release | None
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
         d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "shared": self.shared,
@@ -490,7 +521,43 @@ class PrefixReport:
                          "modes": {m: r.to_dict("block_size") for m, r in self.vllm.items()}}
         if self.sglang:
             d["sglang"] = {"version": self.sglang_rel.version, **self.sglang.to_dict("grid")}
+        if self.skipped:
+            d["skipped"] = dict(self.skipped)
         return d
+
+
+def _vllm_prefix(spec: ModelSpec, *, shared: int, prompt: int, tp: int, choice: DtypeChoice,
+                 s: EngineSettings) -> tuple[vllm.Release, dict[str, Reuse]]:
+    rel = s.vllm
+    vllm.check_served(spec, rel)
+    fp = resolve_footprint(spec, tp=tp, choice=choice, rel=rel)
+    out: dict[str, Reuse] = {}
+    if not spec.recurrent:  # a transformer: prefix caching keeps every full block, whatever the Mamba mode
+        block = vllm.layout(fp, spec, rel, "none", block_size=s.block_size).block_size
+        out["prefix_caching"] = _reuse(block, vllm_checkpoints("all", block, prompt, s.max_num_batched_tokens),
+                                       0, shared, prompt)
+        return rel, out
+    for mode in _modes(spec, rel, s):
+        block = vllm.layout(fp, spec, rel, mode, block_size=s.block_size, gdn_backend=s.gdn_backend).block_size
+        cps = vllm_checkpoints(mode, block, prompt, s.max_num_batched_tokens, rel.minor)
+        # align: the second request stops a chunk at the block-floored junction with the first and saves a
+        # state there (always on, 0.28+); all caches every block anyway
+        junction = _floor_to(min(shared, prompt - 1), block) if mode == "align" and rel.minor >= 28 else 0
+        out[mode] = _reuse(block, cps, junction, shared, prompt)
+    return rel, out
+
+
+def _sglang_prefix(spec: ModelSpec, *, shared: int, prompt: int, s: EngineSettings) -> tuple[sglang.Release, Reuse]:
+    rel = s.sglang
+    sglang.check_served(spec, rel)
+    if not spec.recurrent:
+        raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
+    grid = sglang.checkpoint_grid(spec)
+    strat = sglang.strategy(spec, s.radix)
+    cps = sglang_checkpoints(strat, grid, prompt, s.max_num_batched_tokens)
+    # extra_buffer: the second request records its branch point, grid-floored, and saves a state there
+    junction = _floor_to(min(shared, prompt - 1), grid) if strat == "extra_buffer" else 0
+    return rel, _reuse(grid, cps, junction, shared, prompt)
 
 
 def prefix(spec: ModelSpec, *, shared: int, private: int, tp: int = 1, choice: DtypeChoice = DtypeChoice(),
@@ -498,30 +565,15 @@ def prefix(spec: ModelSpec, *, shared: int, private: int, tp: int = 1, choice: D
     if shared < 0 or private < 0 or shared + private <= 0:
         raise PlanError(f"--shared and --private must be ≥ 0 with a positive sum, got {shared} and {private}")
     prompt = shared + private
-    vres: dict[str, Reuse] = {}
-    vrel = None
-    if s.wants("vllm"):
-        vrel = s.vllm
-        vllm.check_served(spec, vrel)
-        fp = resolve_footprint(spec, tp=tp, choice=choice, rel=vrel)
-        for mode in _modes(spec, vrel, s):
-            block = vllm.layout(fp, spec, vrel, mode, block_size=s.block_size, gdn_backend=s.gdn_backend).block_size
-            cps = vllm_checkpoints(mode, block, prompt, s.max_num_batched_tokens, vrel.minor)
-            # align: the second request stops a chunk at the block-floored junction with the first and saves
-            # a state there (always on, 0.28+); all caches every block anyway
-            junction = _floor_to(min(shared, prompt - 1), block) if mode == "align" and vrel.minor >= 28 else 0
-            vres[mode] = _reuse(block, cps, junction, shared, prompt)
-    sres = srel = None
-    if s.wants("sglang") and spec.recurrent:
-        srel = s.sglang
-        sglang.check_served(spec, srel)
-        grid = sglang.checkpoint_grid(spec)
-        strat = sglang.strategy(spec, s.radix)
-        cps = sglang_checkpoints(strat, grid, prompt, s.max_num_batched_tokens)
-        # extra_buffer: the second request records its branch point, grid-floored, and saves a state there
-        junction = _floor_to(min(shared, prompt - 1), grid) if strat == "extra_buffer" else 0
-        sres = _reuse(grid, cps, junction, shared, prompt)
-    return PrefixReport(spec, shared, private, vrel, vres, sres, srel)
+    skipped: dict[str, str] = {}
+    v = _part(s, "vllm", lambda: _vllm_prefix(spec, shared=shared, prompt=prompt, tp=tp, choice=choice, s=s),
+              skipped)
+    g = _part(s, "sglang", lambda: _sglang_prefix(spec, shared=shared, prompt=prompt, s=s), skipped)
+    if v is None and g is None:
+        raise PlanError("; ".join(skipped.values()) or "no engine to model")
+    vrel, vres = v if v is not None else (None, {})
+    srel, sres = g if g is not None else (None, None)
+    return PrefixReport(spec, shared, private, vrel, vres, sres, srel, tuple(skipped.items()))
 
 
 @dataclass(frozen=True)

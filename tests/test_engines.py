@@ -448,3 +448,24 @@ def test_align_chunk_ends_are_checkpoints():
     # through 0.31 the last boundary is floor(L/B)·B: for L = 20,800 = 20·1040 that is L itself
     assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 28)[-1] == 20_800
     assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 33)[-1] == 19_760
+
+
+def test_both_engines_skip_the_one_that_does_not_serve(run_cli):
+    # SGLang 0.5.23 has no Jamba class (ENGINE_NOTES §3): with --engine both vLLM still answers
+    code, out, _ = run_cli("size", "jamba", "--ctx", "8192", "--engine", "both", "--json")
+    d = json.loads(out)
+    assert code == 0 and "vllm" in d and "sglang" not in d and "JambaForCausalLM" in d["skipped"]["sglang"]
+    code, out, _ = run_cli("fit", "llama-3-8b", "--ctx", "8192", "--kv-budget", "40GiB", "--json")
+    d = json.loads(out)
+    assert code == 0 and "no recurrent layers" in d["skipped"]["sglang"]
+    # asked for alone, it is an error
+    code, _, err = run_cli("fit", "jamba", "--engine", "sglang", "--kv-budget", "40GiB")
+    assert code == 2 and "no model class for JambaForCausalLM" in err
+
+
+def test_transformer_prefix_reuses_every_block():
+    # no recurrent state: vLLM's prefix cache keeps every full 16-token block; 3,100-token prompt, 3,000
+    # shared → floor(3000/16)·16 = 2,992 reused
+    r = serving.prefix(load_model("llama-3-8b"), shared=3000, private=100, s=serving.EngineSettings(engine="vllm"))
+    x = r.vllm["prefix_caching"]
+    assert (x.grid, x.reused_tokens, x.computed_tokens) == (16, 2992, 108)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from hybridplan.dtypes import parse_dtype, serving_dtype
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.spec import ModelSpec
 
@@ -49,7 +49,7 @@ def release(version: str | None) -> Release:
 
 def check_served(spec: ModelSpec, rel: Release) -> None:
     if spec.architecture in _NOT_SERVED:
-        raise PlanError(f"SGLang {rel.version} has no model class for {spec.architecture} ({spec.name})")
+        raise NotServed(f"SGLang {rel.version} has no model class for {spec.architecture} ({spec.name})")
 
 
 def cache_dtypes(spec: ModelSpec, *, dtype: str | None = None, conv: str | None = None, ssm: str | None = None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from math import ceil, gcd
 
 from hybridplan.dtypes import parse_dtype, serving_dtype
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.spec import ModelSpec
 
@@ -142,7 +142,7 @@ def release(version: str | None) -> Release:
 
 def check_served(spec: ModelSpec, rel: Release) -> None:
     if not rel.serves(spec):
-        raise PlanError(f"vLLM {rel.version} does not serve {spec.architecture} ({spec.name})")
+        raise NotServed(f"vLLM {rel.version} does not serve {spec.architecture} ({spec.name})")
 
 
 # --------------------------------------------------------------------------------------------------
