@@ -142,6 +142,8 @@ class CrossoverReport:
     rows: tuple[CrossoverRow, ...]
     fp: Footprint
     ref_fp: Footprint
+    #: the hybrid's footprint behind each row (its SSM dtype)
+    row_fps: tuple[Footprint, ...] = ()
     ladder: tuple[int, ...] = LADDER
 
     def ladder_rows(self) -> list[dict]:
@@ -186,6 +188,6 @@ def crossover(spec: ModelSpec, ref: ModelSpec, *, tp: int = 1, choice: DtypeChoi
     ref_fp = resolve_footprint(ref, tp=tp, choice=DtypeChoice(dtype=choice.dtype, kv=choice.kv), rel=rel)
     default_fp = resolve_footprint(spec, tp=tp, choice=choice, rel=rel)
     dtypes = list(dict.fromkeys([default_fp.dtypes.ssm, *ssm_dtypes])) if not choice.ssm else [default_fp.dtypes.ssm]
-    rows = tuple(crossover_row(resolve_footprint(spec, tp=tp, choice=choice, rel=rel, ssm_override=d), ref_fp)
-                 for d in dtypes)
-    return CrossoverReport(spec=spec, ref=ref, tp=tp, rows=rows, fp=default_fp, ref_fp=ref_fp)
+    row_fps = tuple(resolve_footprint(spec, tp=tp, choice=choice, rel=rel, ssm_override=d) for d in dtypes)
+    rows = tuple(crossover_row(fp, ref_fp) for fp in row_fps)
+    return CrossoverReport(spec=spec, ref=ref, tp=tp, rows=rows, fp=default_fp, ref_fp=ref_fp, row_fps=row_fps)

@@ -32,26 +32,31 @@ def _save(fig, path: Path) -> None:
 
 def crossover_plot(r: CrossoverReport, path: Path) -> None:
     plt = _pyplot()
-    ctxs = [2**k for k in range(6, 21)] + [1 << 21]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot(ctxs, [r.ref_fp.total_at(c) / GiB for c in ctxs], label=f"{r.ref.name} (KV)", color="tab:red")
-    ax.plot(ctxs, [r.fp.total_at(c) / GiB for c in ctxs], label=f"{r.spec.name} (state + KV, SSM {r.fp.dtypes.ssm})",
-            color="tab:blue")
-    ax.axhline(r.fp.state_bytes / GiB, color="tab:blue", ls=":", lw=1, label=f"{r.spec.name} state alone")
-    for row in r.rows:
-        for x, style in ((row.state_only, "s"), (row.total, "o")):
+    ctxs = sorted({round(2 ** (6 + 15 * i / 300)) for i in range(301)})
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    ax.plot(ctxs, [r.ref_fp.total_at(c) / GiB for c in ctxs], color="tab:red", lw=2, label=f"{r.ref.name} (KV)")
+    colors = ("tab:blue", "tab:green", "tab:purple", "tab:orange")
+    lines = []
+    for i, (row, fp) in enumerate(zip(r.rows, r.row_fps)):
+        c = colors[i % len(colors)]
+        ax.plot(ctxs, [fp.total_at(x) / GiB for x in ctxs], color=c, lw=2 if i == 0 else 1.3,
+                ls="-" if i == 0 else "--", label=f"{r.spec.name}, SSM {row.ssm_dtype}: state + KV")
+        ax.axhline(fp.state_bytes / GiB, color=c, ls=":", lw=1, label=f"{r.spec.name}, SSM {row.ssm_dtype}: state")
+        for x, marker, what in ((row.state_only, "s", "state"), (row.total, "o", "state + KV")):
             if x is not None:
-                y = r.ref_fp.total_at(x) / GiB
-                ax.plot([float(x)], [float(y)], style, color="black", ms=6)
-                ax.annotate(f"{float(x):,.1f}\n({row.ssm_dtype})", (float(x), float(y)), textcoords="offset points",
-                            xytext=(6, -18), fontsize=7)
+                ax.plot([float(x)], [float(r.ref_fp.total_at(x)) / GiB], marker, color=c, mec="black", ms=7, zorder=5)
+                lines.append(f"{row.ssm_dtype:>9}  {what:<10} {float(x):>10,.2f}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("GiB per sequence (one rank)")
     ax.set_title(f"{r.spec.name} vs {r.ref.name}: memory per sequence, TP {r.tp}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7.5, loc="upper left")
+    if lines:
+        ax.text(0.98, 0.03, "crossovers (tokens)\n" + "\n".join(lines), transform=ax.transAxes, ha="right",
+                va="bottom", family="monospace", fontsize=7.5,
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.7"})
     _save(fig, path)
     plt.close(fig)
 
