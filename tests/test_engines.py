@@ -469,3 +469,51 @@ def test_transformer_prefix_reuses_every_block():
     r = serving.prefix(load_model("llama-3-8b"), shared=3000, private=100, s=serving.EngineSettings(engine="vllm"))
     x = r.vllm["prefix_caching"]
     assert (x.grid, x.reused_tokens, x.computed_tokens) == (16, 2992, 108)
+
+
+# vLLM 0.33's own code (its model classes' state shapes and dtypes, _align_hybrid_block_size, the
+# get_kv_cache_configs / get_kv_cache_capacity chain) run on a CPU for the shipped configs, TP 1, 40 GiB,
+# max_model_len 8192, FlashAttention on Hopper (docs/VALIDATION.md): (num_blocks, concurrency, tokens).
+VLLM_033 = [
+    ("falcon-h1-0.5b", "none", "flashinfer", 2912, "242.67", 1_987_925),
+    ("falcon-h1-0.5b", "align", "flashinfer", 2912, "208.00", 1_703_936),
+    ("zamba2-7b", "none", "flashinfer", 2400, "13.48", 110_453),
+    ("zamba2-7b", "align", "flashinfer", 2400, "12.50", 102_400),
+    ("jamba-1.5-mini", "none", "flashinfer", 32768, "297.89", 2_440_322),
+    ("jamba-1.5-mini", "align", "flashinfer", 32768, "280.07", 2_294_320),
+    ("qwen3-next-80b-a3b", "none", "flashinfer", 3212, "169.05", 1_384_879),
+    ("qwen3-next-80b-a3b", "align", "flashinfer", 3034, "126.42", 1_035_605),
+    ("qwen3-next-80b-a3b", "align", "triton", 3212, "146.00", 1_196_032),
+    ("qwen3.5-27b", "none", "flashinfer", 835, "59.64", None),
+    ("qwen3.5-27b", "align", "flashinfer", 787, "41.42", None),
+    ("qwen3.5-27b", "align", "triton", 835, "49.12", None),
+    ("lfm2-1.2b", "none", "flashinfer", 218453, "425.01", 3_481_647),
+    ("lfm2-1.2b", "align", "flashinfer", 218453, "423.36", 3_468_153),
+    ("nemotron-h-56b", "none", "flashinfer", 254, "31.75", None),
+    ("nemotron-h-56b", "align", "flashinfer", 254, "12.70", None),
+    ("nemotron-3-nano-30b-a3b", "none", "flashinfer", 3335, "416.88", None),
+    ("nemotron-3-nano-30b-a3b", "align", "flashinfer", 3335, "208.44", None),
+]
+
+
+@pytest.mark.parametrize("name,mode,backend,blocks,conc,tokens", VLLM_033)
+def test_figures_from_vllm_033s_own_code(name, mode, backend, blocks, conc, tokens):
+    spec = load_model(name)
+    cap = vllm.capacity(fp_of(name, 33), spec, vllm.Release(33), mode, kv_budget=40 * GiB, max_len=8192,
+                        gdn_backend=backend)
+    assert cap.num_blocks == blocks and f"{cap.max_concurrency:.2f}" == conc
+    if tokens is not None:
+        assert cap.kv_tokens == tokens
+
+
+@pytest.mark.parametrize("name,mode,backend,block,pad", [
+    # the same run: block size and padding
+    ("qwen3.5-27b", "align", "flashinfer", 832, "6.26"), ("qwen3.5-27b", "align", "triton", 784, "0.13"),
+    ("zamba2-7b", "align", "flashinfer", 48, "43.05"), ("falcon-h1-0.5b", "none", "flashinfer", 800, "1.39"),
+    ("nemotron-h-56b", "align", "flashinfer", 4128, "0.05"), ("nemotron-3-nano-30b-a3b", "none", "flashinfer", 2096,
+                                                               "0.58"),
+    ("qwen3-next-80b-a3b", "align", "triton", 544, "1.49"),
+])
+def test_blocks_from_vllm_033s_own_code(name, mode, backend, block, pad):
+    lo = lay(name, mode, 33, gdn_backend=backend)
+    assert (lo.block_size, f"{lo.padding_pct:.2f}") == (block, pad)
