@@ -1,6 +1,7 @@
 """Bad input: one line on stderr naming the problem, exit code 2, never a traceback."""
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -99,6 +100,9 @@ def test_model_the_release_does_not_serve(run_cli, tmp_path):
 
 # --- property test: mutated real configs either load or fail with one PlanError -----------------------
 
+#: examples per run; FUZZ_EXAMPLES=5000 for a longer hunt
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 1 << 20) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
@@ -114,7 +118,7 @@ def real_configs():
     return [json.loads(p.read_text()) for p in sorted(SHARED_CONFIGS.glob("*.json"))]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_mutated_configs_load_or_fail_cleanly(real_configs, data):
     cfg = dict(data.draw(st.sampled_from(real_configs)))
