@@ -73,6 +73,15 @@ def _gate(y: torch.Tensor, z, cd: torch.dtype) -> torch.Tensor:
     return y * (zz * torch.sigmoid(zz))
 
 
+def _finish_scan(y: torch.Tensor, x: torch.Tensor, xc: torch.Tensor, D, z, cd: torch.dtype, out):
+    """A prefill scan's epilogue: the D skip and the z gate, then y in x's dtype (or written into ``out``)."""
+    y = _gate(y + _d_term(D, xc, cd), z, cd)
+    if out is None:
+        return y.to(x.dtype)
+    out[: y.shape[0]].copy_(y)
+    return out
+
+
 def selective_state_update_ref(
     state: torch.Tensor,
     x: torch.Tensor,
@@ -179,11 +188,7 @@ def ssd_scan_sequential_ref(
             y[t] = (st * ch[t][:, None, :]).sum(-1)
         if idx[s] != pad_slot_id:
             state_pool[idx[s]] = st.to(state_pool.dtype)
-    y = _gate(y + _d_term(D, xc, cd), z, cd)
-    if out is None:
-        return y.to(x.dtype)
-    out[: y.shape[0]].copy_(y)
-    return out
+    return _finish_scan(y, x, xc, D, z, cd, out)
 
 
 def ssd_chunk_scan_ref(
@@ -248,11 +253,7 @@ def ssd_chunk_scan_ref(
             st = st * cum[-1].exp()[:, None, None] + torch.einsum("sh,shp,shn->hpn", tail, dx, bh[c0:c1])
         if idx[s] != pad_slot_id:
             state_pool[idx[s]] = st.to(state_pool.dtype)
-    y = _gate(y + _d_term(D, xc, cd), z, cd)
-    if out is None:
-        return y.to(x.dtype)
-    out[: y.shape[0]].copy_(y)
-    return out
+    return _finish_scan(y, x, xc, D, z, cd, out)
 
 
 # ---------------------------------------------------------------------------------------------------------
