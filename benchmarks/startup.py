@@ -13,19 +13,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 BASELINE = [sys.executable, "-c", "import typer, rich, yaml"]
 ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
 
 
 def planner_command() -> list[str]:
-    exe = shutil.which("hybridplan")
-    return [exe] if exe else [sys.executable, "-m", "hybridplan"]
+    """The console script installed beside this interpreter (what a user runs), else `python -m hybridplan`.
+    Never a `hybridplan` found elsewhere on PATH: that may be another environment's, or a shim to nothing."""
+    exe = Path(sys.executable).parent / "hybridplan"
+    return [str(exe)] if exe.is_file() and os.access(exe, os.X_OK) else [sys.executable, "-m", "hybridplan"]
 
 
 def wall(cmd: list[str]) -> float:
