@@ -69,6 +69,23 @@ def _emit_json(payload: dict) -> None:
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")
 
 
+def _show(report, as_json: bool, view: str, plot: Optional[Path] = None, plotter: str = "") -> None:
+    """Writes the plot when asked, then the report: its JSON, or the rich view named `view` of hybridplan.render
+    (imported only here: rich's console stays out of --json runs)."""
+    if plot is not None:
+        from hybridplan import plots
+
+        getattr(plots, plotter)(report, plot)
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    from hybridplan import render
+
+    render.console().print(getattr(render, view)(report))
+    if plot is not None:
+        render.console().print(f"plot written to {plot}")
+
+
 def _settings(engine, vllm_version, sglang_version, mode=None, block_size=None, gdn_backend="flashinfer", **kw):
     from hybridplan.serving import EngineSettings
 
@@ -173,18 +190,7 @@ def crossover(
 
     report = plan.crossover(load_model(model), load_model(vs), tp=tp,
                             choice=_choice(dtype, conv_dtype, ssm_dtype, kv_dtype), rel=vllm.release(vllm_version))
-    if plot is not None:
-        from hybridplan.plots import crossover_plot
-
-        crossover_plot(report, plot)
-    if as_json:
-        _emit_json(report.to_dict())
-        return
-    from hybridplan.render import console, crossover_view
-
-    console().print(crossover_view(report))
-    if plot is not None:
-        console().print(f"plot written to {plot}")
+    _show(report, as_json, "crossover_view", plot, "crossover_plot")
 
 
 @app.command()
@@ -252,12 +258,7 @@ def fit(
                          choice=_choice(dtype, conv_dtype, ssm_dtype, kv_dtype), budget=budget, s=settings,
                          spec_tokens=spec_tokens, max_num_seqs=max_num_seqs, max_running_requests=max_running_requests,
                          mem_fraction_static=mem_fraction)
-    if as_json:
-        _emit_json(report.to_dict())
-    else:
-        from hybridplan.render import console, fit_view
-
-        console().print(fit_view(report))
+    _show(report, as_json, "fit_view")
     raise typer.Exit(0 if report.verdict_ok else 1)
 
 
@@ -306,27 +307,13 @@ def prefix(
     if sweep is None:
         if shared is None:
             raise PlanError("give --shared N (or --sweep A:B:STEP)")
-        report = serving.prefix(spec, shared=shared, private=private, tp=tp, choice=choice, s=settings)
-        if as_json:
-            _emit_json(report.to_dict())
-            return
-        from hybridplan.render import console, prefix_view
-
-        console().print(prefix_view(report))
+        if plot is not None:
+            raise PlanError("--plot draws a sweep: give --sweep A:B:STEP as well")
+        _show(serving.prefix(spec, shared=shared, private=private, tp=tp, choice=choice, s=settings), as_json,
+              "prefix_view")
         return
     sw = serving.prefix_sweep(spec, sweep=sweep, private=private, tp=tp, choice=choice, s=settings)
-    if plot is not None:
-        from hybridplan.plots import prefix_plot
-
-        prefix_plot(sw, plot)
-    if as_json:
-        _emit_json(sw.to_dict())
-        return
-    from hybridplan.render import console, sweep_view
-
-    console().print(sweep_view(sw))
-    if plot is not None:
-        console().print(f"plot written to {plot}")
+    _show(sw, as_json, "sweep_view", plot, "prefix_plot")
 
 
 @app.command(name="check-log")
@@ -359,12 +346,7 @@ def check_log(
         raise PlanError(f"cannot read {log}: {exc.strerror}") from None
     report = check(text, model=model, ctx=ctx, tp=tp, vllm_version=vllm_version, sglang_version=sglang_version,
                    mode=mode, kv_budget=parse_size(kv_budget, what="--kv-budget") if kv_budget else None)
-    if as_json:
-        _emit_json(report.to_dict())
-    else:
-        from hybridplan.render import check_view, console
-
-        console().print(check_view(report))
+    _show(report, as_json, "check_view")
     raise typer.Exit(0 if report.ok else 1)
 
 
