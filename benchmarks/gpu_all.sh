@@ -1,19 +1,40 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one run (for a lent GPU machine): the kernel benchmark, then
-# `hybridplan profile` on three models. Results go to $OUT (else benchmarks/results/).
+# Everything that needs a GPU, in one run: the kernel tests on the GPU, the kernel benchmark, then
+# `hybridplan profile` on three models (benchmarks/profile_gpu.sh). Results go to $OUT, else benchmarks/results/.
 #
 #   benchmarks/gpu_all.sh [GPU_INDEX]
+#
+# Needs no network and installs nothing: PYTHON (default python3) must hold torch, triton, nvidia-ml-py,
+# typer, rich, pyyaml and pytest, as a CUDA image usually does. Where hybridplan itself is not installed, it runs
+# from a copy of this checkout laid out as the wheel lays it out (kernels/ becomes hybridplan/kernels).
+# PACK=1 puts every result file into one $OUT/gpu-results.tar.gz (for a machine that returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DEST=${OUT:-benchmarks/results}
-mkdir -p "$DEST"
-PY=${PYTHON:-python3}
-if ! "$PY" -c "import hybridplan, torch, triton, pynvml" 2>/dev/null; then
-  "$PY" -m pip install -q --disable-pip-version-check -e '.[gpu]' || exit 2
-fi
+FINAL=$(realpath -m "${OUT:-benchmarks/results}")
+mkdir -p "$FINAL"
+if [ -n "${PACK:-}" ]; then export OUT=$(mktemp -d); else export OUT=$FINAL; fi
+export PYTHON=${PYTHON:-python3}
 unset TRITON_INTERPRET
+
+if ! (cd / && "$PYTHON" -c "import hybridplan.kernels") 2>/dev/null; then
+  stage=$(mktemp -d)
+  cp -r hybridplan tests benchmarks pyproject.toml "$stage"/ && cp -r kernels "$stage/hybridplan/kernels" || exit 2
+  cd "$stage"
+  export PYTHONPATH="$stage${PYTHONPATH:+:$PYTHONPATH}"  # for the tests' subprocesses too
+  echo "running from $stage (this checkout laid out as installed)" >&2
+fi
+missing=$("$PYTHON" -c 'import importlib.util as u
+print(" ".join(m for m in ("torch", "triton", "pynvml", "typer", "rich", "yaml", "pytest") if u.find_spec(m) is None))')
+if [ -n "$missing" ]; then
+  echo "gpu_all.sh: $PYTHON lacks $missing (pip install -e '.[gpu]' pytest)" >&2
+  exit 2
+fi
+
 status=0
-"$PY" -m pytest -q tests/kernels 2>&1 | tail -3 | tee "$DEST/kernel-tests-gpu.txt" || status=1
-"$PY" benchmarks/kernels.py --out "$DEST/kernels.json" 2>&1 | tee "$DEST/kernels.txt" || status=1
-PYTHON="$PY" benchmarks/profile_gpu.sh "${1:-0}" || status=1
+"$PYTHON" -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -3 | tee "$OUT/kernel-tests-gpu.txt" || status=1
+"$PYTHON" benchmarks/kernels.py --out "$OUT/kernels.json" 2>&1 | tee "$OUT/kernels.txt" || status=1
+benchmarks/profile_gpu.sh "${1:-0}" || status=1
+if [ -n "${PACK:-}" ]; then
+  tar -czf "$FINAL/gpu-results.tar.gz" -C "$OUT" . || status=1
+fi
 exit $status

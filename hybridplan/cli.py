@@ -12,6 +12,11 @@ import typer
 
 from hybridplan.errors import PlanError
 
+try:  # usage errors (unknown option, bad integer, missing argument)
+    _UsageError: type[Exception] = typer.TyperException
+except AttributeError:  # typer before 0.28 raises click's own
+    from click import ClickException as _UsageError
+
 app = typer.Typer(
     name="hybridplan",
     help="Capacity planner and live profiler for hybrid (attention + recurrent) LLMs.\n\n"
@@ -383,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as exc:
         sys.stderr.write(f"hybridplan: error: {exc}\n")
         code = exc.exit_code
-    except typer.TyperException as exc:  # usage errors: unknown option, bad integer, missing argument
+    except _UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `hybridplan` or a bare group: its help
             sys.stdout.write(exc.ctx.get_help() + "\n")
             code = 0
