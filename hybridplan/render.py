@@ -168,7 +168,7 @@ def engines_view(e, *, exact: bool = False) -> Group:
 
 
 def _skipped(skipped) -> list[Text]:
-    return [Text(f"{engine}: not modelled — {why}", style="yellow") for engine, why in skipped]
+    return [Text(f"{engine}: skipped — {why}", style="yellow") for engine, why in skipped]
 
 
 def fit_view(r) -> Group:

@@ -139,8 +139,10 @@ def vllm_section(spec: ModelSpec, fp: Footprint, *, max_len: int, s: EngineSetti
 
 
 def sglang_footprint(spec: ModelSpec, *, tp: int, choice: DtypeChoice, spec_tokens: int = 0) -> Footprint:
+    """One sequence's state as SGLang's MambaPool holds it: conv rows K−1 wide whatever the draft tokens."""
+    sglang.check_modelled(spec_tokens)
     dts = sglang.cache_dtypes(spec, dtype=choice.dtype, conv=choice.conv, ssm=choice.ssm, kv=choice.kv)
-    return footprint(spec, dts, tp=tp, spec_tokens=spec_tokens)
+    return footprint(spec, dts, tp=tp)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import pytest
 from hybridplan import plan, serving
 from hybridplan.engines import sglang, vllm
 from hybridplan.errors import PlanError
+from hybridplan.plan import DtypeChoice
 from hybridplan.loader import load_model
 
 GiB = 1 << 30
@@ -461,6 +462,20 @@ def test_both_engines_skip_the_one_that_does_not_serve(run_cli):
     # asked for alone, it is an error
     code, _, err = run_cli("fit", "jamba", "--engine", "sglang", "--kv-budget", "40GiB")
     assert code == 2 and "no model class for JambaForCausalLM" in err
+
+
+def test_sglang_speculative_decoding_is_refused_not_guessed(run_cli):
+    # SGLang keeps the pool's conv rows K−1 wide under speculative decoding and adds per-draft-token verify
+    # buffers sized by max_running_requests (memory_pool.py MambaPool): not modelled, so never a figure
+    code, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192", "--spec-tokens", "2", "--engine", "both", "--json")
+    d = json.loads(out)
+    assert code == 0 and "vllm" in d and "sglang" not in d and "speculative" in d["skipped"]["sglang"]
+    for cmd in (("size", "nemotron-h", "--ctx", "8192"), ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")):
+        code, out, err = run_cli(*cmd, "--spec-tokens", "1", "--engine", "sglang")
+        assert code == 2 and out == "" and err.count("\n") == 1 and "speculative decoding is not modelled" in err
+    # without speculative tokens the conv rows are (conv_dim, K−1): 10,240 × 3 bf16 = 61,440 B per layer
+    fp = serving.sglang_footprint(load_model("nemotron-h"), tp=1, choice=DtypeChoice())
+    assert fp.conv_bytes == 24 * 61_440
 
 
 def test_transformer_prefix_reuses_every_block():

@@ -52,6 +52,15 @@ def check_served(spec: ModelSpec, rel: Release) -> None:
         raise NotServed(f"SGLang {rel.version} has no model class for {spec.architecture} ({spec.name})")
 
 
+def check_modelled(spec_tokens: int) -> None:
+    """Speculative decoding is not modelled for SGLang: there the pool's conv rows stay K−1 wide, and separate
+    per-draft-token verify buffers, sized by max_running_requests, are added (memory_pool.py ``MambaPool``,
+    ``intermediate_ssm_state_cache``) and split jointly with the pool (kv_cache_configurator.py)."""
+    if spec_tokens:
+        raise NotServed("SGLang's speculative decoding is not modelled (per-draft-token verify buffers beside the "
+                        "MambaPool, split jointly with it); drop --spec-tokens for the plain pool")
+
+
 def cache_dtypes(spec: ModelSpec, *, dtype: str | None = None, conv: str | None = None, ssm: str | None = None,
                  kv: str | None = None) -> CacheDtypes:
     """Conv bfloat16 (env ``SGLANG_MAMBA_CONV_DTYPE``); SSM float32, overridden by the config's
