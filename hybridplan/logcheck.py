@@ -150,7 +150,7 @@ def _sglang_rows(text: str, spec: ModelSpec, *, tp: int, rel: sglang.Release, kv
                         f"{pool.ssm_bytes / sglang.GB:.2f}GB"))
     if cap_line is not None:
         n, k, ratio = (int(x) for x in cap_line)
-        predicted_ratio = sglang.slots_per_request(sglang.strategy(spec))
+        predicted_ratio = sglang.slots_per_request(sglang.strategy(spec, rel), rel)
         rows.append(Row("sglang", "state slots per request", str(ratio), str(predicted_ratio)))
         rows.append(Row("sglang", f"max_running_requests cap (max_mamba_cache_size {k})", str(n),
                         str(k // predicted_ratio)))

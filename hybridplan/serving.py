@@ -12,6 +12,7 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import Footprint, footprint
 from hybridplan.plan import SCHEMA_VERSION, DtypeChoice, positive, resolve_footprint
 from hybridplan.spec import ModelSpec
+from hybridplan.units import human_bytes
 
 ENGINES = ("vllm", "sglang", "both")
 
@@ -173,8 +174,8 @@ def sglang_section(spec: ModelSpec, fp: Footprint, *, slots: int, s: EngineSetti
     sglang.check_served(spec, rel)
     if not fp.state:
         raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
-    strat = sglang.strategy(spec, s.radix)
-    return SglangSection(rel, sglang.Pool(slots, fp), strat, sglang.slots_per_request(strat, overlap=s.overlap),
+    strat = sglang.strategy(spec, rel, s.radix)
+    return SglangSection(rel, sglang.Pool(slots, fp), strat, sglang.slots_per_request(strat, rel, overlap=s.overlap),
                          sglang.checkpoint_grid(spec))
 
 
@@ -289,37 +290,40 @@ class VllmFit:
 
 @dataclass(frozen=True)
 class SglangFit:
-    rel: sglang.Release
     budget: int
     pool: sglang.Pool
     kv_bytes: int
-    kv_tokens: int
-    ratio: int
     strategy: str
-    requested: int | None
+    admission: sglang.Admission
 
     @property
-    def cap(self) -> int:
-        return self.pool.size // self.ratio
+    def rel(self) -> sglang.Release:
+        return self.admission.rel
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.admission.kv_tokens
+
+    @property
+    def ratio(self) -> int:
+        return self.admission.ratio
 
     @property
     def max_running_requests(self) -> int:
-        return self.cap if self.requested is None else min(self.requested, self.cap)
+        return self.admission.value
 
     @property
     def logs(self) -> list[str]:
-        logs = [self.pool.log]
-        if self.requested is not None and self.requested > self.cap:
-            logs.append(sglang.cap_log(self.cap, self.pool.size, self.ratio))
-        return logs
+        return [self.pool.log, *self.admission.logs]
 
     def to_dict(self) -> dict:
+        a = self.admission
         return {"version": self.rel.version, "budget_bytes": self.budget, "max_mamba_cache_size": self.pool.size,
                 "pool_bytes": self.pool.bytes, "conv_state_bytes": self.pool.conv_bytes,
                 "ssm_state_bytes": self.pool.ssm_bytes, "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
                 "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
-                "max_running_requests": self.max_running_requests, "requested_max_running_requests": self.requested,
-                "capped": self.requested is not None and self.requested > self.cap, "logs": self.logs}
+                "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
+                "state_pool_cap": a.cap, "capped": a.capped, "logs": self.logs}
 
 
 @dataclass(frozen=True)
@@ -394,7 +398,7 @@ def _vllm_fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget
     return kv_budget, s.mode or rel.default_mode(spec, spec_tokens), fits
 
 
-def _sglang_fit(spec: ModelSpec, *, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
+def _sglang_fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
                 spec_tokens: int, max_running_requests: int | None, mem_fraction_static: float) -> SglangFit:
     rel = s.sglang
     sglang.check_served(spec, rel)
@@ -408,10 +412,11 @@ def _sglang_fit(spec: ModelSpec, *, tp: int, choice: DtypeChoice, budget: Budget
     if total <= 0:
         raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
     pool = sglang.Pool(sglang.auto_pool_size(sfp, total, rel, ratio=s.full_memory_ratio), sfp)
-    kv_bytes = total - pool.bytes
-    strat = sglang.strategy(spec, s.radix)
-    return SglangFit(rel, total, pool, kv_bytes, sglang.kv_tokens(sfp, kv_bytes),
-                     sglang.slots_per_request(strat, overlap=s.overlap), strat, max_running_requests)
+    kv_bytes = sglang.kv_pool_bytes(sfp, total, pool.size, rel)
+    strat = sglang.strategy(spec, rel, s.radix)
+    admission = sglang.Admission(rel, pool.size, sglang.slots_per_request(strat, rel, overlap=s.overlap),
+                                 sglang.kv_tokens(sfp, kv_bytes), ctx, max_running_requests)
+    return SglangFit(total, pool, kv_bytes, strat, admission)
 
 
 def fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budget, s: EngineSettings,
@@ -425,11 +430,14 @@ def fit(spec: ModelSpec, *, ctx: int, tp: int, choice: DtypeChoice, budget: Budg
     skipped: dict[str, str] = {}
     v = _part(s, "vllm", lambda: _vllm_fit(spec, ctx=ctx, tp=tp, choice=choice, budget=budget, s=s,
                                            spec_tokens=spec_tokens, max_num_seqs=max_num_seqs), skipped)
-    sfit = _part(s, "sglang", lambda: _sglang_fit(spec, tp=tp, choice=choice, budget=budget, s=s,
+    sfit = _part(s, "sglang", lambda: _sglang_fit(spec, ctx=ctx, tp=tp, choice=choice, budget=budget, s=s,
                                                   spec_tokens=spec_tokens, max_running_requests=max_running_requests,
                                                   mem_fraction_static=mem_fraction_static), skipped)
     if v is None and sfit is None:
         raise PlanError("; ".join(skipped.values()) or "no engine to fit")
+    if sfit is not None and not sfit.rel.padding_slot_in_budget:
+        notes.append(f"SGLang {sfit.rel.version} leaves the pool's padding row out of its split: the two pools take "
+                     f"{human_bytes(sglang.per_request_bytes(sfit.pool.fp))} more than the budget")
     vbudget, vdefault, vfits = v if v is not None else (None, None, {})
     return FitReport(spec, ctx, tp, vbudget, vdefault, vfits, sfit, tuple(notes), tuple(skipped.items()))
 
@@ -555,7 +563,7 @@ def _sglang_prefix(spec: ModelSpec, *, shared: int, prompt: int, s: EngineSettin
     if not spec.recurrent:
         raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
     grid = sglang.checkpoint_grid(spec)
-    strat = sglang.strategy(spec, s.radix)
+    strat = sglang.strategy(spec, rel, s.radix)
     cps = sglang_checkpoints(strat, grid, prompt, s.max_num_batched_tokens)
     # extra_buffer: the second request records its branch point, grid-floored, and saves a state there
     junction = _floor_to(min(shared, prompt - 1), grid) if strat == "extra_buffer" else 0

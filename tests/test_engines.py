@@ -295,9 +295,56 @@ def test_sglang_auto_split_at_40gib():
     assert r.sglang.pool.size == int(40 * GiB * 0.9 / 1.9 // 102_137_856) == 199
 
 
-def test_sglang_strategies_and_dtypes():
-    assert sglang.strategy(load_model("lfm2")) == "no_buffer" and sglang.slots_per_request("no_buffer") == 3
-    assert sglang.slots_per_request("extra_buffer", overlap=False) == 4 and sglang.slots_per_request("off") == 1
+def test_sglang_0_5_9_split_and_requests():
+    # 0.5.9 (model_runner_kv_cache_mixin.py): K = floor(40 GiB · 0.9/1.9 / 102,137,856) = 199, and the KV pool gets
+    # 40 GiB − 199 rows (not 200): 42,949,672,960 − 199 · 102,137,856 = 22,624,239,616 B → // 16,384 B per token
+    # = 1,380,874 tokens. auto → no_buffer: 3 slots per request, cap 199 // 3 = 66 below the estimate
+    # clamp(int(1,380,874 / 8192 · 512), 2048, 4096) = 4096; 0.5.9 caps without a warning.
+    spec = load_model("nemotron-h")
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="sglang", sglang_version="0.5.9")).sglang
+    assert (r.pool.size, r.kv_bytes, r.kv_tokens) == (199, 22_624_239_616, 1_380_874)
+    assert (r.strategy, r.ratio, r.max_running_requests) == ("no_buffer", 3, 66)
+    assert r.logs == [r.pool.log]
+    # 0.5.23 with no --max-running-requests: the estimate 4096 is capped to K // 5 = 198 // 5 = 39, with the warning
+    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
+                    s=serving.EngineSettings(engine="sglang")).sglang
+    assert r.max_running_requests == 39 and r.logs[1].startswith("max_running_requests is capped to 39 ")
+
+
+def test_sglang_0_5_23_bounds_requests_by_half_the_kv_tokens():
+    # resolve_max_num_reqs: min(requested, tokens // 2) = min(800, 500) = 500, under the pool cap 3000 // 3 = 1000
+    a = sglang.Admission(sglang.release("0.5.23"), pool_size=3000, ratio=3, kv_tokens=1000, context_len=8192,
+                         requested=800)
+    assert (a.value, a.capped) == (500, False)
+    assert a.logs == ["max_running_requests was reduced from the requested 800 to 500 (per dp worker) due to the "
+                      "available KV cache capacity."]
+    # 0.5.9 has no such bound: min(800, 1000) = 800
+    assert sglang.Admission(sglang.release("0.5.9"), pool_size=3000, ratio=3, kv_tokens=1000, context_len=8192,
+                            requested=800).value == 800
+
+
+def test_sglang_strategies_per_release():
+    new, old = sglang.release("0.5.23"), sglang.release("0.5.9")
+    # 0.5.23 auto: extra_buffer where the architecture supports it (overlap on), else no_buffer
+    assert sglang.strategy(load_model("nemotron-h"), new) == "extra_buffer"
+    assert sglang.strategy(load_model("falcon-h1-0.5b"), new) == "extra_buffer"
+    assert sglang.strategy(load_model("lfm2"), new) == "no_buffer"
+    assert sglang.strategy(load_model("mamba-2.8b"), new) == "no_buffer"
+    # 0.5.9 auto: always no_buffer; extra_buffer only for Qwen3-Next / Qwen3.5, refused for Nemotron-H
+    assert sglang.strategy(load_model("qwen3-next"), old) == "no_buffer"
+    assert sglang.strategy(load_model("qwen3-next"), old, "extra_buffer") == "extra_buffer"
+    with pytest.raises(PlanError, match="refuses --mamba-radix-cache-strategy extra_buffer for NemotronHForCausalLM"):
+        sglang.strategy(load_model("nemotron-h"), old, "extra_buffer")
+    with pytest.raises(PlanError, match="no model class for MambaForCausalLM"):
+        sglang.check_served(load_model("mamba-2.8b"), old)
+    # slots per request: 3 + 2 with overlap, 3 + 1 without (0.5.23); 0.5.9 adds 2 whenever there is no spec decoding
+    assert sglang.slots_per_request("no_buffer", new) == 3 and sglang.slots_per_request("off", new) == 1
+    assert sglang.slots_per_request("extra_buffer", new, overlap=False) == 4
+    assert sglang.slots_per_request("extra_buffer", old, overlap=False) == 5
+
+
+def test_sglang_dtypes():
     # conv bf16 whatever the model dtype; SSM fp32 unless the config's mamba_ssm_dtype says otherwise
     d = sglang.cache_dtypes(load_model("mamba-codestral-7b"))
     assert (d.conv, d.ssm) == ("bfloat16", "float32")
