@@ -1,9 +1,10 @@
-"""Time the hybrid-model kernels on a CUDA GPU at Nemotron-H-8B shapes and write a JSON report.
+"""Time the hybrid-model kernels on a CUDA GPU at Nemotron-H-8B (and Qwen3-Next) shapes; write a JSON report.
 
     python benchmarks/kernels.py [--out FILE] [--quick]
 
 Rows: decode state update (fp32 and bf16 state pools) and conv update at batch 4..256 (batch*heads 512 to
-32768 at 128 heads); the prefill SSD scan and the prefill conv at 2K..16K tokens. Each row gives the time
+32768 at 128 heads); the Gated DeltaNet decode update at Qwen3-Next shapes (fp32 and bf16 pools, the same
+batches); the prefill SSD scan and the prefill conv at 2K..16K tokens. Each row gives the time
 (median of ``triton.testing.do_bench``, which clears L2 before every call), the modelled minimum bytes and
 FLOPs (``hybridplan.kernels.bench``), the achieved bandwidth, its fraction of a measured device-to-device
 copy, TFLOP/s and tokens/s. Without a CUDA GPU it prints one line and exits with status 2.
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
     for state_dtype in (torch.float32, torch.bfloat16):
         for batch in batches:
             add(suite.state_update(batch, state_dtype, copy_bw))
+    for state_dtype in (torch.float32, torch.bfloat16):
+        for batch in batches:
+            add(suite.gdn_update(batch, state_dtype, copy_bw))
     for batch in batches:
         add(suite.conv_update(batch, copy_bw))
     for ntok in token_counts:
@@ -155,6 +159,23 @@ class _Suite:
                  "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.state_update_bytes(batch, H, P, N, G, state_dtype.itemsize, self.act_bytes)
         return bench.make_row("selective_state_update", shape, sec, nbytes, bench.state_update_flops(batch, H, P, N),
+                              copy_bw)
+
+    def gdn_update(self, batch, state_dtype, copy_bw):
+        cfg, bench = self.bench.QWEN3_NEXT, self.bench
+        hv, hk, V, K = cfg["v_heads"], cfg["k_heads"], cfg["vdim"], cfg["kdim"]
+        pool = self.randn(2 * batch, hv, V, K, dtype=state_dtype, scale=0.1)
+        idx = self.slots(2 * batch, batch)
+        q, k, v = self.randn(batch, hk, K), self.randn(batch, hk, K), self.randn(batch, hv, V)
+        g = -self.randn(batch, hv, dtype=self.torch.float32, scale=0.5).abs()
+        beta = self.randn(batch, hv, dtype=self.torch.float32).sigmoid()
+        out = self.torch.empty_like(v)
+        sec = self.timed(lambda: self.hk.gated_delta_rule_update(pool, q, k, v, g, beta, state_batch_indices=idx,
+                                                                  out=out))
+        shape = {"batch": batch, "v_heads": hv, "k_heads": hk, "vdim": V, "kdim": K,
+                 "state_dtype": str(state_dtype).removeprefix("torch.")}
+        nbytes = bench.gdn_update_bytes(batch, hv, hk, V, K, state_dtype.itemsize, self.act_bytes)
+        return bench.make_row("gated_delta_rule_update", shape, sec, nbytes, bench.gdn_update_flops(batch, hv, V, K),
                               copy_bw)
 
     def conv_update(self, batch, copy_bw):

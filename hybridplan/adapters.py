@@ -504,4 +504,5 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
         ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
         max_position_embeddings=f.opt_int("max_position_embeddings"), chunk_size=parts["chunk"],
-        config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source, aliases=aliases, notes=tuple(f.notes))
+        config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
+        aliases=aliases, notes=tuple(f.notes))

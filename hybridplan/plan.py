@@ -150,8 +150,9 @@ class CrossoverReport:
         out = []
         for ctx in self.ladder:
             hyb, ref = self.fp.total_at(ctx), self.ref_fp.total_at(ctx)
-            out.append({"ctx": ctx, "hybrid_state_bytes": self.fp.state_bytes, "hybrid_kv_bytes": self.fp.kv_bytes_at(ctx),
-                        "hybrid_bytes": hyb, "reference_bytes": ref, "ratio": ref / hyb if hyb else None})
+            out.append({"ctx": ctx, "hybrid_state_bytes": self.fp.state_bytes,
+                        "hybrid_kv_bytes": self.fp.kv_bytes_at(ctx), "hybrid_bytes": hyb, "reference_bytes": ref,
+                        "ratio": ref / hyb if hyb else None})
         return out
 
     def to_dict(self) -> dict:

@@ -254,8 +254,9 @@ def sweep_view(sw) -> Group:
 
 
 def check_view(r) -> Group:
-    t = Table(title=f"{r.model}: the log against the prediction ({', '.join(f'{k} {v}' for k, v in r.settings.items())})",
-              box=box.SIMPLE_HEAD, title_justify="left")
+    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
+    t = Table(title=f"{r.model}: the log against the prediction ({settings})", box=box.SIMPLE_HEAD,
+              title_justify="left")
     for col in ("engine", "figure", "logged", "predicted", ""):
         t.add_column(col, justify="right" if col in ("logged", "predicted") else "left")
     for row in r.rows:

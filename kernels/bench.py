@@ -17,11 +17,14 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "NEMOTRON_H_8B",
+    "QWEN3_NEXT",
     "DECODE_BATCHES",
     "PREFILL_TOKENS",
     "dtype_bytes",
     "state_update_bytes",
     "state_update_flops",
+    "gdn_update_bytes",
+    "gdn_update_flops",
     "conv_update_bytes",
     "conv_prefill_bytes",
     "chunk_scan_bytes",
@@ -48,6 +51,10 @@ NEMOTRON_H_8B = {
     "conv_width": 4,
     "chunk_size": 256,
 }
+
+# One TP rank of Qwen3-Next-80B-A3B's Gated DeltaNet (linear_num_value_heads 32, linear_num_key_heads 16,
+# linear_value_head_dim = linear_key_head_dim = 128): state (Hv, V, K) per sequence.
+QWEN3_NEXT = {"v_heads": 32, "k_heads": 16, "vdim": 128, "kdim": 128}
 
 # batch x heads from 512 to 32768 at 128 heads
 DECODE_BATCHES = (4, 8, 16, 32, 64, 128, 256)
@@ -109,6 +116,35 @@ def state_update_flops(batch: int, nheads: int, headdim: int, dstate: int) -> in
     """5 FLOPs per state element: S*decay (1), (dt x) B (1), the add (1), S.C multiply-add (2)."""
     _nonneg(batch=batch, nheads=nheads, headdim=headdim, dstate=dstate)
     return 5 * batch * nheads * headdim * dstate
+
+
+def gdn_update_bytes(
+    batch: int,
+    v_heads: int,
+    k_heads: int,
+    vdim: int,
+    kdim: int,
+    state_bytes: int = 4,
+    io_bytes: int = 2,
+    gate_bytes: int = 4,
+    index_bytes: int = 4,
+) -> int:
+    """Minimum bytes of one ``gated_delta_rule_update`` call.
+
+    state: read + write of batch*Hv*V*K elements (the dominant term); q, k: batch*Hk*K each; v, o: batch*Hv*V
+    each; g, beta: batch*Hv each, in ``gate_bytes``; one slot index per entry.
+    """
+    _nonneg(batch=batch, v_heads=v_heads, k_heads=k_heads, vdim=vdim, kdim=kdim)
+    state = 2 * batch * v_heads * vdim * kdim * state_bytes
+    qk = 2 * batch * k_heads * kdim * io_bytes
+    vo = 2 * batch * v_heads * vdim * io_bytes
+    return state + qk + vo + 2 * batch * v_heads * gate_bytes + batch * index_bytes
+
+
+def gdn_update_flops(batch: int, v_heads: int, vdim: int, kdim: int) -> int:
+    """7 FLOPs per state element: the decay (1), S.k multiply-add (2), S + u k (2), S.q multiply-add (2)."""
+    _nonneg(batch=batch, v_heads=v_heads, vdim=vdim, kdim=kdim)
+    return 7 * batch * v_heads * vdim * kdim
 
 
 def conv_update_bytes(

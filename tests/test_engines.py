@@ -517,7 +517,8 @@ def test_sglang_speculative_decoding_is_refused_not_guessed(run_cli):
     code, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192", "--spec-tokens", "2", "--engine", "both", "--json")
     d = json.loads(out)
     assert code == 0 and "vllm" in d and "sglang" not in d and "speculative" in d["skipped"]["sglang"]
-    for cmd in (("size", "nemotron-h", "--ctx", "8192"), ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")):
+    for cmd in (("size", "nemotron-h", "--ctx", "8192"),
+                ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")):
         code, out, err = run_cli(*cmd, "--spec-tokens", "1", "--engine", "sglang")
         assert code == 2 and out == "" and err.count("\n") == 1 and "speculative decoding is not modelled" in err
     # without speculative tokens the conv rows are (conv_dim, K−1): 10,240 × 3 bf16 = 61,440 B per layer

@@ -67,7 +67,8 @@ def test_formatting():
     assert arith.fmt_rate(4.312e12) == "4,312 GB/s" and arith.fmt_rate(None) == "—"
     assert arith.fmt_seconds(2.5e-4) == "250 µs" and arith.fmt_seconds(0.0123) == "12.3 ms"
     assert arith.fmt_fraction(0.8766) == "87.7 %" and arith.fmt_fraction(1e-6) == "<0.1 %"
-    assert arith.fmt_rate(8.44e9) == "8.44 GB/s" and arith.fmt_rate(2.5e7) == "25 MB/s" and arith.fmt_rate(87e3) == "87 kB/s"
+    assert arith.fmt_rate(8.44e9) == "8.44 GB/s" and arith.fmt_rate(2.5e7) == "25 MB/s"
+    assert arith.fmt_rate(87e3) == "87 kB/s"
 
 
 # ---------------------------------------------------------------------------------------------------------

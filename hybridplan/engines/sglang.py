@@ -31,8 +31,9 @@ _NOT_SERVED = {
 #: ``_handle_mamba_radix_cache``); the others are refused it
 _EXTRA_BUFFER_ARCHS = {
     "0.5.23": frozenset({"NemotronHForCausalLM", "GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM",
-                         "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-                         "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "KimiLinearForCausalLM"}),
+                         "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
+                         "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+                         "KimiLinearForCausalLM"}),
     "0.5.9": frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
                         "Qwen3_5MoeForConditionalGeneration"}),
 }
@@ -53,7 +54,8 @@ class Release:
 
     @property
     def newer(self) -> bool:
-        """0.5.23 (mem_cache/kv_cache_configurator.py) rather than 0.5.9 (model_executor/model_runner_kv_cache_mixin.py)."""
+        """0.5.23 (mem_cache/kv_cache_configurator.py) rather than 0.5.9
+        (model_executor/model_runner_kv_cache_mixin.py)."""
         return self.version != "0.5.9"
 
     @property

@@ -37,7 +37,15 @@ from hybridplan.profile.report import (
     TensorReport,
 )
 from hybridplan.profile.shrink import CTX, SLOTS, TOKENS, shrink_spec
-from hybridplan.profile.workload import DECODE, KERNEL_DTYPES, PREFILL, KernelPlan, Workload, plan_workload
+from hybridplan.profile.workload import (
+    DECODE,
+    GDN_DECODE,
+    KERNEL_DTYPES,
+    PREFILL,
+    KernelPlan,
+    Workload,
+    plan_workload,
+)
 from hybridplan.spec import ModelSpec
 from hybridplan.units import human_bytes
 
@@ -324,20 +332,20 @@ class _Arena:
         self.pools.clear()
 
 
-def _copy_seconds(backend: _Backend, arena: _Arena, nbytes: int) -> float:
+def _time_copy(backend: _Backend, arena: _Arena, nbytes: int) -> float:
     torch = backend.torch
     src = torch.empty(nbytes, dtype=torch.uint8, device=backend.device)
     dst = torch.empty_like(src)
     arena.scratch += [src, dst]
     src.fill_(1)
     if backend.kind == CUDA:
-        seconds = backend.time(lambda: dst.copy_(src), long=True)
-    else:
-        runs = []
-        for _ in range(5):
-            runs.append(backend.time(lambda: dst.copy_(src)))
-        seconds = statistics.median(runs)
-    del src, dst
+        return backend.time(lambda: dst.copy_(src), long=True)
+    return statistics.median(backend.time(lambda: dst.copy_(src)) for _ in range(5))
+
+
+def _copy_seconds(backend: _Backend, arena: _Arena, nbytes: int) -> float:
+    """Seconds of one device-to-device copy of ``nbytes``; its two buffers are freed again before returning."""
+    seconds = _time_copy(backend, arena, nbytes)  # its frame, and the buffers' last names, are gone here
     arena.clear_scratch()
     backend.empty_cache()
     return seconds
@@ -423,6 +431,20 @@ def _kernel_fn(backend: _Backend, arena: _Arena, w: Workload, k: KernelPlan) -> 
                                              metadata=meta)
         return run
 
+    if k.kernel == GDN_DECODE:
+        b = w.slots
+        hv, hkeys, vdim, kdim = s["v_heads"], s["k_heads"], s["vdim"], s["kdim"]
+        q, key, v = rand(b, hkeys, kdim), rand(b, hkeys, kdim), rand(b, hv, vdim)
+        log_decay = rand(b, hv, dtype=f32, scale=0.5).abs_().neg_()  # gates <= 0
+        beta = rand(b, hv, dtype=f32).sigmoid_()
+        y = keep(torch.empty((b, hv, vdim), dtype=act, device=dev))
+        idx = keep(torch.arange(b, dtype=torch.int32, device=dev))
+
+        def run() -> None:
+            for layer in range(layers):
+                hk.gated_delta_rule_update(pool[layer], q, key, v, log_decay, beta, state_batch_indices=idx, out=y)
+        return run
+
     nheads, headdim, dstate, ngroups = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
     A = rand(nheads, dtype=f32, scale=0.25, shift=1.0).abs_().neg_()  # decay rates < 0
     D = rand(nheads, dtype=f32, scale=0.1, shift=1.0)
@@ -505,7 +527,7 @@ def _notes(w: Workload, backend: _Backend, memory: MemoryReport) -> tuple[str, .
     if backend.kind == INTERPRETER:
         notes.append(f"--interpret: {w.spec.name} is {w.spec.name.removesuffix('-tiny')} shrunk to toy sizes; "
                      "timings measure the Triton interpreter on the CPU, not a GPU")
-    missing = sorted({f"{k.kind} {k.part}" for k in w.decode + w.prefill if not k.runs})
+    missing = sorted({f"{k.kind} {k.part} {k.phase}" for k in w.decode + w.prefill if not k.runs})
     if missing:
         notes.append(f"no kernel for {', '.join(missing)}: those rows have no time and are left out of the totals")
     if memory.unsplit_tails:

@@ -5,7 +5,8 @@
   group holding ``ctx`` tokens (or the window) for each of its layers, adding up to ``kv_bytes_at(ctx)``.
 * Kernels: for every recurrent layer group, a decode step over all slots and a prefill of ``tokens`` tokens,
   split into the conv part (the depthwise causal conv window, which every family with a conv state shares)
-  and the SSM part (Mamba-2 only: the other recurrences have no kernel here and are reported as such).
+  and the SSM part: Mamba-2 decode and prefill, Gated DeltaNet decode; the other recurrences (and Gated
+  DeltaNet's chunked prefill) have no kernel here and are reported as such.
   Modelled bytes and FLOPs come from ``hybridplan.kernels.bench``.
 """
 
@@ -18,7 +19,7 @@ from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
-from hybridplan.spec import MLA, Attention, Mamba2, ModelSpec, kv_heads_per_rank
+from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba2, ModelSpec, kv_heads_per_rank
 
 #: state dtypes the kernels read and write
 KERNEL_DTYPES = ("float32", "bfloat16", "float16")
@@ -30,6 +31,7 @@ DEFAULT_CHUNK = 2048
 DECODE, PREFILL = "decode", "prefill"
 CONV_KERNELS = {DECODE: "causal_conv1d_update", PREFILL: "causal_conv1d_prefill"}
 SSM_KERNELS = {DECODE: "selective_state_update", PREFILL: "ssd_chunk_scan"}
+GDN_DECODE = "gated_delta_rule_update"
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,24 @@ def _conv_row(phase: str, i: int, g: StateGroup, *, slots: int, tokens: int, act
                       g.count * per_layer, g.count * flops, work)
 
 
+def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: int, act: int) -> KernelPlan:
+    hv, vdim, kdim = g.ssm_shape
+    dims = {"v_heads": hv, "k_heads": mixer.num_k_heads, "vdim": vdim, "kdim": kdim}
+    if phase != DECODE:
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", dims)
+    if g.ssm_dtype not in KERNEL_DTYPES:
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    hk = dims["k_heads"]
+    per_layer = bench.gdn_update_bytes(slots, hv, hk, vdim, kdim, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
+    work = (2 * slots * hk * kdim + 2 * slots * hv * vdim) * act + 2 * slots * hv * 4 + slots * INDEX_BYTES
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, GDN_DECODE, "ok", {"batch": slots, **dims},
+                      g.count * per_layer, g.count * bench.gdn_update_flops(slots, hv, vdim, kdim), work)
+
+
 def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: int, chunk: int,
              act: int) -> KernelPlan:
+    if isinstance(mixer, GatedDeltaNet):
+        return _gdn_row(phase, i, g, mixer, slots=slots, act=act)
     if not isinstance(mixer, Mamba2):
         return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", {"state": list(g.ssm_shape)})
     nheads, headdim, dstate = g.ssm_shape

@@ -28,6 +28,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from hybridplan.kernels.conv1d import prefill as conv_prefill  # noqa: E402
 from hybridplan.kernels.conv1d import update as conv_update  # noqa: E402
+from hybridplan.kernels.gdn import fused_recurrent as gdn_update  # noqa: E402
 from hybridplan.kernels.ssd import chunk, state_update  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -86,6 +87,15 @@ def main() -> None:
              "idx_ptr": p("i32"), "y_ptr": p("bf16")},
             dict(P=P, N=N, HEADS_PER_GROUP=H // G, HAS_IDX=True, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True,
                  DT_SOFTPLUS=True, BLOCK_P=cfg["BLOCK_P"], BLOCK_N=cfg["BLOCK_N"]),
+            cfg["num_warps"]))
+    for sdt, nbytes in (("fp32", 4), ("bf16", 2)):  # Qwen3-Next: Hv 32, Hk 16, V = K = 128
+        cfg = gdn_update.gdn_update_launch_config(128, 128, nbytes)
+        rows.append(compile_one(
+            f"gated_delta_rule_update state={sdt}", gdn_update._gdn_update_kernel,
+            {"state_ptr": p(sdt), "q_ptr": p("bf16"), "k_ptr": p("bf16"), "v_ptr": p("bf16"), "g_ptr": p("fp32"),
+             "beta_ptr": p("fp32"), "idx_ptr": p("i32"), "o_ptr": p("bf16"), "scale": "fp32", "eps": "fp32"},
+            dict(V=128, K=128, HEADS_PER_KEY=2, HAS_IDX=True, L2NORM=True, BLOCK_V=cfg["BLOCK_V"],
+                 BLOCK_K=cfg["BLOCK_K"]),
             cfg["num_warps"]))
     cfg = conv_update.conv_update_launch_config(DIM)
     rows.append(compile_one(

@@ -57,6 +57,21 @@ def test_state_update_bytes_nemotron():
     assert bench.state_update_flops(64, 128, 64, 128) == 5 * 64 * 128 * 64 * 128
 
 
+def test_gdn_update_bytes_by_hand():
+    # batch 2, Hv 4, Hk 2, V 3, K 5, fp32 state, bf16 q/k/v/o, fp32 g and beta
+    state = 2 * (2 * 4 * 3 * 5) * 4  # read + write
+    qk = 2 * (2 * 2 * 5) * 2
+    vo = 2 * (2 * 4 * 3) * 2
+    gates = 2 * (2 * 4) * 4
+    idx = 2 * 4
+    assert bench.gdn_update_bytes(2, 4, 2, 3, 5, 4, 2) == state + qk + vo + gates + idx == 1208
+    # Qwen3-Next at TP 1 (Hv 32, Hk 16, V = K = 128), 256 sequences: the fp32 state is 2 * 256 * 32 * 128 * 128 * 4
+    # = 1 GiB of the traffic, over 99 %
+    total = bench.gdn_update_bytes(256, 32, 16, 128, 128, 4, 2)
+    assert 0.99 < 2**30 / total < 1
+    assert bench.gdn_update_flops(2, 4, 3, 5) == 7 * 2 * 4 * 3 * 5
+
+
 def test_conv_bytes_by_hand():
     # batch 3, dim 10, K 4, bf16: windows 2*3*10*3*2, x+y 2*3*10*2, weights+bias 10*5*2, indices 3*4
     assert bench.conv_update_bytes(3, 10, 4) == 360 + 120 + 100 + 12
@@ -210,6 +225,7 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     tiny = types.SimpleNamespace(**{k: getattr(bench, k) for k in bench.__all__})
     tiny.NEMOTRON_H_8B = {"nheads": 2, "headdim": 8, "dstate": 8, "ngroups": 1, "conv_dim": 16, "conv_width": 4,
                           "chunk_size": 8}
+    tiny.QWEN3_NEXT = {"v_heads": 4, "k_heads": 2, "vdim": 8, "kdim": 8}
     tiny.time_cuda = wall_clock
     suite = script._Suite(torch, hk, tiny, device, quick=True, act_dtype=torch.float32)
     rows = [suite.state_update(2, torch.float32, 1e9), suite.state_update(2, torch.float16, 1e9),
@@ -218,4 +234,6 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
                                                                           "causal_conv1d_prefill"]
     assert rows[0]["bytes"] == bench.state_update_bytes(2, 2, 8, 8, 1, 4, 4)
     assert rows[3]["flops"] == bench.chunk_scan_flops([8, 8], 8, 2, 8, 8, 1) and rows[3]["tokens_per_s"] > 0
-    json.dumps(bench.build_report(rows, 1e9, {"gpu": "none"}))
+    gdn = suite.gdn_update(2, torch.float32, 1e9)
+    assert gdn["kernel"] == "gated_delta_rule_update" and gdn["bytes"] == bench.gdn_update_bytes(2, 4, 2, 8, 8, 4, 4)
+    json.dumps(bench.build_report(rows + [gdn], 1e9, {"gpu": "none"}))

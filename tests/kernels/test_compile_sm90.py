@@ -31,7 +31,7 @@ def report(tmp_path_factory):
 def test_every_kernel_compiles(report):
     failed = {r["name"]: r["error"] for r in report["kernels"] if not r["ok"]}
     assert failed == {}
-    assert len(report["kernels"]) == 16
+    assert len(report["kernels"]) == 18
 
 
 def test_no_register_spills(report):
@@ -50,3 +50,7 @@ def test_decode_state_tile_uses_128_bit_accesses(report):
     assert fp32["v4_loads"] >= 4 and fp32["v4_stores"] >= 4
     for name in ("selective_state_update state=bf16", "selective_state_update state=fp16"):
         assert rows[name]["v4_loads"] >= 2 and rows[name]["v4_stores"] >= 2
+    # the Gated DeltaNet decode tile has the same shape and budget (16 x 128 fp32, 32 x 128 bf16)
+    gdn32, gdn16 = rows["gated_delta_rule_update state=fp32"], rows["gated_delta_rule_update state=bf16"]
+    assert gdn32["v4_loads"] >= 4 and gdn32["v4_stores"] >= 4
+    assert gdn16["v4_loads"] >= 2 and gdn16["v4_stores"] >= 2

@@ -28,6 +28,8 @@ def test_public_api():
                                  "pad_slot_id"],
         "causal_conv1d_prefill": ["x", "weight", "bias", "cu_seqlens", "conv_states", "state_indices",
                                   "has_initial_state", "activation"],
+        "gated_delta_rule_update": ["state", "q", "k", "v", "g", "beta", "scale", "use_qk_l2norm",
+                                    "state_batch_indices", "pad_slot_id"],
         "ssd_chunk_scan": ["x", "dt", "A", "B", "C", "chunk_size", "cu_seqlens", "state_pool", "state_indices",
                            "has_initial_state", "D", "z", "dt_bias", "dt_softplus"],
     }
