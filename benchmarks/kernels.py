@@ -4,7 +4,8 @@
 
 Rows: decode state update (fp32 and bf16 state pools) and conv update at batch 4..256 (batch*heads 512 to
 32768 at 128 heads); the Gated DeltaNet decode update at Qwen3-Next shapes (fp32 and bf16 pools, the same
-batches); the prefill SSD scan and the prefill conv at 2K..16K tokens. Each row gives the time
+batches) and the Mamba-1 decode update at Jamba-1.5-Mini shapes; the prefill SSD scan and the prefill conv
+at 2K..16K tokens. Each row gives the time
 (median of ``triton.testing.do_bench``, which clears L2 before every call), the modelled minimum bytes and
 FLOPs (``hybridplan.kernels.bench``), the achieved bandwidth, its fraction of a measured device-to-device
 copy, TFLOP/s and tokens/s. Without a CUDA GPU it prints one line and exits with status 2.
@@ -79,6 +80,9 @@ def main(argv=None) -> int:
     for state_dtype in (torch.float32, torch.bfloat16):
         for batch in batches:
             add(suite.gdn_update(batch, state_dtype, copy_bw))
+    for state_dtype in (torch.float32, torch.bfloat16):
+        for batch in batches:
+            add(suite.mamba1_update(batch, state_dtype, copy_bw))
     for batch in batches:
         add(suite.conv_update(batch, copy_bw))
     for ntok in token_counts:
@@ -176,6 +180,23 @@ class _Suite:
                  "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.gdn_update_bytes(batch, hv, hk, V, K, state_dtype.itemsize, self.act_bytes)
         return bench.make_row("gated_delta_rule_update", shape, sec, nbytes, bench.gdn_update_flops(batch, hv, V, K),
+                              copy_bw)
+
+    def mamba1_update(self, batch, state_dtype, copy_bw):
+        cfg, bench, f32 = self.bench.JAMBA_1_5_MINI, self.bench, self.torch.float32
+        dim, N = cfg["dim"], cfg["dstate"]
+        pool = self.randn(2 * batch, dim, N, dtype=state_dtype, scale=0.1)
+        idx = self.slots(2 * batch, batch)
+        x, z, dt = self.randn(batch, dim), self.randn(batch, dim), self.randn(batch, dim, scale=0.5)
+        A = -self.randn(dim, N, dtype=f32).abs() - 0.5
+        B, C = self.randn(batch, N), self.randn(batch, N)
+        D, dt_bias = self.randn(dim, dtype=f32), self.randn(dim, dtype=f32, scale=0.5) - 1.0
+        out = self.torch.empty_like(x)
+        sec = self.timed(lambda: self.hk.mamba1_state_update(pool, x, dt, A, B, C, D, z, dt_bias, True, idx, -1,
+                                                              out=out))
+        shape = {"batch": batch, "dim": dim, "dstate": N, "state_dtype": str(state_dtype).removeprefix("torch.")}
+        nbytes = bench.mamba1_update_bytes(batch, dim, N, state_dtype.itemsize, self.act_bytes)
+        return bench.make_row("mamba1_state_update", shape, sec, nbytes, bench.mamba1_update_flops(batch, dim, N),
                               copy_bw)
 
     def conv_update(self, batch, copy_bw):

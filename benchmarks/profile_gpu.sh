@@ -3,8 +3,8 @@
 #
 #   benchmarks/profile_gpu.sh [GPU_INDEX]
 #
-# Runs Nemotron-H-8B (Mamba-2: every kernel), then Jamba (Mamba-1: conv kernels, "no kernel" for the scan)
-# and Qwen3-Next (Gated DeltaNet: conv kernels and the decode update, "no kernel" for its chunked prefill),
+# Runs Nemotron-H-8B (Mamba-2: every kernel), then Jamba (Mamba-1) and Qwen3-Next (Gated DeltaNet): their
+# conv kernels and decode updates, and "no kernel" for their prefill scans,
 # each as JSON and as the table, into $OUT when it is set, else benchmarks/results/. PYTHON (default: .venv's
 # when its torch sees a GPU, else python3) must hold hybridplan with its gpu extra (pip install -e '.[gpu]').
 # Exits non-zero if any run fails or any allocation differs from its prediction.

@@ -3,11 +3,12 @@
 Importing this package needs torch and triton (the ``gpu`` extra); the planner never imports it. The names
 below load on first use, so ``hybridplan.kernels.bench`` (pure arithmetic) needs neither.
 
-Decode:   ``selective_state_update`` (Mamba-2), ``gated_delta_rule_update`` (Gated DeltaNet),
-          ``causal_conv1d_update``
+Decode:   ``selective_state_update`` (Mamba-2), ``mamba1_state_update`` (Mamba-1),
+          ``gated_delta_rule_update`` (Gated DeltaNet), ``causal_conv1d_update``
 Prefill:  ``ssd_chunk_scan``, ``causal_conv1d_prefill`` (``ssd_chunk_metadata`` / ``conv_prefill_metadata``
           build the per-batch chunk maps once, outside the layers)
-References (float64-capable, same signatures): ``*_ref`` in ``ssd.naive``, ``gdn.naive`` and ``conv1d.naive``.
+References (float64-capable, same signatures): ``*_ref`` in ``ssd.naive``, ``mamba1.naive``,
+``gdn.naive`` and ``conv1d.naive``.
 Cost models and benchmark arithmetic: ``bench``; test helpers: ``testing``.
 
 Conventions shared by every op:
@@ -37,6 +38,8 @@ _EXPORTS = {
     "causal_conv1d_prefill_ref": ".conv1d.naive",
     "gated_delta_rule_update": ".gdn.fused_recurrent",
     "gated_delta_rule_update_ref": ".gdn.naive",
+    "mamba1_state_update": ".mamba1.state_update",
+    "mamba1_state_update_ref": ".mamba1.naive",
 }
 
 __all__ = sorted(_EXPORTS)

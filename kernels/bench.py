@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "NEMOTRON_H_8B",
     "QWEN3_NEXT",
+    "JAMBA_1_5_MINI",
     "DECODE_BATCHES",
     "PREFILL_TOKENS",
     "dtype_bytes",
@@ -25,6 +26,8 @@ __all__ = [
     "state_update_flops",
     "gdn_update_bytes",
     "gdn_update_flops",
+    "mamba1_update_bytes",
+    "mamba1_update_flops",
     "conv_update_bytes",
     "conv_prefill_bytes",
     "chunk_scan_bytes",
@@ -55,6 +58,9 @@ NEMOTRON_H_8B = {
 # One TP rank of Qwen3-Next-80B-A3B's Gated DeltaNet (linear_num_value_heads 32, linear_num_key_heads 16,
 # linear_value_head_dim = linear_key_head_dim = 128): state (Hv, V, K) per sequence.
 QWEN3_NEXT = {"v_heads": 32, "k_heads": 16, "vdim": 128, "kdim": 128}
+
+# One TP rank of Jamba-1.5-Mini's Mamba-1 mixer (mamba_d_state 16, mamba_expand 2 x hidden 4096): state (I, N).
+JAMBA_1_5_MINI = {"dim": 8192, "dstate": 16}
 
 # batch x heads from 512 to 32768 at 128 heads
 DECODE_BATCHES = (4, 8, 16, 32, 64, 128, 256)
@@ -145,6 +151,33 @@ def gdn_update_flops(batch: int, v_heads: int, vdim: int, kdim: int) -> int:
     """7 FLOPs per state element: the decay (1), S.k multiply-add (2), S + u k (2), S.q multiply-add (2)."""
     _nonneg(batch=batch, v_heads=v_heads, vdim=vdim, kdim=kdim)
     return 7 * batch * v_heads * vdim * kdim
+
+
+def mamba1_update_bytes(
+    batch: int,
+    dim: int,
+    dstate: int,
+    state_bytes: int = 4,
+    io_bytes: int = 2,
+    param_bytes: int = 4,
+    index_bytes: int = 4,
+) -> int:
+    """Minimum bytes of one ``mamba1_state_update`` call (z, D and dt_bias on).
+
+    state: read + write of batch*I*N elements (the dominant term); x, dt, z, y: batch*I each; B, C: batch*N
+    each; A: I*N and D, dt_bias: I each, in ``param_bytes``, read once for the whole batch; one index per entry.
+    """
+    _nonneg(batch=batch, dim=dim, dstate=dstate)
+    state = 2 * batch * dim * dstate * state_bytes
+    act = 4 * batch * dim * io_bytes + 2 * batch * dstate * io_bytes
+    params = (dim * dstate + 2 * dim) * param_bytes
+    return state + act + params + batch * index_bytes
+
+
+def mamba1_update_flops(batch: int, dim: int, dstate: int) -> int:
+    """6 FLOPs per state element: dt*A (1), h*decay (1), (dt x) B (1), the add (1), h.C multiply-add (2)."""
+    _nonneg(batch=batch, dim=dim, dstate=dstate)
+    return 6 * batch * dim * dstate
 
 
 def conv_update_bytes(

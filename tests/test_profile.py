@@ -127,8 +127,8 @@ def test_interpret_table_reports_missing_kernels(profile_cli):
     code, out, err = profile_cli("jamba", "--interpret")
     assert code == 0, err
     assert "jamba-1.5-mini-tiny" in out and "exact" in out
-    assert "no kernel" in out  # Mamba-1's selective scan has none: a status, never a figure
-    assert "causal_conv1d_update" in out  # its conv window does
+    assert "no kernel" in out  # Mamba-1's prefill scan has none: a status, never a figure
+    assert "causal_conv1d_update" in out and "mamba1_state_update" in out  # its conv window and decode step do
     assert "Decode step" in out and "Prefill" in out
 
 

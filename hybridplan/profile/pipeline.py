@@ -41,6 +41,7 @@ from hybridplan.profile.workload import (
     DECODE,
     GDN_DECODE,
     KERNEL_DTYPES,
+    MAMBA1_DECODE,
     PREFILL,
     KernelPlan,
     Workload,
@@ -443,6 +444,21 @@ def _kernel_fn(backend: _Backend, arena: _Arena, w: Workload, k: KernelPlan) -> 
         def run() -> None:
             for layer in range(layers):
                 hk.gated_delta_rule_update(pool[layer], q, key, v, log_decay, beta, state_batch_indices=idx, out=y)
+        return run
+
+    if k.kernel == MAMBA1_DECODE:
+        b, dim, dstate = w.slots, s["dim"], s["dstate"]
+        x, z, dt = rand(b, dim), rand(b, dim), rand(b, dim, scale=0.5)
+        A1 = rand(dim, dstate, dtype=f32, scale=0.5, shift=1.0).abs_().neg_()  # a decay rate per column, < 0
+        B1, C1 = rand(b, dstate, scale=0.3), rand(b, dstate, scale=0.3)
+        D1, bias1 = rand(dim, dtype=f32, scale=0.1, shift=1.0), rand(dim, dtype=f32, scale=0.5, shift=-3.0)
+        y = keep(torch.empty((b, dim), dtype=act, device=dev))
+        idx = keep(torch.arange(b, dtype=torch.int32, device=dev))
+
+        def run() -> None:
+            for layer in range(layers):
+                hk.mamba1_state_update(pool[layer], x, dt, A1, B1, C1, D=D1, z=z, dt_bias=bias1, dt_softplus=True,
+                                       state_batch_indices=idx, out=y)
         return run
 
     nheads, headdim, dstate, ngroups = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]

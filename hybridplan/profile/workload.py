@@ -5,8 +5,8 @@
   group holding ``ctx`` tokens (or the window) for each of its layers, adding up to ``kv_bytes_at(ctx)``.
 * Kernels: for every recurrent layer group, a decode step over all slots and a prefill of ``tokens`` tokens,
   split into the conv part (the depthwise causal conv window, which every family with a conv state shares)
-  and the SSM part: Mamba-2 decode and prefill, Gated DeltaNet decode; the other recurrences (and Gated
-  DeltaNet's chunked prefill) have no kernel here and are reported as such.
+  and the SSM part: Mamba-2 decode and prefill, Mamba-1 and Gated DeltaNet decode; the other recurrences
+  (and the chunked prefill of Mamba-1 and Gated DeltaNet) have no kernel here and are reported as such.
   Modelled bytes and FLOPs come from ``hybridplan.kernels.bench``.
 """
 
@@ -19,7 +19,7 @@ from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
-from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba2, ModelSpec, kv_heads_per_rank
+from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba1, Mamba2, ModelSpec, kv_heads_per_rank
 
 #: state dtypes the kernels read and write
 KERNEL_DTYPES = ("float32", "bfloat16", "float16")
@@ -32,6 +32,7 @@ DECODE, PREFILL = "decode", "prefill"
 CONV_KERNELS = {DECODE: "causal_conv1d_update", PREFILL: "causal_conv1d_prefill"}
 SSM_KERNELS = {DECODE: "selective_state_update", PREFILL: "ssd_chunk_scan"}
 GDN_DECODE = "gated_delta_rule_update"
+MAMBA1_DECODE = "mamba1_state_update"
 
 
 @dataclass(frozen=True)
@@ -193,10 +194,25 @@ def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: 
                       g.count * per_layer, g.count * bench.gdn_update_flops(slots, hv, vdim, kdim), work)
 
 
+def _mamba1_row(phase: str, i: int, g: StateGroup, *, slots: int, act: int) -> KernelPlan:
+    dim, dstate = g.ssm_shape
+    dims = {"dim": dim, "dstate": dstate}
+    if phase != DECODE:
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", dims)
+    if g.ssm_dtype not in KERNEL_DTYPES:
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    per_layer = bench.mamba1_update_bytes(slots, dim, dstate, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
+    work = (4 * slots * dim + 2 * slots * dstate) * act + (dim * dstate + 2 * dim) * 4 + slots * INDEX_BYTES
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, MAMBA1_DECODE, "ok", {"batch": slots, **dims},
+                      g.count * per_layer, g.count * bench.mamba1_update_flops(slots, dim, dstate), work)
+
+
 def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: int, chunk: int,
              act: int) -> KernelPlan:
     if isinstance(mixer, GatedDeltaNet):
         return _gdn_row(phase, i, g, mixer, slots=slots, act=act)
+    if isinstance(mixer, Mamba1):
+        return _mamba1_row(phase, i, g, slots=slots, act=act)
     if not isinstance(mixer, Mamba2):
         return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", {"state": list(g.ssm_shape)})
     nheads, headdim, dstate = g.ssm_shape

@@ -29,6 +29,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from hybridplan.kernels.conv1d import prefill as conv_prefill  # noqa: E402
 from hybridplan.kernels.conv1d import update as conv_update  # noqa: E402
 from hybridplan.kernels.gdn import fused_recurrent as gdn_update  # noqa: E402
+from hybridplan.kernels.mamba1 import state_update as mamba1_update  # noqa: E402
 from hybridplan.kernels.ssd import chunk, state_update  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -96,6 +97,16 @@ def main() -> None:
              "beta_ptr": p("fp32"), "idx_ptr": p("i32"), "o_ptr": p("bf16"), "scale": "fp32", "eps": "fp32"},
             dict(V=128, K=128, HEADS_PER_KEY=2, HAS_IDX=True, L2NORM=True, BLOCK_V=cfg["BLOCK_V"],
                  BLOCK_K=cfg["BLOCK_K"]),
+            cfg["num_warps"]))
+    for sdt, nbytes in (("fp32", 4), ("bf16", 2)):  # Jamba-1.5-Mini: I 8192, N 16
+        cfg = mamba1_update.mamba1_update_launch_config(8192, 16, nbytes)
+        rows.append(compile_one(
+            f"mamba1_state_update state={sdt}", mamba1_update._mamba1_update_kernel,
+            {"state_ptr": p(sdt), "x_ptr": p("bf16"), "dt_ptr": p("bf16"), "A_ptr": p("fp32"), "B_ptr": p("bf16"),
+             "C_ptr": p("bf16"), "D_ptr": p("fp32"), "z_ptr": p("bf16"), "dt_bias_ptr": p("fp32"),
+             "idx_ptr": p("i32"), "y_ptr": p("bf16")},
+            dict(DIM=8192, N=16, HAS_IDX=True, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True,
+                 BLOCK_I=cfg["BLOCK_I"], BLOCK_N=cfg["BLOCK_N"]),
             cfg["num_warps"]))
     cfg = conv_update.conv_update_launch_config(DIM)
     rows.append(compile_one(

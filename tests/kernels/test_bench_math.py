@@ -72,6 +72,16 @@ def test_gdn_update_bytes_by_hand():
     assert bench.gdn_update_flops(2, 4, 3, 5) == 7 * 2 * 4 * 3 * 5
 
 
+def test_mamba1_update_bytes_by_hand():
+    # batch 2, I 3, N 5, fp32 state, bf16 x/dt/z/y and B/C, fp32 A (3 x 5), D and dt_bias
+    state = 2 * (2 * 3 * 5) * 4
+    act = 4 * 2 * 3 * 2 + 2 * 2 * 5 * 2
+    params = (3 * 5 + 2 * 3) * 4
+    idx = 2 * 4
+    assert bench.mamba1_update_bytes(2, 3, 5, 4, 2) == state + act + params + idx == 420
+    assert bench.mamba1_update_flops(2, 3, 5) == 6 * 2 * 3 * 5
+
+
 def test_conv_bytes_by_hand():
     # batch 3, dim 10, K 4, bf16: windows 2*3*10*3*2, x+y 2*3*10*2, weights+bias 10*5*2, indices 3*4
     assert bench.conv_update_bytes(3, 10, 4) == 360 + 120 + 100 + 12
@@ -226,6 +236,7 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     tiny.NEMOTRON_H_8B = {"nheads": 2, "headdim": 8, "dstate": 8, "ngroups": 1, "conv_dim": 16, "conv_width": 4,
                           "chunk_size": 8}
     tiny.QWEN3_NEXT = {"v_heads": 4, "k_heads": 2, "vdim": 8, "kdim": 8}
+    tiny.JAMBA_1_5_MINI = {"dim": 16, "dstate": 4}
     tiny.time_cuda = wall_clock
     suite = script._Suite(torch, hk, tiny, device, quick=True, act_dtype=torch.float32)
     rows = [suite.state_update(2, torch.float32, 1e9), suite.state_update(2, torch.float16, 1e9),
@@ -236,4 +247,6 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     assert rows[3]["flops"] == bench.chunk_scan_flops([8, 8], 8, 2, 8, 8, 1) and rows[3]["tokens_per_s"] > 0
     gdn = suite.gdn_update(2, torch.float32, 1e9)
     assert gdn["kernel"] == "gated_delta_rule_update" and gdn["bytes"] == bench.gdn_update_bytes(2, 4, 2, 8, 8, 4, 4)
-    json.dumps(bench.build_report(rows + [gdn], 1e9, {"gpu": "none"}))
+    m1 = suite.mamba1_update(2, torch.float32, 1e9)
+    assert m1["kernel"] == "mamba1_state_update" and m1["bytes"] == bench.mamba1_update_bytes(2, 16, 4, 4, 4)
+    json.dumps(bench.build_report(rows + [gdn, m1], 1e9, {"gpu": "none"}))

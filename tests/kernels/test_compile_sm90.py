@@ -31,7 +31,7 @@ def report(tmp_path_factory):
 def test_every_kernel_compiles(report):
     failed = {r["name"]: r["error"] for r in report["kernels"] if not r["ok"]}
     assert failed == {}
-    assert len(report["kernels"]) == 18
+    assert len(report["kernels"]) == 20
 
 
 def test_no_register_spills(report):
@@ -54,3 +54,7 @@ def test_decode_state_tile_uses_128_bit_accesses(report):
     gdn32, gdn16 = rows["gated_delta_rule_update state=fp32"], rows["gated_delta_rule_update state=bf16"]
     assert gdn32["v4_loads"] >= 4 and gdn32["v4_stores"] >= 4
     assert gdn16["v4_loads"] >= 2 and gdn16["v4_stores"] >= 2
+    # Mamba-1: 128 x 16 fp32 (and 256 x 16 bf16) tiles of whole 16-column rows
+    m32, m16 = rows["mamba1_state_update state=fp32"], rows["mamba1_state_update state=bf16"]
+    assert m32["v4_loads"] >= 4 and m32["v4_stores"] >= 4
+    assert m16["v4_loads"] >= 2 and m16["v4_stores"] >= 2

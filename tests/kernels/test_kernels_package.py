@@ -30,6 +30,8 @@ def test_public_api():
                                   "has_initial_state", "activation"],
         "gated_delta_rule_update": ["state", "q", "k", "v", "g", "beta", "scale", "use_qk_l2norm",
                                     "state_batch_indices", "pad_slot_id"],
+        "mamba1_state_update": ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus",
+                                "state_batch_indices", "pad_slot_id"],
         "ssd_chunk_scan": ["x", "dt", "A", "B", "C", "chunk_size", "cu_seqlens", "state_pool", "state_indices",
                            "has_initial_state", "D", "z", "dt_bias", "dt_softplus"],
     }
