@@ -75,6 +75,36 @@ def index_tensor(idx, n: int, device: torch.device, name: str) -> torch.Tensor:
     return t if t.stride(0) == 1 else t.contiguous()
 
 
+def decode_output(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device,
+                  axis: str) -> torch.Tensor:
+    """A decode op's output: ``out`` checked (shape, unit stride along its last dimension, named ``axis``),
+    or a new tensor."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    check_shape("out", out, shape)
+    if out.stride(-1) != 1:
+        raise ValueError(f"out must have unit stride along {axis}")
+    return out
+
+
+def slot_indices(indices, batch: int, device: torch.device, name: str) -> torch.Tensor | None:
+    """A decode batch's slot indices as the kernels read them (None stays None: entry b uses slot b)."""
+    check_grid_dim("batch", batch)
+    return None if indices is None else index_tensor(indices, batch, device, name)
+
+
+@triton.jit
+def entry_slot(idx_ptr, b, pad_slot_id, HAS_IDX: tl.constexpr):
+    """The pool slot of batch entry ``b`` (``idx_ptr[b]``, or ``b`` without indices) as int64, and whether it is
+    a real entry. A pad entry's slot is clamped to 0, so its masked address arithmetic stays in bounds."""
+    if HAS_IDX:
+        slot = tl.load(idx_ptr + b).to(tl.int64)
+    else:
+        slot = b.to(tl.int64)
+    valid = slot != pad_slot_id
+    return tl.where(valid, slot, 0), valid
+
+
 @triton.jit
 def softplus_fp32(v):
     """softplus(v) = log(1 + exp(v)) in fp32, equal to v above 20 (torch's threshold).

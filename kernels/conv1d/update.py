@@ -11,7 +11,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .._common import check_float, check_grid_dim, check_same_device, check_shape, index_tensor, next_pow2, silu_fp32
+from .._common import (
+    check_float,
+    check_same_device,
+    check_shape,
+    entry_slot,
+    next_pow2,
+    silu_fp32,
+    slot_indices,
+)
 from .naive import check_activation
 
 __all__ = ["causal_conv1d_update", "conv_update_launch_config"]
@@ -33,12 +41,7 @@ def _conv_update_kernel(
 ):
     pid_d = tl.program_id(0)
     b = tl.program_id(1)
-    if HAS_IDX:
-        slot = tl.load(idx_ptr + b).to(tl.int64)
-    else:
-        slot = b.to(tl.int64)
-    valid = slot != pad_slot_id
-    slot = tl.where(valid, slot, 0)
+    slot, valid = entry_slot(idx_ptr, b, pad_slot_id, HAS_IDX)
 
     offs = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_d = offs < dim
@@ -108,8 +111,7 @@ def causal_conv1d_update(
         check_shape("out", out, (batch, dim))
     if batch == 0:
         return out
-    check_grid_dim("batch", batch)
-    idx = None if conv_state_indices is None else index_tensor(conv_state_indices, batch, device, "conv_state_indices")
+    idx = slot_indices(conv_state_indices, batch, device, "conv_state_indices")
     cfg = conv_update_launch_config(dim)
     block_d = cfg["BLOCK_D"]
     grid = (triton.cdiv(dim, block_d), batch)

@@ -15,12 +15,13 @@ import triton.language as tl
 
 from .._common import (
     check_float,
-    check_grid_dim,
     check_same_device,
     check_shape,
-    index_tensor,
+    decode_output,
+    entry_slot,
     lastdim_contiguous,
     next_pow2,
+    slot_indices,
 )
 from .naive import L2_EPS
 
@@ -51,12 +52,7 @@ def _gdn_update_kernel(
     b = tl.program_id(2)
     hk = h // HEADS_PER_KEY
 
-    if HAS_IDX:
-        slot = tl.load(idx_ptr + b).to(tl.int64)
-    else:
-        slot = b.to(tl.int64)
-    valid = slot != pad_slot_id
-    slot = tl.where(valid, slot, 0)
+    slot, valid = entry_slot(idx_ptr, b, pad_slot_id, HAS_IDX)
 
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
@@ -137,18 +133,10 @@ def gated_delta_rule_update(
         raise ValueError("state must have unit stride along K (the pool is updated in place, never copied)")
     device = check_same_device(state=state, q=q, k=k, v=v, g=g, beta=beta)
     q, k, v = (lastdim_contiguous(t) for t in (q, k, v))
-    if out is None:
-        out = torch.empty((batch, hv, vdim), dtype=v.dtype, device=device)
-    else:
-        check_shape("out", out, (batch, hv, vdim))
-        if out.stride(-1) != 1:
-            raise ValueError("out must have unit stride along V")
+    out = decode_output(out, (batch, hv, vdim), v.dtype, device, "V")
     if batch == 0:
         return out
-    check_grid_dim("batch", batch)
-    idx = None
-    if state_batch_indices is not None:
-        idx = index_tensor(state_batch_indices, batch, device, "state_batch_indices")
+    idx = slot_indices(state_batch_indices, batch, device, "state_batch_indices")
 
     cfg = gdn_update_launch_config(vdim, kdim, state.element_size())
     grid = (triton.cdiv(vdim, cfg["BLOCK_V"]), hv, batch)

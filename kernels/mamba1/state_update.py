@@ -14,13 +14,14 @@ import triton.language as tl
 
 from .._common import (
     check_float,
-    check_grid_dim,
     check_same_device,
     check_shape,
-    index_tensor,
+    decode_output,
+    entry_slot,
     lastdim_contiguous,
     next_pow2,
     silu_fp32,
+    slot_indices,
     softplus_fp32,
 )
 
@@ -46,12 +47,7 @@ def _mamba1_update_kernel(
     pid_i = tl.program_id(0)
     b = tl.program_id(1)
 
-    if HAS_IDX:
-        slot = tl.load(idx_ptr + b).to(tl.int64)
-    else:
-        slot = b.to(tl.int64)
-    valid = slot != pad_slot_id
-    slot = tl.where(valid, slot, 0)
+    slot, valid = entry_slot(idx_ptr, b, pad_slot_id, HAS_IDX)
 
     offs_i = pid_i * BLOCK_I + tl.arange(0, BLOCK_I)
     offs_n = tl.arange(0, BLOCK_N)
@@ -139,18 +135,10 @@ def mamba1_state_update(
         raise ValueError("state must have unit stride along N (the pool is updated in place, never copied)")
     device = check_same_device(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
     x, dt, A, B, C, D, z, dt_bias = (lastdim_contiguous(t) for t in (x, dt, A, B, C, D, z, dt_bias))
-    if out is None:
-        out = torch.empty((batch, dim), dtype=x.dtype, device=device)
-    else:
-        check_shape("out", out, (batch, dim))
-        if out.stride(-1) != 1:
-            raise ValueError("out must have unit stride along I")
+    out = decode_output(out, (batch, dim), x.dtype, device, "I")
     if batch == 0:
         return out
-    check_grid_dim("batch", batch)
-    idx = None
-    if state_batch_indices is not None:
-        idx = index_tensor(state_batch_indices, batch, device, "state_batch_indices")
+    idx = slot_indices(state_batch_indices, batch, device, "state_batch_indices")
 
     cfg = mamba1_update_launch_config(dim, dstate, state.element_size())
     grid = (triton.cdiv(dim, cfg["BLOCK_I"]), batch)

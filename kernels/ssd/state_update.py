@@ -14,13 +14,14 @@ import triton.language as tl
 
 from .._common import (
     check_float,
-    check_grid_dim,
     check_same_device,
     check_shape,
-    index_tensor,
+    decode_output,
+    entry_slot,
     lastdim_contiguous,
     next_pow2,
     silu_fp32,
+    slot_indices,
     softplus_fp32,
 )
 
@@ -55,12 +56,7 @@ def _state_update_kernel(
     b = tl.program_id(2)
     g = h // HEADS_PER_GROUP
 
-    if HAS_IDX:
-        slot = tl.load(idx_ptr + b).to(tl.int64)
-    else:
-        slot = b.to(tl.int64)
-    valid = slot != pad_slot_id
-    slot = tl.where(valid, slot, 0)
+    slot, valid = entry_slot(idx_ptr, b, pad_slot_id, HAS_IDX)
 
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
@@ -162,18 +158,10 @@ def selective_state_update(
         raise ValueError("state must have unit stride along N (the pool is updated in place, never copied)")
     device = check_same_device(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
     x, B, C, z = (lastdim_contiguous(t) for t in (x, B, C, z))
-    if out is None:
-        out = torch.empty((batch, nheads, headdim), dtype=x.dtype, device=device)
-    else:
-        check_shape("out", out, (batch, nheads, headdim))
-        if out.stride(-1) != 1:
-            raise ValueError("out must have unit stride along P")
+    out = decode_output(out, (batch, nheads, headdim), x.dtype, device, "P")
     if batch == 0:
         return out
-    check_grid_dim("batch", batch)
-    idx = None
-    if state_batch_indices is not None:
-        idx = index_tensor(state_batch_indices, batch, device, "state_batch_indices")
+    idx = slot_indices(state_batch_indices, batch, device, "state_batch_indices")
 
     cfg = state_update_launch_config(headdim, dstate, state.element_size())
     d_h, d_p = (0, 0) if D is None else ((D.stride(0), 0) if D.dim() == 1 else (D.stride(0), D.stride(1)))
