@@ -396,103 +396,80 @@ def _kernel_fn(backend: _Backend, arena: _Arena, w: Workload, k: KernelPlan) -> 
     dev, act, f32 = backend.device, _torch_dtype(torch, w.act_dtype), torch.float32
     gen = torch.Generator(device=dev).manual_seed(0)
 
-    def rand(*shape, dtype=act, scale=1.0, shift=0.0):
-        t = torch.randn(shape, generator=gen, device=dev, dtype=dtype).mul_(scale).add_(shift)
-        arena.scratch.append(t)
-        return t
-
     def keep(t):
         arena.scratch.append(t)
         return t
 
+    def rand(*shape, dtype=act, scale=1.0, shift=0.0):
+        return keep(torch.randn(shape, generator=gen, device=dev, dtype=dtype).mul_(scale).add_(shift))
+
+    def empty(*shape):
+        return keep(torch.empty(shape, dtype=act, device=dev))
+
+    def one_sequence():
+        """cu_seqlens, slot and has-initial-state of a prefill of all ``w.tokens`` into slot 0."""
+        return (keep(torch.tensor([0, w.tokens], dtype=torch.int32, device=dev)),
+                keep(torch.zeros(1, dtype=torch.int32, device=dev)), keep(torch.ones(1, dtype=torch.bool, device=dev)))
+
     pool = _pool(arena, w, k)
-    layers, s = k.layers, k.shape
+    layers, s, b = k.layers, k.shape, w.slots
+
+    def every_layer(step: Callable[[Any], object]) -> Callable[[], None]:
+        def run() -> None:
+            for layer in range(layers):
+                step(pool[layer])
+        return run
+
+    idx = keep(torch.arange(b, dtype=torch.int32, device=dev)) if k.phase == DECODE else None
     if k.part == "conv":
         dim, width = s["dim"], s["width"]
         weight, bias = rand(dim, width, scale=0.5), rand(dim, scale=0.1)
         activation = None if k.kind == "short_conv" else "silu"
         if k.phase == DECODE:
-            x, y = rand(w.slots, dim), keep(torch.empty((w.slots, dim), dtype=act, device=dev))
-            idx = keep(torch.arange(w.slots, dtype=torch.int32, device=dev))
-
-            def run() -> None:
-                for layer in range(layers):
-                    hk.causal_conv1d_update(x, pool[layer], weight, bias, activation, conv_state_indices=idx, out=y)
-        else:
-            x, y = rand(w.tokens, dim), keep(torch.empty((w.tokens, dim), dtype=act, device=dev))
-            cu = keep(torch.tensor([0, w.tokens], dtype=torch.int32, device=dev))
-            slot = keep(torch.zeros(1, dtype=torch.int32, device=dev))
-            init = keep(torch.ones(1, dtype=torch.bool, device=dev))
-            meta = hk.conv_prefill_metadata(cu, device=dev)
-            arena.scratch.append(meta)
-
-            def run() -> None:
-                for layer in range(layers):
-                    hk.causal_conv1d_prefill(x, weight, bias, cu, pool[layer], slot, init, activation, out=y,
-                                             metadata=meta)
-        return run
+            x, y = rand(b, dim), empty(b, dim)
+            return every_layer(lambda p: hk.causal_conv1d_update(x, p, weight, bias, activation,
+                                                                 conv_state_indices=idx, out=y))
+        x, y = rand(w.tokens, dim), empty(w.tokens, dim)
+        cu, slot, init = one_sequence()
+        meta = keep(hk.conv_prefill_metadata(cu, device=dev))
+        return every_layer(lambda p: hk.causal_conv1d_prefill(x, weight, bias, cu, p, slot, init, activation, out=y,
+                                                              metadata=meta))
 
     if k.kernel == GDN_DECODE:
-        b = w.slots
         hv, hkeys, vdim, kdim = s["v_heads"], s["k_heads"], s["vdim"], s["kdim"]
         q, key, v = rand(b, hkeys, kdim), rand(b, hkeys, kdim), rand(b, hv, vdim)
         log_decay = rand(b, hv, dtype=f32, scale=0.5).abs_().neg_()  # gates <= 0
         beta = rand(b, hv, dtype=f32).sigmoid_()
-        y = keep(torch.empty((b, hv, vdim), dtype=act, device=dev))
-        idx = keep(torch.arange(b, dtype=torch.int32, device=dev))
-
-        def run() -> None:
-            for layer in range(layers):
-                hk.gated_delta_rule_update(pool[layer], q, key, v, log_decay, beta, state_batch_indices=idx, out=y)
-        return run
+        y = empty(b, hv, vdim)
+        return every_layer(lambda p: hk.gated_delta_rule_update(p, q, key, v, log_decay, beta,
+                                                                state_batch_indices=idx, out=y))
 
     if k.kernel == MAMBA1_DECODE:
-        b, dim, dstate = w.slots, s["dim"], s["dstate"]
+        dim, dstate = s["dim"], s["dstate"]
         x, z, dt = rand(b, dim), rand(b, dim), rand(b, dim, scale=0.5)
         A1 = rand(dim, dstate, dtype=f32, scale=0.5, shift=1.0).abs_().neg_()  # a decay rate per column, < 0
         B1, C1 = rand(b, dstate, scale=0.3), rand(b, dstate, scale=0.3)
         D1, bias1 = rand(dim, dtype=f32, scale=0.1, shift=1.0), rand(dim, dtype=f32, scale=0.5, shift=-3.0)
-        y = keep(torch.empty((b, dim), dtype=act, device=dev))
-        idx = keep(torch.arange(b, dtype=torch.int32, device=dev))
-
-        def run() -> None:
-            for layer in range(layers):
-                hk.mamba1_state_update(pool[layer], x, dt, A1, B1, C1, D=D1, z=z, dt_bias=bias1, dt_softplus=True,
-                                       state_batch_indices=idx, out=y)
-        return run
+        y = empty(b, dim)
+        return every_layer(lambda p: hk.mamba1_state_update(p, x, dt, A1, B1, C1, D=D1, z=z, dt_bias=bias1,
+                                                            dt_softplus=True, state_batch_indices=idx, out=y))
 
     nheads, headdim, dstate, ngroups = s["nheads"], s["headdim"], s["dstate"], s["ngroups"]
     A = rand(nheads, dtype=f32, scale=0.25, shift=1.0).abs_().neg_()  # decay rates < 0
     D = rand(nheads, dtype=f32, scale=0.1, shift=1.0)
     dt_bias = rand(nheads, dtype=f32, scale=0.5, shift=-3.0)
+    n = b if k.phase == DECODE else w.tokens
+    x, z, dt = rand(n, nheads, headdim), rand(n, nheads, headdim), rand(n, nheads)
+    B, C = rand(n, ngroups, dstate, scale=0.3), rand(n, ngroups, dstate, scale=0.3)
+    y = empty(n, nheads, headdim)
     if k.phase == DECODE:
-        b = w.slots
-        x, z, dt = rand(b, nheads, headdim), rand(b, nheads, headdim), rand(b, nheads)
-        B, C = rand(b, ngroups, dstate, scale=0.3), rand(b, ngroups, dstate, scale=0.3)
-        y = keep(torch.empty((b, nheads, headdim), dtype=act, device=dev))
-        idx = keep(torch.arange(b, dtype=torch.int32, device=dev))
-
-        def run() -> None:
-            for layer in range(layers):
-                hk.selective_state_update(pool[layer], x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=True,
-                                          state_batch_indices=idx, out=y)
-        return run
-
-    T, chunk = w.tokens, w.chunk_size
-    x, z, dt = rand(T, nheads, headdim), rand(T, nheads, headdim), rand(T, nheads)
-    B, C = rand(T, ngroups, dstate, scale=0.3), rand(T, ngroups, dstate, scale=0.3)
-    y = keep(torch.empty((T, nheads, headdim), dtype=act, device=dev))
-    cu = keep(torch.tensor([0, T], dtype=torch.int32, device=dev))
-    slot = keep(torch.zeros(1, dtype=torch.int32, device=dev))
-    init = keep(torch.ones(1, dtype=torch.bool, device=dev))
-    meta = hk.ssd_chunk_metadata(cu, chunk, device=dev)
-    arena.scratch.append(meta)
-
-    def run() -> None:
-        for layer in range(layers):
-            hk.ssd_chunk_scan(x, dt, A, B, C, chunk, cu, pool[layer], slot, init, D=D, z=z, dt_bias=dt_bias,
-                              dt_softplus=True, out=y, metadata=meta)
-    return run
+        return every_layer(lambda p: hk.selective_state_update(p, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                                               dt_softplus=True, state_batch_indices=idx, out=y))
+    chunk = w.chunk_size
+    cu, slot, init = one_sequence()
+    meta = keep(hk.ssd_chunk_metadata(cu, chunk, device=dev))
+    return every_layer(lambda p: hk.ssd_chunk_scan(x, dt, A, B, C, chunk, cu, p, slot, init, D=D, z=z,
+                                                   dt_bias=dt_bias, dt_softplus=True, out=y, metadata=meta))
 
 
 def _time_row(backend: _Backend, arena: _Arena, w: Workload, k: KernelPlan) -> float:
