@@ -180,13 +180,22 @@ def _conv_row(phase: str, i: int, g: StateGroup, *, slots: int, tokens: int, act
                       g.count * per_layer, g.count * flops, work)
 
 
-def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: int, act: int) -> KernelPlan:
-    hv, vdim, kdim = g.ssm_shape
-    dims = {"v_heads": hv, "k_heads": mixer.num_k_heads, "vdim": vdim, "kdim": kdim}
-    if phase != DECODE:
+def _ssm_without_kernel(phase: str, i: int, g: StateGroup, dims: dict, *, decode_only: bool) -> KernelPlan | None:
+    """The row of an SSM part no kernel here runs (a prefill of a decode-only family, or a state dtype the
+    kernels do not take), with why; None when it runs."""
+    if decode_only and phase != DECODE:
         return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", dims)
     if g.ssm_dtype not in KERNEL_DTYPES:
         return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    return None
+
+
+def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: int, act: int) -> KernelPlan:
+    hv, vdim, kdim = g.ssm_shape
+    dims = {"v_heads": hv, "k_heads": mixer.num_k_heads, "vdim": vdim, "kdim": kdim}
+    blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=True)
+    if blocked:
+        return blocked
     hk = dims["k_heads"]
     per_layer = bench.gdn_update_bytes(slots, hv, hk, vdim, kdim, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (2 * slots * hk * kdim + 2 * slots * hv * vdim) * act + 2 * slots * hv * 4 + slots * INDEX_BYTES
@@ -197,10 +206,9 @@ def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: 
 def _mamba1_row(phase: str, i: int, g: StateGroup, *, slots: int, act: int) -> KernelPlan:
     dim, dstate = g.ssm_shape
     dims = {"dim": dim, "dstate": dstate}
-    if phase != DECODE:
-        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", dims)
-    if g.ssm_dtype not in KERNEL_DTYPES:
-        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=True)
+    if blocked:
+        return blocked
     per_layer = bench.mamba1_update_bytes(slots, dim, dstate, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (4 * slots * dim + 2 * slots * dstate) * act + (dim * dstate + 2 * dim) * 4 + slots * INDEX_BYTES
     return KernelPlan(phase, g.kind, "ssm", i, g.count, MAMBA1_DECODE, "ok", {"batch": slots, **dims},
@@ -218,8 +226,9 @@ def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: in
     nheads, headdim, dstate = g.ssm_shape
     ngroups = mixer.padded_groups(1)
     dims = {"nheads": nheads, "headdim": headdim, "dstate": dstate, "ngroups": ngroups}
-    if g.ssm_dtype not in KERNEL_DTYPES:
-        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, f"no kernel for {g.ssm_dtype} state", dims)
+    blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=False)
+    if blocked:
+        return blocked
     sb = size_of(g.ssm_dtype)
     params = 3 * nheads * 4
     if phase == DECODE:
