@@ -143,15 +143,15 @@ def _even(f: Fields, a: int, b: int, a_name: str, b_name: str) -> int:
     return a // b
 
 
-def _mamba2(f: Fields, *, intermediate: int, heads: int, head_dim: int, state: int, groups: int, kernel: int
-            ) -> Mamba2:
-    if heads * head_dim != intermediate:
-        raise PlanError(f"{f.family} config: Mamba-2 inner width {intermediate} is not heads·head_dim = "
-                        f"{heads}·{head_dim} = {heads * head_dim}; the model cannot be built from it")
-    if heads % groups:
-        raise PlanError(f"{f.family} config: Mamba heads ({heads}) are not a multiple of the groups ({groups})")
-    return Mamba2(num_heads=heads, head_dim=head_dim, state_size=state, n_groups=groups, conv_kernel=kernel,
-                  intermediate=intermediate)
+def _mamba2(f: Fields, m: Mamba2) -> Mamba2:
+    """A Mamba-2 mixer the model can be built from."""
+    if m.num_heads * m.head_dim != m.intermediate:
+        raise PlanError(f"{f.family} config: Mamba-2 inner width {m.intermediate} is not heads·head_dim = "
+                        f"{m.num_heads}·{m.head_dim} = {m.num_heads * m.head_dim}; the model cannot be built from it")
+    if m.num_heads % m.n_groups:
+        raise PlanError(f"{f.family} config: Mamba heads ({m.num_heads}) are not a multiple of the groups "
+                        f"({m.n_groups})")
+    return m
 
 
 def _display_int(value: Any) -> int:
@@ -191,10 +191,10 @@ def nemotron_h(f: Fields) -> dict:
         heads = f.int("mamba_num_heads", default=128)
         head_dim = f.int("mamba_head_dim", default=64)
         # vLLM: I = mamba_num_heads·mamba_head_dim, never expand·hidden (Nano-3: 64·64 ≠ 2·2688).
-        mamba = _mamba2(f, intermediate=heads * head_dim, heads=heads, head_dim=head_dim,
-                        state=f.int("ssm_state_size", "mamba_d_state", default=128),
-                        groups=f.int("n_groups", "mamba_n_groups", default=8),
-                        kernel=f.int("conv_kernel", "mamba_d_conv", default=4))
+        mamba = _mamba2(f, Mamba2(intermediate=heads * head_dim, num_heads=heads, head_dim=head_dim,
+                                  state_size=f.int("ssm_state_size", "mamba_d_state", default=128),
+                                  n_groups=f.int("n_groups", "mamba_n_groups", default=8),
+                                  conv_kernel=f.int("conv_kernel", "mamba_d_conv", default=4)))
     if "*" in chars:
         head_dim = f.int("head_dim", "attention_head_dim", default=128)
         attn = _attention(f, kv_default=8, head_dim=head_dim)
@@ -242,8 +242,8 @@ def zamba2(f: Fields) -> dict:
         heads = f.int("n_mamba_heads", default=8)
         head_dim = _even(f, inner, heads, "mamba_expand·hidden_size", "n_mamba_heads")
         state, kernel = f.int("mamba_d_state", default=64), f.int("mamba_d_conv", default=4)
-    mamba = _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim, state=state,
-                    groups=f.int("mamba_ngroups", default=1), kernel=kernel)
+    mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim, state_size=state,
+                              n_groups=f.int("mamba_ngroups", default=1), conv_kernel=kernel))
     heads_attn = f.int("num_attention_heads", "num_mem_heads")
     # The shared block attends over concat(hidden, embedding): head size 2·hidden/heads.
     attn = _attention(f, heads_key=("num_attention_heads", "num_mem_heads"),
@@ -268,9 +268,10 @@ def falcon_h1(f: Fields) -> dict:
         inner = f.int("mamba_d_ssm", default=1024)
     head_dim = (_even(f, inner, heads, "the Mamba inner width", "mamba_n_heads")
                 if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
-    mamba = _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim,
-                    state=f.int("mamba_d_state", default=256), groups=f.int("mamba_n_groups", default=1),
-                    kernel=f.int("mamba_d_conv", default=4))
+    mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
+                              state_size=f.int("mamba_d_state", default=256),
+                              n_groups=f.int("mamba_n_groups", default=1),
+                              conv_kernel=f.int("mamba_d_conv", default=4)))
     attn = _attention(f, kv_default=8)
     mixers: list[Mixer] = []
     for _ in range(n):  # every layer runs attention and Mamba-2 in parallel
@@ -284,8 +285,9 @@ def _granite_like_mamba(f: Fields) -> Mamba2:
     heads = f.int("mamba_n_heads", default=128)
     head_dim = (_even(f, inner, heads, "mamba_expand·hidden_size", "mamba_n_heads")
                 if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
-    return _mamba2(f, intermediate=inner, heads=heads, head_dim=head_dim, state=f.int("mamba_d_state", default=256),
-                   groups=f.int("mamba_n_groups", default=1), kernel=f.int("mamba_d_conv", default=4))
+    return _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
+                             state_size=f.int("mamba_d_state", default=256),
+                             n_groups=f.int("mamba_n_groups", default=1), conv_kernel=f.int("mamba_d_conv", default=4)))
 
 
 def granite_hybrid(f: Fields) -> dict:
@@ -319,9 +321,9 @@ def mamba1(f: Fields) -> dict:
 def mamba2(f: Fields) -> dict:
     n, hidden = f.int("num_hidden_layers"), f.int("hidden_size")
     inner = int(f.number("expand", default=2) * hidden)
-    m = _mamba2(f, intermediate=inner, heads=f.int("num_heads", default=128), head_dim=f.int("head_dim", default=64),
-                state=f.int("state_size", default=128), groups=f.int("n_groups", default=8),
-                kernel=f.int("conv_kernel", default=4))
+    m = _mamba2(f, Mamba2(intermediate=inner, num_heads=f.int("num_heads", default=128),
+                          head_dim=f.int("head_dim", default=64), state_size=f.int("state_size", default=128),
+                          n_groups=f.int("n_groups", default=8), conv_kernel=f.int("conv_kernel", default=4)))
     return dict(mixers=[m] * n, ffn=[], chunk=f.int("chunk_size", default=256))
 
 

@@ -12,6 +12,7 @@ from math import floor
 
 from hybridplan.memory import Footprint
 
+
 @dataclass(frozen=True)
 class Curve:
     """bytes(x) = constant + Σ slope·min(x, cap); cap None means uncapped."""

@@ -132,3 +132,16 @@ def load_model(ref: str) -> ModelSpec:
     if looks_like_path:
         raise PlanError(f"no such file or folder: {ref}")
     raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`) nor a path to a config.json")
+
+
+def load_logged_model(ref: str) -> ModelSpec:
+    """The model a start-up log names (a Hub id or a path): the shipped spec whose source it is, else the
+    path, else an error asking for --model."""
+    key = ref.rstrip("/").lower()
+    for spec in shipped_specs():
+        if spec.source and (spec.source.lower() == key or key.endswith("/" + spec.source.lower().split("/")[-1])):
+            return spec
+    try:
+        return load_model(ref)
+    except PlanError:
+        raise PlanError(f"the log's model {ref!r} is not a shipped spec: pass --model") from None

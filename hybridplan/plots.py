@@ -9,7 +9,8 @@ from hybridplan.errors import PlanError
 from hybridplan.units import GiB
 
 if TYPE_CHECKING:
-    from hybridplan.plan import CrossoverReport
+    from hybridplan.reports.crossover import CrossoverReport
+    from hybridplan.reports.prefix import SweepReport
 
 
 def _pyplot():
@@ -61,7 +62,7 @@ def crossover_plot(r: CrossoverReport, path: Path) -> None:
     plt.close(fig)
 
 
-def prefix_plot(sw, path: Path) -> None:
+def prefix_plot(sw: SweepReport, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, pts in sw.series().items():

@@ -13,7 +13,13 @@ from rich.text import Text
 from hybridplan.units import human_bytes, human_tokens
 
 if TYPE_CHECKING:
-    from hybridplan.plan import CrossoverReport, SizeReport
+    from hybridplan.reports.check_log import CheckReport
+    from hybridplan.reports.crossover import CrossoverReport
+    from hybridplan.reports.engines import EngineReport
+    from hybridplan.reports.fit import FitReport
+    from hybridplan.reports.models import ModelsReport
+    from hybridplan.reports.prefix import PrefixReport, SweepReport
+    from hybridplan.reports.size import SizeReport
     from hybridplan.spec import ModelSpec
 
 
@@ -96,6 +102,8 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     s.add_row(f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only")
     parts.append(s)
     parts.extend(_notes(spec))
+    if r.engines is not None:
+        parts.append(engines_view(r.engines, exact=exact))
     return Group(*parts)
 
 
@@ -121,48 +129,56 @@ def crossover_view(r: CrossoverReport) -> Group:
     return Group(head, t, lad, *_notes(r.spec))
 
 
-def models_view(specs: list[ModelSpec]) -> Table:
+def models_view(r: ModelsReport) -> Table:
     t = Table(title="Shipped model specs", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("name", "aliases", "family", "layers", "source"):
         t.add_column(col)
-    for s in specs:
+    for s in r.specs:
         t.add_row(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
     return t
 
 
-def engines_view(e, *, exact: bool = False) -> Group:
+def _vllm_pages(v, exact: bool) -> list:
+    t = Table(title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with prefix "
+                    f"caching: {v.prefix_mode})", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, m in v.modes.items():
+        d = m.to_dict()
+        t.add_row(mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
+                  _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
+                  f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
+                  f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)")
+    parts: list = [t]
+    for mode, m in v.modes.items():
+        for line in m.layout.logs:
+            parts.append(Text(f"  [{mode}] {line}", style="dim"))
+    return parts
+
+
+def _sglang_pool(p, exact: bool) -> list:
+    d = p.to_dict()
+    t = Table(title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)",
+              box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_column(style="dim")
+    t.add_row("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"]))
+    t.add_row("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"]))
+    t.add_row("per request", _b(d["per_request_bytes"], exact), "")
+    t.add_row("max running requests", f"{d['max_running_requests']:,}",
+              f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request")
+    t.add_row("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")
+    return [t, Text(f"  {d['logs'][0]}", style="dim")]
+
+
+_LAYOUT_VIEWS = {"vllm": _vllm_pages, "sglang": _sglang_pool}
+
+
+def engines_view(e: EngineReport, *, exact: bool = False) -> Group:
     parts: list = []
-    if e.vllm is not None:
-        v = e.vllm
-        t = Table(title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with prefix "
-                        f"caching: {v.prefix_mode})", box=box.SIMPLE_HEAD, title_justify="left")
-        for col in ("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"):
-            t.add_column(col, justify="left" if col == "mode" else "right")
-        for mode, m in v.modes.items():
-            d = m.to_dict()
-            t.add_row(mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
-                      _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
-                      f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
-                      f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)")
-        parts.append(t)
-        for mode, m in v.modes.items():
-            for line in m.layout.logs:
-                parts.append(Text(f"  [{mode}] {line}", style="dim"))
-    if e.sglang is not None:
-        d = e.sglang.to_dict()
-        t = Table(title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)",
-                  box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column(justify="right")
-        t.add_column(style="dim")
-        t.add_row("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"]))
-        t.add_row("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"]))
-        t.add_row("per request", _b(d["per_request_bytes"], exact), "")
-        t.add_row("max running requests", f"{d['max_running_requests']:,}",
-                  f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request")
-        t.add_row("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")
-        parts.append(t)
-        parts.append(Text(f"  {d['logs'][0]}", style="dim"))
+    for name, part in e.parts.items():
+        parts += _LAYOUT_VIEWS[name](part, exact)
     parts.extend(_skipped(e.skipped))
     return Group(*parts)
 
@@ -171,64 +187,66 @@ def _skipped(skipped) -> list[Text]:
     return [Text(f"{engine}: skipped — {why}", style="yellow") for engine, why in skipped]
 
 
-def fit_view(r) -> Group:
-    d = r.to_dict()
-    parts: list = [Text.assemble((r.spec.name, "bold"), f"  ·  {r.ctx:,} tokens per request  ·  TP {r.tp}")]
-    if r.vllm:
-        v = d["vllm"]
-        t = Table(title=f"vLLM {r.vllm[v['default_mode']].capacity.rel.version}: {v['available_kv_cache_memory_log']} "
-                        f"({v['kv_budget_bytes']:,} B)",
-                  box=box.SIMPLE_HEAD, title_justify="left")
-        for col in ("mode", "block", "blocks", "blocks / request", "max concurrency", "KV tokens",
-                    "max_num_seqs ≤", "starts"):
-            t.add_column(col, justify="left" if col == "mode" else "right")
-        for mode, m in v["modes"].items():
-            label = f"{mode} (default)" if mode == v["default_mode"] else mode
-            t.add_row(label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
-                      str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
-                      f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
-                      "[green]yes[/]" if m["starts"] else "[red]no[/]")
-        parts.append(t)
-        dm = v["modes"].get(v["default_mode"])
-        if dm:
-            for line in dm["logs"]:
-                parts.append(Text(f"  {line}", style="dim"))
-    if r.sglang:
-        s = d["sglang"]
-        t = Table(title=f"SGLang {s['version']}: {human_bytes(s['budget_bytes'])} split between the state pool and "
-                        "the KV pool", box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column(justify="right")
-        t.add_column(style="dim")
-        t.add_row("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"]))
-        t.add_row("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"]))
-        t.add_row("max running requests", f"{s['max_running_requests']:,}",
-                  f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")
-        parts.append(t)
-        for line in s["logs"]:
-            parts.append(Text(f"  {line}", style="dim"))
-    for engine, flags in d["flags"].items():
+def _vllm_fit(v) -> list:
+    d = v.to_dict()
+    t = Table(title=f"vLLM {v.rel.version}: {d['available_kv_cache_memory_log']} ({d['kv_budget_bytes']:,} B)",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("mode", "block", "blocks", "blocks / request", "max concurrency", "KV tokens", "max_num_seqs ≤",
+                "starts"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, m in d["modes"].items():
+        label = f"{mode} (default)" if mode == d["default_mode"] else mode
+        t.add_row(label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
+                  str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
+                  f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
+                  "[green]yes[/]" if m["starts"] else "[red]no[/]")
+    parts: list = [t]
+    dm = d["modes"].get(d["default_mode"])
+    if dm:
+        parts += [Text(f"  {line}", style="dim") for line in dm["logs"]]
+    return parts
+
+
+def _sglang_fit(g) -> list:
+    s = g.to_dict()
+    t = Table(title=f"SGLang {s['version']}: {human_bytes(s['budget_bytes'])} split between the state pool and "
+                    "the KV pool", box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_column(style="dim")
+    t.add_row("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"]))
+    t.add_row("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"]))
+    t.add_row("max running requests", f"{s['max_running_requests']:,}",
+              f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")
+    return [t, *(Text(f"  {line}", style="dim") for line in s["logs"])]
+
+
+_FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
+
+
+def fit_view(r: FitReport) -> Group:
+    parts: list = [Text.assemble((r.sc.spec.name, "bold"), f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}")]
+    for name, part in r.parts.items():
+        parts += _FIT_VIEWS[name](part)
+    for engine, flags in r.flags().items():
         parts.append(Text(f"{engine} flags: {flags}"))
-    problems = [f"vLLM ({m}): {f.problem}" for m, f in r.vllm.items() if m == r.vllm_default_mode and f.problem]
     if r.verdict_ok:
         parts.append(Text("verdict: starts with these settings", style="bold green"))
     else:
-        parts.append(Text("verdict: will not start — " + "; ".join(problems or ["no request fits"]), style="bold red"))
+        parts.append(Text("verdict: will not start — " + "; ".join(r.problems or ["no request fits"]),
+                          style="bold red"))
     parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
     parts.extend(_skipped(r.skipped))
     return Group(*parts)
 
 
-def prefix_view(r) -> Group:
+def prefix_view(r: PrefixReport) -> Group:
     t = Table(title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one "
                     "that shared the prefix", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("engine", "block / grid", "checkpoints of the first request", "2nd reuses", "computes",
                 "3rd+ reuses", "computes"):
         t.add_column(col, justify="left" if col in ("engine", "checkpoints of the first request") else "right")
-    rows = [(f"vLLM {r.vllm_rel.version} {mode}", x) for mode, x in r.vllm.items()]
-    if r.sglang:
-        rows.append((f"SGLang {r.sglang_rel.version}", r.sglang))
-    for label, x in rows:
+    for label, _, x in r.entries():
         t.add_row(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
                   f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
     return Group(t, *_skipped(r.skipped))
@@ -241,7 +259,7 @@ def _cps(cps) -> str:
     return shown + (f", … ({len(cps)})" if len(cps) > 6 else "")
 
 
-def sweep_view(sw) -> Group:
+def sweep_view(sw: SweepReport) -> Group:
     series = sw.series()
     t = Table(title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
                     "2nd request / 3rd and later", box=box.SIMPLE_HEAD, title_justify="left")
@@ -253,7 +271,7 @@ def sweep_view(sw) -> Group:
     return Group(t)
 
 
-def check_view(r) -> Group:
+def check_view(r: CheckReport) -> Group:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     t = Table(title=f"{r.model}: the log against the prediction ({settings})", box=box.SIMPLE_HEAD,
               title_justify="left")

@@ -138,11 +138,12 @@ def test_mutated_configs_load_or_fail_cleanly(real_configs, data):
     except PlanError as exc:
         assert "\n" not in str(exc)
         return
-    from hybridplan import plan
+    from hybridplan.scenario import DtypeChoice
+    from tests.helpers import footprint
 
     for tp in (1, 2):
         try:
-            fp = plan.resolve_footprint(spec, tp=tp, choice=plan.DtypeChoice())
+            fp = footprint(spec, tp=tp, dtypes=DtypeChoice())
         except PlanError:
             continue
         assert fp.state_bytes >= 0 and fp.kv_bytes_per_token >= 0

@@ -2,25 +2,30 @@
 or a derivation written out in the comment beside it."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from hybridplan import plan, serving
 from hybridplan.engines import sglang, vllm
+from hybridplan.engines.common import lcm
 from hybridplan.errors import PlanError
-from hybridplan.plan import DtypeChoice
 from hybridplan.loader import load_model
-
-GiB = 1 << 30
+from hybridplan.reports.fit import fit
+from hybridplan.reports.prefix import prefix, prefix_sweep
+from hybridplan.scenario import Budget, DtypeChoice
+from tests.helpers import GiB, scenario
 
 
 def fp_of(name, minor=33, tp=1, **kw):
-    return plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice(**kw), rel=vllm.Release(minor))
+    return vllm.footprint(scenario(name, minor=minor, tp=tp, dtypes=DtypeChoice(**kw)))
 
 
 def lay(name, mode, minor=33, tp=1, **kw):
-    spec = load_model(name)
-    return vllm.layout(fp_of(name, minor, tp), spec, vllm.Release(minor), mode, **kw)
+    return vllm.layout(scenario(name, minor=minor, tp=tp, vllm=kw), mode)
+
+
+def cap_of(name, mode, minor=33, budget=40 * GiB, ctx=8192, **kw):
+    return vllm.capacity(scenario(name, ctx, minor=minor, vllm=kw), mode, budget)
 
 
 # --- ENGINE_NOTES §2: "vLLM gives, for Nemotron-H-8B (bf16 KV, fp32 SSM, t=1)" -------------------------
@@ -43,9 +48,7 @@ def test_nemotron_all_mode_blocks():
     lo = lay("nemotron-h", "all", 28)
     assert (lo.block_size, f"{lo.padding_pct:.2f}", lo.page_bytes) == (1280, "23.20", 5_242_880)
     spec = load_model("nemotron-h")
-    from dataclasses import replace
-
-    lo = vllm.layout(fp_of("nemotron-h", 28), replace(spec, chunk_size=128), vllm.Release(28), "all")
+    lo = vllm.layout(scenario(replace(spec, chunk_size=128), minor=28), "all")
     assert (lo.block_size, f"{lo.padding_pct:.2f}") == (1152, "10.88")
 
 
@@ -59,9 +62,7 @@ def test_nemotron_all_mode_blocks():
     (33, "align", 2520, "96.92", int(2520 / 26 * 8192)),
 ])
 def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
-    spec = load_model("nemotron-h")
-    cap = vllm.capacity(fp_of("nemotron-h", minor), spec, vllm.Release(minor), mode, kv_budget=40 * GiB,
-                        max_len=8192)
+    cap = cap_of("nemotron-h", mode, minor)
     # groups: 4 attention + 24 Mamba layers → group size 4 → 1 attention group and 6 Mamba groups
     assert cap.group_size == 4 and len(cap.groups) == 7
     assert cap.num_blocks == blocks and f"{cap.max_concurrency:.2f}" == conc and cap.kv_tokens == tokens
@@ -71,22 +72,18 @@ def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
 
 def test_two_line_capacity_log_before_028():
     # 0.23 prints two lines (ENGINE_NOTES §2)
-    spec = load_model("nemotron-h")
-    cap = vllm.capacity(fp_of("nemotron-h", 23), spec, vllm.Release(23), "none", kv_budget=40 * GiB, max_len=8192)
+    cap = cap_of("nemotron-h", "none", 23)
     assert cap.logs == ("GPU KV cache size: 1,474,560 tokens",
                         "Maximum concurrency for 8,192 tokens per request: 180.00x")
 
 
 def test_max_num_seqs_over_mamba_blocks_will_not_start():
     # vLLM 0.33 raises when max_num_seqs > num_blocks with Mamba layers (vllm/config/compilation.py)
-    spec = load_model("nemotron-h")
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="vllm"), max_num_seqs=3000)
-    f = r.vllm["align"]
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="vllm", vllm=dict(max_num_seqs=3000)))
+    f = r.parts["vllm"].modes["align"]
     assert not f.starts and f.largest_max_num_seqs == 2520 and not r.verdict_ok
     assert f.problem.startswith("max_num_seqs (3000) exceeds available Mamba cache blocks (2520).")
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="vllm"), max_num_seqs=2520)
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="vllm", vllm=dict(max_num_seqs=2520)))
     assert r.verdict_ok
 
 
@@ -103,13 +100,10 @@ def test_fit_cli_exit_codes(run_cli):
 
 def test_fit_from_gpu_memory():
     # 0.33: requested = ceil(141e9 · 0.92); budget = that − weights (8e9 params · 2 B) − 2 GiB overhead
-    r = serving.fit(load_model("nemotron-h"), ctx=8192, tp=1, choice=plan.DtypeChoice(),
-                    budget=serving.Budget(gpu_mem=141 * 10**9, params=8e9, overhead=2 * GiB),
-                    s=serving.EngineSettings(engine="vllm"))
-    assert r.vllm_budget == -(-141 * 10**9 * 92 // 100) - 16 * 10**9 - 2 * GiB
+    r = fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9, params=8e9, overhead=2 * GiB), engine="vllm"))
+    assert r.parts["vllm"].budget == -(-141 * 10**9 * 92 // 100) - 16 * 10**9 - 2 * GiB
     with pytest.raises(PlanError, match="--weights SIZE or --params"):
-        serving.fit(load_model("nemotron-h"), ctx=8192, tp=1, choice=plan.DtypeChoice(),
-                    budget=serving.Budget(gpu_mem=141 * 10**9), s=serving.EngineSettings(engine="vllm"))
+        fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9), engine="vllm"))
 
 
 def test_impossible_budget(run_cli):
@@ -154,8 +148,8 @@ def test_mamba1_model():
     assert (lo.block_size, f"{lo.padding_pct:.2f}") == (80, "5.26")
     assert lay("jamba", "all", 28).block_size == 2048
     # Mamba-1 layers pin 2 pages in align even in 0.33 (no prefill checkpoint page)
-    assert vllm.recurrent_pages_per_request("mamba1", vllm.Release(33), "align", block_size=80, max_len=8192) == 2
-    assert vllm.recurrent_pages_per_request("mamba2", vllm.Release(33), "align", block_size=80, max_len=8192) == 3
+    assert vllm.recurrent_pages(scenario("jamba"), "mamba1", "align", 80) == 2
+    assert vllm.recurrent_pages(scenario("jamba"), "mamba2", "align", 80) == 3
 
 
 @pytest.mark.parametrize("minor,backend,block", [
@@ -170,8 +164,8 @@ def test_gdn_checkpoint_alignment(minor, backend, block):
     assert lay("qwen3-next", "align", minor, gdn_backend=backend).block_size == block
     assert lay("qwen3-next", "none", minor, gdn_backend=backend).block_size == 544
     # FlashInfer GDN also pins a checkpoint page in 0.33 align: 2 + 1
-    pages = vllm.recurrent_pages_per_request("gdn", vllm.Release(minor), "align", block_size=block, max_len=8192,
-                                             gdn_backend=backend)
+    pages = vllm.recurrent_pages(scenario("qwen3-next", minor=minor, vllm=dict(gdn_backend=backend)), "gdn", "align",
+                                 block)
     assert pages == (3 if (minor, backend) == (33, "flashinfer") else 2)
 
 
@@ -190,24 +184,25 @@ def test_lfm2_block_does_not_grow_but_page_is_padded():
 def test_every_mode_of_every_release(name, tp, minor):
     rel = vllm.Release(minor)
     spec = load_model(name)
+    sc = scenario(spec, minor=minor, tp=tp)
     try:
-        fp = plan.resolve_footprint(spec, tp=tp, choice=plan.DtypeChoice(), rel=rel)
+        fp = vllm.footprint(sc)
     except PlanError as exc:
         assert f"--tp {tp}" in str(exc)
         return
     mpage, attn1 = vllm.mamba_page(fp), vllm.attention_page_per_token(fp)
     for mode in rel.modes:
-        lo = vllm.layout(fp, spec, rel, mode)
+        lo = vllm.layout(sc, mode)
         # invariants of _align_hybrid_block_size: one attention page holds one state page, the state page is
         # padded to exactly block·attn1, and the block is a multiple of the kernel block (16)
         assert lo.page_bytes == lo.block_size * attn1 >= mpage
         assert lo.block_size % 16 == 0
         # minimality: one kernel block less (none/align) or one chunk less (all) would not hold the state
-        step = 16 if mode != "all" else vllm.lcm(spec.chunk_size or 2048, 16)
+        step = 16 if mode != "all" else lcm(spec.chunk_size or 2048, 16)
         if mode == "align" and minor >= 33 and name == "qwen3-next":
             step = 64
         assert lo.block_size == 16 or (lo.block_size - step) * attn1 < mpage
-        cap = vllm.capacity(fp, spec, rel, mode, kv_budget=40 * GiB, max_len=8192)
+        cap = vllm.capacity(sc, mode, 40 * GiB)
         assert cap.num_blocks == 40 * GiB // (cap.group_size * lo.page_bytes)
         assert len(cap.logs) == (1 if minor >= 28 else 2)
 
@@ -227,11 +222,10 @@ def test_mla_block_at_least_128():
                              "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
                              "linear_attn_config": {"full_attn_layers": [4], "num_heads": 32, "head_dim": 128,
                                                     "short_conv_kernel_size": 4}}, name="kimi")
-    fp = plan.resolve_footprint(kimi, tp=1, choice=plan.DtypeChoice())
     # KDA page: conv 12288·3·2 = 73,728 + SSM 32·128·128·4 = 2,097,152 → 2,170,880 B; MLA attn1 = 576·2 = 1,152
     # 0.27+: A = max(16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920; 0.23: 16·cdiv(…, 18,432) = 1888
-    assert vllm.layout(fp, kimi, vllm.Release(33), "align").block_size == 1920
-    assert vllm.layout(fp, kimi, vllm.Release(23), "none").block_size == 1888
+    assert vllm.layout(scenario(kimi), "align").block_size == 1920
+    assert vllm.layout(scenario(kimi, minor=23), "none").block_size == 1888
 
 
 def test_dtype_defaults_by_release():
@@ -253,7 +247,7 @@ def test_default_modes_by_release():
                                                                                   "align"]
     assert vllm.Release(27).default_mode(load_model("qwen3-next")) == "align"  # GDN has no `all`
     with pytest.raises(PlanError, match="no mamba cache mode 'all'"):
-        vllm.layout(fp_of("nemotron-h"), spec, vllm.Release(33), "all")
+        vllm.layout(scenario(spec), "all")
 
 
 def test_unknown_versions():
@@ -270,9 +264,7 @@ def test_unknown_versions():
 def test_sglang_pool_256_slots():
     # SGLang: "conv_state size: 0.35GB, ssm_state size: 24.09GB" for Nemotron-H-8B, 256 slots (+1 padding row):
     # conv 24·257·61,440 B = 378,961,920 B = 0.35 GiB; SSM 24·257·4,194,304 B = 25,870,467,072 B = 24.09 GiB
-    spec = load_model("nemotron-h")
-    s = serving.sglang_section(spec, serving.sglang_footprint(spec, tp=1, choice=plan.DtypeChoice()), slots=256,
-                               s=serving.EngineSettings())
+    s = sglang.ENGINE.layout(scenario("nemotron-h", slots=256))
     assert s.pool.conv_bytes == 378_961_920 and s.pool.ssm_bytes == 25_870_467_072
     assert s.pool.log == ("Mamba Cache is allocated. max_mamba_cache_size: 256, conv_state size: 0.35GB, "
                           "ssm_state size: 24.09GB ")
@@ -281,18 +273,16 @@ def test_sglang_pool_256_slots():
 
 def test_sglang_auto_split_at_40gib():
     # SGLang's own code gives, for Nemotron-H-8B with R = 40 GiB: K = 198, 1,380,874 KV tokens, cap 39
-    spec = load_model("nemotron-h")
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="sglang"), max_running_requests=100)
-    assert (r.sglang.pool.size, r.sglang.kv_tokens, r.sglang.max_running_requests) == (198, 1_380_874, 39)
-    assert r.sglang.logs[1] == (
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="sglang",
+                     sglang=dict(max_running_requests=100))).parts["sglang"]
+    assert (r.pool.size, r.kv_tokens, r.max_running_requests) == (198, 1_380_874, 39)
+    assert r.logs[1] == (
         "max_running_requests is capped to 39 by the mamba state cache (max_mamba_cache_size=198, 5 state slots per "
         "request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state "
         "size with --mamba-ssm-dtype bfloat16.")
     # 0.5.9: K = floor(40 GiB · 0.9/1.9 / 102,137,856) = 199
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="sglang", sglang_version="0.5.9"))
-    assert r.sglang.pool.size == int(40 * GiB * 0.9 / 1.9 // 102_137_856) == 199
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="sglang", sglang_version="0.5.9"))
+    assert r.parts["sglang"].pool.size == int(40 * GiB * 0.9 / 1.9 // 102_137_856) == 199
 
 
 def test_sglang_0_5_9_split_and_requests():
@@ -300,15 +290,13 @@ def test_sglang_0_5_9_split_and_requests():
     # 40 GiB − 199 rows (not 200): 42,949,672,960 − 199 · 102,137,856 = 22,624,239,616 B → // 16,384 B per token
     # = 1,380,874 tokens. auto → no_buffer: 3 slots per request, cap 199 // 3 = 66 below the estimate
     # clamp(int(1,380,874 / 8192 · 512), 2048, 4096) = 4096; 0.5.9 caps without a warning.
-    spec = load_model("nemotron-h")
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="sglang", sglang_version="0.5.9")).sglang
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="sglang",
+                     sglang_version="0.5.9")).parts["sglang"]
     assert (r.pool.size, r.kv_bytes, r.kv_tokens) == (199, 22_624_239_616, 1_380_874)
     assert (r.strategy, r.ratio, r.max_running_requests) == ("no_buffer", 3, 66)
     assert r.logs == [r.pool.log]
     # 0.5.23 with no --max-running-requests: the estimate 4096 is capped to K // 5 = 198 // 5 = 39, with the warning
-    r = serving.fit(spec, ctx=8192, tp=1, choice=plan.DtypeChoice(), budget=serving.Budget(kv_budget=40 * GiB),
-                    s=serving.EngineSettings(engine="sglang")).sglang
+    r = fit(scenario("nemotron-h", budget=Budget(kv_budget=40 * GiB), engine="sglang")).parts["sglang"]
     assert r.max_running_requests == 39 and r.logs[1].startswith("max_running_requests is capped to 39 ")
 
 
@@ -337,7 +325,7 @@ def test_sglang_strategies_per_release():
     with pytest.raises(PlanError, match="refuses --mamba-radix-cache-strategy extra_buffer for NemotronHForCausalLM"):
         sglang.strategy(load_model("nemotron-h"), old, "extra_buffer")
     with pytest.raises(PlanError, match="no model class for MambaForCausalLM"):
-        sglang.check_served(load_model("mamba-2.8b"), old)
+        old.check_served(load_model("mamba-2.8b"))
     # slots per request: 3 + 2 with overlap, 3 + 1 without (0.5.23); 0.5.9 adds 2 whenever there is no spec decoding
     assert sglang.slots_per_request("no_buffer", new) == 3 and sglang.slots_per_request("off", new) == 1
     assert sglang.slots_per_request("extra_buffer", new, overlap=False) == 4
@@ -346,10 +334,10 @@ def test_sglang_strategies_per_release():
 
 def test_sglang_dtypes():
     # conv bf16 whatever the model dtype; SSM fp32 unless the config's mamba_ssm_dtype says otherwise
-    d = sglang.cache_dtypes(load_model("mamba-codestral-7b"))
+    d = sglang.cache_dtypes(load_model("mamba-codestral-7b"), DtypeChoice())
     assert (d.conv, d.ssm) == ("bfloat16", "float32")
     with pytest.raises(PlanError, match="no model class for JambaForCausalLM"):
-        sglang.check_served(load_model("jamba"), sglang.release(None))
+        sglang.release(None).check_served(load_model("jamba"))
 
 
 def test_size_engine_json_contract(run_cli):
@@ -380,27 +368,24 @@ def test_size_engine_json_contract(run_cli):
     (1280, 0, 0, 1280),  # a whole cached prompt still recomputes its last token, here its only block
 ])
 def test_prefix_examples_all_mode(shared, private, reused, computed):
-    r = serving.prefix(load_model("nemotron-h"), shared=shared, private=private,
-                       s=serving.EngineSettings(engine="vllm", vllm_version="0.28", mode="all"))
-    x = r.vllm["all"]
+    r = prefix(scenario("nemotron-h", minor=28, engine="vllm", vllm=dict(mode="all")), shared, private)
+    x = r.parts["vllm"].modes["all"]
     assert x.grid == 1280 and (x.reused_tokens, x.computed_tokens) == (reused, computed)
 
 
 def test_prefix_align_and_none():
-    spec = load_model("nemotron-h")
-    r = serving.prefix(spec, shared=3000, private=200, s=serving.EngineSettings(engine="vllm"))
+    r = prefix(scenario("nemotron-h", engine="vllm"), 3000, 200).parts["vllm"]
     # align (0.33, block 1040): the first 3,200-token request stops its prefill at the last block boundary
     # before its final token, (3200 − 1)//1040·1040 = 3120 > 3000, and nowhere else: nothing to reuse
-    assert r.vllm["align"].checkpoints == (3120,) and r.vllm["align"].reused_tokens == 0
-    assert r.vllm["none"].reused_tokens == 0
-    r = serving.prefix(spec, shared=3100, private=20, s=serving.EngineSettings(engine="vllm"))
-    assert r.vllm["align"].reused_tokens == 2080  # (3120 − 1)//1040·1040 = 2080 ≤ 3100
+    assert r.modes["align"].checkpoints == (3120,) and r.modes["align"].reused_tokens == 0
+    assert r.modes["none"].reused_tokens == 0
+    r = prefix(scenario("nemotron-h", engine="vllm"), 3100, 20).parts["vllm"]
+    assert r.modes["align"].reused_tokens == 2080  # (3120 − 1)//1040·1040 = 2080 ≤ 3100
 
 
 def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
-    sw = serving.prefix_sweep(load_model("nemotron-h"), sweep="1200:2700:100", private=200,
-                              s=serving.EngineSettings(engine="vllm", vllm_version="0.28", mode="all"))
-    reused = [p.vllm["all"].reused_tokens for p in sw.points]
+    sw = prefix_sweep(scenario("nemotron-h", minor=28, engine="vllm", vllm=dict(mode="all")), "1200:2700:100", 200)
+    reused = [p.parts["vllm"].modes["all"].reused_tokens for p in sw.points]
     assert reused == [0] + [1280] * 13 + [2560, 2560]  # steps at 1280 and 2560
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
@@ -477,25 +462,23 @@ def test_prefix_later_requests_reuse_the_junction():
     # stops a chunk at the block-floored junction floor(4000/1040)·1040 = 3120 and stores a state there, which
     # request 3 reuses. SGLang extra_buffer (grid 256): request 1 stores floor(4200/256)·256 = 4096 → request 2
     # reuses 0 and records its branch point floor(4000/256)·256 = 3840 for the next.
-    r = serving.prefix(load_model("nemotron-h"), shared=4000, private=200,
-                       s=serving.EngineSettings(vllm_version="0.28"))
-    al = r.vllm["align"]
+    r = prefix(scenario("nemotron-h", minor=28), 4000, 200)
+    al = r.parts["vllm"].modes["align"]
     assert (al.checkpoints, al.reused_tokens, al.later_reused_tokens) == ((4160,), 0, 3120)
-    sg = r.sglang
+    sg = r.parts["sglang"].reuse
     assert (sg.grid, sg.checkpoints, sg.reused_tokens, sg.later_reused_tokens) == (256, (4096,), 0, 3840)
     # no_buffer keeps states only at chunk ends and the prompt's end: nothing inside a 4,000-token prefix
-    r = serving.prefix(load_model("nemotron-h"), shared=4000, private=200,
-                       s=serving.EngineSettings(engine="sglang", radix="no_buffer"))
-    assert (r.sglang.checkpoints, r.sglang.later_reused_tokens) == ((4200,), 0)
+    r = prefix(scenario("nemotron-h", engine="sglang", sglang=dict(radix="no_buffer")), 4000, 200).parts["sglang"]
+    assert (r.reuse.checkpoints, r.reuse.later_reused_tokens) == ((4200,), 0)
 
 
 def test_align_chunk_ends_are_checkpoints():
     # a 20,000-token prompt with 8,192-token chunks and B = 1040: chunks end at floor(8192/1040)·1040 = 7280,
     # 14,560, then the last boundary floor(19,999/1040)·1040 = 19,760 (0.33)
-    assert serving.vllm_checkpoints("align", 1040, 20_000, 8192, 33) == (7280, 14560, 19760)
+    assert vllm.checkpoints("align", 1040, 20_000, 8192, 33) == (7280, 14560, 19760)
     # through 0.31 the last boundary is floor(L/B)·B: for L = 20,800 = 20·1040 that is L itself
-    assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 28)[-1] == 20_800
-    assert serving.vllm_checkpoints("align", 1040, 20_800, 8192, 33)[-1] == 19_760
+    assert vllm.checkpoints("align", 1040, 20_800, 8192, 28)[-1] == 20_800
+    assert vllm.checkpoints("align", 1040, 20_800, 8192, 33)[-1] == 19_760
 
 
 def test_both_engines_skip_the_one_that_does_not_serve(run_cli):
@@ -522,15 +505,15 @@ def test_sglang_speculative_decoding_is_refused_not_guessed(run_cli):
         code, out, err = run_cli(*cmd, "--spec-tokens", "1", "--engine", "sglang")
         assert code == 2 and out == "" and err.count("\n") == 1 and "speculative decoding is not modelled" in err
     # without speculative tokens the conv rows are (conv_dim, K−1): 10,240 × 3 bf16 = 61,440 B per layer
-    fp = serving.sglang_footprint(load_model("nemotron-h"), tp=1, choice=DtypeChoice())
+    fp = sglang.footprint(scenario("nemotron-h"))
     assert fp.conv_bytes == 24 * 61_440
 
 
 def test_transformer_prefix_reuses_every_block():
     # no recurrent state: vLLM's prefix cache keeps every full 16-token block; 3,100-token prompt, 3,000
     # shared → floor(3000/16)·16 = 2,992 reused
-    r = serving.prefix(load_model("llama-3-8b"), shared=3000, private=100, s=serving.EngineSettings(engine="vllm"))
-    x = r.vllm["prefix_caching"]
+    r = prefix(scenario("llama-3-8b", engine="vllm"), 3000, 100)
+    x = r.parts["vllm"].modes["prefix_caching"]
     assert (x.grid, x.reused_tokens, x.computed_tokens) == (16, 2992, 108)
 
 
@@ -561,9 +544,7 @@ VLLM_033 = [
 
 @pytest.mark.parametrize("name,mode,backend,blocks,conc,tokens", VLLM_033)
 def test_figures_from_vllm_033s_own_code(name, mode, backend, blocks, conc, tokens):
-    spec = load_model(name)
-    cap = vllm.capacity(fp_of(name, 33), spec, vllm.Release(33), mode, kv_budget=40 * GiB, max_len=8192,
-                        gdn_backend=backend)
+    cap = cap_of(name, mode, gdn_backend=backend)
     assert cap.num_blocks == blocks and f"{cap.max_concurrency:.2f}" == conc
     if tokens is not None:
         assert cap.kv_tokens == tokens

@@ -6,9 +6,11 @@ from fractions import Fraction
 
 import pytest
 
-from hybridplan import plan
 from hybridplan.loader import load_model
+from hybridplan.reports.crossover import crossover
+from hybridplan.reports.size import size
 from hybridplan.units import GiB
+from tests.helpers import scenario
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,7 @@ def llama():
 
 @pytest.fixture(scope="module")
 def report(nemo, llama):
-    return plan.size(nemo, llama, ctx=131072, tp=1, slots=256)
+    return size(scenario(nemo, 131072, slots=256), llama)
 
 
 def test_mamba_layer_shapes_and_bytes(report):
@@ -61,7 +63,7 @@ def test_totals_at_131k(report):
 
 
 def test_crossovers(nemo, llama):
-    r = plan.crossover(nemo, llama)
+    r = crossover(scenario(nemo), llama)
     rows = {row.ssm_dtype: row for row in r.rows}
     # state only, fp32: 102,137,856 / 131,072 = 779.25 exactly
     assert rows["float32"].state_only == Fraction(102_137_856, 131_072) == Fraction(3117, 4)

@@ -17,15 +17,16 @@ import weakref  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import typer  # noqa: E402
+from hybridplan.kernels import bench  # noqa: E402
 
 from hybridplan import cli  # noqa: E402
 from hybridplan.errors import PlanError  # noqa: E402
-from hybridplan.kernels import bench  # noqa: E402
 from hybridplan.loader import load_model  # noqa: E402
-from hybridplan.plan import DtypeChoice, resolve_footprint  # noqa: E402
 from hybridplan.profile import pipeline  # noqa: E402
 from hybridplan.profile.command import profile  # noqa: E402
 from hybridplan.profile.shrink import CTX, SLOTS, TOKENS, shrink_spec  # noqa: E402
+from hybridplan.scenario import DtypeChoice
+from tests.helpers import footprint  # noqa: E402
 
 
 def _interpreter_usable() -> bool:
@@ -63,7 +64,7 @@ def profile_cli(monkeypatch, capsys):
 
 def _predicted(model: str, choice: DtypeChoice = DtypeChoice()) -> tuple[int, int]:
     """The planner's own figures for the shrunken spec, computed independently of the profiler."""
-    fp = resolve_footprint(shrink_spec(load_model(model)), tp=1, choice=choice)
+    fp = footprint(shrink_spec(load_model(model)), tp=1, dtypes=choice)
     return fp.pool_bytes(SLOTS), fp.kv_bytes_at(CTX)
 
 
@@ -117,7 +118,7 @@ def test_interpret_dtype_flags_follow_the_planner(profile_cli):
     assert code == 0, err
     d = json.loads(out)
     assert d["dtypes"]["ssm"] == "bfloat16" and d["dtypes"]["kv"] == "float8_e4m3fn"
-    fp = resolve_footprint(shrink_spec(load_model("nemotron-h")), tp=1, choice=choice)
+    fp = footprint(shrink_spec(load_model("nemotron-h")), tp=1, dtypes=choice)
     assert d["memory"]["measured"]["total_bytes"] == fp.pool_bytes(2) + fp.kv_bytes_at(CTX)
     assert d["memory"]["exact"] is True
 

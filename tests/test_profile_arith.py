@@ -3,12 +3,11 @@
 import json
 
 import pytest
+from hybridplan.kernels import bench
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridplan.kernels import bench
 from hybridplan.loader import load_model, shipped_specs
-from hybridplan.plan import DtypeChoice, resolve_footprint
 from hybridplan.profile import arith
 from hybridplan.profile.report import (
     CUDA,
@@ -21,6 +20,8 @@ from hybridplan.profile.report import (
 )
 from hybridplan.profile.shrink import CHUNK, shrink_spec
 from hybridplan.profile.workload import DECODE, PREFILL, KernelPlan, TensorPlan, plan_workload
+from hybridplan.scenario import DtypeChoice
+from tests.helpers import footprint
 
 MiB, GiB = 1 << 20, 1 << 30
 HYBRIDS = [s for s in shipped_specs() if s.recurrent]
@@ -167,7 +168,7 @@ def test_a_cuda_report_renders_and_serialises():
     from hybridplan.profile.render import profile_view
 
     spec = load_model("nemotron-h")
-    fp = resolve_footprint(spec, tp=1, choice=DtypeChoice())
+    fp = footprint(spec, tp=1, dtypes=DtypeChoice())
     w = plan_workload(spec, fp, slots=256, ctx=8192, tokens=8192, chunk_size=None, act_dtype="bfloat16")
     tensors = tuple(TensorReport(t, t.nbytes, t.nbytes, arith.allocator_block(t.nbytes)) for t in w.tensors)
     total = sum(t.nbytes for t in w.tensors)
@@ -200,7 +201,7 @@ def test_a_cuda_report_renders_and_serialises():
 @given(spec=st.sampled_from(HYBRIDS), slots=st.integers(1, 1024), ctx=st.integers(1, 1 << 20),
        ssm=st.sampled_from([None, "fp32", "bf16", "fp16"]))
 def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
-    fp = resolve_footprint(spec, tp=1, choice=DtypeChoice(ssm=ssm))
+    fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm=ssm))
     w = plan_workload(spec, fp, slots=slots, ctx=ctx, tokens=64, chunk_size=None, act_dtype="bfloat16")
     assert sum(t.nbytes for t in w.tensors if t.role == "state") == fp.pool_bytes(slots) == w.predicted_state
     assert sum(t.nbytes for t in w.tensors if t.role == "kv") == fp.kv_bytes_at(ctx) == w.predicted_kv
@@ -210,7 +211,7 @@ def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
 
 def test_nemotron_rows_use_the_kernels_cost_model():
     spec = load_model("nemotron-h")
-    fp = resolve_footprint(spec, tp=1, choice=DtypeChoice())
+    fp = footprint(spec, tp=1, dtypes=DtypeChoice())
     w = plan_workload(spec, fp, slots=256, ctx=8192, tokens=8192, chunk_size=None, act_dtype="bfloat16")
     conv, ssm = w.decode
     assert (conv.kernel, ssm.kernel) == ("causal_conv1d_update", "selective_state_update")
@@ -228,7 +229,7 @@ def test_nemotron_rows_use_the_kernels_cost_model():
 
 def test_fp8_state_has_no_kernel():
     spec = load_model("nemotron-h")
-    fp = resolve_footprint(spec, tp=1, choice=DtypeChoice(ssm="fp8"))
+    fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm="fp8"))
     w = plan_workload(spec, fp, slots=4, ctx=16, tokens=16, chunk_size=None, act_dtype="bfloat16")
     assert w.decode[1].status == "no kernel for float8_e4m3fn state" and not w.decode[1].runs
     assert w.decode[0].runs
@@ -242,8 +243,8 @@ def test_shrunken_spec_keeps_kinds_order_and_dtypes(spec):
     assert list(dict.fromkeys(m.kind for m in tiny.mixers)) == first
     assert all(1 <= n <= 2 for n in tiny.layer_counts.values())
     assert tiny.chunk_size == CHUNK and tiny.architecture == spec.architecture
-    full_fp = resolve_footprint(spec, tp=1, choice=DtypeChoice())
-    tiny_fp = resolve_footprint(tiny, tp=1, choice=DtypeChoice())
+    full_fp = footprint(spec, tp=1, dtypes=DtypeChoice())
+    tiny_fp = footprint(tiny, tp=1, dtypes=DtypeChoice())
     assert tiny_fp.dtypes == full_fp.dtypes
     for big, small in zip(full_fp.state, tiny_fp.state):
         assert big.kind == small.kind

@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from hybridplan import plan
 from hybridplan.adapters import spec_from_config
 from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, load_path, shipped_specs
+from hybridplan.reports.size import size
+from hybridplan.scenario import DtypeChoice
+from tests.helpers import footprint, scenario
 
 #: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
 PROVENANCE = {
@@ -75,7 +77,7 @@ def test_every_shipped_spec_loads_and_sizes():
     assert len(specs) >= 17
     ref = load_model("llama-3-8b")
     for s in specs:
-        r = plan.size(s, ref, ctx=4096)
+        r = size(scenario(s, 4096), ref)
         assert r.total_at_ctx > 0
         assert s.notes == (), f"{s.name} relies on class defaults: {s.notes}"
 
@@ -110,7 +112,7 @@ FAMILY_SHAPES = {
 @pytest.mark.parametrize("name", sorted(FAMILY_SHAPES))
 def test_family_state_shapes(name):
     count, conv, ssm, conv_dt, ssm_dt = FAMILY_SHAPES[name]
-    fp = plan.resolve_footprint(load_model(name), tp=1, choice=plan.DtypeChoice())
+    fp = footprint(load_model(name), tp=1, dtypes=DtypeChoice())
     (g,) = fp.state
     assert (g.count, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype) == (count, conv, ssm, conv_dt, ssm_dt)
 
@@ -129,12 +131,12 @@ KV_PER_LAYER = {
 
 @pytest.mark.parametrize("name", sorted(KV_PER_LAYER))
 def test_kv_per_token_per_layer(name):
-    fp = plan.resolve_footprint(load_model(name), tp=1, choice=plan.DtypeChoice())
+    fp = footprint(load_model(name), tp=1, dtypes=DtypeChoice())
     assert {g.bytes_per_token_per_layer for g in fp.kv} == {KV_PER_LAYER[name]}
 
 
 def test_sliding_window_caps_kv():
-    fp = plan.resolve_footprint(load_model("mistral-7b"), tp=1, choice=plan.DtypeChoice())
+    fp = footprint(load_model("mistral-7b"), tp=1, dtypes=DtypeChoice())
     (g,) = fp.kv
     assert g.window == 4096 and g.kind == "sliding_attention"
     # 32 layers · 4,096 B · min(131,072, 4,096) tokens
@@ -142,8 +144,8 @@ def test_sliding_window_caps_kv():
 
 
 def test_mla_kv_is_not_divided_by_tp():
-    fp1 = plan.resolve_footprint(load_model("deepseek-v3"), tp=1, choice=plan.DtypeChoice())
-    fp8 = plan.resolve_footprint(load_model("deepseek-v3"), tp=8, choice=plan.DtypeChoice())
+    fp1 = footprint(load_model("deepseek-v3"), tp=1, dtypes=DtypeChoice())
+    fp8 = footprint(load_model("deepseek-v3"), tp=8, dtypes=DtypeChoice())
     assert fp1.kv_bytes_per_token == fp8.kv_bytes_per_token == 61 * 576 * 2
 
 
@@ -155,7 +157,7 @@ def test_mla_kv_is_not_divided_by_tp():
     (8, ((8192 + 2 * 8 * 128) // 8, 3), (16, 64, 128)),
 ])
 def test_nemotron_tp_shapes(tp, conv, ssm):
-    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=tp, choice=plan.DtypeChoice())
+    fp = footprint(load_model("nemotron-h"), tp=tp, dtypes=DtypeChoice())
     (g,) = fp.state
     assert (g.conv_shape, g.ssm_shape) == (conv, ssm)
     # KV heads 8 / tp, one per rank at TP 8
@@ -165,7 +167,7 @@ def test_nemotron_tp_shapes(tp, conv, ssm):
 # g = 1 (Falcon-H1-0.5B): the single group is replicated to g' = t groups: conv = (1536 + 2·t·128)/t.
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_group_padding_for_single_group_mamba2(tp):
-    fp = plan.resolve_footprint(load_model("falcon-h1-0.5b"), tp=tp, choice=plan.DtypeChoice())
+    fp = footprint(load_model("falcon-h1-0.5b"), tp=tp, dtypes=DtypeChoice())
     g = fp.state[0]
     padded_groups = 1 if tp == 1 else tp
     assert g.conv_shape == ((1536 + 2 * padded_groups * 128) // tp, 3)
@@ -185,14 +187,14 @@ def test_group_padding_for_single_group_mamba2(tp):
 ])
 def test_invalid_tp_is_refused_saying_what(name, tp, what):
     with pytest.raises(PlanError, match=what):
-        plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice())
+        footprint(load_model(name), tp=tp, dtypes=DtypeChoice())
 
 
 @pytest.mark.parametrize("name", sorted(s.name for s in shipped_specs()))
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_tp_sweep_either_sizes_or_refuses(name, tp):
     try:
-        fp = plan.resolve_footprint(load_model(name), tp=tp, choice=plan.DtypeChoice())
+        fp = footprint(load_model(name), tp=tp, dtypes=DtypeChoice())
     except PlanError as exc:
         assert f"--tp {tp}" in str(exc)
     else:
@@ -200,15 +202,15 @@ def test_tp_sweep_either_sizes_or_refuses(name, tp):
 
 
 def test_spec_tokens_widen_conv_windows():
-    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=1, choice=plan.DtypeChoice(), spec_tokens=2)
+    fp = footprint(load_model("nemotron-h"), tp=1, dtypes=DtypeChoice(), spec_tokens=2)
     assert fp.state[0].conv_shape == (10240, 3 + 2)
     # Mamba-1 keeps no speculative columns in vLLM
-    fp = plan.resolve_footprint(load_model("jamba"), tp=1, choice=plan.DtypeChoice(), spec_tokens=2)
+    fp = footprint(load_model("jamba"), tp=1, dtypes=DtypeChoice(), spec_tokens=2)
     assert fp.state[0].conv_shape == (8192, 3)
 
 
 def test_dtype_overrides():
-    fp = plan.resolve_footprint(load_model("nemotron-h"), tp=1, choice=plan.DtypeChoice(ssm="bf16", kv="fp8"))
+    fp = footprint(load_model("nemotron-h"), tp=1, dtypes=DtypeChoice(ssm="bf16", kv="fp8"))
     assert fp.state[0].ssm_dtype == "bfloat16" and fp.kv_bytes_per_token == 16_384 // 2
 
 
@@ -221,7 +223,7 @@ def test_transformers5_spellings_are_accepted():
     assert s.layer_counts["mamba2"] == 2 and s.layer_counts["attention"] == 2
     # Granite-4.0-H-tiny style: 12 heads cannot be split 8 ways (ENGINE_NOTES §1)
     with pytest.raises(PlanError, match="attention heads"):
-        plan.resolve_footprint(s, tp=8, choice=plan.DtypeChoice())
+        footprint(s, tp=8, dtypes=DtypeChoice())
 
 
 def test_zamba2_missing_heads_takes_the_class_default_and_says_so():
@@ -239,14 +241,14 @@ def test_kimi_linear_and_minimax_and_bamba():
                                                     "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}},
                             name="kimi")
     assert kimi.layer_counts["kda"] == 6 and kimi.layer_counts["mla"] == 2  # 1-indexed 4 and 8
-    fp = plan.resolve_footprint(kimi, tp=1, choice=plan.DtypeChoice())
+    fp = footprint(kimi, tp=1, dtypes=DtypeChoice())
     (g,) = fp.state
     # conv = (H·d + 2·Hk·dk) = 3·32·128 = 12288 × (K − 1); SSM (32, 128, 128) kept in fp32
     assert g.conv_shape == (12288, 3) and g.ssm_shape == (32, 128, 128) and g.ssm_dtype == "float32"
     mm = spec_from_config({"architectures": ["MiniMaxText01ForCausalLM"], "hidden_size": 6144,
                            "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
                            "attn_type_list": [0, 0, 0, 1]}, name="mm")
-    fp = plan.resolve_footprint(mm, tp=1, choice=plan.DtypeChoice())
+    fp = footprint(mm, tp=1, dtypes=DtypeChoice())
     assert fp.state[0].conv_shape is None and fp.state[0].ssm_shape == (64, 128, 128)
     bamba = spec_from_config({"architectures": ["BambaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 4096,
                               "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128,

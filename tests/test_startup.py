@@ -8,7 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "triton", "pynvml", "matplotlib", "numpy", "hybridplan.kernels", "hybridplan.profile.pipeline",
-         "hybridplan.serving", "hybridplan.crossover", "rich.console", "fractions")
+         "hybridplan.reports.fit", "hybridplan.reports.prefix", "hybridplan.reports.check_log",
+         "hybridplan.engines.sglang.pool", "hybridplan.engines.vllm.sizing", "hybridplan.crossover", "rich.console",
+         "fractions")
 
 
 def test_size_json_imports_nothing_heavy():

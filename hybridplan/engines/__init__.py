@@ -1,1 +1,144 @@
-"""Serving-engine rules, one module per engine, each rule with the releases it holds for."""
+"""Serving-engine rules: one package per engine (``vllm``, ``sglang``), each rule with the releases it holds
+for and where the engine does it. Both offer the same verbs behind ``Engine``, so a report loops over the
+engines a scenario asks for instead of branching on their names. An engine package is imported only when a
+command needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from hybridplan.errors import NotServed, PlanError
+
+if TYPE_CHECKING:
+    from hybridplan.engines.common import Reuse, Row
+    from hybridplan.memory import Footprint
+    from hybridplan.scenario import Scenario
+
+#: the engines, in the order reports show them
+NAMES = ("vllm", "sglang")
+
+
+class Part(Protocol):
+    """An engine's share of a report: it knows its JSON."""
+
+    def to_dict(self) -> dict: ...
+
+
+class FitPart(Part, Protocol):
+    @property
+    def starts(self) -> bool: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    @property
+    def flags(self) -> str: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+
+class PrefixPart(Part, Protocol):
+    def entries(self) -> list[tuple[str, str, Reuse]]:
+        """(row label, what its grid is called, reuse) per row."""
+        ...
+
+
+class LogPart(Protocol):
+    settings: dict
+    rows: tuple[Row, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LogGiven:
+    """What `check-log`'s flags say, overriding what the log says."""
+
+    vllm_version: str | None = None
+    sglang_version: str | None = None
+    mode: str | None = None
+    ctx: int | None = None
+    kv_budget: int | None = None
+
+
+class Engine(Protocol):
+    """The verbs every engine offers; each takes the scenario and raises ``NotServed`` for a model (or
+    release) it does not run."""
+
+    name: str
+    #: the log lines that say a log is this engine's, as a person would name them
+    looked_for: tuple[str, ...]
+
+    def check_served(self, sc: Scenario) -> None: ...
+
+    def footprint(self, sc: Scenario) -> Footprint:
+        """One sequence as this engine caches it (its dtype rules)."""
+        ...
+
+    def layout(self, sc: Scenario) -> Part:
+        """`size --engine`: pages, padding, pools."""
+        ...
+
+    def fit(self, sc: Scenario) -> FitPart:
+        """What the budget holds and whether the engine starts."""
+        ...
+
+    def prefix(self, sc: Scenario, shared: int, prompt: int) -> PrefixPart:
+        """Where checkpoints land and what a request sharing ``shared`` of its ``prompt`` tokens reuses."""
+        ...
+
+    def log_present(self, text: str) -> bool:
+        """Does a start-up log hold a figure of this engine?"""
+        ...
+
+    def log_setting(self, text: str, name: str) -> str | None:
+        """A setting (model, tp, kv_dtype, …) as the log states it."""
+        ...
+
+    def check_log(self, text: str, sc: Scenario, given: LogGiven) -> LogPart:
+        """The log's figures beside the prediction."""
+        ...
+
+
+def get(name: str) -> Engine:
+    if name not in NAMES:
+        raise PlanError(f"unknown engine {name!r} (known: {', '.join(NAMES)})")
+    return import_module(f"hybridplan.engines.{name}.engine").ENGINE
+
+
+def every() -> list[Engine]:
+    return [get(n) for n in NAMES]
+
+
+T = TypeVar("T")
+
+
+def each(sc: Scenario, verb: Callable[[Engine], T]) -> tuple[dict[str, T], dict[str, str]]:
+    """Run ``verb`` on every engine the scenario asks for: (results by engine, reasons for skipping).
+
+    With ``--engine both`` an engine that does not serve the model is skipped, with its reason; asked for
+    alone, that is an error like any other."""
+    parts: dict[str, T] = {}
+    skipped: dict[str, str] = {}
+    for name in NAMES:
+        if not sc.wants(name):
+            continue
+        try:
+            parts[name] = verb(get(name))
+        except NotServed as exc:
+            if sc.engine == name:
+                raise
+            skipped[name] = str(exc)
+    return parts, skipped
+
+
+def none_left(skipped: dict[str, str], what: str) -> PlanError:
+    """The error when every engine asked for was skipped."""
+    return PlanError("; ".join(skipped.values()) or f"no engine to {what}")
+
+
+__all__ = ["Engine", "FitPart", "LogGiven", "LogPart", "NAMES", "Part", "PrefixPart", "each", "every", "get",
+           "none_left"]

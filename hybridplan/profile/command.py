@@ -51,9 +51,9 @@ def profile(
       hybridplan profile nemotron-h --interpret --json
     """
     from hybridplan.loader import load_model
-    from hybridplan.plan import DtypeChoice
     from hybridplan.profile.pipeline import run_profile
     from hybridplan.profile.render import progress_display
+    from hybridplan.scenario import DtypeChoice
 
     spec = load_model(model)
     choice = DtypeChoice(dtype=dtype, conv=conv_dtype, ssm=ssm_dtype, kv=kv_dtype)

@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
-from hybridplan.plan import DtypeChoice, default_ctx, positive, resolve_footprint
 from hybridplan.profile import arith
 from hybridplan.profile.report import (
     CUDA,
@@ -47,6 +46,7 @@ from hybridplan.profile.workload import (
     Workload,
     plan_workload,
 )
+from hybridplan.scenario import DtypeChoice, Scenario, default_ctx, positive
 from hybridplan.spec import ModelSpec
 from hybridplan.units import human_bytes
 
@@ -545,8 +545,8 @@ def run_profile(model: ModelSpec, *, gpu: int | None = None, interpret: bool = F
     slots = positive(slots if slots is not None else (SLOTS if interpret else GPU_SLOTS), "--slots")
     ctx = positive(ctx if ctx is not None else (CTX if interpret else default_ctx(spec)), "--ctx")
     tokens = positive(tokens if tokens is not None else (TOKENS if interpret else GPU_TOKENS), "--tokens")
-    vllm.check_served(spec, vllm.NEWEST)
-    fp = resolve_footprint(spec, tp=1, choice=choice)
+    vllm.NEWEST.check_served(spec)
+    fp = vllm.footprint(Scenario(spec, ctx=ctx, dtypes=choice))
     w = plan_workload(spec, fp, slots=slots, ctx=ctx, tokens=tokens, chunk_size=None,
                       act_dtype=_act_dtype(spec, choice, interpret))
 

@@ -11,7 +11,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from hybridplan.kernels import bench
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,9 +218,8 @@ def test_copy_bandwidth_needs_gpu(on_gpu):
 def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     """The script's per-kernel benchmarks, run at tiny shapes with a wall-clock timer in place of do_bench:
     every wrapper call, row and the JSON report are exercised without a GPU (the times mean nothing)."""
-    import torch
-
     import hybridplan.kernels as hk
+    import torch
 
     spec = importlib.util.spec_from_file_location("kernels_benchmark_script", REPO / "benchmarks" / "kernels.py")
     script = importlib.util.module_from_spec(spec)

@@ -13,7 +13,6 @@ Bounds (rel_err = max|kernel - ref| / max|ref|; u = unit roundoff, fp32 2^-24):
 
 import pytest
 import torch
-
 from hybridplan.kernels import causal_conv1d_prefill, causal_conv1d_update
 from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref
 from hybridplan.kernels.conv1d.prefill import conv_prefill_metadata

@@ -14,7 +14,6 @@ Bounds (u = unit roundoff, fp32 2^-24 = 6.0e-8):
 
 import pytest
 import torch
-
 from hybridplan.kernels import gated_delta_rule_update
 from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref, l2_normalise
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff

@@ -4,9 +4,8 @@ import inspect
 import re
 from pathlib import Path
 
-import pytest
-
 import hybridplan.kernels as hk
+import pytest
 from hybridplan.kernels.ssd.chunk import chunk_scan_launch_config, ssd_chunk_metadata
 from hybridplan.kernels.ssd.state_update import state_update_launch_config
 

@@ -12,7 +12,6 @@ Bounds (u = unit roundoff, fp32 2^-24 = 6.0e-8):
 
 import pytest
 import torch
-
 from hybridplan.kernels import mamba1_state_update
 from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff

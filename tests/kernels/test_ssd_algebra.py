@@ -12,7 +12,6 @@ accumulated relative error stays below ~1e-14. Bounds 1e-12.
 import pytest
 import torch
 import torch.nn.functional as F
-
 from hybridplan.kernels import selective_state_update, ssd_chunk_scan
 from hybridplan.kernels.ssd.naive import (
     affine_apply,

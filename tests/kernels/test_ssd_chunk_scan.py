@@ -15,7 +15,6 @@ rel_err = max|kernel - ref| / max|ref|. Bounds (u = fp32 unit roundoff 6.0e-8; Q
 
 import pytest
 import torch
-
 from hybridplan.kernels import selective_state_update, ssd_chunk_scan
 from hybridplan.kernels.ssd.naive import ssd_scan_sequential_ref
 from hybridplan.kernels.testing import (

@@ -17,7 +17,6 @@ Bounds (u = unit roundoff: fp32 2^-24 = 6.0e-8, fp16 2^-11 = 4.9e-4, bf16 2^-8 =
 
 import pytest
 import torch
-
 from hybridplan.kernels import selective_state_update
 from hybridplan.kernels.ssd.naive import selective_state_update_ref
 from hybridplan.kernels.testing import bits_equal, decode_inputs, f64, rel_err, ssd_params, store_roundoff

@@ -1,0 +1,140 @@
+"""Block size, page padding and what one request pins, by mode and release.
+
+Block size: vllm/platforms/interface.py ``_align_hybrid_block_size`` (0.20+), before that
+vllm/model_executor/models/config.py ``HybridAttentionMambaModelConfig``. Pages per request:
+vllm/v1/kv_cache_interface.py (``max_memory_usage_bytes`` of each spec).
+
+Why is Nemotron-H-8B's block 1040? One attention token of one layer is 2·8·128·2 = 4,096 B, one Mamba
+layer's state is 4,255,744 B, and vLLM grows the block (a multiple of 16) until one attention page holds at
+least one Mamba page: 16·cdiv(4,255,744, 16·4,096) = 1040.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hybridplan.engines.common import cdiv, lcm
+from hybridplan.engines.vllm.dtypes import footprint
+from hybridplan.memory import Footprint
+
+if TYPE_CHECKING:
+    from hybridplan.scenario import Scenario
+
+#: Smallest kernel block of the attention backends vLLM picks on Hopper (FlashAttention, FlashInfer, Triton).
+KERNEL_BLOCK = 16
+#: MLA forces the block to at least this (vllm/platforms/interface.py, 0.27+).
+MLA_MIN_BLOCK = 128
+#: FlashInfer's GDN prefill emits checkpoints on a 64-token grid (vllm/v1/attention/backends/gdn_attn.py, 0.33).
+GDN_FLASHINFER_ALIGNMENT = 64
+#: Mamba-1 models name no chunk size: `all` mode then aligns to this
+FALLBACK_CHUNK = 2048
+
+
+def attention_page_per_token(fp: Footprint) -> int:
+    """``attn1``: one token of one attention layer, from the model-level heads (sliding layers included)."""
+    return max((g.bytes_per_token_per_layer for g in fp.kv), default=0)
+
+
+def mamba_page(fp: Footprint) -> int:
+    """One layer's state: Σ prod(shape)·dtype over its tensors (``MambaSpec.page_size_bytes``)."""
+    return max((g.bytes_per_layer for g in fp.state), default=0)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The page layout of one mode: block size, page bytes and the lines vLLM logs about them."""
+
+    mode: str
+    block_size: int | None
+    mamba_page_bytes: int
+    page_bytes: int
+    block_grown: bool
+    logs: tuple[str, ...]
+
+    @property
+    def padding_pct(self) -> float:
+        return 100 * (self.page_bytes - self.mamba_page_bytes) / self.mamba_page_bytes if self.mamba_page_bytes else 0.0
+
+
+def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
+    """0.33 align with FlashInfer's GDN prefill: a 64-token checkpoint grid and one more page per GDN layer."""
+    return (mode == "align" and sc.vllm.release.minor >= 33 and sc.vllm.gdn_backend == "flashinfer"
+            and any(g.kind == "gdn" for g in fp.state))
+
+
+def attention_block_size(sc: Scenario, mode: str) -> tuple[int, bool]:
+    """The attention block size vLLM settles on, and whether it grew past the starting block."""
+    fp, rel = footprint(sc), sc.vllm.release
+    attn1, mpage = attention_page_per_token(fp), mamba_page(fp)
+    start = sc.vllm.block_size or KERNEL_BLOCK
+    if not fp.state or not fp.kv:
+        return start, False
+    if rel.minor == 11:  # hard-coded 16-token multiples
+        b = KERNEL_BLOCK * cdiv(mpage, KERNEL_BLOCK * attn1)
+        return (b, True) if b > start else (start, False)
+    a = max(KERNEL_BLOCK, start)
+    if rel.minor >= 27 and any(g.kind == "mla" for g in fp.kv):
+        a = max(a, MLA_MIN_BLOCK)
+    if mode == "all":
+        c = lcm(sc.spec.chunk_size or FALLBACK_CHUNK, a)
+        b = c * cdiv(cdiv(mpage, attn1), c)
+    else:
+        if _flashinfer_gdn(sc, fp, mode):
+            a = lcm(a, GDN_FLASHINFER_ALIGNMENT)
+        b = a * cdiv(mpage, a * attn1)
+        if rel.minor >= 32:  # rounded up to the backends' kernel-block alignment
+            b = KERNEL_BLOCK * cdiv(b, KERNEL_BLOCK)
+    return (b, True) if b > start else (start, False)
+
+
+def layout(sc: Scenario, mode: str) -> Layout:
+    sc.vllm.release.check_mode(mode)
+    fp = footprint(sc)
+    mpage = mamba_page(fp)
+    if not fp.kv:  # attention-free: no alignment, pages are the state itself
+        return Layout(mode, None, mpage, mpage, False, ())
+    b, grown = attention_block_size(sc, mode)
+    page = b * attention_page_per_token(fp)
+    logs: list[str] = []
+    if fp.state:
+        if grown:
+            logs.append(f"Setting attention block size to {b} tokens to ensure that attention page size is >= "
+                        "mamba page size.")
+        if page != mpage:
+            logs.append(f"Padding mamba page size by {100 * (page - mpage) / mpage:.2f}% to ensure that mamba page "
+                        "size and attention page size are exactly equal.")
+    return Layout(mode, b, mpage if fp.state else page, page, grown, tuple(logs))
+
+
+def recurrent_pages(sc: Scenario, kind: str, mode: str, block_size: int | None) -> int:
+    """Pages one request pins in one recurrent layer (``MambaSpec.max_memory_usage_bytes``): none 1 + spec;
+    align 2 + spec (+1 prefill checkpoint page for Mamba-2 layers from 0.32, for FlashInfer GDN in 0.33);
+    all cdiv(max_len, block) + spec. 0.11 pins one page whatever the speculation."""
+    rel, spec_tokens = sc.vllm.release, footprint(sc).spec_tokens
+    if rel.minor == 11:
+        return 1
+    if mode == "none":
+        return 1 + spec_tokens
+    if mode == "all":
+        return cdiv(sc.ctx, block_size) + spec_tokens
+    extra = int((kind == "mamba2" and rel.minor >= 32)
+                or (kind == "gdn" and rel.minor >= 33 and sc.vllm.gdn_backend == "flashinfer"))
+    return 2 + spec_tokens + extra
+
+
+def attention_pages(sc: Scenario, window: int | None, block_size: int) -> int:
+    """Pages one request pins in one attention layer: the whole context, or for a sliding window what the
+    window and one step's tokens in flight (``--max-num-batched-tokens``) can reach, plus one."""
+    if window is None:
+        return cdiv(sc.ctx, block_size)
+    return cdiv(min(window - 1 + sc.chunk, sc.ctx), block_size) + 1
+
+
+def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:
+    """Pages one request pins over all layers: (recurrent, attention)."""
+    fp = footprint(sc)
+    state = sum(g.count * recurrent_pages(sc, g.kind, mode, lay.block_size) for g in fp.state)
+    attn = sum(g.count * attention_pages(sc, g.window, lay.block_size) for g in fp.kv)
+    return state, attn
+

@@ -1,0 +1,36 @@
+"""The vLLM flags of a scenario, with the release already resolved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridplan.engines.vllm.releases import NEWEST, Release
+from hybridplan.errors import PlanError
+
+#: GDN prefill backends vLLM can pick (vllm/v1/attention/backends/gdn_attn.py, 0.33)
+GDN_BACKENDS = ("flashinfer", "triton")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    release: Release = NEWEST
+    #: ``--mamba-cache-mode``; None = every mode of the release
+    mode: str | None = None
+    #: ``--block-size`` (the block only grows from it)
+    block_size: int | None = None
+    #: the GDN prefill backend: FlashInfer is vLLM's pick on Hopper
+    gdn_backend: str = "flashinfer"
+    #: ``--max-num-seqs``; None = the default for the GPU
+    max_num_seqs: int | None = None
+    #: ``--gpu-memory-utilization``; None = the release's default
+    gpu_util: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None:
+            self.release.check_mode(self.mode)
+        if self.block_size is not None and self.block_size < 1:
+            raise PlanError(f"--block-size must be positive, got {self.block_size}")
+        if self.gdn_backend not in GDN_BACKENDS:
+            raise PlanError(f"unknown --gdn-prefill-backend {self.gdn_backend!r} (known: {', '.join(GDN_BACKENDS)})")
+        if self.max_num_seqs is not None and self.max_num_seqs <= 0:
+            raise PlanError(f"--max-num-seqs must be positive, got {self.max_num_seqs}")

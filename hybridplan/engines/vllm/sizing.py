@@ -1,0 +1,151 @@
+"""How many blocks a budget buys, how many requests they hold, and whether a start succeeds.
+
+Groups and blocks: vllm/v1/core/kv_cache_utils.py (≤ 0.32) and kv_cache_planning.py (0.33). The budget:
+vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check: vllm/config/compilation.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+from typing import TYPE_CHECKING
+
+from hybridplan.dtypes import size_of
+from hybridplan.engines.common import cdiv
+from hybridplan.engines.vllm.blocks import Layout, attention_pages, layout, recurrent_pages
+from hybridplan.engines.vllm.dtypes import footprint, model_dtype
+from hybridplan.engines.vllm.releases import Release, default_max_num_seqs
+from hybridplan.errors import PlanError
+from hybridplan.memory import Footprint
+
+if TYPE_CHECKING:
+    from hybridplan.scenario import Scenario
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """A KV cache group: ``layers`` layers of one kind; every block holds one page of each."""
+
+    kind: str
+    layers: int
+    window: int | None
+    recurrent: bool
+
+
+def cache_groups(fp: Footprint) -> tuple[int, tuple[CacheGroup, ...]]:
+    """Bucket layers by identical spec; group size = the smallest bucket, or the largest when that is below
+    1.5× the smallest; each bucket of n layers makes cdiv(n, size) groups (layers assigned strided)."""
+    buckets: list[tuple[str, int, int | None, bool]] = [(g.kind, g.count, g.window, False) for g in fp.kv]
+    buckets += [(g.kind, g.count, None, True) for g in fp.state]
+    sizes = [n for _, n, _, _ in buckets]
+    size = min(sizes)
+    if max(sizes) < 1.5 * size:
+        size = max(sizes)
+    groups: list[CacheGroup] = []
+    for kind, n, window, rec in buckets:
+        k = cdiv(n, size)
+        for i in range(k):
+            groups.append(CacheGroup(kind, len(range(i, n, k)), window, rec))
+    return size, tuple(groups)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    layout: Layout
+    group_size: int
+    groups: tuple[CacheGroup, ...]
+    pages_per_request: tuple[int, ...]
+    kv_budget: int
+    max_len: int
+    rel: Release
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.group_size * self.layout.page_bytes
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_budget // self.bytes_per_block
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(self.pages_per_request)
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / self.blocks_per_request
+
+    @property
+    def kv_tokens(self) -> int:
+        """The "GPU KV cache size" figure: int(concurrency · max_len) from 0.23; before that
+        num_blocks // groups · block."""
+        if self.rel.minor <= 20 and self.layout.block_size:
+            return self.num_blocks // len(self.groups) * self.layout.block_size
+        return int(self.max_concurrency * self.max_len)
+
+    @property
+    def max_num_seqs_limit(self) -> int | None:
+        """With Mamba layers and full decode CUDA graphs, max_num_seqs may not exceed num_blocks
+        (vllm/config/compilation.py, 0.33)."""
+        return self.num_blocks if any(g.recurrent for g in self.groups) else None
+
+    @property
+    def logs(self) -> tuple[str, ...]:
+        size = f"GPU KV cache size: {self.kv_tokens:,} tokens"
+        conc = f"Maximum concurrency for {self.max_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        return (f"{size}, {conc}",) if self.rel.one_line_capacity_log else (size, conc)
+
+    def problem(self, max_num_seqs: int) -> str | None:
+        """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
+        if self.max_concurrency < 1:
+            return (f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, "
+                    f"only {self.num_blocks} fit")
+        lim = self.max_num_seqs_limit
+        if lim is not None and max_num_seqs > lim:
+            return (f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({lim}). Each decode "
+                    "sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower "
+                    f"max_num_seqs to at most {lim} or increase gpu_memory_utilization.")
+        return None
+
+
+def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
+    """Blocks, concurrency and the token figure of ``kv_budget`` bytes in ``mode``."""
+    if kv_budget <= 0:
+        raise PlanError(f"the KV budget must be positive, got {kv_budget} B")
+    lay = layout(sc, mode)
+    size, groups = cache_groups(footprint(sc))
+    pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
+                  else attention_pages(sc, g.window, lay.block_size) for g in groups)
+    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release)
+
+
+def max_num_seqs(sc: Scenario) -> int:
+    """``--max-num-seqs`` as given, else its default for the GPU."""
+    return sc.vllm.max_num_seqs if sc.vllm.max_num_seqs is not None else default_max_num_seqs(sc.budget.gpu_mem)
+
+
+def requested_memory(total: int, utilization: float) -> int:
+    """vllm/v1/worker/utils.py ``request_memory``: ceil(total · gpu_memory_utilization)."""
+    return ceil(total * utilization)
+
+
+def kv_budget(sc: Scenario) -> int:
+    """"Available KV cache memory" on one rank: given, or ceil(GPU memory · utilization) less this rank's
+    share of the weights and the overhead."""
+    b = sc.budget
+    weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
+    if b.kv_budget is not None:
+        return b.kv_budget
+    util = sc.vllm.gpu_util if sc.vllm.gpu_util is not None else sc.vllm.release.gpu_memory_utilization
+    left = requested_memory(b.gpu_mem, util) - weights - b.overhead
+    if left <= 0:
+        raise PlanError(f"nothing is left for the KV cache: the weights and overhead take all of "
+                        f"{(b.gpu_mem or 0) / GiB:.2f} GiB × utilization")
+    return left
+
+
+def available_kv_memory_log(budget: int) -> str:
+    """vllm/v1/worker/gpu_worker.py: ``Available KV cache memory: {round(b / 2**30, 2)} GiB``."""
+    return f"Available KV cache memory: {round(budget / GiB, 2)} GiB"

@@ -1,0 +1,54 @@
+"""`hybridplan fit`: how many requests of a context each engine holds in a memory budget, whether it starts
+with the flags given, and the flags to pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridplan import engines
+from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.scenario import Scenario
+from hybridplan.units import GiB
+
+
+@dataclass(frozen=True)
+class FitReport:
+    sc: Scenario
+    parts: dict[str, engines.FitPart]
+    notes: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def verdict_ok(self) -> bool:
+        return bool(self.parts) and all(p.starts for p in self.parts.values())
+
+    @property
+    def problems(self) -> list[str]:
+        return [p.problem for p in self.parts.values() if p.problem]
+
+    def flags(self) -> dict[str, str]:
+        return {name: p.flags for name, p in self.parts.items()}
+
+    def to_dict(self) -> dict:
+        sc = self.sc
+        d: dict = {"schema_version": SCHEMA_VERSION, "model": sc.spec.name, "ctx": sc.ctx, "tp": sc.tp,
+                   "ok": self.verdict_ok, "flags": self.flags(), "notes": list(self.notes)}
+        if self.skipped:
+            d["skipped"] = dict(self.skipped)
+        d.update((name, p.to_dict()) for name, p in self.parts.items())
+        return d
+
+
+def budget_notes(sc: Scenario) -> tuple[str, ...]:
+    if sc.budget.kv_budget is not None:
+        return ()
+    return (f"the budget subtracts weights and a {sc.budget.overhead / GiB:.2f} GiB overhead for activations, "
+            "CUDA graphs and non-torch memory: an estimate; the engine measures it at start-up",)
+
+
+def fit(sc: Scenario) -> FitReport:
+    parts, skipped = engines.each(sc, lambda e: e.fit(sc))
+    if not parts:
+        raise engines.none_left(skipped, "fit")
+    notes = budget_notes(sc) + tuple(n for p in parts.values() for n in p.notes)
+    return FitReport(sc, parts, notes, tuple(skipped.items()))

@@ -1,0 +1,18 @@
+"""`hybridplan models`: the shipped specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ModelsReport:
+    specs: tuple[ModelSpec, ...]
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "models": [
+            {"name": s.name, "aliases": list(s.aliases), "architecture": s.architecture, "family": s.family,
+             "layers": s.layer_counts, "source": s.source} for s in self.specs]}

@@ -1,0 +1,113 @@
+"""`hybridplan size`: shapes and bytes per layer kind, KV per token and at the context, totals, a reference
+model at the same context, and a pool of state slots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hybridplan.engines import vllm
+from hybridplan.errors import PlanError
+from hybridplan.memory import Footprint
+from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.reports.engines import EngineReport, engine_layouts
+from hybridplan.scenario import DtypeChoice, Scenario
+from hybridplan.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class SizeReport:
+    sc: Scenario
+    ref: ModelSpec
+    fp: Footprint
+    ref_fp: Footprint
+    #: with `--engine`, what each engine allocates
+    engines: EngineReport | None = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.sc.spec
+
+    @property
+    def ctx(self) -> int:
+        return self.sc.ctx
+
+    @property
+    def slots(self) -> int:
+        return self.sc.slots
+
+    @property
+    def vllm_release(self) -> vllm.Release:
+        return self.sc.vllm.release
+
+    @property
+    def total_at_ctx(self) -> int:
+        return self.fp.total_at(self.ctx)
+
+    @property
+    def ref_at_ctx(self) -> int:
+        return self.ref_fp.total_at(self.ctx)
+
+    @property
+    def ratio(self) -> float:
+        """Reference bytes ÷ hybrid bytes at the context: above 1, the hybrid is smaller."""
+        return self.ref_at_ctx / self.total_at_ctx if self.total_at_ctx else float("inf")
+
+    def to_dict(self) -> dict:
+        fp = self.fp
+        full = [g for g in fp.kv if g.window is None] or list(fp.kv)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.spec.name,
+            "architecture": self.spec.architecture,
+            "family": self.spec.family,
+            "tp": fp.tp,
+            "ctx": self.ctx,
+            "spec_tokens": fp.spec_tokens,
+            "vllm_version": self.vllm_release.version,
+            "layers": self.spec.layer_counts,
+            "dtypes": {"conv": fp.dtypes.conv, "ssm": fp.dtypes.ssm, "kv": fp.dtypes.kv},
+            "state": {
+                "groups": [{
+                    "kind": g.kind, "count": g.count,
+                    "conv_shape": list(g.conv_shape) if g.conv_shape else None,
+                    "ssm_shape": list(g.ssm_shape) if g.ssm_shape else None,
+                    "conv_dtype": g.conv_dtype, "ssm_dtype": g.ssm_dtype,
+                    "conv_bytes_per_layer": g.conv_bytes_per_layer, "ssm_bytes_per_layer": g.ssm_bytes_per_layer,
+                    "bytes_per_layer": g.bytes_per_layer, "bytes": g.bytes,
+                } for g in fp.state],
+                "conv_bytes_per_sequence": fp.conv_bytes,
+                "ssm_bytes_per_sequence": fp.ssm_bytes,
+                "bytes_per_sequence": fp.state_bytes,
+            },
+            "kv": {
+                "bytes_per_token_per_layer": full[0].bytes_per_token_per_layer if full else 0,
+                "bytes_per_token": fp.kv_bytes_per_token,
+                "bytes_at_ctx": fp.kv_bytes_at(self.ctx),
+                "groups": [{"kind": g.kind, "count": g.count, "dtype": g.dtype, "window": g.window,
+                            "bytes_per_token_per_layer": g.bytes_per_token_per_layer,
+                            "bytes_at_ctx": g.bytes_at(self.ctx)} for g in fp.kv],
+            },
+            "total_bytes_at_ctx": self.total_at_ctx,
+            "reference": {"model": self.ref.name, "bytes_per_token": self.ref_fp.kv_bytes_per_token,
+                          "bytes_at_ctx": self.ref_at_ctx, "ratio": self.ratio},
+            "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
+            "notes": list(self.spec.notes),
+            **(self.engines.to_dict() if self.engines else {}),
+        }
+
+
+def reference(sc: Scenario, ref: ModelSpec) -> Scenario:
+    """The reference model served like the hybrid: same TP, model and KV dtypes, no state flags."""
+    return replace(sc, spec=ref, dtypes=DtypeChoice(dtype=sc.dtypes.dtype, kv=sc.dtypes.kv), spec_tokens=0)
+
+
+def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport:
+    """The model's footprint under vLLM's dtype rules beside ``ref``'s, and with ``with_engines`` what the
+    engines the scenario asks for allocate."""
+    sc.vllm.release.check_served(sc.spec)
+    fp = vllm.footprint(sc)
+    try:
+        ref_fp = vllm.footprint(reference(sc, ref))
+    except PlanError as exc:
+        raise PlanError(f"reference {ref.name}: {exc}") from None
+    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc) if with_engines else None)

@@ -1,0 +1,103 @@
+"""The one value a command builds from its flags and passes down: which model, how it is served, and what
+memory there is. Engines derive everything else from it (dtypes, footprints, pages, pools), so two figures
+of one run can never be computed from two different settings.
+
+Like vLLM's config object: frozen, built once at the edge, read everywhere, changed only by copying
+(``dataclasses.replace``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hybridplan.engines.sglang.settings import SglangSettings
+from hybridplan.engines.vllm.settings import VllmSettings
+from hybridplan.errors import PlanError
+from hybridplan.spec import ModelSpec
+
+#: ``--engine``: one engine or both
+ENGINE_CHOICES = ("vllm", "sglang", "both")
+#: the context a model is sized at when none is given and its config names none
+FALLBACK_CTX = 131072
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    """The dtype flags a user typed (None = the engine's "auto")."""
+
+    dtype: str | None = None
+    conv: str | None = None
+    ssm: str | None = None
+    kv: str | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory less the
+    weights (``weights`` over all ranks, or ``params`` at the model dtype) and an ``overhead``. How each
+    engine turns these into its budget is an engine rule."""
+
+    kv_budget: int | None = None
+    gpu_mem: int | None = None
+    weights: int | None = None
+    params: float | None = None
+    overhead: int = 0
+
+    def weight_bytes(self, dtype_bytes: int) -> int:
+        """The weights over all ranks; 0 when the budget is given directly."""
+        if self.kv_budget is not None:
+            return 0
+        if self.gpu_mem is None:
+            raise PlanError("give --kv-budget, or --gpu-mem with --weights or --params")
+        if self.weights is not None:
+            return self.weights
+        if self.params is not None:
+            if self.params <= 0:
+                raise PlanError(f"--params must be positive, got {self.params:g}")
+            return int(self.params * dtype_bytes)
+        raise PlanError("with --gpu-mem, give --weights SIZE or --params N (the model's weights on this GPU)")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A model served one way: the model, its tensor-parallel degree, the context per request, the dtype
+    flags, speculative tokens, the engines asked for and their flags, and the memory budget."""
+
+    spec: ModelSpec
+    ctx: int
+    tp: int = 1
+    dtypes: DtypeChoice = DtypeChoice()
+    spec_tokens: int = 0
+    #: ``--engine``: vllm, sglang or both
+    engine: str = "both"
+    #: the prefill chunk: vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``
+    chunk: int = 8192
+    #: state slots of the pool `size` reports
+    slots: int = 256
+    vllm: VllmSettings = field(default_factory=VllmSettings)
+    sglang: SglangSettings = field(default_factory=SglangSettings)
+    budget: Budget = Budget()
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINE_CHOICES:
+            raise PlanError(f"unknown engine {self.engine!r} (known: {', '.join(ENGINE_CHOICES)})")
+        for value, flag in ((self.ctx, "--ctx"), (self.slots, "--slots")):
+            positive(value, flag)
+        if self.chunk <= 0:
+            raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")
+        if self.spec_tokens < 0:
+            raise PlanError(f"--spec-tokens must be ≥ 0, got {self.spec_tokens}")
+
+    def wants(self, engine: str) -> bool:
+        return self.engine in (engine, "both")
+
+
+def positive(value: int | None, flag: str) -> int:
+    if value is None or value <= 0:
+        raise PlanError(f"{flag} must be a positive integer, got {value}")
+    return value
+
+
+def default_ctx(spec: ModelSpec) -> int:
+    """The context a model is sized at when none is given: its own maximum."""
+    return spec.max_position_embeddings or FALLBACK_CTX
