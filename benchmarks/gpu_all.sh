@@ -6,7 +6,7 @@
 #
 # Needs no network and installs nothing: PYTHON (default python3) must hold torch, triton, nvidia-ml-py,
 # typer, rich, pyyaml and pytest, as a CUDA image usually does. Where hybridplan itself is not installed, it runs
-# from a copy of this checkout laid out as the wheel lays it out (kernels/ becomes hybridplan/kernels).
+# from a copy of this checkout laid out as the wheel lays it out (kernels/ and model_specs/ go under hybridplan/).
 # PACK=1 puts every result file into one $OUT/gpu-results.tar.gz (for a machine that returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,8 @@ unset TRITON_INTERPRET
 
 if ! (cd / && "$PYTHON" -c "import hybridplan.kernels") 2>/dev/null; then
   stage=$(mktemp -d)
-  cp -r hybridplan tests benchmarks pyproject.toml "$stage"/ && cp -r kernels "$stage/hybridplan/kernels" || exit 2
+  cp -r hybridplan tests benchmarks pyproject.toml "$stage"/ && cp -r kernels "$stage/hybridplan/kernels" &&
+    cp -r model_specs "$stage/hybridplan/model_specs" || exit 2
   cd "$stage"
   export PYTHONPATH="$stage${PYTHONPATH:+:$PYTHONPATH}"  # for the tests' subprocesses too
   echo "running from $stage (this checkout laid out as installed)" >&2

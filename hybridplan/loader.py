@@ -28,7 +28,10 @@ def _safe_load(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - CSafeLoader/SafeLoader are the safe loaders
 
 
-_SPECS_DIR = Path(__file__).resolve().parent / "model_specs"
+_HERE = Path(__file__).resolve().parent
+#: installed, the specs ship as hybridplan.model_specs beside this module; in a checkout they sit at the top
+_SPECS_DIR = next((d for d in (_HERE / "model_specs", _HERE.parent / "model_specs") if d.is_dir()),
+                  _HERE / "model_specs")
 _HEADER = re.compile(r"^(name|aliases):(.*)$", re.MULTILINE)
 
 

@@ -2,15 +2,13 @@ from pathlib import Path
 
 import pytest
 
-#: the real HF configs the project is tested against, beside the repository (absent in a bare checkout)
-SHARED_CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "model_configs"
+#: the real HF configs the project is tested against (tests/data/configs/SOURCES.md says where each came from)
+CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 
 
 @pytest.fixture
-def shared_configs() -> Path:
-    if not SHARED_CONFIGS.is_dir():
-        pytest.skip("../shared/model_configs is not present")
-    return SHARED_CONFIGS
+def configs() -> Path:
+    return CONFIGS
 
 
 @pytest.fixture

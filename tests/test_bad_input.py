@@ -22,8 +22,8 @@ def _one_line_error(code, out, err, *needles):
 
 
 @pytest.fixture
-def nemotron_cfg(shared_configs):
-    return json.loads((shared_configs / "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json").read_text())
+def nemotron_cfg(configs):
+    return json.loads((configs / "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json").read_text())
 
 
 def test_unknown_model(run_cli):
@@ -111,11 +111,9 @@ _json_values = st.recursive(
 
 @pytest.fixture(scope="module")
 def real_configs():
-    from tests.conftest import SHARED_CONFIGS
+    from tests.conftest import CONFIGS
 
-    if not SHARED_CONFIGS.is_dir():
-        pytest.skip("../shared/model_configs is not present")
-    return [json.loads(p.read_text()) for p in sorted(SHARED_CONFIGS.glob("*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(CONFIGS.glob("*.json"))]
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""vLLM and SGLang arithmetic. Each expected figure is vLLM's or SGLang's own (ENGINE_NOTES §2–§4, noted so)
+"""vLLM and SGLang arithmetic. Each expected figure is vLLM's or SGLang's own (docs/engines.md §2–§4, noted so)
 or a derivation written out in the comment beside it."""
 
 import json
@@ -28,7 +28,7 @@ def cap_of(name, mode, minor=33, budget=40 * GiB, ctx=8192, **kw):
     return vllm.capacity(scenario(name, ctx, minor=minor, vllm=kw), mode, budget)
 
 
-# --- ENGINE_NOTES §2: "vLLM gives, for Nemotron-H-8B (bf16 KV, fp32 SSM, t=1)" -------------------------
+# --- docs/engines.md §2: "vLLM gives, for Nemotron-H-8B (bf16 KV, fp32 SSM, t=1)" -------------------------
 
 
 @pytest.mark.parametrize("minor", [20, 23, 28, 31, 32, 33])
@@ -71,7 +71,7 @@ def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
 
 
 def test_two_line_capacity_log_before_028():
-    # 0.23 prints two lines (ENGINE_NOTES §2)
+    # 0.23 prints two lines (docs/engines.md §2)
     cap = cap_of("nemotron-h", "none", 23)
     assert cap.logs == ("GPU KV cache size: 1,474,560 tokens",
                         "Maximum concurrency for 8,192 tokens per request: 180.00x")
@@ -155,7 +155,7 @@ def test_mamba1_model():
 @pytest.mark.parametrize("minor,backend,block", [
     # Qwen3-Next: conv 8192·3·2 = 49,152 + SSM 32·128·128·2 = 1,048,576 → 1,097,728 B; attn1 2·2·256·2 = 2,048
     # → 16·cdiv(1,097,728, 32,768) = 544; vLLM 0.33 with FlashInfer GDN prefill aligns to lcm(16, 64) = 64:
-    # 64·cdiv(1,097,728, 131,072) = 576 (ENGINE_NOTES §2: "block 576 instead of 544 at t=1")
+    # 64·cdiv(1,097,728, 131,072) = 576 (docs/engines.md §2: "block 576 instead of 544 at t=1")
     (33, "flashinfer", 576),
     (33, "triton", 544),
     (32, "flashinfer", 544),  # the checkpoint alignment arrived in 0.33
@@ -229,7 +229,7 @@ def test_mla_block_at_least_128():
 
 
 def test_dtype_defaults_by_release():
-    # Nemotron-H SSM: 0.11 model dtype; 0.14–0.17 float16; 0.20+ float32 (ENGINE_NOTES §1 Dtypes)
+    # Nemotron-H SSM: 0.11 model dtype; 0.14–0.17 float16; 0.20+ float32 (docs/engines.md §1 Dtypes)
     assert fp_of("nemotron-h", 11).state[0].ssm_dtype == "bfloat16"
     assert fp_of("nemotron-h", 15).state[0].ssm_dtype == "float16"
     assert fp_of("nemotron-h", 20).state[0].ssm_dtype == "float32"
@@ -258,7 +258,7 @@ def test_unknown_versions():
     assert vllm.release("0.23.1").minor == 23
 
 
-# --- SGLang (ENGINE_NOTES §3) -----------------------------------------------------------------------
+# --- SGLang (docs/engines.md §3) -----------------------------------------------------------------------
 
 
 def test_sglang_pool_256_slots():
@@ -358,7 +358,7 @@ def test_size_engine_json_contract(run_cli):
     assert sg["max_running_requests"] == 51 and sg["per_request_bytes"] == 102_137_856
 
 
-# --- prefix reuse (ENGINE_NOTES §4) ------------------------------------------------------------------
+# --- prefix reuse (docs/engines.md §4) ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("shared,private,reused,computed", [
@@ -409,7 +409,7 @@ DATA = __import__("pathlib").Path(__file__).parent / "data"
 
 
 def test_check_log_vllm_023(run_cli):
-    # vLLM 0.23, prefix caching off (its default for hybrids) → mode none; ENGINE_NOTES §2 figures:
+    # vLLM 0.23, prefix caching off (its default for hybrids) → mode none; docs/engines.md §2 figures:
     # block 1040 (+0.10%), 180.00x at 8,192 tokens from a 40 GiB budget, 1,474,560 tokens
     code, out, err = run_cli("check-log", DATA / "vllm-0.23-nemotron-h.log", "--json")
     d = json.loads(out)
@@ -434,7 +434,7 @@ def test_check_log_vllm_033_gdn_tp4(run_cli):
 
 
 def test_check_log_sglang(run_cli):
-    # ENGINE_NOTES §3: 256 slots → 0.35GB / 24.09GB; the cap of 39 at max_mamba_cache_size 198 (198 // 5)
+    # docs/engines.md §3: 256 slots → 0.35GB / 24.09GB; the cap of 39 at max_mamba_cache_size 198 (198 // 5)
     code, out, _ = run_cli("check-log", DATA / "sglang-0.5.23-nemotron-h.log", "--json")
     d = json.loads(out)
     assert code == 0 and d["ok"] and len(d["rows"]) == 4
@@ -457,7 +457,7 @@ def test_check_log_nothing_recognised(run_cli, tmp_path):
 
 
 def test_prefix_later_requests_reuse_the_junction():
-    # 4,000 shared + 200 private (ENGINE_NOTES §4 example) on each engine:
+    # 4,000 shared + 200 private (docs/engines.md §4 example) on each engine:
     # vLLM 0.28 align (B 1040): request 1 stores only 4160 (its last block boundary) → request 2 reuses 0, but
     # stops a chunk at the block-floored junction floor(4000/1040)·1040 = 3120 and stores a state there, which
     # request 3 reuses. SGLang extra_buffer (grid 256): request 1 stores floor(4200/256)·256 = 4096 → request 2
@@ -482,7 +482,7 @@ def test_align_chunk_ends_are_checkpoints():
 
 
 def test_both_engines_skip_the_one_that_does_not_serve(run_cli):
-    # SGLang 0.5.23 has no Jamba class (ENGINE_NOTES §3): with --engine both vLLM still answers
+    # SGLang 0.5.23 has no Jamba class (docs/engines.md §3): with --engine both vLLM still answers
     code, out, _ = run_cli("size", "jamba", "--ctx", "8192", "--engine", "both", "--json")
     d = json.loads(out)
     assert code == 0 and "vllm" in d and "sglang" not in d and "JambaForCausalLM" in d["skipped"]["sglang"]

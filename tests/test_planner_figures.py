@@ -1,5 +1,5 @@
 """The published Nemotron-H-8B / Llama-3-8B figures, each derived in a comment from the config and
-ENGINE_NOTES §1 (vLLM MambaStateShapeCalculator, fp32 SSM default for Nemotron-H in vLLM ≥ 0.20)."""
+docs/engines.md §1 (vLLM MambaStateShapeCalculator, fp32 SSM default for Nemotron-H in vLLM ≥ 0.20)."""
 
 import json
 from fractions import Fraction
@@ -46,7 +46,7 @@ def test_mamba_layer_shapes_and_bytes(report):
 def test_kv_per_token(report):
     # Nemotron-H: 4 attention layers · 2 (K,V) · 8 KV heads · 128 · 2 B = 16,384 B per token
     assert report.fp.kv_bytes_per_token == 16_384
-    # Llama-3-8B: 32 layers · 2 · 8 · 128 · 2 B = 131,072 B = 128 KiB per token (ENGINE_NOTES §1)
+    # Llama-3-8B: 32 layers · 2 · 8 · 128 · 2 B = 131,072 B = 128 KiB per token (docs/engines.md §1)
     assert report.ref_fp.kv_bytes_per_token == 131_072
 
 

@@ -1,4 +1,4 @@
-"""Shipped specs against the real configs, per-family shapes, and TP rules (ENGINE_NOTES §1)."""
+"""Shipped specs against the real configs, per-family shapes, and TP rules (docs/engines.md §1)."""
 
 import json
 
@@ -17,7 +17,7 @@ PROVENANCE = {
     "nemotron-h-56b": ("nvidia__Nemotron-H-56B-Base-8K.json", {}),
     "nemotron-3-nano-30b-a3b": ("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", {}),
     "jamba-1.5-mini": ("ai21labs__AI21-Jamba-1.5-Mini.from-python-dict.json", {}),
-    # the saved config is trimmed: mamba_d_ssm = 24 heads · 64 = 1536 restored (SOURCES.md)
+    # the saved config is trimmed: mamba_d_ssm = 24 heads · 64 = 1536 restored (tests/data/configs/SOURCES.md)
     "falcon-h1-0.5b": ("tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json", {"mamba_d_ssm"}),
     "falcon-mamba-7b": ("tiiuae__falcon-mamba-7b.json", {}),
     "mamba-2.8b": ("state-spaces__mamba-2.8b-hf.json", {}),
@@ -26,7 +26,7 @@ PROVENANCE = {
     "qwen3-next-80b-a3b": ("Qwen__Qwen3-Next-80B-A3B-Thinking.json", {}),
     "qwen3.5-27b": ("Qwen__Qwen3.5-27B.json", {}),
     "llama-3.1-70b": ("meta-llama__Meta-Llama-3.1-70B.json", {}),
-    # Llama-3-8B = Llama-3.1-8B shapes with an 8K context and no rope scaling (SOURCES.md)
+    # Llama-3-8B = Llama-3.1-8B shapes with an 8K context and no rope scaling (tests/data/configs/SOURCES.md)
     "llama-3-8b": ("meta-llama__Meta-Llama-3.1-8B.json", {"max_position_embeddings", "rope_scaling"}),
     "qwen2.5-7b": ("Qwen__Qwen2.5-7B.json", {}),
     "mistral-7b": ("mistralai__Mistral-7B-v0.1.json", {}),
@@ -46,30 +46,30 @@ def _subset_equal(spec_cfg: dict, real: dict, changed: set, where: str):
 
 
 @pytest.mark.parametrize("name", sorted(PROVENANCE))
-def test_shipped_spec_matches_its_config(name, shared_configs):
+def test_shipped_spec_matches_its_config(name, configs):
     import yaml
 
     from hybridplan.loader import _specs_dir
 
     filename, changed = PROVENANCE[name]
     doc = yaml.safe_load((_specs_dir() / f"{name}.yaml").read_text())
-    real = json.loads((shared_configs / filename).read_text())
+    real = json.loads((configs / filename).read_text())
     _subset_equal(doc["config"], real, changed, name)
     if not changed:  # the real config itself normalises to the same model
-        assert load_path(shared_configs / filename).mixers == load_model(name).mixers
+        assert load_path(configs / filename).mixers == load_model(name).mixers
 
 
-def test_zamba2_spec_matches_the_prerelease_config(shared_configs):
+def test_zamba2_spec_matches_the_prerelease_config(configs):
     # The 7B config on disk uses the pre-release field names; read through them it is the same model.
-    real = load_path(shared_configs / "Zyphra__Zamba2-7B.prerelease-format.from-python-dict.json")
+    real = load_path(configs / "Zyphra__Zamba2-7B.prerelease-format.from-python-dict.json")
     assert real.mixers == load_model("zamba2-7b").mixers
     assert any("pre-release" in n for n in real.notes)
 
 
-def test_trimmed_falcon_h1_config_is_refused_naming_the_field(shared_configs):
+def test_trimmed_falcon_h1_config_is_refused_naming_the_field(configs):
     # Without mamba_d_ssm, FalconH1Config's default 1024 is not 24 heads · 64: the model cannot be built.
     with pytest.raises(PlanError, match="1024.*24·64"):
-        load_path(shared_configs / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json")
+        load_path(configs / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json")
 
 
 def test_every_shipped_spec_loads_and_sizes():
@@ -149,7 +149,7 @@ def test_mla_kv_is_not_divided_by_tp():
     assert fp1.kv_bytes_per_token == fp8.kv_bytes_per_token == 61 * 576 * 2
 
 
-# TP rules (ENGINE_NOTES §1): conv = (I + 2·g'·N)/t, g' = g if g % t == 0 else t; SSM heads/t.
+# TP rules (docs/engines.md §1): conv = (I + 2·g'·N)/t, g' = g if g % t == 0 else t; SSM heads/t.
 @pytest.mark.parametrize("tp,conv,ssm", [
     (1, (10240, 3), (128, 64, 128)),
     (2, ((8192 + 2 * 8 * 128) // 2, 3), (64, 64, 128)),
@@ -221,7 +221,7 @@ def test_transformers5_spellings_are_accepted():
            "layer_types": ["linear_attention", "full_attention", "mamba", "attention"]}
     s = spec_from_config(cfg, name="granite")
     assert s.layer_counts["mamba2"] == 2 and s.layer_counts["attention"] == 2
-    # Granite-4.0-H-tiny style: 12 heads cannot be split 8 ways (ENGINE_NOTES §1)
+    # Granite-4.0-H-tiny style: 12 heads cannot be split 8 ways (docs/engines.md §1)
     with pytest.raises(PlanError, match="attention heads"):
         footprint(s, tp=8, dtypes=DtypeChoice())
 
@@ -257,9 +257,9 @@ def test_kimi_linear_and_minimax_and_bamba():
     assert bamba.mixers[0].head_dim == 64  # "auto": 2·4096 / 128
 
 
-def test_lfm2_both_schemas_agree(shared_configs):
+def test_lfm2_both_schemas_agree(configs):
     # the original release lists full_attn_idxs; newer configs write layer_types ("conv" / "full_attention")
-    real = json.loads((shared_configs / "LiquidAI__LFM2-1.2B.json").read_text())
+    real = json.loads((configs / "LiquidAI__LFM2-1.2B.json").read_text())
     idx = set(real.pop("full_attn_idxs"))
     real["layer_types"] = ["full_attention" if i in idx else "conv" for i in range(real["num_hidden_layers"])]
     assert spec_from_config(real, name="lfm2").mixers == load_model("lfm2").mixers
@@ -276,8 +276,8 @@ def test_zamba2_transformers5_spelling():
     assert spec_from_config(cfg, name="z").mixers == load_model("zamba2-7b").mixers
 
 
-def test_native_zamba2_layer_mapping(shared_configs):
+def test_native_zamba2_layer_mapping(configs):
     # Zyphra's own format names the layers 'm' / 'g'; 9 shared-block layers among 54
-    s = spec_from_config({**json.loads((shared_configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
+    s = spec_from_config({**json.loads((configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
                                        .read_text()), "architectures": ["Zamba2ForCausalLM"]}, name="z27")
     assert s.layer_counts["mamba2"] == 54 and s.layer_counts["attention"] == 9

@@ -1,0 +1,74 @@
+"""The shape of the code: each engine rule defined once, in its engine's package; short parameter lists; every
+package and shipped spec in the wheel."""
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "hybridplan"
+
+
+def _functions() -> list[tuple[Path, ast.FunctionDef]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((path.relative_to(ROOT), node))
+    return out
+
+
+@pytest.mark.parametrize("name,home", [
+    ("request_cap", "hybridplan/engines/sglang/pool.py"),  # SGLang: K // state slots per request
+    ("default_max_num_seqs", "hybridplan/engines/vllm/releases.py"),
+    ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
+    ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
+    ("junction", None),  # where a second request saves its state: one per engine
+    ("checkpoints", None),  # where the first request saves states: one per engine
+])
+def test_each_rule_is_defined_once(name, home):
+    where = [str(p) for p, f in _functions() if f.name == name]
+    if home is not None:
+        assert where == [home]
+    else:
+        assert sorted(where) == ["hybridplan/engines/sglang/radix.py", "hybridplan/engines/vllm/prefix.py"]
+
+
+def test_reports_hold_no_engine_rule():
+    # a report module composes: it names no engine's release, pool or block arithmetic
+    for path in sorted((PACKAGE / "reports").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for needle in ("cdiv", "floor_to", "minor", "padding_slot", "// ratio", "gpu_memory_utilization"):
+            assert needle not in text, f"{path.name} uses {needle}"
+
+
+def test_no_function_takes_more_than_six_parameters():
+    long = []
+    for path, f in _functions():
+        a = f.args
+        names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+        if len(names) + bool(a.vararg) > 6:
+            long.append(f"{path}:{f.lineno} {f.name}")
+    assert not long
+
+
+def test_the_wheel_ships_every_package_and_spec():
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = {pkg: ROOT / path for pkg, path in cfg["package-dir"].items()}
+
+    def source(pkg: str) -> Path:
+        base = max((p for p in dirs if pkg == p or pkg.startswith(p + ".")), key=len)
+        return dirs[base].joinpath(*pkg[len(base):].lstrip(".").split(".")) if pkg != base else dirs[base]
+
+    listed = set(cfg["packages"])
+    on_disk = set()
+    for root in dirs.values():
+        for init in root.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                on_disk.add(init.parent)
+    assert {source(p) for p in listed} == on_disk
+    assert cfg["package-data"]["hybridplan.model_specs"] == ["*.yaml"]
+    assert len(list((ROOT / "model_specs").glob("*.yaml"))) >= 17
+
