@@ -79,7 +79,9 @@ class CrossoverRow:
 
 
 def crossover_row(hybrid: Footprint, ref: Footprint) -> CrossoverRow:
-    r = kv_curve(ref)
+    """The reference's whole footprint (its KV, and its own recurrent state when it is a hybrid too) against
+    the hybrid's state alone and against its state + KV."""
+    r = total_curve(ref)
     s_only = first_crossing(r, state_curve(hybrid))
     tot = first_crossing(r, total_curve(hybrid))
     return CrossoverRow(ssm_dtype=hybrid.dtypes.ssm, state_bytes=hybrid.state_bytes,

@@ -109,10 +109,11 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
 
 def crossover_view(r: CrossoverReport) -> Group:
     d = r.to_dict()
+    ref_state = (f" + {human_bytes(r.ref_fp.state_bytes)} state" if r.ref_fp.state_bytes else "")
     head = Text.assemble((r.spec.name, "bold"), f" vs {r.ref.name}  ·  TP {r.tp}  ·  ",
-                         f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token, "
+                         f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token{ref_state}, "
                          f"hybrid KV {human_bytes(r.fp.kv_bytes_per_token)}/token")
-    t = Table(title="Crossover: context where the reference's KV reaches the hybrid's memory",
+    t = Table(title="Crossover: context where the reference's memory reaches the hybrid's",
               box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"):
         t.add_column(col, justify="left" if col == "SSM dtype" else "right")

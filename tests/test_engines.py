@@ -390,7 +390,8 @@ def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
     code, _, err = run_cli("prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:250", "--plot", png)
-    assert code == 0, err and png.stat().st_size > 0
+    assert code == 0, err
+    assert png.stat().st_size > 0
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -2,10 +2,10 @@
 package and shipped spec in the wheel."""
 
 import ast
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hybridplan"

@@ -76,6 +76,20 @@ def test_crossovers(nemo, llama):
     assert rows["float32"].total_tokens == 891
 
 
+def test_a_hybrid_reference_counts_its_own_state(nemo):
+    # Jamba-1.5-Mini: 28 Mamba-1 layers · (8192·3·2 + 8192·16·2) = 8,716,288 B of state, and 16,384 B of KV per
+    # token, as Nemotron-H-8B. Jamba's whole footprint reaches Nemotron's fp32 state alone at
+    # (102,137,856 − 8,716,288) / 16,384 = 5,702 tokens (equal there, smaller from 5,703); their state + KV
+    # never cross (same slope, Jamba's constant below).
+    r = crossover(scenario(nemo), load_model("jamba"))
+    row = next(x for x in r.rows if x.ssm_dtype == "float32")
+    assert (row.state_only, row.state_only_tokens) == (5702, 5703)
+    assert row.total is None and r.to_dict()["reference_state_bytes"] == 8_716_288
+    # against itself: equal everywhere, so never smaller in whole; its state alone is passed at once
+    row = next(x for x in crossover(scenario(nemo), nemo).rows if x.ssm_dtype == "float32")
+    assert row.total is None and (row.state_only, row.state_only_tokens) == (0, 1)
+
+
 def test_crossover_exact_integer_point_is_not_smaller():
     # At an exact integer crossing the two are equal: the first *smaller* context is the next one.
     from hybridplan.crossover import Curve, first_crossing, first_whole_smaller

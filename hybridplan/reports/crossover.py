@@ -59,6 +59,7 @@ class CrossoverReport:
             "reference": self.ref.name,
             "tp": self.tp,
             "reference_bytes_per_token": self.ref_fp.kv_bytes_per_token,
+            "reference_state_bytes": self.ref_fp.state_bytes,
             "hybrid_kv_bytes_per_token": self.fp.kv_bytes_per_token,
             "rows": [{
                 "ssm_dtype": r.ssm_dtype,

@@ -4,14 +4,17 @@ model at the same context, and a pool of state slots."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
 from hybridplan.reports import SCHEMA_VERSION
-from hybridplan.reports.engines import EngineReport, engine_layouts
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from hybridplan.reports.engines import EngineReport
 
 
 @dataclass(frozen=True)
@@ -110,4 +113,8 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
         ref_fp = vllm.footprint(reference(sc, ref))
     except PlanError as exc:
         raise PlanError(f"reference {ref.name}: {exc}") from None
-    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc) if with_engines else None)
+    if not with_engines:
+        return SizeReport(sc, ref, fp, ref_fp)
+    from hybridplan.reports.engines import engine_layouts
+
+    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc))

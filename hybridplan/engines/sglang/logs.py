@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Row, last
 from hybridplan.engines.sglang.pool import GB, Pool, footprint, request_cap
 from hybridplan.engines.sglang.radix import slots_per_request, strategy
+from hybridplan.engines.sglang.releases import release
 
 if TYPE_CHECKING:
+    from hybridplan.engines import LogGiven
     from hybridplan.scenario import Scenario
 
 SETTINGS = {
@@ -23,7 +26,6 @@ FIGURES = {
     "cap": re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache "
                       r"\(max_mamba_cache_size=(\d+), (\d+) state slots per request\)"),
 }
-LOOKED_FOR = ('SGLang\'s "Mamba Cache is allocated"',)
 
 
 def present(text: str) -> bool:
@@ -52,3 +54,17 @@ def rows(text: str, sc: Scenario) -> list[Row]:
         out.append(Row("sglang", f"max_running_requests cap (max_mamba_cache_size {k})", str(n),
                        str(request_cap(k, predicted))))
     return out
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    settings: dict
+    rows: tuple[Row, ...]
+    notes: tuple[str, ...]
+
+
+def check(text: str, sc: Scenario, given: LogGiven) -> LogCheck:
+    rel = release(given.sglang_version)
+    run = replace(sc, sglang=replace(sc.sglang, release=rel))
+    rel.check_served(run.spec)
+    return LogCheck({"sglang_version": rel.version}, tuple(rows(text, run)), ())

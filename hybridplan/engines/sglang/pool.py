@@ -17,6 +17,7 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
 from hybridplan.spec import ModelSpec
+from hybridplan.units import human_bytes
 
 if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario
@@ -183,3 +184,117 @@ def cap_log(n: int, k: int, ratio: int) -> str:
     return (f"max_running_requests is capped to {n} by the mamba state cache (max_mamba_cache_size={k}, {ratio} "
             "state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, "
             "or halve the state size with --mamba-ssm-dtype bfloat16.")
+
+
+def _slots(sc: Scenario) -> tuple[str, int]:
+    """The radix strategy the scenario runs and the state slots a request holds under it."""
+    from hybridplan.engines.sglang.radix import slots_per_request, strategy
+
+    rel = sc.sglang.release
+    strat = strategy(sc.spec, rel, sc.sglang.radix)
+    return strat, slots_per_request(strat, rel, overlap=sc.sglang.overlap)
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """`size --engine sglang`: a MambaPool of ``--slots`` slots and what it admits."""
+
+    rel: Release
+    pool: Pool
+    strategy: str
+    ratio: int
+    grid: int
+
+    @property
+    def max_running_requests(self) -> int:
+        return request_cap(self.pool.size, self.ratio)
+
+    def to_dict(self) -> dict:
+        fp = self.pool.fp
+        return {"version": self.rel.version, "slots": self.pool.size, "rows": self.pool.rows,
+                "conv_dtype": fp.dtypes.conv, "ssm_dtype": fp.dtypes.ssm,
+                "conv_state_bytes": self.pool.conv_bytes, "ssm_state_bytes": self.pool.ssm_bytes,
+                "pool_bytes": self.pool.bytes, "per_request_bytes": per_request_bytes(fp),
+                "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
+                "max_running_requests": self.max_running_requests, "checkpoint_grid": self.grid,
+                "logs": [self.pool.log]}
+
+
+def layout(sc: Scenario) -> PoolLayout:
+    """`size --engine sglang`: a pool of ``sc.slots`` slots."""
+    from hybridplan.engines.sglang.radix import checkpoint_grid
+
+    return PoolLayout(sc.sglang.release, Pool(sc.slots, footprint(sc)), *_slots(sc), checkpoint_grid(sc.spec))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`fit` on SGLang: the memory split between the two pools and the requests it admits."""
+
+    budget: int
+    pool: Pool
+    kv_bytes: int
+    strategy: str
+    admission: Admission
+    ctx: int
+    tp: int
+
+    @property
+    def rel(self) -> Release:
+        return self.admission.rel
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.admission.kv_tokens
+
+    @property
+    def ratio(self) -> int:
+        return self.admission.ratio
+
+    @property
+    def max_running_requests(self) -> int:
+        return self.admission.value
+
+    @property
+    def logs(self) -> list[str]:
+        return [self.pool.log, *self.admission.logs]
+
+    @property
+    def starts(self) -> bool:
+        return self.max_running_requests >= 1
+
+    @property
+    def problem(self) -> str | None:
+        return None
+
+    @property
+    def flags(self) -> str:
+        return (f"--context-length {self.ctx} --max-running-requests {self.max_running_requests}"
+                + (f" --tp {self.tp}" if self.tp > 1 else ""))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.rel.padding_slot_in_budget:
+            return ()
+        return (f"SGLang {self.rel.version} leaves the pool's padding row out of its split: the two pools take "
+                f"{human_bytes(per_request_bytes(self.pool.fp))} more than the budget",)
+
+    def to_dict(self) -> dict:
+        a = self.admission
+        return {"version": self.rel.version, "budget_bytes": self.budget, "max_mamba_cache_size": self.pool.size,
+                "pool_bytes": self.pool.bytes, "conv_state_bytes": self.pool.conv_bytes,
+                "ssm_state_bytes": self.pool.ssm_bytes, "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
+                "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
+                "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
+                "state_pool_cap": a.cap, "capped": a.capped, "logs": self.logs}
+
+
+def fit(sc: Scenario) -> Fit:
+    """`fit` on SGLang: the split of the budget and the requests it admits."""
+    rel, fp = sc.sglang.release, footprint(sc)
+    total = budget_bytes(sc)
+    pool = Pool(auto_pool_size(fp, total, rel, sc.sglang.full_memory_ratio), fp)
+    kv_bytes = kv_pool_bytes(fp, total, pool.size, rel)
+    strat, ratio = _slots(sc)
+    admission = Admission(rel, pool.size, ratio, kv_tokens(fp, kv_bytes), sc.ctx, sc.sglang.max_running_requests)
+    return Fit(total, pool, kv_bytes, strat, admission, sc.ctx, sc.tp)

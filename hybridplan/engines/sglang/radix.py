@@ -4,6 +4,7 @@ mem_cache/unified_radix_cache.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to, lcm
@@ -93,3 +94,19 @@ def reuse(sc: Scenario, shared: int, prompt: int) -> Reuse:
     strat = strategy(sc.spec, rel, sc.sglang.radix)
     return Reuse.of(grid, checkpoints(strat, grid, prompt, sc.chunk), junction(strat, grid, shared, prompt), shared,
                     prompt)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    rel: Release
+    reuse: Reuse
+
+    def entries(self) -> list[tuple[str, str, Reuse]]:
+        return [(f"SGLang {self.rel.version}", "grid", self.reuse)]
+
+    def to_dict(self) -> dict:
+        return {"version": self.rel.version, **self.reuse.to_dict("grid")}
+
+
+def prefix(sc: Scenario, shared: int, prompt: int) -> Prefix:
+    return Prefix(sc.sglang.release, reuse(sc, shared, prompt))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import cdiv, lcm
 from hybridplan.engines.vllm.dtypes import footprint
+from hybridplan.engines.vllm.releases import Release
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
@@ -138,3 +139,46 @@ def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:
     attn = sum(g.count * attention_pages(sc, g.window, lay.block_size) for g in fp.kv)
     return state, attn
 
+
+
+@dataclass(frozen=True)
+class ModePages:
+    """One mode's layout and what one request pins in it."""
+
+    layout: Layout
+    state_pages_per_request: int
+    kv_pages_per_request: int
+
+    def to_dict(self) -> dict:
+        lay = self.layout
+        return {"block_size": lay.block_size, "mamba_page_bytes": lay.mamba_page_bytes, "page_bytes": lay.page_bytes,
+                "padding_pct": lay.padding_pct, "padding_bytes": lay.page_bytes - lay.mamba_page_bytes,
+                "state_pages_per_request": self.state_pages_per_request,
+                "state_bytes_per_request": self.state_pages_per_request * lay.page_bytes,
+                "kv_pages_per_request": self.kv_pages_per_request,
+                "kv_bytes_per_request": self.kv_pages_per_request * lay.page_bytes, "logs": list(lay.logs)}
+
+
+@dataclass(frozen=True)
+class Pages:
+    """`size --engine vllm`: pages and padding per mode."""
+
+    rel: Release
+    default_mode: str
+    prefix_mode: str
+    modes: dict[str, ModePages]
+
+    def to_dict(self) -> dict:
+        return {"version": self.rel.version, "default_mode": self.default_mode,
+                "mode_with_prefix_caching": self.prefix_mode,
+                "modes": {m: v.to_dict() for m, v in self.modes.items()}}
+
+
+def pages(sc: Scenario) -> Pages:
+    """`size --engine vllm`: every mode's layout and pages per request."""
+    rel = sc.vllm.release
+    out = {}
+    for mode in rel.modes_for(sc.spec, sc.vllm.mode):
+        lay = layout(sc, mode)
+        out[mode] = ModePages(lay, *pages_per_request(sc, mode, lay))
+    return Pages(rel, rel.default_mode(sc.spec, sc.spec_tokens), rel.prefix_mode(sc.spec, sc.spec_tokens), out)

@@ -7,14 +7,18 @@ block count is recovered from the logged concurrency and checked against the log
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Row, last
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
+from hybridplan.engines.vllm.releases import release
 from hybridplan.engines.vllm.sizing import capacity
+from hybridplan.errors import PlanError
 
 if TYPE_CHECKING:
+    from hybridplan.engines import LogGiven
     from hybridplan.scenario import Scenario
 
 GiB = 1 << 30
@@ -37,8 +41,6 @@ FIGURES = {
     "concurrency": re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"),
 }
 #: the lines whose presence says a log is vLLM's, as a person would name them
-LOOKED_FOR = ('vLLM\'s "Setting attention block size"', '"Padding mamba page size"', '"KV cache size"',
-              '"Maximum concurrency"')
 _CHECKED = ("block", "padding", "tokens", "concurrency", "ssm_dtype")
 
 
@@ -107,3 +109,29 @@ def logged_ctx(text: str) -> int | None:
     """The context of the concurrency line, where the settings name none."""
     conc = last(FIGURES["concurrency"], text)
     return int(conc[0].replace(",", "")) if conc else None
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    settings: dict
+    rows: tuple[Row, ...]
+    notes: tuple[str, ...]
+
+
+def check(text: str, sc: Scenario, given: LogGiven) -> LogCheck:
+    """The log's figures beside those of ``sc`` run with the release, mode and context the log states
+    (or ``given`` overrides)."""
+    notes: list[str] = []
+    logged_version = setting(text, "version")
+    rel = release(given.vllm_version or logged_version)
+    if given.vllm_version is None and logged_version is None:
+        notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
+    mode = given.mode or setting(text, "mode") or rel.mode(sc.spec, 0, prefix_caching(text))
+    max_len = given.ctx or (int(v) if (v := setting(text, "max_len")) else None)
+    settings = {"vllm_version": rel.version, "mode": mode, "max_model_len": max_len}
+    ctx = max_len or logged_ctx(text)
+    if ctx is None and sizes_tokens(text):
+        raise PlanError("the log has no max_model_len: pass --ctx")
+    run = replace(sc, vllm=replace(sc.vllm, release=rel), ctx=ctx or sc.ctx)
+    found, more = rows(text, run, mode, given.kv_budget)
+    return LogCheck(settings, tuple(found), tuple(notes + more))

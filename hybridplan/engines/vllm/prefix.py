@@ -6,10 +6,12 @@ vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split`` and kv_cache_inte
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to
 from hybridplan.engines.vllm.blocks import layout
+from hybridplan.engines.vllm.releases import Release
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -53,3 +55,22 @@ def reuse(sc: Scenario, shared: int, prompt: int) -> dict[str, Reuse]:
         cps = checkpoints(mode, block, prompt, sc.chunk, rel.minor)
         out[mode] = Reuse.of(block, cps, junction(mode, block, shared, prompt, rel.minor), shared, prompt)
     return out
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """`prefix` on vLLM: reuse per mode."""
+
+    rel: Release
+    modes: dict[str, Reuse]
+
+    def entries(self) -> list[tuple[str, str, Reuse]]:
+        """(row label, what its grid is called, reuse) per mode."""
+        return [(f"vLLM {self.rel.version} {mode}", "block", r) for mode, r in self.modes.items()]
+
+    def to_dict(self) -> dict:
+        return {"version": self.rel.version, "modes": {m: r.to_dict("block_size") for m, r in self.modes.items()}}
+
+
+def prefix(sc: Scenario, shared: int, prompt: int) -> Prefix:
+    return Prefix(sc.vllm.release, reuse(sc, shared, prompt))

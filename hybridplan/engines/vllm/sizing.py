@@ -149,3 +149,84 @@ def kv_budget(sc: Scenario) -> int:
 def available_kv_memory_log(budget: int) -> str:
     """vllm/v1/worker/gpu_worker.py: ``Available KV cache memory: {round(b / 2**30, 2)} GiB``."""
     return f"Available KV cache memory: {round(budget / GiB, 2)} GiB"
+
+
+@dataclass(frozen=True)
+class ModeFit:
+    """One mode's capacity at the budget, and whether ``max_num_seqs`` sequences start."""
+
+    capacity: Capacity
+    max_num_seqs: int
+    max_num_seqs_given: bool
+
+    @property
+    def largest_max_num_seqs(self) -> int | None:
+        return self.capacity.max_num_seqs_limit
+
+    @property
+    def problem(self) -> str | None:
+        return self.capacity.problem(self.max_num_seqs)
+
+    @property
+    def starts(self) -> bool:
+        return self.problem is None
+
+    def to_dict(self) -> dict:
+        c = self.capacity
+        return {"block_size": c.layout.block_size, "page_bytes": c.layout.page_bytes, "group_size": c.group_size,
+                "groups": len(c.groups), "bytes_per_block": c.bytes_per_block, "num_blocks": c.num_blocks,
+                "blocks_per_request": c.blocks_per_request, "max_concurrency": c.max_concurrency,
+                "kv_tokens": c.kv_tokens, "max_num_seqs": self.max_num_seqs,
+                "largest_max_num_seqs": self.largest_max_num_seqs, "starts": self.starts, "problem": self.problem,
+                "logs": list(c.layout.logs) + list(c.logs)}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`fit` on vLLM: the budget, and per mode what it holds; the verdict is the mode the start runs in."""
+
+    rel: Release
+    budget: int
+    default_mode: str
+    modes: dict[str, ModeFit]
+    ctx: int
+    tp: int
+
+    @property
+    def chosen(self) -> ModeFit:
+        return self.modes[self.default_mode]
+
+    @property
+    def starts(self) -> bool:
+        return self.chosen.starts
+
+    @property
+    def problem(self) -> str | None:
+        p = self.chosen.problem
+        return None if p is None else f"vLLM ({self.default_mode}): {p}"
+
+    @property
+    def flags(self) -> str:
+        f = self.chosen
+        n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
+        return f"--max-model-len {self.ctx} --max-num-seqs {max(n, 1)}" + (
+            f" --tensor-parallel-size {self.tp}" if self.tp > 1 else "")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    def to_dict(self) -> dict:
+        return {"default_mode": self.default_mode, "kv_budget_bytes": self.budget,
+                "available_kv_cache_memory_log": available_kv_memory_log(self.budget),
+                "modes": {m: f.to_dict() for m, f in self.modes.items()}}
+
+
+def fit(sc: Scenario) -> Fit:
+    """`fit` on vLLM: the budget, and what it holds in every mode."""
+    rel = sc.vllm.release
+    budget = kv_budget(sc)
+    n = max_num_seqs(sc)
+    fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None)
+            for mode in rel.modes_for(sc.spec, sc.vllm.mode)}
+    return Fit(rel, budget, sc.vllm.mode or rel.default_mode(sc.spec, sc.spec_tokens), fits, sc.ctx, sc.tp)
