@@ -23,7 +23,7 @@ from hybridplan.errors import PlanError  # noqa: E402
 from hybridplan.kernels import bench  # noqa: E402
 from hybridplan.loader import load_model  # noqa: E402
 from hybridplan.plan import DtypeChoice, resolve_footprint  # noqa: E402
-from hybridplan.profile import pipeline  # noqa: E402
+from hybridplan.profile import backends, pipeline  # noqa: E402
 from hybridplan.profile.command import profile  # noqa: E402
 from hybridplan.profile.shrink import CTX, SLOTS, TOKENS, shrink_spec  # noqa: E402
 
@@ -175,7 +175,7 @@ def test_non_positive_sizes_are_refused(profile_cli, flag):
 @needs_interpreter
 def test_refuses_before_allocating_when_the_prediction_exceeds_free_memory(profile_cli, monkeypatch):
     state, kv = _predicted("nemotron-h")
-    monkeypatch.setattr(pipeline._Interpreter, "free_bytes", lambda self: 10_000)
+    monkeypatch.setattr(backends.InterpreterBackend, "free_bytes", lambda self: 10_000)
     monkeypatch.setattr(pipeline, "_allocate", lambda *a: pytest.fail("allocated although it does not fit"))
     monkeypatch.setattr(pipeline, "_copy_seconds", lambda *a: pytest.fail("ran although it does not fit"))
     code, out, err = profile_cli("nemotron-h", "--interpret")
@@ -187,7 +187,7 @@ def test_refuses_before_allocating_when_the_prediction_exceeds_free_memory(profi
 @needs_interpreter
 def test_refuses_when_the_kernel_buffers_do_not_fit_beside_the_pools(profile_cli, monkeypatch):
     state, kv = _predicted("nemotron-h")
-    monkeypatch.setattr(pipeline._Interpreter, "free_bytes", lambda self: state + kv + 1)
+    monkeypatch.setattr(backends.InterpreterBackend, "free_bytes", lambda self: state + kv + 1)
     monkeypatch.setattr(pipeline, "_allocate", lambda *a: pytest.fail("allocated although it does not fit"))
     code, _, err = profile_cli("nemotron-h", "--interpret")
     assert code == 2 and "kernel runs need" in err and "missing" in err
