@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import json
 import os
 import platform
@@ -116,14 +117,16 @@ def main(argv=None) -> int:
 
 
 class _Suite:
-    """One benchmark per method: build Nemotron-H-8B-shaped inputs, time the kernel, return the row.
+    """One benchmark per method: build inputs at Nemotron-H-8B shapes (Qwen3-Next for Gated DeltaNet, Jamba for
+    Mamba-1) with ``hybridplan.kernels.inputs``, time the kernel, return the row.
 
-    Inputs are bf16 activations with fp32 A, D and dt_bias, as in the checkpoints; pools hold twice the batch's
-    slots and the batch uses a random half of them, as a serving engine's pool would.
+    Activations are bf16 with fp32 A, D and dt_bias, as in the checkpoints; pools hold twice the batch's slots
+    and the batch uses a random half of them, as a serving engine's pool would.
     """
 
     def __init__(self, torch, hk, bench, dev, quick: bool, act_dtype=None):
-        self.torch, self.hk, self.bench, self.dev = torch, hk, bench, dev
+        self.torch, self.bench, self.dev = torch, bench, dev
+        self.inputs = importlib.import_module(hk.__name__ + ".inputs")
         self.act = act_dtype or torch.bfloat16
         self.act_bytes = self.act.itemsize
         self.warm, self.rep = (10, 30) if quick else (25, 100)
@@ -132,33 +135,31 @@ class _Suite:
         self.dim, self.K, self.Q = cfg["conv_dim"], cfg["conv_width"], cfg["chunk_size"]
         self.gen = torch.Generator(device=dev)
         self.gen.manual_seed(0)
-        self.A = -torch.rand(self.H, generator=self.gen, device=dev) - 0.5
-        self.D = self.randn(self.H, dtype=torch.float32)
-        self.dt_bias = self.randn(self.H, dtype=torch.float32, scale=0.5) - 1.0
+        #: what every input builder takes besides the shapes
+        self.draw = {"gen": self.gen, "dtype": self.act, "device": self.dev}
 
-    def randn(self, *shape, dtype=None, scale=1.0):
-        torch = self.torch
-        x = torch.randn(*shape, generator=self.gen, device=self.dev, dtype=torch.float32) * scale
-        return x.to(dtype or self.act)
+    def pool(self, shape, dtype, scale=0.5):
+        return self.inputs.state_pool(shape, self.gen, dtype, self.dev, scale)
 
-    def slots(self, nslots, batch):
-        return self.torch.randperm(nslots, generator=self.gen, device=self.dev)[:batch].to(self.torch.int32)
+    def slots(self, batch):
+        """A random half of a pool of 2 * batch slots."""
+        return self.inputs.random_slots(2 * batch, batch, self.gen, self.dev)
 
-    def timed(self, fn):
-        fn()  # compile outside the timing
+    def packed(self, ntok, nseq):
+        """``nseq`` sequences of equal length, and every other slot of a pool of 2 * nseq for them."""
+        return [ntok // nseq] * nseq, self.torch.arange(nseq, dtype=self.torch.int32, device=self.dev) * 2
+
+    def timed(self, call, pool):
+        call(pool)  # compile outside the timing
         if self.dev.type == "cuda":
             self.torch.cuda.synchronize()
-        return self.bench.time_cuda(fn, warmup_ms=self.warm, rep_ms=self.rep)
+        return self.bench.time_cuda(lambda: call(pool), warmup_ms=self.warm, rep_ms=self.rep)
 
     def state_update(self, batch, state_dtype, copy_bw):
         H, P, N, G, bench = self.H, self.P, self.N, self.G, self.bench
-        pool = self.randn(2 * batch, H, P, N, dtype=state_dtype, scale=0.1)
-        idx = self.slots(2 * batch, batch)
-        x, z, dt = self.randn(batch, H, P), self.randn(batch, H, P), self.randn(batch, H, scale=0.5)
-        B, C = self.randn(batch, G, N), self.randn(batch, G, N)
-        out = self.torch.empty_like(x)
-        sec = self.timed(lambda: self.hk.selective_state_update(pool, x, dt, self.A, B, C, self.D, z, self.dt_bias,
-                                                                 True, idx, -1, out))
+        pool = self.pool((2 * batch, H, P, N), state_dtype)
+        call = self.inputs.mamba2_decode(batch, H, P, N, G, indices=self.slots(batch), **self.draw)
+        sec = self.timed(call, pool)
         shape = {"batch": batch, "nheads": H, "headdim": P, "dstate": N, "ngroups": G,
                  "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.state_update_bytes(batch, H, P, N, G, state_dtype.itemsize, self.act_bytes)
@@ -168,14 +169,9 @@ class _Suite:
     def gdn_update(self, batch, state_dtype, copy_bw):
         cfg, bench = self.bench.QWEN3_NEXT, self.bench
         hv, hk, V, K = cfg["v_heads"], cfg["k_heads"], cfg["vdim"], cfg["kdim"]
-        pool = self.randn(2 * batch, hv, V, K, dtype=state_dtype, scale=0.1)
-        idx = self.slots(2 * batch, batch)
-        q, k, v = self.randn(batch, hk, K), self.randn(batch, hk, K), self.randn(batch, hv, V)
-        g = -self.randn(batch, hv, dtype=self.torch.float32, scale=0.5).abs()
-        beta = self.randn(batch, hv, dtype=self.torch.float32).sigmoid()
-        out = self.torch.empty_like(v)
-        sec = self.timed(lambda: self.hk.gated_delta_rule_update(pool, q, k, v, g, beta, state_batch_indices=idx,
-                                                                  out=out))
+        pool = self.pool((2 * batch, hv, V, K), state_dtype)
+        call = self.inputs.gdn_decode(batch, hk, hv, K, V, indices=self.slots(batch), **self.draw)
+        sec = self.timed(call, pool)
         shape = {"batch": batch, "v_heads": hv, "k_heads": hk, "vdim": V, "kdim": K,
                  "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.gdn_update_bytes(batch, hv, hk, V, K, state_dtype.itemsize, self.act_bytes)
@@ -183,17 +179,11 @@ class _Suite:
                               copy_bw)
 
     def mamba1_update(self, batch, state_dtype, copy_bw):
-        cfg, bench, f32 = self.bench.JAMBA_1_5_MINI, self.bench, self.torch.float32
+        cfg, bench = self.bench.JAMBA_1_5_MINI, self.bench
         dim, N = cfg["dim"], cfg["dstate"]
-        pool = self.randn(2 * batch, dim, N, dtype=state_dtype, scale=0.1)
-        idx = self.slots(2 * batch, batch)
-        x, z, dt = self.randn(batch, dim), self.randn(batch, dim), self.randn(batch, dim, scale=0.5)
-        A = -self.randn(dim, N, dtype=f32).abs() - 0.5
-        B, C = self.randn(batch, N), self.randn(batch, N)
-        D, dt_bias = self.randn(dim, dtype=f32), self.randn(dim, dtype=f32, scale=0.5) - 1.0
-        out = self.torch.empty_like(x)
-        sec = self.timed(lambda: self.hk.mamba1_state_update(pool, x, dt, A, B, C, D, z, dt_bias, True, idx, -1,
-                                                              out=out))
+        pool = self.pool((2 * batch, dim, N), state_dtype)
+        call = self.inputs.mamba1_decode(batch, dim, N, indices=self.slots(batch), **self.draw)
+        sec = self.timed(call, pool)
         shape = {"batch": batch, "dim": dim, "dstate": N, "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.mamba1_update_bytes(batch, dim, N, state_dtype.itemsize, self.act_bytes)
         return bench.make_row("mamba1_state_update", shape, sec, nbytes, bench.mamba1_update_flops(batch, dim, N),
@@ -201,33 +191,19 @@ class _Suite:
 
     def conv_update(self, batch, copy_bw):
         dim, K, bench = self.dim, self.K, self.bench
-        pool = self.randn(2 * batch, dim, K - 1)
-        idx = self.slots(2 * batch, batch)
-        x, w, b = self.randn(batch, dim), self.randn(dim, K), self.randn(dim)
-        out = self.torch.empty_like(x)
-        sec = self.timed(lambda: self.hk.causal_conv1d_update(x, pool, w, b, "silu", idx, -1, out))
+        pool = self.pool((2 * batch, dim, K - 1), self.act, scale=1.0)
+        call = self.inputs.conv_decode(batch, dim, K, indices=self.slots(batch), **self.draw)
+        sec = self.timed(call, pool)
         shape = {"batch": batch, "dim": dim, "width": K, "state_dtype": str(self.act).removeprefix("torch.")}
         nbytes = bench.conv_update_bytes(batch, dim, K, self.act_bytes, self.act_bytes, self.act_bytes)
         return bench.make_row("causal_conv1d_update", shape, sec, nbytes, 2 * K * batch * dim, copy_bw)
 
-    def _packed(self, ntok, nseq):
-        torch = self.torch
-        lengths = [ntok // nseq] * nseq
-        cu = torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(nseq)], dtype=torch.int32, device=self.dev)
-        idx = torch.arange(nseq, dtype=torch.int32, device=self.dev) * 2
-        init = torch.ones(nseq, dtype=torch.bool, device=self.dev)
-        return lengths, cu, idx, init
-
     def chunk_scan(self, ntok, nseq, copy_bw):
         H, P, N, G, Q, bench = self.H, self.P, self.N, self.G, self.Q, self.bench
-        lengths, cu, idx, init = self._packed(ntok, nseq)
-        pool = self.randn(2 * nseq, H, P, N, dtype=self.torch.float32, scale=0.1)
-        x, z, dt = self.randn(ntok, H, P), self.randn(ntok, H, P), self.randn(ntok, H, scale=0.5)
-        B, C = self.randn(ntok, G, N), self.randn(ntok, G, N)
-        out = self.torch.empty_like(x)
-        meta = self.hk.ssd_chunk_metadata(cu, Q)  # built once per batch, outside the timing
-        sec = self.timed(lambda: self.hk.ssd_chunk_scan(x, dt, self.A, B, C, Q, cu, pool, idx, init, self.D, z,
-                                                         self.dt_bias, True, out=out, metadata=meta))
+        lengths, slots = self.packed(ntok, nseq)
+        pool = self.pool((2 * nseq, H, P, N), self.torch.float32)
+        call = self.inputs.mamba2_prefill(lengths, H, P, N, G, Q, slots=slots, **self.draw)
+        sec = self.timed(call, pool)
         shape = {"ntokens": ntok, "nseqs": nseq, "nheads": H, "headdim": P, "dstate": N, "ngroups": G,
                  "chunk_size": Q, "state_dtype": "float32"}
         nbytes = bench.chunk_scan_bytes(ntok, nseq, H, P, N, G, io_bytes=self.act_bytes)
@@ -236,13 +212,10 @@ class _Suite:
 
     def conv_prefill(self, ntok, nseq, copy_bw):
         dim, K, bench = self.dim, self.K, self.bench
-        _, cu, idx, init = self._packed(ntok, nseq)
-        pool = self.randn(2 * nseq, dim, K - 1)
-        x, w, b = self.randn(ntok, dim), self.randn(dim, K), self.randn(dim)
-        out = self.torch.empty_like(x)
-        meta = self.hk.conv_prefill_metadata(cu)
-        sec = self.timed(lambda: self.hk.causal_conv1d_prefill(x, w, b, cu, pool, idx, init, "silu", out=out,
-                                                                metadata=meta))
+        lengths, slots = self.packed(ntok, nseq)
+        pool = self.pool((2 * nseq, dim, K - 1), self.act, scale=1.0)
+        call = self.inputs.conv_prefill(lengths, dim, K, slots=slots, **self.draw)
+        sec = self.timed(call, pool)
         shape = {"ntokens": ntok, "nseqs": nseq, "dim": dim, "width": K}
         nbytes = bench.conv_prefill_bytes(ntok, nseq, dim, K, self.act_bytes, self.act_bytes, self.act_bytes)
         return bench.make_row("causal_conv1d_prefill", shape, sec, nbytes, 2 * K * ntok * dim, copy_bw, tokens=ntok)

@@ -67,7 +67,8 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 
 def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
-    hybridplan.render (imported only here: rich's console stays out of --json runs)."""
+    hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
+    --json runs)."""
     plot: Path | None = getattr(o, "plot", None)
     if plot is not None:
         from hybridplan import plots
@@ -76,10 +77,13 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     if o.as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return
+    from importlib import import_module
+
     from hybridplan import render
 
+    module, _, name = view.rpartition(":")
     kw = {"exact": o.exact} if hasattr(o, "exact") else {}
-    render.console().print(getattr(render, view)(report, **kw))
+    render.console().print(getattr(import_module(module) if module else render, name)(report, **kw))
     if plot is not None:
         render.console().print(f"plot written to {plot}")
 
@@ -290,9 +294,10 @@ def models(o: Options) -> None:
     show(ModelsReport(tuple(shipped_specs())), o, "models_view")
 
 
-from hybridplan.profile.command import profile as _profile  # noqa: E402 - imports typer only; torch at run time
+from hybridplan.profile.command import GROUPS as _PROFILE  # noqa: E402 - torch at run time
+from hybridplan.profile.command import profile as _profile  # noqa: E402
 
-app.command(name="profile")(_profile)
+command(app, *_PROFILE)(_profile)
 
 
 def main(argv: list[str] | None = None) -> int:

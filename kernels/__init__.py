@@ -9,7 +9,8 @@ Prefill:  ``ssd_chunk_scan``, ``causal_conv1d_prefill`` (``ssd_chunk_metadata`` 
           build the per-batch chunk maps once, outside the layers)
 References (float64-capable, same signatures): ``*_ref`` in ``ssd.naive``, ``mamba1.naive``,
 ``gdn.naive`` and ``conv1d.naive``.
-Cost models and benchmark arithmetic: ``bench``; test helpers: ``testing``.
+Cost models and benchmark arithmetic: ``bench``; plausible inputs for every kernel (the tests', the
+benchmarks' and the profiler's): ``inputs``; error measures for the tests: ``testing``.
 
 Conventions shared by every op:
 * states live in pools indexed by slot: SSM ``(slots, H, P, N)``, conv ``(slots, dim, K-1)``; the ops update

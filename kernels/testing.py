@@ -1,7 +1,7 @@
-"""Helpers to check the kernels against their references: random inputs, float64 copies, error measures.
+"""Helpers to check the kernels against their references: unit roundoffs, float64 copies, error measures.
 
-Used by the test suite and usable by the profiler for a quick self-check on the device it profiles.
-Needs torch only.
+Used by the test suite (which draws its inputs from ``inputs``) and usable by the profiler for a quick
+self-check on the device it profiles. Needs torch only.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ __all__ = [
     "bits_equal",
     "rel_err",
     "f64",
-    "ssd_params",
-    "ssd_tokens",
-    "decode_inputs",
-    "cu_from_lengths",
 ]
 
 FP32_EPS = 2.0**-24  # unit roundoff (half an ulp at 1) of each format
@@ -69,37 +65,3 @@ def f64(*tensors):
     """float64 copies (None passes through)."""
     out = tuple(None if t is None else t.detach().to(torch.float64).clone() for t in tensors)
     return out if len(out) > 1 else out[0]
-
-
-def ssd_params(nheads: int, headdim: int, gen: torch.Generator, device="cpu", d_per_channel: bool = False):
-    """A (H,), D (H,) or (H, P), dt_bias (H,), all fp32 like the checkpoints keep them.
-
-    A in [-1.5, -0.5] and dt_bias around -1 give per-step decays exp(dt' A) of about 0.6-0.95, the regime of
-    trained models (long memory but visible decay).
-    """
-    A = -(0.5 + torch.rand(nheads, generator=gen))
-    D = torch.randn((nheads, headdim) if d_per_channel else (nheads,), generator=gen)
-    dt_bias = torch.randn(nheads, generator=gen) * 0.5 - 1.0
-    return A.to(device), D.to(device), dt_bias.to(device)
-
-
-def ssd_tokens(ntokens, nheads, headdim, dstate, ngroups, gen, dtype=torch.float32, device="cpu"):
-    """x, z (T, H, P), dt (T, H), B, C (T, G, N): standard normal except dt (raw, pre-softplus, ~N(0, 0.5))."""
-    x = torch.randn(ntokens, nheads, headdim, generator=gen)
-    z = torch.randn(ntokens, nheads, headdim, generator=gen)
-    dt = torch.randn(ntokens, nheads, generator=gen) * 0.5
-    B = torch.randn(ntokens, ngroups, dstate, generator=gen)
-    C = torch.randn(ntokens, ngroups, dstate, generator=gen)
-    return tuple(t.to(device=device, dtype=dtype) for t in (x, z, dt, B, C))
-
-
-def decode_inputs(batch, nheads, headdim, dstate, ngroups, gen, dtype=torch.float32, device="cpu"):
-    """x, z (batch, H, P), dt (batch, H), B, C (batch, G, N)."""
-    return ssd_tokens(batch, nheads, headdim, dstate, ngroups, gen, dtype, device)
-
-
-def cu_from_lengths(lengths, device="cpu") -> torch.Tensor:
-    cu = [0]
-    for n in lengths:
-        cu.append(cu[-1] + int(n))
-    return torch.tensor(cu, dtype=torch.int32, device=device)

@@ -22,10 +22,10 @@ from hybridplan.kernels import bench  # noqa: E402
 from hybridplan import cli  # noqa: E402
 from hybridplan.errors import PlanError  # noqa: E402
 from hybridplan.loader import load_model  # noqa: E402
-from hybridplan.profile import pipeline  # noqa: E402
+from hybridplan.profile import backends, pipeline  # noqa: E402
 from hybridplan.profile.command import profile  # noqa: E402
 from hybridplan.profile.shrink import CTX, SLOTS, TOKENS, shrink_spec  # noqa: E402
-from hybridplan.scenario import DtypeChoice
+from hybridplan.scenario import DtypeChoice  # noqa: E402
 from tests.helpers import footprint  # noqa: E402
 
 
@@ -176,7 +176,7 @@ def test_non_positive_sizes_are_refused(profile_cli, flag):
 @needs_interpreter
 def test_refuses_before_allocating_when_the_prediction_exceeds_free_memory(profile_cli, monkeypatch):
     state, kv = _predicted("nemotron-h")
-    monkeypatch.setattr(pipeline._Interpreter, "free_bytes", lambda self: 10_000)
+    monkeypatch.setattr(backends.InterpreterBackend, "free_bytes", lambda self: 10_000)
     monkeypatch.setattr(pipeline, "_allocate", lambda *a: pytest.fail("allocated although it does not fit"))
     monkeypatch.setattr(pipeline, "_copy_seconds", lambda *a: pytest.fail("ran although it does not fit"))
     code, out, err = profile_cli("nemotron-h", "--interpret")
@@ -188,7 +188,7 @@ def test_refuses_before_allocating_when_the_prediction_exceeds_free_memory(profi
 @needs_interpreter
 def test_refuses_when_the_kernel_buffers_do_not_fit_beside_the_pools(profile_cli, monkeypatch):
     state, kv = _predicted("nemotron-h")
-    monkeypatch.setattr(pipeline._Interpreter, "free_bytes", lambda self: state + kv + 1)
+    monkeypatch.setattr(backends.InterpreterBackend, "free_bytes", lambda self: state + kv + 1)
     monkeypatch.setattr(pipeline, "_allocate", lambda *a: pytest.fail("allocated although it does not fit"))
     code, _, err = profile_cli("nemotron-h", "--interpret")
     assert code == 2 and "kernel runs need" in err and "missing" in err
@@ -225,7 +225,8 @@ def _spy_pools(monkeypatch) -> list:
 def test_ctrl_c_between_kernels_leaves_nothing_allocated(monkeypatch):
     refs = _spy_pools(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run_profile(load_model("nemotron-h"), interpret=True, reporter=_InterruptAt("prefill"))
+        pipeline.run_profile(pipeline.ProfileRequest(load_model("nemotron-h"), interpret=True),
+                             reporter=_InterruptAt("prefill"))
     gc.collect()
     assert len(refs) == 3 and all(r() is None for r in refs)
 
@@ -246,7 +247,7 @@ def test_ctrl_c_inside_a_kernel_leaves_nothing_allocated(monkeypatch):
 
     monkeypatch.setattr(pipeline, "_kernel_fn", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run_profile(load_model("nemotron-h"), interpret=True)
+        pipeline.run_profile(pipeline.ProfileRequest(load_model("nemotron-h"), interpret=True))
     gc.collect()
     assert len(refs) > 3 and all(r() is None for r in refs)
 
@@ -268,7 +269,7 @@ def test_ctrl_c_through_the_cli_exits_130(profile_cli, monkeypatch):
 
 def test_run_profile_checks_its_arguments_before_loading_torch():
     with pytest.raises(PlanError, match="drop --gpu"):
-        pipeline.run_profile(load_model("nemotron-h"), gpu=0, interpret=True)
+        pipeline.run_profile(pipeline.ProfileRequest(load_model("nemotron-h"), gpu=0, interpret=True))
 
 
 def test_command_module_loads_nothing_heavy():

@@ -19,7 +19,20 @@ from hybridplan.profile.report import (
     TensorReport,
 )
 from hybridplan.profile.shrink import CHUNK, shrink_spec
-from hybridplan.profile.workload import DECODE, PREFILL, KernelPlan, TensorPlan, plan_workload
+from hybridplan.profile.workload import (
+    DECODE,
+    PREFILL,
+    ConvDims,
+    KernelPlan,
+    Mamba1Dims,
+    Mamba2Dims,
+    Prefill,
+    Sizes,
+    StateDims,
+    Step,
+    TensorPlan,
+    plan_workload,
+)
 from hybridplan.scenario import DtypeChoice
 from tests.helpers import footprint
 
@@ -119,7 +132,7 @@ def test_memory_report_without_cuda_counters():
 
 def _plan(phase=DECODE, nbytes=1_000_000_000, flops=0, status="ok", part="ssm"):
     return KernelPlan(phase, "mamba2", part, 0, 24, "selective_state_update" if status == "ok" else None, status,
-                      {"batch": 256}, nbytes, flops, 0)
+                      Mamba2Dims(128, 64, 128, 8), Step(256), nbytes, flops, 0)
 
 
 def test_kernel_result_against_the_ceiling():
@@ -169,7 +182,7 @@ def test_a_cuda_report_renders_and_serialises():
 
     spec = load_model("nemotron-h")
     fp = footprint(spec, tp=1, dtypes=DtypeChoice())
-    w = plan_workload(spec, fp, slots=256, ctx=8192, tokens=8192, chunk_size=None, act_dtype="bfloat16")
+    w = plan_workload(spec, fp, Sizes(256, 8192, 8192, "bfloat16"))
     tensors = tuple(TensorReport(t, t.nbytes, t.nbytes, arith.allocator_block(t.nbytes)) for t in w.tensors)
     total = sum(t.nbytes for t in w.tensors)
     memory = MemoryReport(w.predicted_state, w.predicted_kv, tensors, requested_delta=total, allocated_delta=total,
@@ -202,7 +215,7 @@ def test_a_cuda_report_renders_and_serialises():
        ssm=st.sampled_from([None, "fp32", "bf16", "fp16"]))
 def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
     fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm=ssm))
-    w = plan_workload(spec, fp, slots=slots, ctx=ctx, tokens=64, chunk_size=None, act_dtype="bfloat16")
+    w = plan_workload(spec, fp, Sizes(slots, ctx, 64, "bfloat16"))
     assert sum(t.nbytes for t in w.tensors if t.role == "state") == fp.pool_bytes(slots) == w.predicted_state
     assert sum(t.nbytes for t in w.tensors if t.role == "kv") == fp.kv_bytes_at(ctx) == w.predicted_kv
     assert all(t.shape[0] >= 1 for t in w.tensors)
@@ -212,7 +225,7 @@ def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
 def test_nemotron_rows_use_the_kernels_cost_model():
     spec = load_model("nemotron-h")
     fp = footprint(spec, tp=1, dtypes=DtypeChoice())
-    w = plan_workload(spec, fp, slots=256, ctx=8192, tokens=8192, chunk_size=None, act_dtype="bfloat16")
+    w = plan_workload(spec, fp, Sizes(256, 8192, 8192, "bfloat16"))
     conv, ssm = w.decode
     assert (conv.kernel, ssm.kernel) == ("causal_conv1d_update", "selective_state_update")
     assert conv.nbytes == 24 * bench.conv_update_bytes(256, 10240, 4, state_bytes=2, io_bytes=2, weight_bytes=2)
@@ -230,7 +243,7 @@ def test_nemotron_rows_use_the_kernels_cost_model():
 def test_fp8_state_has_no_kernel():
     spec = load_model("nemotron-h")
     fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm="fp8"))
-    w = plan_workload(spec, fp, slots=4, ctx=16, tokens=16, chunk_size=None, act_dtype="bfloat16")
+    w = plan_workload(spec, fp, Sizes(4, 16, 16, "bfloat16"))
     assert w.decode[1].status == "no kernel for float8_e4m3fn state" and not w.decode[1].runs
     assert w.decode[0].runs
 
@@ -250,5 +263,35 @@ def test_shrunken_spec_keeps_kinds_order_and_dtypes(spec):
         assert big.kind == small.kind
         if big.conv_shape:
             assert small.conv_shape[1] == big.conv_shape[1]  # same conv window
-    w = plan_workload(tiny, tiny_fp, slots=4, ctx=64, tokens=32, chunk_size=None, act_dtype="float32")
+    w = plan_workload(tiny, tiny_fp, Sizes(4, 64, 32, "float32"))
     assert w.workspace_bytes < 1 * MiB  # grids of a few programs under the interpreter
+
+
+def test_kernel_rows_carry_typed_shapes_serialised_in_the_report_order():
+    spec = load_model("nemotron-h")
+    fp = footprint(spec)
+    w = plan_workload(spec, fp, Sizes(256, 8192, 8192, "bfloat16"))
+    (conv_d, ssm_d), (conv_p, ssm_p) = w.decode, w.prefill
+    assert conv_d.dims == conv_p.dims == ConvDims(10240, 4)
+    assert ssm_d.dims == ssm_p.dims == Mamba2Dims(128, 64, 128, 8)
+    assert conv_d.launch == ssm_d.launch == Step(256)
+    assert conv_p.launch == Prefill(8192) and ssm_p.launch == Prefill(8192, 1, w.chunk_size)
+    assert conv_d.shape_dict() == {"batch": 256, "dim": 10240, "width": 4}
+    assert list(conv_p.shape_dict().items()) == [("tokens", 8192), ("seqs", 1), ("dim", 10240), ("width", 4)]
+    assert list(ssm_p.shape_dict().items()) == [("tokens", 8192), ("seqs", 1), ("chunk", w.chunk_size),
+                                                ("nheads", 128), ("headdim", 64), ("dstate", 128), ("ngroups", 8)]
+    assert KernelResult(ssm_d, None, None).to_dict()["shape"] == {"batch": 256, "nheads": 128, "headdim": 64,
+                                                                  "dstate": 128, "ngroups": 8}
+    assert len({*w.decode, *w.prefill}) == 4  # hashable, as the pipeline keys its timings by row
+
+
+def test_rows_without_a_kernel_keep_their_dims_only():
+    spec = load_model("jamba")
+    fp = footprint(spec)
+    w = plan_workload(spec, fp, Sizes(8, 64, 32, "bfloat16"))
+    ssm_p = next(k for k in w.prefill if k.part == "ssm")
+    assert not ssm_p.runs and ssm_p.launch is None and isinstance(ssm_p.dims, Mamba1Dims)
+    assert ssm_p.shape_dict() == {"dim": ssm_p.dims.dim, "dstate": ssm_p.dims.dstate}
+    other = KernelPlan(DECODE, "kda", "ssm", 0, 6, None, "no kernel", StateDims((32, 128, 128)))
+    assert other.shape_dict() == {"state": [32, 128, 128]}
+

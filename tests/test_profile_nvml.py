@@ -10,7 +10,7 @@ import pytest
 pynvml = pytest.importorskip("pynvml")
 
 from hybridplan.errors import PlanError  # noqa: E402
-from hybridplan.profile import pipeline  # noqa: E402
+from hybridplan.profile.backends import CudaBackend  # noqa: E402
 from hybridplan.profile.nvml import NvmlReading, NvmlSession  # noqa: E402
 
 Memory = namedtuple("Memory", "total free used")
@@ -183,7 +183,7 @@ def test_cuda_blocks_are_found_by_address():
             {"size": 12 << 20, "requested_size": (11 << 20) + 1, "state": "active_allocated"}]},
         {"device": 1, "address": 1 << 44, "total_size": 2 << 20, "blocks": [{"size": 2 << 20}]},
     ]
-    backend = pipeline._Cuda(_fake_torch(snapshot, {}), 0)
+    backend = CudaBackend(_fake_torch(snapshot, {}), 0)
     tensors = [_T(1 << 32), _T((1 << 32) + (5 << 20)), _T(1 << 40), _T(1 << 44), _T(12345)]
     assert backend.blocks(tensors) == [5 << 20, 1536, 12 << 20, None, None]
 
@@ -191,13 +191,13 @@ def test_cuda_blocks_are_found_by_address():
 def test_cuda_counters():
     stats = {"requested_bytes.all.current": 1000, "allocated_bytes.all.current": 1024,
              "reserved_bytes.all.current": 2 << 20}
-    backend = pipeline._Cuda(_fake_torch([], stats), 0)
+    backend = CudaBackend(_fake_torch([], stats), 0)
     backend.nvml = SimpleNamespace(used=lambda: 7 * GiB)
     assert backend.counters() == {"requested": 1000, "allocated": 1024, "reserved": 2 << 20, "nvml_used": 7 * GiB}
 
 
 def test_cuda_backend_opens_reads_nvml_and_reports_the_device(monkeypatch):
-    """``_Cuda.open`` and ``device_report`` against fake torch.cuda and NVML: the context's cost is NVML's
+    """``CudaBackend.open`` and ``device_report`` against fake torch.cuda and NVML: the context's cost is NVML's
     growth across its creation, the device is found by its CUDA UUID, the peak comes from NVML."""
     fake = FakeNvml(monkeypatch, clock=3201, bus=6144, uuids=("GPU-0badcafe",))
     calls: list = []
@@ -216,7 +216,7 @@ def test_cuda_backend_opens_reads_nvml_and_reports_the_device(monkeypatch):
         mem_get_info=lambda d=None: (139 * GiB, 141 * GiB),
     )
     torch = SimpleNamespace(cuda=cuda, device=lambda kind, index: f"{kind}:{index}", empty=empty)
-    backend = pipeline._Cuda(torch, 1)
+    backend = CudaBackend(torch, 1)
     backend.open()
     try:
         assert backend.nvml._handle == "handle-GPU-0badcafe"
@@ -237,4 +237,28 @@ def test_cuda_backend_opens_reads_nvml_and_reports_the_device(monkeypatch):
 def test_cuda_backend_refuses_a_missing_gpu_index():
     cuda = SimpleNamespace(device_count=lambda: 1)
     with pytest.raises(PlanError, match="--gpu 3: this machine has 1 CUDA GPU"):
-        pipeline._Cuda(SimpleNamespace(cuda=cuda), 3).open()
+        CudaBackend(SimpleNamespace(cuda=cuda), 3).open()
+
+
+def test_both_backends_implement_the_protocol():
+    from hybridplan.profile.backends import Backend, InterpreterBackend
+
+    cuda, cpu = CudaBackend(SimpleNamespace(), 2), InterpreterBackend(SimpleNamespace())
+    assert isinstance(cuda, Backend) and isinstance(cpu, Backend)
+    assert (cuda.label, cuda.where()) == ("GPU 2", "GPU 2")
+    assert (cpu.label, cpu.where()) == ("CPU, Triton interpreter", "this CPU")
+    assert cpu.counters() == {"requested": None, "allocated": None, "reserved": None, "nvml_used": None}
+    assert cpu.blocks([_T(1), _T(2)]) == [None, None] and cpu.copy_size(None) == 64 << 20
+    assert cpu.context_bytes is None and cpu.other_processes is None and cpu.harness_bytes == 0
+
+
+def test_backend_notes_around_the_common_ones():
+    from hybridplan.profile.backends import InterpreterBackend
+
+    few = SimpleNamespace(slots=4, spec=SimpleNamespace(name="nemotron-h-8b-tiny"))
+    many = SimpleNamespace(slots=256, spec=few.spec)
+    cpu = InterpreterBackend(SimpleNamespace()).notes(few, ["common"])
+    assert cpu[0].startswith("--interpret: nemotron-h-8b-tiny is nemotron-h-8b shrunk") and cpu[1:] == ("common",)
+    cuda = CudaBackend(SimpleNamespace(), 0)
+    assert cuda.notes(few, ["common"])[0] == "common" and cuda.notes(few, ["common"])[1].startswith("few slots")
+    assert cuda.notes(many, ["common"]) == ("common",)

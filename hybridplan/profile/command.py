@@ -3,35 +3,32 @@ imported when the command runs."""
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Optional
+from typing import Annotated, Optional
 
-import typer
+from hybridplan.options import DTYPES, MODEL, OUTPUT, Options, option, param
 
-MODEL_HELP = "Shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, or a spec YAML."
+GROUPS = (
+    MODEL,
+    (param("gpu", Annotated[Optional[int], option("--gpu", min=0, metavar="INDEX",
+                                                  help="CUDA device index (default 0).")], None),
+     param("slots", Annotated[Optional[int], option("--slots", metavar="N",
+                                                    help="Sequences in the state pool, all stepped at decode "
+                                                         "(default 256; 4 with --interpret).")], None),
+     param("ctx", Annotated[Optional[int], option("--ctx", metavar="TOKENS",
+                                                  help="Tokens of attention KV to allocate (default: the model's "
+                                                       "maximum; 64 with --interpret).")], None),
+     param("tokens", Annotated[Optional[int], option("--tokens", metavar="TOKENS",
+                                                     help="Prefill length through the chunk scan (default 8192; 32 "
+                                                          "with --interpret).")], None),
+     param("interpret", Annotated[bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
+                                                                   "through the Triton interpreter, on the model "
+                                                                   "shrunk to toy sizes.")], False)),
+    DTYPES,
+    OUTPUT,
+)
 
 
-def profile(
-    model: str = typer.Argument("nemotron-h", help=MODEL_HELP),
-    gpu: Optional[int] = typer.Option(None, "--gpu", help="CUDA device index (default 0).", min=0),
-    slots: Optional[int] = typer.Option(None, "--slots", help="Sequences in the state pool, all stepped at decode "
-                                                              "(default 256; 4 with --interpret)."),
-    ctx: Optional[int] = typer.Option(None, "--ctx", help="Tokens of attention KV to allocate (default: the model's "
-                                                          "maximum; 64 with --interpret)."),
-    tokens: Optional[int] = typer.Option(None, "--tokens", help="Prefill length through the chunk scan (default "
-                                                                "8192; 32 with --interpret)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype (vLLM --dtype); also the activations'."),
-    conv_dtype: Optional[str] = typer.Option(None, "--conv-dtype", help="Conv state dtype (vLLM --mamba-cache-dtype)."),
-    ssm_dtype: Optional[str] = typer.Option(None, "--ssm-dtype", help="SSM state dtype (vLLM "
-                                                                      "--mamba-ssm-cache-dtype)."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="Attention KV dtype (vLLM --kv-cache-dtype)."),
-    interpret: bool = typer.Option(False, "--interpret", help="No GPU: run the same pipeline on the CPU through the "
-                                                              "Triton interpreter, on the model shrunk to toy sizes."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (predicted and measured side by "
-                                                       "side)."),
-    exact: bool = typer.Option(False, "--bytes", help="Show exact byte counts beside the readable units."),
-) -> None:
+def profile(o: Options) -> None:
     """Check the planner on real hardware: allocate the pools it predicts, run the kernels, compare.
 
     Allocates the state pool (--slots) and the attention KV (--ctx)
@@ -44,26 +41,19 @@ def profile(
 
     Examples:
 
+    \b
       hybridplan profile nemotron-h --gpu 0
-
       hybridplan profile jamba --gpu 1 --slots 64 --ctx 32768 --json
-
       hybridplan profile nemotron-h --interpret --json
     """
+    from hybridplan.cli import show
     from hybridplan.loader import load_model
-    from hybridplan.profile.pipeline import run_profile
+    from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display
     from hybridplan.scenario import DtypeChoice
 
-    spec = load_model(model)
-    choice = DtypeChoice(dtype=dtype, conv=conv_dtype, ssm=ssm_dtype, kv=kv_dtype)
+    req = ProfileRequest(load_model(o.model), gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
+                         tokens=o.tokens, dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype))
     with progress_display() as reporter:
-        report = run_profile(spec, gpu=gpu, interpret=interpret, slots=slots, ctx=ctx, tokens=tokens, choice=choice,
-                             reporter=reporter)
-    if as_json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
-        return
-    from hybridplan.profile.render import profile_view
-    from hybridplan.render import console
-
-    console().print(profile_view(report, exact=exact))
+        report = run_profile(req, reporter)
+    show(report, o, "hybridplan.profile.render:profile_view")

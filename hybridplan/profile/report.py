@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hybridplan.profile import arith
 from hybridplan.profile.workload import KernelPlan, TensorPlan, Workload
+from hybridplan.units import human_bytes
 
 SCHEMA_VERSION = 1
 
@@ -223,7 +224,7 @@ class KernelResult:
         p = self.plan
         return {
             "kind": p.kind, "part": p.part, "layers": p.layers, "kernel": p.kernel, "status": p.status,
-            "shape": dict(p.shape),
+            "shape": p.shape_dict(),
             "predicted": {"bytes": p.nbytes if p.runs else None, "flops": p.flops if p.runs else None,
                           "seconds": self.predicted_seconds},
             "measured": {"seconds": self.seconds, "bandwidth_bytes_per_s": self.achieved_bandwidth,
@@ -286,6 +287,18 @@ class PhaseReport:
                          "tflop_per_s": self.tflops},
             "not_covered": list(self.not_covered),
         }
+
+
+def run_notes(w: Workload, memory: MemoryReport) -> list[str]:
+    """The notes any run may carry (a backend adds its own): rows without a kernel, unsplit allocator tails."""
+    notes: list[str] = []
+    missing = sorted({f"{k.kind} {k.part} {k.phase}" for k in w.decode + w.prefill if not k.runs})
+    if missing:
+        notes.append(f"no kernel for {', '.join(missing)}: those rows have no time and are left out of the totals")
+    if memory.unsplit_tails:
+        notes.append(f"memory_allocated grew {human_bytes(memory.unsplit_tails, exact=True)} past the 512-byte "
+                     "rounding: blocks handed out whole, tails too small to split")
+    return notes
 
 
 @dataclass(frozen=True)

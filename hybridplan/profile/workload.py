@@ -7,15 +7,17 @@
   split into the conv part (the depthwise causal conv window, which every family with a conv state shares)
   and the SSM part: Mamba-2 decode and prefill, Mamba-1 and Gated DeltaNet decode; the other recurrences
   (and the chunked prefill of Mamba-1 and Gated DeltaNet) have no kernel here and are reported as such.
-  Modelled bytes and FLOPs come from ``hybridplan.kernels.bench``.
+  Modelled bytes and FLOPs come from ``hybridplan.kernels.bench``. A row's shape is typed: the layer's
+  ``dims`` (one small record per family) and its ``launch`` (a decode ``Step`` or a ``Prefill``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from math import prod
+from typing import NamedTuple
 
-from hybridplan.dtypes import size_of
+from hybridplan.dtypes import parse_dtype, size_of
 from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
@@ -51,12 +53,87 @@ class TensorPlan:
         return prod(self.shape) * size_of(self.dtype)
 
 
+class _Fields:
+    """A frozen record whose fields, in order, are what ``to_dict`` writes (tuples as lists, None left out)."""
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class ConvDims(_Fields):
+    """The depthwise causal conv: ``dim`` channels, ``width`` taps (its state keeps the last width - 1)."""
+
+    dim: int
+    width: int
+
+
+@dataclass(frozen=True)
+class Mamba2Dims(_Fields):
+    """Mamba-2's SSM: state (nheads, headdim, dstate); B and C shared by heads in ``ngroups`` groups."""
+
+    nheads: int
+    headdim: int
+    dstate: int
+    ngroups: int
+
+
+@dataclass(frozen=True)
+class Mamba1Dims(_Fields):
+    """Mamba-1's SSM: state (dim, dstate), a decay rate per state element."""
+
+    dim: int
+    dstate: int
+
+
+@dataclass(frozen=True)
+class GdnDims(_Fields):
+    """Gated DeltaNet: state (v_heads, vdim, kdim); q and k have ``k_heads`` heads."""
+
+    v_heads: int
+    k_heads: int
+    vdim: int
+    kdim: int
+
+
+@dataclass(frozen=True)
+class StateDims(_Fields):
+    """A recurrence no kernel here runs: only the shape of its per-slot state."""
+
+    state: tuple[int, ...]
+
+
+Dims = ConvDims | Mamba2Dims | Mamba1Dims | GdnDims | StateDims
+
+
+@dataclass(frozen=True)
+class Step(_Fields):
+    """A decode step: one token for each of ``batch`` slots."""
+
+    batch: int
+
+
+@dataclass(frozen=True)
+class Prefill(_Fields):
+    """A prefill of ``tokens`` tokens in ``seqs`` sequences; ``chunk`` for the chunked scan only."""
+
+    tokens: int
+    seqs: int = 1
+    chunk: int | None = None
+
+
 @dataclass(frozen=True)
 class KernelPlan:
     """One row of the bandwidth tables: a kernel over every layer of one recurrent group.
 
-    ``nbytes``/``flops`` are for all ``layers`` together; ``workspace`` is what one call allocates besides the
-    pools (inputs, outputs, the kernel's own intermediates). ``status`` is "ok" when it runs, else why not.
+    ``dims`` are the layer's, ``launch`` what one call covers (None when no kernel runs). ``nbytes``/``flops``
+    are for all ``layers`` together; ``workspace`` is what one call allocates besides the pools (inputs,
+    outputs, the kernel's own intermediates). ``status`` is "ok" when it runs, else why not.
     """
 
     phase: str
@@ -66,7 +143,8 @@ class KernelPlan:
     layers: int
     kernel: str | None
     status: str
-    shape: dict = field(hash=False)
+    dims: Dims
+    launch: Step | Prefill | None = None
     nbytes: int = 0
     flops: int = 0
     workspace: int = 0
@@ -74,6 +152,10 @@ class KernelPlan:
     @property
     def runs(self) -> bool:
         return self.status == "ok"
+
+    def shape_dict(self) -> dict:
+        """The launch's fields, then the dims' (the ``shape`` of the JSON report)."""
+        return {**(self.launch.to_dict() if self.launch else {}), **self.dims.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -158,29 +240,31 @@ def pool_tensors(spec: ModelSpec, fp: Footprint, slots: int, ctx: int) -> tuple[
     return tuple(out)
 
 
-def _conv_row(phase: str, i: int, g: StateGroup, *, slots: int, tokens: int, act: int) -> KernelPlan:
+def _conv_row(phase: str, i: int, g: StateGroup, z: RowSizes) -> KernelPlan:
+    slots, tokens, _, act = z
     dim, window = g.conv_shape
     width = window + 1
+    dims = ConvDims(dim, width)
     if g.conv_dtype not in KERNEL_DTYPES:
-        return KernelPlan(phase, g.kind, "conv", i, g.count, None, f"no kernel for {g.conv_dtype} state",
-                          {"dim": dim, "width": width})
+        return KernelPlan(phase, g.kind, "conv", i, g.count, None, f"no kernel for {g.conv_dtype} state", dims)
     sb = size_of(g.conv_dtype)
     weights = dim * (width + 1) * act
+    launch: Step | Prefill
     if phase == DECODE:
-        shape = {"batch": slots, "dim": dim, "width": width}
+        launch = Step(slots)
         per_layer = bench.conv_update_bytes(slots, dim, width, state_bytes=sb, io_bytes=act, weight_bytes=act)
         flops = 2 * slots * dim * width
         work = 2 * slots * dim * act + weights + slots * INDEX_BYTES
     else:
-        shape = {"tokens": tokens, "seqs": 1, "dim": dim, "width": width}
+        launch = Prefill(tokens)
         per_layer = bench.conv_prefill_bytes(tokens, 1, dim, width, state_bytes=sb, io_bytes=act, weight_bytes=act)
         flops = 2 * tokens * dim * width
         work = 2 * tokens * dim * act + weights + (tokens + 8) * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "conv", i, g.count, CONV_KERNELS[phase], "ok", shape,
+    return KernelPlan(phase, g.kind, "conv", i, g.count, CONV_KERNELS[phase], "ok", dims, launch,
                       g.count * per_layer, g.count * flops, work)
 
 
-def _ssm_without_kernel(phase: str, i: int, g: StateGroup, dims: dict, *, decode_only: bool) -> KernelPlan | None:
+def _ssm_without_kernel(phase: str, i: int, g: StateGroup, dims: Dims, *, decode_only: bool) -> KernelPlan | None:
     """The row of an SSM part no kernel here runs (a prefill of a decode-only family, or a state dtype the
     kernels do not take), with why; None when it runs."""
     if decode_only and phase != DECODE:
@@ -190,55 +274,58 @@ def _ssm_without_kernel(phase: str, i: int, g: StateGroup, dims: dict, *, decode
     return None
 
 
-def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, *, slots: int, act: int) -> KernelPlan:
+def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, z: RowSizes) -> KernelPlan:
+    slots, _, _, act = z
     hv, vdim, kdim = g.ssm_shape
-    dims = {"v_heads": hv, "k_heads": mixer.num_k_heads, "vdim": vdim, "kdim": kdim}
+    dims = GdnDims(hv, mixer.num_k_heads, vdim, kdim)
     blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=True)
     if blocked:
         return blocked
-    hk = dims["k_heads"]
+    hk = dims.k_heads
     per_layer = bench.gdn_update_bytes(slots, hv, hk, vdim, kdim, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (2 * slots * hk * kdim + 2 * slots * hv * vdim) * act + 2 * slots * hv * 4 + slots * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, GDN_DECODE, "ok", {"batch": slots, **dims},
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, GDN_DECODE, "ok", dims, Step(slots),
                       g.count * per_layer, g.count * bench.gdn_update_flops(slots, hv, vdim, kdim), work)
 
 
-def _mamba1_row(phase: str, i: int, g: StateGroup, *, slots: int, act: int) -> KernelPlan:
+def _mamba1_row(phase: str, i: int, g: StateGroup, z: RowSizes) -> KernelPlan:
+    slots, _, _, act = z
     dim, dstate = g.ssm_shape
-    dims = {"dim": dim, "dstate": dstate}
+    dims = Mamba1Dims(dim, dstate)
     blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=True)
     if blocked:
         return blocked
     per_layer = bench.mamba1_update_bytes(slots, dim, dstate, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (4 * slots * dim + 2 * slots * dstate) * act + (dim * dstate + 2 * dim) * 4 + slots * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, MAMBA1_DECODE, "ok", {"batch": slots, **dims},
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, MAMBA1_DECODE, "ok", dims, Step(slots),
                       g.count * per_layer, g.count * bench.mamba1_update_flops(slots, dim, dstate), work)
 
 
-def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: int, chunk: int,
-             act: int) -> KernelPlan:
+def _ssm_row(phase: str, i: int, g: StateGroup, mixer, z: RowSizes) -> KernelPlan:
     if isinstance(mixer, GatedDeltaNet):
-        return _gdn_row(phase, i, g, mixer, slots=slots, act=act)
+        return _gdn_row(phase, i, g, mixer, z)
     if isinstance(mixer, Mamba1):
-        return _mamba1_row(phase, i, g, slots=slots, act=act)
+        return _mamba1_row(phase, i, g, z)
+    slots, tokens, chunk, act = z
     if not isinstance(mixer, Mamba2):
-        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", {"state": list(g.ssm_shape)})
+        return KernelPlan(phase, g.kind, "ssm", i, g.count, None, "no kernel", StateDims(tuple(g.ssm_shape)))
     nheads, headdim, dstate = g.ssm_shape
     ngroups = mixer.padded_groups(1)
-    dims = {"nheads": nheads, "headdim": headdim, "dstate": dstate, "ngroups": ngroups}
+    dims = Mamba2Dims(nheads, headdim, dstate, ngroups)
     blocked = _ssm_without_kernel(phase, i, g, dims, decode_only=False)
     if blocked:
         return blocked
     sb = size_of(g.ssm_dtype)
     params = 3 * nheads * 4
+    launch: Step | Prefill
     if phase == DECODE:
-        shape = {"batch": slots, **dims}
+        launch = Step(slots)
         per_layer = bench.state_update_bytes(slots, nheads, headdim, dstate, ngroups, state_bytes=sb, io_bytes=act)
         flops = bench.state_update_flops(slots, nheads, headdim, dstate)
         work = (3 * slots * nheads * headdim + slots * nheads + 2 * slots * ngroups * dstate) * act + params \
             + slots * INDEX_BYTES
     else:
-        shape = {"tokens": tokens, "seqs": 1, "chunk": chunk, **dims}
+        launch = Prefill(tokens, chunk=chunk)
         per_layer = bench.chunk_scan_bytes(tokens, 1, nheads, headdim, dstate, ngroups, io_bytes=act, state_bytes=sb)
         flops = bench.chunk_scan_flops([tokens], chunk, nheads, headdim, dstate, ngroups)
         nchunks = -(-tokens // chunk)
@@ -246,30 +333,57 @@ def _ssm_row(phase: str, i: int, g: StateGroup, mixer, *, slots: int, tokens: in
                  + nchunks * nheads * headdim * dstate) * 4 + nchunks * nheads * headdim * dstate * max(act, 4)
         work = (3 * tokens * nheads * headdim + tokens * nheads + 2 * tokens * ngroups * dstate) * act + params \
             + inter + (3 * nchunks + 8) * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, SSM_KERNELS[phase], "ok", shape,
+    return KernelPlan(phase, g.kind, "ssm", i, g.count, SSM_KERNELS[phase], "ok", dims, launch,
                       g.count * per_layer, g.count * flops, work)
 
 
-def kernel_rows(spec: ModelSpec, fp: Footprint, phase: str, *, slots: int, tokens: int, chunk: int,
-                act_dtype: str) -> tuple[KernelPlan, ...]:
+class RowSizes(NamedTuple):
+    """What every kernel row is sized by: slots stepped at decode, prefill tokens, the scan's chunk, and the
+    activations' bytes per element."""
+
+    slots: int
+    tokens: int
+    chunk: int
+    act: int
+
+
+def kernel_rows(spec: ModelSpec, fp: Footprint, phase: str, z: RowSizes) -> tuple[KernelPlan, ...]:
     states, _ = _pair(spec, fp)
-    act = size_of(act_dtype)
     rows: list[KernelPlan] = []
     for i, (g, mixer) in enumerate(states):
         if g.conv_shape:
-            rows.append(_conv_row(phase, i, g, slots=slots, tokens=tokens, act=act))
+            rows.append(_conv_row(phase, i, g, z))
         if g.ssm_shape:
-            rows.append(_ssm_row(phase, i, g, mixer, slots=slots, tokens=tokens, chunk=chunk, act=act))
+            rows.append(_ssm_row(phase, i, g, mixer, z))
     return tuple(rows)
 
 
-def plan_workload(spec: ModelSpec, fp: Footprint, *, slots: int, ctx: int, tokens: int, chunk_size: int | None,
-                  act_dtype: str) -> Workload:
+def activation_dtype(spec: ModelSpec, dtype: str | None, interpret: bool) -> str:
+    """The kernels' activation dtype: the model's (or ``--dtype``), bf16 where the kernels take no such dtype;
+    fp32 under the interpreter, whose 16-bit dots are not reliable (fp32 runs are exact)."""
+    if interpret:
+        return "float32"
+    name = parse_dtype(dtype or spec.model_dtype, what="--dtype")
+    return name if name in KERNEL_DTYPES else "bfloat16"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a profile is sized by: state slots, KV context, prefill tokens, the activation dtype, and the
+    chunk of the prefill scan (None: the model's)."""
+
+    slots: int
+    ctx: int
+    tokens: int
+    act_dtype: str
+    chunk_size: int | None = None
+
+
+def plan_workload(spec: ModelSpec, fp: Footprint, sizes: Sizes) -> Workload:
     if fp.tp != 1 or fp.spec_tokens:
         raise PlanError("the profiler runs one GPU without speculative tokens (tp 1, spec-tokens 0)")
-    chunk = int(chunk_size or spec.chunk_size or DEFAULT_CHUNK)
-    common = dict(slots=slots, tokens=tokens, chunk=chunk, act_dtype=act_dtype)
-    return Workload(spec=spec, fp=fp, slots=slots, ctx=ctx, tokens=tokens, chunk_size=chunk, act_dtype=act_dtype,
-                    tensors=pool_tensors(spec, fp, slots, ctx),
-                    decode=kernel_rows(spec, fp, DECODE, **common),
-                    prefill=kernel_rows(spec, fp, PREFILL, **common))
+    chunk = int(sizes.chunk_size or spec.chunk_size or DEFAULT_CHUNK)
+    z = RowSizes(sizes.slots, sizes.tokens, chunk, size_of(sizes.act_dtype))
+    return Workload(spec=spec, fp=fp, slots=sizes.slots, ctx=sizes.ctx, tokens=sizes.tokens, chunk_size=chunk,
+                    act_dtype=sizes.act_dtype, tensors=pool_tensors(spec, fp, sizes.slots, sizes.ctx),
+                    decode=kernel_rows(spec, fp, DECODE, z), prefill=kernel_rows(spec, fp, PREFILL, z))

@@ -16,15 +16,16 @@ import torch
 from hybridplan.kernels import causal_conv1d_prefill, causal_conv1d_update
 from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref
 from hybridplan.kernels.conv1d.prefill import conv_prefill_metadata
-from hybridplan.kernels.testing import bits_equal, cu_from_lengths, f64, rel_err, store_roundoff, unit_roundoff
+from hybridplan.kernels.inputs import conv_tokens, conv_weights, cu_from_lengths, state_pool
+from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff, unit_roundoff
 
 Y_F32 = 5e-6
 
 
 def _pool(gen, slots, dim, width, dtype, device, transposed=False):
     if transposed:  # allocated (slots, K-1, dim), as some engine versions lay it out
-        return torch.randn(slots, width - 1, dim, generator=gen).to(device=device, dtype=dtype).transpose(1, 2)
-    return torch.randn(slots, dim, width - 1, generator=gen).to(device=device, dtype=dtype)
+        return state_pool((slots, width - 1, dim), gen, dtype, device, scale=1.0).transpose(1, 2)
+    return state_pool((slots, dim, width - 1), gen, dtype, device, scale=1.0)
 
 
 def _assert_windows(pool, ref_pool, dtype):
@@ -32,12 +33,6 @@ def _assert_windows(pool, ref_pool, dtype):
         assert rel_err(pool, ref_pool) <= store_roundoff(dtype)
     else:
         assert bits_equal(pool, ref_pool.to(dtype))
-
-
-def _params(gen, dim, width, device, with_bias=True):
-    w = (torch.randn(dim, width, generator=gen) * 0.5).to(device)
-    b = torch.randn(dim, generator=gen).to(device) if with_bias else None
-    return w, b
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -49,8 +44,8 @@ def _params(gen, dim, width, device, with_bias=True):
 def test_update_matches_reference(device, gen, state_dtype, dim, width):
     batch, slots = 5, 8
     indices = [6, -1, 0, 3, 2]
-    w, b = _params(gen, dim, width, device)
-    x = torch.randn(batch, dim, generator=gen).to(device)
+    w, b = conv_weights(dim, width, gen, device=device)
+    x = conv_tokens(batch, dim, gen, device=device)
     pool = _pool(gen, slots, dim, width, state_dtype, device)
     used = [i for i in indices if i != -1]
     unused = [s for s in range(slots) if s not in used]
@@ -72,8 +67,8 @@ def test_update_matches_reference(device, gen, state_dtype, dim, width):
 def test_update_options_and_transposed_pool(device, gen, activation, with_bias):
     """No activation / no bias, with the pool stored (slots, K-1, dim) and passed transposed."""
     batch, slots, dim, width = 3, 4, 32, 4
-    w, b = _params(gen, dim, width, device, with_bias)
-    x = torch.randn(batch, dim, generator=gen).to(device)
+    w, b = conv_weights(dim, width, gen, device=device, with_bias=with_bias)
+    x = conv_tokens(batch, dim, gen, device=device)
     pool = _pool(gen, slots, dim, width, torch.float32, device, transposed=True)
     assert pool.stride(1) == 1
     ref_pool = f64(pool)
@@ -87,8 +82,8 @@ def test_update_options_and_transposed_pool(device, gen, activation, with_bias):
 
 def test_update_pad_slot_zero(device, gen):
     batch, slots, dim, width = 4, 5, 16, 4
-    w, b = _params(gen, dim, width, device)
-    x = torch.randn(batch, dim, generator=gen).to(device)
+    w, b = conv_weights(dim, width, gen, device=device)
+    x = conv_tokens(batch, dim, gen, device=device)
     pool = _pool(gen, slots, dim, width, torch.float16, device)
     pool[0] = float("nan")
     before = pool.clone()
@@ -115,9 +110,9 @@ HAS_INIT = [True, True, True, False, True]
 @pytest.mark.parametrize("block_t", [4, None], ids=["block4", "block-default"])
 def test_prefill_matches_reference(device, gen, state_dtype, block_t):
     dim, width, slots = 40, 4, 9
-    w, b = _params(gen, dim, width, device)
+    w, b = conv_weights(dim, width, gen, device=device)
     cu = cu_from_lengths(LENGTHS, device)
-    x = torch.randn(int(cu[-1]), dim, generator=gen).to(device)
+    x = conv_tokens(int(cu[-1]), dim, gen, device=device)
     pool = _pool(gen, slots, dim, width, state_dtype, device)
     used = [i for i in INDICES if i != -1]
     unused = [s for s in range(slots) if s not in used]
@@ -141,7 +136,7 @@ def test_prefill_no_initial_states_strided_input(device, gen):
     """has_initial_state=None (all start from zeros); x is a column slice of a wider projection."""
     dim, width, slots = 24, 3, 4
     lengths = [7, 3, 9]
-    w, b = _params(gen, dim, width, device)
+    w, b = conv_weights(dim, width, gen, device=device)
     cu = cu_from_lengths(lengths, device)
     proj = torch.randn(int(cu[-1]), dim + 10, generator=gen).to(device)
     x = proj[:, 5 : 5 + dim]
@@ -162,8 +157,8 @@ def test_prefill_chunked_invariance(device, gen, split):
     dim, width, slots = 32, 4, 6
     lengths = [11, 9, 14]
     heads = [min(split + i, n - 1) for i, n in enumerate(lengths)]  # a different split per sequence
-    w, b = _params(gen, dim, width, device)
-    xs = [torch.randn(n, dim, generator=gen).to(device) for n in lengths]
+    w, b = conv_weights(dim, width, gen, device=device)
+    xs = [conv_tokens(n, dim, gen, device=device) for n in lengths]
     pool0 = _pool(gen, slots, dim, width, torch.float32, device)
     idx = torch.tensor([5, 0, 3], dtype=torch.int32, device=device)
     init = torch.tensor([True, False, True], device=device)
@@ -188,8 +183,8 @@ def test_decode_after_prefill(device, gen):
     """One decode step after a prefill equals a prefill one token longer (output row and window)."""
     dim, width, slots = 32, 4, 4
     lengths = [6, 2, 9]
-    w, b = _params(gen, dim, width, device)
-    xs = [torch.randn(n + 1, dim, generator=gen).to(device) for n in lengths]
+    w, b = conv_weights(dim, width, gen, device=device)
+    xs = [conv_tokens(n + 1, dim, gen, device=device) for n in lengths]
     pool0 = _pool(gen, slots, dim, width, torch.float32, device)
     idx = torch.tensor([2, 3, 0], dtype=torch.int32, device=device)
     init = torch.tensor([True, False, True], device=device)
@@ -206,7 +201,7 @@ def test_decode_after_prefill(device, gen):
 
 
 def test_prefill_rejects_bad_arguments(device, gen):
-    w, b = _params(gen, 8, 4, device)
+    w, b = conv_weights(8, 4, gen, device=device)
     pool = torch.zeros(2, 8, 3, device=device)
     x = torch.zeros(5, 8, device=device)
     with pytest.raises(ValueError):  # cu_seqlens does not cover x

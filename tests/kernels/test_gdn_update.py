@@ -16,6 +16,7 @@ import pytest
 import torch
 from hybridplan.kernels import gated_delta_rule_update
 from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref, l2_normalise
+from hybridplan.kernels.inputs import gdn_inputs, state_pool
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
 STATE_F32 = 2e-5
@@ -26,20 +27,11 @@ O_F32 = 2e-5
 SHAPES = [(2, 4, 16, 16), (1, 2, 128, 24), (2, 2, 12, 8)]
 
 
-def _inputs(batch, hk, hv, kdim, vdim, gen, device, io_dtype=torch.float32):
-    q = torch.randn(batch, hk, kdim, generator=gen)
-    k = torch.randn(batch, hk, kdim, generator=gen)
-    v = torch.randn(batch, hv, vdim, generator=gen)
-    g = -torch.rand(batch, hv, generator=gen) * 2.0  # log-decay in (-2, 0]
-    beta = torch.rand(batch, hv, generator=gen)
-    return [t.to(device=device, dtype=io_dtype) for t in (q, k, v)] + [g.to(device), beta.to(device)]
-
-
 def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, indices=(3, -1, 0, 7, 5),
          pad_slot_id=-1, l2norm=True, scale=None):
     hk, hv, kdim, vdim = shape
-    q, k, v, g, beta = _inputs(batch, hk, hv, kdim, vdim, gen, device)
-    pool = (torch.randn(slots, hv, vdim, kdim, generator=gen) * 0.5).to(device=device, dtype=state_dtype)
+    q, k, v, g, beta = gdn_inputs(batch, hk, hv, kdim, vdim, gen, device=device)
+    pool = state_pool((slots, hv, vdim, kdim), gen, state_dtype, device)
     idx = None if indices is None else torch.tensor(indices, dtype=torch.int32, device=device)
     used = list(range(batch)) if indices is None else [i for i in indices if i != pad_slot_id]
     pool[[s for s in range(slots) if s not in used]] = float("nan")  # must stay bit-for-bit as they are
@@ -75,7 +67,7 @@ def test_without_indices_and_without_normalisation(device, gen):
 def test_delta_rule_writes_v_at_k(device, gen):
     # beta = 1 and no decay: S' k = S k + (v - S k) (k.k) = v for a unit k, whatever S was
     hk, hv, kdim, vdim = 1, 2, 32, 16
-    q, k, v, _, _ = _inputs(3, hk, hv, kdim, vdim, gen, device)
+    q, k, v, _, _ = gdn_inputs(3, hk, hv, kdim, vdim, gen, device=device)
     pool = torch.randn(3, hv, vdim, kdim, generator=gen).to(device)
     zeros, ones = torch.zeros(3, hv, device=device), torch.ones(3, hv, device=device)
     gated_delta_rule_update(pool, q, k, v, zeros, ones)
@@ -89,7 +81,7 @@ def test_two_steps_equal_the_reference_twice(device, gen):
     pool = torch.randn(batch, 4, 16, 16, generator=gen).to(device)
     ref_pool = f64(pool)
     for _ in range(2):
-        q, k, v, g, beta = _inputs(batch, 2, 4, 16, 16, gen, device)
+        q, k, v, g, beta = gdn_inputs(batch, 2, 4, 16, 16, gen, device=device)
         o = gated_delta_rule_update(pool, q, k, v, g, beta)
         o_ref = gated_delta_rule_update_ref(ref_pool, *f64(q, k, v, g, beta))
     assert rel_err(pool, ref_pool) <= 2 * STATE_F32 and rel_err(o, o_ref) <= 2 * O_F32
@@ -97,7 +89,7 @@ def test_two_steps_equal_the_reference_twice(device, gen):
 
 def test_bad_arguments(device, gen):
     pool = torch.zeros(2, 4, 8, 16, device=device)
-    q, k, v, g, beta = _inputs(2, 2, 4, 16, 8, gen, device)
+    q, k, v, g, beta = gdn_inputs(2, 2, 4, 16, 8, gen, device=device)
     with pytest.raises(ValueError, match="multiple of key heads"):
         gated_delta_rule_update(pool, q[:, :1].expand(2, 3, 16), k[:, :1].expand(2, 3, 16), v, g, beta)
     with pytest.raises(ValueError, match="g must have shape"):

@@ -13,6 +13,7 @@ Bounds (u = unit roundoff, fp32 2^-24 = 6.0e-8):
 import pytest
 import torch
 from hybridplan.kernels import mamba1_state_update
+from hybridplan.kernels.inputs import mamba1_inputs, state_pool
 from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
@@ -24,23 +25,14 @@ Y_F32 = 1e-5
 SHAPES = [(32, 16), (200, 16), (24, 12)]
 
 
-def _inputs(batch, dim, dstate, gen, device):
-    x, z = torch.randn(batch, dim, generator=gen), torch.randn(batch, dim, generator=gen)
-    dt = torch.randn(batch, dim, generator=gen) * 0.5
-    A = -torch.rand(dim, dstate, generator=gen) * 4.0 - 0.1  # decay rates < 0, a different one per column
-    B, C = torch.randn(batch, dstate, generator=gen), torch.randn(batch, dstate, generator=gen)
-    D, dt_bias = torch.randn(dim, generator=gen), torch.randn(dim, generator=gen) * 0.5 - 1.0
-    return [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
-
-
 def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, indices=(3, -1, 0, 7, 5),
          pad_slot_id=-1, plain=False):
     dim, dstate = shape
-    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, dim, dstate, gen, device)
+    x, dt, A, B, C, D, z, dt_bias = mamba1_inputs(batch, dim, dstate, gen, device=device)
     if plain:  # no D, z, bias; dt already a positive step
         D = z = dt_bias = None
         dt = dt.abs() * 0.2 + 0.05
-    pool = (torch.randn(slots, dim, dstate, generator=gen) * 0.5).to(device=device, dtype=state_dtype)
+    pool = state_pool((slots, dim, dstate), gen, state_dtype, device)
     idx = None if indices is None else torch.tensor(indices, dtype=torch.int32, device=device)
     used = list(range(batch)) if indices is None else [i for i in indices if i != pad_slot_id]
     pool[[s for s in range(slots) if s not in used]] = float("nan")  # must stay bit-for-bit as they are
@@ -73,7 +65,7 @@ def test_each_state_column_decays_at_its_own_rate(device, gen):
     # x = 0: h' = exp(dt' A) h column by column, so a column's ratio h'/h is exp(dt' A[i, n]) exactly as the
     # reference has it (Mamba-2 would give one rate per head)
     dim, dstate = 8, 4
-    x, dt, A, B, C, _, _, _ = _inputs(1, dim, dstate, gen, device)
+    x, dt, A, B, C, _, _, _ = mamba1_inputs(1, dim, dstate, gen, device=device)
     pool = torch.ones(1, dim, dstate, device=device)
     mamba1_state_update(pool, torch.zeros_like(x), dt, A, B, C, dt_softplus=True)
     rates = torch.exp(torch.nn.functional.softplus(dt.double())[0][:, None] * A.double())
@@ -81,7 +73,7 @@ def test_each_state_column_decays_at_its_own_rate(device, gen):
 
 
 def test_bad_arguments(device, gen):
-    x, dt, A, B, C, D, z, dt_bias = _inputs(2, 8, 4, gen, device)
+    x, dt, A, B, C, D, z, dt_bias = mamba1_inputs(2, 8, 4, gen, device=device)
     pool = torch.zeros(3, 8, 4, device=device)
     with pytest.raises(ValueError, match="A must have shape"):
         mamba1_state_update(pool, x, dt, A[:, :2], B, C)

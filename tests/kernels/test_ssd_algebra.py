@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hybridplan.kernels import selective_state_update, ssd_chunk_scan
+from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens
 from hybridplan.kernels.ssd.naive import (
     affine_apply,
     affine_compose,
@@ -22,7 +23,7 @@ from hybridplan.kernels.ssd.naive import (
     ssd_chunk_scan_ref,
     ssd_scan_sequential_ref,
 )
-from hybridplan.kernels.testing import FP32_EPS, cu_from_lengths, f64, rel_err, ssd_params, ssd_tokens
+from hybridplan.kernels.testing import FP32_EPS, f64, rel_err
 
 F64_BOUND = 1e-12
 

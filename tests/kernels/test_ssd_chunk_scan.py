@@ -16,17 +16,9 @@ rel_err = max|kernel - ref| / max|ref|. Bounds (u = fp32 unit roundoff 6.0e-8; Q
 import pytest
 import torch
 from hybridplan.kernels import selective_state_update, ssd_chunk_scan
+from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens, state_pool
 from hybridplan.kernels.ssd.naive import ssd_scan_sequential_ref
-from hybridplan.kernels.testing import (
-    FP16_EPS,
-    bits_equal,
-    cu_from_lengths,
-    f64,
-    rel_err,
-    ssd_params,
-    ssd_tokens,
-    store_roundoff,
-)
+from hybridplan.kernels.testing import FP16_EPS, bits_equal, f64, rel_err, store_roundoff
 
 Y_F32 = 1e-5
 STATE_F32 = 1e-5
@@ -45,7 +37,7 @@ def _setup(device, gen, lengths, shape, io_dtype=torch.float32, state_dtype=torc
     cu = cu_from_lengths(lengths, device)
     x, z, dt, B, C = ssd_tokens(int(cu[-1]), H, P, N, G, gen, io_dtype, device)
     A, D, dt_bias = ssd_params(H, P, gen, device, d_per_channel)
-    pool = (torch.randn(slots, H, P, N, generator=gen) * 0.5).to(device=device, dtype=state_dtype)
+    pool = state_pool((slots, H, P, N), gen, state_dtype, device)
     return dict(cu=cu, x=x, z=z, dt=dt, B=B, C=C, A=A, D=D, dt_bias=dt_bias, pool=pool)
 
 

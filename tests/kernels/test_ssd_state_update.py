@@ -18,8 +18,9 @@ Bounds (u = unit roundoff: fp32 2^-24 = 6.0e-8, fp16 2^-11 = 4.9e-4, bf16 2^-8 =
 import pytest
 import torch
 from hybridplan.kernels import selective_state_update
+from hybridplan.kernels.inputs import ssd_params, ssd_tokens, state_pool
 from hybridplan.kernels.ssd.naive import selective_state_update_ref
-from hybridplan.kernels.testing import bits_equal, decode_inputs, f64, rel_err, ssd_params, store_roundoff
+from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
 STATE_F32 = 4e-6
 Y_F32 = 2e-5
@@ -38,13 +39,13 @@ def _run(device, gen, shape, state_dtype=torch.float32, io_dtype=torch.float32, 
          d_per_channel=False, index_dtype=torch.int32):
     H, P, N, G = shape
     A, D, dt_bias = ssd_params(H, P, gen, device, d_per_channel)
-    x, z, dt, B, C = decode_inputs(batch, H, P, N, G, gen, io_dtype, device)
+    x, z, dt, B, C = ssd_tokens(batch, H, P, N, G, gen, io_dtype, device)
     if not softplus:
         dt = (dt.float().abs() * 0.2 + 0.05).to(io_dtype)  # already a positive step size
     D = D if with_D else None
     z = z if with_z else None
     dt_bias = dt_bias if with_bias else None
-    pool = (torch.randn(slots, H, P, N, generator=gen) * 0.5).to(device=device, dtype=state_dtype)
+    pool = state_pool((slots, H, P, N), gen, state_dtype, device)
     idx = None if indices is None else torch.tensor(indices, dtype=index_dtype, device=device)
     used = list(range(batch)) if indices is None else [i for i in indices if i != pad_slot_id]
     unused = [s for s in range(slots) if s not in used]
@@ -147,7 +148,7 @@ def test_strided_views(device, gen):
 def test_rejects_bad_arguments(device, gen):
     H, P, N, G = 4, 8, 8, 2
     A, D, dt_bias = ssd_params(H, P, gen, device)
-    x, z, dt, B, C = decode_inputs(2, H, P, N, G, gen, torch.float32, device)
+    x, z, dt, B, C = ssd_tokens(2, H, P, N, G, gen, torch.float32, device)
     pool = torch.zeros(3, H, P, N, device=device)
     with pytest.raises(ValueError):
         b3 = torch.zeros(2, 3, N, device=device)
