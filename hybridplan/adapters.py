@@ -22,6 +22,7 @@ from hybridplan.errors import PlanError
 from hybridplan.spec import (
     MLA,
     Attention,
+    ContextFields,
     GatedDeltaNet,
     KimiDeltaAttention,
     LinearAttention,
@@ -29,6 +30,7 @@ from hybridplan.spec import (
     Mamba2,
     Mixer,
     ModelSpec,
+    RopeScaling,
     ShortConv,
 )
 
@@ -486,6 +488,39 @@ def architecture_of(config: Mapping[str, Any]) -> str:
     raise PlanError(f"unsupported model_type {model_type!r} (supported: {', '.join(sorted(MODEL_TYPES))})")
 
 
+#: every config field either engine reads a maximum context from (vLLM ``derive_max_model_len_and_key``,
+#: SGLang ``CONTEXT_LENGTH_KEYS``)
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _rope_entries(raw: Mapping[str, Any]) -> list[RopeScaling]:
+    """``rope_scaling`` (transformers 4), or ``rope_parameters`` (transformers 5: one mapping, or one per layer
+    type); an entry without a type is the default RoPE."""
+    value = raw.get("rope_scaling") or raw.get("rope_parameters")
+    if not isinstance(value, Mapping):
+        return []
+    entries = [v for v in value.values() if isinstance(v, Mapping)] if not any(
+        k in value for k in ("rope_type", "type", "factor")) else [value]
+    out = []
+    for e in entries:
+        kind = e.get("rope_type", e.get("type", "default"))
+        factor = e.get("factor")
+        out.append(RopeScaling(rope_type=kind if isinstance(kind, str) else "default",
+                               factor=float(factor) if isinstance(factor, (int, float))
+                               and not isinstance(factor, bool) and math.isfinite(factor) and factor > 0 else None,
+                               names_original="original_max_position_embeddings" in e))
+    return out
+
+
+def context_fields(raw: Mapping[str, Any]) -> ContextFields:
+    """The length fields and RoPE scaling a (text) config sets; values that are not positive integers are
+    not lengths an engine could use, and are left out."""
+    lengths = tuple((k, raw[k]) for k in CONTEXT_KEYS if isinstance(raw.get(k), int)
+                    and not isinstance(raw.get(k), bool) and raw[k] > 0)
+    return ContextFields(lengths=lengths, rope=tuple(_rope_entries(raw)))
+
+
 def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
@@ -505,6 +540,7 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
     return ModelSpec(
         name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
         ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
-        max_position_embeddings=f.opt_int("max_position_embeddings"), chunk_size=parts["chunk"],
+        max_position_embeddings=f.opt_int("max_position_embeddings"), context=context_fields(raw),
+        chunk_size=parts["chunk"],
         config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
         aliases=aliases, notes=tuple(f.notes))

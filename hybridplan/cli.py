@@ -13,27 +13,30 @@ import typer
 
 from hybridplan.errors import PlanError
 from hybridplan.options import (
-    BUDGET_PANEL,
-    DTYPE_PANEL,
+    ADMISSION,
+    ALLOW_LONG,
+    BUDGET,
     DTYPES,
-    ENGINE_PANEL,
     ENGINES,
     JSON,
     MODEL,
     OUTPUT,
-    OUTPUT_PANEL,
     SGLANG,
+    SPEC_TOKENS,
+    TP,
     VLLM,
     Chunk,
     Options,
     SglangVersion,
-    SpecTokens,
-    Tp,
     command,
+    ctx_option,
     option,
     param,
+    plot_option,
     scenario,
+    size_option,
 )
+from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count
 
 try:  # usage errors (unknown option, bad integer, missing argument)
     _UsageError: type[Exception] = typer.TyperException
@@ -47,6 +50,7 @@ app = typer.Typer(
          "with no GPU.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: wraps at any width, never cuts a name, never reads :x: as an emoji
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -88,71 +92,62 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
         render.console().print(f"plot written to {plot}")
 
 
-# --- options of one command or two ------------------------------------------------------------------
+# --- options of one command ---------------------------------------------------------------------
 
-TP = (param("tp", Tp, 1),)
-SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0),)
-VS = Annotated[str, option("--vs", help="Reference model for the comparison.")]
-SIZE_CTX = Annotated[Optional[int], option("--ctx", help="Context length in tokens (default: the model's maximum).")]
-FIT_CTX = Annotated[Optional[int], option("--ctx", help="Tokens per request (vLLM --max-model-len).")]
-SizeEngine = Annotated[Optional[str], option("--engine", panel=ENGINE_PANEL,
-                                           help="Add the engine layout: vllm, sglang or both.")]
-PLOT_CURVES = Annotated[Optional[Path], option("--plot", panel=OUTPUT_PANEL, help="Write both memory curves to this "
-                                                                                "PNG.")]
-PLOT_STEPS = Annotated[Optional[Path], option("--plot", panel=OUTPUT_PANEL, help="With --sweep: write the step "
-                                                                               "function to a PNG.")]
-ONE_SSM_DTYPE = Annotated[Optional[str], option("--ssm-dtype", panel=DTYPE_PANEL,
-                                               help="Only this SSM dtype (default: the engine default, fp32 and "
-                                                    "bf16).")]
-BUDGET = (
-    param("gpu_mem", Annotated[Optional[str], option("--gpu-mem", panel=BUDGET_PANEL,
-                                                   help="GPU memory, e.g. 141GB, 80GiB.")], None),
-    param("weights", Annotated[Optional[str], option("--weights", panel=BUDGET_PANEL,
-                                                   help="The model's weights over all ranks (each of --tp GPUs holds "
-                                                        "its share), e.g. 16GiB.")], None),
-    param("params", Annotated[Optional[float], option("--params", panel=BUDGET_PANEL,
-                                                    help="Parameter count, e.g. 8.1e9: weights at the model dtype, "
-                                                         "split over --tp.")], None),
-    param("gpu_util", Annotated[Optional[float], option("--gpu-util", panel=BUDGET_PANEL,
-                                                      help="vLLM --gpu-memory-utilization (default: the "
-                                                           "release's).")], None),
-    param("overhead", Annotated[str, option("--overhead", panel=BUDGET_PANEL,
-                                          help="Activations, CUDA graphs, non-torch memory: an estimate the engine "
-                                               "measures at start-up.")], "2GiB"),
-    param("kv_budget", Annotated[Optional[str], option("--kv-budget", panel=BUDGET_PANEL,
-                                                     help="Memory left for caches (vLLM's \"Available KV cache "
-                                                          "memory\"; SGLang's memory to split); skips "
-                                                          "--gpu-mem.")], None),
+
+def _count(flag: str, limit: int = MAX_COUNT):
+    return lambda text: parse_count(text, what=flag, limit=limit)
+
+
+VS = (param("vs", Annotated[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
+            "llama-3-8b"),)
+SLOTS = (param("slots", Annotated[int, option("--slots", metavar="N", parser=_count("--slots"),
+                                              help="Concurrent sequences in the state pool.")], 256),)
+SIZE_ENGINE = (param("engine", Annotated[Optional[str], option(
+    "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")], None),)
+ONE_SSM_DTYPE = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE",
+                                                help="Only this SSM dtype (default: the engine default, fp32 and "
+                                                     "bf16).")]
+PREFIX = (
+    param("shared", Annotated[Optional[int], option("--shared", metavar="TOKENS",
+                                                    parser=_count("--shared", MAX_TOKENS),
+                                                    help="Tokens of the prefix two requests share.")], None),
+    param("private", Annotated[int, option("--private", metavar="TOKENS", parser=_count("--private", MAX_TOKENS),
+                                           help="Tokens after it that differ between the requests.")], 0),
+    param("sweep", Annotated[Optional[str], option("--sweep", metavar="A:B:STEP",
+                                                   help="Sweep the shared length from A to B tokens in steps of "
+                                                        "STEP.")], None),
+    param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
-ADMISSION = (
-    param("max_num_seqs", Annotated[Optional[int], option("--max-num-seqs", panel=ENGINE_PANEL,
-                                                        help="vLLM --max-num-seqs to check.")], None),
-    param("max_running_requests", Annotated[Optional[int], option("--max-running-requests", panel=ENGINE_PANEL,
-                                                                help="SGLang --max-running-requests to check.")],
-          None),
-    param("full_memory_ratio", Annotated[float, option("--mamba-full-memory-ratio", panel=ENGINE_PANEL,
-                                                     help="SGLang's state/KV split.")], 0.9),
-    param("mem_fraction", Annotated[float, option("--mem-fraction-static", panel=BUDGET_PANEL,
-                                                help="SGLang --mem-fraction-static (only with --gpu-mem).")], 0.88),
+CHECK_LOG = (
+    param("log", Annotated[Path, typer.Argument(metavar="LOG", help="A vLLM or SGLang start-up log.")]),
+    param("model", Annotated[Optional[str], option("--model", metavar="MODEL",
+                                                   help="The model (default: read from the log).")], None),
+    param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
+    param("tp", Annotated[Optional[int], option("--tp", metavar="N", parser=_count("--tp"),
+                                                help="Tensor-parallel size (default: read from the log).")], None),
+    param("vllm_version", Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
+                                                          help="vLLM release (default: read from the log).")], None),
+    param("sglang_version", SglangVersion, None),
+    param("mode", Annotated[Optional[str], option("--mode", metavar="MODE",
+                                                  help="vLLM mamba cache mode (default: read from the log).")], None),
+    param("kv_budget", size_option("--kv-budget", "Exact KV budget, if known"), None),
 )
 
 
-@command(app, MODEL, (param("ctx", SIZE_CTX, None),), TP,
-         (param("slots", Annotated[int, option("--slots", help="Concurrent sequences in the state pool.")], 256),
-          param("vs", VS, "llama-3-8b")),
-         DTYPES, SPEC_TOKENS, (param("engine", SizeEngine, None),), VLLM, SGLANG, OUTPUT)
+@command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum):"), None),), TP,
+         SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
+         short="State, KV and totals per sequence; engine pages and pools")
 def size(o: Options) -> None:
     """Shapes and bytes of every recurrent layer, KV per token and at the context, totals, the state pool,
     and with --engine the pages, padding and pools vLLM and SGLang will allocate.
 
     Examples:
 
+    \b
       hybridplan size nemotron-h --ctx 131072
-
       hybridplan size nemotron-h --ctx 8192 --engine both --vllm-version 0.28
-
       hybridplan size qwen3-next --tp 4 --ssm-dtype fp32 --json
-
       hybridplan size ./Zamba2-7B/config.json --vs mistral-7b --bytes
     """
     from hybridplan.loader import load_model
@@ -162,10 +157,9 @@ def size(o: Options) -> None:
     show(size_report(sc, load_model(o.vs), with_engines=o.engine is not None), o, "size_view")
 
 
-@command(app, MODEL,
-         (param("vs", Annotated[str, option("--vs", help="Reference model.")], "llama-3-8b"),), TP,
-         (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]), VLLM[:1], JSON,
-         (param("plot", PLOT_CURVES, None),))
+@command(app, MODEL, VS, TP, (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]), VLLM[:1], JSON,
+         (param("plot", plot_option("Write the memory curves to this PNG."), None),),
+         short="Where the hybrid needs less memory than a transformer")
 def crossover(o: Options) -> None:
     """Context length past which the hybrid needs less memory per sequence than a transformer.
 
@@ -174,8 +168,8 @@ def crossover(o: Options) -> None:
 
     Examples:
 
+    \b
       hybridplan crossover
-
       hybridplan crossover jamba --vs llama-3.1-70b --plot jamba.png
     """
     from hybridplan.loader import load_model
@@ -185,7 +179,9 @@ def crossover(o: Options) -> None:
     show(crossover_report(sc, load_model(o.vs)), o, "crossover_view", "crossover_plot")
 
 
-@command(app, MODEL, (param("ctx", FIT_CTX, None),), BUDGET, ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, JSON)
+@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len):"), None),), BUDGET,
+         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, ALLOW_LONG, JSON,
+         short="How many requests fit, whether the engines start, the flags")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
@@ -193,11 +189,11 @@ def fit(o: Options) -> None:
 
     Examples:
 
+    \b
       hybridplan fit nemotron-h --ctx 8192 --kv-budget 40GiB
-
-      hybridplan fit nemotron-h --ctx 131072 --gpu-mem 141GB --params 8.1e9 --max-num-seqs 1024
-
-      hybridplan fit qwen3-next --tp 4 --ctx 32768 --kv-budget 60GiB --engine vllm --json
+      hybridplan fit nemotron-h --ctx 8192 --gpu-mem 141GB --params 8.1e9
+      hybridplan fit nemotron-h --ctx 8192 --kv-budget 40GiB --max-num-seqs 4096
+      hybridplan fit qwen3-next --tp 4 --ctx 32k --kv-budget 60GiB --json
     """
     from hybridplan.reports.fit import fit as fit_report
 
@@ -206,23 +202,17 @@ def fit(o: Options) -> None:
     raise typer.Exit(0 if report.verdict_ok else 1)
 
 
-@command(app, MODEL,
-         (param("shared", Annotated[Optional[int], option("--shared", help="Tokens of the prefix two requests "
-                                                                         "share.")], None),
-          param("private", Annotated[int, option("--private", help="Tokens after it that differ between the "
-                                                                 "requests.")], 0),
-          param("sweep", Annotated[Optional[str], option("--sweep", help="Sweep the shared length: A:B:STEP.")], None),
-          param("plot", PLOT_STEPS, None)),
-         TP, ENGINES, (param("chunk", Chunk, 8192),), DTYPES, JSON)
+@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, 8192),), DTYPES, ALLOW_LONG, JSON,
+         short="How much of a shared prefix a later request reuses")
 def prefix(o: Options) -> None:
     """How much of a shared prefix a second request reuses: a recurrent state is reusable only where a
     checkpoint was saved.
 
     Examples:
 
-      hybridplan prefix nemotron-h --shared 4000 --private 200 --vllm-version 0.28
-
-      hybridplan prefix nemotron-h --private 200 --sweep 0:6000:100 --mode align --plot steps.png
+    \b
+      hybridplan prefix nemotron-h --shared 4000 --private 200
+      hybridplan prefix nemotron-h --private 200 --sweep 0:6000:100 --plot p.png
     """
     from hybridplan.reports.prefix import prefix as prefix_report
     from hybridplan.reports.prefix import prefix_sweep
@@ -238,35 +228,19 @@ def prefix(o: Options) -> None:
     show(prefix_sweep(sc, o.sweep, o.private), o, "sweep_view", "prefix_plot")
 
 
-@command(app, (param("log", Annotated[Path, typer.Argument(help="A vLLM or SGLang start-up log.")]),
-               param("model", Annotated[Optional[str], option("--model", help="The model (default: read from the "
-                                                                          "log).")], None),
-               param("ctx", Annotated[Optional[int], option("--ctx", help="max_model_len (default: read from the "
-                                                                       "log).")], None),
-               param("tp", Annotated[Optional[int], option("--tp", help="Tensor-parallel size (default: read from "
-                                                                     "the log).")], None),
-               param("vllm_version", Annotated[Optional[str], option("--vllm-version", panel=ENGINE_PANEL,
-                                                                   help="Default: read from the log.")], None),
-               param("sglang_version", SglangVersion, None),
-               param("mode", Annotated[Optional[str], option("--mode", panel=ENGINE_PANEL,
-                                                           help="vLLM mamba cache mode (default: read from the "
-                                                                "log).")], None),
-               param("kv_budget", Annotated[Optional[str], option("--kv-budget", panel=BUDGET_PANEL,
-                                                                help="Exact KV budget, if known.")], None)),
-         JSON, name="check-log")
+@command(app, CHECK_LOG, JSON, name="check-log", short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real start-up log and put each figure the engine printed beside hybridplan's prediction for
     the same settings. Exit 1 on a mismatch.
 
     Examples:
 
+    \b
       hybridplan check-log vllm.log
-
       hybridplan check-log sglang.log --model nemotron-h --tp 2
     """
     from hybridplan.engines import LogGiven
     from hybridplan.reports.check_log import Given, check
-    from hybridplan.units import parse_size
 
     try:
         text = o.log.read_text(encoding="utf-8", errors="replace")
@@ -274,18 +248,19 @@ def check_log(o: Options) -> None:
         raise PlanError(f"cannot read {o.log}: {exc.strerror}") from None
     given = Given(model=o.model, tp=o.tp, engine=LogGiven(
         vllm_version=o.vllm_version, sglang_version=o.sglang_version, mode=o.mode, ctx=o.ctx,
-        kv_budget=parse_size(o.kv_budget, what="--kv-budget") if o.kv_budget else None))
+        kv_budget=o.kv_budget))
     report = check(text, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)
 
 
-@command(app, JSON)
+@command(app, JSON, short="The shipped model specs")
 def models(o: Options) -> None:
     """The shipped model specs: family, layer counts and source checkpoint.
 
     Example:
 
+    \b
       hybridplan models
     """
     from hybridplan.loader import shipped_specs
@@ -297,7 +272,7 @@ def models(o: Options) -> None:
 from hybridplan.profile.command import GROUPS as _PROFILE  # noqa: E402 - torch at run time
 from hybridplan.profile.command import profile as _profile  # noqa: E402
 
-command(app, *_PROFILE)(_profile)
+command(app, *_PROFILE, short="Allocate the predicted pools on a GPU and time the kernels")(_profile)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,14 +38,38 @@ def parse_dtype(name: str, *, what: str = "dtype") -> str:
     return key
 
 
+#: the short spellings hybridplan takes beside each engine's own names
+SHORT = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def flag_dtype(name: str | None, *, what: str, engine_flag: str, accepted: dict[str, str],
+               not_sized: tuple[str, ...] = ()) -> str | None:
+    """A dtype flag checked against the names the engine's own flag takes (``accepted``: name → torch dtype,
+    hybridplan's short spellings added); None for auto. A name the engine takes but hybridplan cannot size
+    (``not_sized``) is refused as such."""
+    if name is None:
+        return None
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key == "auto":
+        return None
+    names = {**accepted, **{k: v for k, v in SHORT.items() if v in accepted.values()}}
+    if key in names:
+        return names[key]
+    if key in not_sized:
+        raise PlanError(f"{engine_flag} {name} is not sized by hybridplan (it sizes: auto, {', '.join(accepted)})")
+    raise PlanError(f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}; also "
+                    f"{', '.join(k for k in SHORT if SHORT[k] in accepted.values())})")
+
+
 def size_of(dtype: str) -> int:
     """Bytes per element of a torch dtype name."""
     return SIZES[dtype]
 
 
 def serving_dtype(config_dtype: str, override: str | None = None) -> str:
-    """The dtype a model runs in under ``--dtype auto``: the config's, except that float32 checkpoints run in
-    bfloat16 on GPUs that have it (vLLM vllm/config/model.py ``_resolve_auto_dtype``; SGLang alike)."""
+    """The dtype a model runs in: ``override`` (an already checked ``--dtype``), else under auto the config's,
+    except that float32 checkpoints run in bfloat16 on GPUs that have it (vLLM vllm/config/model.py
+    ``_resolve_auto_dtype``; SGLang alike)."""
     if override is not None:
-        return parse_dtype(override, what="--dtype")
+        return override
     return "bfloat16" if config_dtype == "float32" else config_dtype

@@ -1,101 +1,219 @@
 """The command-line options, each defined once, and the one place they become a ``Scenario``.
 
-Options are ``Annotated`` aliases grouped as the commands share them (model, dtypes, vLLM, SGLang, budget,
-output). ``command`` gives a command the signature of the groups it names and hands it one ``Options``
-value, so every command reads the same flag the same way and none repeats a help text.
+Options are ``Annotated`` aliases, grouped as the commands share them. ``command`` gives a command the
+signature of the groups it names and hands it one ``Options`` value, so every command reads a flag the same
+way and no help text is written twice. Values are read when the line is parsed (a size, a token count, a
+fraction), so a bad one is refused before anything is computed.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from hybridplan.errors import PlanError
+from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count, parse_size
+
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
-MODEL_HELP = "Shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, or a spec YAML."
+MODEL_HELP = ("A shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, or a spec "
+              "YAML.")
+SIZE_HELP = "GB means 10^9 bytes, GiB 2^30 bytes"
 
-# rich help panels
-ENGINE_PANEL = "Engine"
-DTYPE_PANEL = "Dtypes"
-BUDGET_PANEL = "Budget"
-OUTPUT_PANEL = "Output"
+Options = SimpleNamespace
+
+
+def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation)
+
+
+def option(*decls: str, **kw: Any) -> Any:
+    return typer.Option(*decls, **kw)
+
+
+# --- values as the line is parsed -----------------------------------------------------------------
+
+
+def _tokens(flag: str) -> Callable[[str], int]:
+    return lambda text: parse_count(text, what=flag, limit=MAX_TOKENS)
+
+
+def _count(flag: str) -> Callable[[str], int]:
+    return lambda text: parse_count(text, what=flag, limit=MAX_COUNT)
+
+
+def _size(flag: str, allow_zero: bool = False) -> Callable[[str], int]:
+    return lambda text: parse_size(text, what=flag, allow_zero=allow_zero)
+
+
+def _number(flag: str, low: float, high: float | None, why: str) -> Callable[[str], float]:
+    """A number in (low, high]; ``why`` names whose bound it is."""
+
+    def read(text: Any) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise PlanError(f"{flag}: cannot read {text!r} as a number") from None
+        if not (low < value and (high is None or value <= high)):
+            span = f"({low:g}, {high:g}]" if high is not None else f"greater than {low:g}"
+            raise PlanError(f"{flag} must be {span} ({why}), got {text}")
+        return value
+
+    return read
+
+
+def _choices(values: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
+    """Shell completion for an option's value."""
+    return lambda incomplete: [v for v in values() if v.startswith(incomplete)]
 
 
 def _complete_model(incomplete: str) -> list[str]:
-    """Shell completion for MODEL: the shipped names and aliases."""
     from hybridplan.loader import shipped_names
 
     return sorted(n for n in shipped_names() if n.startswith(incomplete.lower()))
 
 
-Options = SimpleNamespace
-_EMPTY = inspect.Parameter.empty
+def _vllm_versions() -> list[str]:
+    from hybridplan.engines.vllm.releases import known_versions
+
+    return known_versions()
 
 
-def param(name: str, annotation: Any, default: Any = _EMPTY) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation)
+def _sglang_versions() -> list[str]:
+    from hybridplan.engines.sglang.releases import VERSIONS
+
+    return list(VERSIONS)
 
 
-def option(*decls: str, panel: str | None = None, **kw: Any) -> Any:
-    return typer.Option(*decls, rich_help_panel=panel, **kw)
+def _dtypes(kind: str) -> Callable[[], list[str]]:
+    def names() -> list[str]:
+        from hybridplan.engines.vllm import dtypes
+
+        return ["auto", *{"model": dtypes.MODEL_DTYPES, "state": dtypes.STATE_DTYPES, "kv": dtypes.KV_DTYPES}[kind]]
+
+    return names
 
 
-# --- the options -----------------------------------------------------------------------------------
+# --- the options ----------------------------------------------------------------------------------
 
-Model = Annotated[str, typer.Argument(help=MODEL_HELP, autocompletion=_complete_model)]
-Tp = Annotated[int, option("--tp", help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")]
-Dtype = Annotated[Optional[str], option("--dtype", panel=DTYPE_PANEL,
-                                      help="Model dtype (vLLM --dtype); default: the config's.")]
-ConvDtype = Annotated[Optional[str], option("--conv-dtype", panel=DTYPE_PANEL,
-                                          help="Conv state dtype (vLLM --mamba-cache-dtype).")]
-SsmDtype = Annotated[Optional[str], option("--ssm-dtype", panel=DTYPE_PANEL,
-                                         help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
-KvDtype = Annotated[Optional[str], option("--kv-dtype", panel=DTYPE_PANEL,
-                                        help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
-SpecTokens = Annotated[int, option("--spec-tokens", min=0,
-                                 help="Speculative tokens (widen conv windows, add pages).")]
-VllmVersion = Annotated[Optional[str], option("--vllm-version", panel=ENGINE_PANEL,
-                                            help="vLLM release whose rules apply (default: newest known).")]
-SglangVersion = Annotated[Optional[str], option("--sglang-version", panel=ENGINE_PANEL,
-                                              help="SGLang release: 0.5.23 (default) or 0.5.9.")]
-Mode = Annotated[Optional[str], option("--mode", panel=ENGINE_PANEL,
-                                     help="vLLM mamba cache mode: none, align or all (default: every mode).")]
-BlockSize = Annotated[Optional[int], option("--block-size", panel=ENGINE_PANEL,
-                                          help="vLLM --block-size (the block only grows from it).")]
-GdnBackend = Annotated[str, option("--gdn-prefill-backend", panel=ENGINE_PANEL,
-                                 help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
-Engine = Annotated[str, option("--engine", panel=ENGINE_PANEL, help="vllm, sglang or both.")]
-Radix = Annotated[str, option("--radix", panel=ENGINE_PANEL, help="SGLang --mamba-radix-cache-strategy: auto, "
-                                                                "no_buffer, extra_buffer, or off (radix cache "
-                                                                "disabled).")]
-Chunk = Annotated[int, option("--max-num-batched-tokens", panel=ENGINE_PANEL,
-                            help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
-                                 "--chunked-prefill-size).")]
-AsJson = Annotated[bool, option("--json", panel=OUTPUT_PANEL, help="Print the result as JSON.")]
-Exact = Annotated[bool, option("--bytes", panel=OUTPUT_PANEL, help="Show exact byte counts beside the readable "
-                                                                 "units.")]
+Model = Annotated[str, typer.Argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
+Tp = Annotated[int, option("--tp", metavar="N", parser=_count("--tp"),
+                           help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")]
+Dtype = Annotated[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
+                                        help="Model dtype (vLLM --dtype); default: the config's.")]
+ConvDtype = Annotated[Optional[str], option("--conv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
+                                            help="Conv state dtype (vLLM --mamba-cache-dtype).")]
+SsmDtype = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
+                                           help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
+KvDtype = Annotated[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
+                                          help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
+SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=_count("--spec-tokens"),
+                                   help="Speculative tokens (widen conv windows, add pages).")]
+VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
+                                              autocompletion=_choices(_vllm_versions),
+                                              help="vLLM release whose rules apply (default: newest known).")]
+SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VERSION",
+                                                autocompletion=_choices(_sglang_versions),
+                                                help="SGLang release: 0.5.23 (default) or 0.5.9.")]
+Mode = Annotated[Optional[str], option("--mode", metavar="MODE",
+                                       autocompletion=_choices(lambda: ("none", "align", "all")),
+                                       help="vLLM mamba cache mode: none, align or all (default: every mode).")]
+BlockSize = Annotated[Optional[int], option("--block-size", metavar="TOKENS", parser=_count("--block-size"),
+                                            help="vLLM --block-size (the block only grows from it).")]
+GdnBackend = Annotated[str, option("--gdn-prefill-backend", metavar="BACKEND",
+                                   autocompletion=_choices(lambda: ("flashinfer", "triton")),
+                                   help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
+Engine = Annotated[str, option("--engine", metavar="ENGINE",
+                               autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
+                               help="vllm, sglang or both.")]
+Radix = Annotated[str, option("--radix", metavar="STRATEGY",
+                              autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer", "off")),
+                              help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, or off "
+                                   "(radix cache disabled).")]
+Chunk = Annotated[int, option("--max-num-batched-tokens", metavar="TOKENS",
+                              parser=_tokens("--max-num-batched-tokens"),
+                              help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
+                                   "--chunked-prefill-size).")]
+AllowLong = Annotated[bool, option("--allow-long-context",
+                                   help="Start with a context beyond the model's own maximum, as "
+                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and "
+                                        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow.")]
+AsJson = Annotated[bool, option("--json", help="Print the result as JSON.")]
+Exact = Annotated[bool, option("--bytes", help="Show exact byte counts beside the readable units.")]
+
+
+def ctx_option(help: str) -> Any:
+    return Annotated[Optional[int], option("--ctx", metavar="TOKENS", parser=_tokens("--ctx"),
+                                           help=f"{help} 131072, 128k (128,000) or 128K (131,072).")]
+
+
+def size_option(flag: str, help: str) -> Any:
+    return Annotated[Optional[int], option(flag, metavar="SIZE", parser=_size(flag), help=f"{help} ({SIZE_HELP}).")]
+
+
+def plot_option(help: str) -> Any:
+    return Annotated[Optional[Path], option("--plot", metavar="FILE.png", help=help)]
+
 
 # --- the groups commands share --------------------------------------------------------------------
 
 MODEL = (param("model", Model, "nemotron-h"),)
+TP = (param("tp", Tp, 1),)
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
+SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0),)
 VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None), param("block_size", BlockSize, None),
         param("gdn_backend", GdnBackend, "flashinfer"))
 SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"))
 ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
+ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
 OUTPUT = (*JSON, param("exact", Exact, False))
+BUDGET = (
+    param("gpu_mem", size_option("--gpu-mem", "GPU memory, e.g. 141GB or 80GiB"), None),
+    param("weights", size_option("--weights", "The model's weights over all ranks, each of --tp GPUs holding its "
+                                             "share, e.g. 16GiB"), None),
+    param("params", Annotated[Optional[float], option(
+        "--params", metavar="N", parser=_number("--params", 0, 1e14, "a parameter count"),
+        help="Parameter count, e.g. 8.1e9: weights at the model dtype, split over --tp.")], None),
+    param("gpu_util", Annotated[Optional[float], option(
+        "--gpu-util", metavar="FRACTION", parser=_number("--gpu-util", 0, 1, "vLLM's gpu_memory_utilization"),
+        help="vLLM --gpu-memory-utilization (default: the release's).")], None),
+    param("overhead", Annotated[int, option(
+        "--overhead", metavar="SIZE", parser=_size("--overhead", allow_zero=True),
+        help=f"Activations, CUDA graphs, non-torch memory: an estimate the engine measures at start-up "
+             f"({SIZE_HELP}).")], "2GiB"),
+    param("kv_budget", size_option("--kv-budget", "Memory left for caches (vLLM's \"Available KV cache memory\"; "
+                                                  "SGLang's memory to split); skips --gpu-mem"), None),
+)
+ADMISSION = (
+    param("max_num_seqs", Annotated[Optional[int], option(
+        "--max-num-seqs", metavar="N", parser=_count("--max-num-seqs"),
+        help="vLLM --max-num-seqs to check (default: vLLM's default for the GPU).")], None),
+    param("max_running_requests", Annotated[Optional[int], option(
+        "--max-running-requests", metavar="N", parser=_count("--max-running-requests"),
+        help="SGLang --max-running-requests to check.")], None),
+    param("full_memory_ratio", Annotated[float, option(
+        "--mamba-full-memory-ratio", metavar="RATIO",
+        parser=_number("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
+        help="SGLang's state/KV split.")], 0.9),
+    param("mem_fraction", Annotated[float, option(
+        "--mem-fraction-static", metavar="FRACTION",
+        parser=_number("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
+        help="SGLang --mem-fraction-static (only with --gpu-mem).")], 0.88),
+)
 
 
-def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str | None = None
-            ) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
-    """Register ``fn(o: Options)`` as a command whose options are ``groups``, in that order."""
+def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str | None = None,
+            short: str | None = None) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
+    """Register ``fn(o: Options)`` as a command whose options are ``groups``, in that order; ``short`` is its
+    line in the command list."""
 
     def register(fn: Callable[[Options], Any]) -> Callable[[Options], Any]:
         def run(**values: Any) -> Any:
@@ -103,7 +221,7 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 
         run.__signature__ = inspect.Signature([p for g in groups for p in g])  # type: ignore[attr-defined]
         run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-        app.command(name=name or fn.__name__)(run)
+        app.command(name=name or fn.__name__, short_help=short)(run)
         return fn
 
     return register
@@ -112,28 +230,19 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 # --- options → Scenario ----------------------------------------------------------------------------
 
 #: Scenario field ← option, for the options a command may take
-_SCENARIO = {"tp": "tp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots"}
+_SCENARIO = {"tp": "tp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
+             "allow_long_context": "allow_long_context"}
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
          "gpu_util": "gpu_util"}
 _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction"}
+_BUDGET = {"kv_budget": "kv_budget", "gpu_mem": "gpu_mem", "weights": "weights", "params": "params",
+           "overhead": "overhead"}
 
 
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
     """The fields whose option this command takes; the others keep their defaults."""
     return {f: getattr(o, name) for f, name in fields.items() if hasattr(o, name)}
-
-
-def _size(o: Options, name: str) -> int | None:
-    from hybridplan.units import parse_size
-
-    text = getattr(o, name, None)
-    return parse_size(text, what="--" + name.replace("_", "-")) if text else None
-
-
-def _overhead(o: Options) -> int:
-    """``--overhead``: ``0`` (or none) means none."""
-    return 0 if getattr(o, "overhead", "0") == "0" else _size(o, "overhead") or 0
 
 
 def scenario(o: Options) -> Scenario:
@@ -154,7 +263,6 @@ def scenario(o: Options) -> Scenario:
         engine=getattr(o, "engine", None) or "both",
         vllm=VllmSettings(release=vllm_release(getattr(o, "vllm_version", None)), **_given(o, _VLLM)),
         sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG)),
-        budget=Budget(kv_budget=_size(o, "kv_budget"), gpu_mem=_size(o, "gpu_mem"), weights=_size(o, "weights"),
-                      params=getattr(o, "params", None), overhead=_overhead(o)),
+        budget=Budget(**_given(o, _BUDGET)),
         **_given(o, _SCENARIO),
     )

@@ -101,7 +101,7 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
               f"{r.ratio:.2f}× the hybrid ({verdict})")
     s.add_row(f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only")
     parts.append(s)
-    parts.extend(_notes(spec))
+    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
     if r.engines is not None:
         parts.append(engines_view(r.engines, exact=exact))
     return Group(*parts)

@@ -77,6 +77,9 @@ class Scenario:
     vllm: VllmSettings = field(default_factory=VllmSettings)
     sglang: SglangSettings = field(default_factory=SglangSettings)
     budget: Budget = Budget()
+    #: start with a context beyond the model's own maximum, as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and
+    #: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow
+    allow_long_context: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:

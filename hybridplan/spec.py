@@ -196,6 +196,28 @@ Mixer = Union[RecurrentMixer, AttentionMixer]
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """One RoPE scaling entry of a config (``rope_scaling``, or ``rope_parameters`` per layer type)."""
+
+    rope_type: str
+    factor: float | None = None
+    #: the entry names the context the model was trained at before scaling
+    names_original: bool = False
+
+
+@dataclass(frozen=True)
+class ContextFields:
+    """What a config says about the longest context: every length field it sets, in the order it sets them,
+    and its RoPE scaling. How an engine derives its maximum from them is an engine rule."""
+
+    lengths: tuple[tuple[str, int], ...] = ()
+    rope: tuple[RopeScaling, ...] = ()
+
+    def length(self, key: str) -> int | None:
+        return dict(self.lengths).get(key)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 
@@ -211,6 +233,7 @@ class ModelSpec:
     ffn: tuple[str, ...] = ()
     hidden_size: int = 0
     max_position_embeddings: int | None = None
+    context: ContextFields = ContextFields()
     chunk_size: int | None = None
     #: recurrent-state dtypes the config itself names: ``mamba_ssm_cache_dtype`` (Nemotron) and
     #: ``mamba_ssm_dtype`` (Qwen3.5); which engine reads which is an engine rule

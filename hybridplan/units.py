@@ -37,12 +37,52 @@ _SCALE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": KiB, "ki": KiB, "m": 1000
           "ti": TiB}
 
 
-def parse_size(text: str, *, what: str) -> int:
-    """``80GiB``, ``141 GB``, ``40e9``-free plain bytes → bytes. GB means 10^9, GiB 2^30."""
+#: the largest size hybridplan takes (1 PiB): no GPU or model comes near it
+MAX_BYTES = 1 << 50
+#: the longest context or prompt hybridplan takes, in tokens
+MAX_TOKENS = 1 << 30
+#: the largest count (slots, sequences, requests) hybridplan takes
+MAX_COUNT = (1 << 31) - 1
+
+
+def parse_size(text: str, *, what: str, allow_zero: bool = False) -> int:
+    """``80GiB``, ``141 GB``, ``40e9``-free plain bytes → bytes. GB means 10^9 bytes, GiB 2^30."""
     m = _SIZE.match(str(text))
     if not m or m.group(2) is not None and m.group(2).lower() not in _SCALE:
         raise PlanError(f"{what}: cannot read {text!r} as a size (e.g. 80GiB, 141GB, 42949672960)")
     value = float(m.group(1)) * _SCALE[(m.group(2) or "").lower()]
-    if value <= 0:
+    if value <= 0 and not (allow_zero and value == 0):
         raise PlanError(f"{what} must be positive, got {text!r}")
+    if value > MAX_BYTES:
+        raise PlanError(f"{what} {text} is beyond any GPU (hybridplan takes at most 1 PiB)")
     return int(value)
+
+
+_TOKENS = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_count(text: str, *, what: str, limit: int = MAX_COUNT) -> int:
+    """A whole number as vLLM's ``--max-model-len`` takes it (``human_readable_int``): ``131072``, ``128k``
+    (decimal, 128,000), ``128K`` (binary, 131,072), ``25.6k``; also ``131,072`` and ``1e9`` when whole.
+    Zero and negative numbers are left for the caller to refuse with its own words."""
+    value = str(text).strip().replace(",", "").replace("_", "")
+    m = _TOKENS.fullmatch(value)
+    try:
+        if m and m.group(2) in _DECIMAL:  # as vLLM: the decimal product, truncated
+            n = int(float(m.group(1)) * _DECIMAL[m.group(2)])
+        elif m:
+            if "." in m.group(1):
+                raise PlanError(f"{what}: no decimals with a binary suffix in {text!r} (did you mean "
+                                f"{m.group(1)}{m.group(2).lower()}?)")
+            n = int(m.group(1)) * _BINARY[m.group(2)]
+        else:
+            n = float(value) if ("e" in value.lower() or "." in value) else int(value)
+    except (ValueError, OverflowError):
+        raise PlanError(f"{what}: cannot read {text!r} as a whole number (e.g. 131072, 128k, 128K)") from None
+    if n != int(n):
+        raise PlanError(f"{what}: {text} is not a whole number")
+    if n > limit:
+        raise PlanError(f"{what} {text} is more than hybridplan takes (at most {limit:,})")
+    return int(n)

@@ -241,8 +241,13 @@ def test_nemotron_rows_use_the_kernels_cost_model():
 
 
 def test_fp8_state_has_no_kernel():
+    # no engine flag takes an fp8 recurrent state (vLLM's MambaDType, SGLang's --mamba-ssm-dtype); a footprint
+    # built with one still gets a row that says why nothing runs
+    from hybridplan.memory import CacheDtypes
+    from hybridplan.memory import footprint as raw_footprint
+
     spec = load_model("nemotron-h")
-    fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm="fp8"))
+    fp = raw_footprint(spec, CacheDtypes(conv="bfloat16", ssm="float8_e4m3fn", kv="bfloat16"))
     w = plan_workload(spec, fp, Sizes(4, 16, 16, "bfloat16"))
     assert w.decode[1].status == "no kernel for float8_e4m3fn state" and not w.decode[1].runs
     assert w.decode[0].runs

@@ -43,6 +43,15 @@ class SizeReport:
         return self.sc.vllm.release
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """The config's assumed fields, and vLLM's refusal of the context where it would refuse it."""
+        from hybridplan.engines.vllm.context import refusal
+
+        why = refusal(self.sc)
+        return self.spec.notes + ((f"sized as asked, but vLLM {self.vllm_release.version} would not start with "
+                                   f"--max-model-len {self.ctx}: {why}",) if why else ())
+
+    @property
     def total_at_ctx(self) -> int:
         return self.fp.total_at(self.ctx)
 
@@ -94,7 +103,7 @@ class SizeReport:
             "reference": {"model": self.ref.name, "bytes_per_token": self.ref_fp.kv_bytes_per_token,
                           "bytes_at_ctx": self.ref_at_ctx, "ratio": self.ratio},
             "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
-            "notes": list(self.spec.notes),
+            "notes": list(self.notes),
             **(self.engines.to_dict() if self.engines else {}),
         }
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from hybridplan.dtypes import parse_dtype, serving_dtype, size_of
+from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.memory import CacheDtypes, Footprint
@@ -34,14 +34,32 @@ def check_modelled(spec_tokens: int) -> None:
                         "MambaPool, split jointly with it); drop --spec-tokens for the plain pool")
 
 
+#: ``--dtype`` (python/sglang/srt/server_args.py)
+MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
+                "float32": "float32"}
+#: ``--mamba-ssm-dtype`` (server_args.py ``MAMBA_SSM_DTYPE_CHOICES``); the conv dtype
+#: (``SGLANG_MAMBA_CONV_DTYPE``) takes the same names
+STATE_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+#: ``--kv-cache-dtype``: the names hybridplan sizes, and the rest
+KV_DTYPES = {"bfloat16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+KV_NOT_SIZED = ("fp4_e2m1",)
+
+
+def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
+    return serving_dtype(spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="SGLang --dtype",
+                                                      accepted=MODEL_DTYPES))
+
+
 def cache_dtypes(spec: ModelSpec, choice: DtypeChoice) -> CacheDtypes:
     """Conv bfloat16 (env ``SGLANG_MAMBA_CONV_DTYPE``); SSM float32, overridden by the config's
     ``mamba_ssm_dtype``, then by ``--mamba-ssm-dtype``; KV at the model dtype unless ``--kv-cache-dtype``."""
-    mdt = serving_dtype(spec.model_dtype, choice.dtype)
-    return CacheDtypes(conv=parse_dtype(choice.conv, what="--conv-dtype") if choice.conv else "bfloat16",
-                       ssm=parse_dtype(choice.ssm, what="--ssm-dtype") if choice.ssm
-                       else (spec.config_dtype("mamba_ssm_dtype") or "float32"),
-                       kv=parse_dtype(choice.kv, what="--kv-dtype") if choice.kv else mdt)
+    mdt = model_dtype(spec, choice.dtype)
+    conv = flag_dtype(choice.conv, what="--conv-dtype", engine_flag="SGLANG_MAMBA_CONV_DTYPE", accepted=STATE_DTYPES)
+    ssm = flag_dtype(choice.ssm, what="--ssm-dtype", engine_flag="SGLang --mamba-ssm-dtype", accepted=STATE_DTYPES)
+    kv = flag_dtype(choice.kv, what="--kv-dtype", engine_flag="SGLang --kv-cache-dtype", accepted=KV_DTYPES,
+                    not_sized=KV_NOT_SIZED)
+    return CacheDtypes(conv=conv or "bfloat16", ssm=ssm or spec.config_dtype("mamba_ssm_dtype") or "float32",
+                       kv=kv or mdt)
 
 
 def footprint(sc: Scenario) -> Footprint:
@@ -93,7 +111,7 @@ def budget_bytes(sc: Scenario) -> int:
     """The memory SGLang splits between its pools on one rank: given, or GPU memory · mem_fraction_static
     less this rank's share of the weights and the overhead."""
     b = sc.budget
-    weights = b.weight_bytes(size_of(serving_dtype(sc.spec.model_dtype, sc.dtypes.dtype))) // sc.tp
+    weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
     if b.kv_budget is not None:
         return b.kv_budget
     total = int(b.gpu_mem * sc.sglang.mem_fraction_static) - weights - b.overhead
@@ -238,6 +256,8 @@ class Fit:
     admission: Admission
     ctx: int
     tp: int
+    #: SGLang's refusal of the context as --context-length, if it refuses it
+    refusal: str | None = None
 
     @property
     def rel(self) -> Release:
@@ -261,11 +281,11 @@ class Fit:
 
     @property
     def starts(self) -> bool:
-        return self.max_running_requests >= 1
+        return self.refusal is None and self.max_running_requests >= 1
 
     @property
     def problem(self) -> str | None:
-        return None
+        return None if self.refusal is None else f"SGLang: {self.refusal}"
 
     @property
     def flags(self) -> str:
@@ -286,7 +306,8 @@ class Fit:
                 "ssm_state_bytes": self.pool.ssm_bytes, "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
                 "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
                 "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
-                "state_pool_cap": a.cap, "capped": a.capped, "logs": self.logs}
+                "state_pool_cap": a.cap, "capped": a.capped, "context_length_refused": self.refusal,
+                "logs": self.logs}
 
 
 def fit(sc: Scenario) -> Fit:
@@ -297,4 +318,6 @@ def fit(sc: Scenario) -> Fit:
     kv_bytes = kv_pool_bytes(fp, total, pool.size, rel)
     strat, ratio = _slots(sc)
     admission = Admission(rel, pool.size, ratio, kv_tokens(fp, kv_bytes), sc.ctx, sc.sglang.max_running_requests)
-    return Fit(total, pool, kv_bytes, strat, admission, sc.ctx, sc.tp)
+    from hybridplan.engines.sglang.context import refusal
+
+    return Fit(total, pool, kv_bytes, strat, admission, sc.ctx, sc.tp, refusal(sc))

@@ -4,12 +4,12 @@ mem_cache/unified_radix_cache.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to, lcm
 from hybridplan.engines.sglang.releases import Release
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -109,4 +109,9 @@ class Prefix:
 
 
 def prefix(sc: Scenario, shared: int, prompt: int) -> Prefix:
+    """Reuse under the scenario's strategy; a prompt beyond the model's context is one SGLang does not take."""
+    from hybridplan.engines.sglang.context import refusal
+
+    if (why := refusal(replace(sc, ctx=prompt))) is not None:
+        raise NotServed(f"SGLang takes no {prompt:,}-token prompt for {sc.spec.name}: {why}")
     return Prefix(sc.sglang.release, reuse(sc, shared, prompt))

@@ -6,12 +6,13 @@ vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split`` and kv_cache_inte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.releases import Release
+from hybridplan.errors import NotServed
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -73,4 +74,9 @@ class Prefix:
 
 
 def prefix(sc: Scenario, shared: int, prompt: int) -> Prefix:
+    """Reuse per mode; a prompt beyond the model's maximum context is one vLLM does not take."""
+    from hybridplan.engines.vllm.context import refusal
+
+    if (why := refusal(replace(sc, ctx=prompt))) is not None:
+        raise NotServed(f"vLLM takes no {prompt:,}-token prompt for {sc.spec.name}: {why}")
     return Prefix(sc.vllm.release, reuse(sc, shared, prompt))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hybridplan.dtypes import size_of
 from hybridplan.engines.common import cdiv
 from hybridplan.engines.vllm.blocks import Layout, attention_pages, layout, recurrent_pages
+from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.dtypes import footprint, model_dtype
 from hybridplan.engines.vllm.releases import Release, default_max_num_seqs
 from hybridplan.errors import PlanError
@@ -191,6 +192,8 @@ class Fit:
     modes: dict[str, ModeFit]
     ctx: int
     tp: int
+    #: vLLM's refusal of the context as --max-model-len, if it refuses it
+    refusal: str | None = None
 
     @property
     def chosen(self) -> ModeFit:
@@ -198,10 +201,12 @@ class Fit:
 
     @property
     def starts(self) -> bool:
-        return self.chosen.starts
+        return self.refusal is None and self.chosen.starts
 
     @property
     def problem(self) -> str | None:
+        if self.refusal is not None:
+            return f"vLLM: {self.refusal}"
         p = self.chosen.problem
         return None if p is None else f"vLLM ({self.default_mode}): {p}"
 
@@ -219,6 +224,7 @@ class Fit:
     def to_dict(self) -> dict:
         return {"default_mode": self.default_mode, "kv_budget_bytes": self.budget,
                 "available_kv_cache_memory_log": available_kv_memory_log(self.budget),
+                "max_model_len_refused": self.refusal,
                 "modes": {m: f.to_dict() for m, f in self.modes.items()}}
 
 
@@ -229,4 +235,5 @@ def fit(sc: Scenario) -> Fit:
     n = max_num_seqs(sc)
     fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None)
             for mode in rel.modes_for(sc.spec, sc.vllm.mode)}
-    return Fit(rel, budget, sc.vllm.mode or rel.default_mode(sc.spec, sc.spec_tokens), fits, sc.ctx, sc.tp)
+    return Fit(rel, budget, sc.vllm.mode or rel.default_mode(sc.spec, sc.spec_tokens), fits, sc.ctx, sc.tp,
+               refusal(sc))
