@@ -36,6 +36,7 @@ from hybridplan.options import (
     scenario,
     size_option,
 )
+from hybridplan.output import write
 from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count
 
 try:  # usage errors (unknown option, bad integer, missing argument)
@@ -59,7 +60,7 @@ def _version(value: bool) -> None:
     if value:
         from hybridplan import __version__
 
-        sys.stdout.write(f"hybridplan {__version__}\n")
+        write(f"hybridplan {__version__}\n")
         raise typer.Exit(0)
 
 
@@ -79,7 +80,7 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 
         getattr(plots, plotter)(report, plot)
     if o.as_json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        write(json.dumps(report.to_dict(), indent=2) + "\n")
         return
     from importlib import import_module
 
@@ -87,9 +88,9 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 
     module, _, name = view.rpartition(":")
     kw = {"exact": o.exact} if hasattr(o, "exact") else {}
-    render.console().print(getattr(import_module(module) if module else render, name)(report, **kw))
+    render.emit(getattr(import_module(module) if module else render, name)(report, **kw))
     if plot is not None:
-        render.console().print(f"plot written to {plot}")
+        render.emit(f"plot written to {plot}")
 
 
 # --- options of one command ---------------------------------------------------------------------
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except _UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `hybridplan` or a bare group: its help
-            sys.stdout.write(exc.ctx.get_help() + "\n")
+            write(exc.ctx.get_help() + "\n")
             code = 0
         else:
             sys.stderr.write(f"hybridplan: error: {exc.format_message()}\n")

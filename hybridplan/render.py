@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import io
+import os
+import re
+import shutil
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
 
 from rich import box
-from rich.console import Console, Group
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from hybridplan.output import write
 from hybridplan.units import human_bytes, human_tokens
 
 if TYPE_CHECKING:
@@ -20,13 +28,136 @@ if TYPE_CHECKING:
     from hybridplan.reports.models import ModelsReport
     from hybridplan.reports.prefix import PrefixReport, SweepReport
     from hybridplan.reports.size import SizeReport
-    from hybridplan.spec import ModelSpec
+
+
+def width(stream=None) -> int:
+    """The columns output may use: ``COLUMNS`` when set, else the terminal's, else 120 for a pipe or a file."""
+    stream = stream or sys.stdout
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) >= 20:
+        return int(env)
+    if stream.isatty():
+        return shutil.get_terminal_size().columns
+    return 120
 
 
 def console(stderr: bool = False) -> Console:
-    """A terminal keeps its own width; a pipe or file gets 120 columns so the tables stay whole."""
+    """A console on stdout (or stderr) at ``width()``."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 120)
+    return Console(stderr=stderr, highlight=False, width=width(stream))
+
+
+_TRAILING = re.compile(r"[ \t]+(?=(?:\x1b\[[0-9;]*m)*$)")
+
+
+def emit(renderable: RenderableType) -> None:
+    """Print a view on stdout at ``width()`` columns, colours only on a terminal, no trailing spaces."""
+    tty = sys.stdout.isatty()
+    buf = io.StringIO()
+    Console(file=buf, width=width(), force_terminal=tty, color_system="auto" if tty else None, highlight=False,
+            legacy_windows=False).print(renderable, crop=False)
+    write("".join(_TRAILING.sub("", line) + "\n" for line in buf.getvalue().splitlines()))
+
+
+Cell = Union[str, Text]
+
+
+def _len(cell: Cell) -> int:
+    return cell_len(cell.plain if isinstance(cell, Text) else cell)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A table that never cuts a cell. Every column is kept as wide as its widest cell (headers wrap between
+    words instead), except ``prose`` columns, which wrap. Where that is wider than the output, the columns
+    close up, then the ``optional`` ones are left out in that order, and as a last resort the rows are
+    stacked: each row's first cell, then one ``header: value`` line per other cell."""
+
+    header: Sequence[str] | None
+    rows: Sequence[Sequence[Cell]]
+    title: str | None = None
+    left: Collection[int] = (0,)
+    prose: Collection[int] = ()
+    styles: Mapping[int, str] = field(default_factory=dict)
+    sections: Collection[int] = ()
+    caption: str | None = None
+    optional: Sequence[int] = ()
+
+    def _ncols(self) -> int:
+        return len(self.header) if self.header is not None else max((len(r) for r in self.rows), default=0)
+
+    def table(self, columns: Sequence[int] | None = None, compact: bool = False) -> Table:
+        columns = range(self._ncols()) if columns is None else columns
+        t = Table(box=box.SIMPLE_HEAD, show_header=self.header is not None, collapse_padding=compact,
+                  pad_edge=not compact, show_edge=not compact)
+        for i in columns:
+            head = self.header[i] if self.header is not None else ""
+            widest = max([_len(r[i]) for r in self.rows if i < len(r)] or [0])
+            longest_word = max((cell_len(w) for w in head.split()), default=0)
+            t.add_column(head, justify="left" if i in self.left else "right", style=self.styles.get(i),
+                         min_width=None if i in self.prose else max(widest, longest_word),
+                         overflow="fold" if i in self.prose else "ellipsis")
+        for n, row in enumerate(self.rows):
+            t.add_row(*(row[i] if i < len(row) else "" for i in columns), end_section=n in self.sections)
+        return t
+
+    def _layouts(self):
+        every = list(range(self._ncols()))
+        yield self.table(every)
+        yield self.table(every, compact=True)
+        kept = every
+        for drop in self.optional:
+            kept = [i for i in kept if i != drop]
+            yield self.table(kept, compact=True)
+
+    def stacked(self) -> Group:
+        lines: list = []
+        for row in self.rows:
+            if not row:
+                continue
+            lines.append(Text(row[0].plain if isinstance(row[0], Text) else row[0], style="bold"))
+            for i, cell in enumerate(row[1:], 1):
+                text = cell.plain if isinstance(cell, Text) else cell
+                if text:
+                    head = self.header[i] if self.header is not None else ""
+                    lines.append(Text(f"  {head}: {text}" if head else f"  {text}"))
+        return Group(*lines)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.title:
+            yield Text(self.title, style="bold")
+        table = next((t for t in self._layouts() if _rendered_width(t, options.max_width) <= options.max_width), None)
+        if table is not None and not table.show_edge:  # closed up: keep the blank lines the edges gave
+            yield Group(Text(), table, Text())
+        else:
+            yield self.stacked() if table is None else table
+        if self.caption:
+            yield Text(self.caption, style="dim")
+
+
+def _rendered_width(renderable: RenderableType, width: int) -> int:
+    """The widest line ``renderable`` takes when laid out in ``width`` columns, nothing cropped."""
+    probe = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
+    probe.print(renderable, crop=False)
+    return max((cell_len(line.rstrip()) for line in probe.file.getvalue().splitlines()), default=0)
+
+
+def log_line(line: str, prefix: str = "  ") -> Text:
+    """An engine's own log line: never wrapped, so it reads (and greps) as the engine prints it."""
+    return Text(f"{prefix}{line}", style="dim", no_wrap=True, overflow="ignore")
+
+
+def labelled(label: str, text: str | Text, style: str | None = None) -> Table:
+    """``label`` and a text that wraps under itself, not under the label."""
+    g = Table.grid(padding=(0, 1))
+    g.add_column(no_wrap=True, style=style)
+    g.add_column(style=style)
+    g.add_row(label, text)
+    return g
+
+
+def note(text: str) -> Table:
+    return labelled("note:", text, style="yellow")
 
 
 _SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8e5m2"}
@@ -47,12 +178,17 @@ def _b(n: int, exact: bool) -> str:
     return human_bytes(n, exact=exact)
 
 
-def _notes(spec: ModelSpec) -> list[Text]:
-    return [Text(f"note: {n}", style="yellow") for n in spec.notes]
+def _notes(notes: Iterable[str]) -> list[Table]:
+    return [note(n) for n in notes]
 
 
 def _layers_line(counts: dict[str, int]) -> str:
     return " · ".join(f"{v} {k}" for k, v in counts.items())
+
+
+def _gb(n: int) -> str:
+    """A size as a person typed it: GiB, and GB (10^9 bytes) beside it."""
+    return f"{human_bytes(n)} = {n / 1e9:,.3g} GB"
 
 
 def size_view(r: SizeReport, *, exact: bool = False) -> Group:
@@ -62,46 +198,34 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
                               f"{r.vllm_release.version}", style="dim")]
     if fp.spec_tokens:
         parts.append(Text(f"speculative tokens: {fp.spec_tokens}", style="dim"))
-
     if fp.state:
-        t = Table(title="Recurrent state per sequence (per layer, one rank)", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-        for col in ("kind", "layers", "conv state", "SSM state", "conv", "SSM", "per layer", "all layers"):
-            t.add_column(col, justify="left" if col in ("kind", "conv state", "SSM state") else "right",
-                         no_wrap=col in ("conv state", "SSM state"))
-        for g in fp.state:
-            t.add_row(g.kind, str(g.count), _shape(g.conv_shape, g.conv_dtype), _shape(g.ssm_shape, g.ssm_dtype),
-                      _b(g.conv_bytes_per_layer, exact), _b(g.ssm_bytes_per_layer, exact),
-                      _b(g.bytes_per_layer, exact), _b(g.bytes, exact))
-        parts.append(t)
-
+        parts.append(Rows(
+            ("kind", "layers", "conv state", "SSM state", "conv", "SSM", "per layer", "all layers"),
+            [(g.kind, str(g.count), _shape(g.conv_shape, g.conv_dtype), _shape(g.ssm_shape, g.ssm_dtype),
+              _b(g.conv_bytes_per_layer, exact), _b(g.ssm_bytes_per_layer, exact), _b(g.bytes_per_layer, exact),
+              _b(g.bytes, exact)) for g in fp.state],
+            title="Recurrent state per sequence (per layer, one rank)", left=(0, 2, 3), optional=(4, 5)))
     if fp.kv:
-        t = Table(title=f"Attention KV (one rank), at {r.ctx:,} tokens", box=box.SIMPLE_HEAD, title_justify="left")
-        for col in ("kind", "layers", "dtype", "window", "per token · layer", "per token", "at ctx"):
-            t.add_column(col, justify="left" if col in ("kind", "dtype") else "right")
-        for g in fp.kv:
-            t.add_row(g.kind, str(g.count), _short(g.dtype), f"{g.window:,}" if g.window else "—",
-                      _b(g.bytes_per_token_per_layer, exact), _b(g.bytes_per_token, exact),
-                      _b(g.bytes_at(r.ctx), exact))
-        parts.append(t)
-
-    s = Table(box=box.SIMPLE_HEAD, show_header=False, title="Per sequence", title_justify="left")
-    s.add_column(style="bold")
-    s.add_column(justify="right")
-    s.add_column(style="dim")
+        parts.append(Rows(
+            ("kind", "layers", "dtype", "window", "per token · layer", "per token", "at ctx"),
+            [(g.kind, str(g.count), _short(g.dtype), f"{g.window:,}" if g.window else "—",
+              _b(g.bytes_per_token_per_layer, exact), _b(g.bytes_per_token, exact), _b(g.bytes_at(r.ctx), exact))
+             for g in fp.kv],
+            title=f"Attention KV (one rank), at {r.ctx:,} tokens", left=(0, 2)))
+    rows: list[tuple[str, str, str]] = []
     if fp.state:
         share = 100 * fp.conv_bytes / fp.state_bytes if fp.state_bytes else 0.0
-        s.add_row("recurrent state", _b(fp.state_bytes, exact), f"conv {share:.1f} % · SSM {100 - share:.1f} %")
+        rows.append(("recurrent state", _b(fp.state_bytes, exact), f"conv {share:.1f} % · SSM {100 - share:.1f} %"))
     if fp.kv:
-        s.add_row(f"KV at {r.ctx:,} tokens", _b(fp.kv_bytes_at(r.ctx), exact),
-                  f"{human_bytes(fp.kv_bytes_per_token)} per token")
-    s.add_row(f"total at {r.ctx:,} tokens", _b(r.total_at_ctx, exact), "")
+        rows.append((f"KV at {r.ctx:,} tokens", _b(fp.kv_bytes_at(r.ctx), exact),
+                     f"{human_bytes(fp.kv_bytes_per_token)} per token"))
+    rows.append((f"total at {r.ctx:,} tokens", _b(r.total_at_ctx, exact), ""))
     verdict = "hybrid smaller" if r.ratio > 1 else "hybrid larger"
-    s.add_row(f"{r.ref.name} at {r.ctx:,} tokens", _b(r.ref_at_ctx, exact),
-              f"{r.ratio:.2f}× the hybrid ({verdict})")
-    s.add_row(f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only")
-    parts.append(s)
-    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    rows.append((f"{r.ref.name} at {r.ctx:,} tokens", _b(r.ref_at_ctx, exact),
+                 f"{r.ratio:.2f}× the hybrid ({verdict})"))
+    rows.append((f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only"))
+    parts.append(Rows(None, rows, title="Per sequence", left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"}))
+    parts.extend(_notes(r.notes))
     if r.engines is not None:
         parts.append(engines_view(r.engines, exact=exact))
     return Group(*parts)
@@ -113,64 +237,57 @@ def crossover_view(r: CrossoverReport) -> Group:
     head = Text.assemble((r.spec.name, "bold"), f" vs {r.ref.name}  ·  TP {r.tp}  ·  ",
                          f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token{ref_state}, "
                          f"hybrid KV {human_bytes(r.fp.kv_bytes_per_token)}/token")
-    t = Table(title="Crossover: context where the reference's memory reaches the hybrid's",
-              box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"):
-        t.add_column(col, justify="left" if col == "SSM dtype" else "right")
-    for row in d["rows"]:
-        t.add_row(row["ssm_dtype"], human_bytes(row["state_bytes"]), human_tokens(row["state_only_tokens"]),
-                  human_tokens(row["state_only_first_smaller"]), human_tokens(row["total_tokens"]),
-                  human_tokens(row["total_first_smaller"]))
-    lad = Table(title=f"Memory per sequence (SSM {r.fp.dtypes.ssm})", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("context", r.spec.name, r.ref.name, "ratio"):
-        lad.add_column(col, justify="right")
-    for row in d["ladder"]:
-        lad.add_row(f"{row['ctx']:,}", human_bytes(row["hybrid_bytes"]), human_bytes(row["reference_bytes"]),
-                    f"{row['ratio']:.2f}×")
-    return Group(head, t, lad, *_notes(r.spec))
+    t = Rows(("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"),
+             [(row["ssm_dtype"], human_bytes(row["state_bytes"]), human_tokens(row["state_only_tokens"]),
+               human_tokens(row["state_only_first_smaller"]), human_tokens(row["total_tokens"]),
+               human_tokens(row["total_first_smaller"])) for row in d["rows"]],
+             title="Crossover: context where the reference's memory reaches the hybrid's",
+             caption="= state only: the context at which the reference needs as much as the hybrid's recurrent "
+                     "state alone; = state + KV: as much as its whole footprint; first smaller: the first whole "
+                     "context at which the hybrid needs less")
+    lad = Rows(("context", r.spec.name, r.ref.name, "ratio"),
+               [(f"{row['ctx']:,}", human_bytes(row["hybrid_bytes"]), human_bytes(row["reference_bytes"]),
+                 f"{row['ratio']:.2f}×") for row in d["ladder"]],
+               title=f"Memory per sequence (SSM {r.fp.dtypes.ssm})", left=())
+    return Group(head, t, lad, *_notes(r.spec.notes))
 
 
-def models_view(r: ModelsReport) -> Table:
-    t = Table(title="Shipped model specs", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("name", "aliases", "family", "layers", "source"):
-        t.add_column(col)
-    for s in r.specs:
-        t.add_row(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
-    return t
+def models_view(r: ModelsReport) -> Rows:
+    return Rows(("name", "aliases", "family", "layers", "source"),
+                [(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
+                 for s in r.specs], title="Shipped model specs", left=range(5), prose=(3,))
 
 
 def _vllm_pages(v, exact: bool) -> list:
-    t = Table(title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with prefix "
-                    f"caching: {v.prefix_mode})", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"):
-        t.add_column(col, justify="left" if col == "mode" else "right")
+    rows = []
     for mode, m in v.modes.items():
         d = m.to_dict()
-        t.add_row(mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
-                  _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
-                  f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
-                  f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)")
-    parts: list = [t]
+        rows.append((mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
+                     _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
+                     f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
+                     f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)"))
+    parts: list = [Rows(("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"), rows,
+                        title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with "
+                              f"prefix caching: {v.prefix_mode})",
+                        caption="block: tokens per attention page; page: one layer's page, the state padded to "
+                                "it; per request: the pages one request pins over all layers", optional=(2, 3))]
     for mode, m in v.modes.items():
-        for line in m.layout.logs:
-            parts.append(Text(f"  [{mode}] {line}", style="dim"))
+        parts.extend(log_line(line, f"  [{mode}] ") for line in m.layout.logs)
     return parts
 
 
 def _sglang_pool(p, exact: bool) -> list:
     d = p.to_dict()
-    t = Table(title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)",
-              box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(justify="right")
-    t.add_column(style="dim")
-    t.add_row("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"]))
-    t.add_row("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"]))
-    t.add_row("per request", _b(d["per_request_bytes"], exact), "")
-    t.add_row("max running requests", f"{d['max_running_requests']:,}",
-              f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request")
-    t.add_row("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")
-    return [t, Text(f"  {d['logs'][0]}", style="dim")]
+    t = Rows(None, [
+        ("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"])),
+        ("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"])),
+        ("per request", _b(d["per_request_bytes"], exact), ""),
+        ("max running requests", f"{d['max_running_requests']:,}",
+         f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request"),
+        ("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")],
+        title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)", prose=(2,),
+        styles={0: "bold", 2: "dim"})
+    return [t, log_line(d["logs"][0])]
 
 
 _LAYOUT_VIEWS = {"vllm": _vllm_pages, "sglang": _sglang_pool}
@@ -184,42 +301,43 @@ def engines_view(e: EngineReport, *, exact: bool = False) -> Group:
     return Group(*parts)
 
 
-def _skipped(skipped) -> list[Text]:
-    return [Text(f"{engine}: skipped — {why}", style="yellow") for engine, why in skipped]
+def _skipped(skipped) -> list[Table]:
+    return [labelled(f"{engine}: skipped —", why, style="yellow") for engine, why in skipped]
 
 
 def _vllm_fit(v) -> list:
     d = v.to_dict()
-    t = Table(title=f"vLLM {v.rel.version}: {d['available_kv_cache_memory_log']} ({d['kv_budget_bytes']:,} B)",
-              box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("mode", "block", "blocks", "blocks / request", "max concurrency", "KV tokens", "max_num_seqs ≤",
-                "starts"):
-        t.add_column(col, justify="left" if col == "mode" else "right")
+    rows = []
     for mode, m in d["modes"].items():
         label = f"{mode} (default)" if mode == d["default_mode"] else mode
-        t.add_row(label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
-                  str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
-                  f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
-                  "[green]yes[/]" if m["starts"] else "[red]no[/]")
-    parts: list = [t]
+        rows.append((label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
+                     str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
+                     f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
+                     Text("yes", style="green") if m["starts"] else Text("no", style="red")))
+    parts: list = [Rows(("mode", "block", "blocks", "per request", "concurrency", "KV tokens", "max seqs",
+                         "starts"), rows,
+                        title=f"vLLM {v.rel.version}: {d['available_kv_cache_memory_log']} "
+                              f"({d['kv_budget_bytes']:,} B)",
+                        caption="block: tokens per block; blocks: what the budget holds; per request: the blocks "
+                                "one request of the context pins; concurrency: blocks ÷ blocks per request (vLLM's "
+                                "\"Maximum concurrency\"); max seqs: the most --max-num-seqs that starts (one Mamba "
+                                "block per running sequence)", optional=(1,))]
     dm = d["modes"].get(d["default_mode"])
     if dm:
-        parts += [Text(f"  {line}", style="dim") for line in dm["logs"]]
+        parts.extend(log_line(line) for line in dm["logs"])
     return parts
 
 
 def _sglang_fit(g) -> list:
     s = g.to_dict()
-    t = Table(title=f"SGLang {s['version']}: {human_bytes(s['budget_bytes'])} split between the state pool and "
-                    "the KV pool", box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(justify="right")
-    t.add_column(style="dim")
-    t.add_row("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"]))
-    t.add_row("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"]))
-    t.add_row("max running requests", f"{s['max_running_requests']:,}",
-              f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")
-    return [t, *(Text(f"  {line}", style="dim") for line in s["logs"])]
+    t = Rows(None, [
+        ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"])),
+        ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])),
+        ("max running requests", f"{s['max_running_requests']:,}",
+         f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")],
+        title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
+        left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
+    return [t, *(log_line(line) for line in s["logs"])]
 
 
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
@@ -230,26 +348,27 @@ def fit_view(r: FitReport) -> Group:
     for name, part in r.parts.items():
         parts += _FIT_VIEWS[name](part)
     for engine, flags in r.flags().items():
-        parts.append(Text(f"{engine} flags: {flags}"))
+        parts.append(labelled(f"{engine} flags:", flags))
     if r.verdict_ok:
         parts.append(Text("verdict: starts with these settings", style="bold green"))
     else:
-        parts.append(Text("verdict: will not start — " + "; ".join(r.problems or ["no request fits"]),
-                          style="bold red"))
-    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+        parts.append(Text("verdict: will not start", style="bold red"))
+        parts.extend(labelled("  -", p, style="red") for p in (r.problems or ["no request fits"]))
+    parts.extend(_notes(r.notes))
     parts.extend(_skipped(r.skipped))
     return Group(*parts)
 
 
 def prefix_view(r: PrefixReport) -> Group:
-    t = Table(title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one "
-                    "that shared the prefix", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("engine", "block / grid", "checkpoints of the first request", "2nd reuses", "computes",
-                "3rd+ reuses", "computes"):
-        t.add_column(col, justify="left" if col in ("engine", "checkpoints of the first request") else "right")
-    for label, _, x in r.entries():
-        t.add_row(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
-                  f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
+    t = Rows(("engine", "block / grid", "checkpoints of the first request", "2nd reuses", "computes", "3rd+ reuses",
+              "computes"),
+             [(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
+               f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
+              for label, _, x in r.entries()],
+             title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one that "
+                   "shared the prefix", left=(0, 2), prose=(2,),
+             caption="2nd reuses: tokens the second request with this prefix resumes from a checkpoint; 3rd+: the "
+                     "requests after it, which also find the checkpoint the second one saved where it branched off")
     return Group(t, *_skipped(r.skipped))
 
 
@@ -262,23 +381,19 @@ def _cps(cps) -> str:
 
 def sweep_view(sw: SweepReport) -> Group:
     series = sw.series()
-    t = Table(title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
-                    "2nd request / 3rd and later", box=box.SIMPLE_HEAD, title_justify="left")
-    t.add_column("shared", justify="right")
-    for label in series:
-        t.add_column(label, justify="right")
-    for i, p in enumerate(sw.points):
-        t.add_row(f"{p.shared:,}", *(f"{series[label][i][1]:,} / {series[label][i][2]:,}" for label in series))
+    t = Rows(("shared", *series),
+             [(f"{p.shared:,}", *(f"{series[label][i][1]:,} / {series[label][i][2]:,}" for label in series))
+              for i, p in enumerate(sw.points)],
+             title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
+                   "2nd request / 3rd and later", left=())
     return Group(t)
 
 
 def check_view(r: CheckReport) -> Group:
-    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
-    t = Table(title=f"{r.model}: the log against the prediction ({settings})", box=box.SIMPLE_HEAD,
-              title_justify="left")
-    for col in ("engine", "figure", "logged", "predicted", ""):
-        t.add_column(col, justify="right" if col in ("logged", "predicted") else "left")
-    for row in r.rows:
-        t.add_row(row.engine, row.figure, row.logged, row.predicted, "[green]✓[/]" if row.ok else "[red]✗[/]")
+    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items() if v is not None)
+    t = Rows(("engine", "figure", "logged", "predicted", ""),
+             [(row.engine, row.figure, row.logged, row.predicted,
+               Text("✓", style="green") if row.ok else Text("✗", style="red")) for row in r.rows],
+             title=f"{r.model}: the log against the prediction ({settings})", left=(0, 1, 4), prose=(1,))
     verdict = Text("all figures match" if r.ok else "MISMATCH", style="bold green" if r.ok else "bold red")
-    return Group(t, verdict, *(Text(f"note: {n}", style="yellow") for n in r.notes))
+    return Group(t, verdict, *_notes(r.notes))

@@ -8,13 +8,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from rich import box
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from hybridplan.profile.arith import fmt_fraction, fmt_rate, fmt_seconds
-from hybridplan.render import console
+from hybridplan.render import Rows, console, note
 from hybridplan.units import human_bytes
 
 if TYPE_CHECKING:
@@ -44,63 +42,50 @@ def _signed(n: int | None, exact: bool) -> str:
     return ("+" if n > 0 else "−") + human_bytes(abs(n), exact=exact)
 
 
-def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ()) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right")
-    return t
-
-
-def device_view(r: ProfileReport, exact: bool = False) -> Table:
+def device_view(r: ProfileReport, exact: bool = False) -> Rows:
     d = r.device
-    t = Table(title="Device", box=box.SIMPLE_HEAD, show_header=False, title_justify="left")
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(no_wrap=True)
-    t.add_column(style="dim")
-    t.add_row("name", d.name, f"GPU {d.index}" if d.index is not None else "")
-    t.add_row("memory", _b(d.total_bytes, exact), "total")
-    t.add_row("free before the pools", _b(d.free_bytes, exact), "after the CUDA context" if d.backend == "cuda" else "")
     peak_how = (f"NVML: 2 · {d.memory_clock_mhz:,} MHz · {d.bus_width_bits:,} bit / 8"
                 if d.peak_bandwidth is not None else "NVML unavailable" if d.backend == "cuda" else "no NVML on a CPU")
-    t.add_row("peak bandwidth", fmt_rate(d.peak_bandwidth), peak_how)
     share = f" · {fmt_fraction(d.copy_fraction_of_peak)} of peak" if d.copy_fraction_of_peak is not None else ""
-    t.add_row("copy bandwidth", fmt_rate(d.copy_bandwidth),
-              f"{human_bytes(d.copy_bytes)} copied, read + write counted{share}")
-    return t
+    return Rows(None, [
+        ("name", d.name, f"GPU {d.index}" if d.index is not None else ""),
+        ("memory", _b(d.total_bytes, exact), "total"),
+        ("free before the pools", _b(d.free_bytes, exact), "after the CUDA context" if d.backend == "cuda" else ""),
+        ("peak bandwidth", fmt_rate(d.peak_bandwidth), peak_how),
+        ("copy bandwidth", fmt_rate(d.copy_bandwidth), f"{human_bytes(d.copy_bytes)} copied, read + write "
+                                                        f"counted{share}")],
+        title="Device", left=(0, 1, 2), prose=(2,), styles={0: "bold", 2: "dim"})
 
 
-def memory_view(m: MemoryReport, exact: bool = False, cuda: bool = True) -> Table:
-    t = _table("Memory: the planner's pools, allocated", ("pool", "shape", "predicted", "measured", "difference"),
-               left=("pool", "shape"))
-    for tr in m.tensors:
-        t.add_row(tr.plan.name, _shape(tr.plan.shape, tr.plan.dtype), _b(tr.plan.nbytes, exact),
-                  _b(tr.storage_bytes, exact), _signed(tr.storage_bytes - tr.plan.nbytes, exact))
+def memory_view(m: MemoryReport, exact: bool = False, cuda: bool = True) -> Rows:
+    rows: list = [(tr.plan.name, _shape(tr.plan.shape, tr.plan.dtype), _b(tr.plan.nbytes, exact),
+                   _b(tr.storage_bytes, exact), _signed(tr.storage_bytes - tr.plan.nbytes, exact)) for tr in m.tensors]
     verdict = Text("exact", style="green") if m.exact else Text("MISMATCH", style="bold red")
-    t.add_row(Text("total", style="bold"), verdict, _b(m.predicted_total, exact), _b(m.measured_total, exact),
-              _signed(m.measured_total - m.predicted_total, exact), end_section=True)
+    rows.append((Text("total", style="bold"), verdict, _b(m.predicted_total, exact), _b(m.measured_total, exact),
+                 _signed(m.measured_total - m.predicted_total, exact)))
+    sections = (len(rows) - 1,)
     if not cuda:
-        t.caption = "measured: the storage bytes of each tensor (the interpreter has no allocator counters)"
-        t.caption_justify = "left"
-        return t
-    t.add_row("allocator: requested", "exact bytes asked for", _b(m.predicted_total, exact),
-              _b(m.requested_delta, exact), _signed(m.requested_difference, exact))
-    t.add_row("memory_allocated", "512-byte blocks", _b(m.predicted_rounded, exact), _b(m.allocated_delta, exact),
-              _signed(m.unsplit_tails, exact))
-    t.add_row("memory_reserved", "allocator segments", _b(m.allocated_delta, exact), _b(m.reserved_delta, exact),
-              _signed(m.segment_slack, exact))
-    t.add_row("NVML used", "whole device", _b(m.reserved_delta, exact), _b(m.nvml_used_delta, exact),
-              _signed(m.outside_allocator, exact))
-    lines = ["each counter's growth while the pools were allocated, beside the figure it should equal"]
-    if m.context_bytes is not None:
-        lines.append(f"CUDA context (NVML, before any pool): {human_bytes(m.context_bytes)}")
-    if m.other_processes_bytes:
-        lines.append(f"other processes on this GPU hold {human_bytes(m.other_processes_bytes)}")
-    t.caption = "\n".join(lines)
-    t.caption_justify = "left"
-    return t
+        caption = "measured: the storage bytes of each tensor (the interpreter has no allocator counters)"
+    else:
+        rows += [("allocator: requested", "exact bytes asked for", _b(m.predicted_total, exact),
+                  _b(m.requested_delta, exact), _signed(m.requested_difference, exact)),
+                 ("memory_allocated", "512-byte blocks", _b(m.predicted_rounded, exact), _b(m.allocated_delta, exact),
+                  _signed(m.unsplit_tails, exact)),
+                 ("memory_reserved", "allocator segments", _b(m.allocated_delta, exact), _b(m.reserved_delta, exact),
+                  _signed(m.segment_slack, exact)),
+                 ("NVML used", "whole device", _b(m.reserved_delta, exact), _b(m.nvml_used_delta, exact),
+                  _signed(m.outside_allocator, exact))]
+        lines = ["each counter's growth while the pools were allocated, beside the figure it should equal"]
+        if m.context_bytes is not None:
+            lines.append(f"CUDA context (NVML, before any pool): {human_bytes(m.context_bytes)}")
+        if m.other_processes_bytes:
+            lines.append(f"other processes on this GPU hold {human_bytes(m.other_processes_bytes)}")
+        caption = "\n".join(lines)
+    return Rows(("pool", "shape", "predicted", "measured", "difference"), rows,
+                title="Memory: the planner's pools, allocated", left=(0, 1), sections=sections, caption=caption)
 
 
-def _kernel_row(r: KernelResult, exact: bool, flops: bool) -> list[str]:
+def _kernel_row(r: KernelResult, exact: bool, flops: bool) -> list:
     p = r.plan
     layers = f"{p.layers} × {p.kind} {p.part}"
     if not p.runs:
@@ -113,18 +98,19 @@ def _kernel_row(r: KernelResult, exact: bool, flops: bool) -> list[str]:
     return cells
 
 
-def phase_view(ph: PhaseReport, title: str, exact: bool = False, flops: bool = False) -> Table:
+def phase_view(ph: PhaseReport, title: str, exact: bool = False, flops: bool = False) -> Rows:
     cols = ("layers", "kernel", "modelled bytes", "predicted", "measured", "achieved", "of copy")
-    t = _table(title, cols + (("TFLOP/s",) if flops else ()), left=("layers", "kernel"))
-    for r in ph.rows:
-        t.add_row(*_kernel_row(r, exact, flops))
+    rows = [_kernel_row(r, exact, flops) for r in ph.rows]
+    sections: tuple[int, ...] = ()
     if ph.ran:
         tail = ["—" if ph.tflops is None else f"{ph.tflops:.3g}"] if flops else []
-        t.add_row(Text("total", style="bold"), "", _b(ph.nbytes, exact), fmt_seconds(ph.predicted_seconds),
-                  fmt_seconds(ph.seconds), fmt_rate(ph.achieved_bandwidth), fmt_fraction(ph.fraction_of_ceiling), *tail)
-    t.caption = "predicted = modelled bytes ÷ copy bandwidth; achieved = modelled bytes ÷ measured time"
-    t.caption_justify = "left"
-    return t
+        sections = (len(rows) - 1,)
+        rows.append([Text("total", style="bold"), "", _b(ph.nbytes, exact), fmt_seconds(ph.predicted_seconds),
+                     fmt_seconds(ph.seconds), fmt_rate(ph.achieved_bandwidth), fmt_fraction(ph.fraction_of_ceiling),
+                     *tail])
+    return Rows(cols + (("TFLOP/s",) if flops else ()), rows, title=title, left=(0, 1), sections=sections,
+                caption="predicted = modelled bytes ÷ copy bandwidth; achieved = modelled bytes ÷ measured time",
+                optional=(1, 7, 3))
 
 
 def profile_view(r: ProfileReport, *, exact: bool = False) -> Group:
@@ -139,7 +125,7 @@ def profile_view(r: ProfileReport, *, exact: bool = False) -> Group:
                               exact),
                    phase_view(r.prefill, f"Prefill: {w.tokens:,} tokens into one slot, every recurrent layer", exact,
                               flops=True)]
-    parts.extend(Text(f"note: {n}", style="yellow") for n in r.notes)
+    parts.extend(note(n) for n in r.notes)
     return Group(*parts)
 
 

@@ -1,0 +1,100 @@
+"""What a person reads: at 80, 100 and 120 columns, and in a pipe, no table cuts a digit or a name, no line
+is wider than the output (an engine's own log line excepted: it is printed whole, as the engine printed it),
+and no line ends in spaces. Help never cuts an option name and exits 0 into a closed pipe."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+COMMANDS = [
+    ("size", "nemotron-h", "--ctx", "131072"),
+    ("size", "nemotron-h", "--ctx", "8192", "--engine", "both", "--bytes"),
+    ("size", "qwen3-next", "--tp", "4", "--engine", "both", "--vllm-version", "0.28"),
+    ("size", "jamba", "--engine", "both"),
+    ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"),
+    ("fit", "nemotron-h", "--ctx", "131072", "--gpu-mem", "141GB", "--params", "8.1e9", "--max-num-seqs", "1024"),
+    ("fit", "qwen3-next", "--tp", "4", "--ctx", "32k", "--kv-budget", "60GiB", "--vllm-version", "0.28"),
+    ("crossover",),
+    ("crossover", "jamba", "--vs", "llama-3.1-70b"),
+    ("prefix", "nemotron-h", "--shared", "4000", "--private", "200", "--vllm-version", "0.28"),
+    ("prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:250"),
+    ("check-log", str(DATA / "vllm-0.23-nemotron-h.log")),
+    ("check-log", str(DATA / "sglang-0.5.23-nemotron-h.log")),
+    ("models",),
+]
+
+
+def _logs(d) -> set[str]:
+    """Every engine log line a report carries (its "logs" lists), wherever they sit."""
+    out: set[str] = set()
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k == "logs" and isinstance(v, list):
+                out.update(v)
+            else:
+                out |= _logs(v)
+    elif isinstance(d, list):
+        for v in d:
+            out |= _logs(v)
+    return out
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_nothing_is_cut(run_cli, monkeypatch, argv, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = run_cli(*argv)
+    assert code in (0, 1), err
+    assert "…" not in out  # rich's mark of a cut cell
+    _, js, _ = run_cli(*argv, "--json")
+    logs = {line.strip() for line in _logs(json.loads(js))}
+    for line in out.splitlines():
+        assert line == line.rstrip(), f"trailing spaces: {line!r}"
+        if len(line) > columns:
+            text = line.strip()
+            assert text.split("] ", 1)[-1] in logs or text in logs, f"{len(line)} > {columns}: {line!r}"
+
+
+def test_the_figures_of_an_80_column_terminal_are_whole(run_cli, monkeypatch):
+    # the cells that 80 columns used to cut: 97.41 MiB (size), 1,474,560 tokens (fit), every model name
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = run_cli("size", "nemotron-h", "--ctx", "131072")
+    assert "97.41 MiB" in out and "mamba2" in out
+    _, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")
+    assert "1,474,560" in out and "793,993" in out
+    code, out, _ = run_cli("models")
+    _, js, _ = run_cli("models", "--json")
+    for m in json.loads(js)["models"]:
+        assert m["name"] in out and all(a in out for a in m["aliases"])
+
+
+@pytest.mark.parametrize("argv", [("fit", "--help"), ("prefix", "--help"), ("size", "--help"), ("--help",)])
+def test_help_at_80_columns_keeps_every_option_whole(run_cli, monkeypatch, argv):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(*argv)
+    assert code == 0 and "…" not in out and "🅱" not in out
+    if argv[0] == "fit":
+        assert "--mamba-full-memory-ratio" in out and "--max-running-requests" in out
+    if argv[0] == "prefix":
+        assert "A:B:STEP" in out
+
+
+def test_bare_command_prints_its_help_once(run_cli):
+    code, out, err = run_cli()
+    assert code == 0 and out.count("Usage:") == 1 and err == ""
+
+
+def test_a_closed_pipe_exits_quietly():
+    # `hybridplan … | head -1`: the reader goes away after one line; the writer exits 0 with nothing on stderr
+    for argv in (["--help"], ["prefix", "nemotron-h", "--private", "10", "--sweep", "0:8000:4"]):
+        p = subprocess.Popen([sys.executable, "-m", "hybridplan", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.readline()
+        p.stdout.close()
+        assert p.wait(timeout=60) == 0
+        assert p.stderr.read() == b""
