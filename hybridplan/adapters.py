@@ -118,10 +118,18 @@ _RECURRENT_NAMES = {"mamba", "linear_attention", "m", "conv"}
 _ATTENTION_NAMES = {"attention", "full_attention", "*", "g", "hybrid"}
 
 
+def _check_layer_count(f: Fields, key: str, listed: int) -> None:
+    """A per-layer list must name every layer ``num_hidden_layers`` counts."""
+    if f.has("num_hidden_layers") and f.int("num_hidden_layers") != listed:
+        raise PlanError(f"{f.family} config: {key} lists {listed} layers but num_hidden_layers is "
+                        f"{f.int('num_hidden_layers')}")
+
+
 def _layer_types(f: Fields, key: str, allowed: set[str]) -> list[str]:
     types = f.list(key)
     if not types:
         raise PlanError(f"{f.family} config field {key!r} is empty")
+    _check_layer_count(f, key, len(types))
     for t in types:
         if not isinstance(t, str) or t.lower() not in allowed:
             raise PlanError(f"{f.family} config field {key!r} holds an unknown layer type {t!r} "
@@ -264,16 +272,24 @@ def falcon_h1(f: Fields) -> dict:
     n, hidden = f.int("num_hidden_layers"), f.int("hidden_size")
     heads = f.int("mamba_n_heads", default=128)
     # vLLM: I = mamba_d_ssm if set, else int(mamba_expand·hidden); FalconH1Config's default mamba_d_ssm is 1024.
+    defaulted = "mamba_d_ssm" not in f.raw
     if "mamba_d_ssm" in f.raw and f.raw["mamba_d_ssm"] is None:
         inner = int(f.number("mamba_expand", default=2) * hidden)
     else:
         inner = f.int("mamba_d_ssm", default=1024)
     head_dim = (_even(f, inner, heads, "the Mamba inner width", "mamba_n_heads")
                 if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
-    mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
-                              state_size=f.int("mamba_d_state", default=256),
-                              n_groups=f.int("mamba_n_groups", default=1),
-                              conv_kernel=f.int("mamba_d_conv", default=4)))
+    try:
+        mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
+                                  state_size=f.int("mamba_d_state", default=256),
+                                  n_groups=f.int("mamba_n_groups", default=1),
+                                  conv_kernel=f.int("mamba_d_conv", default=4)))
+    except PlanError as exc:
+        if not defaulted or "inner width" not in str(exc):
+            raise
+        raise PlanError(f"{f.family} config has no mamba_d_ssm, and FalconH1Config's default inner width, "
+                        f"{inner}, is not heads·head_dim = {heads}·{head_dim} = {heads * head_dim}: add mamba_d_ssm "
+                        "(the checkpoint's Mamba inner width) to the config") from None
     attn = _attention(f, kv_default=8)
     mixers: list[Mixer] = []
     for _ in range(n):  # every layer runs attention and Mamba-2 in parallel
@@ -336,7 +352,7 @@ def lfm2(f: Fields) -> dict:
         is_attn = [t != "conv" for t in types]
     else:
         n = f.int("num_hidden_layers")
-        idx = f.indices("full_attn_idxs", n)
+        idx = f.indices("full_attn_idxs", n)  # indices beyond n are refused there
         is_attn = [i in idx for i in range(n)]
     conv = ShortConv(dim=f.int("conv_dim", default=hidden), l_cache=f.int("conv_L_cache", default=3, minimum=2))
     attn = _attention(f, kv_default=8)
@@ -395,6 +411,7 @@ def minimax(f: Fields) -> dict:
         if any(k not in (0, 1) or isinstance(k, bool) for k in kinds):
             raise PlanError(f"{f.family} config field 'attn_type_list' must hold 0 (lightning) or 1 (softmax)")
         is_attn = [k == 1 for k in kinds]
+        _check_layer_count(f, "attn_type_list", len(kinds))
     else:
         types = _layer_types(f, "layer_types", {"linear_attention", "full_attention", "attention"})
         is_attn = [t != "linear_attention" for t in types]

@@ -29,15 +29,16 @@ from hybridplan.options import (
     Options,
     SglangVersion,
     command,
+    count_value,
     ctx_option,
     option,
     param,
     plot_option,
     scenario,
     size_option,
+    tokens_option,
 )
 from hybridplan.output import write
-from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count
 
 try:  # usage errors (unknown option, bad integer, missing argument)
     _UsageError: type[Exception] = typer.TyperException
@@ -96,13 +97,9 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 # --- options of one command ---------------------------------------------------------------------
 
 
-def _count(flag: str, limit: int = MAX_COUNT):
-    return lambda text: parse_count(text, what=flag, limit=limit)
-
-
 VS = (param("vs", Annotated[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
             "llama-3-8b"),)
-SLOTS = (param("slots", Annotated[int, option("--slots", metavar="N", parser=_count("--slots"),
+SLOTS = (param("slots", Annotated[int, option("--slots", metavar="N", parser=count_value("--slots"),
                                               help="Concurrent sequences in the state pool.")], 256),)
 SIZE_ENGINE = (param("engine", Annotated[Optional[str], option(
     "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")], None),)
@@ -110,11 +107,8 @@ ONE_SSM_DTYPE = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE",
                                                 help="Only this SSM dtype (default: the engine default, fp32 and "
                                                      "bf16).")]
 PREFIX = (
-    param("shared", Annotated[Optional[int], option("--shared", metavar="TOKENS",
-                                                    parser=_count("--shared", MAX_TOKENS),
-                                                    help="Tokens of the prefix two requests share.")], None),
-    param("private", Annotated[int, option("--private", metavar="TOKENS", parser=_count("--private", MAX_TOKENS),
-                                           help="Tokens after it that differ between the requests.")], 0),
+    param("shared", tokens_option("--shared", "Tokens of the prefix two requests share."), None),
+    param("private", tokens_option("--private", "Tokens after it that differ between the requests."), 0),
     param("sweep", Annotated[Optional[str], option("--sweep", metavar="A:B:STEP",
                                                    help="Sweep the shared length from A to B tokens in steps of "
                                                         "STEP.")], None),
@@ -125,7 +119,7 @@ CHECK_LOG = (
     param("model", Annotated[Optional[str], option("--model", metavar="MODEL",
                                                    help="The model (default: read from the log).")], None),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
-    param("tp", Annotated[Optional[int], option("--tp", metavar="N", parser=_count("--tp"),
+    param("tp", Annotated[Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
                                                 help="Tensor-parallel size (default: read from the log).")], None),
     param("vllm_version", Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
                                                           help="vLLM release (default: read from the log).")], None),
@@ -240,13 +234,12 @@ def check_log(o: Options) -> None:
       hybridplan check-log vllm.log
       hybridplan check-log sglang.log --model nemotron-h --tp 2
     """
+    from hybridplan import engines
     from hybridplan.engines import LogGiven
+    from hybridplan.logread import scan
     from hybridplan.reports.check_log import Given, check
 
-    try:
-        text = o.log.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise PlanError(f"cannot read {o.log}: {exc.strerror}") from None
+    text = scan(o.log, (k for e in engines.every() for k in e.log_keywords))
     given = Given(model=o.model, tp=o.tp, engine=LogGiven(
         vllm_version=o.vllm_version, sglang_version=o.sglang_version, mode=o.mode, ctx=o.ctx,
         kv_budget=o.kv_budget))

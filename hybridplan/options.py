@@ -40,11 +40,11 @@ def option(*decls: str, **kw: Any) -> Any:
 # --- values as the line is parsed -----------------------------------------------------------------
 
 
-def _tokens(flag: str) -> Callable[[str], int]:
+def tokens_value(flag: str) -> Callable[[str], int]:
     return lambda text: parse_count(text, what=flag, limit=MAX_TOKENS)
 
 
-def _count(flag: str) -> Callable[[str], int]:
+def count_value(flag: str) -> Callable[[str], int]:
     return lambda text: parse_count(text, what=flag, limit=MAX_COUNT)
 
 
@@ -103,7 +103,7 @@ def _dtypes(kind: str) -> Callable[[], list[str]]:
 # --- the options ----------------------------------------------------------------------------------
 
 Model = Annotated[str, typer.Argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
-Tp = Annotated[int, option("--tp", metavar="N", parser=_count("--tp"),
+Tp = Annotated[int, option("--tp", metavar="N", parser=count_value("--tp"),
                            help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")]
 Dtype = Annotated[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
                                         help="Model dtype (vLLM --dtype); default: the config's.")]
@@ -113,7 +113,7 @@ SsmDtype = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE", autoc
                                            help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
 KvDtype = Annotated[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
                                           help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
-SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=_count("--spec-tokens"),
+SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
                                    help="Speculative tokens (widen conv windows, add pages).")]
 VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
                                               autocompletion=_choices(_vllm_versions),
@@ -124,7 +124,7 @@ SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VER
 Mode = Annotated[Optional[str], option("--mode", metavar="MODE",
                                        autocompletion=_choices(lambda: ("none", "align", "all")),
                                        help="vLLM mamba cache mode: none, align or all (default: every mode).")]
-BlockSize = Annotated[Optional[int], option("--block-size", metavar="TOKENS", parser=_count("--block-size"),
+BlockSize = Annotated[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
                                             help="vLLM --block-size (the block only grows from it).")]
 GdnBackend = Annotated[str, option("--gdn-prefill-backend", metavar="BACKEND",
                                    autocompletion=_choices(lambda: ("flashinfer", "triton")),
@@ -137,7 +137,7 @@ Radix = Annotated[str, option("--radix", metavar="STRATEGY",
                               help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, or off "
                                    "(radix cache disabled).")]
 Chunk = Annotated[int, option("--max-num-batched-tokens", metavar="TOKENS",
-                              parser=_tokens("--max-num-batched-tokens"),
+                              parser=tokens_value("--max-num-batched-tokens"),
                               help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
                                    "--chunked-prefill-size).")]
 AllowLong = Annotated[bool, option("--allow-long-context",
@@ -148,8 +148,12 @@ AsJson = Annotated[bool, option("--json", help="Print the result as JSON.")]
 Exact = Annotated[bool, option("--bytes", help="Show exact byte counts beside the readable units.")]
 
 
+def tokens_option(flag: str, help: str) -> Any:
+    return Annotated[Optional[int], option(flag, metavar="TOKENS", parser=tokens_value(flag), help=help)]
+
+
 def ctx_option(help: str) -> Any:
-    return Annotated[Optional[int], option("--ctx", metavar="TOKENS", parser=_tokens("--ctx"),
+    return Annotated[Optional[int], option("--ctx", metavar="TOKENS", parser=tokens_value("--ctx"),
                                            help=f"{help} 131072, 128k (128,000) or 128K (131,072).")]
 
 
@@ -157,8 +161,25 @@ def size_option(flag: str, help: str) -> Any:
     return Annotated[Optional[int], option(flag, metavar="SIZE", parser=_size(flag), help=f"{help} ({SIZE_HELP}).")]
 
 
+#: the formats --plot writes (matplotlib's Agg backend, by the file's suffix)
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _plot_path(text: str) -> Path:
+    """A plot file, checked before anything is computed: a format matplotlib writes, and matplotlib present."""
+    path = Path(text)
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise PlanError(f"--plot {text}: name a file ending in {', '.join(PLOT_FORMATS)}")
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise PlanError("--plot needs matplotlib: pip install 'hybridplan[plot]'")
+    return path
+
+
 def plot_option(help: str) -> Any:
-    return Annotated[Optional[Path], option("--plot", metavar="FILE.png", help=help)]
+    return Annotated[Optional[Path], option("--plot", metavar="FILE.png", parser=_plot_path,
+                                            help=f"{help} (.png, .svg or .pdf)")]
 
 
 # --- the groups commands share --------------------------------------------------------------------
@@ -194,10 +215,10 @@ BUDGET = (
 )
 ADMISSION = (
     param("max_num_seqs", Annotated[Optional[int], option(
-        "--max-num-seqs", metavar="N", parser=_count("--max-num-seqs"),
+        "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
         help="vLLM --max-num-seqs to check (default: vLLM's default for the GPU).")], None),
     param("max_running_requests", Annotated[Optional[int], option(
-        "--max-running-requests", metavar="N", parser=_count("--max-running-requests"),
+        "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests to check.")], None),
     param("full_memory_ratio", Annotated[float, option(
         "--mamba-full-memory-ratio", metavar="RATIO",

@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .bench import MAX_GRID_YZ
+
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -33,7 +35,6 @@ def lastdim_contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.contiguous()
 
 
-MAX_GRID_YZ = 65535  # CUDA's limit on the second and third grid dimensions
 
 
 def check_grid_dim(what: str, n: int) -> None:

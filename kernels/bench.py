@@ -73,6 +73,9 @@ _DTYPE_BYTES = {
 }
 
 
+#: CUDA's limit on the second and third grid dimensions: the most sequences (or chunks) one launch covers
+MAX_GRID_YZ = 65535
+
 def dtype_bytes(dtype) -> int:
     """Bytes per element of a dtype given as a name ('bf16', 'float32', ...) or a torch dtype."""
     size = getattr(dtype, "itemsize", None)

@@ -90,6 +90,11 @@ class Engine(Protocol):
         """Where checkpoints land and what a request sharing ``shared`` of its ``prompt`` tokens reuses."""
         ...
 
+    @property
+    def log_keywords(self) -> tuple[str, ...]:
+        """Substrings one of which every log line this engine reads holds."""
+        ...
+
     def log_present(self, text: str) -> bool:
         """Does a start-up log hold a figure of this engine?"""
         ...

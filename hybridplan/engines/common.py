@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from math import gcd
 
+from hybridplan.errors import PlanError
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -18,6 +20,19 @@ def lcm(a: int, b: int) -> int:
 
 def floor_to(n: int, unit: int) -> int:
     return n // unit * unit
+
+
+#: the most checkpoints hybridplan lists for one request
+MAX_CHECKPOINTS = 100_000
+
+
+def spaced(start: int, stop: int, step: int, what: str) -> range:
+    """Positions ``start, start + step, …`` below ``stop``, refused when there are more than can be listed."""
+    n = len(range(start, stop, step))
+    if n > MAX_CHECKPOINTS:
+        raise PlanError(f"a {stop:,}-token prompt would leave {n:,} checkpoints ({what}); hybridplan lists at most "
+                        f"{MAX_CHECKPOINTS:,}: shorten the prompt or lengthen the chunk")
+    return range(start, stop, step)
 
 
 @dataclass(frozen=True)

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from hybridplan.options import DTYPES, MODEL, OUTPUT, Options, option, param
+from hybridplan.options import DTYPES, MODEL, OUTPUT, Options, count_value, option, param, tokens_option
 
 GROUPS = (
     MODEL,
     (param("gpu", Annotated[Optional[int], option("--gpu", min=0, metavar="INDEX",
                                                   help="CUDA device index (default 0).")], None),
-     param("slots", Annotated[Optional[int], option("--slots", metavar="N",
+     param("slots", Annotated[Optional[int], option("--slots", metavar="N", parser=count_value("--slots"),
                                                     help="Sequences in the state pool, all stepped at decode "
                                                          "(default 256; 4 with --interpret).")], None),
-     param("ctx", Annotated[Optional[int], option("--ctx", metavar="TOKENS",
-                                                  help="Tokens of attention KV to allocate (default: the model's "
-                                                       "maximum; 64 with --interpret).")], None),
-     param("tokens", Annotated[Optional[int], option("--tokens", metavar="TOKENS",
-                                                     help="Prefill length through the chunk scan (default 8192; 32 "
-                                                          "with --interpret).")], None),
+     param("ctx", tokens_option("--ctx", "Tokens of attention KV to allocate (default: the model's maximum; 64 "
+                                         "with --interpret)."), None),
+     param("tokens", tokens_option("--tokens", "Prefill length through the chunk scan (default 8192; 32 with "
+                                               "--interpret)."), None),
      param("interpret", Annotated[bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
                                                                    "through the Triton interpreter, on the model "
                                                                    "shrunk to toy sizes.")], False)),

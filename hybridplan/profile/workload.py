@@ -383,6 +383,12 @@ def plan_workload(spec: ModelSpec, fp: Footprint, sizes: Sizes) -> Workload:
     if fp.tp != 1 or fp.spec_tokens:
         raise PlanError("the profiler runs one GPU without speculative tokens (tp 1, spec-tokens 0)")
     chunk = int(sizes.chunk_size or spec.chunk_size or DEFAULT_CHUNK)
+    if sizes.slots > bench.MAX_GRID_YZ:
+        raise PlanError(f"--slots {sizes.slots:,}: one decode launch steps at most {bench.MAX_GRID_YZ:,} sequences "
+                        "(CUDA's grid limit); lower --slots")
+    if -(-sizes.tokens // chunk) > bench.MAX_GRID_YZ:
+        raise PlanError(f"--tokens {sizes.tokens:,}: one prefill launch covers at most {bench.MAX_GRID_YZ:,} chunks "
+                        f"of {chunk} tokens (CUDA's grid limit); lower --tokens")
     z = RowSizes(sizes.slots, sizes.tokens, chunk, size_of(sizes.act_dtype))
     return Workload(spec=spec, fp=fp, slots=sizes.slots, ctx=sizes.ctx, tokens=sizes.tokens, chunk_size=chunk,
                     act_dtype=sizes.act_dtype, tensors=pool_tensors(spec, fp, sizes.slots, sizes.ctx),

@@ -11,8 +11,10 @@ from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
 
-#: the most points a sweep computes
-MAX_SWEEP_POINTS = 10_000
+#: the most points a sweep computes (a table, or a plot, of more says no more)
+MAX_SWEEP_POINTS = 2_000
+#: the most checkpoints a sweep lists over all its points
+MAX_SWEEP_CHECKPOINTS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -80,5 +82,13 @@ def parse_sweep(text: str) -> range:
 
 
 def prefix_sweep(sc: Scenario, sweep: str, private: int) -> SweepReport:
-    points = tuple(prefix(sc, n, private) for n in parse_sweep(sweep) if n + private > 0)
-    return SweepReport(sc.spec, private, points)
+    points: list[PrefixReport] = []
+    listed = 0
+    for n in parse_sweep(sweep):
+        if n + private > 0:
+            points.append(prefix(sc, n, private))
+            listed += sum(len(r.checkpoints) for _, _, r in points[-1].entries())
+            if listed > MAX_SWEEP_CHECKPOINTS:
+                raise PlanError(f"--sweep {sweep} with {private:,} private tokens would list more than "
+                                f"{MAX_SWEEP_CHECKPOINTS:,} checkpoints: sweep shorter prompts or fewer steps")
+    return SweepReport(sc.spec, private, tuple(points))

@@ -46,6 +46,12 @@ class SglangEngine:
         self.check_served(sc)
         return prefix(sc, shared, prompt)
 
+    @property
+    def log_keywords(self) -> tuple[str, ...]:
+        from hybridplan.engines.sglang.logs import KEYWORDS
+
+        return KEYWORDS
+
     def log_present(self, text: str) -> bool:
         from hybridplan.engines.sglang.logs import present
 

@@ -20,6 +20,8 @@ SETTINGS = {
     "tp": re.compile(r"\btp_size=(\d+)"),
     "kv_dtype": re.compile(r"\bkv_cache_dtype='?([\w.]+)'?"),
 }
+#: substrings one of which every line here holds: a log is filtered by them before it is read
+KEYWORDS = ("server_args", "model_path", "tp_size", "Mamba Cache is allocated", "max_running_requests")
 FIGURES = {
     "pool": re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: "
                        r"([\d.]+)GB, ssm_state size: ([\d.]+)GB"),

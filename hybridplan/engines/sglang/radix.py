@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Reuse, floor_to, lcm
+from hybridplan.engines.common import Reuse, floor_to, lcm, spaced
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
@@ -75,7 +75,7 @@ def checkpoints(strat: str, grid: int, prompt: int, chunk: int) -> tuple[int, ..
     every chunk end and the prompt's end; off, nothing."""
     if strat == "off":
         return ()
-    starts = range(0, prompt, chunk)
+    starts = spaced(0, prompt, chunk, f"one per {chunk}-token prefill chunk")
     if strat == "no_buffer":
         ends = {min(s + chunk, prompt) for s in starts}
     else:

@@ -47,6 +47,12 @@ class VllmEngine:
         self.check_served(sc)
         return prefix(sc, shared, prompt)
 
+    @property
+    def log_keywords(self) -> tuple[str, ...]:
+        from hybridplan.engines.vllm.logs import KEYWORDS
+
+        return KEYWORDS
+
     def log_present(self, text: str) -> bool:
         from hybridplan.engines.vllm.logs import present
 

@@ -41,6 +41,9 @@ FIGURES = {
     "concurrency": re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"),
 }
 #: the lines whose presence says a log is vLLM's, as a person would name them
+#: substrings one of which every line above holds (the settings sit in the "LLM engine (v…) with config" line):
+#: a log is filtered by them before it is read
+KEYWORDS = ("vLLM", "LLM engine", "amba", "attention block size", "KV cache", "concurrency")
 _CHECKED = ("block", "padding", "tokens", "concurrency", "ssm_dtype")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Reuse, floor_to
+from hybridplan.engines.common import Reuse, floor_to, spaced
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.errors import NotServed
@@ -30,10 +30,10 @@ def checkpoints(mode: str, block: int | None, prompt: int, chunk: int, minor: in
     if mode == "none" or not block:
         return ()
     if mode == "all":
-        return tuple(range(block, prompt + 1, block))
+        return tuple(spaced(block, prompt + 1, block, f"one per {block}-token block"))
     last = floor_to(prompt - 1 if minor >= 32 else prompt, block)
     step = max(block, floor_to(chunk, block))
-    ends = set(range(step, prompt, step))
+    ends = set(spaced(step, prompt, step, f"one per {step}-token prefill chunk"))
     ends.add(last)
     return tuple(sorted(c for c in ends if 0 < c <= last))
 
