@@ -345,6 +345,11 @@ _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 def fit_view(r: FitReport) -> Group:
     parts: list = [Text.assemble((r.sc.spec.name, "bold"), f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}")]
+    b = r.sc.budget
+    if b.kv_budget is None and b.gpu_mem is not None:
+        weights = (f"weights {_gb(b.weights)}" if b.weights is not None
+                   else f"weights of {b.params / 1e9:g}B parameters" if b.params is not None else "")
+        parts.append(Text(f"GPU {_gb(b.gpu_mem)}  ·  {weights}  ·  overhead {human_bytes(b.overhead)}", style="dim"))
     for name, part in r.parts.items():
         parts += _FIT_VIEWS[name](part)
     for engine, flags in r.flags().items():

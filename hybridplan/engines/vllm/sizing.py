@@ -194,6 +194,7 @@ class Fit:
     tp: int
     #: vLLM's refusal of the context as --max-model-len, if it refuses it
     refusal: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def chosen(self) -> ModeFit:
@@ -217,10 +218,6 @@ class Fit:
         return f"--max-model-len {self.ctx} --max-num-seqs {max(n, 1)}" + (
             f" --tensor-parallel-size {self.tp}" if self.tp > 1 else "")
 
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return ()
-
     def to_dict(self) -> dict:
         return {"default_mode": self.default_mode, "kv_budget_bytes": self.budget,
                 "available_kv_cache_memory_log": available_kv_memory_log(self.budget),
@@ -235,5 +232,8 @@ def fit(sc: Scenario) -> Fit:
     n = max_num_seqs(sc)
     fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None)
             for mode in rel.modes_for(sc.spec, sc.vllm.mode)}
+    notes = () if sc.vllm.max_num_seqs is not None else (
+        f"--max-num-seqs not given: vLLM's default, {n}, for "
+        + ("a GPU of at least 70 GiB (256 below; vllm/engine/arg_utils.py)" if n == 1024 else "a GPU under 70 GiB"),)
     return Fit(rel, budget, sc.vllm.mode or rel.default_mode(sc.spec, sc.spec_tokens), fits, sc.ctx, sc.tp,
-               refusal(sc))
+               refusal(sc), notes)
