@@ -1,7 +1,7 @@
 """Compare hybridplan's SGLang figures with SGLang's own code, run from an unpacked SGLang wheel on a CPU.
 
     pip download --no-deps sglang==0.5.23 && unzip -q sglang-0.5.23-*.whl -d sglang-0.5.23
-    python scripts/validate_sglang.py --src sglang-0.5.23 --version 0.5.23 [--json]
+    python validation/sglang.py --src sglang-0.5.23 --version 0.5.23 [--json]
 
 Needs torch, numpy, transformers and regex beside hybridplan. Nothing of SGLang is copied here: its config
 classes are imported from the wheel, and the methods that size the pools are read from the wheel's source and
@@ -250,6 +250,8 @@ def main() -> int:
     ap.add_argument("--version", choices=("0.5.23", "0.5.9"), required=True)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    here = Path(__file__).resolve().parent  # this file is named sglang.py: keep its folder off the import path
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, str(ROOT))
     sg = Sglang(args.src.resolve())
     report: dict = {"version": args.version, "compared": {}, "mismatches": [], "not_served": []}
