@@ -1,7 +1,7 @@
 """Compare hybridplan's SGLang figures with SGLang's own code, run from an unpacked SGLang wheel on a CPU.
 
-    pip download --no-deps sglang==0.5.23 && unzip -q sglang-0.5.23-*.whl -d sglang-0.5.23
-    python scripts/validate_sglang.py --src sglang-0.5.23 --version 0.5.23 [--json]
+    python validation/sglang.py                  # 0.5.23 and 0.5.9, wheels fetched into the cache
+    python validation/sglang.py --src sglang-0.5.23 --version 0.5.23 [--json]   # one unpacked wheel
 
 Needs torch, numpy, transformers and regex beside hybridplan. Nothing of SGLang is copied here: its config
 classes are imported from the wheel, and the methods that size the pools are read from the wheel's source and
@@ -133,28 +133,27 @@ class Sglang:
 def _raw_config(spec) -> dict:
     import yaml
 
-    return yaml.safe_load((ROOT / "hybridplan" / "model_specs" / f"{spec.name}.yaml").read_text())["config"]
+    return yaml.safe_load((ROOT / "model_specs" / f"{spec.name}.yaml").read_text())["config"]
 
 
 def check_shapes(sg: Sglang, version: str, report: dict) -> None:
-    from hybridplan import serving
     from hybridplan.engines import sglang as hsg
     from hybridplan.errors import NotServed
     from hybridplan.loader import shipped_specs
-    from hybridplan.plan import DtypeChoice
+    from hybridplan.scenario import Scenario
 
     rel = hsg.release(version)
     for spec in shipped_specs():
         if not spec.recurrent:
             continue
         try:
-            hsg.check_served(spec, rel)
+            rel.check_served(spec)
         except NotServed:
             report["not_served"].append(spec.name)
             continue
         for tp in (1, 2, 4, 8):
             params = sg.cache_params(spec, _raw_config(spec), tp)
-            fp = serving.sglang_footprint(spec, tp=tp, choice=DtypeChoice())
+            fp = hsg.footprint(Scenario(spec, ctx=8192, tp=tp, sglang=hsg.SglangSettings(release=rel)))
             layers = sum(g.count for g in fp.state)
             theirs = {"mamba_cache_per_req": params.mamba_cache_per_req, "layers": len(params.layers),
                       "conv_bytes_per_layer": sum(prod(s) for s in params.shape.conv) * params.dtype.conv.itemsize,
@@ -168,10 +167,9 @@ def check_shapes(sg: Sglang, version: str, report: dict) -> None:
 
 
 def check_split(sg: Sglang, version: str, report: dict) -> None:
-    from hybridplan import serving
     from hybridplan.engines import sglang as hsg
     from hybridplan.loader import load_model
-    from hybridplan.plan import DtypeChoice
+    from hybridplan.scenario import Budget, Scenario
 
     for name in SPLIT_MODELS:
         spec = load_model(name)
@@ -181,10 +179,10 @@ def check_split(sg: Sglang, version: str, report: dict) -> None:
             for budget in (20 * GiB, 40 * GiB, 60 * GiB + 12345 * 4096):
                 for ctx in (8192, 131072):
                     for requested in (None, 100, 5000):
-                        r = serving.fit(spec, ctx=ctx, tp=tp, choice=DtypeChoice(),
-                                        budget=serving.Budget(kv_budget=budget), max_running_requests=requested,
-                                        s=serving.EngineSettings(engine="sglang", sglang_version=version)).sglang
-                        cell = hsg.kv_bytes_per_token(r.pool.fp)
+                        settings = hsg.SglangSettings(release=hsg.release(version), max_running_requests=requested)
+                        r = hsg.ENGINE.fit(Scenario(spec, ctx=ctx, tp=tp, engine="sglang", sglang=settings,
+                                                    budget=Budget(kv_budget=budget), allow_long_context=True))
+                        cell = r.pool.fp.kv_bytes_per_token
                         theirs = (_run_new if version == "0.5.23" else _run_old)(
                             sg, cache, budget, ctx, requested, extra_buffer=r.strategy == "extra_buffer", cell=cell)
                         ours = {"max_mamba_cache_size": r.pool.size, "kv_pool_bytes": r.kv_bytes,
@@ -244,12 +242,58 @@ def _compare(report: dict, part: str, case: dict, theirs: dict, ours: dict) -> N
             report["mismatches"].append({**case, "figure": key, "sglang": value, "hybridplan": ours[key]})
 
 
+VERSIONS = ("0.5.23", "0.5.9")
+
+
+def unpack(version: str, cache: Path) -> Path:
+    """The folder holding the release's unpacked ``sglang/`` package, downloading the wheel if needed."""
+    import subprocess
+    import zipfile
+
+    src = cache / f"sglang-{version}"
+    if (src / ".unpacked").exists():
+        return src
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        print(f"downloading the sglang {version} wheel into {wheels} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}",
+                        "-d", str(wheels)], check=True)
+        found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    with zipfile.ZipFile(found[0]) as zf:
+        zf.extractall(src, [n for n in zf.namelist() if n.startswith("sglang/")])
+    (src / ".unpacked").write_text(found[0].name)
+    return src
+
+
+def every_release(cache: Path, as_json: bool) -> int:
+    """Each release in its own process (each imports its own ``sglang`` package)."""
+    import subprocess
+
+    status = 0
+    for version in VERSIONS:
+        src = unpack(version, cache)
+        run = subprocess.run([sys.executable, __file__, "--src", str(src), "--version", version,
+                              *(["--json"] if as_json else [])])
+        status = status or run.returncode
+    return status
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, required=True, help="folder holding the unpacked wheel's sglang/ package")
-    ap.add_argument("--version", choices=("0.5.23", "0.5.9"), required=True)
+    ap.add_argument("--src", type=Path, help="folder holding an unpacked wheel's sglang/ package (default: fetch "
+                                             "and unpack every release into the cache)")
+    ap.add_argument("--version", choices=VERSIONS)
+    ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.src is None:
+        return every_release(args.cache_dir, args.json)
+    if args.version is None:
+        ap.error("--src needs --version")
+    here = Path(__file__).resolve().parent  # this file is named sglang.py: keep its folder off the import path
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, str(ROOT))
     sg = Sglang(args.src.resolve())
     report: dict = {"version": args.version, "compared": {}, "mismatches": [], "not_served": []}
