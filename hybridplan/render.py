@@ -56,7 +56,10 @@ def emit(renderable: RenderableType) -> None:
     buf = io.StringIO()
     Console(file=buf, width=width(), force_terminal=tty, color_system="auto" if tty else None, highlight=False,
             legacy_windows=False).print(renderable, crop=False)
-    write("".join(_TRAILING.sub("", line) + "\n" for line in buf.getvalue().splitlines()))
+    lines = [_TRAILING.sub("", line) for line in buf.getvalue().splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    write("".join(line + "\n" for line in lines))
 
 
 Cell = Union[str, Text]
