@@ -11,8 +11,8 @@ process runs hybridplan (``hybridplan_figures`` below is the only place that cal
 Needs, beside hybridplan, in the interpreter that runs this script (Python 3.11): torch with a matching
 torchvision (vLLM's Qwen3.5 module loads transformers' Qwen2-VL image code, which imports torchvision; no
 CPU torchvision build matches the local torch 2.13.0+cpu, so pip's own pair, torch 2.14.1 and torchvision
-0.29.1, is used; it runs on the CPU), numpy<2.4, transformers 5.19 (the one release every wheel above accepts: it has the NemotronH, FalconH1,
-Zamba2, Jamba, Mamba, FalconMamba, Mamba2, Lfm2, Qwen3Next, Qwen3_5, GraniteMoeHybrid and Bamba config
+0.29.1, is used; it runs on the CPU), numpy<2.4, transformers 5.19 (the one release every wheel above
+accepts: it has the NemotronH, FalconH1, Zamba2, Jamba, Mamba, FalconMamba, Mamba2, Lfm2, Qwen3Next, Qwen3_5, GraniteMoeHybrid and Bamba config
 classes) and the pure-Python packages that vLLM's config, layer and model modules import:
 
     pip install -e . torchvision 'numpy<2.4' transformers==5.19.0 pydantic msgspec cachetools psutil regex \
@@ -235,8 +235,6 @@ class Worker:
                 outer.messages.append(record.getMessage())
 
         import torch
-
-        import vllm.logger  # configures the "vllm" logger: the handler goes on after that
         import vllm.platforms as platforms
 
         logging.getLogger("vllm").addHandler(Lines())
@@ -422,7 +420,6 @@ class Worker:
         import importlib
 
         import torch
-
         from vllm.model_executor.layers.attention.attention import Attention
         from vllm.v1.attention.backend import AttentionType
 
@@ -618,7 +615,8 @@ def main() -> int:
     configs = shipped_configs()
     if args.models:
         configs = {k: v for k, v in configs.items() if k in args.models}
-    report: dict = {"compared": {}, "mismatches": [], "refused": [], "cases": [], "stand_ins": list(STAND_INS), "seconds": {}}
+    report: dict = {"compared": {}, "mismatches": [], "refused": [], "cases": [], "stand_ins": list(STAND_INS),
+                    "seconds": {}}
     with tempfile.TemporaryDirectory(prefix="hybridplan-vllm-") as tmp:
         config_root = Path(tmp) / "models"
         for name, config in configs.items():
