@@ -12,8 +12,9 @@ Needs, beside hybridplan, in the interpreter that runs this script (Python 3.11)
 torchvision (vLLM's Qwen3.5 module loads transformers' Qwen2-VL image code, which imports torchvision; no
 CPU torchvision build matches the local torch 2.13.0+cpu, so pip's own pair, torch 2.14.1 and torchvision
 0.29.1, is used; it runs on the CPU), numpy<2.4, transformers 5.19 (the one release every wheel above
-accepts: it has the NemotronH, FalconH1, Zamba2, Jamba, Mamba, FalconMamba, Mamba2, Lfm2, Qwen3Next, Qwen3_5, GraniteMoeHybrid and Bamba config
-classes) and the pure-Python packages that vLLM's config, layer and model modules import:
+accepts: it has the NemotronH, FalconH1, Zamba2, Jamba, Mamba, FalconMamba, Mamba2, Lfm2, Qwen3Next, Qwen3_5,
+GraniteMoeHybrid and Bamba config classes) and the pure-Python packages that vLLM's config, layer and model
+modules import:
 
     pip install -e . torchvision 'numpy<2.4' transformers==5.19.0 pydantic msgspec cachetools psutil regex \
         cloudpickle cbor2 pyzmq requests aiohttp openai openai-harmony gguf pillow pybase64 uvloop py-cpuinfo \
