@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -116,25 +117,63 @@ def load_path(path: Path) -> ModelSpec:
     return spec_from_config(doc, name=name, source=str(path))
 
 
-def load_model(ref: str) -> ModelSpec:
-    """Resolve MODEL as typed on the command line: a shipped name/alias, or a path to a config or folder."""
+def load_model(ref: str, revision: str | None = None) -> ModelSpec:
+    """Resolve MODEL as typed on the command line: a path to a config or folder (a path on disk always wins), a
+    shipped name or alias, or a Hugging Face Hub id (``org/name``, at ``revision``)."""
     ref = ref.strip()
     if not ref:
         raise PlanError("empty model name")
     path = Path(ref).expanduser()
     looks_like_path = any(sep in ref for sep in ("/", "\\")) or path.suffix.lower() in (".json", ".yaml", ".yml")
     if path.exists():
+        _no_revision(revision, ref)
         return load_path(path)
+    from hybridplan import hub
+
+    if hub.is_hub_id(ref):
+        return _from_hub(ref, revision)
     direct = f"{ref.lower()}.yaml"
-    if not looks_like_path and (_specs_dir() / direct).is_file():
-        return _spec_from_document(_read_spec_document(direct), direct)
     names = shipped_names()
-    if ref.lower() in names:
-        filename = names[ref.lower()]
+    filename = direct if not looks_like_path and (_specs_dir() / direct).is_file() else names.get(ref.lower())
+    if filename is not None:
+        _no_revision(revision, ref)
         return _spec_from_document(_read_spec_document(filename), filename)
     if looks_like_path:
         raise PlanError(f"no such file or folder: {ref}")
-    raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`) nor a path to a config.json")
+    raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`), a path to a config.json, "
+                    "nor a Hugging Face Hub id (org/name)")
+
+
+def _no_revision(revision: str | None, ref: str) -> None:
+    if revision is not None:
+        raise PlanError(f"--revision is for a Hugging Face Hub id; {ref} is not one")
+
+
+def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
+    """A shipped spec when the id is its source (at its revision, if it notes one) — no network; else the
+    repository's config.json, read as the shipped spec it matches if any."""
+    from hybridplan import hub
+
+    for filename in _spec_documents():
+        doc = _read_spec_document(filename)
+        source, noted = str(doc.get("source") or ""), doc.get("revision")
+        if source.lower() == repo_id.lower() and revision in (None, noted):
+            return _spec_from_document(doc, filename)
+    cfg, _ = hub.config(repo_id, revision)
+    for filename in _spec_documents():
+        doc = _read_spec_document(filename)
+        if _subset(doc["config"], cfg):
+            spec = _spec_from_document(doc, filename)
+            return replace(spec, notes=spec.notes + (f"{repo_id}'s config.json is that of the shipped spec "
+                                                     f"{spec.name}",))
+    return spec_from_config(cfg, name=repo_id.split("/")[-1], source=f"{repo_id}@{revision}" if revision else repo_id)
+
+
+def _subset(part: Any, whole: Any) -> bool:
+    """Every field of ``part`` is in ``whole`` with the same value (nested mappings alike)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _subset(v, whole[k]) for k, v in part.items())
+    return part == whole
 
 
 def load_logged_model(ref: str) -> ModelSpec:

@@ -22,8 +22,8 @@ from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count, parse_size
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
-MODEL_HELP = ("A shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, or a spec "
-              "YAML.")
+MODEL_HELP = ("A shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, a spec "
+              "YAML, or a Hugging Face Hub id (org/name: its config.json only, from the local cache first).")
 SIZE_HELP = "GB means 10^9 bytes, GiB 2^30 bytes"
 
 Options = SimpleNamespace
@@ -184,7 +184,10 @@ def plot_option(help: str) -> Any:
 
 # --- the groups commands share --------------------------------------------------------------------
 
-MODEL = (param("model", Model, "nemotron-h"),)
+Revision = Annotated[Optional[str], option("--revision", metavar="REV",
+                                           help="With a Hugging Face Hub id: the branch, tag or commit to read.")]
+
+MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None))
 TP = (param("tp", Tp, 1),)
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
@@ -275,7 +278,7 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.loader import load_model
     from hybridplan.scenario import Budget, DtypeChoice, Scenario, default_ctx
 
-    spec = load_model(o.model)
+    spec = load_model(o.model, getattr(o, "revision", None))
     ctx = getattr(o, "ctx", None)
     return Scenario(
         spec=spec,

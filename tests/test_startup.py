@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-GPU_STACK = ("torch", "triton", "pynvml", "numpy", "matplotlib", "hybridplan.kernels", "hybridplan.profile.pipeline")
+GPU_STACK = ("torch", "triton", "pynvml", "numpy", "matplotlib", "hybridplan.kernels", "hybridplan.profile.pipeline",
+             "huggingface_hub")
 REPORTS = ("size", "crossover", "engines", "fit", "prefix", "check_log", "models")
 
 

@@ -50,7 +50,7 @@ def profile(o: Options) -> None:
     from hybridplan.profile.render import progress_display
     from hybridplan.scenario import DtypeChoice
 
-    req = ProfileRequest(load_model(o.model), gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
+    req = ProfileRequest(load_model(o.model, o.revision), gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
                          tokens=o.tokens, dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype))
     with progress_display() as reporter:
         report = run_profile(req, reporter)
