@@ -467,6 +467,7 @@ ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
     "KimiLinearForCausalLM": ("Kimi-Linear", kimi_linear),
     "MiniMaxText01ForCausalLM": ("MiniMax-Text-01", minimax),
     "MiniMaxForCausalLM": ("MiniMax-Text-01", minimax),
+    "MiniMaxM1ForCausalLM": ("MiniMax-Text-01", minimax),
     "LlamaForCausalLM": ("Llama", dense_attention),
     "MistralForCausalLM": ("Mistral", dense_attention),
     "Qwen2ForCausalLM": ("Qwen2", dense_attention),
@@ -484,7 +485,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",
-    "minimax": "MiniMaxForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+    "minimax": "MiniMaxForCausalLM", "minimax_m1": "MiniMaxM1ForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }

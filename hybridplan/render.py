@@ -65,8 +65,12 @@ def emit(renderable: RenderableType) -> None:
 Cell = Union[str, Text]
 
 
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
 def _len(cell: Cell) -> int:
-    return cell_len(cell.plain if isinstance(cell, Text) else cell)
+    return cell_len(_plain(cell))
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,11 @@ class Rows:
         for i in columns:
             head = self.header[i] if self.header is not None else ""
             widest = max([_len(r[i]) for r in self.rows if i < len(r)] or [0])
-            longest_word = max((cell_len(w) for w in head.split()), default=0)
-            t.add_column(head, justify="left" if i in self.left else "right", style=self.styles.get(i),
-                         min_width=None if i in self.prose else max(widest, longest_word),
-                         overflow="fold" if i in self.prose else "ellipsis")
+            kept = i not in self.prose  # as wide as its widest cell; the header wraps to that width instead
+            words = max([cell_len(w) for r in self.rows if i < len(r) for w in _plain(r[i]).split()] or [1])
+            t.add_column(_fold(head, widest) if kept else head, justify="left" if i in self.left else "right",
+                         style=self.styles.get(i), no_wrap=kept, min_width=None if kept else words,
+                         overflow="ellipsis")
         for n, row in enumerate(self.rows):
             t.add_row(*(row[i] if i < len(row) else "" for i in columns), end_section=n in self.sections)
         return t
@@ -129,7 +134,7 @@ class Rows:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if self.title:
             yield Text(self.title, style="bold")
-        table = next((t for t in self._layouts() if _rendered_width(t, options.max_width) <= options.max_width), None)
+        table = next((t for t in self._layouts() if _fits(t, options.max_width)), None)
         if table is not None and not table.show_edge:  # closed up: keep the blank lines the edges gave
             yield Group(Text(), table, Text())
         else:
@@ -138,11 +143,24 @@ class Rows:
             yield Text(self.caption, style="dim")
 
 
-def _rendered_width(renderable: RenderableType, width: int) -> int:
-    """The widest line ``renderable`` takes when laid out in ``width`` columns, nothing cropped."""
+def _fold(head: str, width: int) -> str:
+    """A header broken between words into lines of at most ``width`` (a longer word keeps its own line)."""
+    lines: list[str] = []
+    for word in head.split():
+        if lines and cell_len(lines[-1]) + 1 + cell_len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def _fits(renderable: RenderableType, width: int) -> bool:
+    """Does ``renderable`` lay out in ``width`` columns with no line wider and no cell cut (rich marks a cut
+    with "…", which no cell of ours holds)?"""
     probe = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
     probe.print(renderable, crop=False)
-    return max((cell_len(line.rstrip()) for line in probe.file.getvalue().splitlines()), default=0)
+    text = probe.file.getvalue()
+    return "…" not in text and all(cell_len(line.rstrip()) <= width for line in text.splitlines())
 
 
 def log_line(line: str, prefix: str = "  ") -> Text:
@@ -258,7 +276,7 @@ def crossover_view(r: CrossoverReport) -> Group:
 def models_view(r: ModelsReport) -> Rows:
     return Rows(("name", "aliases", "family", "layers", "source"),
                 [(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
-                 for s in r.specs], title="Shipped model specs", left=range(5), prose=(3,))
+                 for s in r.specs], title="Shipped model specs", left=range(5), prose=(1, 3), optional=(2, 3))
 
 
 def _vllm_pages(v, exact: bool) -> list:
@@ -384,7 +402,7 @@ def _cps(cps) -> str:
     if not cps:
         return "none"
     shown = ", ".join(f"{c:,}" for c in cps[:6])
-    return shown + (f", … ({len(cps)})" if len(cps) > 6 else "")
+    return shown + (f", ... ({len(cps)})" if len(cps) > 6 else "")
 
 
 def sweep_view(sw: SweepReport) -> Group:

@@ -53,11 +53,14 @@ def test_a_cached_hub_id_by_id_and_by_revision(run_cli, hf_home):
 
 
 def test_a_config_of_its_own_is_sized_as_read(run_cli, hf_home):
+    # a fine-tune of Qwen3.5-35B-A3B with a longer context: not a shipped spec's config any more
     cfg = json.loads((CONFIGS / "Qwen__Qwen3.5-35B-A3B.json").read_text())
+    cfg["text_config"]["max_position_embeddings"] = 1_048_576
     _cache(hf_home, "acme/Hybrid-35B", cfg)
     code, out, _ = run_cli("size", "acme/Hybrid-35B", "--json")
     d = json.loads(out)
     assert code == 0 and d["model"] == "Hybrid-35B" and d["layers"]["gdn"] == 30 and d["layers"]["attention"] == 10
+    assert d["ctx"] == 1_048_576
 
 
 def test_offline_miss(run_cli, hf_home):
