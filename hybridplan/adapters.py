@@ -485,7 +485,8 @@ MODEL_TYPES: dict[str, str] = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",
-    "minimax": "MiniMaxForCausalLM", "minimax_m1": "MiniMaxM1ForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+    "minimax": "MiniMaxForCausalLM", "minimax_m1": "MiniMaxM1ForCausalLM", "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }
