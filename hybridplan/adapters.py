@@ -525,10 +525,13 @@ def _rope_entries(raw: Mapping[str, Any]) -> list[RopeScaling]:
     for e in entries:
         kind = e.get("rope_type", e.get("type", "default"))
         factor = e.get("factor")
+        original = e.get("original_max_position_embeddings")
         out.append(RopeScaling(rope_type=kind if isinstance(kind, str) else "default",
                                factor=float(factor) if isinstance(factor, (int, float))
                                and not isinstance(factor, bool) and math.isfinite(factor) and factor > 0 else None,
-                               names_original="original_max_position_embeddings" in e))
+                               names_original="original_max_position_embeddings" in e,
+                               original=original if isinstance(original, int) and not isinstance(original, bool)
+                               and original > 0 else None))
     return out
 
 

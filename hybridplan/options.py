@@ -117,7 +117,8 @@ SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=count_va
                                    help="Speculative tokens (widen conv windows, add pages).")]
 VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
                                               autocompletion=_choices(_vllm_versions),
-                                              help="vLLM release whose rules apply (default: newest known).")]
+                                              help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
+                                                   "its newest patch (default: 0.33.0).")]
 SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VERSION",
                                                 autocompletion=_choices(_sglang_versions),
                                                 help="SGLang release: 0.5.23 (default) or 0.5.9.")]

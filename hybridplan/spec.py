@@ -201,8 +201,9 @@ class RopeScaling:
 
     rope_type: str
     factor: float | None = None
-    #: the entry names the context the model was trained at before scaling
+    #: the entry names the context the model was trained at before scaling (``original_max_position_embeddings``)
     names_original: bool = False
+    original: int | None = None
 
 
 @dataclass(frozen=True)

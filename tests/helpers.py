@@ -1,11 +1,12 @@
-"""Scenarios as the tests write them: a model name, a context, a vLLM minor, and any other field."""
+"""Scenarios as the tests write them: a model name, a context, a vLLM release (a minor such as 33 means its
+newest patch; a string names a release), and any other field."""
 
 from __future__ import annotations
 
 from hybridplan.engines.sglang.releases import release as sglang_release
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm.dtypes import footprint as vllm_footprint
-from hybridplan.engines.vllm.releases import Release
+from hybridplan.engines.vllm.releases import release as vllm_release
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.loader import load_model
 from hybridplan.memory import Footprint
@@ -15,15 +16,20 @@ from hybridplan.spec import ModelSpec
 GiB = 1 << 30
 
 
-def scenario(model: str | ModelSpec, ctx: int = 8192, *, minor: int = 33, sglang_version: str | None = None,
+def vrel(minor: int | str):
+    """``33`` → vLLM 0.33's newest patch; ``"0.20.0"`` → that release."""
+    return vllm_release(minor if isinstance(minor, str) else f"0.{minor}")
+
+
+def scenario(model: str | ModelSpec, ctx: int = 8192, *, minor: int | str = 33, sglang_version: str | None = None,
              vllm: dict | None = None, sglang: dict | None = None, **fields) -> Scenario:
     """``vllm`` and ``sglang`` hold the engines' flags (``dict(mode="all")``); ``fields`` the scenario's own."""
     spec = load_model(model) if isinstance(model, str) else model
-    return Scenario(spec, ctx=ctx, vllm=VllmSettings(release=Release(minor), **(vllm or {})),
+    return Scenario(spec, ctx=ctx, vllm=VllmSettings(release=vrel(minor), **(vllm or {})),
                     sglang=SglangSettings(release=sglang_release(sglang_version), **(sglang or {})), **fields)
 
 
 def footprint(model: str | ModelSpec, *, tp: int = 1, dtypes: DtypeChoice = DtypeChoice(), spec_tokens: int = 0,
-              minor: int = 33) -> Footprint:
+              minor: int | str = 33) -> Footprint:
     """One sequence under vLLM's dtype rules."""
     return vllm_footprint(scenario(model, minor=minor, tp=tp, dtypes=dtypes, spec_tokens=spec_tokens))

@@ -78,7 +78,8 @@ def test_unsupported_architecture(run_cli, tmp_path):
     (("--ssm-dtype", "fp64"), "unknown --ssm-dtype 'fp64'"),
     (("--kv-dtype", "int4"), "unknown --kv-dtype 'int4'"),
     (("--slots", "0"), "--slots must be a positive integer"),
-    (("--vllm-version", "0.12"), "unknown vLLM version '0.12'"),
+    (("--vllm-version", "0.9"), "unknown vLLM version '0.9'"),
+        (("--vllm-version", "0.40"), "newer than the newest modelled release"),
     (("--no-such-flag",), "no-such-flag"),
 ])
 def test_bad_flags(run_cli, args, needle):

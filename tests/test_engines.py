@@ -8,7 +8,7 @@ import pytest
 
 from hybridplan.engines import sglang, vllm
 from hybridplan.engines.common import lcm
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.loader import load_model
 from hybridplan.reports.fit import fit
 from hybridplan.reports.prefix import prefix, prefix_sweep
@@ -98,6 +98,33 @@ def test_fit_cli_exit_codes(run_cli):
     assert code == 1 and "will not start" in out
 
 
+@pytest.mark.parametrize("version,starts,capped", [("0.17.1", True, False), ("0.19.1", True, True),
+                                                    ("0.20.0", False, False)])
+def test_fit_verdict_follows_the_release(version, starts, capped):
+    # Nemotron-H, 5 GiB of KV, --max-num-seqs 1024. 0.17–0.19: SSM float16 (the hook's fallback): state
+    # 10240·3·2 + 128·64·128·2 = 2,158,592 B, attn1 2·8·128·2 = 4,096 → block 16·cdiv(2,158,592, 65,536) = 528,
+    # page 2,162,688 B, groups of 4: 5 GiB // 8,650,752 = 620 blocks; 0.20: SSM float32 → 4,255,744 B, block
+    # 1040, page 4,259,840 B: 5 GiB // 17,039,360 = 315 blocks. 1024 sequences exceed
+    # both: nothing happens up to 0.17.1, 0.18–0.19 cap the CUDA-graph sizes and start, 0.20 refuses
+    # (vllm/config/compilation.py)
+    r = fit(scenario("nemotron-h", minor=version, budget=Budget(kv_budget=5 * GiB), engine="vllm",
+                     vllm=dict(max_num_seqs=1024)))
+    part = r.parts["vllm"]
+    blocks = part.chosen.capacity.num_blocks
+    assert blocks == (315 if version == "0.20.0" else 620)
+    assert r.verdict_ok is starts
+    assert any(f"caps its CUDA-graph capture sizes at the {blocks} Mamba cache blocks" in n
+               for n in r.notes) is capped
+
+
+def test_kv_token_figure_moves_inside_0_20():
+    # "GPU KV cache size" (vllm/v1/core/kv_cache_utils.py): 0.20.0 num_blocks // groups · block =
+    # 315 // 7 · 1040 = 46,800; 0.20.1 int(max_concurrency · max_len) = int(315 / 14 · 8192) = 184,320
+    caps = {v: vllm.capacity(scenario("nemotron-h", minor=v), "none", 5 * GiB) for v in ("0.20.0", "0.20.1")}
+    assert caps["0.20.0"].num_blocks == caps["0.20.1"].num_blocks == 315
+    assert (caps["0.20.0"].kv_tokens, caps["0.20.1"].kv_tokens) == (46_800, 184_320)
+
+
 def test_fit_from_gpu_memory():
     # 0.33: requested = ceil(141e9 · 0.92); budget = that − weights (8e9 params · 2 B) − 2 GiB overhead
     r = fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9, params=8e9, overhead=2 * GiB), engine="vllm"))
@@ -180,11 +207,15 @@ def test_lfm2_block_does_not_grow_but_page_is_padded():
 
 @pytest.mark.parametrize("name", ["nemotron-h", "falcon-h1-0.5b", "jamba", "qwen3-next", "lfm2"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-@pytest.mark.parametrize("minor", vllm.KNOWN_MINORS)
-def test_every_mode_of_every_release(name, tp, minor):
-    rel = vllm.Release(minor)
+@pytest.mark.parametrize("version", vllm.VERSIONS)
+def test_every_mode_of_every_release(name, tp, version):
+    rel = vllm.release(version)
     spec = load_model(name)
-    sc = scenario(spec, minor=minor, tp=tp)
+    sc = scenario(spec, minor=version, tp=tp)
+    if not rel.serves(spec) or (spec.architecture == "JambaForCausalLM" and rel.before("0.10.1")):
+        with pytest.raises(NotServed):
+            rel.check_served(spec)
+        return
     try:
         fp = vllm.footprint(sc)
     except PlanError as exc:
@@ -193,18 +224,21 @@ def test_every_mode_of_every_release(name, tp, minor):
     mpage, attn1 = vllm.mamba_page(fp), vllm.attention_page_per_token(fp)
     for mode in rel.modes:
         lo = vllm.layout(sc, mode)
-        # invariants of _align_hybrid_block_size: one attention page holds one state page, the state page is
-        # padded to exactly block·attn1, and the block is a multiple of the kernel block (16)
+        # invariants of the block alignment (HybridAttentionMambaModelConfig, Platform._align_hybrid_block_size
+        # from 0.20): one attention page holds one state page, the state page is padded to exactly
+        # block·attn1, and the block is a multiple of the kernel block (16)
         assert lo.page_bytes == lo.block_size * attn1 >= mpage
         assert lo.block_size % 16 == 0
         # minimality: one kernel block less (none/align) or one chunk less (all) would not hold the state
         step = 16 if mode != "all" else lcm(spec.chunk_size or 2048, 16)
-        if mode == "align" and minor >= 33 and name == "qwen3-next":
+        if mode == "align" and rel.at_least("0.33.0") and name == "qwen3-next":
             step = 64
         assert lo.block_size == 16 or (lo.block_size - step) * attn1 < mpage
         cap = vllm.capacity(sc, mode, 40 * GiB)
         assert cap.num_blocks == 40 * GiB // (cap.group_size * lo.page_bytes)
-        assert len(cap.logs) == (1 if minor >= 28 else 2)
+        # one merged capacity line from 0.28.0, two before; padding-layer warnings come first
+        capacity_lines = [line for line in cap.logs if not line.startswith("Add ")]
+        assert len(capacity_lines) == (1 if rel.at_least("0.28.0") else 2)
 
 
 def test_user_block_larger_than_needed_is_kept():
@@ -223,39 +257,116 @@ def test_mla_block_at_least_128():
                              "linear_attn_config": {"full_attn_layers": [4], "num_heads": 32, "head_dim": 128,
                                                     "short_conv_kernel_size": 4}}, name="kimi")
     # KDA page: conv 12288·3·2 = 73,728 + SSM 32·128·128·4 = 2,097,152 → 2,170,880 B; MLA attn1 = 576·2 = 1,152
-    # 0.27+: A = max(16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920; 0.23: 16·cdiv(…, 18,432) = 1888
+    # 0.27+: A = max(64, 16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920
     assert vllm.layout(scenario(kimi), "align").block_size == 1920
-    assert vllm.layout(scenario(kimi, minor=23), "none").block_size == 1888
+    # 0.23: A = max(FlashMLA's 64, the block) → 64·cdiv(2,170,880, 73,728) = 64·30 = 1920 as well; with
+    # --block-size 256 the unit is 256 (Platform._align_hybrid_block_size, 0.20+): 256·cdiv(…, 294,912) = 2048
+    assert vllm.layout(scenario(kimi, minor=23), "none").block_size == 1920
+    assert vllm.layout(scenario(kimi, minor=23, vllm=dict(block_size=256)), "none").block_size == 2048
+    # before 0.20 the unit stays 64 (HybridAttentionMambaModelConfig) and a smaller user block is raised to 1920
+    assert vllm.layout(scenario(kimi, minor=19, vllm=dict(block_size=256)), "none").block_size == 1920
 
 
 def test_dtype_defaults_by_release():
-    # Nemotron-H SSM: 0.11 model dtype; 0.14–0.17 float16; 0.20+ float32 (docs/engines.md §1 Dtypes)
-    assert fp_of("nemotron-h", 11).state[0].ssm_dtype == "bfloat16"
-    assert fp_of("nemotron-h", 15).state[0].ssm_dtype == "float16"
-    assert fp_of("nemotron-h", 20).state[0].ssm_dtype == "float32"
-    # Qwen3.5 reads mamba_ssm_dtype from 0.20; Qwen3-Next has no hook
-    assert fp_of("qwen3.5-27b", 17).state[0].ssm_dtype == "bfloat16"
-    assert fp_of("qwen3.5-27b", 20).state[0].ssm_dtype == "float32"
+    # Nemotron-H SSM (vllm/model_executor/models/config.py NemotronHForCausalLMConfig): no hook up to 0.12.0
+    # (the model dtype); the hook's fallback is float16 from 0.13.0 and float32 from 0.20.0
+    assert fp_of("nemotron-h", "0.12.0").state[0].ssm_dtype == "bfloat16"
+    assert fp_of("nemotron-h", "0.13.0").state[0].ssm_dtype == "float16"
+    assert fp_of("nemotron-h", "0.19.1").state[0].ssm_dtype == "float16"
+    assert fp_of("nemotron-h", "0.20.0").state[0].ssm_dtype == "float32"
+    # Qwen3.5 (multimodal class) reads mamba_ssm_dtype from 0.17.0, when it entered the registry; Qwen3-Next
+    # has no hook, and GDN ignores --mamba-ssm-cache-dtype before 0.17.0 (gated_delta_net_state_dtype)
+    assert fp_of("qwen3.5-27b", "0.17.0").state[0].ssm_dtype == "float32"
     assert fp_of("qwen3-next", 33).state[0].ssm_dtype == "bfloat16"
+    assert fp_of("qwen3-next", 33, ssm="float32").state[0].ssm_dtype == "float32"
+    assert fp_of("qwen3-next", "0.16.0", ssm="float32").state[0].ssm_dtype == "bfloat16"
+
+
+def test_state_dtype_names_by_release():
+    # MambaDType (vllm/config/cache.py): float32 only until 0.12.0, float16 from 0.13.0, bfloat16 from 0.22.0
+    with pytest.raises(PlanError, match="float16"):
+        fp_of("nemotron-h", "0.12.0", ssm="float16")
+    assert fp_of("nemotron-h", "0.13.0", ssm="float16").state[0].ssm_dtype == "float16"
+    with pytest.raises(PlanError, match="bfloat16"):
+        fp_of("nemotron-h", "0.21.0", conv="bfloat16")
+    assert fp_of("nemotron-h", "0.22.0", conv="bfloat16").state[0].conv_dtype == "bfloat16"
+    # --kv-cache-dtype float16 arrived in 0.18.0 (CacheDType)
+    with pytest.raises(PlanError, match="float16"):
+        fp_of("nemotron-h", "0.17.1", kv="float16")
+
+
+def test_state_dtypes_before_0_10_2():
+    # 0.10.0 has no state dtype flags: every state takes the KV cache dtype (MambaSpec dtype=kv_cache_dtype)
+    fp = fp_of("nemotron-h", "0.10.0", kv="fp8")
+    assert (fp.state[0].conv_dtype, fp.state[0].ssm_dtype) == ("float8_e4m3fn", "float8_e4m3fn")
+    with pytest.raises(PlanError, match="no --ssm-dtype"):
+        fp_of("nemotron-h", "0.10.0", ssm="float32")
+    # 0.10.1–0.10.1.1: mamba1_state_dtype raises on float32
+    with pytest.raises(PlanError, match="fp32 state for mamba1"):
+        fp_of("jamba", "0.10.1.1", ssm="float32")
+    assert fp_of("jamba", "0.10.2", ssm="float32").state[0].ssm_dtype == "float32"
+
+
+def test_minimax_float32_state_refused_until_0_20_1():
+    # linear_attention_state_dtype raises "fp32 state for minimax is not yet supported" up to 0.20.0
+    with pytest.raises(PlanError, match="fp32 state for minimax"):
+        fp_of("minimax-m1", "0.20.0", conv="float32")
+    # the linear-attention state takes the --mamba-cache-dtype (conv) dtype: (conv,)
+    assert fp_of("minimax-m1", "0.20.1", conv="float32").state[0].ssm_dtype == "float32"
+    assert fp_of("minimax-m1", "0.20.1").state[0].ssm_dtype == "bfloat16"
 
 
 def test_default_modes_by_release():
     spec = load_model("nemotron-h")
-    # 0.11 never caches prefixes; 0.23 keeps prefix caching off for hybrids; 0.27 turns it on with `all`;
-    # 0.28–0.33 default to align
-    assert [vllm.Release(m).default_mode(spec) for m in (11, 23, 27, 28, 33)] == ["none", "none", "all", "align",
-                                                                                  "align"]
-    assert vllm.Release(27).default_mode(load_model("qwen3-next")) == "align"  # GDN has no `all`
+    # prefix caching is off for hybrids by default until 0.27.1 and on from 0.28.0 (vllm/engine/arg_utils.py);
+    # when on, 0.28.0+ always picks align (MambaModelConfig.verify_and_update_config)
+    assert [vllm.release(v).default_mode(spec) for v in ("0.11.0", "0.23", "0.27", "0.28", "0.33")] == [
+        "none", "none", "none", "align", "align"]
+    # with --enable-prefix-caching: `all` for a supporting class from 0.11.1 (0.15.0 names it) to 0.27.1; align
+    # under speculative decoding in 0.20.0–0.21.0; GDN has no `all`, and before 0.15 has it switched off
+    assert vllm.release("0.27").mode(spec, prefix_caching=True) == "all"
+    assert vllm.release("0.12.0").mode(spec, prefix_caching=True) == "all"
+    assert vllm.release("0.21.0").mode(spec, spec_tokens=2, prefix_caching=True) == "align"
+    assert vllm.release("0.22.0").mode(spec, spec_tokens=2, prefix_caching=True) == "all"
+    assert vllm.release("0.27").mode(load_model("qwen3-next"), prefix_caching=True) == "align"
+    assert vllm.release("0.14.1").mode(load_model("qwen3-next"), prefix_caching=True) == "none"
     with pytest.raises(PlanError, match="no mamba cache mode 'all'"):
         vllm.layout(scenario(spec), "all")
 
 
-def test_unknown_versions():
-    with pytest.raises(PlanError, match=r"unknown vLLM version '0.18' \(known: 0.11, 0.14"):
-        vllm.release("0.18")
+def test_versions():
+    # every vLLM release on PyPI from 0.10.0 to 0.33.0 (the .1.1 patch included); a minor means its newest patch
+    assert len(vllm.VERSIONS) == 39 and vllm.release("0.20").version == "0.20.2"
+    assert vllm.release("0.10.1.1").version == "0.10.1.1"
+    # builds as logs print them take the rules of their release
+    assert vllm.release("0.13.0+faa43dbf.nv26.01").version == "0.13.0"
+    assert vllm.release("0.17.0rc1.dev201+g1234abc").version == "0.17.0"
+    assert vllm.release("v0.11.1rc6").version == "0.11.1"
+    assert vllm.release("0.20.3.dev4").version == "0.20.2"  # a dev build past the newest patch
+    with pytest.raises(PlanError, match=r"unknown vLLM version '0.23.1' \(0.23 has: 0.23.0\)"):
+        vllm.release("0.23.1")
+    with pytest.raises(PlanError, match=r"newer than the newest modelled release \(0.33.0\)"):
+        vllm.release("0.34.0")
+    with pytest.raises(PlanError, match="unknown vLLM version '0.9.2'"):
+        vllm.release("0.9.2")
     with pytest.raises(PlanError, match="unknown SGLang version"):
         sglang.release("0.4.0")
-    assert vllm.release("0.23.1").minor == 23
+
+
+def test_v0_engine_and_registry_by_release():
+    # 0.10.0–0.10.1.1 run hybrids on the V0 engine unless VLLM_USE_V1=1 (vllm/engine/arg_utils.py
+    # _is_v1_supported_oracle): sized as V1, with the caveat; classes marked SupportsV0Only are refused
+    assert "V0 engine unless VLLM_USE_V1=1" in vllm.release("0.10.1.1").caveats(load_model("nemotron-h"))[0]
+    assert vllm.release("0.10.2").caveats(load_model("nemotron-h")) == ()
+    with pytest.raises(NotServed, match="V0 engine only"):
+        vllm.release("0.10.0").check_served(load_model("jamba"))
+    vllm.release("0.10.1").check_served(load_model("jamba"))
+    # Qwen3-Next entered the registry in 0.10.2; MiniMax left it in 0.24.0; Qwen3.5 (multimodal) came in 0.17.0
+    with pytest.raises(NotServed, match="does not serve"):
+        vllm.release("0.16.0").check_served(load_model("qwen3.5-27b"))
+    with pytest.raises(NotServed, match="does not serve"):
+        vllm.release("0.24.0").check_served(load_model("minimax-m1"))
+    vllm.release("0.23.0").check_served(load_model("minimax-m1"))
 
 
 # --- SGLang (docs/engines.md §3) -----------------------------------------------------------------------
@@ -346,7 +457,7 @@ def test_size_engine_json_contract(run_cli):
     assert code == 0, err
     d = json.loads(out)
     v = d["vllm"]
-    assert v["version"] == "0.28" and v["default_mode"] == "align" and set(v["modes"]) == {"none", "align", "all"}
+    assert v["version"] == "0.28.0" and v["default_mode"] == "align" and set(v["modes"]) == {"none", "align", "all"}
     al = v["modes"]["all"]
     assert (al["block_size"], al["page_bytes"], f"{al['padding_pct']:.2f}") == (1280, 5_242_880, "23.20")
     # per request at 8,192 tokens, all mode: 24 layers · cdiv(8192, 1280) = 7 pages; KV 4 layers · 7 pages
@@ -415,7 +526,8 @@ def test_check_log_vllm_023(run_cli):
     code, out, err = run_cli("check-log", DATA / "vllm-0.23-nemotron-h.log", "--json")
     d = json.loads(out)
     assert code == 0, (out, err)
-    assert d["model"] == "nemotron-h-8b" and d["settings"]["vllm_version"] == "0.23" and d["settings"]["mode"] == "none"
+    assert d["model"] == "nemotron-h-8b" and d["settings"]["vllm_version"] == "0.23.0"
+    assert d["settings"]["mode"] == "none"
     figures = {r["figure"]: (r["logged"], r["predicted"]) for r in d["rows"]}
     assert figures["attention block size"] == ("1040", "1040")
     assert figures["mamba page padding %"] == ("0.10", "0.10")

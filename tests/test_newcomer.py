@@ -191,5 +191,5 @@ def test_completion_of_option_values(run_cli):
     assert complete("hybridplan fit --engine ") == ["vllm", "sglang", "both"]
     assert set(complete("hybridplan size --mode a")) == {"align", "all"}
     assert "bfloat16" in complete("hybridplan size --kv-dtype ") and "fp8" in complete("hybridplan size --kv-dtype ")
-    assert "0.33" in complete("hybridplan size --vllm-version 0.3")
+    assert "0.33.0" in complete("hybridplan size --vllm-version 0.3")
     assert "nemotron-h" in complete("hybridplan size nemo")

@@ -82,14 +82,14 @@ def test_trimmed_falcon_h1_config_is_refused_naming_the_field(configs):
 
 
 def test_every_shipped_spec_loads_and_sizes():
-    from hybridplan.engines.vllm.releases import KNOWN_MINORS, Release
+    from hybridplan.engines.vllm.releases import KNOWN
 
     specs = shipped_specs()
     assert len(specs) >= 17
     ref = load_model("llama-3-8b")
     for s in specs:  # at the newest release that serves it (MiniMax left vLLM before 0.33)
-        minor = next(m for m in reversed(KNOWN_MINORS) if Release(m).serves(s))
-        r = size(scenario(s, 4096, minor=minor), ref)
+        rel = next(r for r in reversed(KNOWN) if r.serves(s))
+        r = size(scenario(s, 4096, minor=rel.version), ref)
         assert r.total_at_ctx > 0
         # MiniMax-M1's config names no torch_dtype: the class default (bfloat16 under vLLM's auto) is noted
         expected = ("torch_dtype not in config: using the MiniMax-Text-01 class default 'bfloat16'",) \

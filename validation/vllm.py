@@ -85,6 +85,15 @@ ARCHS = {
     "Qwen3_5ForConditionalGeneration": "gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
 }
 GDN_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration")
+#: before 0.22 the GDN layer sat in one module of its own
+GDN_BEFORE_0_22 = "gdn_linear_attn.GatedDeltaNetAttention"
+
+
+def mixer(arch: str, version: str) -> str:
+    """The module (under vllm/model_executor/layers/mamba/) and class of the architecture's recurrent layer."""
+    if arch in GDN_ARCHS and minor(version) < 22:
+        return GDN_BEFORE_0_22
+    return ARCHS[arch]
 STAND_INS = (
     "platform: vLLM's base Platform subclassed as CUDA on compute capability 9.0 (Hopper)",
     "attention backend: FlashAttention's kernel block sizes on Hopper, MultipleOf(16)",
@@ -115,10 +124,7 @@ def hybridplan_figures(name: str, *, tp: int, release: str, mode: str, kv_budget
     rel = vllm.release(release)
     try:
         rel.check_served(spec)
-        if mode not in rel.modes_for(spec):
-            raise PlanError(f"no mode {mode} for {name} in vLLM {rel.version}")
-        if mode == "all" and not rel.supports_all(spec):  # the model has no `all`: prefix caching's own mode
-            mode = rel.prefix_mode(spec)
+        mode = rel.modes_for(spec, mode)[0]  # `all` on a model without it runs as vLLM falls back
         sc = Scenario(spec, ctx=max_len, tp=tp, vllm=vllm.VllmSettings(release=rel, gdn_backend=gdn_backend))
         fp = vllm.footprint(sc)
         cap = vllm.capacity(sc, mode, kv_budget)
@@ -314,7 +320,7 @@ class Worker:
         from vllm.model_executor.models import ModelRegistry
 
         for module in ("vllm.model_executor.layers.attention.attention", "vllm.v1.core.kv_cache_utils",
-                       *(f"vllm.model_executor.layers.mamba.{m.rsplit('.', 1)[0]}" for m in set(ARCHS.values()))):
+                       *(f"vllm.model_executor.layers.mamba.{mixer(a, version).rsplit('.', 1)[0]}" for a in ARCHS)):
             importlib.import_module(module)
         if self.minor >= 33:
             importlib.import_module("vllm.v1.core.kv_cache_planning")
@@ -378,7 +384,7 @@ class Worker:
         import textwrap
         import types
 
-        module, cls_name = ARCHS[arch].rsplit(".", 1)
+        module, cls_name = mixer(arch, self.version).rsplit(".", 1)
         cls = getattr(importlib.import_module(f"vllm.model_executor.layers.mamba.{module}"), cls_name)
         init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__))).body[0]
         for call in self.shape_calls:
@@ -424,7 +430,7 @@ class Worker:
         from vllm.model_executor.layers.attention.attention import Attention
         from vllm.v1.attention.backend import AttentionType
 
-        module, cls_name = ARCHS[arch].rsplit(".", 1)
+        module, cls_name = mixer(arch, self.version).rsplit(".", 1)
         mixer_module = importlib.import_module(f"vllm.model_executor.layers.mamba.{module}")
         mixer_cls = getattr(mixer_module, cls_name)
         mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
@@ -516,7 +522,9 @@ class Worker:
         conc = kv_cache_utils.get_max_concurrency_for_kv_cache_config(vc, sched)
         if hasattr(kv_cache_utils, "update_kv_cache_capacity"):
             kv_cache_utils.update_kv_cache_capacity(vc, sched)
-        capacity_logs = [m for m in self.messages if "KV cache size" in m or m.startswith("Maximum concurrency")]
+        # the grouping's padding warning comes once per worker in this process: each distinct line once
+        capacity_logs = list(dict.fromkeys(m for m in self.messages if "KV cache size" in m or m.startswith(
+            ("Maximum concurrency", "Add "))))
         tokens = re.search(r"KV cache size: ([\d,]+) tokens", "\n".join(capacity_logs))
 
         kv_groups = sched.kv_cache_groups

@@ -48,7 +48,7 @@ class SizeReport:
         from hybridplan.engines.vllm.context import refusal
 
         why = refusal(self.sc)
-        return self.spec.notes + ((f"sized as asked, but vLLM {self.vllm_release.version} would not start with "
+        return self.spec.notes + self.vllm_release.caveats(self.spec) + ((f"sized as asked, but vLLM {self.vllm_release.version} would not start with "
                                    f"--max-model-len {self.ctx}: {why}",) if why else ())
 
     @property

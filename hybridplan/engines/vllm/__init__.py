@@ -18,7 +18,8 @@ The names below are imported from those modules on first use, so that a command 
 from importlib import import_module
 
 _HOME = {
-    "Release": "releases", "NEWEST": "releases", "KNOWN_MINORS": "releases", "known_versions": "releases",
+    "Release": "releases", "NEWEST": "releases", "KNOWN": "releases", "VERSIONS": "releases",
+    "known_versions": "releases",
     "release": "releases", "default_max_num_seqs": "releases",
     "VllmSettings": "settings",
     "cache_dtypes": "dtypes", "footprint": "dtypes", "model_dtype": "dtypes",

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 #: Smallest kernel block of the attention backends vLLM picks on Hopper (FlashAttention, FlashInfer, Triton).
 KERNEL_BLOCK = 16
+#: FlashMLA's kernel block on Hopper: the unit MLA blocks grow in from 0.11.1
+MLA_BLOCK = 64
 #: MLA forces the block to at least this (vllm/platforms/interface.py, 0.27+).
 MLA_MIN_BLOCK = 128
 #: FlashInfer's GDN prefill emits checkpoints on a 64-token grid (vllm/v1/attention/backends/gdn_attn.py, 0.33).
@@ -60,8 +62,26 @@ class Layout:
 
 def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
     """0.33 align with FlashInfer's GDN prefill: a 64-token checkpoint grid and one more page per GDN layer."""
-    return (mode == "align" and sc.vllm.release.minor >= 33 and sc.vllm.gdn_backend == "flashinfer"
+    return (mode == "align" and sc.vllm.release.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"
             and any(g.kind == "gdn" for g in fp.state))
+
+
+def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
+    """The block grows in multiples of this. Before 0.20.0 (``HybridAttentionMambaModelConfig``): 16, and 64 for
+    MLA from 0.11.1 (FlashMLA's block on Hopper). From 0.20.0 (``Platform._align_hybrid_block_size``): the
+    larger of the backend's kernel block (16; MLA 64) and the starting block size, so ``--block-size 64`` makes
+    the block a multiple of 64; MLA at least 128 from 0.27.0; lcm with FlashInfer GDN's 64 in 0.33 align."""
+    rel = sc.vllm.release
+    mla = any(g.kind == "mla" for g in fp.kv)
+    a = MLA_BLOCK if mla and rel.at_least("0.11.1") else KERNEL_BLOCK
+    if rel.before("0.20.0"):
+        return a
+    a = max(a, sc.vllm.block_size or KERNEL_BLOCK)
+    if mla and rel.at_least("0.27.0"):
+        a = max(a, MLA_MIN_BLOCK)
+    if _flashinfer_gdn(sc, fp, mode):
+        a = lcm(a, GDN_FLASHINFER_ALIGNMENT)
+    return a
 
 
 def attention_block_size(sc: Scenario, mode: str) -> tuple[int, bool]:
@@ -71,20 +91,13 @@ def attention_block_size(sc: Scenario, mode: str) -> tuple[int, bool]:
     start = sc.vllm.block_size or KERNEL_BLOCK
     if not fp.state or not fp.kv:
         return start, False
-    if rel.minor == 11:  # hard-coded 16-token multiples
-        b = KERNEL_BLOCK * cdiv(mpage, KERNEL_BLOCK * attn1)
-        return (b, True) if b > start else (start, False)
-    a = max(KERNEL_BLOCK, start)
-    if rel.minor >= 27 and any(g.kind == "mla" for g in fp.kv):
-        a = max(a, MLA_MIN_BLOCK)
+    a = _unit(sc, fp, mode)
     if mode == "all":
         c = lcm(sc.spec.chunk_size or FALLBACK_CHUNK, a)
         b = c * cdiv(cdiv(mpage, attn1), c)
     else:
-        if _flashinfer_gdn(sc, fp, mode):
-            a = lcm(a, GDN_FLASHINFER_ALIGNMENT)
         b = a * cdiv(mpage, a * attn1)
-        if rel.minor >= 32:  # rounded up to the backends' kernel-block alignment
+        if rel.at_least("0.32.0"):  # rounded up to the backends' kernel-block alignment
             b = KERNEL_BLOCK * cdiv(b, KERNEL_BLOCK)
     return (b, True) if b > start else (start, False)
 
@@ -109,18 +122,19 @@ def layout(sc: Scenario, mode: str) -> Layout:
 
 
 def recurrent_pages(sc: Scenario, kind: str, mode: str, block_size: int | None) -> int:
-    """Pages one request pins in one recurrent layer (``MambaSpec.max_memory_usage_bytes``): none 1 + spec;
-    align 2 + spec (+1 prefill checkpoint page for Mamba-2 layers from 0.32, for FlashInfer GDN in 0.33);
-    all cdiv(max_len, block) + spec. 0.11 pins one page whatever the speculation."""
+    """Pages one request pins in one recurrent layer (``MambaSpec.max_memory_usage_bytes``). Up to 0.14.1: one,
+    or with prefix caching one per block of the context, speculative tokens not counted. From 0.15.0: none
+    1 + spec; align 2 + spec (+1 prefill-checkpoint page for Mamba-2 layers from 0.32.0, for FlashInfer GDN in
+    0.33.0); all one per block, + spec from 0.22.0."""
     rel, spec_tokens = sc.vllm.release, footprint(sc).spec_tokens
-    if rel.minor == 11:
-        return 1
+    if rel.before("0.15.0"):
+        return cdiv(sc.ctx, block_size) if mode == "all" else 1
     if mode == "none":
         return 1 + spec_tokens
     if mode == "all":
-        return cdiv(sc.ctx, block_size) + spec_tokens
-    extra = int((kind == "mamba2" and rel.minor >= 32)
-                or (kind == "gdn" and rel.minor >= 33 and sc.vllm.gdn_backend == "flashinfer"))
+        return cdiv(sc.ctx, block_size) + (spec_tokens if rel.at_least("0.22.0") else 0)
+    extra = int((kind == "mamba2" and rel.at_least("0.32.0"))
+                or (kind == "gdn" and rel.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"))
     return 2 + spec_tokens + extra
 
 

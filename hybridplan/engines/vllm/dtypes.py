@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import flag_dtype, serving_dtype
 from hybridplan.engines.vllm.releases import NEWEST, Release
+from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
 from hybridplan.spec import ModelSpec
@@ -14,14 +15,18 @@ from hybridplan.spec import ModelSpec
 if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario
 
-#: ``--dtype`` (vllm/config/model.py ``ModelDType``)
+#: ``--dtype`` (vllm/config/model.py ``ModelDType``), the same in every release
 MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
                 "float32": "float32"}
-#: ``--mamba-cache-dtype`` and ``--mamba-ssm-cache-dtype`` (vllm/config/cache.py ``MambaDType``)
+#: ``--mamba-cache-dtype`` and ``--mamba-ssm-cache-dtype`` (vllm/config/cache.py ``MambaDType``): float32 from
+#: 0.10.1, float16 from 0.13.0, bfloat16 from 0.22.0
 STATE_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-#: ``--kv-cache-dtype`` (vllm/config/cache.py ``CacheDType``): the names hybridplan sizes, and the rest
+_STATE_SINCE = {"float32": "0.10.1", "float16": "0.13.0", "bfloat16": "0.22.0"}
+#: ``--kv-cache-dtype`` (vllm/config/cache.py ``CacheDType``): the names hybridplan sizes, with the release
+#: that brought each, and those it does not size
 KV_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
              "fp8_e5m2": "float8_e5m2"}
+_KV_SINCE = {"fp8": "0.10.0", "fp8_e4m3": "0.10.0", "fp8_e5m2": "0.10.0", "bfloat16": "0.11.0", "float16": "0.18.0"}
 KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc",
                 "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
                 "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
@@ -37,33 +42,57 @@ def model_dtype(spec: ModelSpec, dtype: str | None = None) -> str:
                                                       accepted=MODEL_DTYPES))
 
 
+def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in names.items() if rel.at_least(table.get(k, "0.10.0"))}
+
+
+def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
+    """The SSM dtype a model hook sets under "auto" (vllm/model_executor/models/config.py): Nemotron-H takes
+    its config's ``mamba_ssm_cache_dtype`` from 0.13.0, else float16, else float32 from 0.20.0; Qwen3.5 its
+    ``mamba_ssm_dtype``, the multimodal classes from 0.17.0 and the *ForCausalLM classes from 0.27.0."""
+    if spec.architecture == "NemotronHForCausalLM" and rel.at_least("0.13.0"):
+        return spec.config_dtype("mamba_ssm_cache_dtype") or ("float32" if rel.at_least("0.20.0") else "float16")
+    qwen35 = (spec.architecture in _QWEN35_VLM and rel.at_least("0.17.0")) or (
+        spec.architecture in _QWEN35_LM and rel.at_least("0.27.0"))
+    return spec.config_dtype("mamba_ssm_dtype") if qwen35 else None
+
+
 def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) -> CacheDtypes:
     """``--mamba-cache-dtype`` (conv), ``--mamba-ssm-cache-dtype`` (SSM), ``--kv-cache-dtype``; None = auto.
 
-    vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateDtypeCalculator``: conv = mamba cache dtype
-    (auto → model dtype); SSM = the SSM cache dtype if set, else the conv dtype. Model hooks that resolve an
-    "auto" SSM dtype (vllm/model_executor/models/config.py):
-      - Nemotron-H: 0.14–0.17 float16; 0.20+ the config's ``mamba_ssm_cache_dtype``, default float32.
-      - Qwen3.5: 0.20+ the config's ``mamba_ssm_dtype`` (the *ForCausalLM classes only from 0.28).
-      - KDA keeps its recurrent state in float32 under auto.
+    vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateDtypeCalculator``: conv = the mamba cache
+    dtype (auto → the model dtype); SSM = the SSM cache dtype if set, else a model hook's, else the conv dtype.
+    Exceptions: GDN ignores the SSM dtype before 0.17.0; KDA's recurrent state is float32 in every release (the
+    Kimi-Linear layer passes no SSM dtype); MiniMax's linear-attention state takes the conv dtype, and refuses
+    float32 until 0.20.0.
     """
     mdt = model_dtype(spec, choice.dtype)
-    conv_dt = flag_dtype(choice.conv, what="--conv-dtype", engine_flag="vLLM --mamba-cache-dtype",
-                         accepted=STATE_DTYPES) or mdt
-    kv_dt = flag_dtype(choice.kv, what="--kv-dtype", engine_flag="vLLM --kv-cache-dtype", accepted=KV_DTYPES,
-                       not_sized=KV_NOT_SIZED) or mdt
-    ssm_given = flag_dtype(choice.ssm, what="--ssm-dtype", engine_flag="vLLM --mamba-ssm-cache-dtype",
-                           accepted=STATE_DTYPES)
-    if ssm_given:
-        ssm_dt = ssm_given
-    elif spec.family == "Nemotron-H" and rel.minor >= 14:
-        ssm_dt = "float16" if rel.minor <= 17 else (spec.config_dtype("mamba_ssm_cache_dtype") or "float32")
-    elif (spec.config_dtype("mamba_ssm_dtype") and rel.minor >= 20
-          and (spec.architecture in _QWEN35_VLM or (spec.architecture in _QWEN35_LM and rel.minor >= 28))):
-        ssm_dt = spec.config_dtype("mamba_ssm_dtype")
-    else:
-        ssm_dt = conv_dt
-    return CacheDtypes(conv=conv_dt, ssm=ssm_dt, kv=kv_dt, ssm_by_kind=() if ssm_given else (("kda", "float32"),))
+    if rel.before("0.10.1"):  # no state dtype flags yet: every state takes the KV cache dtype
+        kv_dt = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
+                           accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+        for given, flag in ((choice.conv, "--conv-dtype"), (choice.ssm, "--ssm-dtype")):
+            if given is not None:
+                raise PlanError(f"vLLM {rel.version} has no {flag} (--mamba-cache-dtype and "
+                                "--mamba-ssm-cache-dtype came in 0.10.1): its states take the KV cache dtype")
+        return CacheDtypes(conv=kv_dt, ssm=kv_dt, kv=kv_dt, ssm_by_kind=())
+    states = _since(rel, _STATE_SINCE, STATE_DTYPES)
+    conv_dt = flag_dtype(choice.conv, what="--conv-dtype", engine_flag=f"vLLM {rel.version} --mamba-cache-dtype",
+                         accepted=states) or mdt
+    kv_dt = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
+                       accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+    ssm_given = flag_dtype(choice.ssm, what="--ssm-dtype",
+                           engine_flag=f"vLLM {rel.version} --mamba-ssm-cache-dtype", accepted=states)
+    ssm_dt = ssm_given or _ssm_hook(spec, rel) or conv_dt
+    by_kind = [("kda", "float32"), ("linear_attention", conv_dt)]
+    if rel.before("0.17.0"):
+        by_kind.append(("gdn", conv_dt))
+    if "float32" in (conv_dt, ssm_dt) and rel.before("0.10.2") and any(m.kind == "mamba1" for m in spec.recurrent):
+        raise PlanError(f"vLLM {rel.version} refuses a float32 state for Mamba-1 layers (\"fp32 state for mamba1 "
+                        "is not yet supported\", vllm/model_executor/layers/mamba/mamba_utils.py)")
+    if conv_dt == "float32" and rel.before("0.20.1") and any(m.kind == "linear_attention" for m in spec.recurrent):
+        raise PlanError(f"vLLM {rel.version} refuses a float32 state for MiniMax (\"fp32 state for minimax is not "
+                        "yet supported\", vllm/model_executor/layers/mamba/mamba_utils.py)")
+    return CacheDtypes(conv=conv_dt, ssm=ssm_dt, kv=kv_dt, ssm_by_kind=tuple(by_kind))
 
 
 def footprint(sc: Scenario) -> Footprint:

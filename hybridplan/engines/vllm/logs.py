@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 GiB = 1 << 30
 
 SETTINGS = {
-    "version": re.compile(r"(?:vLLM(?: API server)? version |LLM engine \(v)(\d+\.\d+)(?:\.\d+)?"),
+    "version": re.compile(r"(?:vLLM(?: API)?(?: server)? version |LLM engine \(v)(\d+\.\d+[\w.+]*)"),
     "model": re.compile(r"\bmodel='([^']+)'"),
     "tp": re.compile(r"\btensor_parallel_size=(\d+)"),
     "max_len": re.compile(r"\bmax_seq_len=(\d+)"),

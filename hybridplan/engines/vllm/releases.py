@@ -1,63 +1,108 @@
 """Which vLLM release, and what it decides before any arithmetic: the models it serves, its Mamba cache
-modes and which one a start picks, and its flag defaults. Paths are those of the vLLM wheels."""
+modes and which one a start picks, its flag defaults and its start-up check. Every release from 0.10.0 to
+0.33.0 is known, to the patch: a rule that moved inside a minor (the KV token figure, 0.20.0 → 0.20.1) keys on
+the patch. Paths are those of the vLLM wheels; docs/engines.md lists the rules by release."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
 
-#: The release bands modelled, by minor version (0.X). Rules may differ inside a band; they key on the
-#: minor itself.
-BANDS: tuple[tuple[int, ...], ...] = ((11,), (14, 15, 16, 17), tuple(range(20, 28)), (28, 29, 30, 31), (32, 33))
-KNOWN_MINORS = tuple(m for band in BANDS for m in band)
-NEWEST_MINOR = KNOWN_MINORS[-1]
+#: every vLLM release on PyPI from 0.10.0 on (there are no post releases)
+VERSIONS = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0",
+            "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
+            "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+            "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 
-#: Architectures whose model class implements Mamba prefix caching in `all` mode
-#: (``SupportsMambaPrefixCaching`` in vllm/model_executor/models/*.py, 0.14–0.31).
+#: Architectures whose class implements Mamba prefix caching in `all` mode (``SupportsMambaPrefixCaching``
+#: in vllm/model_executor/models/*.py, 0.11.1–0.31; Bamba left the registry in 0.24.0)
 ALL_MODE_ARCHS = frozenset({"NemotronHForCausalLM", "JambaForCausalLM", "Zamba2ForCausalLM", "FalconH1ForCausalLM",
                             "GraniteMoeHybridForCausalLM", "BambaForCausalLM", "MambaForCausalLM",
                             "FalconMambaForCausalLM", "Mamba2ForCausalLM"})
+
+#: when a hybrid architecture entered the registry (vllm/model_executor/models/registry.py), and when it left
+_REGISTERED = {
+    "Lfm2ForCausalLM": ("0.10.2", None), "Qwen3NextForCausalLM": ("0.10.2", None),
+    "KimiLinearForCausalLM": ("0.11.1", None), "Lfm2MoeForCausalLM": ("0.11.1", None),
+    "Qwen3_5ForConditionalGeneration": ("0.17.0", None), "Qwen3_5MoeForConditionalGeneration": ("0.17.0", None),
+    "Qwen3_5ForCausalLM": ("0.27.0", None), "Qwen3_5MoeForCausalLM": ("0.27.0", None),
+    "BambaForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxForCausalLM": ("0.10.0", "0.24.0"),
+    "MiniMaxM1ForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxText01ForCausalLM": ("0.10.0", "0.24.0"),
+}
+
+#: classes marked ``SupportsV0Only`` (no V1 engine at all) until the release given
+_V0_ONLY = {"JambaForCausalLM": "0.10.1", "MambaForCausalLM": "0.10.1", "FalconMambaForCausalLM": "0.10.1",
+            "MiniMaxText01ForCausalLM": "0.10.1", "MiniMaxM1ForCausalLM": "0.10.1"}
 
 #: ``--max-num-seqs`` defaults (vllm/engine/arg_utils.py): 1024 on GPUs with at least this much memory
 #: (not A100), else 256
 LARGE_GPU_BYTES = 70 * (1 << 30)
 
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?P<rest>.*)")
 
-@dataclass(frozen=True)
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+@dataclass(frozen=True, order=True)
 class Release:
-    """One vLLM minor release, 0.``minor``."""
+    """One vLLM release, as ``(0, minor, patch[, sub])``."""
 
-    minor: int
+    key: tuple[int, ...]
 
     @property
     def version(self) -> str:
-        return f"0.{self.minor}"
+        return ".".join(str(p) for p in self.key)
 
     @property
-    def band(self) -> str:
-        band = next(b for b in BANDS if self.minor in b)
-        return f"0.{band[0]}" if len(band) == 1 else f"0.{band[0]}–0.{band[-1]}"
+    def minor(self) -> int:
+        return self.key[1]
+
+    def at_least(self, version: str) -> bool:
+        return self.key >= _key(version)
+
+    def before(self, version: str) -> bool:
+        return self.key < _key(version)
+
+    # --- which models, which engine ----------------------------------------------------------------
+
+    def serves(self, spec: ModelSpec) -> bool:
+        """In the registry (vllm/model_executor/models/registry.py) at this release."""
+        added, removed = _REGISTERED.get(spec.architecture, ("0.10.0", None))
+        return self.at_least(added) and (removed is None or self.before(removed))
+
+    def check_served(self, spec: ModelSpec) -> None:
+        if not self.serves(spec):
+            raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name})")
+        v0_only = _V0_ONLY.get(spec.architecture)
+        if v0_only and self.before(v0_only):
+            raise NotServed(f"vLLM {self.version} serves {spec.architecture} on its V0 engine only (SupportsV0Only "
+                            "in vllm/model_executor/models/); hybridplan models the V1 engine")
+
+    def caveats(self, spec: ModelSpec) -> tuple[str, ...]:
+        """What a reader of figures for this release should know before trusting them."""
+        if spec.recurrent and self.before("0.10.2"):
+            return (f"vLLM {self.version} runs Mamba layers on its V0 engine unless VLLM_USE_V1=1 is set "
+                    "(vllm/engine/arg_utils.py), and V1 then needs --no-enable-prefix-caching: these are the V1 "
+                    "engine's figures",)
+        return ()
+
+    # --- Mamba cache modes (vllm/config/cache.py, vllm/model_executor/models/config.py) -------------------
 
     @property
     def modes(self) -> tuple[str, ...]:
-        """Mamba cache modes (vllm/config/cache.py ``MambaCacheMode``): no prefix caching branch in 0.11;
-        all/align/none through 0.31; align/none from 0.32."""
-        if self.minor == 11:
+        """The modes a start can run in: none only until 0.11.0 (prefix caching forced off); from 0.11.1
+        prefix caching on a supporting model caches every block, which 0.15.0 named `all` beside `align`;
+        `all` is gone in 0.32.0."""
+        if self.before("0.11.1"):
             return ("none",)
-        return ("none", "align") if self.minor >= 32 else ("none", "align", "all")
-
-    def modes_for(self, spec: ModelSpec, mode: str | None = None) -> tuple[str, ...]:
-        """The modes modelled for this model, or just ``mode`` when one was asked for: attention-free models
-        are sized without prefix caching."""
-        modes = self.modes if spec.attention else ("none",)
-        if mode is None:
-            return modes
-        self.check_mode(mode)
-        if mode not in modes:
-            raise PlanError(f"mode {mode!r} is not modelled for attention-free {spec.name}: only 'none'")
-        return (mode,)
+        if self.before("0.15.0"):
+            return ("none", "all")
+        return ("none", "align") if self.at_least("0.32.0") else ("none", "align", "all")
 
     def check_mode(self, mode: str) -> None:
         if mode not in self.modes:
@@ -66,77 +111,120 @@ class Release:
     def supports_all(self, spec: ModelSpec) -> bool:
         return "all" in self.modes and spec.architecture in ALL_MODE_ARCHS
 
+    def modes_for(self, spec: ModelSpec, mode: str | None = None) -> tuple[str, ...]:
+        """The modes this model runs in, or the one a start asked for ``mode`` runs in: attention-free models
+        are sized without prefix caching; `all` on a model without it runs as `align` (as vLLM falls back,
+        0.15–0.31), and before 0.15 prefix caching on such a model is switched off."""
+        if not spec.attention:
+            modes: tuple[str, ...] = ("none",)
+        else:
+            modes = tuple(m for m in self.modes if m != "all" or self.supports_all(spec))
+        if mode is None:
+            return modes
+        self.check_mode(mode)
+        if not spec.attention and mode != "none":
+            raise PlanError(f"mode {mode!r} is not modelled for attention-free {spec.name}: only 'none'")
+        if mode == "all" and not self.supports_all(spec):
+            return ("align",) if "align" in self.modes else ("none",)
+        return (mode,)
+
     def prefix_caching_default(self, spec: ModelSpec) -> bool:
-        """Prefix caching on by default? (vllm/config/model.py ``is_prefix_caching_supported``): never in 0.11
-        (``MambaModelConfig`` turns it off); off for hybrids until 0.25, on from 0.27 (0.26 taken as 0.25);
-        never for attention-free models."""
-        if self.minor == 11 or not spec.attention:
-            return False
-        return self.minor >= 27
+        """Prefix caching with no flag (vllm/engine/arg_utils.py, vllm/config/model.py): off for hybrids until
+        0.27.1, on from 0.28.0; never for attention-free models in what hybridplan models."""
+        return bool(spec.attention) and self.at_least("0.28.0")
 
     def prefix_mode(self, spec: ModelSpec, spec_tokens: int = 0) -> str:
-        """The mode vLLM picks when prefix caching is on (vllm/model_executor/models/config.py
-        ``MambaModelConfig``): `all` where supported through 0.27 (0.20: `align` with speculative decoding),
-        `align` otherwise and from 0.28."""
-        if self.minor == 11:
-            return "none"
-        if self.minor <= 27 and self.supports_all(spec) and not (self.minor == 20 and spec_tokens):
-            return "all"
-        return "align"
+        """The mode with prefix caching on (``MambaModelConfig.verify_and_update_config``): `all` where the
+        class supports it, else `align` (0.15–0.27; 0.20.0–0.21.0 pick `align` under speculative decoding),
+        always `align` from 0.28.0; before 0.15 `all` where supported, else prefix caching is switched off."""
+        if self.before("0.15.0"):
+            return "all" if self.supports_all(spec) else "none"
+        if self.at_least("0.28.0") or not self.supports_all(spec):
+            return "align"
+        if spec_tokens and self.at_least("0.20.0") and self.before("0.22.0"):
+            return "align"
+        return "all"
 
     def mode(self, spec: ModelSpec, spec_tokens: int = 0, prefix_caching: bool | None = None) -> str:
         """The mode a start runs in: with ``--enable-prefix-caching`` the prefix mode, with
         ``--no-enable-prefix-caching`` none, and with neither the release's default."""
         if prefix_caching is None:
             prefix_caching = self.prefix_caching_default(spec)
-        return self.prefix_mode(spec, spec_tokens) if prefix_caching else "none"
+        return self.prefix_mode(spec, spec_tokens) if prefix_caching and spec.attention else "none"
 
     def default_mode(self, spec: ModelSpec, spec_tokens: int = 0) -> str:
         """The mode of a start with no flags."""
         return self.mode(spec, spec_tokens)
 
+    # --- figures that change by release ------------------------------------------------------------------
+
     @property
     def gpu_memory_utilization(self) -> float:
-        """``--gpu-memory-utilization`` default (vllm/config/cache.py): 0.9 in 0.11, 0.92 from 0.20."""
-        return 0.9 if self.minor == 11 else 0.92
+        """``--gpu-memory-utilization`` default (vllm/config/cache.py): 0.9, 0.92 from 0.20.0."""
+        return 0.92 if self.at_least("0.20.0") else 0.9
+
+    @property
+    def tokens_from_concurrency(self) -> bool:
+        """The "KV cache size" token figure (vllm/v1/core/kv_cache_utils.py): ``num_blocks // groups ·
+        block`` up to 0.20.0, ``int(max_concurrency · max_model_len)`` from 0.20.1."""
+        return self.at_least("0.20.1")
 
     @property
     def one_line_capacity_log(self) -> bool:
-        """0.28 merged "GPU KV cache size" and "Maximum concurrency" into one line."""
-        return self.minor >= 28
+        """0.28.0 merged "GPU KV cache size" and "Maximum concurrency" into one line."""
+        return self.at_least("0.28.0")
 
-    def serves(self, spec: ModelSpec) -> bool:
-        """Bamba left in 0.28; MiniMax-Text-01 is absent from 0.33."""
-        if spec.architecture == "BambaForCausalLM":
-            return self.minor < 28
-        if spec.family == "MiniMax-Text-01":
-            return self.minor < 33
-        return True
+    @property
+    def max_num_seqs_check(self) -> str:
+        """What a ``max_num_seqs`` above the Mamba cache blocks does: nothing up to 0.17.1; 0.18.0–0.19.1 cap
+        the CUDA-graph capture sizes and start ("cap"); from 0.20.0 the start fails ("refuse";
+        vllm/config/compilation.py)."""
+        if self.at_least("0.20.0"):
+            return "refuse"
+        return "cap" if self.at_least("0.18.0") else "none"
 
-    def check_served(self, spec: ModelSpec) -> None:
-        if not self.serves(spec):
-            raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name})")
+    @property
+    def rounds_available_memory(self) -> bool:
+        """"Available KV cache memory" prints ``round(GiB, 2)`` from 0.14.0 (format_gib), ``%.2f`` before."""
+        return self.at_least("0.14.0")
 
 
-NEWEST = Release(NEWEST_MINOR)
+NEWEST = Release(_key(VERSIONS[-1]))
+KNOWN = tuple(Release(_key(v)) for v in VERSIONS)
+KNOWN_MINORS = tuple(sorted({r.minor for r in KNOWN}))
 
 
 def known_versions() -> list[str]:
-    return [f"0.{m}" for m in KNOWN_MINORS]
+    return list(VERSIONS)
 
 
 def release(version: str | None) -> Release:
-    """The rules of ``--vllm-version X.Y`` (a patch level is accepted and ignored)."""
+    """The rules of ``--vllm-version``: a minor (``0.20``, its newest patch), a release (``0.20.1``), or a build
+    as logs print it (``0.17.0rc1.dev201+g1234abc``, ``0.11.1rc6``, ``0.13.0+faa43dbf.nv26.01``), which takes
+    the rules of the release it belongs to."""
     if version is None:
         return NEWEST
-    parts = version.strip().lstrip("v").split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        major = minor = -1
-    if major != 0 or minor not in KNOWN_MINORS:
-        raise PlanError(f"unknown vLLM version {version!r} (known: {', '.join(known_versions())})")
-    return Release(minor)
+    m = _VERSION.fullmatch(version.strip())
+    if not m or m.group(1) != "0":
+        raise PlanError(f"unknown vLLM version {version!r} (known: {VERSIONS[0]} to {VERSIONS[-1]})")
+    minor = int(m.group(2))
+    if minor > NEWEST.minor:
+        raise PlanError(f"vLLM {version} is newer than the newest modelled release ({NEWEST.version})")
+    if minor not in KNOWN_MINORS:
+        raise PlanError(f"unknown vLLM version {version!r} (known: {VERSIONS[0]} to {VERSIONS[-1]})")
+    same_minor = [r for r in KNOWN if r.minor == minor]
+    if m.group(3) is None:
+        return same_minor[-1]
+    key = tuple(int(p) for p in m.groups()[:4] if p is not None)
+    exact = next((r for r in same_minor if r.key == key), None)
+    if exact is not None:
+        return exact
+    if m.group("rest"):  # a pre-release or dev build: the newest release at or below it
+        below = [r for r in same_minor if r.key <= key]
+        if below:
+            return below[-1]
+        return same_minor[0]
+    raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
 
 
 def default_max_num_seqs(gpu_mem: int | None) -> int:

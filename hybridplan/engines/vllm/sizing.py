@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import size_of
 from hybridplan.engines.common import cdiv
-from hybridplan.engines.vllm.blocks import Layout, attention_pages, layout, recurrent_pages
+from hybridplan.engines.vllm.blocks import KERNEL_BLOCK, Layout, attention_pages, layout, recurrent_pages
 from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.dtypes import footprint, model_dtype
-from hybridplan.engines.vllm.releases import Release, default_max_num_seqs
+from hybridplan.engines.vllm.releases import NEWEST, Release, default_max_num_seqs
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
 
@@ -35,14 +35,24 @@ class CacheGroup:
     recurrent: bool
 
 
-def cache_groups(fp: Footprint) -> tuple[int, tuple[CacheGroup, ...]]:
-    """Bucket layers by identical spec; group size = the smallest bucket, or the largest when that is below
-    1.5× the smallest; each bucket of n layers makes cdiv(n, size) groups (layers assigned strided)."""
+def _threshold(rel: Release) -> float | None:
+    """The group size is the smallest bucket, or the largest when that is below this many times the smallest:
+    never up to 0.11.2, 1.25 from 0.12.0, 1.5 from 0.18.0."""
+    if rel.before("0.12.0"):
+        return None
+    return 1.5 if rel.at_least("0.18.0") else 1.25
+
+
+def cache_groups(fp: Footprint, rel: Release = NEWEST) -> tuple[int, tuple[CacheGroup, ...]]:
+    """Bucket layers by identical spec; group size = the smallest bucket, or the largest when that is close
+    enough (``_threshold``); each bucket of n layers makes cdiv(n, size) groups (layers assigned strided;
+    contiguous in 0.10, which counts the same)."""
     buckets: list[tuple[str, int, int | None, bool]] = [(g.kind, g.count, g.window, False) for g in fp.kv]
     buckets += [(g.kind, g.count, None, True) for g in fp.state]
     sizes = [n for _, n, _, _ in buckets]
     size = min(sizes)
-    if max(sizes) < 1.5 * size:
+    threshold = _threshold(rel)
+    if threshold is not None and max(sizes) < threshold * size:
         size = max(sizes)
     groups: list[CacheGroup] = []
     for kind, n, window, rec in buckets:
@@ -80,26 +90,60 @@ class Capacity:
 
     @property
     def kv_tokens(self) -> int:
-        """The "GPU KV cache size" figure: int(concurrency · max_len) from 0.23; before that
-        num_blocks // groups · block."""
-        if self.rel.minor <= 20 and self.layout.block_size:
-            return self.num_blocks // len(self.groups) * self.layout.block_size
-        return int(self.max_concurrency * self.max_len)
+        """The "GPU KV cache size" figure (vllm/v1/core/kv_cache_utils.py): from 0.20.1 int(concurrency ·
+        max_len); up to 0.20.0 num_blocks // groups · the smallest group block size, where a Mamba group's
+        block is max_len in mode none (the attention block otherwise), and 0.10's single-group path (a model
+        of Mamba layers only) multiplies by the cache block size, 16."""
+        if self.rel.tokens_from_concurrency:
+            return int(self.max_concurrency * self.max_len)
+        if len(self.groups) == 1 and self.rel.before("0.11.0"):
+            return self.num_blocks * (self.layout.block_size or KERNEL_BLOCK)
+        mamba_block = self.max_len if self.layout.mode == "none" else (self.layout.block_size or self.max_len)
+        blocks = [mamba_block if g.recurrent else self.layout.block_size or self.max_len for g in self.groups]
+        return self.num_blocks // len(self.groups) * min(blocks)
 
     @property
-    def max_num_seqs_limit(self) -> int | None:
-        """With Mamba layers and full decode CUDA graphs, max_num_seqs may not exceed num_blocks
-        (vllm/config/compilation.py, 0.33)."""
+    def mamba_blocks(self) -> int | None:
+        """The blocks the Mamba layers draw on (the whole shared pool), where the model has Mamba layers."""
         return self.num_blocks if any(g.recurrent for g in self.groups) else None
 
     @property
+    def max_num_seqs_limit(self) -> int | None:
+        """The most max_num_seqs that starts: num_blocks with Mamba layers and full decode CUDA graphs, from
+        0.20.0 (vllm/config/compilation.py); no limit before (0.18–0.19 cap the graph sizes instead)."""
+        return self.mamba_blocks if self.rel.max_num_seqs_check == "refuse" else None
+
+    @property
+    def padding_layers(self) -> tuple[tuple[int, float], ...]:
+        """(layers added, % of the bucket) per bucket whose layers do not fill their groups."""
+        out = []
+        for kind, window, rec in dict.fromkeys((g.kind, g.window, g.recurrent) for g in self.groups):
+            n = sum(g.layers for g in self.groups if (g.kind, g.window, g.recurrent) == (kind, window, rec))
+            pad = self.group_size - n % self.group_size
+            if pad != self.group_size:
+                out.append((pad, 100 * pad / n))
+        return tuple(out)
+
+    @property
     def logs(self) -> tuple[str, ...]:
+        pads = tuple(f"Add {p} padding layers, may waste at most {pct:.2f}% KV cache memory"
+                     for p, pct in self.padding_layers)
         size = f"GPU KV cache size: {self.kv_tokens:,} tokens"
         conc = f"Maximum concurrency for {self.max_len:,} tokens per request: {self.max_concurrency:.2f}x"
-        return (f"{size}, {conc}",) if self.rel.one_line_capacity_log else (size, conc)
+        return pads + ((f"{size}, {conc}",) if self.rel.one_line_capacity_log else (size, conc))
+
+    @property
+    def request_bytes(self) -> int:
+        """What one request of the context takes over every layer (``max_memory_usage_bytes`` summed)."""
+        return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.layout.page_bytes
 
     def problem(self, max_num_seqs: int) -> str | None:
         """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
+        if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
+            whose = "model's" if self.rel.at_least("0.14.0") else "models's"  # vLLM's own spelling before 0.14
+            return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
+                    f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
+                    f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
         if self.max_concurrency < 1:
             return (f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, "
                     f"only {self.num_blocks} fit")
@@ -116,7 +160,7 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     if kv_budget <= 0:
         raise PlanError(f"the KV budget must be positive, got {kv_budget} B")
     lay = layout(sc, mode)
-    size, groups = cache_groups(footprint(sc))
+    size, groups = cache_groups(footprint(sc), sc.vllm.release)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, lay.block_size) for g in groups)
     return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release)
@@ -147,9 +191,14 @@ def kv_budget(sc: Scenario) -> int:
     return left
 
 
-def available_kv_memory_log(budget: int) -> str:
-    """vllm/v1/worker/gpu_worker.py: ``Available KV cache memory: {round(b / 2**30, 2)} GiB``."""
-    return f"Available KV cache memory: {round(budget / GiB, 2)} GiB"
+def _gib(n: int, rel: Release) -> str:
+    """GiB as vLLM prints them: ``round(b / 2**30, 2)`` from 0.14.0 (format_gib), ``%.2f`` before."""
+    return f"{round(n / GiB, 2)}" if rel.rounds_available_memory else f"{n / GiB:.2f}"
+
+
+def available_kv_memory_log(budget: int, rel: Release = NEWEST) -> str:
+    """vllm/v1/worker/gpu_worker.py: ``Available KV cache memory: … GiB``."""
+    return f"Available KV cache memory: {_gib(budget, rel)} GiB"
 
 
 @dataclass(frozen=True)
@@ -220,7 +269,7 @@ class Fit:
 
     def to_dict(self) -> dict:
         return {"default_mode": self.default_mode, "kv_budget_bytes": self.budget,
-                "available_kv_cache_memory_log": available_kv_memory_log(self.budget),
+                "available_kv_cache_memory_log": available_kv_memory_log(self.budget, self.rel),
                 "max_model_len_refused": self.refusal,
                 "modes": {m: f.to_dict() for m, f in self.modes.items()}}
 
@@ -230,10 +279,15 @@ def fit(sc: Scenario) -> Fit:
     rel = sc.vllm.release
     budget = kv_budget(sc)
     n = max_num_seqs(sc)
-    fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None)
-            for mode in rel.modes_for(sc.spec, sc.vllm.mode)}
-    notes = () if sc.vllm.max_num_seqs is not None else (
-        f"--max-num-seqs not given: vLLM's default, {n}, for "
-        + ("a GPU of at least 70 GiB (256 below; vllm/engine/arg_utils.py)" if n == 1024 else "a GPU under 70 GiB"),)
-    return Fit(rel, budget, sc.vllm.mode or rel.default_mode(sc.spec, sc.spec_tokens), fits, sc.ctx, sc.tp,
-               refusal(sc), notes)
+    modes = rel.modes_for(sc.spec, sc.vllm.mode)
+    fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None) for mode in modes}
+    chosen = modes[0] if sc.vllm.mode else rel.default_mode(sc.spec, sc.spec_tokens)
+    notes = list(rel.caveats(sc.spec))
+    if sc.vllm.max_num_seqs is None:
+        notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for " + (
+            "a GPU of at least 70 GiB (256 below; vllm/engine/arg_utils.py)" if n == 1024 else "a GPU under 70 GiB"))
+    blocks = fits[chosen].capacity.mamba_blocks
+    if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks:
+        notes.append(f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
+                     f"blocks: batches above {blocks} sequences run without graphs (vllm/config/compilation.py)")
+    return Fit(rel, budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes))
