@@ -48,8 +48,9 @@ class SizeReport:
         from hybridplan.engines.vllm.context import refusal
 
         why = refusal(self.sc)
-        return self.spec.notes + self.vllm_release.caveats(self.spec) + ((f"sized as asked, but vLLM {self.vllm_release.version} would not start with "
-                                   f"--max-model-len {self.ctx}: {why}",) if why else ())
+        late = (f"sized as asked, but vLLM {self.vllm_release.version} would not start with --max-model-len "
+                f"{self.ctx}: {why}",) if why else ()
+        return self.spec.notes + self.vllm_release.caveats(self.spec) + late
 
     @property
     def total_at_ctx(self) -> int:
