@@ -31,6 +31,7 @@ from hybridplan.options import (
     command,
     count_value,
     ctx_option,
+    number_value,
     option,
     param,
     plot_option,
@@ -126,7 +127,21 @@ CHECK_LOG = (
     param("sglang_version", SglangVersion, None),
     param("mode", Annotated[Optional[str], option("--mode", metavar="MODE",
                                                   help="vLLM mamba cache mode (default: read from the log).")], None),
-    param("kv_budget", size_option("--kv-budget", "Exact KV budget, if known"), None),
+    param("kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if "
+                                                  "known"), None),
+    param("spec_tokens", Annotated[Optional[int], option(
+        "--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
+        help="Speculative tokens (default: read from the log).")], None),
+    param("max_num_seqs", Annotated[Optional[int], option(
+        "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
+        help="vLLM --max-num-seqs (default: read from the log).")], None),
+    param("max_running_requests", Annotated[Optional[int], option(
+        "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
+        help="SGLang --max-running-requests (default: read from the log).")], None),
+    param("mem_fraction", Annotated[Optional[float], option(
+        "--mem-fraction-static", metavar="FRACTION",
+        parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
+        help="SGLang --mem-fraction-static (default: read from the log).")], None),
 )
 
 
@@ -225,25 +240,28 @@ def prefix(o: Options) -> None:
 
 @command(app, CHECK_LOG, JSON, name="check-log", short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
-    """Read a real start-up log and put each figure the engine printed beside hybridplan's prediction for
-    the same settings. Exit 1 on a mismatch.
+    """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
+    figure the engine printed beside hybridplan's prediction for those settings, and the figures hybridplan
+    does not model, with the reason. Flags override the log. Exit 0 when every figure matches, 1 on a
+    mismatch, 2 when the log cannot be read or holds nothing to check.
 
     Examples:
 
     \b
       hybridplan check-log vllm.log
-      hybridplan check-log sglang.log --model nemotron-h --tp 2
+      hybridplan check-log vllm.log --model qwen3-next --vllm-version 0.10.2
+      hybridplan check-log sglang.log --model nemotron-h --tp 2 --json
     """
-    from hybridplan import engines
     from hybridplan.engines import LogGiven
     from hybridplan.logread import scan
-    from hybridplan.reports.check_log import Given, check
+    from hybridplan.reports.check_log import check, keywords
 
-    text = scan(o.log, (k for e in engines.every() for k in e.log_keywords))
-    given = Given(model=o.model, tp=o.tp, engine=LogGiven(
-        vllm_version=o.vllm_version, sglang_version=o.sglang_version, mode=o.mode, ctx=o.ctx,
-        kv_budget=o.kv_budget))
-    report = check(text, given)
+    log = scan(o.log, keywords())
+    given = LogGiven(model=o.model, tp=o.tp, vllm_version=o.vllm_version, sglang_version=o.sglang_version,
+                     mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
+                     max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
+                     mem_fraction_static=o.mem_fraction)
+    report = check(log, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)
 

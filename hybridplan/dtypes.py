@@ -57,8 +57,9 @@ def flag_dtype(name: str | None, *, what: str, engine_flag: str, accepted: dict[
         return names[key]
     if key in not_sized:
         raise PlanError(f"{engine_flag} {name} is not sized by hybridplan (it sizes: auto, {', '.join(accepted)})")
-    raise PlanError(f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}; also "
-                    f"{', '.join(k for k in SHORT if SHORT[k] in accepted.values())})")
+    also = [k for k in SHORT if SHORT[k] in accepted.values() and k not in accepted]
+    raise PlanError(f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}"
+                    + (f"; also {', '.join(also)})" if also else ")"))
 
 
 def size_of(dtype: str) -> int:

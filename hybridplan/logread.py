@@ -1,10 +1,13 @@
-"""A start-up log read as a stream: only the lines that may hold a setting or a figure are kept, so a log of
-millions of unrelated lines (a DEBUG log) is read in constant memory and in seconds."""
+"""A start-up log read as a stream: only the lines that may hold a setting or a figure are kept, with their
+line numbers, so a log of millions of unrelated lines (a DEBUG log) is read in constant memory and in seconds.
+Lines that start with ``#`` are comments (a saved log may name its source there) and are never read."""
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hybridplan.errors import PlanError
@@ -12,27 +15,87 @@ from hybridplan.errors import PlanError
 BLOCK = 1 << 22
 #: the most kept lines: the last ones win, as a setting printed twice counts as it was printed last
 MAX_LINES = 50_000
+#: how much of a line a source shows
+EXCERPT = 100
 
 
-def scan(path: Path, keywords: Iterable[str]) -> str:
-    """The lines of ``path`` holding any of ``keywords``, in order, joined."""
+@dataclass(frozen=True)
+class Line:
+    no: int
+    text: str
+
+    @property
+    def excerpt(self) -> str:
+        """The line without the engine's prefixes (docker timestamps, process tags, level and time), cut short."""
+        text = re.sub(r"^.*?(?:INFO|WARNING|ERROR|DEBUG)\s+(?:\d\d-\d\d \d\d:\d\d:\d\d\s+)?(?:\[[^\]]*\]\s*)?", "",
+                      self.text).strip() or self.text.strip()
+        text = re.sub(r"^\[[\d\-: ]+(?:TP\d+|DP\d+|PP\d+|EP\d+|\s)*\]\s*", "", text)
+        return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Found:
+    """A pattern's match and the line it is on."""
+
+    line: Line
+    match: re.Match[str]
+
+    def __getitem__(self, i: int) -> str:
+        return self.match.group(i)
+
+    @property
+    def source(self) -> str:
+        return f"line {self.line.no}: {self.line.excerpt}"
+
+
+@dataclass(frozen=True)
+class Log:
+    lines: tuple[Line, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    def all(self, pattern: re.Pattern[str]) -> list[Found]:
+        return [Found(line, m) for line in self.lines for m in pattern.finditer(line.text)]
+
+    def last(self, pattern: re.Pattern[str]) -> Found | None:
+        for line in reversed(self.lines):
+            found = list(pattern.finditer(line.text))
+            if found:
+                return Found(line, found[-1])
+        return None
+
+    def has(self, pattern: re.Pattern[str]) -> bool:
+        return any(pattern.search(line.text) for line in self.lines)
+
+
+def scan(path: Path, keywords: Iterable[str]) -> Log:
+    """The lines of ``path`` holding any of ``keywords``, in order, with their numbers (from 1)."""
     keys = [k.encode() for k in dict.fromkeys(keywords)]
-    kept: deque[str] = deque(maxlen=MAX_LINES)
+    kept: deque[Line] = deque(maxlen=MAX_LINES)
     try:
         with open(path, "rb") as f:
-            carry = b""
+            carry, seen = b"", 0
             while block := f.read(BLOCK):
                 block = carry + block
                 cut = block.rfind(b"\n") + 1
                 body, carry = block[:cut], block[cut:]
-                kept.extend(_lines(body, keys))
-            kept.extend(_lines(carry + b"\n", keys) if carry else ())
+                kept.extend(_lines(body, keys, seen))
+                seen += body.count(b"\n")
+            kept.extend(_lines(carry + b"\n", keys, seen) if carry else ())
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
-    return "\n".join(kept)
+    return Log(tuple(kept))
 
 
-def _lines(body: bytes, keys: list[bytes]) -> list[str]:
+def read_text(text: str, keywords: Iterable[str] = ("",)) -> Log:
+    """A log held in memory (tests, the validation scripts)."""
+    keys = [k.encode() for k in dict.fromkeys(keywords)] or [b""]
+    return Log(tuple(_lines((text if text.endswith("\n") else text + "\n").encode(), keys, 0)))
+
+
+def _lines(body: bytes, keys: list[bytes], seen: int) -> list[Line]:
     starts: set[int] = set()
     for key in keys:
         i = body.find(key)
@@ -41,4 +104,11 @@ def _lines(body: bytes, keys: list[bytes]) -> list[str]:
             starts.add(start)
             end = body.find(b"\n", i)
             i = body.find(key, end) if end >= 0 else -1
-    return [body[s:body.find(b"\n", s)].decode("utf-8", errors="replace") for s in sorted(starts)]
+    out, at, no = [], 0, seen + 1
+    for s in sorted(starts):
+        no += body.count(b"\n", at, s)
+        at = s
+        raw = body[s:body.find(b"\n", s)]
+        if not raw.lstrip().startswith(b"#"):
+            out.append(Line(no, raw.decode("utf-8", errors="replace").rstrip("\r")))
+    return out

@@ -52,7 +52,7 @@ def _size(flag: str, allow_zero: bool = False) -> Callable[[str], int]:
     return lambda text: parse_size(text, what=flag, allow_zero=allow_zero)
 
 
-def _number(flag: str, low: float, high: float | None, why: str) -> Callable[[str], float]:
+def number_value(flag: str, low: float, high: float | None, why: str) -> Callable[[str], float]:
     """A number in (low, high]; ``why`` names whose bound it is."""
 
     def read(text: Any) -> float:
@@ -121,7 +121,8 @@ VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION
                                                    "its newest patch (default: 0.33.0).")]
 SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VERSION",
                                                 autocompletion=_choices(_sglang_versions),
-                                                help="SGLang release: 0.5.23 (default) or 0.5.9.")]
+                                                help="SGLang release whose rules apply, 0.5.2 to 0.5.23 (default: "
+                                                     "0.5.23).")]
 Mode = Annotated[Optional[str], option("--mode", metavar="MODE",
                                        autocompletion=_choices(lambda: ("none", "align", "all")),
                                        help="vLLM mamba cache mode: none, align or all (default: every mode).")]
@@ -134,9 +135,20 @@ Engine = Annotated[str, option("--engine", metavar="ENGINE",
                                autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
                                help="vllm, sglang or both.")]
 Radix = Annotated[str, option("--radix", metavar="STRATEGY",
-                              autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer", "off")),
-                              help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, or off "
-                                   "(radix cache disabled).")]
+                              autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer",
+                                                               "extra_buffer_lazy", "off")),
+                              help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, "
+                                   "extra_buffer_lazy, or off (--disable-radix-cache).")]
+PageSize = Annotated[int, option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
+                                 help="SGLang --page-size: tokens per KV page.")]
+NoOverlap = Annotated[bool, option("--disable-overlap-schedule",
+                                   help="SGLang without its overlap scheduler (one extra_buffer slot fewer).")]
+DraftTokens = Annotated[Optional[int], option("--draft-tokens", metavar="N", parser=count_value("--draft-tokens"),
+                                              help="SGLang --speculative-num-draft-tokens (default: --spec-tokens "
+                                                   "+ 1).")]
+SglangEnv = Annotated[Optional[list[str]], option("--sglang-env", metavar="NAME=VALUE",
+                                                  help="An SGLang environment variable of its Mamba sizing: "
+                                                       "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 (repeatable).")]
 Chunk = Annotated[int, option("--max-num-batched-tokens", metavar="TOKENS",
                               parser=tokens_value("--max-num-batched-tokens"),
                               help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
@@ -195,7 +207,9 @@ DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), par
 SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0),)
 VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None), param("block_size", BlockSize, None),
         param("gdn_backend", GdnBackend, "flashinfer"))
-SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"))
+SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"),
+          param("page_size", PageSize, 1), param("no_overlap", NoOverlap, False),
+          param("draft_tokens", DraftTokens, None), param("sglang_env", SglangEnv, None))
 ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
 ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
@@ -205,10 +219,10 @@ BUDGET = (
     param("weights", size_option("--weights", "The model's weights over all ranks, each of --tp GPUs holding its "
                                              "share, e.g. 16GiB"), None),
     param("params", Annotated[Optional[float], option(
-        "--params", metavar="N", parser=_number("--params", 0, 1e14, "a parameter count"),
+        "--params", metavar="N", parser=number_value("--params", 0, 1e14, "a parameter count"),
         help="Parameter count, e.g. 8.1e9: weights at the model dtype, split over --tp.")], None),
     param("gpu_util", Annotated[Optional[float], option(
-        "--gpu-util", metavar="FRACTION", parser=_number("--gpu-util", 0, 1, "vLLM's gpu_memory_utilization"),
+        "--gpu-util", metavar="FRACTION", parser=number_value("--gpu-util", 0, 1, "vLLM's gpu_memory_utilization"),
         help="vLLM --gpu-memory-utilization (default: the release's).")], None),
     param("overhead", Annotated[int, option(
         "--overhead", metavar="SIZE", parser=_size("--overhead", allow_zero=True),
@@ -224,13 +238,16 @@ ADMISSION = (
     param("max_running_requests", Annotated[Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests to check.")], None),
+    param("max_mamba_cache_size", Annotated[Optional[int], option(
+        "--max-mamba-cache-size", metavar="N", parser=count_value("--max-mamba-cache-size"),
+        help="SGLang --max-mamba-cache-size (default: from the memory split).")], None),
     param("full_memory_ratio", Annotated[float, option(
         "--mamba-full-memory-ratio", metavar="RATIO",
-        parser=_number("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
+        parser=number_value("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
         help="SGLang's state/KV split.")], 0.9),
     param("mem_fraction", Annotated[float, option(
         "--mem-fraction-static", metavar="FRACTION",
-        parser=_number("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
+        parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
         help="SGLang --mem-fraction-static (only with --gpu-mem).")], 0.88),
 )
 
@@ -260,7 +277,8 @@ _SCENARIO = {"tp": "tp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots"
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
          "gpu_util": "gpu_util"}
 _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
-           "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction"}
+           "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
+           "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}
 _BUDGET = {"kv_budget": "kv_budget", "gpu_mem": "gpu_mem", "weights": "weights", "params": "params",
            "overhead": "overhead"}
 
@@ -273,7 +291,7 @@ def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
 def scenario(o: Options) -> Scenario:
     """The scenario the options describe."""
     from hybridplan.engines.sglang.releases import release as sglang_release
-    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.engines.sglang.settings import SglangSettings, parse_env
     from hybridplan.engines.vllm.releases import release as vllm_release
     from hybridplan.engines.vllm.settings import VllmSettings
     from hybridplan.loader import load_model
@@ -287,7 +305,9 @@ def scenario(o: Options) -> Scenario:
         dtypes=DtypeChoice(*(getattr(o, n, None) for n in ("dtype", "conv_dtype", "ssm_dtype", "kv_dtype"))),
         engine=getattr(o, "engine", None) or "both",
         vllm=VllmSettings(release=vllm_release(getattr(o, "vllm_version", None)), **_given(o, _VLLM)),
-        sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG)),
+        sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
+                              overlap=not getattr(o, "no_overlap", False),
+                              **parse_env(getattr(o, "sglang_env", None) or ())),
         budget=Budget(**_given(o, _BUDGET)),
         **_given(o, _SCENARIO),
     )

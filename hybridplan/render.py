@@ -297,6 +297,11 @@ def _vllm_pages(v, exact: bool) -> list:
     return parts
 
 
+def _slots(d: dict) -> str:
+    n = d["state_slots_per_request"]
+    return f"{d['radix_strategy']}: {n} state slot{'s' if n != 1 else ''} per request"
+
+
 def _sglang_pool(p, exact: bool) -> list:
     d = p.to_dict()
     t = Rows(None, [
@@ -304,7 +309,7 @@ def _sglang_pool(p, exact: bool) -> list:
         ("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"])),
         ("per request", _b(d["per_request_bytes"], exact), ""),
         ("max running requests", f"{d['max_running_requests']:,}",
-         f"{d['radix_strategy']}: {d['state_slots_per_request']} state slots per request"),
+         _slots(d)),
         ("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")],
         title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)", prose=(2,),
         styles={0: "bold", 2: "dim"})
@@ -355,7 +360,7 @@ def _sglang_fit(g) -> list:
         ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"])),
         ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])),
         ("max running requests", f"{s['max_running_requests']:,}",
-         f"{s['radix_strategy']}: {s['state_slots_per_request']} state slots per request")],
+         _slots(s))],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
         left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
     return [t, *(log_line(line) for line in s["logs"])]
@@ -416,10 +421,22 @@ def sweep_view(sw: SweepReport) -> Group:
 
 
 def check_view(r: CheckReport) -> Group:
-    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items() if v is not None)
+    settings = Rows(("setting", "value", "from"),
+                    [(f"{s.engine} {s.name}", s.value, s.source.partition(":")[0] if s.source.startswith("line ")
+                      else s.source) for s in r.settings],
+                    title=f"{r.model}: the settings the log states (--json gives each source line)", left=(0, 1, 2),
+                    prose=(2,), styles={2: "dim"})
     t = Rows(("engine", "figure", "logged", "predicted", ""),
              [(row.engine, row.figure, row.logged, row.predicted,
                Text("✓", style="green") if row.ok else Text("✗", style="red")) for row in r.rows],
-             title=f"{r.model}: the log against the prediction ({settings})", left=(0, 1, 4), prose=(1,))
-    verdict = Text("all figures match" if r.ok else "MISMATCH", style="bold green" if r.ok else "bold red")
-    return Group(t, verdict, *_notes(r.notes))
+             title="the log against the prediction", left=(0, 1, 4), prose=(1,))
+    parts: list = [settings, t]
+    if r.not_modelled:
+        parts.append(Rows(("engine", "figure", "logged", "not modelled because"),
+                          [(n.engine, n.figure, n.logged, n.reason) for n in r.not_modelled],
+                          title="figures hybridplan does not model", left=(0, 1, 3), prose=(1, 3), styles={3: "dim"}))
+    if not r.rows:
+        verdict = Text("no modelled figure in this log", style="bold yellow")
+    else:
+        verdict = Text("all figures match" if r.ok else "MISMATCH", style="bold green" if r.ok else "bold red")
+    return Group(*parts, verdict, *_notes(r.notes))

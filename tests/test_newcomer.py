@@ -96,7 +96,7 @@ def test_ctx_as_vllms_max_model_len_reads_it(run_cli, text, value):
     (("size", "nemotron-h", "--conv-dtype", "fp8"), "unknown --conv-dtype 'fp8'"),
     (("size", "nemotron-h", "--kv-dtype", "nvfp4"), "not sized by hybridplan"),
     (("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "sglang", "--kv-dtype", "fp8"),
-     "SGLang --kv-cache-dtype takes"),
+     "SGLang 0.5.23 --kv-cache-dtype takes"),
     (("crossover", "--plot", "y.txt"), "name a file ending in .png"),
     (("crossover", "--plot", "x"), "name a file ending in .png"),
     (("prefix", "nemotron-h", "--sweep", "0:100:10", "--plot", "y.csv"), "name a file ending in .png"),

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from hybridplan.errors import NotServed, PlanError
 
 if TYPE_CHECKING:
-    from hybridplan.engines.common import Reuse, Row
+    from hybridplan.engines.common import LogCheck, Reuse
+    from hybridplan.logread import Log
     from hybridplan.memory import Footprint
     from hybridplan.scenario import Scenario
 
@@ -47,21 +48,21 @@ class PrefixPart(Part, Protocol):
         ...
 
 
-class LogPart(Protocol):
-    settings: dict
-    rows: tuple[Row, ...]
-    notes: tuple[str, ...]
-
-
 @dataclass(frozen=True)
 class LogGiven:
     """What `check-log`'s flags say, overriding what the log says."""
 
+    model: str | None = None
+    tp: int | None = None
     vllm_version: str | None = None
     sglang_version: str | None = None
     mode: str | None = None
     ctx: int | None = None
     kv_budget: int | None = None
+    spec_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_running_requests: int | None = None
+    mem_fraction_static: float | None = None
 
 
 class Engine(Protocol):
@@ -95,16 +96,12 @@ class Engine(Protocol):
         """Substrings one of which every log line this engine reads holds."""
         ...
 
-    def log_present(self, text: str) -> bool:
+    def log_present(self, log: Log) -> bool:
         """Does a start-up log hold a figure of this engine?"""
         ...
 
-    def log_setting(self, text: str, name: str) -> str | None:
-        """A setting (model, tp, kv_dtype, …) as the log states it."""
-        ...
-
-    def check_log(self, text: str, sc: Scenario, given: LogGiven) -> LogPart:
-        """The log's figures beside the prediction."""
+    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
+        """The settings the log states, its figures beside the prediction, and those not modelled."""
         ...
 
 

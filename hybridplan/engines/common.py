@@ -1,5 +1,5 @@
-"""Small pieces both engines' rules are written with: integer rounding, the result of prefix reuse, and a
-figure read from a log beside its prediction."""
+"""Small pieces both engines' rules are written with: integer rounding, the result of prefix reuse, and what
+a log check reports (settings with their source, figures beside their prediction, figures not modelled)."""
 
 from __future__ import annotations
 
@@ -83,3 +83,56 @@ class Row:
     @property
     def ok(self) -> bool:
         return self.logged == self.predicted
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "predicted": self.predicted,
+                "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting a log check ran with, and where it came from: a log line, a flag, or a default."""
+
+    engine: str
+    name: str
+    value: str
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "name": self.name, "value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True)
+class NotModelled:
+    """A figure the log shows that hybridplan does not predict, and why."""
+
+    engine: str
+    figure: str
+    logged: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    """One engine's reading of a log: its settings, each figure beside its prediction, what it does not
+    model, and how the figures were compared."""
+
+    model: str
+    settings: tuple[Setting, ...]
+    rows: tuple[Row, ...]
+    not_modelled: tuple[NotModelled, ...]
+    notes: tuple[str, ...]
+
+
+def literal(text: str):
+    """A value as a log prints it (``'x'``, ``3``, ``0.9``, ``True``, ``None``, ``torch.bfloat16``), as Python."""
+    import ast
+
+    text = text.strip().rstrip(",")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text.removeprefix("torch.")

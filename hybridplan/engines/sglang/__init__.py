@@ -1,9 +1,10 @@
-"""SGLang's Mamba state pool and the split of free memory between it and the KV pool (0.5.23, 0.5.9).
+"""SGLang's Mamba state pool and the split of free memory between it and the KV pool, release by release
+(every 0.5.x with a Mamba pool, 0.5.2 to 0.5.23).
 
-- ``releases``: which release and the models it serves;
+- ``releases``: which release, the models it serves, its radix strategies and slots, the band of each rule;
 - ``settings``: the SGLang flags of a scenario;
-- ``pool``: the state dtypes, the MambaPool, the split, the request cap;
-- ``radix``: the radix strategy, state slots per request, and where states are checkpointed;
+- ``pool``: the state dtypes, the MambaPool, the speculative buffers, the split, the request cap;
+- ``radix``: the strategy a scenario runs, where states are checkpointed and what a later request reuses;
 - ``logs``: the start-up log read back;
 - ``engine``: the verbs of the ``Engine`` protocol.
 
@@ -14,11 +15,12 @@ from importlib import import_module
 
 _HOME = {
     "DEFAULT": "releases", "VERSIONS": "releases", "Release": "releases", "release": "releases",
+    "known_versions": "releases",
     "SglangSettings": "settings",
-    "GB": "pool", "Admission": "pool", "Pool": "pool", "auto_pool_size": "pool", "cache_dtypes": "pool",
-    "cap_log": "pool", "footprint": "pool", "kv_pool_bytes": "pool", "kv_tokens": "pool",
-    "per_request_bytes": "pool", "request_cap": "pool",
-    "checkpoint_grid": "radix", "checkpoints": "radix", "slots_per_request": "radix", "strategy": "radix",
+    "GB": "pool", "Admission": "pool", "Pool": "pool", "SpecBuffers": "pool", "Split": "pool", "Strategy": "radix",
+    "cache_dtypes": "pool", "cap_log": "pool", "estimate": "pool", "footprint": "pool", "kv_tokens": "pool",
+    "per_request_bytes": "pool", "request_cap": "pool", "split": "pool", "strategy": "radix",
+    "checkpoint_grid": "radix", "checkpoints": "radix",
     "ENGINE": "engine",
 }
 __all__ = sorted(_HOME)

@@ -9,9 +9,10 @@ from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven
-    from hybridplan.engines.sglang.logs import LogCheck
+    from hybridplan.engines.common import LogCheck
     from hybridplan.engines.sglang.pool import Fit, PoolLayout
     from hybridplan.engines.sglang.radix import Prefix
+    from hybridplan.logread import Log
     from hybridplan.scenario import Scenario
 
 
@@ -52,20 +53,16 @@ class SglangEngine:
 
         return KEYWORDS
 
-    def log_present(self, text: str) -> bool:
+    def log_present(self, log: Log) -> bool:
         from hybridplan.engines.sglang.logs import present
 
-        return present(text)
+        return present(log)
 
-    def log_setting(self, text: str, name: str) -> str | None:
-        from hybridplan.engines.sglang.logs import SETTINGS, setting
-
-        return setting(text, name) if name in SETTINGS else None
-
-    def check_log(self, text: str, sc: Scenario, given: LogGiven) -> LogCheck:
+    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
+        """The settings the log states, its figures beside the prediction for them, and those not modelled."""
         from hybridplan.engines.sglang.logs import check
 
-        return check(text, sc, given)
+        return check(log, given)
 
 
 ENGINE = SglangEngine()

@@ -1,72 +1,331 @@
-"""What SGLang prints at start-up about its state pool, read back and set beside the prediction."""
+"""An SGLang start-up log read back whole: the server arguments it prints (as ``ServerArgs(…)`` up to 0.5.18,
+as a dict from 0.5.19), each figure of its pools beside the prediction for those arguments, and the figures
+hybridplan does not predict, with the reason."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Row, last
-from hybridplan.engines.sglang.pool import GB, Pool, footprint, request_cap
-from hybridplan.engines.sglang.radix import slots_per_request, strategy
-from hybridplan.engines.sglang.releases import release
+from hybridplan.engines.common import LogCheck, NotModelled, Row, Setting, literal
+from hybridplan.engines.sglang.releases import DEFAULT, Release, release
+from hybridplan.engines.sglang.settings import FULL_MEMORY_RATIO, MEM_FRACTION_STATIC
+from hybridplan.errors import PlanError
+from hybridplan.logread import Found, Log
+from hybridplan.scenario import Budget, DtypeChoice, Scenario, default_ctx
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven
-    from hybridplan.scenario import Scenario
 
-SETTINGS = {
-    "model": re.compile(r"\bmodel_path='([^']+)'"),
-    "tp": re.compile(r"\btp_size=(\d+)"),
-    "kv_dtype": re.compile(r"\bkv_cache_dtype='?([\w.]+)'?"),
-}
-#: substrings one of which every line here holds: a log is filtered by them before it is read
-KEYWORDS = ("server_args", "model_path", "tp_size", "Mamba Cache is allocated", "max_running_requests")
-FIGURES = {
-    "pool": re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: "
-                       r"([\d.]+)GB, ssm_state size: ([\d.]+)GB"),
-    "cap": re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache "
-                      r"\(max_mamba_cache_size=(\d+), (\d+) state slots per request\)"),
-}
+GB = 1 << 30
+
+ENGINE = "sglang"
+#: substrings one of which every line read here holds: a log is filtered by them before it is read
+KEYWORDS = ("server_args", "Mamba Cache is allocated", "KV Cache is allocated", "max_running_requests",
+            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end")
+
+SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(.*)")
+_PAIR = re.compile(r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?\d[\d.e+-]*|"
+                   r"\[[^\[\]]*\]|\{[^{}]*\}|[\w.]+)")
+#: the server arguments read, with the scenario's name for each
+FIELDS = ("model_path", "tp_size", "dp_size", "enable_dp_attention", "pp_size", "page_size", "mem_fraction_static",
+          "max_running_requests", "max_total_tokens", "context_length", "kv_cache_dtype", "dtype",
+          "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_eagle_topk",
+          "disable_overlap_schedule", "max_mamba_cache_size", "mamba_ssm_dtype", "mamba_full_memory_ratio",
+          "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "quantization")
+
+POOL = re.compile(r"Mamba Cache is allocated\. (?:max_mamba_cache_size: (\d+), )?conv_state size: ([\d.]+)GB, "
+                  r"ssm_state size: ([\d.]+)GB(?: intermediate_ssm_state_cache size: ([\d.]+)GB "
+                  r"intermediate_conv_window_cache size: ([\d.]+)GB)?")
+KV = re.compile(r"KV Cache is allocated\. (?:dtype: ([\w.]+), )?#tokens: (\d+), K size: ([\d.]+) GB, "
+                r"V size: ([\d.]+) GB")
+SCHED = re.compile(r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
+                   r"max_running_requests=(\d+), context_len=(\d+)")
+CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache \(max_mamba_cache_size=(\d+), "
+                 r"(\d+) state slots per request\)")
+REDUCED = re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+)")
+NOT_ENOUGH = re.compile(r"Computed max_mamba_cache_size=(-?\d+) \(total_rest_memory=(-?[\d.]+) GB, "
+                        r"mamba_cache_per_req=([\d.]+) MB\)")
+LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
+LOAD_END = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
+NOT_MODELLED = (
+    (LOAD_END, 2, "weights loaded (GB)", "the weights are measured at load; hybridplan takes them as input"),
+    (re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"), 1, "free memory after the pools (GB)",
+     "what is left besides the pools depends on the GPU and the process"),
+)
 
 
-def present(text: str) -> bool:
-    return any(p.search(text) for p in FIGURES.values())
+def present(log: Log) -> bool:
+    return any(log.has(p) for p in (POOL, KV, CAP, SCHED, NOT_ENOUGH))
 
 
-def setting(text: str, name: str) -> str | None:
-    return last(SETTINGS[name], text)
+class _Settings:
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+        self.sources: dict[str, str] = {}
+
+    def put(self, name: str, value: object, source: str) -> None:
+        if value is not None and name not in self.values:
+            self.values[name] = value
+            self.sources[name] = source
+
+    def get(self, name: str, default: object = None):
+        return self.values.get(name, default)
+
+    def listed(self) -> tuple[Setting, ...]:
+        return tuple(Setting(ENGINE, n, str(v), self.sources[n]) for n, v in self.values.items())
 
 
-def rows(text: str, sc: Scenario) -> list[Row]:
-    out: list[Row] = []
-    pool_line = last(FIGURES["pool"], text)
-    cap_line = last(FIGURES["cap"], text)
-    if pool_line is not None:
-        pool = Pool(int(pool_line[0]), footprint(sc))
-        out.append(Row("sglang", f"conv_state size (max_mamba_cache_size {pool.size})", f"{pool_line[1]}GB",
-                       f"{pool.conv_bytes / GB:.2f}GB"))
-        out.append(Row("sglang", f"ssm_state size (max_mamba_cache_size {pool.size})", f"{pool_line[2]}GB",
-                       f"{pool.ssm_bytes / GB:.2f}GB"))
+def server_args(log: Log) -> tuple[dict, Found | None, bool]:
+    """The server arguments (the last printed), and whether they were printed as a dict (0.5.19 on)."""
+    found = log.last(SERVER_ARGS)
+    if found is None:
+        return {}, None, False
+    out = {}
+    for m in _PAIR.finditer(found[1]):
+        name = m.group(1) or m.group(2)
+        if name in FIELDS and name not in out:
+            out[name] = literal(m.group(3))
+    return out, found, found[1].lstrip().startswith("{")
+
+
+def _version(log: Log, given: LogGiven, as_dict: bool, s: _Settings, notes: list[str]) -> Release:
+    """The release: given, else the newest, said together with what the log's own format tells."""
+    if given.sglang_version:
+        s.put("version", given.sglang_version, "flag")
+        return release(given.sglang_version)
+    hints = []
+    if as_dict:
+        hints.append("server_args printed as a dict: 0.5.19 or later")
+    kv = log.last(KV)
+    if kv is not None and kv[1]:
+        hints.append('"dtype:" in the KV cache line: 0.5.13 or later')
+    if log.has(re.compile(r"\bmamba_radix_cache_strategy\b")):
+        hints.append("--mamba-radix-cache-strategy: 0.5.14 or later")
+    elif log.has(re.compile(r"\bmamba_scheduler_strategy\b")):
+        hints.append("--mamba-scheduler-strategy alone: 0.5.7 to 0.5.13")
+    s.put("version", DEFAULT.version, "default (newest modelled)")
+    notes.append(f"the log does not say the SGLang version: rules of {DEFAULT.version} used"
+                 + (f" ({'; '.join(hints)})" if hints else ""))
+    return DEFAULT
+
+
+def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[_Settings, Release]:
+    s = _Settings()
+    for name, value in (("model_path", given.model), ("tp_size", given.tp), ("context_length", given.ctx),
+                        ("max_running_requests", given.max_running_requests),
+                        ("mem_fraction_static", given.mem_fraction_static)):
+        s.put(name, value, "flag")
+    args, found, as_dict = server_args(log)
+    rel = _version(log, given, as_dict, s, notes)
+    for name in FIELDS:
+        s.put(name, args.get(name), found.source if found else "")
+    if (f := log.last(SCHED)) is not None:
+        s.put("context_length", int(f[5]), f.source)
+    return s, rel
+
+
+def _strategy_flag(s: _Settings) -> str:
+    if s.get("disable_radix_cache"):
+        return "off"
+    chosen = s.get("mamba_radix_cache_strategy") or s.get("mamba_scheduler_strategy") or "auto"
+    return str(chosen)
+
+
+def scenario(log: Log, s: _Settings, rel: Release, given: LogGiven, notes: list[str]) -> Scenario:
+    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.loader import load_logged_model, load_model
+
+    ref = s.get("model_path")
+    if ref is None:
+        raise PlanError("the log does not name the model: pass --model")
+    spec = load_model(str(ref)) if s.sources["model_path"] == "flag" else load_logged_model(str(ref))
+    rel.check_served(spec)
+    ctx = s.get("context_length")
+    if not isinstance(ctx, int):
+        ctx = default_ctx(spec)
+        s.put("context_length", ctx, "default (the model's maximum)")
+    draft = s.get("speculative_num_draft_tokens") if s.get("speculative_algorithm") else None
+    settings = SglangSettings(
+        release=rel, radix=_strategy_flag(s), overlap=not s.get("disable_overlap_schedule"),
+        full_memory_ratio=float(s.get("mamba_full_memory_ratio") or FULL_MEMORY_RATIO),
+        max_running_requests=s.get("max_running_requests"), max_mamba_cache_size=s.get("max_mamba_cache_size"),
+        page_size=int(s.get("page_size") or 1), draft_tokens=int(draft) if draft else None,
+        mem_fraction_static=float(s.get("mem_fraction_static") or MEM_FRACTION_STATIC))
+    kv = s.get("kv_cache_dtype")
+    dtypes = DtypeChoice(None if s.get("dtype") in (None, "auto") else str(s.get("dtype")), None,
+                         None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
+                         None if kv in (None, "auto") else str(kv))
+    return Scenario(spec, ctx=ctx, tp=int(s.get("tp_size") or 1), dtypes=dtypes, engine=ENGINE, sglang=settings,
+                    allow_long_context=True)
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.2f}"
+
+
+def _memory(log: Log, sc: Scenario, given: LogGiven, s: _Settings) -> tuple[float, float] | None:
+    """R, the memory split between the pools (bytes), as an interval: exact from --kv-budget; else free memory
+    after loading less (1 − mem_fraction_static) of it before, from the "Load weight" lines (0.01 GB each)."""
+    if given.kv_budget is not None:
+        s.put("memory split (R)", f"{given.kv_budget:,} B", "flag")
+        return float(given.kv_budget), float(given.kv_budget)
+    begin, end = log.last(LOAD_BEGIN), log.last(LOAD_END)
+    if begin is None or end is None:
+        return None
+    keep = 1 - sc.sglang.mem_fraction_static
+    pre, post = float(begin[1]), float(end[1])
+    s.put("free before loading", f"{begin[1]} GB", begin.source)
+    s.put("free after loading", f"{end[1]} GB", end.source)
+    lo = (post - 0.005 - (pre + 0.005) * keep) * GB
+    hi = (post + 0.005 - (pre - 0.005) * keep) * GB
+    return lo, hi
+
+
+def _with_budget(sc: Scenario, r: float) -> Scenario:
+    return replace(sc, budget=Budget(kv_budget=int(r)))
+
+
+def check(log: Log, given: LogGiven) -> LogCheck:
+    from hybridplan.engines.sglang.pool import Admission, Pool, SpecBuffers, footprint, per_request_bytes
+    from hybridplan.engines.sglang.radix import page_size
+    from hybridplan.engines.sglang.radix import strategy as run_strategy
+
+    notes: list[str] = []
+    s, rel = read_settings(log, given, notes)
+    sc = scenario(log, s, rel, given, notes)
+    fp, per = footprint(sc), per_request_bytes(footprint(sc))
+    strat = run_strategy(sc)
+    page = page_size(sc, strat)
+    s.put("radix strategy", strat.name, f"SGLang {rel.version}'s choice for these arguments")
+    rows: list[Row] = []
+    out: list[NotModelled] = []
+    if int(s.get("pp_size") or 1) > 1 or (s.get("enable_dp_attention") and int(s.get("dp_size") or 1) > 1):
+        why = "pipeline parallelism" if int(s.get("pp_size") or 1) > 1 else "DP attention"
+        for p in (POOL, KV, SCHED, CAP):
+            if (f := log.last(p)) is not None:
+                out.append(NotModelled(ENGINE, p.pattern[:30], f.line.excerpt, f"{why} is not modelled"))
+        return LogCheck(sc.spec.name, s.listed(), (), tuple(out), tuple(notes))
+
+    pool_line, kv_line, sched, cap_line = log.last(POOL), log.last(KV), log.last(SCHED), log.last(CAP)
+    logged_k = int(pool_line[1]) if pool_line is not None and pool_line[1] else None
+    logged_t = int(kv_line[2]) if kv_line is not None else (int(sched[1]) if sched is not None else None)
+    k, t = logged_k, logged_t
+    memory = _memory(log, sc, given, s)
+    from_tokens = memory is None and logged_t is not None and bool(fp.kv_bytes_per_token)
+    if from_tokens:
+        memory = _from_tokens(sc, fp, strat, page, logged_t)
+        s.put("max_total_num_tokens", logged_t, (kv_line or sched).source)
+        notes.append("no KV budget (--kv-budget) and no \"Load weight begin\" line: the memory split is taken as "
+                     f"the one that leaves the logged {logged_t:,} KV tokens ({_gb(memory[0])} GB)")
+    if memory is not None and (k is not None or t is not None):
+        k_pred, t_pred = _predict(sc, strat, page, memory, (logged_k, logged_t))
+        if logged_k is not None:
+            rows.append(Row(ENGINE, "max_mamba_cache_size", str(logged_k), str(k_pred)))
+        if logged_t is not None and not from_tokens:
+            rows.append(Row(ENGINE, "KV pool tokens", str(logged_t), str(t_pred)))
+        k, t = k_pred if k is None else k, t_pred if t is None else t
+    elif k is not None or t is not None:
+        notes.append("no KV budget (--kv-budget) and no \"Load weight\" lines: the pool sizes are taken from the log")
+        if logged_k is not None:
+            s.put("max_mamba_cache_size", logged_k, pool_line.source)
+        if logged_t is not None:
+            s.put("max_total_num_tokens", logged_t, (kv_line or sched).source)
+    requested = sc.sglang.requested(sc.spec_tokens)
+    admission = Admission(rel, k, strat.ratio, t, sc.ctx, requested) if k is not None and t is not None else None
+    n = int(sched[4]) if sched is not None else (admission.value if admission else None)
+    if pool_line is not None and k is not None:
+        pool = Pool(k if rel.logs_pool_size else (n or k), fp, rel.logs_pool_size)
+        rows.append(Row(ENGINE, f"conv_state size (GB, {pool.size} slots)", pool_line[2], _gb(pool.conv_bytes)))
+        rows.append(Row(ENGINE, f"ssm_state size (GB, {pool.size} slots)", pool_line[3], _gb(pool.ssm_bytes)))
+        d = sc.sglang.draft(sc.spec_tokens)
+        if pool_line[4] is not None and d and n is not None:
+            rows_s = (n if rel.spec_rows_follow_requests else k) + 1
+            buf = SpecBuffers(rows_s, d, fp, dedup=rel.at_least("0.5.14"))
+            rows.append(Row(ENGINE, f"intermediate_ssm_state_cache (GB, {rows_s} rows × {d})", pool_line[4],
+                            _gb(buf.ssm_bytes)))
+            rows.append(Row(ENGINE, f"intermediate_conv_window_cache (GB, {rows_s} rows × {d})", pool_line[5],
+                            _gb(buf.conv_bytes)))
+    if kv_line is not None:
+        half = (int(kv_line[2]) + page) * fp.kv_bytes_per_token // 2
+        rows.append(Row(ENGINE, f"K size (GB, {int(kv_line[2]):,} tokens)", kv_line[3], _gb(half)))
+        rows.append(Row(ENGINE, f"V size (GB, {int(kv_line[2]):,} tokens)", kv_line[4], _gb(half)))
+        if kv_line[1]:
+            rows.append(Row(ENGINE, "KV cache dtype", kv_line[1].removeprefix("torch."), fp.dtypes.kv))
+    if sched is not None and admission is not None:
+        rows.append(Row(ENGINE, "max_running_requests", sched[4], str(admission.value)))
     if cap_line is not None:
-        n, k, ratio = (int(x) for x in cap_line)
-        rel = sc.sglang.release
-        predicted = slots_per_request(strategy(sc.spec, rel), rel)
-        out.append(Row("sglang", "state slots per request", str(ratio), str(predicted)))
-        out.append(Row("sglang", f"max_running_requests cap (max_mamba_cache_size {k})", str(n),
-                       str(request_cap(k, predicted))))
-    return out
+        rows.append(Row(ENGINE, "state slots per request", cap_line[3], str(strat.ratio)))
+        rows.append(Row(ENGINE, f"max_running_requests cap (max_mamba_cache_size {cap_line[2]})", cap_line[1],
+                        str(int(cap_line[2]) // strat.ratio)))
+    if (f := log.last(REDUCED)) is not None and admission is not None:
+        rows.append(Row(ENGINE, f"max_running_requests reduced from {f[1]}", f[2], str(admission.value)))
+    if (f := log.last(NOT_ENOUGH)) is not None:
+        rows.append(Row(ENGINE, "mamba_cache_per_req (MB)", f[3], f"{per / (1 << 20):.2f}"))
+        rows += _not_enough(sc, fp, strat, f)
+    for pattern, group, figure, why in NOT_MODELLED:
+        if (f := log.last(pattern)) is not None:
+            out.append(NotModelled(ENGINE, figure, f[group], why))
+    if per and rel.split != "padded" and memory is not None:
+        notes.append(f"SGLang {rel.version} counts K state rows in its split and allocates K + 1")
+    return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
 
 
-@dataclass(frozen=True)
-class LogCheck:
-    settings: dict
-    rows: tuple[Row, ...]
-    notes: tuple[str, ...]
+def _predict(sc: Scenario, strat, page: int, memory: tuple[float, float],
+             logged: tuple[int | None, int | None]) -> tuple[int, int]:
+    """K and T for the memory split: the R in the logged interval that reproduces the logged (K, T) if there
+    is one (the "Load weight" lines print 0.01 GB, so R is known to a few MB), else the interval's middle."""
+    from hybridplan.engines.sglang.pool import footprint, kv_tokens, split
+
+    (lo, hi), (logged_k, logged_t), fp = memory, logged, footprint(sc)
+    step = max(fp.kv_bytes_per_token * page or 1 << 20, (hi - lo) / 10_000, 1.0)
+    r, first = lo, None
+    while r <= hi:
+        try:
+            part = split(_with_budget(sc, r), fp, strat.name, strat.ratio)
+        except PlanError:
+            r += step
+            continue
+        k, t = part.pool_size, kv_tokens(fp, part.kv_bytes, page)
+        first = first or (k, t)
+        if (logged_k is None or k == logged_k) and (logged_t is None or t == logged_t):
+            return k, t
+        r += step
+    try:
+        mid = split(_with_budget(sc, (lo + hi) / 2), fp, strat.name, strat.ratio)
+    except PlanError:
+        if first is None:
+            raise
+        return first
+    return mid.pool_size, kv_tokens(fp, mid.kv_bytes, page)
 
 
-def check(text: str, sc: Scenario, given: LogGiven) -> LogCheck:
-    rel = release(given.sglang_version)
-    run = replace(sc, sglang=replace(sc.sglang, release=rel))
-    rel.check_served(run.spec)
-    return LogCheck({"sglang_version": rel.version}, tuple(rows(text, run)), ())
+def _from_tokens(sc: Scenario, fp, strat, page: int, tokens: int) -> tuple[float, float]:
+    """The memory split that leaves ``tokens`` KV tokens: their bytes plus what the split charged besides (the
+    pool's rows and the speculative buffers), to within one page of cells."""
+    from hybridplan.engines.sglang.pool import split
+
+    cell = fp.kv_bytes_per_token * page
+    r = float(tokens // page * cell)
+    for _ in range(200):  # the pool's size follows the memory: R = KV bytes + what the split charges at R
+        part = split(_with_budget(sc, max(r, 1.0)), fp, strat.name, strat.ratio)
+        nxt = tokens // page * cell + (r - part.kv_bytes)
+        if abs(nxt - r) < 1:
+            break
+        r = nxt
+    return r, r + cell - 1
+
+
+def _not_enough(sc: Scenario, fp, strat, f: Found) -> list[Row]:
+    """The refusal's K from its own total_rest_memory (0.01 GB): K = ⌊(R·r/(1+r) − per) / per⌋ (0.5.17 on)."""
+    from hybridplan.engines.sglang.pool import per_request_bytes
+
+    r_gb, per = float(f[2]), per_request_bytes(fp)
+    ratio = sc.sglang.full_memory_ratio
+    ks = {int(((r_gb + e) * GB * ratio / (1 + ratio) - (per if sc.sglang.release.split == "padded" else 0)) // per)
+          for e in (-0.005, 0.0, 0.005)}
+    logged = int(f[1])
+    predicted = logged if logged in ks else min(ks, key=lambda k: abs(k - logged))
+    return [Row(ENGINE, f"max_mamba_cache_size from total_rest_memory {f[2]} GB", f[1], str(predicted))]
+

@@ -1,8 +1,10 @@
-"""SGLang's Mamba state pool, the split of free memory between it and the KV pool, and the request cap.
+"""SGLang's Mamba state pool, the split of its memory between that pool and the KV pool, the speculative
+buffers, and the request cap — each band of releases as its own code did it.
 
-python/sglang/srt/mem_cache/memory_pool.py (``MambaPool``); mem_cache/kv_cache_configurator.py (0.5.23) and
-model_executor/model_runner_kv_cache_mixin.py (0.5.9) for the split and the cap; configs/mamba_utils.py for
-the dtypes.
+mem_cache/memory_pool.py (``MambaPool``); the split: model_executor/model_runner.py (0.5.2–0.5.6.post2),
+model_executor/model_runner_kv_cache_mixin.py (0.5.7–0.5.15.post1), mem_cache/kv_cache_configurator.py (0.5.16
+on); the request count: managers/tp_worker.py and model_runner.py (to 0.5.9), ``_resolve_max_num_reqs``
+(0.5.10rc0 on); configs/mamba_utils.py for the dtypes.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
+from hybridplan.engines.sglang.radix import page_size, strategy
 from hybridplan.engines.sglang.releases import Release
-from hybridplan.errors import NotServed, PlanError
+from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
 from hybridplan.spec import ModelSpec
@@ -24,25 +27,18 @@ if TYPE_CHECKING:
 
 GB = 1 << 30  # SGLang's "GB" in its logs is 2^30
 
-
-def check_modelled(spec_tokens: int) -> None:
-    """Speculative decoding is not modelled for SGLang: there the pool's conv rows stay K−1 wide, and separate
-    per-draft-token verify buffers, sized by max_running_requests, are added (memory_pool.py ``MambaPool``,
-    ``intermediate_ssm_state_cache``) and split jointly with the pool (kv_cache_configurator.py)."""
-    if spec_tokens:
-        raise NotServed("SGLang's speculative decoding is not modelled (per-draft-token verify buffers beside the "
-                        "MambaPool, split jointly with it); drop --spec-tokens for the plain pool")
-
-
-#: ``--dtype`` (python/sglang/srt/server_args.py)
+#: ``--dtype`` (server_args.py), the same in every release
 MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
                 "float32": "float32"}
-#: ``--mamba-ssm-dtype`` (server_args.py ``MAMBA_SSM_DTYPE_CHOICES``); the conv dtype
-#: (``SGLANG_MAMBA_CONV_DTYPE``) takes the same names
+#: ``--mamba-ssm-dtype`` and ``SGLANG_MAMBA_CONV_DTYPE``, with the release that brought each
 STATE_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-#: ``--kv-cache-dtype``: the names hybridplan sizes, and the rest
-KV_DTYPES = {"bfloat16": "bfloat16", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
-KV_NOT_SIZED = ("fp4_e2m1",)
+_STATE_SINCE = {"float16": "0.5.9"}
+#: ``--kv-cache-dtype``: the names hybridplan sizes, with the release that brought each, and the rest
+KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+_KV_SINCE = {"bf16": "0.5.4", "bfloat16": "0.5.4"}
+KV_NOT_SIZED = ("fp4_e2m1", "mxfp8", "nvfp4", "fp4_mx_block16")
+#: the estimate of max_running_requests is clamped to this range (all releases)
+ESTIMATE_RANGE = (2048, 4096)
 
 
 def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
@@ -50,35 +46,52 @@ def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
                                                       accepted=MODEL_DTYPES))
 
 
-def cache_dtypes(spec: ModelSpec, choice: DtypeChoice) -> CacheDtypes:
-    """Conv bfloat16 (env ``SGLANG_MAMBA_CONV_DTYPE``); SSM float32, overridden by the config's
-    ``mamba_ssm_dtype``, then by ``--mamba-ssm-dtype``; KV at the model dtype unless ``--kv-cache-dtype``."""
+def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in names.items() if rel.at_least(table.get(k, "0.5.2"))}
+
+
+def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release) -> CacheDtypes:
+    """Conv bfloat16 (``SGLANG_MAMBA_CONV_DTYPE`` from 0.5.9); SSM float32, or from 0.5.9 the config's
+    ``mamba_ssm_dtype`` for the configs that read it (``Release.ssm_from_config``), then ``--mamba-ssm-dtype``;
+    KV at the model dtype unless ``--kv-cache-dtype``."""
     mdt = model_dtype(spec, choice.dtype)
-    conv = flag_dtype(choice.conv, what="--conv-dtype", engine_flag="SGLANG_MAMBA_CONV_DTYPE", accepted=STATE_DTYPES)
-    ssm = flag_dtype(choice.ssm, what="--ssm-dtype", engine_flag="SGLang --mamba-ssm-dtype", accepted=STATE_DTYPES)
-    kv = flag_dtype(choice.kv, what="--kv-dtype", engine_flag="SGLang --kv-cache-dtype", accepted=KV_DTYPES,
-                    not_sized=KV_NOT_SIZED)
-    return CacheDtypes(conv=conv or "bfloat16", ssm=ssm or spec.config_dtype("mamba_ssm_dtype") or "float32",
-                       kv=kv or mdt)
+    names = _since(rel, _STATE_SINCE, STATE_DTYPES)
+    conv = flag_dtype(choice.conv, what="--conv-dtype", engine_flag=f"SGLang {rel.version} SGLANG_MAMBA_CONV_DTYPE",
+                      accepted=names)
+    if conv not in (None, "bfloat16") and not rel.conv_dtype_settable:
+        raise PlanError(f"SGLang {rel.version} keeps conv states in bfloat16 (SGLANG_MAMBA_CONV_DTYPE came in 0.5.9)")
+    ssm = flag_dtype(choice.ssm, what="--ssm-dtype", engine_flag=f"SGLang {rel.version} --mamba-ssm-dtype",
+                     accepted=names)
+    kv = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"SGLang {rel.version} --kv-cache-dtype",
+                    accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED)
+    from_config = spec.config_dtype("mamba_ssm_dtype") if rel.ssm_from_config(spec) else None
+    return CacheDtypes(conv=conv or "bfloat16", ssm=ssm or from_config or "float32", kv=kv or mdt)
 
 
 def footprint(sc: Scenario) -> Footprint:
-    """One sequence's state as the MambaPool holds it: conv rows K−1 wide (no speculative columns)."""
-    check_modelled(sc.spec_tokens)
-    return _cached(sc.spec, sc.tp, sc.dtypes)
+    """One sequence's state as the MambaPool holds it: conv rows K−1 wide whatever the speculation (the draft
+    tokens get buffers of their own, ``SpecBuffers``)."""
+    return _cached(sc.spec, sc.tp, sc.dtypes, sc.sglang.release)
 
 
 @lru_cache(maxsize=128)
-def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice) -> Footprint:
-    return _footprint(spec, cache_dtypes(spec, choice), tp=tp)
+def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice, rel: Release) -> Footprint:
+    return _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp)
+
+
+def per_request_bytes(fp: Footprint) -> int:
+    """``mamba_cache_per_req``: (conv + SSM) of one sequence over all recurrent layers."""
+    return fp.state_bytes
 
 
 @dataclass(frozen=True)
 class Pool:
-    """``MambaPool``: one tensor per state kind, ``(layers, size + 1, *shape)``; row 0 is padding."""
+    """``MambaPool``: one tensor per state kind, ``(layers, size + 1, *shape)``; one row is padding."""
 
     size: int
     fp: Footprint
+    #: "Mamba Cache is allocated" names the size from 0.5.3.post2
+    named: bool = True
 
     @property
     def rows(self) -> int:
@@ -96,52 +109,147 @@ class Pool:
     def bytes(self) -> int:
         return self.conv_bytes + self.ssm_bytes
 
+    def log(self, spec: SpecBuffers | None = None) -> str:
+        size = f"max_mamba_cache_size: {self.size}, " if self.named else ""
+        line = (f"Mamba Cache is allocated. {size}conv_state size: {self.conv_bytes / GB:.2f}GB, ssm_state size: "
+                f"{self.ssm_bytes / GB:.2f}GB ")
+        if spec is not None:
+            line += (f"intermediate_ssm_state_cache size: {spec.ssm_bytes / GB:.2f}GB "
+                     f"intermediate_conv_window_cache size: {spec.conv_bytes / GB:.2f}GB ")
+        return line
+
+
+@dataclass(frozen=True)
+class SpecBuffers:
+    """The per-draft-token buffers beside the pool under speculative decoding: ``(layers, S + 1, D, *shape)``
+    for SSM and conv states. S is the pool size until 0.5.6.post2 and max_running_requests from 0.5.7; from
+    0.5.14 (CUDA, top-k 1) the conv windows of one row overlap and are stored once, D + K − 2 columns wide."""
+
+    rows: int
+    draft: int
+    fp: Footprint
+    dedup: bool
+
     @property
-    def log(self) -> str:
-        return (f"Mamba Cache is allocated. max_mamba_cache_size: {self.size}, conv_state size: "
-                f"{self.conv_bytes / GB:.2f}GB, ssm_state size: {self.ssm_bytes / GB:.2f}GB ")
+    def ssm_bytes(self) -> int:
+        return self.rows * self.draft * self.fp.ssm_bytes
 
+    @property
+    def conv_bytes(self) -> int:
+        if not self.dedup:
+            return self.rows * self.draft * self.fp.conv_bytes
+        total = 0
+        for g in self.fp.state:
+            if g.conv_shape is None:
+                continue
+            channels, window = g.conv_shape
+            total += g.count * channels * (self.draft + window - 1) * size_of(g.conv_dtype or "bfloat16")
+        return self.rows * total
 
-def per_request_bytes(fp: Footprint) -> int:
-    """``mamba_cache_per_req``: (conv + SSM) of one sequence over all recurrent layers."""
-    return fp.state_bytes
+    @property
+    def bytes(self) -> int:
+        return self.ssm_bytes + self.conv_bytes
 
 
 def budget_bytes(sc: Scenario) -> int:
-    """The memory SGLang splits between its pools on one rank: given, or GPU memory · mem_fraction_static
-    less this rank's share of the weights and the overhead."""
-    b = sc.budget
-    weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
+    """R, the memory SGLang splits between its pools on one rank: given, or GPU memory · mem_fraction_static
+    less this rank's share of the weights and the overhead; from 0.5.18 a multimodal model's R loses
+    ``SGLANG_VLM_CACHE_SIZE_MB`` (100 MB) first."""
+    b, rel = sc.budget, sc.sglang.release
     if b.kv_budget is not None:
-        return b.kv_budget
-    total = int(b.gpu_mem * sc.sglang.mem_fraction_static) - weights - b.overhead
+        total = b.kv_budget
+    else:
+        weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
+        total = int(b.gpu_mem * sc.sglang.mem_fraction_static) - weights - b.overhead
+    if sc.spec.architecture.endswith("ForConditionalGeneration"):
+        total -= rel.multimodal_reserve
     if total <= 0:
         raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
     return total
 
 
-def auto_pool_size(fp: Footprint, budget: int, rel: Release, ratio: float) -> int:
-    """K from the memory left after weights: the state pool gets r/(1+r) of it. 0.5.23:
-    K = floor((R·r/(1+r) − per_req) / per_req); 0.5.9: K = floor(R·r/(1+r) / per_req)."""
-    per = per_request_bytes(fp)
-    share = budget * ratio / (1 + ratio)
-    k = int((share - per) // per) if rel.padding_slot_in_budget else int(share // per)
+def estimate(kv_tokens: int, context_len: int) -> int:
+    """max_running_requests before any bound: int(T / context · 512) clamped to 2048..4096."""
+    low, high = ESTIMATE_RANGE
+    return max(min(int(kv_tokens / context_len * 512), high), low)
+
+
+@dataclass(frozen=True)
+class Split:
+    """R divided: the pool's size K, the speculative buffers reserved, and what the KV pool gets."""
+
+    budget: int
+    pool_size: int
+    spec_reserve: int
+    kv_bytes: int
+    #: before 0.5.3.post2 K is what was reserved; the pool built is min(K, max_running_requests)
+    reserved_only: bool = False
+
+
+def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
+    """K and the KV pool's bytes, by the band of ``Release.split``:
+
+    - fixed (0.5.2–0.5.3.post1): K = --max-mamba-cache-size, else --max-running-requests, else 512; KV = R − K·per.
+    - radix (0.5.3.post2–0.5.6.post2): with the radix cache K = ⌊R·r/(1+r) / per / (1+D)⌋, else as before;
+      KV = R − K·per·(1+D).
+    - 0.5.7: the radix split takes the speculative buffers (per·mrr·D) off R first; KV = R − K·per.
+    - spec-first (0.5.8): the speculative buffers come off R in every case.
+    - ratio (0.5.9–0.5.12.post1): no more 512: without --max-mamba-cache-size, and unless the radix cache is
+      off with --max-running-requests, K = ⌊R'·r/(1+r) / per⌋.
+    - joint (0.5.13–0.5.16): K and the speculative buffers solved together, K = ⌊R·r/(1+r) / (per·(1 + D/ratio))⌋,
+      the buffers then sized by min(mrr, K // ratio).
+    - padded (0.5.17 on): the pool's padding row is counted: K = ⌊(R·r/(1+r) − per·(1+D)) / (per·(1 + D/ratio))⌋,
+      buffers of min(mrr, K // ratio) + 1 rows, KV = R − buffers − (K+1)·per.
+    """
+    s, rel = sc.sglang, sc.sglang.release
+    band, per, r = rel.split, per_request_bytes(fp), s.full_memory_ratio
+    d, mrr, fixed = s.draft(sc.spec_tokens), s.requested(sc.spec_tokens), s.max_mamba_cache_size
+    total = budget_bytes(sc)
+    radix = strategy != "off"
+
+    def share(left: float) -> float:
+        return left * r / (1 + r)
+
+    if band in ("fixed", "radix", "0.5.7", "spec-first"):
+        default = fixed or mrr or rel.default_pool_size or 0
+        if band == "fixed":
+            return Split(total, default, 0, total - default * per, reserved_only=True)
+        if band == "radix":
+            k = int(share(total) // per // (1 + d)) if radix and per and fixed is None else default
+            return Split(total, k, 0, total - k * per * (1 + d))
+        spec = per * (mrr or 0) * d
+        if band == "0.5.7" and (not radix or fixed is not None):
+            spec = 0
+        left = total - spec
+        k = default if (not radix or fixed is not None) else int(share(left) // per)
+        return Split(total, k, spec, left - k * per)
+    if band == "ratio":
+        left = total - per * (mrr or 0) * d
+        k = fixed if fixed is not None else (mrr if not radix and mrr else int(share(left) // per))
+        return Split(total, k, total - left, left - k * per)
+    pad = 1 if band == "padded" else 0
+    if fixed is not None:
+        k = fixed
+        spec = per * (min(mrr or 0, k // ratio) + pad) * d
+    elif not radix and mrr:
+        k = max(1, mrr) if pad else mrr
+        spec = per * (k + pad) * d
+    else:
+        room = share(total) - (per * (1 + d) if pad else 0)
+        k = int(room // (per * (1 + d / ratio))) if d else int((share(total) - pad * per) // per)
+        spec = per * (min(mrr or 0, k // ratio) + pad) * d if d else 0
     if k <= 0:
-        raise PlanError(f"Not enough GPU memory for the hybrid state cache: {budget / GB:.2f} GiB leaves "
-                        f"{share / GB:.2f} GiB for states, under two of {per / GB:.3f} GiB")
-    return k
-
-
-def kv_pool_bytes(fp: Footprint, budget: int, k: int, rel: Release) -> int:
-    """What the split leaves the KV pool: the budget less (K+1) state rows in 0.5.23, less K rows in 0.5.9
-    (whose pool still allocates K+1)."""
-    return budget - (k + 1 if rel.padding_slot_in_budget else k) * per_request_bytes(fp)
+        raise PlanError(f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+                        f"max_mamba_cache_size={k} (total_rest_memory={total / GB:.2f} GB, "
+                        f"mamba_cache_per_req={per / (1 << 20):.2f} MB)")
+    return Split(total, k, spec, total - spec - (k + pad) * per)
 
 
 def kv_tokens(fp: Footprint, kv_bytes: int, page_size: int = 1) -> int:
-    """KV pool tokens; a cell is kv_heads·(head_dim + v_head_dim)·attention layers·bytes."""
+    """KV pool tokens: ⌊bytes / cell⌋ floored to the page; a cell is kv_heads·(head_dim + v_head_dim)·attention
+    layers·bytes."""
     cell = fp.kv_bytes_per_token
-    if not cell:
+    if not cell or kv_bytes <= 0:
         return 0
     return kv_bytes // cell // page_size * page_size
 
@@ -153,9 +261,16 @@ def request_cap(pool_size: int, slots_per_request: int) -> int:
 
 @dataclass(frozen=True)
 class Admission:
-    """max_running_requests: the one asked for, else an estimate from the KV tokens (clamped to 2048..4096),
-    bounded in 0.5.23 by half the KV tokens, then capped by the state pool (0.5.23 kv_cache_configurator.py
-    ``resolve_max_num_reqs``; 0.5.9 model_runner_kv_cache_mixin.py ``init_memory_pool``)."""
+    """max_running_requests, by the band of ``Release.requests``:
+
+    - two-stage (0.5.2–0.5.9): the request pool is the asked count, else the estimate, capped by the state
+      pool (K // ratio; K itself before 0.5.3.post2); the count is then the smaller of it and the asked
+      count, or half the KV tokens when none was asked.
+    - estimate (0.5.10rc0–0.5.13.post1): an asked count is lowered to the estimate, else the estimate bounded
+      by half the KV tokens; then the state-pool cap.
+    - kv-bounded (0.5.14 on): the asked count or the estimate, bounded by half the KV tokens, then the cap;
+      a lowered request is logged, and from 0.5.17 a cap by the state pool is logged instead.
+    """
 
     rel: Release
     pool_size: int
@@ -166,34 +281,47 @@ class Admission:
 
     @property
     def estimated(self) -> int:
-        return max(min(int(self.kv_tokens / self.context_len * 512), 4096), 2048)
-
-    @property
-    def before_cap(self) -> int:
-        n = self.requested if self.requested is not None else self.estimated
-        # an attention-free model has no KV tokens to bound it by
-        return min(n, self.kv_tokens // 2) if self.rel.requests_bounded_by_kv and self.kv_tokens else n
+        return estimate(self.kv_tokens, self.context_len)
 
     @property
     def cap(self) -> int:
         return request_cap(self.pool_size, self.ratio)
 
     @property
+    def before_cap(self) -> int:
+        band, asked, half = self.rel.requests, self.requested, self.kv_tokens // 2
+        if band == "two-stage":
+            return asked if asked is not None else min(self.estimated, half)
+        if band == "estimate":
+            return min(asked, self.estimated) if asked is not None else min(self.estimated, half)
+        return min(asked if asked is not None else self.estimated, half)
+
+    @property
+    def value(self) -> int:
+        if self.rel.requests == "two-stage":
+            pool = min(self.requested if self.requested is not None else self.estimated, self.cap)
+            return min(self.requested if self.requested is not None else self.kv_tokens // 2, pool)
+        return min(self.before_cap, self.cap)
+
+    @property
     def capped(self) -> bool:
         return self.cap < self.before_cap
 
     @property
-    def value(self) -> int:
-        return min(self.before_cap, self.cap)
+    def request_pool(self) -> int:
+        """The request-to-token pool's size (the speculative buffers' S from 0.5.7)."""
+        if self.rel.requests == "two-stage":
+            return min(self.requested if self.requested is not None else self.estimated, self.cap)
+        return self.value
 
     @property
     def logs(self) -> list[str]:
-        if not self.rel.logs_cap:
+        if self.rel.requests != "kv-bounded" and not self.rel.logs_cap:
             return []
-        if self.capped:
+        if self.capped and self.rel.logs_cap:
             return [cap_log(self.cap, self.pool_size, self.ratio)]
-        if self.requested is not None and self.before_cap < self.requested:
-            return [f"max_running_requests was reduced from the requested {self.requested} to {self.before_cap} "
+        if self.requested is not None and self.value < self.requested:
+            return [f"max_running_requests was reduced from the requested {self.requested} to {self.value} "
                     "(per dp worker) due to the available KV cache capacity."]
         return []
 
@@ -202,15 +330,6 @@ def cap_log(n: int, k: int, ratio: int) -> str:
     return (f"max_running_requests is capped to {n} by the mamba state cache (max_mamba_cache_size={k}, {ratio} "
             "state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, "
             "or halve the state size with --mamba-ssm-dtype bfloat16.")
-
-
-def _slots(sc: Scenario) -> tuple[str, int]:
-    """The radix strategy the scenario runs and the state slots a request holds under it."""
-    from hybridplan.engines.sglang.radix import slots_per_request, strategy
-
-    rel = sc.sglang.release
-    strat = strategy(sc.spec, rel, sc.sglang.radix)
-    return strat, slots_per_request(strat, rel, overlap=sc.sglang.overlap)
 
 
 @dataclass(frozen=True)
@@ -235,33 +354,45 @@ class PoolLayout:
                 "pool_bytes": self.pool.bytes, "per_request_bytes": per_request_bytes(fp),
                 "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
                 "max_running_requests": self.max_running_requests, "checkpoint_grid": self.grid,
-                "logs": [self.pool.log]}
+                "logs": [self.pool.log()]}
 
 
 def layout(sc: Scenario) -> PoolLayout:
     """`size --engine sglang`: a pool of ``sc.slots`` slots."""
     from hybridplan.engines.sglang.radix import checkpoint_grid
 
-    return PoolLayout(sc.sglang.release, Pool(sc.slots, footprint(sc)), *_slots(sc), checkpoint_grid(sc.spec))
+    strat = strategy(sc)
+    rel = sc.sglang.release
+    return PoolLayout(rel, Pool(sc.slots, footprint(sc), rel.logs_pool_size), strat.name, strat.ratio,
+                      checkpoint_grid(sc.spec, rel, page_size(sc, strat)))
 
 
 @dataclass(frozen=True)
 class Fit:
     """`fit` on SGLang: the memory split between the two pools and the requests it admits."""
 
-    budget: int
+    split: Split
     pool: Pool
-    kv_bytes: int
+    spec: SpecBuffers | None
     strategy: str
     admission: Admission
     ctx: int
     tp: int
+    page_size: int
     #: SGLang's refusal of the context as --context-length, if it refuses it
     refusal: str | None = None
 
     @property
     def rel(self) -> Release:
         return self.admission.rel
+
+    @property
+    def budget(self) -> int:
+        return self.split.budget
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.split.kv_bytes
 
     @property
     def kv_tokens(self) -> int:
@@ -276,16 +407,36 @@ class Fit:
         return self.admission.value
 
     @property
+    def kv_log(self) -> str | None:
+        """"KV Cache is allocated": K and V each hold T + page tokens of the attention layers."""
+        fp = self.pool.fp
+        if not fp.kv or not self.kv_tokens:
+            return None
+        half = (self.kv_tokens + self.page_size) * fp.kv_bytes_per_token // 2
+        dtype = f"dtype: torch.{fp.dtypes.kv}, " if self.rel.at_least("0.5.13") else ""
+        return (f"KV Cache is allocated. {dtype}#tokens: {self.kv_tokens}, K size: {half / GB:.2f} GB, "
+                f"V size: {half / GB:.2f} GB")
+
+    @property
     def logs(self) -> list[str]:
-        return [self.pool.log, *self.admission.logs]
+        return [self.pool.log(self.spec), *([self.kv_log] if self.kv_log else []), *self.admission.logs]
 
     @property
     def starts(self) -> bool:
-        return self.refusal is None and self.max_running_requests >= 1
+        return self.problem is None
 
     @property
     def problem(self) -> str | None:
-        return None if self.refusal is None else f"SGLang: {self.refusal}"
+        if self.refusal is not None:
+            return f"SGLang: {self.refusal}"
+        if self.pool.fp.kv and self.kv_tokens < 1:
+            return (f"SGLang: the {self.split.pool_size}-slot state pool ({human_bytes(self.pool.bytes)}) leaves "
+                    f"nothing of the {human_bytes(self.budget)} for the KV pool; give --max-running-requests (or "
+                    "--max-mamba-cache-size) to shrink it")
+        if self.max_running_requests < 1:
+            return (f"SGLang: the state pool of {self.pool.size} slots admits no request at {self.ratio} state slots "
+                    "per request")
+        return None
 
     @property
     def flags(self) -> str:
@@ -294,16 +445,22 @@ class Fit:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        if self.rel.padding_slot_in_budget:
+        per = per_request_bytes(self.pool.fp)
+        if self.split.reserved_only:
+            return (f"SGLang {self.rel.version} reserves {self.split.pool_size} state slots but builds a pool of "
+                    f"{self.pool.size} (max_running_requests)",)
+        if self.pool.bytes + self.kv_bytes + self.split.spec_reserve <= self.budget:
             return ()
         return (f"SGLang {self.rel.version} leaves the pool's padding row out of its split: the two pools take "
-                f"{human_bytes(per_request_bytes(self.pool.fp))} more than the budget",)
+                f"{human_bytes(per)} more than the budget",)
 
     def to_dict(self) -> dict:
         a = self.admission
         return {"version": self.rel.version, "budget_bytes": self.budget, "max_mamba_cache_size": self.pool.size,
                 "pool_bytes": self.pool.bytes, "conv_state_bytes": self.pool.conv_bytes,
-                "ssm_state_bytes": self.pool.ssm_bytes, "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
+                "ssm_state_bytes": self.pool.ssm_bytes,
+                "speculative_buffer_bytes": self.spec.bytes if self.spec else 0,
+                "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
                 "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
                 "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
                 "state_pool_cap": a.cap, "capped": a.capped, "context_length_refused": self.refusal,
@@ -312,12 +469,22 @@ class Fit:
 
 def fit(sc: Scenario) -> Fit:
     """`fit` on SGLang: the split of the budget and the requests it admits."""
-    rel, fp = sc.sglang.release, footprint(sc)
-    total = budget_bytes(sc)
-    pool = Pool(auto_pool_size(fp, total, rel, sc.sglang.full_memory_ratio), fp)
-    kv_bytes = kv_pool_bytes(fp, total, pool.size, rel)
-    strat, ratio = _slots(sc)
-    admission = Admission(rel, pool.size, ratio, kv_tokens(fp, kv_bytes), sc.ctx, sc.sglang.max_running_requests)
     from hybridplan.engines.sglang.context import refusal
 
-    return Fit(total, pool, kv_bytes, strat, admission, sc.ctx, sc.tp, refusal(sc))
+    rel, fp, s = sc.sglang.release, footprint(sc), sc.sglang
+    strat = strategy(sc)
+    page = page_size(sc, strat)
+    part = split(sc, fp, strat.name, strat.ratio)
+    tokens = kv_tokens(fp, part.kv_bytes, page)
+    if not fp.kv and rel.at_least("0.5.19"):  # a model without attention: T is the context (_zero_kv_max_tokens)
+        tokens = sc.ctx
+    admission = Admission(rel, part.pool_size, strat.ratio, tokens, sc.ctx, s.requested(sc.spec_tokens))
+    # before 0.5.3.post2 the pool built is the request pool, K its cap
+    size = admission.request_pool if part.reserved_only else part.pool_size
+    d = s.draft(sc.spec_tokens)
+    buffers = None
+    if d:
+        rows = (admission.request_pool if rel.spec_rows_follow_requests else size) + 1
+        buffers = SpecBuffers(rows, d, fp, dedup=rel.at_least("0.5.14"))
+    return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
+               refusal(sc))

@@ -1,6 +1,6 @@
-"""SGLang's radix cache for hybrids: which strategy runs, how many state slots a request holds, and where
-states are checkpointed (python/sglang/srt/server_args.py, arg_groups/overrides.py,
-mem_cache/unified_radix_cache.py)."""
+"""SGLang's radix cache for hybrids: the strategy a scenario runs (``Release.strategy`` and the rules that
+involve other flags), the state slots it holds, where states are checkpointed and what a later request
+reuses (mem_cache/unified_radix_cache.py)."""
 
 from __future__ import annotations
 
@@ -15,58 +15,52 @@ from hybridplan.spec import ModelSpec
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
-#: architectures that may use the extra_buffer strategy (0.5.23: arg_groups/overrides.py
-#: ``_MAMBA_EXTRA_BUFFER_ARCHS``; 0.5.9: server_args.py, ``support_mamba_cache_extra_buffer=True`` in
-#: ``_handle_mamba_radix_cache``); the others are refused it
-_EXTRA_BUFFER_ARCHS = {
-    "0.5.23": frozenset({"NemotronHForCausalLM", "GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM",
-                         "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
-                         "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-                         "KimiLinearForCausalLM"}),
-    "0.5.9": frozenset({"Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
-                        "Qwen3_5MoeForConditionalGeneration"}),
-}
-#: architectures whose radix cache SGLang disables (0.5.9 server_args.py: ``support_mamba_cache=False``)
-_NO_RADIX_ARCHS = {"0.5.23": frozenset(), "0.5.9": frozenset({"KimiLinearForCausalLM"})}
+
+@dataclass(frozen=True)
+class Strategy:
+    """The radix strategy a scenario runs and the state slots a request holds under it."""
+
+    name: str
+    ratio: int
+
+
+def strategy(sc: Scenario) -> Strategy:
+    s, rel = sc.sglang, sc.sglang.release
+    name = rel.strategy(sc.spec, s.radix, overlap=s.overlap, page_size=s.page_size)
+    if name == "no_buffer" and s.draft(sc.spec_tokens):
+        if rel.between("0.5.10rc0", "0.5.14"):
+            raise PlanError(f"SGLang {rel.version} refuses speculative decoding with the no_buffer radix strategy "
+                            f"(\"Speculative decoding for {sc.spec.architecture} is not compatible with radix cache "
+                            "when using --mamba-scheduler-strategy no_buffer\"): use --radix extra_buffer or off")
+        if rel.between("0.5.9", "0.5.10rc0"):  # "Disabling radix cache since speculative decoding ..."
+            name = "off"
+    if name == "no_buffer" and s.page_size > 1 and rel.page_rule == "refuse":
+        raise PlanError(f"SGLang {rel.version} refuses --page-size {s.page_size} with the no_buffer strategy "
+                        "(\"no_buffer only supports page_size=1\")")
+    overlap = s.overlap and name != "no_buffer"  # no_buffer runs without the overlap scheduler
+    return Strategy(name, rel.slots_per_request(name, overlap=overlap, spec_decoding=bool(s.draft(sc.spec_tokens)),
+                                                skip_decode_lock=s.skip_decode_lock))
+
+
+def page_size(sc: Scenario, strat: Strategy) -> int:
+    """The page the KV pool is floored to: 0.5.11–0.5.13 set no_buffer's to 1 themselves."""
+    if strat.name == "no_buffer" and sc.sglang.release.page_rule == "reset":
+        return 1
+    return sc.sglang.page_size
+
+
 #: decode tracking interval (``mamba_track_interval``)
 TRACK_INTERVAL = 256
-#: state slots per running request with the radix cache (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``)
-BASE_RATIO = 3
-#: the grid models without a Mamba chunk size checkpoint on
+#: the checkpoint chunk of models whose config names none, and of every model before 0.5.13
+#: (``FLA_CHUNK_SIZE``)
 FALLBACK_GRID = 64
 
 
-def strategy(spec: ModelSpec, rel: Release, chosen: str = "auto") -> str:
-    """The radix strategy SGLang runs with default flags (overlap scheduler on, page size 1): ``auto`` resolves
-    to extra_buffer where the architecture supports it in 0.5.23 (arg_groups/overrides.py
-    ``_mamba_radix_cache_resolution``) and to no_buffer always in 0.5.9 (server_args.py); pure SSMs run as
-    no_buffer; an asked-for extra_buffer the architecture does not support is refused, as SGLang does."""
-    arch = spec.architecture
-    if arch in _NO_RADIX_ARCHS[rel.version]:
-        return "off"
-    extra = arch in _EXTRA_BUFFER_ARCHS[rel.version]
-    if chosen == "extra_buffer" and not extra:
-        raise PlanError(f"SGLang {rel.version} refuses --mamba-radix-cache-strategy extra_buffer for {arch}: "
-                        "use no_buffer")
-    if chosen != "auto":
-        return chosen
-    return "extra_buffer" if extra and rel.newer else "no_buffer"
-
-
-def slots_per_request(strat: str, rel: Release, *, overlap: bool = True) -> int:
-    """State slots one running request may hold: 1 without radix cache, 3 for no_buffer, and for extra_buffer
-    3 + 2 (0.5.23 with the overlap scheduler, and 0.5.9 without speculative decoding) or 3 + 1 (0.5.23
-    without overlap)."""
-    if strat == "off":
-        return 1
-    if strat == "no_buffer":
-        return BASE_RATIO
-    return BASE_RATIO + (2 if overlap or not rel.newer else 1)
-
-
-def checkpoint_grid(spec: ModelSpec, page_size: int = 1, tree_page: int = 1) -> int:
-    """States are saved on multiples of lcm(max(model chunk or 64, page_size), tree page)."""
-    return lcm(max(spec.chunk_size or FALLBACK_GRID, page_size), tree_page)
+def checkpoint_grid(spec: ModelSpec, rel: Release, page_size: int = 1, tree_page: int = 1) -> int:
+    """States are saved on multiples of lcm(max(chunk, page_size), tree page), the chunk being the config's
+    mamba_chunk_size from 0.5.13 and 64 before (``mamba_cache_chunk_size``)."""
+    chunk = (spec.chunk_size or FALLBACK_GRID) if rel.chunk_from_config else FALLBACK_GRID
+    return lcm(max(chunk, page_size), tree_page)
 
 
 def checkpoints(strat: str, grid: int, prompt: int, chunk: int) -> tuple[int, ...]:
@@ -89,9 +83,9 @@ def junction(strat: str, grid: int, shared: int, prompt: int) -> int:
 
 
 def reuse(sc: Scenario, shared: int, prompt: int) -> Reuse:
-    rel = sc.sglang.release
-    grid = checkpoint_grid(sc.spec)
-    strat = strategy(sc.spec, rel, sc.sglang.radix)
+    chosen = strategy(sc)
+    grid = checkpoint_grid(sc.spec, sc.sglang.release, page_size(sc, chosen))
+    strat = chosen.name
     return Reuse.of(grid, checkpoints(strat, grid, prompt, sc.chunk), junction(strat, grid, shared, prompt), shared,
                     prompt)
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridplan.engines.sglang.releases import DEFAULT, Release
+from hybridplan.engines.sglang.releases import DEFAULT, STRATEGIES, Release
 from hybridplan.errors import PlanError
 
-#: ``--mamba-radix-cache-strategy`` values, and ``off`` for ``--disable-radix-cache``
-STRATEGIES = ("auto", "off", "no_buffer", "extra_buffer")
 #: ``--mamba-full-memory-ratio`` fallback (server_args.py schedule fields)
 FULL_MEMORY_RATIO = 0.9
 #: ``--mem-fraction-static`` taken when none is given
 MEM_FRACTION_STATIC = 0.88
+#: the environment variables of SGLang's Mamba sizing that `--sglang-env` sets, and the values each takes
+ENV = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": ("0", "1", "true", "false")}
+#: ``--max-running-requests`` SGLang sets for speculative decoding when none is given
+#: (arg_groups/speculative_hook.py; server_args.py before 0.5.15)
+SPEC_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,48 @@ class SglangSettings:
     full_memory_ratio: float = FULL_MEMORY_RATIO
     #: ``--max-running-requests``; None = SGLang's estimate
     max_running_requests: int | None = None
+    #: ``--max-mamba-cache-size``; None = from the memory split
+    max_mamba_cache_size: int | None = None
     mem_fraction_static: float = MEM_FRACTION_STATIC
+    #: ``--page-size``: tokens per KV page
+    page_size: int = 1
+    #: ``--speculative-num-draft-tokens``; None = the scenario's speculative tokens + 1 (EAGLE with top-k 1)
+    draft_tokens: int | None = None
+    #: ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1``
+    skip_decode_lock: bool = False
 
     def __post_init__(self) -> None:
         if self.radix not in STRATEGIES:
             raise PlanError(f"unknown radix strategy {self.radix!r} (known: {', '.join(STRATEGIES)})")
         if self.full_memory_ratio <= 0:
             raise PlanError(f"--mamba-full-memory-ratio must be positive, got {self.full_memory_ratio}")
-        if self.max_running_requests is not None and self.max_running_requests <= 0:
-            raise PlanError(f"--max-running-requests must be positive, got {self.max_running_requests}")
+        for flag, value in (("--max-running-requests", self.max_running_requests),
+                            ("--max-mamba-cache-size", self.max_mamba_cache_size), ("--page-size", self.page_size),
+                            ("--draft-tokens", self.draft_tokens)):
+            if value is not None and value <= 0:
+                raise PlanError(f"{flag} must be positive, got {value}")
+
+    def draft(self, spec_tokens: int) -> int:
+        """D, the draft tokens each request verifies per step (0 without speculative decoding)."""
+        if self.draft_tokens is not None:
+            return self.draft_tokens
+        return spec_tokens + 1 if spec_tokens else 0
+
+    def requested(self, spec_tokens: int) -> int | None:
+        """``--max-running-requests`` as SGLang holds it after its own defaults."""
+        if self.max_running_requests is None and self.draft(spec_tokens):
+            return SPEC_MAX_RUNNING_REQUESTS
+        return self.max_running_requests
+
+
+def parse_env(pairs: list[str] | tuple[str, ...]) -> dict[str, bool]:
+    """``--sglang-env NAME=VALUE`` pairs as settings fields."""
+    out: dict[str, bool] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if name not in ENV:
+            raise PlanError(f"--sglang-env {pair}: hybridplan models only {', '.join(ENV)}")
+        if not sep or value.lower() not in ENV[name]:
+            raise PlanError(f"--sglang-env {pair}: give {name}=1 or {name}=0")
+        out["skip_decode_lock"] = value.lower() in ("1", "true")
+    return out

@@ -10,10 +10,11 @@ from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven
+    from hybridplan.engines.common import LogCheck
     from hybridplan.engines.vllm.blocks import Pages
-    from hybridplan.engines.vllm.logs import LogCheck
     from hybridplan.engines.vllm.prefix import Prefix
     from hybridplan.engines.vllm.sizing import Fit
+    from hybridplan.logread import Log
     from hybridplan.scenario import Scenario
 
 
@@ -53,22 +54,16 @@ class VllmEngine:
 
         return KEYWORDS
 
-    def log_present(self, text: str) -> bool:
+    def log_present(self, log: Log) -> bool:
         from hybridplan.engines.vllm.logs import present
 
-        return present(text)
+        return present(log)
 
-    def log_setting(self, text: str, name: str) -> str | None:
-        from hybridplan.engines.vllm.logs import SETTINGS, setting
-
-        return setting(text, name) if name in SETTINGS else None
-
-    def check_log(self, text: str, sc: Scenario, given: LogGiven) -> LogCheck:
-        """The log's figures beside those of ``sc`` run with the release, mode and context the log states
-        (or ``given`` overrides)."""
+    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
+        """The settings the log states, its figures beside the prediction for them, and those not modelled."""
         from hybridplan.engines.vllm.logs import check
 
-        return check(text, sc, given)
+        return check(log, given)
 
 
 ENGINE = VllmEngine()

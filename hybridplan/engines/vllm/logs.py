@@ -1,140 +1,362 @@
-"""What vLLM prints at start-up, read back: its settings, and each figure set beside the prediction.
-
-The figures are predicted from the settings alone, except the KV budget, which vLLM rounds in its log: the
-block count is recovered from the logged concurrency and checked against the logged budget.
-"""
+"""A vLLM start-up log read back whole: the settings it states (version banner, ``non-default args``, the
+engine-config line and the lines around them), each figure it prints beside the prediction for those
+settings, and the figures hybridplan does not predict, with the reason."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from math import ceil, floor
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Row, last
+from hybridplan.engines.common import LogCheck, NotModelled, Row, Setting, literal
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
-from hybridplan.engines.vllm.releases import release
-from hybridplan.engines.vllm.sizing import capacity
+from hybridplan.engines.vllm.releases import Release, release
+from hybridplan.engines.vllm.sizing import Capacity, capacity
 from hybridplan.errors import PlanError
+from hybridplan.logread import Found, Log
+from hybridplan.scenario import DtypeChoice, Scenario, default_ctx
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven
-    from hybridplan.scenario import Scenario
 
 GiB = 1 << 30
+ENGINE = "vllm"
 
-SETTINGS = {
-    "version": re.compile(r"(?:vLLM(?: API)?(?: server)? version |LLM engine \(v)(\d+\.\d+[\w.+]*)"),
-    "model": re.compile(r"\bmodel='([^']+)'"),
-    "tp": re.compile(r"\btensor_parallel_size=(\d+)"),
-    "max_len": re.compile(r"\bmax_seq_len=(\d+)"),
-    "prefix_caching": re.compile(r"\benable_prefix_caching=(True|False)"),
-    "kv_dtype": re.compile(r"\bkv_cache_dtype='?([\w.]+)'?"),
-    "mode": re.compile(r"Mamba cache mode is set to '(\w+)'"),
-}
-FIGURES = {
-    "ssm_dtype": re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'"),
-    "block": re.compile(r"Setting attention block size to (\d+) tokens"),
-    "padding": re.compile(r"Padding mamba page size by ([\d.]+)%"),
-    "available": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
-    "tokens": re.compile(r"\w+ KV cache size: ([\d,]+) tokens"),
-    "concurrency": re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"),
-}
-#: the lines whose presence says a log is vLLM's, as a person would name them
-#: substrings one of which every line above holds (the settings sit in the "LLM engine (v…) with config" line):
-#: a log is filtered by them before it is read
-KEYWORDS = ("vLLM", "LLM engine", "amba", "attention block size", "KV cache", "concurrency")
-_CHECKED = ("block", "padding", "tokens", "concurrency", "ssm_dtype")
+#: substrings one of which every line read here holds: a log is filtered by them before it is read
+KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len", "amba", "attention block size",
+            "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
+            "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
+            "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ")
+
+# --- settings ----------------------------------------------------------------------------------------
+BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
+          re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+]*)\s*$"))
+BANNER_MODEL = (re.compile(r"serving model (\S+)"), re.compile(r"\bmodel {3}(\S+)\s*$"))
+ARGS = re.compile(r"non-default args: (\{.*)")
+CONFIG = re.compile(r"with config: (.*)")
+USING_LEN = re.compile(r"Using max model len (\d+)")
+ARCH = re.compile(r"Resolved architecture: (\w+)")
+MODE = re.compile(r"Mamba cache mode is set to '(\w+)'")
+PREFIX_OFF = re.compile(r"(?:disabling prefix caching|prefix caching: disabling)")
+KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
+#: engine-config fields (``VllmConfig.__str__``), as ``name=value``
+CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
+                 "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)", "max_seq_len": r"\bmax_seq_len=(\d+)",
+                 "dtype": r"\bdtype=(?:torch\.)?(\w+)", "kv_cache_dtype": r"\bkv_cache_dtype=(\w+)",
+                 "enable_prefix_caching": r"\benable_prefix_caching=(True|False)",
+                 "quantization": r"\bquantization=(\w+)", "num_spec_tokens": r"\bnum_spec_tokens=(\d+)",
+                 "enforce_eager": r"\benforce_eager=(True|False)"}
+
+# --- figures -----------------------------------------------------------------------------------------
+SSM_DTYPE = re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'")
+BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
+PADDING = re.compile(r"Padding mamba page size by ([\d.]+)%")
+PAD_LAYERS = re.compile(r"Add (\d+) padding layers, may waste at most ([\d.]+)% KV cache memory")
+AVAILABLE = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+SEQS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
+CAPPED = re.compile(r"Capping cudagraph capture sizes from max (\d+) to (\d+) to fit Mamba cache blocks "
+                    r"\((\d+) blocks available\)")
+ONE_REQUEST = re.compile(r"To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+) GiB "
+                         r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)")
+#: figures the log may show that hybridplan does not predict: pattern, figure, reason
+NOT_MODELLED = (
+    (re.compile(r"Model loading took ([\d.]+) GiB"), "weights loaded (GiB)",
+     "the weights are measured at load; hybridplan takes them as input (--weights, --params)"),
+    (re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"), "CUDA graph estimate (GiB)",
+     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
+    (re.compile(r"CUDA graph pool memory: ([\d.]+) GiB \(actual\)"), "CUDA graph pool (GiB)",
+     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
+    (re.compile(r"Graph capturing finished in \d+ secs?, took (-?[\d.]+) GiB"), "CUDA graph capture (GiB)",
+     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
+    (re.compile(r"Free memory on device \(([^)]*)\) on startup is less than desired"), "free memory at start",
+     "other processes' use of the GPU is not known before the start"),
+    (re.compile(r"Auto-fit max_model_len: reduced from \d+ to (\d+)"), "auto-fit max_model_len",
+     "--max-model-len auto is not modelled: give the context"),
+)
+FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)
 
 
-def present(text: str) -> bool:
+def present(log: Log) -> bool:
     """Does the log hold a figure this module checks?"""
-    return any(FIGURES[f].search(text) for f in _CHECKED)
+    return any(log.has(p) for p in (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST))
 
 
-def setting(text: str, name: str) -> str | None:
-    """A setting as the log states it (None where it does not)."""
-    return last(SETTINGS[name], text)
+def _args(log: Log) -> tuple[dict, Found | None]:
+    """``non-default args: {…}`` (the last), as a dict; a line cut short keeps the pairs it holds whole."""
+    found = log.last(ARGS)
+    if found is None:
+        return {}, None
+    text = found[1]
+    try:
+        value = literal(text)
+        if isinstance(value, dict):
+            return value, found
+    except (ValueError, SyntaxError):
+        pass
+    pairs = re.findall(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?[\d.e+]+|\{[^{}]*\}|\[[^\[\]]*\])",
+                       text)
+    return {k: literal(v) for k, v in pairs}, found
 
 
-def prefix_caching(text: str) -> bool | None:
-    flag = setting(text, "prefix_caching")
-    return None if flag is None else flag == "True"
+def _config(log: Log) -> tuple[dict, Found | None]:
+    found = log.last(CONFIG)
+    if found is None:
+        return {}, None
+    out = {}
+    for name, pattern in CONFIG_FIELDS.items():
+        m = re.search(pattern, found[1])
+        if m:
+            out[name] = literal(m.group(1)) if m.group(1) not in ("auto",) else "auto"
+    return out, found
 
 
-def rows(text: str, sc: Scenario, mode: str, kv_budget: int | None) -> tuple[list[Row], list[str]]:
-    """Each figure of the log beside its prediction, and notes on how they were compared. ``sc.ctx`` is the
-    context the settings name; the concurrency line's own context is used where they name none."""
-    out: list[Row] = []
-    notes: list[str] = []
-    fp, lay = footprint(sc), layout(sc, mode)
-    if (v := last(FIGURES["ssm_dtype"], text)) is not None:
-        out.append(Row("vllm", "SSM cache dtype", v, fp.dtypes.ssm))
-    if (v := last(FIGURES["block"], text)) is not None:
-        out.append(Row("vllm", "attention block size", v, str(lay.block_size)))
-    if (v := last(FIGURES["padding"], text)) is not None:
-        out.append(Row("vllm", "mamba page padding %", v, f"{lay.padding_pct:.2f}"))
-    conc = last(FIGURES["concurrency"], text)
-    tokens = last(FIGURES["tokens"], text)
-    if conc is None and tokens is None:
-        return out, notes
-    probe = capacity(sc, mode, max(kv_budget or 0, 1))
-    bpr = probe.blocks_per_request
-    if kv_budget is not None:
-        num_blocks = probe.num_blocks
-    elif conc is not None:
-        num_blocks = round(float(conc[1]) * bpr)
-        notes.append(f"vLLM rounds its KV budget in the log: {num_blocks} blocks recovered from the logged "
-                     f"concurrency × {bpr} blocks per request")
-        if (avail := last(FIGURES["available"], text)) is not None:
-            per_block = probe.bytes_per_block
-            lo, hi = (float(avail) - 0.005) * GiB, (float(avail) + 0.005) * GiB
-            fits = num_blocks * per_block <= hi and (num_blocks + 1) * per_block > lo
-            out.append(Row("vllm", "blocks within the logged budget", "yes",
-                           "yes" if fits else f"no ({num_blocks} × {per_block:,} B vs {avail} GiB)"))
-    else:
-        notes.append("no concurrency line and no --kv-budget: the KV token count cannot be predicted")
-        return out, notes
-    cap = capacity(sc, mode, num_blocks * probe.bytes_per_block)
-    if conc is not None:
-        out.append(Row("vllm", f"max concurrency ({sc.ctx:,} tokens)", conc[1], f"{cap.max_concurrency:.2f}"))
-    if tokens is not None:
-        out.append(Row("vllm", "KV cache size (tokens)", tokens, f"{cap.kv_tokens:,}"))
-    return out, notes
+class _Settings:
+    """Settings with their source; the first source a setting is given by wins (flags first)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+        self.sources: dict[str, str] = {}
+
+    def put(self, name: str, value: object, source: str) -> None:
+        if value is not None and name not in self.values:
+            self.values[name] = value
+            self.sources[name] = source
+
+    def get(self, name: str, default: object = None):
+        return self.values.get(name, default)
+
+    def listed(self) -> tuple[Setting, ...]:
+        return tuple(Setting(ENGINE, n, str(v), self.sources[n]) for n, v in self.values.items())
 
 
-def sizes_tokens(text: str) -> bool:
-    """Does the log print the token or concurrency figure (which need the context)?"""
-    return bool(FIGURES["concurrency"].search(text) or FIGURES["tokens"].search(text))
+def read_settings(log: Log, given: LogGiven) -> _Settings:
+    """What the run was started with: flags, then the engine-config line, then ``non-default args``, then the
+    other lines that state a setting."""
+    s = _Settings()
+    for name, value in (("version", given.vllm_version), ("model", given.model), ("tensor_parallel_size", given.tp),
+                        ("max_model_len", given.ctx), ("mamba_cache_mode", given.mode),
+                        ("kv_cache_memory_bytes", given.kv_budget), ("num_speculative_tokens", given.spec_tokens),
+                        ("max_num_seqs", given.max_num_seqs)):
+        s.put(name, value, "flag")
+    for pattern in BANNER:
+        if (f := log.last(pattern)) is not None:
+            s.put("version", f[1], f.source)
+    config, cfg_line = _config(log)
+    args, args_line = _args(log)
+    cfg_src = cfg_line.source if cfg_line else ""
+    args_src = args_line.source if args_line else ""
+    renames = {"max_seq_len": "max_model_len", "num_spec_tokens": "num_speculative_tokens"}
+    for name, value in config.items():
+        s.put(renames.get(name, name), value, cfg_src)
+    if (f := log.last(USING_LEN)) is not None:
+        s.put("max_model_len", int(f[1]), f.source)
+    spec_cfg = args.get("speculative_config")
+    if isinstance(spec_cfg, dict):
+        s.put("num_speculative_tokens", spec_cfg.get("num_speculative_tokens"), args_src)
+    for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
+                 "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
+                 "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
+                 "enforce_eager", "quantization"):
+        s.put(name, args.get(name), args_src)
+    for pattern in BANNER_MODEL:
+        if (f := log.last(pattern)) is not None:
+            s.put("model", f[1], f.source)
+    if (f := log.last(PREFIX_OFF)) is not None:
+        s.put("enable_prefix_caching", False, f.source)
+    if (f := log.last(KV_DTYPE_LINE)) is not None:
+        s.put("kv_cache_dtype", f[1], f.source)
+    if (f := log.last(ARCH)) is not None:
+        s.put("architecture", f[1], f.source)
+    return s
 
 
-def logged_ctx(text: str) -> int | None:
-    """The context of the concurrency line, where the settings name none."""
-    conc = last(FIGURES["concurrency"], text)
-    return int(conc[0].replace(",", "")) if conc else None
+def _mode(log: Log, s: _Settings, rel: Release, spec, spec_tokens: int, notes: list[str]) -> str:
+    """The Mamba cache mode the run used: a flag; else the "Mamba cache mode is set to" line; else the
+    mode asked in ``non-default args`` (none without prefix caching; `all` on a model without it as align;
+    ignored from 0.33.0); else the release's choice for the prefix-caching setting."""
+    source = s.sources.get("mamba_cache_mode")
+    asked = s.get("mamba_cache_mode")
+    prefix = s.get("enable_prefix_caching")
+    if source == "flag":
+        return rel.modes_for(spec, str(asked))[0]
+    if (f := log.last(MODE)) is not None:
+        s.sources["mamba_cache_mode"], s.values["mamba_cache_mode"] = f.source, f[1]
+        return f[1]
+    if asked is not None:
+        if rel.at_least("0.33.0") or rel.before("0.15.0"):
+            notes.append(f"--mamba-cache-mode {asked} has no effect in vLLM {rel.version}")
+        elif prefix is False:
+            asked = "none"
+        else:
+            return rel.modes_for(spec, str(asked))[0]
+    mode = rel.mode(spec, spec_tokens, None if prefix is None else bool(prefix))
+    s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = mode, (
+        f"vLLM {rel.version}'s choice with prefix caching {'on' if mode != 'none' else 'off'}")
+    return mode
 
 
-@dataclass(frozen=True)
-class LogCheck:
-    settings: dict
-    rows: tuple[Row, ...]
-    notes: tuple[str, ...]
+def _dtype(value) -> str | None:
+    return None if value in (None, "auto") else str(value)
 
 
-def check(text: str, sc: Scenario, given: LogGiven) -> LogCheck:
-    """The log's figures beside those of ``sc`` run with the release, mode and context the log states
-    (or ``given`` overrides)."""
-    notes: list[str] = []
-    logged_version = setting(text, "version")
-    rel = release(given.vllm_version or logged_version)
-    if given.vllm_version is None and logged_version is None:
+def _model(s: _Settings):
+    from hybridplan.loader import load_logged_model, load_model
+
+    ref = s.get("model")
+    if ref is None:
+        raise PlanError("the log does not name the model: pass --model")
+    return load_model(str(ref)) if s.sources["model"] == "flag" else load_logged_model(str(ref))
+
+
+def scenario(log: Log, s: _Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
+    """The scenario, release and Mamba cache mode the settings describe."""
+    from hybridplan.engines.vllm.settings import VllmSettings
+
+    version = s.get("version")
+    rel = release(str(version) if version is not None else None)
+    if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
-    mode = given.mode or setting(text, "mode") or rel.mode(sc.spec, 0, prefix_caching(text))
-    max_len = given.ctx or (int(v) if (v := setting(text, "max_len")) else None)
-    settings = {"vllm_version": rel.version, "mode": mode, "max_model_len": max_len}
-    ctx = max_len or logged_ctx(text)
-    if ctx is None and sizes_tokens(text):
-        raise PlanError("the log has no max_model_len: pass --ctx")
-    run = replace(sc, vllm=replace(sc.vllm, release=rel), ctx=ctx or sc.ctx)
-    found, more = rows(text, run, mode, given.kv_budget)
-    return LogCheck(settings, tuple(found), tuple(notes + more))
+        s.put("version", rel.version, "default (newest modelled)")
+    spec = _model(s)
+    rel.check_served(spec)
+    notes.extend(rel.caveats(spec))
+    tp = int(s.get("tensor_parallel_size") or 1)
+    ctx = s.get("max_model_len")
+    if not isinstance(ctx, int) or ctx <= 0:  # "auto", -1, or not in the log
+        conc = log.last(CONC)
+        ctx = int(conc[1].replace(",", "")) if conc else default_ctx(spec)
+        s.put("max_model_len", ctx, conc.source if conc else "default (the model's maximum)")
+    spec_tokens = int(s.get("num_speculative_tokens") or 0)
+    dtypes = DtypeChoice(_dtype(s.get("dtype")), _dtype(s.get("mamba_cache_dtype")),
+                         _dtype(s.get("mamba_ssm_cache_dtype")), _dtype(s.get("kv_cache_dtype")))
+    mode = _mode(log, s, rel, spec, spec_tokens, notes)
+    sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, engine=ENGINE,
+                  vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
+                                    enforce_eager=bool(s.get("enforce_eager"))),
+                  allow_long_context=True)
+    return sc, rel, mode
+
+
+# --- the figures ----------------------------------------------------------------------------------------
+
+
+def _range_from_gib(value: float, per_block: int) -> range:
+    """The block counts a budget printed to 0.01 GiB allows."""
+    lo, hi = (value - 0.005) * GiB, (value + 0.005) * GiB
+    return range(max(floor(lo / per_block), 0), max(floor(hi / per_block), 0) + 1)
+
+
+def _range_from_concurrency(value: float, per_request: int) -> range:
+    return range(max(ceil((value - 0.005) * per_request), 0), floor((value + 0.005) * per_request) + 1)
+
+
+def _figures(cap: Capacity, ctx: int, conc: Found | None, tokens: Found | None, seqs: Found | None,
+             capped: Found | None) -> list[Row]:
+    rows = []
+    if conc is not None:
+        rows.append(Row(ENGINE, f"max concurrency ({ctx:,} tokens)", conc[2], f"{cap.max_concurrency:.2f}"))
+    if tokens is not None:
+        rows.append(Row(ENGINE, "KV cache size (tokens)", tokens[1], f"{cap.kv_tokens:,}"))
+    if seqs is not None:
+        rows.append(Row(ENGINE, f"Mamba cache blocks (max_num_seqs {seqs[1]} refused)", seqs[2], str(cap.num_blocks)))
+    if capped is not None:
+        rows.append(Row(ENGINE, "Mamba cache blocks (CUDA-graph sizes capped)", capped[3], str(cap.num_blocks)))
+    return rows
+
+
+def capacity_rows(log: Log, sc: Scenario, mode: str, s: _Settings, notes: list[str]) -> list[Row]:
+    """The figures that follow from the number of blocks: that number is the budget over the bytes of a block,
+    and a budget the log prints to 0.01 GiB leaves a few counts possible; the count that reproduces the
+    logged figures is taken, and said."""
+    conc, tokens, seqs, capped = (log.last(p) for p in (CONC, TOKENS, SEQS, CAPPED))
+    if not any((conc, tokens, seqs, capped)):
+        return []
+    probe = capacity(sc, mode, 1 << 50)
+    per_block, per_request = probe.bytes_per_block, probe.blocks_per_request
+    exact = s.get("kv_cache_memory_bytes")
+    avail = log.last(AVAILABLE)
+    if exact is not None:
+        counts, how = range(int(exact) // per_block, int(exact) // per_block + 1), "the KV budget given"
+    elif avail is not None and float(avail[1]) > 0:
+        counts, how = _range_from_gib(float(avail[1]), per_block), f"the logged budget ({avail[1]} GiB ± 0.005)"
+        s.put("available_kv_cache_memory", f"{avail[1]} GiB", avail.source)
+    elif seqs is not None or capped is not None:
+        blocks = int((seqs or capped)[2] if seqs else capped[3])
+        counts, how = range(blocks, blocks + 1), "the logged Mamba cache blocks"
+        s.put("num_blocks", blocks, (seqs or capped).source)
+        seqs = capped = None
+    elif conc is not None:
+        counts, how = _range_from_concurrency(float(conc[2]), per_request), "the logged concurrency"
+        s.put("num_blocks", "from the concurrency", conc.source)
+    else:
+        notes.append("the log gives no KV budget, concurrency or block count: the KV token figure is not checked")
+        return []
+    chosen = None
+    for n in counts[:100_000]:
+        cap = capacity(sc, mode, n * per_block)
+        if all(r.ok for r in _figures(cap, sc.ctx, conc, tokens, seqs, capped)):
+            chosen = cap
+            break
+    if chosen is None:
+        chosen = capacity(sc, mode, counts[len(counts) // 2] * per_block)
+        notes.append(f"no block count that {how} allows ({counts[0]:,} to {counts[-1]:,} blocks of {per_block:,} B) "
+                     "reproduces the logged figures")
+    elif len(counts) > 1:
+        notes.append(f"{chosen.num_blocks:,} blocks of {per_block:,} B: the count of the {len(counts)} that {how} "
+                     f"allows ({counts[0]:,} to {counts[-1]:,}) that reproduces the logged figures")
+    return _figures(chosen, sc.ctx, conc, tokens, seqs, capped)
+
+
+def check(log: Log, given: LogGiven) -> LogCheck:
+    """The log's figures beside the prediction for the settings it states (flags override them)."""
+    notes: list[str] = []
+    s = read_settings(log, given)
+    sc, rel, mode = scenario(log, s, notes)
+    rows: list[Row] = []
+    out: list[NotModelled] = []
+    pp = int(s.get("pipeline_parallel_size") or 1)
+    if pp > 1:
+        for p in FIGURE_PATTERNS:
+            if (f := log.last(p)) is not None:
+                out.append(NotModelled(ENGINE, p.pattern.split("(")[0].strip(), f[1],
+                                       f"pipeline parallelism (PP {pp}) splits the layers over ranks"))
+        return LogCheck(sc.spec.name, s.listed(), (), tuple(out), tuple(notes))
+    fp, lay = footprint(sc), layout(sc, mode)
+    if (f := log.last(SSM_DTYPE)) is not None:
+        rows.append(Row(ENGINE, "SSM cache dtype", f[1], fp.dtypes.ssm))
+    if (f := log.last(BLOCK)) is not None:
+        rows.append(Row(ENGINE, "attention block size", f[1], str(lay.block_size)))
+    if (f := log.last(PADDING)) is not None:
+        rows.append(Row(ENGINE, "mamba page padding %", f[1], f"{lay.padding_pct:.2f}"))
+    probe = capacity(sc, mode, 1 << 50)
+    logged_pads = {(int(f[1]), f[2]) for f in log.all(PAD_LAYERS)}
+    if logged_pads:
+        predicted = {(n, f"{pct:.2f}") for n, pct in probe.padding_layers}
+        rows.append(Row(ENGINE, "padding layers (added, % wasted)", _pads(logged_pads), _pads(predicted)))
+    if (f := log.last(ONE_REQUEST)) is not None:
+        need = capacity(sc, mode, 1 << 50).request_bytes
+        rows.append(Row(ENGINE, f"KV cache one {int(f[1]):,}-token request needs (GiB)", f[2],
+                        f"{round(need / GiB, 2)}" if rel.rounds_available_memory else f"{need / GiB:.2f}"))
+    if (f := log.last(SEQS)) is not None:
+        rows.append(Row(ENGINE, f"max_num_seqs {f[1]} against {f[2]} Mamba cache blocks", "refused",
+                        _verdict(rel, int(f[1]), int(f[2]), sc.vllm.enforce_eager)))
+    rows += capacity_rows(log, sc, mode, s, notes)
+    for pattern, figure, why in NOT_MODELLED:
+        if (f := log.last(pattern)) is not None:
+            out.append(NotModelled(ENGINE, figure, f[1], why))
+    return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
+
+
+def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:
+    """What the release does with more sequences than Mamba cache blocks (``Release.max_num_seqs_check``)."""
+    if seqs <= blocks or eager or rel.max_num_seqs_check == "none":
+        return "starts"
+    return "refused" if rel.max_num_seqs_check == "refuse" else "starts, CUDA graphs capped"
+
+
+def _pads(pads: set[tuple[int, str]]) -> str:
+    return "; ".join(f"{n}, {pct}%" for n, pct in sorted(pads)) or "none"
+

@@ -24,6 +24,8 @@ class VllmSettings:
     max_num_seqs: int | None = None
     #: ``--gpu-memory-utilization``; None = the release's default
     gpu_util: float | None = None
+    #: ``--enforce-eager``: no CUDA graphs, so no max_num_seqs check against the Mamba blocks
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         if self.mode is not None:

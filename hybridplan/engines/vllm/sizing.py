@@ -71,6 +71,8 @@ class Capacity:
     kv_budget: int
     max_len: int
     rel: Release
+    #: ``--enforce-eager``: no CUDA graphs
+    eager: bool = False
 
     @property
     def bytes_per_block(self) -> int:
@@ -110,8 +112,9 @@ class Capacity:
     @property
     def max_num_seqs_limit(self) -> int | None:
         """The most max_num_seqs that starts: num_blocks with Mamba layers and full decode CUDA graphs, from
-        0.20.0 (vllm/config/compilation.py); no limit before (0.18–0.19 cap the graph sizes instead)."""
-        return self.mamba_blocks if self.rel.max_num_seqs_check == "refuse" else None
+        0.20.0 (vllm/config/compilation.py); no limit before (0.18–0.19 cap the graph sizes instead), nor with
+        --enforce-eager."""
+        return self.mamba_blocks if self.rel.max_num_seqs_check == "refuse" and not self.eager else None
 
     @property
     def padding_layers(self) -> tuple[tuple[int, float], ...]:
@@ -163,7 +166,7 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     size, groups = cache_groups(footprint(sc), sc.vllm.release)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, lay.block_size) for g in groups)
-    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release)
+    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager)
 
 
 def max_num_seqs(sc: Scenario) -> int:
@@ -287,7 +290,7 @@ def fit(sc: Scenario) -> Fit:
         notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for " + (
             "a GPU of at least 70 GiB (256 below; vllm/engine/arg_utils.py)" if n == 1024 else "a GPU under 70 GiB"))
     blocks = fits[chosen].capacity.mamba_blocks
-    if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks:
+    if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks and not sc.vllm.enforce_eager:
         notes.append(f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
                      f"blocks: batches above {blocks} sequences run without graphs (vllm/config/compilation.py)")
     return Fit(rel, budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes))

@@ -1,0 +1,158 @@
+"""Real start-up logs that people posted publicly, reconciled figure by figure by `check-log`.
+
+Each file under tests/data/logs/ starts with ``#`` lines naming where it came from (a GitHub issue, pull
+request or file), the engine release, the model, the GPU and the command; the rest are the lines as posted.
+tests/data/logs/SOURCES.md lists them. Where the log's model has no shipped spec, it is read with the shipped
+spec of the same architecture (flag ``--model``), said per case below; where a setting is in the header's
+command and not in the posted lines, it is passed as a flag. Every figure the log prints is either checked
+(a row, logged beside predicted) or listed as not modelled with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+LOGS = Path(__file__).parent / "data" / "logs"
+
+# file, flags, the figures (by the start of their name) that must be checked
+CASES = [
+    # Qwen3-Next-80B-A3B-Instruct (config as the shipped Thinking spec's: same class and shapes), TP 2 on H200:
+    # GDN page at TP 2: conv 4,096·3·2 + SSM 16·128·128·2 = 548,864 B; attention 1 KV head·256·2·2 = 1,024 B a
+    # token → block 16·cdiv(548,864, 16,384) = 544, padding 1.49 %; 0.10.2 prints num_blocks // 4 groups · 544
+    ("vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", ("--model", "qwen3-next"),
+     ("attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
+    # the AWQ checkpoint at float16: both pages double, the block stays 544
+    ("vllm-0.10.2-qwen3-next-80b-awq-unknown-2.log", ("--model", "qwen3-next"), ("attention block size",)),
+    # fp8 KV halves the attention page: 548,864 / 512 = 1,072 exactly, so no padding line is printed
+    ("vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log", ("--model", "qwen3-next"),
+     ("attention block size", "max concurrency", "KV cache size")),
+    # LFM2.5-1.2B keeps LFM2-1.2B's layers (16: 10 short-conv, 6 attention, 8 KV heads): the 16-token attention
+    # page is four conv pages (300 % padding) and 10 conv layers pad to the 6-layer groups (2 layers, 20 %).
+    # The MetaX plugin pages as CUDA does; its notes list the lines without the banner: version from the header
+    ("vllm-0.17.0-lfm2.5-1.2b-metax-c500-1.log", ("--model", "lfm2-1.2b", "--vllm-version", "0.17.0"),
+     ("attention block size", "mamba page padding %", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.26.0-lfm2.5-1.2b-sm90-1.log", ("--model", "lfm2-1.2b"),
+     ("mamba page padding %", "padding layers", "max concurrency", "KV cache size")),
+    # Nemotron-Cascade-2-30B-A3B is Nemotron-3-Nano-30B-A3B's architecture; both runs pass
+    # --mamba-ssm-cache-dtype float32 and fp8 KV: state 6,144·3·2 + 64·64·128·4 = 2,134,016 B, attention
+    # 2 KV heads·128·2·1 B = 512 B a token → block 16·cdiv(2,134,016, 8,192) = 4176
+    ("vllm-0.19.0-nemotron-cascade-2-30b-nvfp4-wsl-2.log", ("--model", "nemotron-3-nano-30b-a3b"),
+     ("attention block size", "mamba page padding %")),
+    ("vllm-0.20.1rc1-nemotron-cascade-2-30b-nvfp4-blackwell-wsl-1.log", ("--model", "nemotron-3-nano-30b-a3b"),
+     ("attention block size", "mamba page padding %", "padding layers", "max concurrency", "KV cache size")),
+    # Qwen3.6-27B keeps Qwen3.5-27B's architecture (48 GDN + 16 attention layers); MTP 3 with prefix caching:
+    # align, 2 + 3 Mamba pages a request
+    ("vllm-0.20.1-qwen3.6-27b-int4-2xrtx3090-1.log", ("--model", "qwen3.5-27b"), ("max concurrency", "KV cache size")),
+    ("vllm-0.23.1rc1-qwen3.6-27b-nvfp4-hopper-1.log", ("--model", "qwen3.5-27b"),
+     ("attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
+    ("vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-1.log", ("--model", "qwen3.6-35b-a3b"),
+     ("max concurrency", "KV cache size")),
+    # refusals: "max_num_seqs (N) exceeds available Mamba cache blocks (M)" exists from 0.20.0. Qwen3.8-27B has
+    # Qwen3.5-27B's GDN shapes (its SGLang logs below give the same 146.81 MB a request)
+    ("vllm-0.28.0-qwen3.8-27b-h100-1.log", ("--model", "qwen3.5-27b", "--vllm-version", "0.28.0"), ("max_num_seqs",)),
+    # a ROCm build the thread calls 0.23.1, a patch not on PyPI: read as 0.23.0
+    ("vllm-0.23.1-qwen3.8-27b-rx7900xt-1.log", ("--model", "qwen3.5-27b", "--vllm-version", "0.23.0", "--tp", "2"),
+     ("max_num_seqs",)),
+    ("vllm-unknown-nemotron-3-super-120b-h100-1.log", ("--model", "nemotron-3-super-120b-a12b", "--tp", "2"),
+     ("max_num_seqs",)),
+    # SGLang: Qwen3.8-27B-FP8 (Qwen3_5ForConditionalGeneration, Qwen3.5-27B's shapes), --mem-fraction-static
+    # 0.85 --max-running-requests 32 from the header's command. The pool's 124 slots are the K that the 0.5.17
+    # split gives for the memory that leaves the logged 330,323 KV tokens
+    ("sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log", ("--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
+                                                  "--mem-fraction-static", "0.85", "--max-running-requests", "32"),
+     ("max_mamba_cache_size", "conv_state size", "ssm_state size", "K size", "V size", "KV cache dtype")),
+    # ROCm (MI355X): SGLang's pools are the same code on ROCm
+    ("sglang-0.5.17-qwen3.8-27b-fp8-mi355x-1.log", ("--model", "qwen3.5-27b", "--sglang-version", "0.5.17",
+                                                    "--mem-fraction-static", "0.85", "--max-running-requests", "32"),
+     ("max_running_requests",)),
+    ("sglang-0.5.17-qwen3.8-27b-fp8-2xmi355x-2.log", ("--model", "qwen3.5-27b", "--sglang-version", "0.5.17",
+                                                      "--mem-fraction-static", "0.85", "--max-running-requests",
+                                                      "32", "--tp", "2"),
+     ("max_running_requests",)),
+    # "Computed max_mamba_cache_size=-28 (total_rest_memory=-7.96 GB, mamba_cache_per_req=146.81 MB)":
+    # per = 48·(61,440 + 3,145,728) B = 146.81 MiB; K = ⌊(−7.96 GiB·0.9/1.9 − per) / per⌋ = −28
+    ("sglang-0.5.17-qwen3.8-27b-fp8-mi355x-3.log", ("--model", "qwen3.5-27b", "--sglang-version", "0.5.17",
+                                                    "--mem-fraction-static", "0.25"),
+     ("mamba_cache_per_req", "max_mamba_cache_size from total_rest_memory")),
+    # DP attention over 4 GPUs: each rank holds every KV head (attention TP 1): K = V = 12 layers·(T + 1)·2
+    # heads·256·2 B = 31.89 GiB for T = 2,786,325
+    ("sglang-unknown-qwen3-next-80b-fp8-4xunknown-1.log", ("--model", "qwen3-next", "--tp", "1"),
+     ("K size", "V size")),
+]
+
+
+def _check(run_cli, name: str, *args: str) -> tuple[int, dict]:
+    code, out, err = run_cli("check-log", LOGS / name, *args, "--json")
+    assert out, err
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("name,args,figures", CASES, ids=[c[0] for c in CASES])
+def test_real_log_reconciles(run_cli, name, args, figures):
+    code, d = _check(run_cli, name, *args)
+    bad = [r for r in d["rows"] if not r["ok"]]
+    assert code == 0 and d["ok"] and not bad, bad
+    checked = [r["figure"] for r in d["rows"]]
+    for figure in figures:
+        assert any(c.startswith(figure) for c in checked), (figure, checked)
+    for n in d["not_modelled"]:  # a figure not checked always says why
+        assert n["reason"] and n["logged"]
+
+
+def test_at_least_fifteen_real_logs():
+    files = sorted(p.name for p in LOGS.glob("*.log"))
+    assert len(files) >= 15 and files == sorted([c[0] for c in CASES] + [RANGE_LOG])
+    for p in LOGS.glob("*.log"):
+        assert p.read_text().startswith("# source: ")
+
+
+def test_settings_name_their_line(run_cli):
+    _, d = _check(run_cli, "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model", "qwen3-next")
+    s = {x["name"]: x for x in d["settings"]}
+    assert s["version"]["value"] == "0.10.2" and s["version"]["source"].startswith("line 7: vLLM API server version")
+    assert s["tensor_parallel_size"]["value"] == "2" and s["max_model_len"]["value"] == "262144"
+    assert s["model"]["source"] == "flag" and s["mamba_cache_mode"]["value"] == "none"
+
+
+RANGE_LOG = "vllm-unknown-qwen3.6-27b-int4-2xrtx3090-2.log"
+
+
+@pytest.mark.parametrize("version,ok", [("0.20.1", True), ("0.24.0", True), ("0.32.0", True), ("0.33.0", False)])
+def test_gdn_checkpoint_page_of_0_33_on_a_real_log(run_cli, version, ok):
+    # the banner is cut from this excerpt (its line numbers put it after 0.20.1); MTP 3 with prefix caching
+    # (align): 2 + 3 Mamba pages a request through 0.32.0 reproduce 2.37x and 620,944 tokens, and 0.33.0's extra
+    # FlashInfer-GDN checkpoint page would not
+    code, d = _check(run_cli, RANGE_LOG, "--model", "qwen3.5-27b", "--vllm-version", version)
+    assert d["ok"] is ok and code == (0 if ok else 1)
+
+
+def test_token_figure_rule_on_a_real_log(run_cli):
+    # 0.10.2 printed num_blocks // groups · block = 7,162 // 4 · 544 = 973,760; the rule of 0.20.1 on would print
+    # int(14.77… · 262,144) instead
+    code, d = _check(run_cli, "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model", "qwen3-next",
+                     "--vllm-version", "0.20.0")
+    assert code == 0
+    code, d = _check(run_cli, "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model", "qwen3-next",
+                     "--vllm-version", "0.20.1")
+    rows = {r["figure"]: r for r in d["rows"]}
+    assert code == 1 and not rows["KV cache size (tokens)"]["ok"] and rows["max concurrency (262,144 tokens)"]["ok"]
+
+
+def test_refusal_exists_from_0_20_on_a_real_log(run_cli):
+    # the same 1024-over-969 start: 0.18–0.19 cap the CUDA-graph sizes and start, 0.17 checks nothing
+    for version, verdict in (("0.19.1", "starts, CUDA graphs capped"), ("0.17.1", "starts")):
+        code, d = _check(run_cli, "vllm-0.28.0-qwen3.8-27b-h100-1.log", "--model", "qwen3.5-27b", "--vllm-version",
+                         version)
+        assert code == 1 and d["rows"][0]["predicted"] == verdict
+
+
+def test_padding_row_of_0_5_17_on_a_real_log(run_cli):
+    # 0.5.16's split (K = ⌊R·r/(1+r) / per⌋, K rows charged) would give 125 slots for the memory that leaves
+    # 330,323 KV tokens; 0.5.17 on charges K + 1 rows and gives the logged 124
+    args = ("--model", "qwen3.5-27b", "--mem-fraction-static", "0.85", "--max-running-requests", "32")
+    code, d = _check(run_cli, "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log", *args, "--sglang-version", "0.5.16")
+    k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
+    assert code == 1 and (k["logged"], k["predicted"]) == ("124", "125")
