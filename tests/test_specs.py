@@ -36,6 +36,8 @@ PROVENANCE = {
     "qwen3.5-397b-a17b": ("Qwen__Qwen3.5-397B-A17B.json", {}),
     "qwen3.6-35b-a3b": ("Qwen__Qwen3.6-35B-A3B.json", {}),
     "lfm2-350m": ("LiquidAI__LFM2-350M.json", {}),
+    "lfm2-2.6b": ("LiquidAI__LFM2-2.6B.mlx-resave.json", {}),
+    "mamba-130m": ("state-spaces__mamba-130m-hf.from-python-dict.json", {}),
     "minimax-m1": ("MiniMaxAI__MiniMax-M1.json", {}),
     "nemotron-3-super-120b-a12b": ("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json", {}),
     "nemotron-3-ultra-550b-a55b": ("nvidia__NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.json", {}),
@@ -117,6 +119,10 @@ FAMILY_SHAPES = {
     "mamba-codestral-7b": (64, (10240, 3), (128, 64, 128), "bfloat16", "bfloat16"),
     # LFM2: 16 layers − 6 attention = 10 short convs of 2048 channels, L_cache − 1 = 2
     "lfm2-1.2b": (10, (2048, 2), None, "bfloat16", None),
+    # LFM2-2.6B: 30 layers − 8 attention = 22 short convs of 2048 channels
+    "lfm2-2.6b": (22, (2048, 2), None, "bfloat16", None),
+    # mamba-130m: Mamba-1, intermediate 1536, state 16; its float32 checkpoint runs in bfloat16 under auto
+    "mamba-130m": (24, (1536, 3), (1536, 16), "bfloat16", "bfloat16"),
     # Qwen3-Next: conv = 2·16·128 + 32·128 = 8192; SSM (Hv, dv, dk) = (32, 128, 128), model dtype
     "qwen3-next-80b-a3b": (36, (8192, 3), (32, 128, 128), "bfloat16", "bfloat16"),
     # Qwen3.5-27B: conv = 2·16·128 + 48·128 = 10240; vLLM ≥ 0.20 reads mamba_ssm_dtype = float32
