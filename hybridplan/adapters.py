@@ -13,6 +13,7 @@ list, the attention head count) are required.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -565,4 +566,4 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         max_position_embeddings=f.opt_int("max_position_embeddings"), context=context_fields(raw),
         chunk_size=parts["chunk"],
         config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
-        aliases=aliases, notes=tuple(f.notes))
+        aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str))

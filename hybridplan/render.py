@@ -212,6 +212,18 @@ def _gb(n: int) -> str:
     return f"{human_bytes(n)} = {n / 1e9:,.3g} GB"
 
 
+def _weights_table(w, exact: bool) -> Rows:
+    """Parameters, bytes and bytes per rank; what a plain start leaves out said plainly."""
+    notes = [f"vision tower {w.vision_params / 1e9:.2f}B included" if w.vision_params else "",
+             f"MTP layers {w.mtp_params / 1e9:.2f}B not loaded" if w.mtp_params else ""]
+    rows = [("parameters", f"{w.params / 1e9:.2f}B", "; ".join(n for n in notes if n)),
+            ("bytes", _b(w.bytes, exact), w.quantization or _short(w.dtype))]
+    if w.tp > 1:
+        rows.append(("per rank", _b(w.bytes_per_rank, exact), f"TP {w.tp}, as vLLM shards them"))
+    return Rows(None, rows, title=f"Weights (from the {w.source})", left=(0, 2), prose=(2,),
+                styles={0: "bold", 2: "dim"})
+
+
 def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     fp, spec = r.fp, r.spec
     head = Text.assemble((spec.name, "bold"), f"  {spec.architecture}  ·  TP {fp.tp}  ·  ctx {r.ctx:,}")
@@ -246,6 +258,8 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
                  f"{r.ratio:.2f}× the hybrid ({verdict})"))
     rows.append((f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only"))
     parts.append(Rows(None, rows, title="Per sequence", left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"}))
+    if r.weights is not None:
+        parts.append(_weights_table(r.weights, exact))
     parts.extend(_notes(r.notes))
     if r.engines is not None:
         parts.append(engines_view(r.engines, exact=exact))

@@ -242,6 +242,8 @@ class ModelSpec:
     source: str | None = None
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the config as read, JSON: what the weights are counted from (not part of the spec's identity)
+    config_json: str = field(default="", compare=False, repr=False)
 
     def config_dtype(self, field: str) -> str | None:
         return dict(self.config_dtypes).get(field)

@@ -15,6 +15,7 @@ from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
     from hybridplan.reports.engines import EngineReport
+    from hybridplan.weights import Weights
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class SizeReport:
     ref_fp: Footprint
     #: with `--engine`, what each engine allocates
     engines: EngineReport | None = None
+    #: the model's weights, counted from its config (None for a family hybridplan does not count)
+    weights: Weights | None = None
 
     @property
     def spec(self) -> ModelSpec:
@@ -104,6 +107,7 @@ class SizeReport:
             "reference": {"model": self.ref.name, "bytes_per_token": self.ref_fp.kv_bytes_per_token,
                           "bytes_at_ctx": self.ref_at_ctx, "ratio": self.ratio},
             "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
+            "weights": self.weights.to_dict() if self.weights else None,
             "notes": list(self.notes),
             **(self.engines.to_dict() if self.engines else {}),
         }
@@ -123,8 +127,15 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
         ref_fp = vllm.footprint(reference(sc, ref))
     except PlanError as exc:
         raise PlanError(f"reference {ref.name}: {exc}") from None
+    from hybridplan.engines.vllm.dtypes import model_dtype
+    from hybridplan.weights import weights
+
+    try:
+        w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
+    except PlanError:
+        w = None
     if not with_engines:
-        return SizeReport(sc, ref, fp, ref_fp)
+        return SizeReport(sc, ref, fp, ref_fp, weights=w)
     from hybridplan.reports.engines import engine_layouts
 
-    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc))
+    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc), weights=w)
