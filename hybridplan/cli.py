@@ -281,6 +281,22 @@ def models(o: Options) -> None:
     show(ModelsReport(tuple(shipped_specs())), o, "models_view")
 
 
+@command(app, JSON, short="The GPUs --gpu-type knows")
+def gpus(o: Options) -> None:
+    """The GPUs --gpu-type names: the memory each reports (the CUDA total the engines size from, or
+    nvidia-smi's where that is all that was found) and where the figure comes from.
+
+    Example:
+
+    \b
+      hybridplan gpus
+    """
+    from hybridplan.gpus import GPUS
+    from hybridplan.reports.gpus import GpusReport
+
+    show(GpusReport(GPUS), o, "gpus_view")
+
+
 from hybridplan.profile.command import GROUPS as _PROFILE  # noqa: E402 - torch at run time
 from hybridplan.profile.command import profile as _profile  # noqa: E402
 

@@ -20,7 +20,7 @@ from hybridplan.errors import PlanError
 from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count, parse_size
 
 if TYPE_CHECKING:
-    from hybridplan.scenario import Scenario
+    from hybridplan.scenario import Budget, Scenario
 
 MODEL_HELP = ("A shipped spec name or alias (see `hybridplan models`), a config.json, a model folder, a spec "
               "YAML, or a Hugging Face Hub id (org/name: its config.json only, from the local cache first).")
@@ -214,20 +214,30 @@ ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
 ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
 OUTPUT = (*JSON, param("exact", Exact, False))
+def _gpus() -> list[str]:
+    from hybridplan.gpus import GPUS
+
+    return [g.key for g in GPUS]
+
+
 BUDGET = (
-    param("gpu_mem", size_option("--gpu-mem", "GPU memory, e.g. 141GB or 80GiB"), None),
+    param("gpu_type", Annotated[Optional[str], option(
+        "--gpu-type", metavar="GPU", autocompletion=_choices(_gpus),
+        help="The GPU by name (h100, h200, b200, a100-80g, l40s, rtx-4090 and more: `hybridplan gpus` lists them): "
+             "its memory and the engines' defaults for it.")], None),
+    param("gpu_mem", size_option("--gpu-mem", "GPU memory instead of --gpu-type, e.g. 141GB or 80GiB"), None),
     param("weights", size_option("--weights", "The model's weights over all ranks, each of --tp GPUs holding its "
-                                             "share, e.g. 16GiB"), None),
+                                             "share (default: counted from the config), e.g. 16GiB"), None),
     param("params", Annotated[Optional[float], option(
         "--params", metavar="N", parser=number_value("--params", 0, 1e14, "a parameter count"),
         help="Parameter count, e.g. 8.1e9: weights at the model dtype, split over --tp.")], None),
     param("gpu_util", Annotated[Optional[float], option(
         "--gpu-util", metavar="FRACTION", parser=number_value("--gpu-util", 0, 1, "vLLM's gpu_memory_utilization"),
         help="vLLM --gpu-memory-utilization (default: the release's).")], None),
-    param("overhead", Annotated[int, option(
+    param("overhead", Annotated[Optional[int], option(
         "--overhead", metavar="SIZE", parser=_size("--overhead", allow_zero=True),
-        help=f"Activations, CUDA graphs, non-torch memory: an estimate the engine measures at start-up "
-             f"({SIZE_HELP}).")], "2GiB"),
+        help=f"Activations, CUDA graphs and non-torch memory as one figure, in place of each engine's estimate "
+             f"({SIZE_HELP}).")], None),
     param("kv_budget", size_option("--kv-budget", "Memory left for caches (vLLM's \"Available KV cache memory\"; "
                                                   "SGLang's memory to split); skips --gpu-mem"), None),
 )
@@ -245,10 +255,10 @@ ADMISSION = (
         "--mamba-full-memory-ratio", metavar="RATIO",
         parser=number_value("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
         help="SGLang's state/KV split.")], 0.9),
-    param("mem_fraction", Annotated[float, option(
+    param("mem_fraction", Annotated[Optional[float], option(
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
-        help="SGLang --mem-fraction-static (only with --gpu-mem).")], 0.88),
+        help="SGLang --mem-fraction-static (default: SGLang's for the GPU).")], None),
 )
 
 
@@ -279,13 +289,29 @@ _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend
 _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
            "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}
-_BUDGET = {"kv_budget": "kv_budget", "gpu_mem": "gpu_mem", "weights": "weights", "params": "params",
-           "overhead": "overhead"}
+_BUDGET = {"kv_budget": "kv_budget", "weights": "weights", "params": "params", "overhead": "overhead"}
 
 
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
     """The fields whose option this command takes; the others keep their defaults."""
     return {f: getattr(o, name) for f, name in fields.items() if hasattr(o, name)}
+
+
+def budget(o: Options) -> Budget:
+    """The budget the options give: --gpu-type names the GPU (its memory, and the engines' defaults for it);
+    --gpu-mem gives the memory alone."""
+    from hybridplan.scenario import Budget
+
+    gpu_type, gpu_mem = getattr(o, "gpu_type", None), getattr(o, "gpu_mem", None)
+    key = None
+    if gpu_type is not None:
+        from hybridplan.gpus import gpu
+
+        if gpu_mem is not None:
+            raise PlanError("give --gpu-type or --gpu-mem, not both")
+        g = gpu(gpu_type)
+        key, gpu_mem = g.key, g.total
+    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
 
 
 def scenario(o: Options) -> Scenario:
@@ -295,7 +321,7 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.engines.vllm.releases import release as vllm_release
     from hybridplan.engines.vllm.settings import VllmSettings
     from hybridplan.loader import load_model
-    from hybridplan.scenario import Budget, DtypeChoice, Scenario, default_ctx
+    from hybridplan.scenario import DtypeChoice, Scenario, default_ctx
 
     spec = load_model(o.model, getattr(o, "revision", None))
     ctx = getattr(o, "ctx", None)
@@ -308,6 +334,6 @@ def scenario(o: Options) -> Scenario:
         sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
                               overlap=not getattr(o, "no_overlap", False),
                               **parse_env(getattr(o, "sglang_env", None) or ())),
-        budget=Budget(**_given(o, _BUDGET)),
+        budget=budget(o),
         **_given(o, _SCENARIO),
     )

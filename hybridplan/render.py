@@ -287,6 +287,13 @@ def crossover_view(r: CrossoverReport) -> Group:
     return Group(head, t, lad, *_notes(r.spec.notes))
 
 
+def gpus_view(r) -> Rows:
+    return Rows(("gpu", "name", "memory", "as", "source"),
+                [(g.key, g.name, human_bytes(g.total), "CUDA" if g.exact else "nvidia-smi", g.source)
+                 for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
+                optional=(4,))
+
+
 def models_view(r: ModelsReport) -> Rows:
     return Rows(("name", "aliases", "family", "layers", "source"),
                 [(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
@@ -347,6 +354,8 @@ def _skipped(skipped) -> list[Table]:
 
 def _vllm_fit(v) -> list:
     d = v.to_dict()
+    lead = waterfall_view(v.memory, f"vLLM {v.rel.version}: the GPU's memory on one rank", "Available KV cache memory",
+                          "gpu_memory_utilization") if v.memory is not None else []
     rows = []
     for mode, m in d["modes"].items():
         label = f"{mode} (default)" if mode == d["default_mode"] else mode
@@ -363,13 +372,16 @@ def _vllm_fit(v) -> list:
                                 "\"Maximum concurrency\"); max seqs: the most --max-num-seqs that starts (one Mamba "
                                 "block per running sequence)", optional=(1,))]
     dm = d["modes"].get(d["default_mode"])
+    parts.extend(log_line(line) for line in v.logs[:-1])
     if dm:
         parts.extend(log_line(line) for line in dm["logs"])
-    return parts
+    return lead + parts
 
 
 def _sglang_fit(g) -> list:
     s = g.to_dict()
+    lead = waterfall_view(g.memory, f"SGLang {g.rel.version}: the GPU's memory on one rank",
+                          "memory split between the pools (R)", "mem_fraction_static") if g.memory is not None else []
     t = Rows(None, [
         ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"])),
         ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])),
@@ -377,21 +389,62 @@ def _sglang_fit(g) -> list:
          _slots(s))],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
         left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
-    return [t, *(log_line(line) for line in s["logs"])]
+    return [*lead, t, *(log_line(line) for line in s["logs"])]
 
 
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 
+_MARKS = {"weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒", "overhead": "▒",
+          "CUDA context": "▒", "reserve": "▒"}
+
+
+def _bar(w, width: int = 60) -> Text:
+    """The GPU's memory as one line: each term in proportion, then what is left for the caches."""
+    total = max(w.gpu_bytes, sum(t.bytes for t in (*w.before, *w.terms)) + max(w.cache_bytes, 0), 1)
+    text = Text("  [")
+    used = 0
+    for t in (*w.before, *w.terms):
+        n = round(width * t.bytes / total)
+        text.append(_MARKS.get(t.name, "▒") * n, style="cyan" if t.name == "weights" else "yellow")
+        used += n
+    n = max(0, min(width - used, round(width * w.cache_bytes / total)))
+    text.append("░" * n, style="green")
+    text.append("·" * max(0, width - used - n), style="dim")
+    text.append("]  █ weights  ▓▒ the rest  ░ caches  · not used", style="dim")
+    return text
+
+
+def waterfall_view(w, title: str, cache_label: str, factor_label: str) -> list:
+    def row(t) -> tuple[str, str, str]:
+        return (f"− {t.name}", human_bytes(t.bytes), ("estimate: " if t.kind == "estimate" else "") + t.note)
+
+    rows = [("GPU total", human_bytes(w.gpu_bytes), f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
+            (f"× {factor_label} {w.utilization:.4g}", human_bytes(w.requested), w.factor_note),
+            *(row(t) for t in w.terms),
+            (f"= {cache_label}", human_bytes(w.cache_bytes), f"{w.cache_bytes:,} B")]
+    return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
+
+
 def fit_view(r: FitReport) -> Group:
-    parts: list = [Text.assemble((r.sc.spec.name, "bold"), f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}")]
+    head = f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}"
     b = r.sc.budget
+    if b.gpu is not None:
+        from hybridplan.gpus import gpu
+
+        g = gpu(b.gpu)
+        head += f"  ·  {g.name}"
+    parts: list = [Text.assemble((r.sc.spec.name, "bold"), head)]
     if b.kv_budget is None and b.gpu_mem is not None:
-        weights = (f"weights {_gb(b.weights)}" if b.weights is not None
-                   else f"weights of {b.params / 1e9:g}B parameters" if b.params is not None else "")
-        parts.append(Text(f"GPU {_gb(b.gpu_mem)}  ·  {weights}  ·  overhead {human_bytes(b.overhead)}", style="dim"))
+        parts.append(Text(f"GPU memory {_gb(b.gpu_mem)}", style="dim"))
+    from hybridplan.engines.common import Shortfall
+
     for name, part in r.parts.items():
-        parts += _FIT_VIEWS[name](part)
+        if isinstance(part, Shortfall):
+            parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank", part.cache_label,
+                                    part.factor_label)
+        else:
+            parts += _FIT_VIEWS[name](part)
     for engine, flags in r.flags().items():
         parts.append(labelled(f"{engine} flags:", flags))
     if r.verdict_ok:

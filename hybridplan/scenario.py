@@ -33,29 +33,25 @@ class DtypeChoice:
 
 @dataclass(frozen=True)
 class Budget:
-    """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory less the
-    weights (``weights`` over all ranks, or ``params`` at the model dtype) and an ``overhead``. How each
-    engine turns these into its budget is an engine rule."""
+    """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory (``gpu_mem``,
+    or ``gpu`` by name) less the weights (``weights`` over all ranks, ``params`` at the model dtype, else counted
+    from the config) and what the engine needs besides (``overhead`` when given, else each engine's own
+    estimate of activations, non-torch memory and CUDA graphs). How each engine turns these into its budget is
+    an engine rule."""
 
     kv_budget: int | None = None
     gpu_mem: int | None = None
+    #: the GPU by name (hybridplan/gpus.py), which also sets the engines' defaults for it
+    gpu: str | None = None
     weights: int | None = None
     params: float | None = None
-    overhead: int = 0
+    overhead: int | None = None
 
-    def weight_bytes(self, dtype_bytes: int) -> int:
-        """The weights over all ranks; 0 when the budget is given directly."""
-        if self.kv_budget is not None:
-            return 0
-        if self.gpu_mem is None:
-            raise PlanError("give --kv-budget, or --gpu-mem with --weights or --params")
-        if self.weights is not None:
-            return self.weights
-        if self.params is not None:
-            if self.params <= 0:
-                raise PlanError(f"--params must be positive, got {self.params:g}")
-            return int(self.params * dtype_bytes)
-        raise PlanError("with --gpu-mem, give --weights SIZE or --params N (the model's weights on this GPU)")
+    def check(self) -> None:
+        if self.kv_budget is None and self.gpu_mem is None:
+            raise PlanError("give --gpu-type, --gpu-mem or --kv-budget")
+        if self.params is not None and self.params <= 0:
+            raise PlanError(f"--params must be positive, got {self.params:g}")
 
 
 @dataclass(frozen=True)

@@ -129,13 +129,15 @@ def test_fit_from_gpu_memory():
     # 0.33: requested = ceil(141e9 · 0.92); budget = that − weights (8e9 params · 2 B) − 2 GiB overhead
     r = fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9, params=8e9, overhead=2 * GiB), engine="vllm"))
     assert r.parts["vllm"].budget == -(-141 * 10**9 * 92 // 100) - 16 * 10**9 - 2 * GiB
-    with pytest.raises(PlanError, match="--weights SIZE or --params"):
-        fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9), engine="vllm"))
+    # without --weights or --params the weights are counted from the config: 8,100,852,736 parameters at 2 B
+    r = fit(scenario("nemotron-h", budget=Budget(gpu_mem=141 * 10**9, overhead=2 * GiB), engine="vllm"))
+    assert r.parts["vllm"].memory.term("weights") == 2 * 8_100_852_736
 
 
 def test_impossible_budget(run_cli):
-    code, _, err = run_cli("fit", "nemotron-h", "--gpu-mem", "16GiB", "--weights", "20GiB")
-    assert code == 2 and "nothing is left" in err and "Traceback" not in err
+    # the weights alone exceed 16 GiB × 0.92: neither engine starts, and each says why
+    code, out, err = run_cli("fit", "nemotron-h", "--gpu-mem", "16GiB", "--weights", "20GiB")
+    assert code == 1 and "will not start" in out and out.count("nothing is left for the caches") == 2 and not err
 
 
 # --- rules across versions, TPs and families ---------------------------------------------------------

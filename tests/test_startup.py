@@ -11,7 +11,7 @@ import pytest
 DATA = Path(__file__).parent / "data"
 GPU_STACK = ("torch", "triton", "pynvml", "numpy", "matplotlib", "hybridplan.kernels", "hybridplan.profile.pipeline",
              "huggingface_hub")
-REPORTS = ("size", "crossover", "engines", "fit", "prefix", "check_log", "models")
+REPORTS = ("size", "crossover", "engines", "fit", "prefix", "check_log", "models", "gpus")
 
 
 def _loaded(*argv: str) -> set[str]:

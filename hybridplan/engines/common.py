@@ -136,3 +136,78 @@ def literal(text: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text.removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Term:
+    """One step of the memory waterfall: what it takes, and whether it is known or estimated."""
+
+    name: str
+    bytes: int
+    #: "exact" (a rule or a given figure), "counted" (from the config) or "estimate"
+    kind: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    """A GPU's memory from its total to the cache pool: ``total × utilization`` less each term."""
+
+    gpu_bytes: int
+    utilization: float
+    requested: int
+    terms: tuple[Term, ...]
+    #: what is left for the caches on one rank
+    cache_bytes: int
+    #: what comes off the total before the utilization applies (SGLang: the CUDA context)
+    before: tuple[Term, ...] = ()
+    #: how the utilization was chosen, where the engine chose it
+    factor_note: str = ""
+
+    def term(self, name: str) -> int:
+        return sum(t.bytes for t in (*self.before, *self.terms) if t.name == name)
+
+    @property
+    def estimated(self) -> list[str]:
+        return [t.name for t in (*self.before, *self.terms) if t.kind == "estimate"]
+
+    def to_dict(self) -> dict:
+        return {"gpu_bytes": self.gpu_bytes, "utilization": self.utilization, "utilization_note": self.factor_note,
+                "requested_bytes": self.requested,
+                "weights_bytes": self.term("weights"), "activation_bytes": self.term("activation"),
+                "non_torch_bytes": self.term("non-torch"), "cudagraph_bytes": self.term("CUDA graphs"),
+                "kv_budget_bytes": self.cache_bytes, "estimated": self.estimated,
+                "terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
+                          for t in (*self.before, *self.terms)]}
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """`fit` on an engine whose weights and overheads leave nothing for its caches: it will not start."""
+
+    engine: str
+    memory: Waterfall
+    cache_label: str
+    factor_label: str
+
+    @property
+    def starts(self) -> bool:
+        return False
+
+    @property
+    def problem(self) -> str:
+        taken = ", ".join(f"{t.name} {t.bytes / (1 << 30):.2f} GiB" for t in (*self.memory.before, *self.memory.terms))
+        return (f"{self.engine}: nothing is left for the caches ({self.cache_label}): {taken} take more than "
+                f"{self.memory.requested / (1 << 30):.2f} GiB ({self.factor_label} {self.memory.utilization:.4g}); "
+                "use more GPUs (--tp) or a quantized checkpoint")
+
+    @property
+    def flags(self) -> str:
+        return "—"
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    def to_dict(self) -> dict:
+        return {"memory": self.memory.to_dict(), "starts": False, "problem": self.problem}

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from hybridplan import engines
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
-from hybridplan.units import GiB
 
 
 @dataclass(frozen=True)
@@ -40,10 +39,22 @@ class FitReport:
 
 
 def budget_notes(sc: Scenario) -> tuple[str, ...]:
-    if sc.budget.kv_budget is not None:
+    """What the budget rests on, where it was not given."""
+    b = sc.budget
+    if b.kv_budget is not None:
         return ()
-    return (f"the budget subtracts weights and a {sc.budget.overhead / GiB:.2f} GiB overhead for activations, "
-            "CUDA graphs and non-torch memory: an estimate; the engine measures it at start-up",)
+    notes = []
+    if b.gpu is not None:
+        from hybridplan.gpus import gpu
+
+        g = gpu(b.gpu)
+        if not g.exact:
+            notes.append(f"{g.name}: nvidia-smi's total, {g.total:,} B; the CUDA total the engines see is 0.45–0.9 "
+                         "GiB smaller (hybridplan/gpus.py)")
+    if b.overhead is None:
+        notes.append("activation, non-torch and CUDA-graph memory are estimates fit to real start-up logs "
+                     "(docs/memory.md); the engine measures them at start-up")
+    return tuple(notes)
 
 
 def fit(sc: Scenario) -> FitReport:

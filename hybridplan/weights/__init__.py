@@ -98,3 +98,16 @@ def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool
                    mtp_params=sum(p.params for p in every if p.section == "mtp"),
                    vision_params=sum(p.params for p in every if p.section == "vision"),
                    groups=tuple(groups.items()))
+
+
+def rank_bytes(spec: ModelSpec, tp: int, dtype: str, given: int | None = None,
+               params: float | None = None) -> tuple[int, str]:
+    """One rank's weights and where the figure comes from: ``given`` (bytes over all ranks, split evenly),
+    ``params`` at ``dtype``, else counted from the config as the engine shards it."""
+    if given is not None:
+        return given // tp, "given (--weights)"
+    if params is not None:
+        return int(params * size_of(dtype)) // tp, "given (--params)"
+    w = weights(spec, tp, dtype)
+    return w.bytes_per_rank, f"counted from the config ({w.params / 1e9:.2f}B parameters" + (
+        f", {w.quantization}" if w.quantization else "") + ")"

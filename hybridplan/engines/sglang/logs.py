@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import LogCheck, NotModelled, Row, Setting, literal
 from hybridplan.engines.sglang.releases import DEFAULT, Release, release
-from hybridplan.engines.sglang.settings import FULL_MEMORY_RATIO, MEM_FRACTION_STATIC
+from hybridplan.engines.sglang.settings import FULL_MEMORY_RATIO
 from hybridplan.errors import PlanError
 from hybridplan.logread import Found, Log
 from hybridplan.scenario import Budget, DtypeChoice, Scenario, default_ctx
@@ -152,7 +152,7 @@ def scenario(log: Log, s: _Settings, rel: Release, given: LogGiven, notes: list[
         full_memory_ratio=float(s.get("mamba_full_memory_ratio") or FULL_MEMORY_RATIO),
         max_running_requests=s.get("max_running_requests"), max_mamba_cache_size=s.get("max_mamba_cache_size"),
         page_size=int(s.get("page_size") or 1), draft_tokens=int(draft) if draft else None,
-        mem_fraction_static=float(s.get("mem_fraction_static") or MEM_FRACTION_STATIC))
+        mem_fraction_static=float(s.get("mem_fraction_static")) if s.get("mem_fraction_static") else None)
     kv = s.get("kv_cache_dtype")
     dtypes = DtypeChoice(None if s.get("dtype") in (None, "auto") else str(s.get("dtype")), None,
                          None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
@@ -172,7 +172,7 @@ def _memory(log: Log, sc: Scenario, given: LogGiven, s: _Settings) -> tuple[floa
         s.put("memory split (R)", f"{given.kv_budget:,} B", "flag")
         return float(given.kv_budget), float(given.kv_budget)
     begin, end = log.last(LOAD_BEGIN), log.last(LOAD_END)
-    if begin is None or end is None:
+    if begin is None or end is None or sc.sglang.mem_fraction_static is None:
         return None
     keep = 1 - sc.sglang.mem_fraction_static
     pre, post = float(begin[1]), float(end[1])

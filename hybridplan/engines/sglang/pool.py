@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
+from hybridplan.engines.common import Shortfall, Waterfall
 from hybridplan.engines.sglang.radix import page_size, strategy
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError
@@ -152,17 +153,16 @@ class SpecBuffers:
 
 
 def budget_bytes(sc: Scenario) -> int:
-    """R, the memory SGLang splits between its pools on one rank: given, or GPU memory · mem_fraction_static
-    less this rank's share of the weights and the overhead; from 0.5.18 a multimodal model's R loses
-    ``SGLANG_VLM_CACHE_SIZE_MB`` (100 MB) first."""
-    b, rel = sc.budget, sc.sglang.release
-    if b.kv_budget is not None:
-        total = b.kv_budget
+    """R, the memory SGLang splits between its pools on one rank: given, or what the memory waterfall leaves
+    (memory.py); from 0.5.18 a multimodal model's R loses ``SGLANG_VLM_CACHE_SIZE_MB`` (100 MB) first."""
+    if sc.budget.kv_budget is not None:
+        total = sc.budget.kv_budget
     else:
-        weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
-        total = int(b.gpu_mem * sc.sglang.mem_fraction_static) - weights - b.overhead
+        from hybridplan.engines.sglang.memory import memory
+
+        total = memory(sc).cache_bytes
     if sc.spec.architecture.endswith("ForConditionalGeneration"):
-        total -= rel.multimodal_reserve
+        total -= sc.sglang.release.multimodal_reserve
     if total <= 0:
         raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
     return total
@@ -381,6 +381,8 @@ class Fit:
     page_size: int
     #: SGLang's refusal of the context as --context-length, if it refuses it
     refusal: str | None = None
+    #: the GPU's memory down to R, where R was not given
+    memory: Waterfall | None = None
 
     @property
     def rel(self) -> Release:
@@ -456,7 +458,8 @@ class Fit:
 
     def to_dict(self) -> dict:
         a = self.admission
-        return {"version": self.rel.version, "budget_bytes": self.budget, "max_mamba_cache_size": self.pool.size,
+        return {"version": self.rel.version, "budget_bytes": self.budget,
+                "memory": self.memory.to_dict() if self.memory else None, "max_mamba_cache_size": self.pool.size,
                 "pool_bytes": self.pool.bytes, "conv_state_bytes": self.pool.conv_bytes,
                 "ssm_state_bytes": self.pool.ssm_bytes,
                 "speculative_buffer_bytes": self.spec.bytes if self.spec else 0,
@@ -467,9 +470,17 @@ class Fit:
                 "logs": self.logs}
 
 
-def fit(sc: Scenario) -> Fit:
+def fit(sc: Scenario) -> Fit | Shortfall:
     """`fit` on SGLang: the split of the budget and the requests it admits."""
     from hybridplan.engines.sglang.context import refusal
+
+    if sc.budget.kv_budget is None:
+        from hybridplan.engines.sglang.memory import memory
+
+        water = memory(sc)
+        if water.cache_bytes <= 0:
+            return Shortfall(f"SGLang {sc.sglang.release.version}", water, "the memory split between the pools (R)",
+                             "mem_fraction_static")
 
     rel, fp, s = sc.sglang.release, footprint(sc), sc.sglang
     strat = strategy(sc)
@@ -486,5 +497,10 @@ def fit(sc: Scenario) -> Fit:
     if d:
         rows = (admission.request_pool if rel.spec_rows_follow_requests else size) + 1
         buffers = SpecBuffers(rows, d, fp, dedup=rel.at_least("0.5.14"))
+    water = None
+    if sc.budget.kv_budget is None:
+        from hybridplan.engines.sglang.memory import memory
+
+        water = memory(sc)
     return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-               refusal(sc))
+               refusal(sc), water)

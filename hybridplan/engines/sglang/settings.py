@@ -9,8 +9,6 @@ from hybridplan.errors import PlanError
 
 #: ``--mamba-full-memory-ratio`` fallback (server_args.py schedule fields)
 FULL_MEMORY_RATIO = 0.9
-#: ``--mem-fraction-static`` taken when none is given
-MEM_FRACTION_STATIC = 0.88
 #: the environment variables of SGLang's Mamba sizing that `--sglang-env` sets, and the values each takes
 ENV = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": ("0", "1", "true", "false")}
 #: ``--max-running-requests`` SGLang sets for speculative decoding when none is given
@@ -29,7 +27,8 @@ class SglangSettings:
     max_running_requests: int | None = None
     #: ``--max-mamba-cache-size``; None = from the memory split
     max_mamba_cache_size: int | None = None
-    mem_fraction_static: float = MEM_FRACTION_STATIC
+    #: ``--mem-fraction-static``; None = SGLang's default for the GPU (memory.py)
+    mem_fraction_static: float | None = None
     #: ``--page-size``: tokens per KV page
     page_size: int = 1
     #: ``--speculative-num-draft-tokens``; None = the scenario's speculative tokens + 1 (EAGLE with top-k 1)

@@ -20,13 +20,14 @@ from importlib import import_module
 _HOME = {
     "Release": "releases", "NEWEST": "releases", "KNOWN": "releases", "VERSIONS": "releases",
     "known_versions": "releases",
-    "release": "releases", "default_max_num_seqs": "releases",
+    "release": "releases",
     "VllmSettings": "settings",
     "cache_dtypes": "dtypes", "footprint": "dtypes", "model_dtype": "dtypes",
     "KERNEL_BLOCK": "blocks", "Layout": "blocks", "attention_page_per_token": "blocks", "layout": "blocks",
     "mamba_page": "blocks", "recurrent_pages": "blocks", "pages_per_request": "blocks",
     "CacheGroup": "sizing", "Capacity": "sizing", "available_kv_memory_log": "sizing",
-    "cache_groups": "sizing", "capacity": "sizing", "kv_budget": "sizing", "requested_memory": "sizing",
+    "cache_groups": "sizing", "capacity": "sizing", "kv_budget": "sizing", "requested_memory": "memory",
+    "memory": "memory",
     "checkpoints": "prefix",
     "ENGINE": "engine",
 }

@@ -183,6 +183,14 @@ class Release:
             return "refuse"
         return "cap" if self.at_least("0.18.0") else "none"
 
+    def default_max_num_seqs(self, gpu_mem: int | None, gpu: str | None = None) -> int:
+        """``--max-num-seqs`` when none is given (vllm/engine/arg_utils.py): 1024 on GPUs with at least 70 GiB
+        that are not A100s, else 256 (0.33.0 puts GB10, DGX Spark, in the small tier too); a budget given
+        directly is taken as a large GPU."""
+        small = gpu_mem is not None and (gpu_mem < LARGE_GPU_BYTES or (gpu or "").startswith("a100")
+                                         or (gpu == "gb10" and self.at_least("0.33.0")))
+        return 256 if small else 1024
+
     @property
     def rounds_available_memory(self) -> bool:
         """"Available KV cache memory" prints ``round(GiB, 2)`` from 0.14.0 (format_gib), ``%.2f`` before."""
@@ -225,9 +233,3 @@ def release(version: str | None) -> Release:
             return below[-1]
         return same_minor[0]
     raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
-
-
-def default_max_num_seqs(gpu_mem: int | None) -> int:
-    """``--max-num-seqs`` when none is given (vllm/engine/arg_utils.py): 1024 on GPUs with ≥ 70 GiB (not
-    A100), else 256; a budget given directly is taken as a large GPU."""
-    return 1024 if gpu_mem is None or gpu_mem >= LARGE_GPU_BYTES else 256

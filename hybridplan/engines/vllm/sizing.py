@@ -7,15 +7,13 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
 from typing import TYPE_CHECKING
 
-from hybridplan.dtypes import size_of
-from hybridplan.engines.common import cdiv
+from hybridplan.engines.common import Shortfall, Waterfall, cdiv
 from hybridplan.engines.vllm.blocks import KERNEL_BLOCK, Layout, attention_pages, layout, recurrent_pages
 from hybridplan.engines.vllm.context import refusal
-from hybridplan.engines.vllm.dtypes import footprint, model_dtype
-from hybridplan.engines.vllm.releases import NEWEST, Release, default_max_num_seqs
+from hybridplan.engines.vllm.dtypes import footprint
+from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
 
@@ -171,26 +169,20 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
 
 def max_num_seqs(sc: Scenario) -> int:
     """``--max-num-seqs`` as given, else its default for the GPU."""
-    return sc.vllm.max_num_seqs if sc.vllm.max_num_seqs is not None else default_max_num_seqs(sc.budget.gpu_mem)
-
-
-def requested_memory(total: int, utilization: float) -> int:
-    """vllm/v1/worker/utils.py ``request_memory``: ceil(total · gpu_memory_utilization)."""
-    return ceil(total * utilization)
+    if sc.vllm.max_num_seqs is not None:
+        return sc.vllm.max_num_seqs
+    return sc.vllm.release.default_max_num_seqs(sc.budget.gpu_mem, sc.budget.gpu)
 
 
 def kv_budget(sc: Scenario) -> int:
-    """"Available KV cache memory" on one rank: given, or ceil(GPU memory · utilization) less this rank's
-    share of the weights and the overhead."""
-    b = sc.budget
-    weights = b.weight_bytes(size_of(model_dtype(sc.spec, sc.dtypes.dtype))) // sc.tp
-    if b.kv_budget is not None:
-        return b.kv_budget
-    util = sc.vllm.gpu_util if sc.vllm.gpu_util is not None else sc.vllm.release.gpu_memory_utilization
-    left = requested_memory(b.gpu_mem, util) - weights - b.overhead
+    """"Available KV cache memory" on one rank: given, or what the memory waterfall leaves (``memory``)."""
+    if sc.budget.kv_budget is not None:
+        return sc.budget.kv_budget
+    from hybridplan.engines.vllm.memory import memory
+
+    left = memory(sc).cache_bytes
     if left <= 0:
-        raise PlanError(f"nothing is left for the KV cache: the weights and overhead take all of "
-                        f"{(b.gpu_mem or 0) / GiB:.2f} GiB × utilization")
+        raise PlanError("nothing is left for the KV cache after the weights and the engine's own memory")
     return left
 
 
@@ -247,6 +239,8 @@ class Fit:
     #: vLLM's refusal of the context as --max-model-len, if it refuses it
     refusal: str | None = None
     notes: tuple[str, ...] = ()
+    #: the GPU's memory down to the budget, where the budget was not given
+    memory: Waterfall | None = None
 
     @property
     def chosen(self) -> ModeFit:
@@ -270,27 +264,40 @@ class Fit:
         return f"--max-model-len {self.ctx} --max-num-seqs {max(n, 1)}" + (
             f" --tensor-parallel-size {self.tp}" if self.tp > 1 else "")
 
+    @property
+    def logs(self) -> tuple[str, ...]:
+        """The memory lines vLLM prints before the cache lines."""
+        weights = self.memory.term("weights") if self.memory else 0
+        loading = (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ()
+        return loading + (available_kv_memory_log(self.budget, self.rel),)
+
     def to_dict(self) -> dict:
-        return {"default_mode": self.default_mode, "kv_budget_bytes": self.budget,
+        return {"version": self.rel.version, "default_mode": self.default_mode, "kv_budget_bytes": self.budget,
                 "available_kv_cache_memory_log": available_kv_memory_log(self.budget, self.rel),
-                "max_model_len_refused": self.refusal,
+                "memory": self.memory.to_dict() if self.memory else None, "max_model_len_refused": self.refusal,
                 "modes": {m: f.to_dict() for m, f in self.modes.items()}}
 
 
-def fit(sc: Scenario) -> Fit:
+def fit(sc: Scenario) -> Fit | Shortfall:
     """`fit` on vLLM: the budget, and what it holds in every mode."""
+    from hybridplan.engines.vllm.memory import memory
+
     rel = sc.vllm.release
-    budget = kv_budget(sc)
+    water = None if sc.budget.kv_budget is not None else memory(sc)
+    if water is not None and water.cache_bytes <= 0:
+        return Shortfall(f"vLLM {rel.version}", water, "Available KV cache memory", "gpu_memory_utilization")
+    budget = water.cache_bytes if water else sc.budget.kv_budget
     n = max_num_seqs(sc)
     modes = rel.modes_for(sc.spec, sc.vllm.mode)
     fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None) for mode in modes}
     chosen = modes[0] if sc.vllm.mode else rel.default_mode(sc.spec, sc.spec_tokens)
     notes = list(rel.caveats(sc.spec))
     if sc.vllm.max_num_seqs is None:
-        notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for " + (
-            "a GPU of at least 70 GiB (256 below; vllm/engine/arg_utils.py)" if n == 1024 else "a GPU under 70 GiB"))
+        gpu = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
+        notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for {gpu} (1024 from 70 GiB up, not on "
+                     "A100s; 256 below; vllm/engine/arg_utils.py)")
     blocks = fits[chosen].capacity.mamba_blocks
     if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks and not sc.vllm.enforce_eager:
         notes.append(f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
                      f"blocks: batches above {blocks} sequences run without graphs (vllm/config/compilation.py)")
-    return Fit(rel, budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes))
+    return Fit(rel, budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes), water)

@@ -1,0 +1,133 @@
+"""SGLang's memory before its pools, release by release: the ``--mem-fraction-static`` it picks for a GPU, and
+the memory R it splits between the state pool and the KV pool.
+
+- ``mem_fraction_static`` when none is given (server_args.py ``_handle_gpu_memory_settings`` from 0.5.3rc2,
+  arg_groups/memory_hook.py from 0.5.19): ``round((M − reserved) / M, 3)`` with M the GPU's memory in MiB as
+  nvidia-smi reports it, and ``reserved`` 512 MiB plus 1.5 MiB per token of the prefill chunk (at least 2048),
+  2 MiB per decode CUDA-graph batch, ``tp/8`` GiB, the prefill CUDA graphs (0.5.10rc0 on: 8 MiB per captured
+  size, not for Qwen3-Next, multimodal models or speculative decoding), the speculative-decoding allowance
+  (2 GiB up to 0.5.9, 4 GiB 0.5.10rc0–0.5.13), and at least 10 GiB above 60 GiB; a multimodal model's fraction
+  is then scaled by its vision tower's size. The chunk and the decode batch are themselves defaults by GPU
+  size. 0.5.2–0.5.3rc0 take the reservation from a table. A rule, except which hybrids capture prefill graphs
+  from 0.5.14 on, which is assumed as for 0.5.13.
+- R (``_profile_available_bytes``): the free memory after loading less ``(1 − mem_fraction_static)`` of the
+  free memory before loading, that is ``before × mem_fraction_static − weights``. hybridplan takes the free
+  memory before loading as the CUDA total less the CUDA context and communicators (an estimate: 0.7 GiB at
+  TP 1, as an H100 log shows 50.01 GB free after loading 28.47 GB; 1.2 GiB above TP 1).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from hybridplan.engines.common import Term, Waterfall
+from hybridplan.engines.sglang.releases import Release
+
+if TYPE_CHECKING:
+    from hybridplan.scenario import Scenario
+
+GiB, MiB = 1 << 30, 1 << 20
+CONTEXT_TP1 = int(0.7 * GiB)
+CONTEXT_TP = int(1.2 * GiB)
+
+
+def _chunk(rel: Release, mem: float) -> int:
+    if mem < 20 * 1024:
+        return 2048
+    if mem < 35 * 1024:
+        return 4096 if rel.at_least("0.5.20") else 2048
+    if mem < 60 * 1024:
+        return 4096
+    return 8192 if mem < 160 * 1024 else 16384
+
+
+def _decode_bs(rel: Release, mem: float, tp: int) -> int:
+    if mem < 20 * 1024:
+        return 8
+    if mem < 35 * 1024:
+        if tp >= 4:
+            return 160 if rel.at_least("0.5.20") else 80
+        return 48 if rel.at_least("0.5.20") else (24 if rel.at_least("0.5.4.post1") else 16)
+    if mem < 60 * 1024:
+        return 32 if tp < 4 else 160
+    return (256 if tp < 4 else 512) if mem < 160 * 1024 else 512
+
+
+def prefill_graph_sizes(chunk: int) -> int:
+    """How many token counts the prefill CUDA graphs capture up to ``chunk``."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, chunk + 1, 512)]
+    return sum(1 for s in sizes if s <= chunk)
+
+
+def _vision_scale(config: dict) -> float:
+    """``adjust_mem_fraction_for_vlm``: 0.95 × a factor of the vision tower's depth and width."""
+    vision = config.get("vision_config") or {}
+    layers, hidden = int(vision.get("num_hidden_layers", vision.get("depth", 24))), int(vision.get("hidden_size",
+                                                                                                       1024))
+    ratio = layers * hidden * hidden / (24 * 1024 * 1024)
+    return 0.95 * min(max(1 - 0.1 * (ratio - 1), 0.8), 1.05)
+
+
+def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
+    """``--mem-fraction-static`` SGLang picks, and how."""
+    rel, tp = sc.sglang.release, sc.tp
+    spec_decoding = bool(sc.sglang.draft(sc.spec_tokens))
+    config = json.loads(sc.spec.config_json or "{}")
+    multimodal = "vision_config" in config
+    if rel.before("0.5.3rc2"):
+        if smi_mib < 35 * 1024:
+            reserved = (2.8 + tp / 10) * 1024
+        elif smi_mib < 90 * 1024:
+            reserved = (9.5 + tp / 2) * 1024
+        else:
+            reserved = (12 + tp / 2) * 1024 if smi_mib < 160 * 1024 else 32 * 1024
+        reserved += 2048 if spec_decoding else 0
+        how = "the GPU-size table"
+    else:
+        chunk = _chunk(rel, smi_mib)
+        bs = _decode_bs(rel, smi_mib, tp)
+        mrr = sc.sglang.requested(sc.spec_tokens)
+        if mrr is not None and rel.at_least("0.5.14"):
+            bs = min(bs, mrr)
+        reserved = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp / 8 * 1024
+        piecewise = rel.at_least("0.5.10rc0") and not (multimodal or spec_decoding
+                                                       or sc.spec.architecture == "Qwen3NextForCausalLM")
+        if piecewise:
+            reserved += prefill_graph_sizes(chunk) * 8
+        if smi_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if spec_decoding and rel.before("0.5.14"):
+            reserved += 4096 if rel.at_least("0.5.10rc0") else 2048
+        how = f"chunk {chunk}, decode graphs to {bs}" + (", prefill graphs" if piecewise else "")
+    fraction = round((smi_mib - reserved) / smi_mib, 3)
+    if multimodal:
+        fraction *= _vision_scale(config)
+        how += ", scaled for the vision tower"
+    return fraction, how
+
+
+def memory(sc: Scenario) -> Waterfall:
+    """From the GPU's total to R, the memory SGLang splits between its pools, on one rank."""
+    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.gpus import gpu as gpu_named
+    from hybridplan.weights import rank_bytes
+
+    b = sc.budget
+    b.check()
+    smi = gpu_named(b.gpu).smi_mib if b.gpu else b.gpu_mem / MiB
+    if sc.sglang.mem_fraction_static is not None:
+        fraction, how = sc.sglang.mem_fraction_static, "given (--mem-fraction-static)"
+    else:
+        fraction, how = default_mem_fraction(sc, smi)
+    context = Term("CUDA context", CONTEXT_TP1 if sc.tp == 1 else CONTEXT_TP, "estimate",
+                   "and communicators: the free memory before loading is the total less this")
+    before = b.gpu_mem - context.bytes
+    weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
+    requested = int(before * fraction)
+    terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
+    if b.overhead is not None:
+        terms.append(Term("overhead", b.overhead, "exact", "given (--overhead)"))
+    left = requested - sum(t.bytes for t in terms)
+    return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how)

@@ -1,0 +1,118 @@
+"""GPUs by name: the memory the driver reports, which is what an engine multiplies by its utilisation.
+
+Two totals circulate and differ by the driver's reservation (0.45–0.9 GiB on the boards where both were seen):
+the CUDA total (``torch.cuda.mem_get_info()[1]``, deviceQuery's "Total amount of global memory", the second
+figure of vLLM's "Free memory on device (free/total GiB)") and nvidia-smi's ``memory.total`` (NVML). Engines
+size from the CUDA total; where only the nvidia-smi figure was found it is used, and ``exact`` says so. Every
+figure names where it was read: a vLLM start-up log, deviceQuery, rocm-smi or nvidia-smi output posted
+publicly. Bandwidth and dense BF16 TFLOPs are the vendors' datasheet figures, kept for speed estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridplan.errors import PlanError
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    name: str
+    #: total memory in bytes, as the source gives it
+    total: int
+    #: "cuda" (what engines see) or "nvidia-smi" (larger by the driver's reservation)
+    kind: str
+    source: str
+    bandwidth_gbps: float | None = None
+    bf16_tflops: float | None = None
+    aliases: tuple[str, ...] = ()
+    #: nvidia-smi's total in MiB where the entry is the CUDA total (SGLang sizes from nvidia-smi's)
+    smi: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def smi_mib(self) -> float:
+        """The total nvidia-smi reports, in MiB (the CUDA total where no nvidia-smi figure was found)."""
+        return float(self.smi) if self.smi else self.total / MiB
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, "total_bytes": self.total, "total_kind": self.kind,
+                "source": self.source, "bandwidth_gb_per_s": self.bandwidth_gbps, "bf16_dense_tflops": self.bf16_tflops}
+
+
+def _vllm(gib: str) -> int:
+    """vLLM prints the CUDA total to 0.01 GiB: the byte count is known to ±5 MiB."""
+    return round(float(gib) * GiB)
+
+
+GPUS: tuple[Gpu, ...] = (
+    Gpu("h100", "NVIDIA H100 80GB HBM3 (SXM)", 85_028_896_768, "cuda",
+        "deviceQuery: 81090 MBytes (85028896768 bytes), CUDA 12.8 driver; 85,017,755,648 to 85,045,477,376 "
+        "bytes across drivers; vLLM prints 79.18–79.19 GiB", 3350, 989, ("h100-sxm", "h100-80g"), smi=81559),
+    Gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559 * MiB, "nvidia-smi", "nvidia-smi: 81559MiB", 2000, 756),
+    Gpu("h100-nvl", "NVIDIA H100 NVL 94GB", _vllm("93.0"), "cuda", "vLLM: Free memory on device (…/93.0 GiB)",
+        aliases=("h100nvl",), smi=95830),
+    Gpu("h200", "NVIDIA H200 141GB", _vllm("139.81"), "cuda", "vLLM: Free memory on device (139.21/139.81 GiB); "
+        "nvidia-smi: 143771MiB", 4800, 989, ("h200-sxm", "h200-141g"), smi=143771),
+    Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB"),
+    Gpu("gh200", "NVIDIA GH200 96GB (480GB superchip)", 97871 * MiB, "nvidia-smi",
+        "nvidia-smi: NVIDIA GH200 480GB, 97871MiB", aliases=("gh200-96g",)),
+    Gpu("gh200-144g", "NVIDIA GH200 144G HBM3e", 146831 * MiB, "nvidia-smi", "nvidia-smi: 146831 MiB"),
+    Gpu("b200", "NVIDIA B200", 183359 * MiB, "nvidia-smi", "nvidia-smi: 183359MiB", 8000, 2250),
+    Gpu("gb200", "NVIDIA GB200", 189471 * MiB, "nvidia-smi", "nvidia-smi: 189471MiB", 8000, 2500),
+    Gpu("b300", "NVIDIA B300 SXM6", 275040 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA B300 SXM6 AC, 275040MiB"),
+    Gpu("gb300", "NVIDIA GB300", 284208 * MiB, "nvidia-smi", "nvidia-smi: 284208MiB"),
+    Gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 42_405_855_232, "cuda",
+        "deviceQuery: 40441 MBytes (42405855232 bytes); nvidia-smi: 40960MiB", 1555, 312, ("a100-sxm4-40gb",),
+        smi=40960),
+    Gpu("a100-40g-pcie", "NVIDIA A100-PCIE-40GB", 40960 * MiB, "nvidia-smi", "nvidia-smi: 40960MiB", 1555, 312),
+    Gpu("a100-80g", "NVIDIA A100-SXM4-80GB", _vllm("79.25"), "cuda",
+        "vLLM: Free memory on device (78.84/79.25 GiB); nvidia-smi: 81920MiB", 2039, 312, ("a100", "a100-sxm4-80gb"),
+        smi=81920),
+    Gpu("a100-80g-pcie", "NVIDIA A100 80GB PCIe", 81920 * MiB, "nvidia-smi", "nvidia-smi: 81920MiB", 1935, 312),
+    Gpu("l40s", "NVIDIA L40S", 46068 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA L40S, 46068 MiB (ECC on)"),
+    Gpu("l40", "NVIDIA L40", 46068 * MiB, "nvidia-smi", "nvidia-smi: 46068MiB with ECC on (49140MiB with ECC off)"),
+    Gpu("l4", "NVIDIA L4", 23034 * MiB, "nvidia-smi", "nvidia-smi: 23034MiB"),
+    Gpu("a10g", "NVIDIA A10G", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
+    Gpu("a10", "NVIDIA A10", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
+    Gpu("rtx-a6000", "NVIDIA RTX A6000", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB", aliases=("a6000",)),
+    Gpu("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB"),
+    Gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell (Server Edition)", _vllm("94.97"), "cuda",
+        "vLLM: Free memory on device (93.47/94.97 GiB); nvidia-smi: 97887MiB", smi=97887),
+    Gpu("rtx-3060", "NVIDIA GeForce RTX 3060 12GB", 12288 * MiB, "nvidia-smi", "nvidia-smi: 12288 MiB"),
+    Gpu("rtx-3090", "NVIDIA GeForce RTX 3090", _vllm("23.56"), "cuda",
+        "vLLM: Free memory on device (22.93/23.56 GiB); nvidia-smi: 24576 MiB", smi=24576),
+    Gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16GB", _vllm("15.99"), "cuda",
+        "vLLM: Free memory on device (14.66/15.99 GiB)"),
+    Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 24564 * MiB, "nvidia-smi", "nvidia-smi: 24564 MiB"),
+    Gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607 * MiB, "nvidia-smi", "nvidia-smi: 32607MiB"),
+    Gpu("t4", "NVIDIA Tesla T4", 15360 * MiB, "nvidia-smi", "nvidia-smi: 15360MiB"),
+    Gpu("gb10", "NVIDIA GB10 (DGX Spark, unified memory)", _vllm("119.63"), "cuda",
+        "vLLM: Free memory on device (…/119.63 GiB); memory shared with the host", aliases=("dgx-spark",)),
+    Gpu("mi300x", "AMD Instinct MI300X", 205_822_885_888, "cuda", "rocm-smi: VRAM Total Memory (B): 205822885888",
+        5300, smi=196288),
+)
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def gpu(name: str) -> Gpu:
+    """A GPU by its key or an alias (case and ``-``/``_`` do not matter)."""
+    key = _norm(name)
+    for g in GPUS:
+        if key == g.key or key in g.aliases:
+            return g
+    raise PlanError(f"unknown GPU {name!r} (known: {', '.join(g.key for g in GPUS)}); or give --gpu-mem")
+
+
+def small_tier(g: Gpu) -> bool:
+    """vLLM's smaller batch defaults (``vllm/engine/arg_utils.py``): under 70 GiB, or an A100."""
+    return g.total < 70 * GiB or g.key.startswith("a100")
