@@ -276,41 +276,47 @@ def _predict(sc: Scenario, strat, page: int, memory: tuple[float, float],
              logged: tuple[int | None, int | None]) -> tuple[int, int]:
     """K and T for the memory split: the R in the logged interval that reproduces the logged (K, T) if there
     is one (the "Load weight" lines print 0.01 GB, so R is known to a few MB), else the interval's middle."""
-    from hybridplan.engines.sglang.pool import footprint, kv_tokens, split
+    from hybridplan.engines.sglang.pool import admit, footprint, split
 
     (lo, hi), (logged_k, logged_t), fp = memory, logged, footprint(sc)
     step = max(fp.kv_bytes_per_token * page or 1 << 20, (hi - lo) / 10_000, 1.0)
     r, first = lo, None
     while r <= hi:
         try:
-            part = split(_with_budget(sc, r), fp, strat.name, strat.ratio)
+            at = _with_budget(sc, r)
+            part = split(at, fp, strat.name, strat.ratio)
         except PlanError:
             r += step
             continue
-        k, t = part.pool_size, kv_tokens(fp, part.kv_bytes, page)
+        k, t = part.pool_size, admit(at, fp, part, strat, page).kv_tokens
         first = first or (k, t)
         if (logged_k is None or k == logged_k) and (logged_t is None or t == logged_t):
             return k, t
         r += step
     try:
-        mid = split(_with_budget(sc, (lo + hi) / 2), fp, strat.name, strat.ratio)
+        at = _with_budget(sc, (lo + hi) / 2)
+        mid = split(at, fp, strat.name, strat.ratio)
     except PlanError:
         if first is None:
             raise
         return first
-    return mid.pool_size, kv_tokens(fp, mid.kv_bytes, page)
+    return mid.pool_size, admit(at, fp, mid, strat, page).kv_tokens
 
 
 def _from_tokens(sc: Scenario, fp, strat, page: int, tokens: int) -> tuple[float, float]:
     """The memory split that leaves ``tokens`` KV tokens: their bytes plus what the split charged besides (the
-    pool's rows and the speculative buffers), to within one page of cells."""
-    from hybridplan.engines.sglang.pool import split
+    pool's rows and the speculative buffers), less the tokens added beyond the split under speculative decoding
+    (``pool.draft_headroom``), to within one page of cells."""
+    from hybridplan.engines.sglang.pool import admit, draft_headroom, split
 
     cell = fp.kv_bytes_per_token * page
     r = float(tokens // page * cell)
     for _ in range(200):  # the pool's size follows the memory: R = KV bytes + what the split charges at R
-        part = split(_with_budget(sc, max(r, 1.0)), fp, strat.name, strat.ratio)
-        nxt = tokens // page * cell + (r - part.kv_bytes)
+        at = _with_budget(sc, max(r, 1.0))
+        part = split(at, fp, strat.name, strat.ratio)
+        extra = draft_headroom(sc.sglang.release, admit(at, fp, part, strat, page).request_pool,
+                               sc.sglang.draft(sc.spec_tokens))
+        nxt = max(tokens - extra, 0) // page * cell + (r - part.kv_bytes)
         if abs(nxt - r) < 1:
             break
         r = nxt

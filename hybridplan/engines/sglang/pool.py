@@ -9,13 +9,13 @@ on); the request count: managers/tp_worker.py and model_runner.py (to 0.5.9), ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
 from hybridplan.engines.common import Shortfall, Waterfall
-from hybridplan.engines.sglang.radix import page_size, strategy
+from hybridplan.engines.sglang.radix import Strategy, page_size, strategy
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
@@ -184,14 +184,17 @@ class Split:
     kv_bytes: int
     #: before 0.5.3.post2 K is what was reserved; the pool built is min(K, max_running_requests)
     reserved_only: bool = False
+    #: --max-mamba-cache-size was given and the release sized K from the ratio instead (0.5.3.post2–0.5.6.post2)
+    fixed_ignored: bool = False
 
 
 def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
     """K and the KV pool's bytes, by the band of ``Release.split``:
 
     - fixed (0.5.2–0.5.3.post1): K = --max-mamba-cache-size, else --max-running-requests, else 512; KV = R − K·per.
-    - radix (0.5.3.post2–0.5.6.post2): with the radix cache K = ⌊R·r/(1+r) / per / (1+D)⌋, else as before;
-      KV = R − K·per·(1+D).
+    - radix (0.5.3.post2–0.5.6.post2): with the radix cache K = ⌊R·r/(1+r) / per / (1+D)⌋ whatever
+      --max-mamba-cache-size says (model_runner.py ``handle_max_mamba_cache`` reads it only with the radix cache
+      off), else as before; KV = R − K·per·(1+D).
     - 0.5.7: the radix split takes the speculative buffers (per·mrr·D) off R first; KV = R − K·per.
     - spec-first (0.5.8): the speculative buffers come off R in every case.
     - ratio (0.5.9–0.5.12.post1): no more 512: without --max-mamba-cache-size, and unless the radix cache is
@@ -215,8 +218,9 @@ def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
         if band == "fixed":
             return Split(total, default, 0, total - default * per, reserved_only=True)
         if band == "radix":
-            k = int(share(total) // per // (1 + d)) if radix and per and fixed is None else default
-            return Split(total, k, 0, total - k * per * (1 + d))
+            by_ratio = radix and per > 0
+            k = int(share(total) // per // (1 + d)) if by_ratio else default
+            return Split(total, k, 0, total - k * per * (1 + d), fixed_ignored=by_ratio and fixed is not None)
         spec = per * (mrr or 0) * d
         if band == "0.5.7" and (not radix or fixed is not None):
             spec = 0
@@ -245,13 +249,39 @@ def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
     return Split(total, k, spec, total - spec - (k + pad) * per)
 
 
-def kv_tokens(fp: Footprint, kv_bytes: int, page_size: int = 1) -> int:
-    """KV pool tokens: ⌊bytes / cell⌋ floored to the page; a cell is kv_heads·(head_dim + v_head_dim)·attention
-    layers·bytes."""
+def kv_tokens(fp: Footprint, kv_bytes: int, page_size: int = 1, extra: int = 0) -> int:
+    """KV pool tokens: ⌊bytes / cell⌋, plus ``extra`` (``draft_headroom``), floored to the page; a cell is
+    kv_heads·(head_dim + v_head_dim)·attention layers·bytes."""
     cell = fp.kv_bytes_per_token
-    if not cell or kv_bytes <= 0:
+    if not cell:
         return 0
-    return kv_bytes // cell // page_size * page_size
+    return max(0, (kv_bytes // cell + extra) // page_size * page_size)
+
+
+def draft_headroom(rel: Release, requests: int, draft: int) -> int:
+    """KV tokens 0.5.2–0.5.6.post2 add to the pool under speculative decoding, beyond the split, for the tokens
+    the draft and the verify steps hold at once (model_runner.py ``init_memory_pool``, ``draft_runner_cache_size``):
+    requests·steps·top-k + requests·D + 100, before the page floor; ``requests`` is the request pool. With EAGLE's
+    top-k 1 the steps are D − 1 (server_args.py sets D = steps + 1). From 0.5.7 the pool keeps the profiled count."""
+    if not draft or rel.at_least("0.5.7"):
+        return 0
+    steps, topk = draft - 1, 1
+    return requests * steps * topk + requests * draft + 100
+
+
+def admit(sc: Scenario, fp: Footprint, part: Split, strat: Strategy, page: int) -> Admission:
+    """The KV tokens of a split and the requests they admit: the tokens of the KV bytes (a model without attention
+    has the context as its token count from 0.5.19, ``_zero_kv_max_tokens``), then, under speculative decoding
+    to 0.5.6.post2, the same with ``draft_headroom`` for the request pool those tokens gave."""
+    rel, s = sc.sglang.release, sc.sglang
+    tokens = kv_tokens(fp, part.kv_bytes, page)
+    if not fp.kv and rel.at_least("0.5.19"):
+        tokens = sc.ctx
+    admission = Admission(rel, part.pool_size, strat.ratio, tokens, sc.ctx, s.requested(sc.spec_tokens))
+    extra = draft_headroom(rel, admission.request_pool, s.draft(sc.spec_tokens))
+    if not extra or not fp.kv:
+        return admission
+    return replace(admission, kv_tokens=kv_tokens(fp, part.kv_bytes, page, extra))
 
 
 def request_cap(pool_size: int, slots_per_request: int) -> int:
@@ -446,15 +476,29 @@ class Fit:
                 + (f" --tp {self.tp}" if self.tp > 1 else ""))
 
     @property
+    def draft_headroom(self) -> int:
+        """KV tokens beyond the split for the draft and verify tokens (``draft_headroom``; 0 from 0.5.7)."""
+        return draft_headroom(self.rel, self.admission.request_pool, self.spec.draft if self.spec else 0)
+
+    @property
     def notes(self) -> tuple[str, ...]:
-        per = per_request_bytes(self.pool.fp)
+        per, v = per_request_bytes(self.pool.fp), self.rel.version
+        notes = []
+        if self.split.fixed_ignored:
+            notes.append(f"SGLang {v} ignores --max-mamba-cache-size while the radix cache is on: it sizes the "
+                         f"state pool from --mamba-full-memory-ratio ({self.split.pool_size} slots); the flag counts "
+                         "only with --radix off")
+        if (extra := self.draft_headroom) and self.pool.fp.kv:
+            more = human_bytes(extra * self.pool.fp.kv_bytes_per_token)
+            notes.append(f"SGLang {v} adds {extra:,} KV tokens ({more}) to the pool beyond its split, for the draft "
+                         f"and verify tokens of {self.admission.request_pool} requests")
         if self.split.reserved_only:
-            return (f"SGLang {self.rel.version} reserves {self.split.pool_size} state slots but builds a pool of "
-                    f"{self.pool.size} (max_running_requests)",)
-        if self.pool.bytes + self.kv_bytes + self.split.spec_reserve <= self.budget:
-            return ()
-        return (f"SGLang {self.rel.version} leaves the pool's padding row out of its split: the two pools take "
-                f"{human_bytes(per)} more than the budget",)
+            notes.append(f"SGLang {v} reserves {self.split.pool_size} state slots but builds a pool of "
+                         f"{self.pool.size} (max_running_requests)")
+        elif self.pool.bytes + self.kv_bytes + self.split.spec_reserve > self.budget:
+            notes.append(f"SGLang {v} leaves the pool's padding row out of its split: the two pools take "
+                         f"{human_bytes(per)} more than the budget")
+        return tuple(notes)
 
     def to_dict(self) -> dict:
         a = self.admission
@@ -486,10 +530,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     strat = strategy(sc)
     page = page_size(sc, strat)
     part = split(sc, fp, strat.name, strat.ratio)
-    tokens = kv_tokens(fp, part.kv_bytes, page)
-    if not fp.kv and rel.at_least("0.5.19"):  # a model without attention: T is the context (_zero_kv_max_tokens)
-        tokens = sc.ctx
-    admission = Admission(rel, part.pool_size, strat.ratio, tokens, sc.ctx, s.requested(sc.spec_tokens))
+    admission = admit(sc, fp, part, strat, page)
     # before 0.5.3.post2 the pool built is the request pool, K its cap
     size = admission.request_pool if part.reserved_only else part.pool_size
     d = s.draft(sc.spec_tokens)

@@ -27,6 +27,13 @@ class Strategy:
 def strategy(sc: Scenario) -> Strategy:
     s, rel = sc.sglang, sc.sglang.release
     name = rel.strategy(sc.spec, s.radix, overlap=s.overlap, page_size=s.page_size)
+    if name == "extra_buffer_lazy" and s.draft(sc.spec_tokens) and rel.between("0.5.13", "0.5.17"):
+        # server_args.py: 0.5.13 _handle_mamba_radix_cache, 0.5.14-0.5.16 _validate_mamba_extra_buffer; 0.5.17
+        # refuses it with DFlash only, later releases not at all
+        why = ("extra_buffer_lazy is not yet supported with speculative decoding" if rel.before("0.5.14")
+               else "extra_buffer_lazy unsupported with spec.")
+        raise PlanError(f"SGLang {rel.version} refuses the extra_buffer_lazy strategy with speculative decoding "
+                        f"(\"{why}\"): use --radix extra_buffer")
     if name == "no_buffer" and s.draft(sc.spec_tokens):
         if rel.between("0.5.10rc0", "0.5.14"):
             raise PlanError(f"SGLang {rel.version} refuses speculative decoding with the no_buffer radix strategy "

@@ -6,8 +6,10 @@ release."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
@@ -57,11 +59,24 @@ _SSM_FROM_CONFIG = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalL
                               "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
                               "Lfm2ForCausalLM"})
 
+#: Nemotron-H: the config fields configs/nemotron_h.py ``NemotronHConfig`` takes the layers from, with the release
+#: that first reads each; a config naming none of them gets the class's default pattern, not the model's layers
+_NEMOTRON_LAYER_FIELDS = {"hybrid_override_pattern": "0.5.3.post1", "layers_block_type": "0.5.10rc0"}
+#: the release whose models/nemotron_h.py ``ALL_DECODER_LAYER_TYPES`` first builds an MoE layer ('E'); before it
+#: ``NemotronHModel`` fails on the first one (KeyError: 'E')
+_NEMOTRON_MOE = "0.5.6"
+
 #: ``--mamba-radix-cache-strategy`` (``--mamba-scheduler-strategy`` before 0.5.14) and ``off`` for
 #: ``--disable-radix-cache``
 STRATEGIES = ("auto", "off", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 
 _VERSION = re.compile(r"v?0\.5\.(\d+)(rc\d+|\.post\d+)?(?:\.?dev[\w.]*)?(?:\+[\w.]*)?")
+
+
+@lru_cache(maxsize=64)
+def _config_fields(config_json: str) -> frozenset[str]:
+    """The top-level fields of a spec's config (none when the spec was not read from one)."""
+    return frozenset(json.loads(config_json)) if config_json else frozenset()
 
 
 def _key(version: str) -> tuple[int, int, int]:
@@ -95,19 +110,45 @@ class Release:
     # --- which models ------------------------------------------------------------------------------
 
     def serves(self, spec: ModelSpec) -> bool:
-        added = _ADDED.get(spec.architecture)
-        if spec.architecture in _NEVER or (added is not None and self.before(added)):
-            return False
-        return added is not None or not spec.recurrent
+        return self._cannot_load(spec) is None
 
     def check_served(self, spec: ModelSpec) -> None:
-        """SGLang runs the model with a Mamba pool: it has a class for it and the model has recurrent layers."""
+        """SGLang runs the model with a Mamba pool: it has a class for it, that class reads the checkpoint's config
+        and builds its layers, and the model has recurrent layers."""
         if not spec.recurrent:
             raise NotServed(f"{spec.name} has no recurrent layers: SGLang keeps no Mamba pool for it")
-        if not self.serves(spec):
-            added = _ADDED.get(spec.architecture)
-            since = f" (its class came in {added})" if added else ""
-            raise NotServed(f"SGLang {self.version} has no model class for {spec.architecture} ({spec.name}){since}")
+        if (why := self._cannot_load(spec)) is not None:
+            raise NotServed(why)
+
+    def _cannot_load(self, spec: ModelSpec) -> str | None:
+        """Why the release cannot load the model, or None: no class for the architecture (``_ADDED``, ``_NEVER``;
+        a model without recurrent layers and no class of its own is left to SGLang's other models), or for
+        Nemotron-H a checkpoint its code cannot read (``_nemotron_gap``)."""
+        arch, added = spec.architecture, _ADDED.get(spec.architecture)
+        if arch in _NEVER or (added is None and spec.recurrent):
+            return f"SGLang {self.version} has no model class for {arch} ({spec.name})"
+        if added is not None and self.before(added):
+            return f"SGLang {self.version} has no model class for {arch} ({spec.name}) (its class came in {added})"
+        return self._nemotron_gap(spec) if arch == "NemotronHForCausalLM" else None
+
+    def _nemotron_gap(self, spec: ModelSpec) -> str | None:
+        """Nemotron-H checkpoints newer than the release's code: a config that names its layers only in a field
+        ``NemotronHConfig`` does not read yet (``_NEMOTRON_LAYER_FIELDS``: ``layers_block_type`` from 0.5.10rc0),
+        and MoE layers before ``ALL_DECODER_LAYER_TYPES`` has one (``_NEMOTRON_MOE``)."""
+        config = _config_fields(spec.config_json)
+        if config:
+            read = [f for f, since in _NEMOTRON_LAYER_FIELDS.items() if self.at_least(since)]
+            if not any(f in config for f in read):
+                unread = [(f, since) for f, since in _NEMOTRON_LAYER_FIELDS.items() if f in config]
+                reason = (f"its config gives them as {unread[0][0]}, which configs/nemotron_h.py NemotronHConfig reads "
+                          f"from {unread[0][1]}" if unread else "its config names them in none of the fields "
+                          f"configs/nemotron_h.py NemotronHConfig reads ({', '.join(read)})")
+                return (f"SGLang {self.version} cannot read the layers of {spec.name}: {reason}; without one the "
+                        "class keeps its default layer pattern")
+        if "moe" in spec.ffn and self.before(_NEMOTRON_MOE):
+            return (f"SGLang {self.version} cannot build {spec.name}: models/nemotron_h.py has no MoE layer class "
+                    f"(ALL_DECODER_LAYER_TYPES has no 'E' until {_NEMOTRON_MOE})")
+        return None
 
     # --- the radix cache ---------------------------------------------------------------------------
 
