@@ -42,6 +42,13 @@ PROVENANCE = {
     "nemotron-3-super-120b-a12b": ("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json", {}),
     "nemotron-3-ultra-550b-a55b": ("nvidia__NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.json", {}),
     "llama-3.1-8b": ("meta-llama__Meta-Llama-3.1-8B.json", {}),
+    "nemotron-nano-9b-v2": ("nvidia__NVIDIA-Nemotron-Nano-9B-v2.json", {}),
+    "granite-4.0-h-small": ("ibm-granite__granite-4.0-h-small.json", {}),
+    "granite-4.0-h-tiny": ("ibm-granite__granite-4.0-h-tiny.json", {}),
+    "kimi-linear-48b-a3b": ("moonshotai__Kimi-Linear-48B-A3B-Instruct.json", {}),
+    "qwen3.6-27b": ("Qwen__Qwen3.6-27B.json", {}),
+    "qwen3.5-4b": ("Qwen__Qwen3.5-4B.json", {}),
+    "qwen3.5-0.8b-base": ("Qwen__Qwen3.5-0.8B-Base.json", {}),
 }
 
 
@@ -127,6 +134,22 @@ FAMILY_SHAPES = {
     "qwen3-next-80b-a3b": (36, (8192, 3), (32, 128, 128), "bfloat16", "bfloat16"),
     # Qwen3.5-27B: conv = 2·16·128 + 48·128 = 10240; vLLM ≥ 0.20 reads mamba_ssm_dtype = float32
     "qwen3.5-27b": (48, (10240, 3), (48, 128, 128), "bfloat16", "float32"),
+    # Nemotron-Nano-9B-v2: I = 128·80 = 10240; conv = 10240 + 2·8·128 = 12288; 27 "M" in the pattern; no
+    # mamba_ssm_cache_dtype, so float32 as for the 56B
+    "nemotron-nano-9b-v2": (27, (12288, 3), (128, 80, 128), "bfloat16", "float32"),
+    # Granite-4.0-H-Small: I = 128·64 = 8192; conv = 8192 + 2·1·128 = 8448; 36 of 40 layer_types "mamba"
+    "granite-4.0-h-small": (36, (8448, 3), (128, 64, 128), "bfloat16", "bfloat16"),
+    # Granite-4.0-H-Tiny: I = 48·64 = 3072; conv = 3072 + 2·1·128 = 3328
+    "granite-4.0-h-tiny": (36, (3328, 3), (48, 64, 128), "bfloat16", "bfloat16"),
+    # Kimi-Linear: 20 kda_layers; the conv runs over q, k and v: 3·32·128 = 12288 channels, kernel 4 − 1;
+    # the KDA state is 32 heads of 128×128 in float32
+    "kimi-linear-48b-a3b": (20, (12288, 3), (32, 128, 128), "bfloat16", "float32"),
+    # Qwen3.6-27B: the Qwen3.5-27B shapes (conv 2·16·128 + 48·128 = 10240), mamba_ssm_dtype float32
+    "qwen3.6-27b": (48, (10240, 3), (48, 128, 128), "bfloat16", "float32"),
+    # Qwen3.5-4B: 32 layers, every 4th attention, 24 GDN; conv = 2·16·128 + 32·128 = 8192
+    "qwen3.5-4b": (24, (8192, 3), (32, 128, 128), "bfloat16", "float32"),
+    # Qwen3.5-0.8B: 24 layers, 18 GDN; conv = 2·16·128 + 16·128 = 6144
+    "qwen3.5-0.8b-base": (18, (6144, 3), (16, 128, 128), "bfloat16", "float32"),
 }
 
 
@@ -147,6 +170,12 @@ KV_PER_LAYER = {
     "qwen3-next-80b-a3b": 2 * 2 * 256 * 2,
     "deepseek-v3": (512 + 64) * 2,  # MLA: kv_lora_rank + qk_rope_head_dim, no factor 2
     "mistral-7b": 2 * 8 * 128 * 2,
+    "nemotron-nano-9b-v2": 2 * 8 * 128 * 2,
+    "granite-4.0-h-small": 2 * 8 * (4096 // 32) * 2,
+    "granite-4.0-h-tiny": 2 * 4 * (1536 // 12) * 2,
+    "kimi-linear-48b-a3b": (512 + 64) * 2,  # MLA, as DeepSeek
+    "qwen3.5-4b": 2 * 4 * 256 * 2,
+    "qwen3.5-0.8b-base": 2 * 2 * 256 * 2,
 }
 
 

@@ -522,11 +522,24 @@ def deepseek(f: Fields, c: Count) -> None:
 
 
 def _deepseek_layers(f: Fields, c: Count, n: int, first: int) -> None:
+    h = f.int("hidden_size")
+    c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
+    _mla(f, c, n)
+    dense_n = int(f.raw.get("first_k_dense_replace") or 0)
+    experts = int(f.raw.get("n_routed_experts") or 0)
+    n_dense = max(0, min(n, dense_n - first)) if experts else n
+    gated_mlp(c, "mlp", h, f.int("intermediate_size"), n_dense)
+    if n - n_dense:
+        inter = f.int("moe_intermediate_size")
+        moe(c, h, Experts(experts, inter, shared=inter * int(f.raw.get("n_shared_experts") or 0)), n - n_dense)
+
+
+def _mla(f: Fields, c: Count, n: int) -> None:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-Linear): low-rank KV (and optionally Q)."""
     h, heads = f.int("hidden_size"), f.int("num_attention_heads")
     rope, nope, vd = f.int("qk_rope_head_dim", default=64), f.int("qk_nope_head_dim", default=128), f.int(
         "v_head_dim", default=128)
     kv_rank, q_rank = f.int("kv_lora_rank", default=512), f.opt_int("q_lora_rank")
-    c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
     if q_rank:
         c.linear("attention", "q_a_proj", h, q_rank, n, WHOLE)
         c.norm("attention", "q_a_layernorm", q_rank, n)
@@ -537,13 +550,35 @@ def _deepseek_layers(f: Fields, c: Count, n: int, first: int) -> None:
     c.norm("attention", "kv_a_layernorm", kv_rank, n)
     c.linear("attention", "kv_b_proj", kv_rank, heads * (nope + vd), n)
     c.linear("attention", "o_proj", heads * vd, h, n, ROW)
-    dense_n = int(f.raw.get("first_k_dense_replace") or 0)
-    experts = int(f.raw.get("n_routed_experts") or 0)
-    n_dense = max(0, min(n, dense_n - first)) if experts else n
-    gated_mlp(c, "mlp", h, f.int("intermediate_size"), n_dense)
-    if n - n_dense:
-        inter = f.int("moe_intermediate_size")
-        moe(c, h, Experts(experts, inter, shared=inter * int(f.raw.get("n_shared_experts") or 0)), n - n_dense)
+
+
+def kimi_linear(f: Fields, c: Count) -> None:
+    """Kimi-Linear: KDA layers and MLA layers (``linear_attn_config``), a dense first layer, then MoE with a
+    shared expert and a router bias."""
+    h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
+    la = f.raw.get("linear_attn_config") or {}
+    kda_n = len(la.get("kda_layers") or [])
+    embeddings(c, v, h, _tied(f, False))
+    c.norm("norm", "norm", h)
+    c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
+    heads, hd, kernel = int(la.get("num_heads", 32)), int(la.get("head_dim", 128)), int(
+        la.get("short_conv_kernel_size", 4))
+    p = heads * hd
+    # q, k, v, the beta gate (one per head) and f_a; f_b, g_a, g_b: the low-rank forget and output gates
+    for name, width in (("q_proj, k_proj, v_proj", 3 * p), ("b_proj", heads)):
+        c.linear("kda", name, h, width, kda_n)
+    c.linear("kda", "f_a_proj, g_a_proj", h, 2 * hd, kda_n, WHOLE)
+    c.linear("kda", "f_b_proj, g_b_proj", hd, 2 * p, kda_n)
+    c.add("kda", "q_conv1d, k_conv1d, v_conv1d", 3 * p * kernel, kda_n, How("column"))
+    c.add("kda", "dt_bias, A_log", p + heads, kda_n, How("column"))
+    c.norm("kda", "o_norm", hd, kda_n)
+    c.linear("kda", "o_proj", p, h, kda_n, ROW)
+    _mla(f, c, n - kda_n)
+    dense_n = min(n, int(f.raw.get("first_k_dense_replace") or 0))
+    gated_mlp(c, "mlp", h, f.int("intermediate_size"), dense_n)
+    experts, inter = f.int("num_experts"), f.int("moe_intermediate_size")
+    moe(c, h, Experts(experts, inter, shared=inter * int(f.raw.get("num_shared_experts") or 0)), n - dense_n)
+    c.add("moe", "e_score_correction_bias", experts, n - dense_n)
 
 
 #: architecture → counter (a family hybridplan cannot count is refused: pass --weights)
@@ -556,7 +591,7 @@ FAMILIES: dict[str, Callable[[Fields, Count], None]] = {
     "Qwen3_5MoeForCausalLM": qwen_next, "MiniMaxText01ForCausalLM": minimax, "MiniMaxForCausalLM": minimax,
     "MiniMaxM1ForCausalLM": minimax, "LlamaForCausalLM": dense, "MistralForCausalLM": dense,
     "Qwen2ForCausalLM": dense, "Qwen3ForCausalLM": dense, "DeepseekV2ForCausalLM": deepseek,
-    "DeepseekV3ForCausalLM": deepseek,
+    "DeepseekV3ForCausalLM": deepseek, "KimiLinearForCausalLM": kimi_linear,
 }
 #: multimodal classes whose checkpoint holds a vision tower the engine loads
 VISION = {"Qwen3_5ForConditionalGeneration": qwen_vision, "Qwen3_5MoeForConditionalGeneration": qwen_vision}
