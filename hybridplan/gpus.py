@@ -2,10 +2,10 @@
 
 Two totals circulate and differ by the driver's reservation (0.45–0.9 GiB on the boards where both were seen):
 the CUDA total (``torch.cuda.mem_get_info()[1]``, deviceQuery's "Total amount of global memory", the second
-figure of vLLM's "Free memory on device (free/total GiB)") and nvidia-smi's ``memory.total`` (NVML). Engines
-size from the CUDA total; where only the nvidia-smi figure was found it is used, and ``exact`` says so. Every
-figure names where it was read: a vLLM start-up log, deviceQuery, rocm-smi or nvidia-smi output posted
-publicly. Bandwidth and dense BF16 TFLOPs are the vendors' datasheet figures, kept for speed estimates.
+figure of vLLM's "Free memory on device (free/total GiB)", the "total capacity" of PyTorch's out-of-memory
+message) and nvidia-smi's ``memory.total`` (NVML). Engines size from the CUDA total; where only the nvidia-smi
+figure was found it is used, and ``exact`` says so. Every figure names where it was read: a vLLM start-up log,
+a PyTorch error, deviceQuery, rocm-smi or nvidia-smi output posted publicly. Bandwidth and dense BF16 TFLOPs are the vendors' datasheet figures, kept for speed estimates.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Gpu:
     aliases: tuple[str, ...] = ()
     #: nvidia-smi's total in MiB where the entry is the CUDA total (SGLang sizes from nvidia-smi's)
     smi: int | None = None
+    #: memory shared with the host (vLLM then reads free memory from the host's available memory)
+    unified: bool = False
 
     @property
     def exact(self) -> bool:
@@ -47,7 +49,7 @@ class Gpu:
 
 
 def _vllm(gib: str) -> int:
-    """vLLM prints the CUDA total to 0.01 GiB: the byte count is known to ±5 MiB."""
+    """vLLM and PyTorch print the CUDA total to 0.01 GiB: the byte count is known to ±5 MiB."""
     return round(float(gib) * GiB)
 
 
@@ -76,9 +78,15 @@ GPUS: tuple[Gpu, ...] = (
         "vLLM: Free memory on device (78.84/79.25 GiB); nvidia-smi: 81920MiB", 2039, 312, ("a100", "a100-sxm4-80gb"),
         smi=81920),
     Gpu("a100-80g-pcie", "NVIDIA A100 80GB PCIe", 81920 * MiB, "nvidia-smi", "nvidia-smi: 81920MiB", 1935, 312),
-    Gpu("l40s", "NVIDIA L40S", 46068 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA L40S, 46068 MiB (ECC on)"),
-    Gpu("l40", "NVIDIA L40", 46068 * MiB, "nvidia-smi", "nvidia-smi: 46068MiB with ECC on (49140MiB with ECC off)"),
-    Gpu("l4", "NVIDIA L4", 23034 * MiB, "nvidia-smi", "nvidia-smi: 23034MiB"),
+    Gpu("l40s", "NVIDIA L40S", _vllm("44.42"), "cuda",
+        "PyTorch: \"GPU has a total capacity of 44.42 GiB\" (stepfun-ai/Step-Video-T2V#8, 8× L40S); 44.39–44.53 "
+        "GiB across drivers (Wan-Video/Wan2.1#205: 44.53); nvidia-smi: 46068 MiB (ECC on)", smi=46068),
+    Gpu("l40", "NVIDIA L40", _vllm("44.40"), "cuda",
+        "PyTorch: \"GPU 0 has a total capacity of 44.40 GiB\" (QwenLM/Qwen3-VL#2097, a single L40); nvidia-smi: "
+        "46068MiB with ECC on (49140MiB with ECC off)", smi=46068),
+    Gpu("l4", "NVIDIA L4", _vllm("22.03"), "cuda",
+        "PyTorch: \"GPU 0 has a total capacity of 22.03 GiB\" (ArcInstitute/evo2#190, an L4); nvidia-smi: 23034MiB",
+        smi=23034),
     Gpu("a10g", "NVIDIA A10G", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
     Gpu("a10", "NVIDIA A10", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
     Gpu("rtx-a6000", "NVIDIA RTX A6000", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB", aliases=("a6000",)),
@@ -90,11 +98,16 @@ GPUS: tuple[Gpu, ...] = (
         "vLLM: Free memory on device (22.93/23.56 GiB); nvidia-smi: 24576 MiB", smi=24576),
     Gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16GB", _vllm("15.99"), "cuda",
         "vLLM: Free memory on device (14.66/15.99 GiB)"),
-    Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 24564 * MiB, "nvidia-smi", "nvidia-smi: 24564 MiB"),
+    Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", _vllm("23.64"), "cuda",
+        "PyTorch: \"GPU 0 has a total capacty of 23.64 GiB\" (3DTopia/Phidias-Diffusion#8, an RTX 4090); "
+        "nvidia-smi: 24564 MiB", smi=24564),
     Gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607 * MiB, "nvidia-smi", "nvidia-smi: 32607MiB"),
-    Gpu("t4", "NVIDIA Tesla T4", 15360 * MiB, "nvidia-smi", "nvidia-smi: 15360MiB"),
+    Gpu("t4", "NVIDIA Tesla T4", _vllm("14.56"), "cuda",
+        "PyTorch: \"GPU 0 has a total capacity of 14.56 GiB\" (Zheng-Chong/CatVTON#133 and "
+        "AlphaGPU/leetgpu-challenges#52, Tesla T4s); nvidia-smi: 15360MiB", smi=15360),
     Gpu("gb10", "NVIDIA GB10 (DGX Spark, unified memory)", _vllm("119.63"), "cuda",
-        "vLLM: Free memory on device (…/119.63 GiB); memory shared with the host", aliases=("dgx-spark",)),
+        "vLLM: Free memory on device (…/119.63 GiB); memory shared with the host", aliases=("dgx-spark",),
+        unified=True),
     Gpu("mi300x", "AMD Instinct MI300X", 205_822_885_888, "cuda", "rocm-smi: VRAM Total Memory (B): 205822885888",
         5300, smi=196288),
 )

@@ -114,7 +114,17 @@ def load_path(path: Path) -> ModelSpec:
     if path.suffix.lower() in (".yaml", ".yml"):
         return _spec_from_document(doc, str(path))
     name = path.parent.name if path.name == "config.json" else path.stem
-    return spec_from_config(doc, name=name, source=str(path))
+    spec = spec_from_config(doc, name=name, source=str(path))
+    from hybridplan.weights.checkpoint import from_folder
+
+    return replace(spec, checkpoint=from_folder(path.parent, _layers(doc)))
+
+
+def _layers(config: Any) -> int | None:
+    """The decoder's layer count, past which a checkpoint's layers are MTP layers."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    n = text.get("num_hidden_layers")
+    return n if isinstance(n, int) else None
 
 
 def load_model(ref: str, revision: str | None = None) -> ModelSpec:
@@ -159,14 +169,18 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
         source, noted = str(doc.get("source") or ""), doc.get("revision")
         if source.lower() == repo_id.lower() and revision in (None, noted):
             return _spec_from_document(doc, filename)
+    from hybridplan.weights.checkpoint import from_hub
+
     cfg, _ = hub.config(repo_id, revision)
+    ckpt = from_hub(repo_id, revision, _layers(cfg))
     for filename in _spec_documents():
         doc = _read_spec_document(filename)
         if _subset(doc["config"], cfg):
             spec = _spec_from_document(doc, filename)
-            return replace(spec, notes=spec.notes + (f"{repo_id}'s config.json is that of the shipped spec "
-                                                     f"{spec.name}",))
-    return spec_from_config(cfg, name=repo_id.split("/")[-1], source=f"{repo_id}@{revision}" if revision else repo_id)
+            return replace(spec, checkpoint=ckpt, notes=spec.notes + (
+                f"{repo_id}'s config.json is that of the shipped spec {spec.name}",))
+    spec = spec_from_config(cfg, name=repo_id.split("/")[-1], source=f"{repo_id}@{revision}" if revision else repo_id)
+    return replace(spec, checkpoint=ckpt)
 
 
 def _subset(part: Any, whole: Any) -> bool:

@@ -245,6 +245,8 @@ ADMISSION = (
     param("max_num_seqs", Annotated[Optional[int], option(
         "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
         help="vLLM --max-num-seqs to check (default: vLLM's default for the GPU).")], None),
+    param("enforce_eager", Annotated[bool, option(
+        "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs, so no graph memory to set aside.")], False),
     param("max_running_requests", Annotated[Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests to check.")], None),
@@ -285,7 +287,7 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 _SCENARIO = {"tp": "tp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
              "allow_long_context": "allow_long_context"}
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
-         "gpu_util": "gpu_util"}
+         "gpu_util": "gpu_util", "enforce_eager": "enforce_eager"}
 _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
            "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}

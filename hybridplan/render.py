@@ -411,7 +411,7 @@ def _bar(w, width: int = 60) -> Text:
     n = max(0, min(width - used, round(width * w.cache_bytes / total)))
     text.append("░" * n, style="green")
     text.append("·" * max(0, width - used - n), style="dim")
-    text.append("]  █ weights  ▓▒ the rest  ░ caches  · not used", style="dim")
+    text.append("]\n   █ weights  ▓▒ the rest  ░ caches  · not used", style="dim")
     return text
 
 
@@ -498,6 +498,13 @@ def check_view(r: CheckReport) -> Group:
                Text("✓", style="green") if row.ok else Text("✗", style="red")) for row in r.rows],
              title="the log against the prediction", left=(0, 1, 4), prose=(1,))
     parts: list = [settings, t]
+    if r.estimates:
+        parts.append(Rows(("engine", "figure", "logged", "estimate", "error", "from"),
+                          [(e.engine, e.figure, f"{e.logged:g}", f"{e.predicted:g}",
+                            Text(f"{e.error_pct:+.2f} %", style="green" if e.within else "yellow"), e.basis)
+                           for e in r.estimates],
+                          title="estimates beside the log (not exact: the weights as counted from the config)",
+                          left=(0, 1, 5), prose=(1, 5), styles={5: "dim"}))
     if r.not_modelled:
         parts.append(Rows(("engine", "figure", "logged", "not modelled because"),
                           [(n.engine, n.figure, n.logged, n.reason) for n in r.not_modelled],

@@ -10,9 +10,12 @@ one tensor-parallel rank (``state_shapes``); attention mixers know their KV elem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from hybridplan.errors import PlanError
+
+if TYPE_CHECKING:
+    from hybridplan.weights.checkpoint import Checkpoint
 
 RECURRENT_KINDS = ("mamba1", "mamba2", "gdn", "kda", "short_conv", "linear_attention")
 ATTENTION_KINDS = ("attention", "sliding_attention", "mla")
@@ -244,6 +247,8 @@ class ModelSpec:
     notes: tuple[str, ...] = ()
     #: the config as read, JSON: what the weights are counted from (not part of the spec's identity)
     config_json: str = field(default="", compare=False, repr=False)
+    #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py)
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
     def config_dtype(self, field: str) -> str | None:
         return dict(self.config_dtypes).get(field)

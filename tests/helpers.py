@@ -33,3 +33,13 @@ def footprint(model: str | ModelSpec, *, tp: int = 1, dtypes: DtypeChoice = Dtyp
               minor: int | str = 33) -> Footprint:
     """One sequence under vLLM's dtype rules."""
     return vllm_footprint(scenario(model, minor=minor, tp=tp, dtypes=dtypes, spec_tokens=spec_tokens))
+
+
+def one_line_error(code, out, err, *needles) -> None:
+    """Bad input's answer: exit code 2, nothing on stdout, one line on stderr holding every needle."""
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n in lines[0], lines[0]

@@ -116,6 +116,32 @@ class NotModelled:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """A figure of the log beside hybridplan's estimate of it, which is not expected to be exact."""
+
+    engine: str
+    figure: str
+    logged: float
+    predicted: float
+    #: what the estimate rests on
+    basis: str
+    #: the error within which the estimate is held good, in percent
+    tolerance_pct: float = 2.0
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.predicted - self.logged) / self.logged if self.logged else 0.0
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error_pct) <= self.tolerance_pct
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "predicted": self.predicted,
+                "error_pct": round(self.error_pct, 3), "within": self.within, "basis": self.basis}
+
+
+@dataclass(frozen=True)
 class LogCheck:
     """One engine's reading of a log: its settings, each figure beside its prediction, what it does not
     model, and how the figures were compared."""
@@ -125,6 +151,7 @@ class LogCheck:
     rows: tuple[Row, ...]
     not_modelled: tuple[NotModelled, ...]
     notes: tuple[str, ...]
+    estimates: tuple[Estimate, ...] = ()
 
 
 def literal(text: str):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hybridplan import engines
 from hybridplan.engines import LogGiven
-from hybridplan.engines.common import NotModelled, Row, Setting
+from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
 from hybridplan.errors import PlanError
 from hybridplan.logread import Log
 from hybridplan.reports import SCHEMA_VERSION
@@ -21,6 +21,7 @@ class CheckReport:
     rows: tuple[Row, ...]
     not_modelled: tuple[NotModelled, ...]
     notes: tuple[str, ...]
+    estimates: tuple[Estimate, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -32,6 +33,7 @@ class CheckReport:
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "model": self.model, "ok": self.ok,
                 "settings": [s.to_dict() for s in self.settings], "rows": [r.to_dict() for r in self.rows],
+                "estimates": [e.to_dict() for e in self.estimates],
                 "not_modelled": [n.to_dict() for n in self.not_modelled], "notes": list(self.notes)}
 
 
@@ -52,4 +54,4 @@ def check(log: Log, given: LogGiven = LogGiven()) -> CheckReport:
     parts = [e.check_log(log, given) for e in found]
     return CheckReport(parts[0].model, tuple(s for p in parts for s in p.settings),
                        tuple(r for p in parts for r in p.rows), tuple(n for p in parts for n in p.not_modelled),
-                       tuple(n for p in parts for n in p.notes))
+                       tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))

@@ -51,6 +51,10 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
         if not g.exact:
             notes.append(f"{g.name}: nvidia-smi's total, {g.total:,} B; the CUDA total the engines see is 0.45–0.9 "
                          "GiB smaller (hybridplan/gpus.py)")
+        if g.unified:
+            notes.append(f"{g.name} shares its memory with the host: vLLM reads free memory from the host's "
+                         "available memory (vllm/utils/mem_utils.py), so whatever the host takes during start-up "
+                         "counts as non-torch; real logs came out up to 3.2 GiB below this estimate (docs/memory.md)")
     if b.overhead is None:
         notes.append("activation, non-torch and CUDA-graph memory are estimates fit to real start-up logs "
                      "(docs/memory.md); the engine measures them at start-up")

@@ -1,6 +1,6 @@
 """A model's weights: parameters and bytes, whole and per tensor-parallel rank, counted from its config
 (``families``), priced by its quantization (``quant``), and exact where the checkpoint's safetensors headers
-are at hand (``exact``).
+or index are at hand (``checkpoint``).
 
 Per rank, as vLLM shards a checkpoint: linear layers split over the ranks (KV projections and Mamba group
 slices replicated where the ranks outnumber the heads or groups), the embedding and LM head split by
@@ -17,6 +17,7 @@ from hybridplan.dtypes import size_of
 from hybridplan.engines.common import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import ModelSpec
+from hybridplan.weights.checkpoint import Checkpoint
 from hybridplan.weights.families import Part, parts
 from hybridplan.weights.quant import Scheme, scheme
 
@@ -76,14 +77,65 @@ def _bytes(part: Part, params: float, dtype_bytes: int, q: Scheme | None) -> flo
 
 
 def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool = False) -> Weights:
-    """The weights a start of ``spec`` at ``tp`` loads, counted from its config, in ``dtype`` (the serving
-    dtype) unless the checkpoint is quantized; ``mtp`` adds the multi-token-prediction layers."""
+    """The weights a start of ``spec`` at ``tp`` loads, in ``dtype`` (the serving dtype) unless the checkpoint
+    is quantized; ``mtp`` adds the multi-token-prediction layers. Counted from the config, and taken from the
+    checkpoint's own figures where the spec carries them (a local folder or Hub id with safetensors)."""
+    dtype = dtype or spec.model_dtype
+    ckpt = spec.checkpoint
+    try:
+        counted = _counted(spec, tp, dtype, mtp)
+    except PlanError:
+        if ckpt is None:
+            raise
+        counted = None
+    if ckpt is None:
+        return counted
+    return _from_checkpoint(ckpt, counted, _Serving(tp, dtype, mtp, spec))
+
+
+@dataclass(frozen=True)
+class _Serving:
+    tp: int
+    dtype: str
+    mtp: bool
+    spec: ModelSpec
+
+
+def _from_checkpoint(ckpt: Checkpoint, counted: Weights | None, s: _Serving) -> Weights:
+    """The checkpoint's figures in place of the count: its parameters, and its bytes where it is quantized
+    (packed weights and scales as stored) or its parameters at the serving dtype where it is not; split per
+    rank as the count splits them."""
+    quantized = scheme(json.loads(s.spec.config_json or "{}")) is not None
+    stored = size_of(s.spec.model_dtype)
+    counted_mtp = counted.mtp_params if counted else 0
+    mtp_params = ckpt.mtp_params if ckpt.mtp_params is not None else counted_mtp
+    mtp_bytes = ckpt.mtp_bytes if ckpt.mtp_bytes is not None else counted_mtp * stored
+    # an index's totals hold the MTP layers where it lists them: take their counted share off
+    inside = ckpt.mtp_params is None
+    size = ckpt.bytes - (mtp_bytes if inside else 0) + (mtp_bytes if s.mtp else 0)
+    if ckpt.params is not None:
+        params = ckpt.params - (mtp_params if inside else 0) + (mtp_params if s.mtp else 0)
+    elif not quantized:
+        # an index without total_parameters: its bytes at the width they are stored in (the config's dtype
+        # may not say: float32 configs ship bfloat16 shards), the width the count points to
+        width = min((1, 2, 4), key=lambda b: abs(size / b - counted.params)) if counted else stored
+        params = size // width
+    else:
+        params = counted.params if counted else 0
+    loaded = size if quantized or not params else params * size_of(s.dtype)
+    per_rank = loaded * counted.bytes_per_rank // counted.bytes if counted and counted.bytes else loaded // s.tp
+    return Weights(params=params, bytes=loaded, bytes_per_rank=per_rank, dtype=s.dtype,
+                   quantization=counted.quantization if counted else None, source=ckpt.source, tp=s.tp,
+                   mtp_params=mtp_params, vision_params=counted.vision_params if counted else 0,
+                   groups=counted.groups if counted else ())
+
+
+def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
     if not spec.config_json:
         raise PlanError(f"{spec.name} carries no config to count its weights from: give --weights or --params")
     config = json.loads(spec.config_json)
     every = parts(spec.architecture, config, spec.family)
     q = scheme(config)
-    dtype = dtype or spec.model_dtype
     dbytes = size_of(dtype)
     loaded = [p for p in every if p.section != "mtp" or mtp]
     hidden = spec.hidden_size or 1
@@ -109,5 +161,7 @@ def rank_bytes(spec: ModelSpec, tp: int, dtype: str, given: int | None = None,
     if params is not None:
         return int(params * size_of(dtype)) // tp, "given (--params)"
     w = weights(spec, tp, dtype)
-    return w.bytes_per_rank, f"counted from the config ({w.params / 1e9:.2f}B parameters" + (
+    how = {"config": "counted from the config", "safetensors-headers": "from the checkpoint's safetensors headers",
+           "safetensors-index": "from the checkpoint's safetensors index"}[w.source]
+    return w.bytes_per_rank, f"{how} ({w.params / 1e9:.2f}B parameters" + (
         f", {w.quantization}" if w.quantization else "") + ")"

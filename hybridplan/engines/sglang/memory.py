@@ -122,7 +122,7 @@ def memory(sc: Scenario) -> Waterfall:
     else:
         fraction, how = default_mem_fraction(sc, smi)
     context = Term("CUDA context", CONTEXT_TP1 if sc.tp == 1 else CONTEXT_TP, "estimate",
-                   "and communicators: the free memory before loading is the total less this")
+                   "with the communicators, off the total before loading")
     before = b.gpu_mem - context.bytes
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
     requested = int(before * fraction)

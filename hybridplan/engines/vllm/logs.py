@@ -4,11 +4,12 @@ settings, and the figures hybridplan does not predict, with the reason."""
 
 from __future__ import annotations
 
+import json
 import re
 from math import ceil, floor
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import LogCheck, NotModelled, Row, Setting, literal
+from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Setting, literal
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release, release
@@ -54,6 +55,7 @@ BLOCK = re.compile(r"Setting attention block size to (\d+) tokens")
 PADDING = re.compile(r"Padding mamba page size by ([\d.]+)%")
 PAD_LAYERS = re.compile(r"Add (\d+) padding layers, may waste at most ([\d.]+)% KV cache memory")
 AVAILABLE = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+LOADED = re.compile(r"Model loading took ([\d.]+) GiB")
 TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 SEQS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
@@ -63,8 +65,6 @@ ONE_REQUEST = re.compile(r"To serve at least one request with the models?'s max 
                          r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)")
 #: figures the log may show that hybridplan does not predict: pattern, figure, reason
 NOT_MODELLED = (
-    (re.compile(r"Model loading took ([\d.]+) GiB"), "weights loaded (GiB)",
-     "the weights are measured at load; hybridplan takes them as input (--weights, --params)"),
     (re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"), "CUDA graph estimate (GiB)",
      "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
     (re.compile(r"CUDA graph pool memory: ([\d.]+) GiB \(actual\)"), "CUDA graph pool (GiB)",
@@ -347,7 +347,30 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     for pattern, figure, why in NOT_MODELLED:
         if (f := log.last(pattern)) is not None:
             out.append(NotModelled(ENGINE, figure, f[1], why))
-    return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
+    estimates, unsized = weights_estimate(log, sc, s.get("quantization"))
+    out += unsized
+    return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes), estimates)
+
+
+def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[tuple[Estimate, ...],
+                                                                                  list[NotModelled]]:
+    """"Model loading took" beside the weights counted for the log's model, TP and dtype."""
+    from hybridplan.engines.vllm.dtypes import model_dtype
+    from hybridplan.weights import weights
+
+    f = log.last(LOADED)
+    if f is None:
+        return (), []
+    config = json.loads(sc.spec.config_json or "{}")
+    if quantization not in (None, "None") and "quantization_config" not in config:
+        return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"a {quantization} checkpoint of a spec whose "
+                                "config is not: pass the checkpoint's config.json as the model")]
+    try:
+        w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
+    except PlanError as exc:
+        return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], str(exc))]
+    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round(w.bytes_per_rank / GiB, 4),
+                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"),), []
 
 
 def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:

@@ -77,7 +77,14 @@ class Release:
 
     def check_served(self, spec: ModelSpec) -> None:
         if not self.serves(spec):
-            raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name})")
+            added, removed = _REGISTERED.get(spec.architecture, ("0.10.0", None))
+            if removed is not None and self.at_least(removed):
+                last = _last_before(removed)
+                raise NotServed(f"vLLM {self.version} refuses {spec.architecture} ({spec.name}): \"was supported in "
+                                f"vLLM until v{last}, and is not supported anymore\" (_PREVIOUSLY_SUPPORTED_MODELS, "
+                                f"vllm/model_executor/models/registry.py); try --vllm-version {last}")
+            raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name}): it enters the "
+                            f"registry in {added}; try --vllm-version {added}")
         v0_only = _V0_ONLY.get(spec.architecture)
         if v0_only and self.before(v0_only):
             raise NotServed(f"vLLM {self.version} serves {spec.architecture} on its V0 engine only (SupportsV0Only "
@@ -233,3 +240,8 @@ def release(version: str | None) -> Release:
             return below[-1]
         return same_minor[0]
     raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
+
+
+def _last_before(version: str) -> str:
+    """The newest modelled release before ``version``."""
+    return [r for r in KNOWN if r.before(version)][-1].version

@@ -6,11 +6,18 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Shortfall, Waterfall, cdiv
-from hybridplan.engines.vllm.blocks import KERNEL_BLOCK, Layout, attention_pages, layout, recurrent_pages
+from hybridplan.engines.vllm.blocks import (
+    KERNEL_BLOCK,
+    Layout,
+    attention_pages,
+    layout,
+    recurrent_pages,
+)
 from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
@@ -292,6 +299,10 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     fits = {mode: ModeFit(capacity(sc, mode, budget), n, sc.vllm.max_num_seqs is not None) for mode in modes}
     chosen = modes[0] if sc.vllm.mode else rel.default_mode(sc.spec, sc.spec_tokens)
     notes = list(rel.caveats(sc.spec))
+    if water is not None and sc.budget.overhead is None:
+        from hybridplan.engines.vllm.memory import encoder_note
+
+        notes += filter(None, [encoder_note(rel, json.loads(sc.spec.config_json or "{}"))])
     if sc.vllm.max_num_seqs is None:
         gpu = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
         notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for {gpu} (1024 from 70 GiB up, not on "
