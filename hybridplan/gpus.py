@@ -110,6 +110,8 @@ GPUS: tuple[Gpu, ...] = (
         unified=True),
     Gpu("mi300x", "AMD Instinct MI300X", 205_822_885_888, "cuda", "rocm-smi: VRAM Total Memory (B): 205822885888",
         5300, smi=196288),
+    Gpu("mi325x", "AMD Instinct MI325X", _vllm("255.98"), "cuda",
+        "PyTorch (HIP): \"GPU 0 has a total capacity of 255.98 GiB\" (vllm-project/vllm#41962, 8× MI325X)", 6000),
 )
 
 

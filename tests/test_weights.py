@@ -45,6 +45,13 @@ PUBLISHED = {
     "qwen3.5-122b-a10b": (122e9, 1e9, "Qwen3.5 card: \"122B in total and 10B activated\""),
     "qwen3.5-397b-a17b": (397e9, 1e9, "Qwen3.5 card: \"397B in total and 17B activated\""),
     "deepseek-v3": (671e9, 1e9, "DeepSeek-V3 card: \"671B of the Main Model weights\""),
+    "granite-4.0-h-small": (32e9, 1e9, "Granite-4.0-H-Small card: 32B total parameters, 9B active"),
+    "granite-4.0-h-tiny": (7e9, 1e9, "Granite-4.0-H-Tiny card: 7B total parameters, 1B active"),
+    "nemotron-nano-9b-v2": (9e9, 1e9, "the model's name: NVIDIA-Nemotron-Nano-9B-v2"),
+    "qwen3.6-27b": (27e9, 1e9, "Qwen3.6-27B card: \"Number of Parameters: 27B\""),
+    "qwen3.5-4b": (4e9, 1e9, "the model's name: Qwen3.5-4B"),
+    "qwen3.5-0.8b-base": (0.8e9, 1e8, "the model's name: Qwen3.5-0.8B-Base"),
+    "falcon-mamba-7b": (7e9, 1e9, "the paper's title: \"Falcon Mamba 7B\""),
     "kimi-linear-48b-a3b": (49_122_681_728, 1, "a scan of the checkpoint's 20 shards in the report that keeps its "
                                                "config (tests/data/configs/SOURCES.md)"),
 }
