@@ -5,7 +5,8 @@ the CUDA total (``torch.cuda.mem_get_info()[1]``, deviceQuery's "Total amount of
 figure of vLLM's "Free memory on device (free/total GiB)", the "total capacity" of PyTorch's out-of-memory
 message) and nvidia-smi's ``memory.total`` (NVML). Engines size from the CUDA total; where only the nvidia-smi
 figure was found it is used, and ``exact`` says so. Every figure names where it was read: a vLLM start-up log,
-a PyTorch error, deviceQuery, rocm-smi or nvidia-smi output posted publicly. Bandwidth and dense BF16 TFLOPs are the vendors' datasheet figures, kept for speed estimates.
+a PyTorch error, deviceQuery, rocm-smi or nvidia-smi output posted publicly. Bandwidth and dense BF16 TFLOPs
+are the vendors' datasheet figures, kept for speed estimates.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Gpu:
     smi: int | None = None
     #: memory shared with the host (vLLM then reads free memory from the host's available memory)
     unified: bool = False
+    #: boards joined by an NVLink switch with NVLink SHARP (Hopper and Blackwell SXM), where NCCL's buffers
+    #: make non-torch memory at TP ≥ 2 about 2 GiB; False: PCIe or a bridge
+    nvswitch: bool = False
 
     @property
     def exact(self) -> bool:
@@ -45,7 +49,8 @@ class Gpu:
 
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, "total_bytes": self.total, "total_kind": self.kind,
-                "source": self.source, "bandwidth_gb_per_s": self.bandwidth_gbps, "bf16_dense_tflops": self.bf16_tflops}
+                "source": self.source, "bandwidth_gb_per_s": self.bandwidth_gbps, "bf16_dense_tflops": self.bf16_tflops,
+                "nvswitch": self.nvswitch, "unified_memory": self.unified}
 
 
 def _vllm(gib: str) -> int:
@@ -56,20 +61,22 @@ def _vllm(gib: str) -> int:
 GPUS: tuple[Gpu, ...] = (
     Gpu("h100", "NVIDIA H100 80GB HBM3 (SXM)", 85_028_896_768, "cuda",
         "deviceQuery: 81090 MBytes (85028896768 bytes), CUDA 12.8 driver; 85,017,755,648 to 85,045,477,376 "
-        "bytes across drivers; vLLM prints 79.18–79.19 GiB", 3350, 989, ("h100-sxm", "h100-80g"), smi=81559),
+        "bytes across drivers; vLLM prints 79.18–79.19 GiB", 3350, 989, ("h100-sxm", "h100-80g"), smi=81559,
+        nvswitch=True),
     Gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559 * MiB, "nvidia-smi", "nvidia-smi: 81559MiB", 2000, 756),
     Gpu("h100-nvl", "NVIDIA H100 NVL 94GB", _vllm("93.0"), "cuda", "vLLM: Free memory on device (…/93.0 GiB)",
         aliases=("h100nvl",), smi=95830),
     Gpu("h200", "NVIDIA H200 141GB", _vllm("139.81"), "cuda", "vLLM: Free memory on device (139.21/139.81 GiB); "
-        "nvidia-smi: 143771MiB", 4800, 989, ("h200-sxm", "h200-141g"), smi=143771),
-    Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB"),
+        "nvidia-smi: 143771MiB", 4800, 989, ("h200-sxm", "h200-141g"), smi=143771, nvswitch=True),
+    Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB", nvswitch=True),
     Gpu("gh200", "NVIDIA GH200 96GB (480GB superchip)", 97871 * MiB, "nvidia-smi",
         "nvidia-smi: NVIDIA GH200 480GB, 97871MiB", aliases=("gh200-96g",)),
     Gpu("gh200-144g", "NVIDIA GH200 144G HBM3e", 146831 * MiB, "nvidia-smi", "nvidia-smi: 146831 MiB"),
-    Gpu("b200", "NVIDIA B200", 183359 * MiB, "nvidia-smi", "nvidia-smi: 183359MiB", 8000, 2250),
-    Gpu("gb200", "NVIDIA GB200", 189471 * MiB, "nvidia-smi", "nvidia-smi: 189471MiB", 8000, 2500),
-    Gpu("b300", "NVIDIA B300 SXM6", 275040 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA B300 SXM6 AC, 275040MiB"),
-    Gpu("gb300", "NVIDIA GB300", 284208 * MiB, "nvidia-smi", "nvidia-smi: 284208MiB"),
+    Gpu("b200", "NVIDIA B200", 183359 * MiB, "nvidia-smi", "nvidia-smi: 183359MiB", 8000, 2250, nvswitch=True),
+    Gpu("gb200", "NVIDIA GB200", 189471 * MiB, "nvidia-smi", "nvidia-smi: 189471MiB", 8000, 2500, nvswitch=True),
+    Gpu("b300", "NVIDIA B300 SXM6", 275040 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA B300 SXM6 AC, 275040MiB",
+        nvswitch=True),
+    Gpu("gb300", "NVIDIA GB300", 284208 * MiB, "nvidia-smi", "nvidia-smi: 284208MiB", nvswitch=True),
     Gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 42_405_855_232, "cuda",
         "deviceQuery: 40441 MBytes (42405855232 bytes); nvidia-smi: 40960MiB", 1555, 312, ("a100-sxm4-40gb",),
         smi=40960),

@@ -2,8 +2,6 @@
 GPU besides the weights (hybridplan/engines/vllm/memory.py), and "Model loading took" against the weights
 counted from the config where the checkpoint is a shipped spec's.
 
-    python validation/memory.py [--json]
-
 Each log under tests/data/memlogs (and the vLLM logs of tests/data/logs that print both lines) is read for its
 release, GPU memory utilization, --max-num-seqs, TP, "Model loading took" and "Available KV cache memory"; the
 GPU's total is the log's own "Free memory on device (free/total GiB)" where it prints one, else the GPU named
@@ -12,10 +10,12 @@ in the file's header, from hybridplan/gpus.py. The prediction is
     total × utilization − weights (as logged) − activation − non-torch − CUDA graphs (from 0.20.0)
 
 with the three estimated terms of hybridplan; the weights are taken as logged, so the comparison measures the
-estimates alone. A log counts as a hit within 3 % or 0.5 GiB. Logs whose GPU total or vocabulary cannot be
-known, and those whose start the estimate cannot describe (unified memory at a small utilization, online
-quantization, Windows), are listed with the reason; the summary counts them as misses where they are
-predictions, and leaves out those it cannot predict.
+estimates alone. Where the log prints a term by itself (vLLM's "Estimated CUDA graph memory"; with DEBUG
+logging, "torch peak memory increase" and "non-torch forward increase memory") it is compared too. A log
+counts as a hit within 3 % or 0.5 GiB; a miss carries the reason it misses. Logs that cannot be predicted
+(the GPU or the vocabulary not known, a refused start) are listed apart, with why.
+
+    python validation/memory.py [--json | --markdown | --write]
 
 Only hybridplan is needed; the same table feeds tests/test_memory_logs.py.
 """
@@ -39,6 +39,7 @@ VOCAB = {"qwen3": (151_936, "qwen3-next-80b-a3b's config (the Qwen3 tokenizer)")
          "llama3": (128_256, "llama-3.1-8b's config"),
          "qwen3.5": (248_320, "the Qwen3.5 configs (Qwen3.6 and Qwen3.8 keep the tokenizer)"),
          "nemotron": (131_072, "the Nemotron-H configs"),
+         "log": (0, "the log's lm_head shard (Loaded weight lm_head.weight with shape …) times TP"),
          "phi3": (32_064, "microsoft/Phi-3-mini-4k-instruct's config, as NVIDIA/TensorRT-LLM copies it in "
                   "tests/unittest/_torch/modeling/test_modeling_phi3.py")}
 
@@ -53,19 +54,23 @@ class Case:
     caveat: str = ""
     #: a shipped spec whose counted weights the logged weights are compared with
     spec: str | None = None
+    #: the board, where the log prints its own total (for what depends on the board besides its memory)
+    board: str | None = None
 
 
 CASES = (
     Case("vllm-0.10.0-Qwen3-235B-A22B-FP8-H100-1.log", "h100", "qwen3"),
     Case("vllm-0.10.0-Qwen3-30B-A3B-Thinking-2507-AWQ-RTX3090-1.log", "rtx-3090", "qwen3"),
     Case("vllm-0.10.0-Qwen3-32B-H100-1.log", "h100", "qwen3"),
-    Case("vllm-0.10.2-Qwen3-30B-A3B-Instruct-2507-H100-1.log", None, "qwen3"),
-    Case("vllm-0.10.2-Qwen3-Next-80B-A3B-Instruct-H200-1.log", None, "qwen3", spec="qwen3-next"),
+    Case("vllm-0.10.2-Qwen3-30B-A3B-Instruct-2507-H100-1.log", None, "qwen3", board="h100"),
+    Case("vllm-0.10.2-Qwen3-Next-80B-A3B-Instruct-H200-1.log", None, "qwen3", spec="qwen3-next", board="h200"),
     Case("vllm-0.11.0-DeepSeek-R1-Distill-Qwen-32B-FP8-L40S-1.log", "l40s", "qwen2.5"),
     Case("vllm-0.11.0-Llama-3.1-8B-Instruct-A100-40GB-1.log", "a100-40g", "llama3", spec="llama-3.1-8b"),
     Case("vllm-0.11.2-Meta-Llama-3-8B-Instruct-H200-1.log", "h200", "llama3", spec="llama-3-8b"),
-    Case("vllm-0.12.0-Qwen3-30B-A3B-H100-1.log", "h100", "qwen3"),
-    Case("vllm-0.12.0-Qwen3-30B-A3B-Instruct-2507-RTXPRO6000-1.log", None, "qwen3"),
+    Case("vllm-0.12.0-Qwen3-30B-A3B-H100-1.log", "h100", "qwen3",
+         "non-torch memory at PCIe size on an H100 pair: the log leaves 1.13 GiB for activation and non-torch "
+         "together, where the 0.19.0 sweep's H100s show 2.1 GiB of NCCL buffers alone (no NVLink SHARP here)"),
+    Case("vllm-0.12.0-Qwen3-30B-A3B-Instruct-2507-RTXPRO6000-1.log", None, "qwen3", board="rtx-pro-6000"),
     Case("vllm-0.12.0-Qwen3-VL-30B-A3B-Instruct-H100-1.log", "h100", "qwen3",
          "a vision model: the profiling run also encodes a dummy image"),
     Case("vllm-0.13.0-Nemotron-3-Nano-4B-FP8-GB10-1.log", "gb10", "nemotron",
@@ -77,7 +82,8 @@ CASES = (
     Case("vllm-0.17.1-Llama-3.1-8B-Instruct-A100-1.log", "a100-80g", "llama3", spec="llama-3.1-8b"),
     Case("vllm-0.18.1rc1-Qwen3.5-35B-A3B-FP8-GB10-1.log", "gb10", "qwen3.5",
          "unified memory: the host's use of the same memory counts as non-torch"),
-    Case("vllm-0.19.1-Phi-3-mini-4k-instruct-RTX3090-1.log", "rtx-3090", "phi3"),
+    Case("vllm-0.19.1-Phi-3-mini-4k-instruct-RTX3090-1.log", "rtx-3090", "phi3",
+         "memory freed during profiling on a desktop GPU: the log leaves −0.15 GiB for activation and non-torch"),
     Case("vllm-0.20.2rc1-Qwen3.6-27B-AutoRound-INT4-RTX3090-1.log", "rtx-3090", "qwen3.5"),
     Case("vllm-0.22.1-Qwen3-30B-A3B-Instruct-2507-FP8-H100-1.log", "h100", "qwen3",
          "online FP8 quantization: the logged weights include memory freed after loading"),
@@ -88,9 +94,20 @@ CASES = (
          "unified memory: the host's use of the same memory counts as non-torch"),
     Case("vllm-0.25.1-Qwen3.8-27B-NVFP4-GB10-1.log", "gb10", "qwen3.5",
          "unified memory: the host's use of the same memory counts as non-torch"),
-    Case("vllm-0.26.1rc1-Qwen3-Coder-30B-A3B-Instruct-A100-80GB-1.log", None, "qwen3"),
+    Case("vllm-0.26.1rc1-Qwen3-Coder-30B-A3B-Instruct-A100-80GB-1.log", None, "qwen3", board="a100-80g"),
     Case("vllm-0.27.1-Qwen3.6-27B-FP8-H100-1.log", "h100", "qwen3.5"),
     Case("vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log", "l40s", "qwen3"),
+    # a capacity planner's accuracy sweep on H100s with DEBUG logging: each term printed apart
+    Case("vllm-0.19.0-Qwen3-30B-A3B-H100-1.log", None, "log",
+         "an MoE model: the fused-MoE workspace of the profiling run's dummy batch is not estimated (2.68 GiB of "
+         "activation logged)", board="h100"),
+    *(Case(f"vllm-0.19.0-{m}-H100-{n}.log", None, "log", board="h100") for m, n in (
+        ("Qwen3-8B", 1), ("Llama-3.1-8B-Instruct", 1), ("Llama-3.1-8B-Instruct", 2),
+        ("Llama-3.1-8B-Instruct", 3), ("Llama-3.3-70B-Instruct-FP8-dynamic", 1),
+        ("Llama-3.3-70B-Instruct-FP8-dynamic", 2), ("Mixtral-8x7B-Instruct-v0.1", 1), ("gpt-oss-20b", 1),
+        ("Qwen2.5-72B-Instruct", 1))),
+    *(Case(f"vllm-0.19.0-{m}-H100-1.log", None, "log", "a vision model: the profiling run also encodes a dummy image",
+           board="h100") for m in ("Mistral-Small-3.1-24B-Instruct-2503", "Llama-4-Scout-17B-16E-Instruct")),
 )
 #: logs kept under tests/data/memlogs (and the vLLM logs of tests/data/logs that print both lines) that no
 #: prediction is made for, and why
@@ -123,6 +140,9 @@ _PATTERNS = {
     "header_version": re.compile(r"^# engine: vllm ([\d.a-z+]+)", re.I | re.M),
     "header_tp": re.compile(r"^# TP: (\d+)", re.M),
     "graphs": re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"),
+    "lm_head": re.compile(r"Loaded weight lm_head\.weight with shape torch\.Size\(\[(\d+), \d+\]\)"),
+    "torch_peak": re.compile(r"torch peak memory increase: ([\d.]+) ?GiB"),
+    "non_torch": re.compile(r"non-torch forward increase memory: ([\d.]+) ?GiB"),
 }
 
 
@@ -156,9 +176,12 @@ def evaluate(case: Case) -> dict:
     total = round(float(logged_total) * GiB) if logged_total else gpu(case.gpu).total
     seqs = int(_find("seqs", text) or rel.default_max_num_seqs(total, case.gpu))
     vocab, vocab_source = VOCAB[case.vocab]
+    if case.vocab == "log":
+        vocab = int(_find("lm_head", text)) * tp
     weights = round(float(_find("weights", text)) * GiB)
     logged = float(_find("available", text))
-    terms = {t.name: t.bytes / GiB for t in overheads(rel, tp, seqs, vocab, bool(_find("eager", text)))}
+    nvswitch = gpu(case.board or case.gpu).nvswitch
+    terms = {t.name: t.bytes / GiB for t in overheads(rel, tp, seqs, vocab, bool(_find("eager", text)), nvswitch)}
     requested = requested_memory(total, util, rel) / GiB
     predicted = requested - weights / GiB - sum(terms.values())
     error = predicted - logged
@@ -176,6 +199,11 @@ def evaluate(case: Case) -> dict:
            "hit": abs(error) <= max(0.5, 0.03 * abs(logged)), "caveat": case.caveat,
            "activation_non_torch": {"predicted_gib": round(other_predicted, 2), "logged_gib": round(other_logged, 2),
                                     "error_gib": round(other_predicted - other_logged, 2)}}
+    if _find("torch_peak", text):  # DEBUG logs print the two terms apart
+        for key, name in (("torch_peak", "activation"), ("non_torch", "non-torch")):
+            logged_term = float(_find(key, text))
+            out[name] = {"predicted_gib": round(terms[name], 2), "logged_gib": logged_term,
+                         "error_gib": round(terms[name] - logged_term, 2)}
     if graphs_logged:
         out["cuda_graphs"] = {"predicted_gib": round(CUDA_GRAPHS / GiB, 2), "logged_gib": float(graphs_logged),
                               "subtracted": graphs_subtracted,
@@ -214,12 +242,15 @@ def markdown(rows: list[dict]) -> str:
     plain = [r for r in rows if not r["caveat"]]
     other = [r["activation_non_torch"]["error_gib"] for r in plain]
     graphs = [r["cuda_graphs"]["error_gib"] for r in rows if "cuda_graphs" in r]
+    apart = {name: [r[name]["error_gib"] for r in plain if name in r] for name in ("activation", "non-torch")}
     weights = [r["weights_error_pct"] for r in rows if "weights_error_pct" in r]
     out += ["", f"**{hits} of {len(rows)} within 3 % or 0.5 GiB ({100 * hits / len(rows):.0f} %)**; "
             f"{len(LEFT_OUT)} logs kept but not predicted (below).", "",
             "Per term (predicted − logged, GiB; logs without a caveat):", "",
             f"- activation + non-torch (what the log leaves once weights, CUDA graphs and the cache are taken "
             f"off): {_stats(other)}",
+            f"- activation alone (DEBUG logs: \"torch peak memory increase\"): {_stats(apart['activation'])}",
+            f"- non-torch alone (DEBUG logs: \"non-torch forward increase memory\"): {_stats(apart['non-torch'])}",
             f"- CUDA graphs (0.5 GiB against the \"Estimated CUDA graph memory\" the log prints): {_stats(graphs)}",
             f"- weights (counted from the shipped spec against \"Model loading took\", %): {_stats(weights)}",
             "", "Kept, not predicted:", ""]

@@ -9,14 +9,17 @@ What is a rule and what is an estimate:
 - weights: given, or counted from the config as vLLM shards them (hybridplan/weights) — within a few tenths of
   a percent of "Model loading took" where the checkpoint is the config's;
 - peak activation: the profiling run's sampler pass over ``min(max_num_seqs, max_num_batched_tokens)`` rows of
-  logits (gpu_model_runner.py ``_dummy_sampler_run``) dominates it. Fit to real logs (tests/data/memlogs):
-  38.5 B a logit element up to 0.12.0, 12 B from 0.13.0 (builds with FlashInfer's sampler keep less), plus
-  0.15 GiB for the rest of the dummy batch — an estimate, ±0.5 GiB;
-- non-torch memory (NCCL and custom all-reduce buffers, the CUDA context's growth): 0.1 GiB at TP 1, about
-  0.6 GiB at TP 2 and 0.25 GiB more per further rank (2.1 GiB at TP 8) — fitted to the logs, ±0.3 GiB there;
+  logits (gpu_model_runner.py ``_dummy_sampler_run``) dominates it: 38.5 B a logit element up to 0.12.0 (fitted
+  to logs), 14 B from 0.13.0 (from the DEBUG breakdown of an H100 sweep at 0.19.0, where models that differ
+  only in vocabulary differ by 14 B per logit), plus 0.15 GiB for the rest of the dummy batch; MoE models add
+  their fused-MoE workspace for the dummy batch (0.5–0.8 GiB at TP 1 in that sweep), which is not counted;
+- non-torch memory (``non-torch forward increase`` in the DEBUG breakdown): 0.25 GiB at TP 1 (the CUDA
+  context's growth, five logs of the sweep); at TP ≥ 2 NCCL's and the all-reduce buffers, 2.0 GiB + 0.03 GiB
+  per rank over an NVLink switch (2.07–2.21 GiB at TP 2 and 4 in seven logs, NCCL's NVLink SHARP buffers among
+  them) and 0.6 GiB at TP 2 plus 0.25 GiB per further rank over PCIe (fitted to RTX 3090, T4 and L40S logs);
 - CUDA graphs: subtracted by default from 0.20.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``), not with
   --enforce-eager; vLLM's own estimate ran from 0.10 to 0.86 GiB in the logs of releases that subtract it, and
-  to 1.65 GiB in one that only prints it — taken as 0.5 GiB, more than most, so that the budget errs low.
+  to 1.82 GiB in ones that only print it — taken as 0.5 GiB.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ if TYPE_CHECKING:
 
 GiB = 1 << 30
 #: bytes a logit element of the profiling sampler pass costs at its peak: up to 0.12.0, and from 0.13.0
-SAMPLER_BYTES_OLD, SAMPLER_BYTES = 38.5, 12.0
+SAMPLER_BYTES_OLD, SAMPLER_BYTES = 38.5, 14.0
 #: the rest of the profiling run's dummy batch
 BATCH_ACTIVATION = int(0.15 * GiB)
-NON_TORCH_TP1 = int(0.1 * GiB)
+#: non-torch memory: at TP 1; over PCIe at TP 2 and per further rank; over an NVLink switch, base and per rank
+NON_TORCH_TP1 = int(0.25 * GiB)
 NON_TORCH_TP2 = int(0.6 * GiB)
 NON_TORCH_PER_RANK = int(0.25 * GiB)
+NON_TORCH_NVSWITCH, NON_TORCH_NVSWITCH_PER_RANK = int(2.0 * GiB), int(0.03 * GiB)
 CUDA_GRAPHS = int(0.5 * GiB)
 #: --max-num-batched-tokens when none is given for an online server (vllm/engine/arg_utils.py)
 DEFAULT_BATCHED_TOKENS = 8192
@@ -65,9 +70,16 @@ def activation(rel: Release, max_num_seqs: int, vocab: int) -> Term:
                 f"profiling peak: {rows:,} rows × {vocab:,} logits × {per:g} B, and the dummy batch")
 
 
-def non_torch(tp: int) -> Term:
-    size = NON_TORCH_TP1 if tp == 1 else NON_TORCH_TP2 + NON_TORCH_PER_RANK * (tp - 2)
-    return Term("non-torch", size, "estimate", "NCCL and all-reduce buffers" if tp > 1 else "CUDA context growth")
+def non_torch(tp: int, nvswitch: bool = True) -> Term:
+    """Memory outside PyTorch's allocator that the profiling run adds: the CUDA context's growth at TP 1; NCCL's
+    and the all-reduce buffers above it, far larger over an NVLink switch (NVLink SHARP) than over PCIe."""
+    if tp == 1:
+        return Term("non-torch", NON_TORCH_TP1, "estimate", "CUDA context growth")
+    if nvswitch:
+        return Term("non-torch", NON_TORCH_NVSWITCH + NON_TORCH_NVSWITCH_PER_RANK * tp, "estimate",
+                    "NCCL and all-reduce buffers over an NVLink switch")
+    return Term("non-torch", NON_TORCH_TP2 + NON_TORCH_PER_RANK * (tp - 2), "estimate",
+                "NCCL and all-reduce buffers over PCIe")
 
 
 def cuda_graphs(rel: Release, eager: bool) -> Term | None:
@@ -77,10 +89,10 @@ def cuda_graphs(rel: Release, eager: bool) -> Term | None:
     return Term("CUDA graphs", CUDA_GRAPHS, "estimate", "vLLM's own estimate, subtracted from 0.20.0")
 
 
-def overheads(rel: Release, tp: int, max_num_seqs: int, vocab: int, eager: bool) -> list[Term]:
+def overheads(rel: Release, tp: int, max_num_seqs: int, vocab: int, eager: bool, nvswitch: bool = True) -> list[Term]:
     """Every estimated term between the weights and the KV cache."""
     graphs = cuda_graphs(rel, eager)
-    return [activation(rel, max_num_seqs, vocab), non_torch(tp), *([graphs] if graphs else [])]
+    return [activation(rel, max_num_seqs, vocab), non_torch(tp, nvswitch), *([graphs] if graphs else [])]
 
 
 def encoder_note(rel: Release, config: dict) -> str | None:
@@ -108,6 +120,10 @@ def memory(sc: Scenario) -> Waterfall:
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead): activations, non-torch, graphs"))
     else:
+        from hybridplan.gpus import gpu
+
         seqs = sc.vllm.max_num_seqs or rel.default_max_num_seqs(b.gpu_mem, b.gpu)
-        terms += overheads(rel, sc.tp, seqs, _vocab(sc), sc.vllm.enforce_eager)
+        # a GPU given by its memory alone is taken as switched: the larger figure
+        nvswitch = gpu(b.gpu).nvswitch if b.gpu else True
+        terms += overheads(rel, sc.tp, seqs, _vocab(sc), sc.vllm.enforce_eager, nvswitch)
     return Waterfall(b.gpu_mem, util, requested, tuple(terms), requested - sum(t.bytes for t in terms))
