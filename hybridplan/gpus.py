@@ -95,7 +95,9 @@ GPUS: tuple[Gpu, ...] = (
         "PyTorch: \"GPU 0 has a total capacity of 22.03 GiB\" (ArcInstitute/evo2#190, an L4); nvidia-smi: 23034MiB",
         smi=23034),
     Gpu("a10g", "NVIDIA A10G", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
-    Gpu("a10", "NVIDIA A10", 23028 * MiB, "nvidia-smi", "nvidia-smi: 23028MiB"),
+    Gpu("a10", "NVIDIA A10", _vllm("22.18"), "cuda",
+        "PyTorch: \"GPU 0 has a total capacity of 22.18 GiB\" (OpenBMB/MiniCPM-V#640, one A10); nvidia-smi: 23028MiB",
+        smi=23028),
     Gpu("rtx-a6000", "NVIDIA RTX A6000", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB", aliases=("a6000",)),
     Gpu("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB"),
     Gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell (Server Edition)", _vllm("94.97"), "cuda",
@@ -108,7 +110,9 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", _vllm("23.64"), "cuda",
         "PyTorch: \"GPU 0 has a total capacty of 23.64 GiB\" (3DTopia/Phidias-Diffusion#8, an RTX 4090); "
         "nvidia-smi: 24564 MiB", smi=24564),
-    Gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607 * MiB, "nvidia-smi", "nvidia-smi: 32607MiB"),
+    Gpu("rtx-5090", "NVIDIA GeForce RTX 5090", _vllm("31.40"), "cuda",
+        "vLLM: Free memory on device (30.27/31.4 GiB) (noonghunna/club-3090#1087, 2× RTX 5090); PyTorch: 31.37 GiB "
+        "(Wan-Video/Wan2.1#465); nvidia-smi: 32607MiB", smi=32607),
     Gpu("t4", "NVIDIA Tesla T4", _vllm("14.56"), "cuda",
         "PyTorch: \"GPU 0 has a total capacity of 14.56 GiB\" (Zheng-Chong/CatVTON#133 and "
         "AlphaGPU/leetgpu-challenges#52, Tesla T4s); nvidia-smi: 15360MiB", smi=15360),
