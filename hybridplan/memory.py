@@ -113,8 +113,10 @@ class Footprint:
         return slots * self.state_bytes
 
 
-def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens: int = 0) -> Footprint:
-    """Group the model's mixers into identical layers and size each on one rank."""
+def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens: int = 0,
+              conv_holds_spec: bool = True) -> Footprint:
+    """Group the model's mixers into identical layers and size each on one rank. ``conv_holds_spec``: whether
+    the conv windows keep a column per speculative token (an engine's rule; the block count still counts them)."""
     if spec_tokens < 0:
         raise PlanError(f"--spec-tokens must be ≥ 0, got {spec_tokens}")
     spec.check_tp(tp)
@@ -125,7 +127,7 @@ def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens:
     kv: list[KVGroup] = []
     for mixer, count in counts.items():
         if mixer.kind in RECURRENT_KINDS:
-            shapes = mixer.state_shapes(tp, spec_tokens)
+            shapes = mixer.state_shapes(tp, spec_tokens if conv_holds_spec else 0)
             state.append(StateGroup(kind=mixer.kind, count=count, conv_shape=shapes.conv, ssm_shape=shapes.ssm,
                                     conv_dtype=dtypes.conv if shapes.conv else None,
                                     ssm_dtype=dtypes.ssm_for(mixer.kind) if shapes.ssm else None))

@@ -117,7 +117,7 @@ class KimiDeltaAttention:
         heads = divide(self.num_heads, tp, "the KDA heads")
         # q, k and v each keep a short-conv window (Kimi-Linear: key heads = heads, key dim = head dim).
         conv = 3 * self.num_heads * self.head_dim
-        return StateShapes(conv=(divide(conv, tp, "the KDA conv dimension"), self.conv_kernel - 1),
+        return StateShapes(conv=(divide(conv, tp, "the KDA conv dimension"), self.conv_kernel - 1 + spec_tokens),
                            ssm=(heads, self.head_dim, self.head_dim))
 
 

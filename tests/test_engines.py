@@ -98,12 +98,13 @@ def test_fit_cli_exit_codes(run_cli):
     assert code == 1 and "will not start" in out
 
 
-@pytest.mark.parametrize("version,starts,capped", [("0.17.1", True, False), ("0.19.1", True, True),
+@pytest.mark.parametrize("version,starts,capped", [("0.17.1", True, False), ("0.19.0", True, True),
                                                     ("0.20.0", False, False)])
 def test_fit_verdict_follows_the_release(version, starts, capped):
-    # Nemotron-H, 5 GiB of KV, --max-num-seqs 1024. 0.17–0.19: SSM float16 (the hook's fallback): state
+    # Nemotron-H, 5 GiB of KV, --max-num-seqs 1024. 0.17–0.19.0: SSM float16 (the hook's fallback): state
     # 10240·3·2 + 128·64·128·2 = 2,158,592 B, attn1 2·8·128·2 = 4,096 → block 16·cdiv(2,158,592, 65,536) = 528,
-    # page 2,162,688 B, groups of 4: 5 GiB // 8,650,752 = 620 blocks; 0.20: SSM float32 → 4,255,744 B, block
+    # page 2,162,688 B, groups of 4: 5 GiB // 8,650,752 = 620 blocks; 0.20 (and 0.19.1 under transformers 5): SSM
+    # float32 → 4,255,744 B, block
     # 1040, page 4,259,840 B: 5 GiB // 17,039,360 = 315 blocks. 1024 sequences exceed
     # both: nothing happens up to 0.17.1, 0.18–0.19 cap the CUDA-graph sizes and start, 0.20 refuses
     # (vllm/config/compilation.py)
@@ -261,9 +262,11 @@ def test_mla_block_at_least_128():
     # KDA page: conv 12288·3·2 = 73,728 + SSM 32·128·128·4 = 2,097,152 → 2,170,880 B; MLA attn1 = 576·2 = 1,152
     # 0.27+: A = max(64, 16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920
     assert vllm.layout(scenario(kimi), "align").block_size == 1920
-    # 0.23: A = max(FlashMLA's 64, the block) → 64·cdiv(2,170,880, 73,728) = 64·30 = 1920 as well; with
-    # --block-size 256 the unit is 256 (Platform._align_hybrid_block_size, 0.20+): 256·cdiv(…, 294,912) = 2048
-    assert vllm.layout(scenario(kimi, minor=23), "none").block_size == 1920
+    # 0.23: A = max(the backend's smallest kernel block, the block): FlashAttention-MLA, first of Hopper's MLA
+    # backends (vllm/platforms/cuda.py _get_backend_priorities), has MultipleOf(16) (v1/attention/backends/mla/
+    # flashattn_mla.py) → 16·cdiv(2,170,880, 18,432) = 16·118 = 1888; with --block-size 256 the unit is 256
+    # (Platform._align_hybrid_block_size, 0.20+): 256·cdiv(…, 294,912) = 2048
+    assert vllm.layout(scenario(kimi, minor=23), "none").block_size == 1888
     assert vllm.layout(scenario(kimi, minor=23, vllm=dict(block_size=256)), "none").block_size == 2048
     # before 0.20 the unit stays 64 (HybridAttentionMambaModelConfig) and a smaller user block is raised to 1920
     assert vllm.layout(scenario(kimi, minor=19, vllm=dict(block_size=256)), "none").block_size == 1920
@@ -271,10 +274,13 @@ def test_mla_block_at_least_128():
 
 def test_dtype_defaults_by_release():
     # Nemotron-H SSM (vllm/model_executor/models/config.py NemotronHForCausalLMConfig): no hook up to 0.12.0
-    # (the model dtype); the hook's fallback is float16 from 0.13.0 and float32 from 0.20.0
+    # (the model dtype); the hook's fallback is float16 from 0.13.0; 0.19.1 (wheel METADATA: transformers
+    # >=4.56.0 without the <5 cap) runs with transformers 5, whose NemotronHConfig defaults the field to
+    # float32 (validation/vllm.py runs 0.19.1 with transformers 5.12); 0.20.0's hook falls back to float32 itself
     assert fp_of("nemotron-h", "0.12.0").state[0].ssm_dtype == "bfloat16"
     assert fp_of("nemotron-h", "0.13.0").state[0].ssm_dtype == "float16"
-    assert fp_of("nemotron-h", "0.19.1").state[0].ssm_dtype == "float16"
+    assert fp_of("nemotron-h", "0.19.0").state[0].ssm_dtype == "float16"
+    assert fp_of("nemotron-h", "0.19.1").state[0].ssm_dtype == "float32"
     assert fp_of("nemotron-h", "0.20.0").state[0].ssm_dtype == "float32"
     # Qwen3.5 (multimodal class) reads mamba_ssm_dtype from 0.17.0, when it entered the registry; Qwen3-Next
     # has no hook, and GDN ignores --mamba-ssm-cache-dtype before 0.17.0 (gated_delta_net_state_dtype)
@@ -584,3 +590,50 @@ def test_figures_from_vllm_033s_own_code(name, mode, backend, blocks, conc, toke
 def test_blocks_from_vllm_033s_own_code(name, mode, backend, block, pad):
     lo = lay(name, mode, 33, gdn_backend=backend)
     assert (lo.block_size, f"{lo.padding_pct:.2f}") == (block, pad)
+
+
+def test_nemotron3_moe_layers_need_0_11_1():
+    # vllm/model_executor/models/nemotron_h.py ALL_DECODER_LAYER_TYPES has no "E" before 0.11.1: building the
+    # model raises KeyError: 'E' (validation/vllm.py runs it)
+    with pytest.raises(NotServed, match="until 0.11.1"):
+        vllm.release("0.11.0").check_served(load_model("nemotron-3-nano-30b-a3b"))
+    vllm.release("0.11.1").check_served(load_model("nemotron-3-nano-30b-a3b"))
+    vllm.release("0.11.0").check_served(load_model("nemotron-h"))  # no MoE layers: served
+
+
+def test_mamba2_configs_fail_to_load_in_0_14_to_0_17():
+    # vllm/transformers_utils/model_arch_config_convertor.py (0.14.0-0.17.1) falls back to num_attention_heads,
+    # which Mamba2Config lacks: AttributeError at ModelConfig (validation/vllm.py runs it)
+    codestral = load_model("mamba-codestral-7b")
+    for v in ("0.14.0", "0.17.1"):
+        with pytest.raises(NotServed, match="num_attention_heads"):
+            vllm.release(v).check_served(codestral)
+    for v in ("0.13.0", "0.18.0"):
+        vllm.release(v).check_served(codestral)
+
+
+def test_align_block_must_fit_the_batched_tokens_0_17_to_0_26():
+    # vllm/config/vllm.py: "In Mamba cache align mode, block_size (B) must be <= max_num_batched_tokens" in
+    # __post_init__ (0.17) and validate_block_size (0.18-0.26, called by the engine core); gone in 0.27.0.
+    # Nemotron-H-56B 0.17 (SSM float16): block 2080 (test_specs' derivation); 2048 tokens are too few
+    for v, refused in (("0.16.0", False), ("0.17.0", True), ("0.26.0", True), ("0.27.0", False)):
+        cap = vllm.capacity(scenario("nemotron-h-56b", minor=v, chunk=2048), "align", 40 * GiB)
+        problem = cap.problem(1) or ""
+        assert ("must be <= max_num_batched_tokens (2048)" in problem) is refused, (v, problem)
+    assert vllm.capacity(scenario("nemotron-h-56b", minor="0.17.0"), "align", 40 * GiB).problem(1) is None
+
+
+def test_unset_block_is_announced_up_to_0_17():
+    # HybridAttentionMambaModelConfig (vllm/model_executor/models/config.py, 0.10-0.17.1) logs "Setting attention
+    # block size to 16 tokens" whenever the block is still unset, even when 16 already holds an LFM2 state page
+    logs = lay("lfm2-350m", "none", minor="0.17.1").logs
+    assert logs[0].startswith("Setting attention block size to 16 tokens")
+    assert not lay("lfm2-350m", "none", minor="0.18.0").logs[0].startswith("Setting")
+    assert not lay("lfm2-350m", "none", minor="0.17.1", block_size=16).logs[0].startswith("Setting")
+
+
+def test_nemotron_conv_from_expand_in_0_10_0():
+    # 0.10.0 nemotron_h.py sizes the conv from expand·hidden_size (2·4480 = 8960) + 2·8·128 = 11,008 channels;
+    # 0.10.1 from heads·head_dim (128·80 = 10,240) + 2,048 = 12,288
+    assert fp_of("nemotron-nano-9b-v2", "0.10.0").state[0].conv_shape == (11008, 3)
+    assert fp_of("nemotron-nano-9b-v2", "0.10.1").state[0].conv_shape == (12288, 3)

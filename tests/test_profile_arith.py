@@ -7,6 +7,7 @@ from hybridplan.kernels import bench
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, shipped_specs
 from hybridplan.profile import arith
 from hybridplan.profile.report import (
@@ -214,7 +215,11 @@ def test_a_cuda_report_renders_and_serialises():
 @given(spec=st.sampled_from(HYBRIDS), slots=st.integers(1, 1024), ctx=st.integers(1, 1 << 20),
        ssm=st.sampled_from([None, "fp32", "bf16", "fp16"]))
 def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
-    fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm=ssm))
+    try:
+        fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm=ssm))
+    except PlanError:  # KDA's recurrent state: auto, float32 or bfloat16 only (mamba_utils.py, vLLM 0.30+)
+        assert ssm == "fp16" and any(m.kind == "kda" for m in spec.recurrent)
+        return
     w = plan_workload(spec, fp, Sizes(slots, ctx, 64, "bfloat16"))
     assert sum(t.nbytes for t in w.tensors if t.role == "state") == fp.pool_bytes(slots) == w.predicted_state
     assert sum(t.nbytes for t in w.tensors if t.role == "kv") == fp.kv_bytes_at(ctx) == w.predicted_kv

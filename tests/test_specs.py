@@ -5,11 +5,12 @@ import json
 import pytest
 
 from hybridplan.adapters import spec_from_config
+from hybridplan.engines.vllm.releases import known_versions as vllm_versions
 from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, load_path, shipped_specs
 from hybridplan.reports.size import size
 from hybridplan.scenario import DtypeChoice
-from tests.helpers import footprint, scenario
+from tests.helpers import footprint, scenario, vrel
 
 #: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
 PROVENANCE = {
@@ -257,6 +258,34 @@ def test_spec_tokens_widen_conv_windows():
     # Mamba-1 keeps no speculative columns in vLLM
     fp = footprint(load_model("jamba"), tp=1, dtypes=DtypeChoice(), spec_tokens=2)
     assert fp.state[0].conv_shape == (8192, 3)
+
+
+@pytest.mark.parametrize("model, first", [("nemotron-h", "0.17.0"), ("falcon-h1-0.5b", "0.32.0"),
+                                          ("kimi-linear-48b-a3b", "0.27.0")])
+def test_conv_keeps_speculative_columns_from_the_release_the_class_passes_them(model, first):
+    # vllm/model_executor/models/{nemotron_h,falcon_h1}.py pass num_spec to MambaStateShapeCalculator from 0.17.0
+    # and 0.32.0; kda_state_shape (layers/mamba/mamba_utils.py) adds it to the conv length only from 0.27.0
+    before = [v for v in vllm_versions() if vrel(v).before(first)][-1]
+    wide = footprint(model, spec_tokens=2, minor=first).state[0].conv_shape
+    narrow = footprint(model, spec_tokens=2, minor=before).state[0].conv_shape
+    plain = footprint(model, minor=first).state[0].conv_shape
+    assert narrow == plain and wide == (plain[0], plain[1] + 2)
+
+
+def test_lfm2_never_widens_its_conv_for_speculative_tokens():
+    # lfm2.py's get_mamba_state_shape_from_config passes no num_spec in any release up to 0.33.0
+    assert footprint("lfm2-1.2b", spec_tokens=3).state[0].conv_shape == footprint("lfm2-1.2b").state[0].conv_shape
+
+
+def test_kda_recurrent_dtype_follows_the_ssm_flag_from_0_30():
+    # mamba_utils.py kda_state_dtype: no SSM dtype up to 0.29.0; from 0.30.0 float32/bfloat16, auto = float32
+    assert footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.29.0").state[0].ssm_dtype \
+        == "float32"
+    assert footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.30.0").state[0].ssm_dtype \
+        == "bfloat16"
+    assert footprint("kimi-linear-48b-a3b", minor="0.30.0").state[0].ssm_dtype == "float32"
+    with pytest.raises(PlanError, match="KDA recurrent state supports only auto, float32, and bfloat16"):
+        footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="fp16"), minor="0.30.0")
 
 
 def test_dtype_overrides():

@@ -1,6 +1,6 @@
 """Compare hybridplan's vLLM figures with vLLM's own code, run from the published vLLM wheels on a CPU.
 
-    python validation/vllm.py [--releases 0.23.0 0.28.0 0.32.0 0.33.0] [--models NAME ...]
+    python validation/vllm.py [--releases 0.10.0 ... 0.33.0] [--models NAME ...]
                               [--cache-dir ~/.cache/hybridplan-validation] [--json]
 
 No GPU, no weights, and vLLM is never installed: each release's wheel is fetched with
@@ -28,20 +28,23 @@ cache mode of the release:
   registry and inspection; ``CacheConfig``, ``ParallelConfig`` and ``VllmConfig``, whose construction runs the
   model's config hooks (``vllm/model_executor/models/config.py``: ``MambaModelConfig``,
   ``HybridAttentionMambaModelConfig``, the Nemotron-H and Qwen3.5 SSM-dtype hooks) and the TP checks;
-* the model class (found by vLLM's ``ModelRegistry``): ``get_mamba_state_shape_from_config`` and
-  ``get_mamba_state_dtype_from_config``;
+* the model class (found by vLLM's ``ModelRegistry``): ``get_mamba_state_shape_from_config`` (also with two
+  speculative tokens) and ``get_mamba_state_dtype_from_config``;
 * ``Platform.update_block_size_for_backend`` and ``_align_hybrid_block_size`` (``vllm/platforms/interface.py``)
   on the real ``CacheConfig``;
-* the layers' ``get_kv_cache_spec`` (``Attention``, ``MambaBase``, ``MambaMixer2``, the Qwen GDN layer), with
-  ``get_mamba_prefill_checkpoint_alignment``;
+* the layers' ``get_kv_cache_spec`` (``Attention``, ``MLAAttention``, ``MambaBase``, ``MambaMixer2``, the Qwen
+  GDN and Kimi KDA layers), with ``get_mamba_prefill_checkpoint_alignment``;
 * KV cache grouping and sizing: 0.33 ``kv_cache_planning.get_global_kv_cache_groups`` and
   ``get_kv_cache_configs``; <= 0.32 ``kv_cache_utils.get_kv_cache_configs``; then
   ``generate_scheduler_kv_cache_config``, ``get_max_concurrency_for_kv_cache_config`` and the capacity log
-  (``update_kv_cache_capacity``, or ``_report_kv_cache_config`` in 0.23).
+  (``update_kv_cache_capacity``, or ``_report_kv_cache_config`` in 0.23); from 0.18.0 the engine core's
+  ``VllmConfig.validate_block_size`` on the block the groups settled on.
 
 Stand-ins (runtime context only; see ``STAND_INS``): the platform (a subclass of vLLM's base ``Platform``
-reporting CUDA on a Hopper GPU, no device queried), the attention backend (FlashAttention's kernel blocks on
-Hopper: multiples of 16), the GDN prefill backend choice (FlashInfer, Hopper's default, or Triton), the loaded
+reporting CUDA on a Hopper GPU, no device queried; up to 0.17.1 it forces FlashMLA's block of 64 on MLA models
+as ``CudaPlatform`` does there), the attention backends (FlashAttention's and FlashAttention-MLA's kernel blocks
+on Hopper: multiples of 16), the GDN prefill backend choice (FlashInfer, Hopper's default, or Triton), the
+speculative config (only ``num_speculative_tokens``, 2, for the widened-conv figure), the loaded
 model's layers (instances of vLLM's layer classes whose ``__init__`` is not run: which layers exist is read from
 the HF config as each model class reads it; recurrent layers report the state shapes and dtypes the model class
 returned; attention layers get the heads and head size ``ModelConfig`` reports), the model runner's loop over
@@ -65,38 +68,99 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-RELEASES = ("0.23.0", "0.28.0", "0.32.0", "0.33.0")
+#: every vLLM release from 0.10.0 on, as hybridplan knows them (hybridplan/engines/vllm/releases.py VERSIONS)
+ALL_RELEASES = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0",
+                "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0",
+                "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
+                "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+RELEASES = ALL_RELEASES
 TPS = (1, 2, 4, 8)
 KV_BUDGET = 40 * GiB
 MAX_LEN = 8192
-#: architectures run, and the vLLM layer class of their recurrent mixer
+#: the scheduler's --max-num-batched-tokens when VllmConfig is built without one (SchedulerConfig's
+#: DEFAULT_MAX_NUM_BATCHED_TOKENS, vllm/config/scheduler.py, every release run here)
+BATCHED_TOKENS = 2048
+#: the speculative tokens of the widened-conv figure
+SPEC_TOKENS = 2
+#: architectures run, and the vLLM layer class (under vllm/model_executor/) of their recurrent mixer
 ARCHS = {
-    "NemotronHForCausalLM": "mamba_mixer2.MambaMixer2",
-    "FalconH1ForCausalLM": "mamba_mixer2.MambaMixer2",
-    "Zamba2ForCausalLM": "mamba_mixer2.MambaMixer2",
-    "Mamba2ForCausalLM": "mamba_mixer2.MambaMixer2",
-    "GraniteMoeHybridForCausalLM": "mamba_mixer2.MambaMixer2",
-    "BambaForCausalLM": "mamba_mixer2.MambaMixer2",
-    "JambaForCausalLM": "mamba_mixer.MambaMixer",
-    "MambaForCausalLM": "mamba_mixer.MambaMixer",
-    "FalconMambaForCausalLM": "mamba_mixer.MambaMixer",
-    "Lfm2ForCausalLM": "short_conv.ShortConv",
-    "Qwen3NextForCausalLM": "gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
-    "Qwen3_5ForConditionalGeneration": "gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
+    "NemotronHForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "FalconH1ForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "Zamba2ForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "Mamba2ForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "GraniteMoeHybridForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "BambaForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
+    "JambaForCausalLM": "layers.mamba.mamba_mixer.MambaMixer",
+    "MambaForCausalLM": "layers.mamba.mamba_mixer.MambaMixer",
+    "FalconMambaForCausalLM": "layers.mamba.mamba_mixer.MambaMixer",
+    "Lfm2ForCausalLM": "layers.mamba.short_conv.ShortConv",
+    "Qwen3NextForCausalLM": "layers.mamba.gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
+    "Qwen3_5ForConditionalGeneration": "layers.mamba.gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
+    "KimiLinearForCausalLM": "layers.mamba.gdn.kimi_gdn_linear_attn.KimiGatedDeltaNetAttention",
 }
 GDN_ARCHS = ("Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration")
-#: before 0.22 the GDN layer sat in one module of its own
-GDN_BEFORE_0_22 = "gdn_linear_attn.GatedDeltaNetAttention"
+#: the transformers each release runs with where it is not the interpreter's own (5.19, run by 0.32.0 and
+#: 0.33.0): (first, last, requirements), inside the wheel's pin, installed without dependencies into the cache
+#: folder and put first on the worker's path. 0.11.1-0.19.0 require transformers<5 (4.57.6 is inside 0.10.x's
+#: pin too); 0.19.1-0.31.0 get 5.12.0, inside all their pins and the last transformers whose GraniteMoeHybrid
+#: config keeps the layer types `mamba`/`attention` that their model class looks up (5.13 renames them
+#: `linear_attention`/`full_attention`, which only 0.32.0's table knows).
+TRANSFORMERS = (
+    ("0.10.0", "0.19.0", ("transformers==4.57.6", "huggingface_hub==0.36.0", "tokenizers==0.22.1")),
+    ("0.19.1", "0.31.0", ("transformers==5.12.0", "huggingface_hub==1.33.0", "tokenizers==0.22.1")),
+)
+ATTENTION_FREE = ("MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM")
+
+
+def key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def since(version: str, first: str) -> bool:
+    """Whether ``version`` is ``first`` or newer."""
+    return key(version) >= key(first)
 
 
 def mixer(arch: str, version: str) -> str:
-    """The module (under vllm/model_executor/layers/mamba/) and class of the architecture's recurrent layer."""
-    if arch in GDN_ARCHS and minor(version) < 22:
-        return GDN_BEFORE_0_22
+    """The module (under vllm/model_executor/) and class of the architecture's recurrent layer. The Qwen GDN
+    layer sat in the model modules up to 0.18.1 (Qwen3.5's subclassing Qwen3-Next's), in one layer module of
+    its own in 0.19.0-0.21.0, and in the gdn/ package from 0.22.0."""
+    if arch == "KimiLinearForCausalLM" and not since(version, "0.22.0"):
+        return "layers.kda.KimiDeltaAttention"
+    if arch in GDN_ARCHS and not since(version, "0.22.0"):
+        if since(version, "0.19.0"):
+            return "layers.mamba.gdn_linear_attn.GatedDeltaNetAttention"
+        if arch == "Qwen3_5ForConditionalGeneration":
+            return "models.qwen3_5.Qwen3_5GatedDeltaNet"
+        return "models.qwen3_next.Qwen3NextGatedDeltaNet"
     return ARCHS[arch]
+
+
+def attention_layer(version: str) -> str:
+    """The module of the ``Attention`` layer class: vllm/attention/layer.py up to 0.15.1, under
+    vllm/model_executor/layers/attention/ from 0.16.0."""
+    return "vllm.model_executor.layers.attention.attention" if since(version, "0.16.0") else "vllm.attention.layer"
+
+
+def mla_layer(version: str) -> str:
+    """The module of the ``MLAAttention`` layer class: vllm/attention/layer.py up to 0.15.1, its own module
+    under vllm/model_executor/layers/attention/ from 0.16.0."""
+    return ("vllm.model_executor.layers.attention.mla_attention" if since(version, "0.16.0")
+            else "vllm.attention.layer")
+
+
+def attention_backend_base(version: str) -> str:
+    """The module of ``AttentionBackend`` and ``AttentionType``: vllm/attention/backends/abstract.py up to 0.13.0,
+    vllm/v1/attention/backend.py from 0.14.0."""
+    return "vllm.v1.attention.backend" if since(version, "0.14.0") else "vllm.attention.backends.abstract"
+
+
 STAND_INS = (
     "platform: vLLM's base Platform subclassed as CUDA on compute capability 9.0 (Hopper)",
     "attention backend: FlashAttention's kernel block sizes on Hopper, MultipleOf(16)",
+    "MLA backend: FlashAttention-MLA, Hopper's first MLA pick, MultipleOf(16) (from 0.20.0); up to 0.17.1 the "
+    "platform forces FlashMLA's block of 64 on MLA models, as CudaPlatform does on Hopper",
+    "speculative config: num_speculative_tokens only (2), for the conv shapes with speculative tokens",
     "GDN prefill backend: FlashInfer (Hopper's default) or Triton, as the layer's __init__ would pick",
     "layers: vLLM's layer classes without __init__; which layers exist is read from the HF config; "
     "recurrent layers report the model class's state shapes/dtypes, attention layers ModelConfig's heads",
@@ -115,6 +179,8 @@ def hybridplan_figures(name: str, *, tp: int, release: str, mode: str, kv_budget
     """hybridplan's figures for one case, with the keys the vLLM side reports (``vllm_figures``).
 
     ``{"refused": why}`` when hybridplan refuses the TP size or the mode."""
+    from dataclasses import replace
+
     from hybridplan.engines import vllm
     from hybridplan.errors import PlanError
     from hybridplan.loader import load_model
@@ -125,11 +191,14 @@ def hybridplan_figures(name: str, *, tp: int, release: str, mode: str, kv_budget
     try:
         rel.check_served(spec)
         mode = rel.modes_for(spec, mode)[0]  # `all` on a model without it runs as vLLM falls back
-        sc = Scenario(spec, ctx=max_len, tp=tp, vllm=vllm.VllmSettings(release=rel, gdn_backend=gdn_backend))
+        sc = Scenario(spec, ctx=max_len, tp=tp, chunk=BATCHED_TOKENS,
+                      vllm=vllm.VllmSettings(release=rel, gdn_backend=gdn_backend))
         fp = vllm.footprint(sc)
         cap = vllm.capacity(sc, mode, kv_budget)
     except PlanError as exc:
         return {"refused": str(exc)}
+    if cap.problem(1) and "max_num_batched_tokens" in cap.problem(1):  # the block-size check, not the budget's
+        return {"refused": cap.problem(1)}
     state = fp.state[0]
     lay = cap.layout
     out = {
@@ -138,6 +207,8 @@ def hybridplan_figures(name: str, *, tp: int, release: str, mode: str, kv_budget
         "mamba_layers": sum(g.count for g in fp.state),
         "attention_layers": sum(g.count for g in fp.kv),
         "conv_bytes_per_layer": state.conv_bytes_per_layer,
+        "conv_bytes_per_layer_spec2": vllm.footprint(
+            replace(sc, spec_tokens=SPEC_TOKENS)).state[0].conv_bytes_per_layer,
         "ssm_bytes_per_layer": state.ssm_bytes_per_layer,
         "conv_dtype": state.conv_dtype,
         "ssm_dtype": state.ssm_dtype,
@@ -183,6 +254,22 @@ def unpack_release(version: str, cache: Path) -> Path:
     return src
 
 
+def transformers_overlay(version: str, cache: Path) -> Path | None:
+    """The folder holding the transformers the release runs with where it is not the interpreter's own
+    (``TRANSFORMERS``), installing it on first use."""
+    for first, last, requirements in TRANSFORMERS:
+        if key(first) <= key(version) <= key(last):
+            target = cache / requirements[0].replace("==", "-")
+            done = target / ".installed"
+            if not done.exists():
+                print(f"installing {' '.join(requirements)} into {target} ...", file=sys.stderr, flush=True)
+                subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                                str(target), *requirements], check=True)
+                done.write_text(" ".join(requirements))
+            return target
+    return None
+
+
 def shipped_configs() -> dict[str, dict]:
     """Every shipped spec's HF ``config:`` mapping, by spec name, for the architectures run."""
     import yaml
@@ -196,17 +283,16 @@ def shipped_configs() -> dict[str, dict]:
     return out
 
 
-def minor(version: str) -> int:
-    return int(version.split(".")[1])
-
-
 def modes(version: str, config: dict) -> tuple[str, ...]:
-    """The Mamba cache modes of the release (vllm/config/cache.py ``MambaCacheMode``); prefix caching needs
-    attention layers here, so attention-free models run in `none` only."""
-    if config.get("architectures", [""])[0] in ("MambaForCausalLM", "FalconMambaForCausalLM",
-                                                 "Mamba2ForCausalLM"):
+    """The Mamba cache modes of the release: up to 0.11.0 prefix caching is off with Mamba layers (`none`);
+    0.11.1-0.14.1 switch it on or off (on is what 0.15.0 named `all`); ``MambaCacheMode``
+    (vllm/config/cache.py) is `all`, `align`, `none` from 0.15.0 and loses `all` in 0.32.0. Prefix caching
+    needs attention layers here, so attention-free models run in `none` only."""
+    if config.get("architectures", [""])[0] in ATTENTION_FREE or not since(version, "0.11.1"):
         return ("none",)
-    return ("none", "align") if minor(version) >= 32 else ("none", "align", "all")
+    if not since(version, "0.15.0"):
+        return ("none", "all")
+    return ("none", "align") if since(version, "0.32.0") else ("none", "align", "all")
 
 
 def cases(version: str, configs: dict[str, dict]) -> list[dict]:
@@ -216,7 +302,7 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
         for tp in TPS:
             for mode in modes(version, config):
                 backends = ("flashinfer", "triton") if (arch in GDN_ARCHS and mode == "align"
-                                                        and minor(version) >= 33) else ("flashinfer",)
+                                                        and since(version, "0.33.0")) else ("flashinfer",)
                 for gdn in backends:
                     out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": gdn})
     return out
@@ -227,12 +313,15 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
 # ==================================================================================================
 
 
+class NotRun(Exception):
+    """A case this setup cannot run as vLLM would (reported apart, never compared)."""
+
+
 class Worker:
     def __init__(self, version: str, config_root: Path, names: list[str]) -> None:
         import logging
 
         self.version = version
-        self.minor = minor(version)
         self.config_root = config_root
         self.messages: list[str] = []
         outer = self
@@ -247,7 +336,6 @@ class Worker:
         logging.getLogger("vllm").addHandler(Lines())
         logging.getLogger("vllm").setLevel(logging.INFO)
         from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
-        from vllm.v1.attention.backend import AttentionBackend, MultipleOf
 
         class HopperCuda(Platform):
             """Stand-in: CUDA on an H100/H200, without querying a device."""
@@ -284,13 +372,97 @@ class Worker:
             def support_static_graph_mode(cls) -> bool:
                 return True
 
+            @classmethod
+            def supports_v1(cls, model_config) -> bool:
+                return True  # as CudaPlatform (read by the V1 engine oracle, up to 0.11.0)
+
+            @classmethod
+            def is_async_output_supported(cls, enforce_eager) -> bool:
+                return True  # as CudaPlatform without --enforce-eager (asked by ModelConfig up to 0.10.2)
+
+            @classmethod
+            def check_and_update_config(cls, vllm_config) -> None:
+                # as CudaPlatform: the default block size where CacheConfig leaves it unset (up to 0.17.1), and
+                # for MLA on Hopper FlashMLA's forced block of 64 (CudaPlatform picks FlashMLA there up to 0.17.1)
+                cc = vllm_config.cache_config
+                if cc is not None and cc.block_size is None:
+                    cc.block_size = 16
+                mc = vllm_config.model_config
+                if (cc is not None and mc is not None and getattr(mc, "use_mla", False) and cc.block_size % 64
+                        and not since(version, "0.18.0")):
+                    cc.block_size = 64
+
             @property
             def supported_dtypes(self) -> list:
                 return [torch.bfloat16, torch.float16, torch.float32]
 
-        class FlashAttentionOnHopper(AttentionBackend):
-            """Stand-in: the attention backend's kernel block sizes, as FlashAttention on Hopper."""
+        # Everything vLLM imports is imported, and every ModelConfig built, under the platform vLLM finds on
+        # this machine: under CUDA some modules would load CUDA-only extensions.
+        import importlib
 
+        from vllm.model_executor.models import ModelRegistry
+
+        for module in (attention_layer(version), attention_backend_base(version), "vllm.v1.core.kv_cache_utils",
+                       *self.runner_modules()):
+            importlib.import_module(module)
+        for arch in ARCHS:
+            registered = ModelRegistry.models.get(arch)
+            if registered is None:  # not in this release's registry
+                continue
+            if hasattr(registered, "module_name"):
+                importlib.import_module(registered.module_name)
+            importlib.import_module("vllm.model_executor." + mixer(arch, version).rsplit(".", 1)[0])
+        self.record_shape_calls()
+        self.checked_asserts: set[str] = set()
+        self.model_configs: dict[str, object] = {}
+        self.checkpoint_code = self.checkpoint_config_code()
+        for name in names:
+            try:
+                self.model_config(name)
+            except (ValueError, AttributeError, NotRun):  # raised again in run()
+                pass
+        platforms.current_platform = HopperCuda()
+        self.platform = platforms.current_platform
+        self.backend = self.attention_backend()
+        self.mla_backend = self.mla_attention_backend()
+
+    @staticmethod
+    def checkpoint_config_code():
+        """Stand-in for the configuration code Nemotron-H checkpoints ship (loaded with trust_remote_code):
+        transformers has a NemotronH config class only from 5.3, so with the 4.x that 0.10.0-0.19.0 run with,
+        vLLM's own copy of that code (vllm/transformers_utils/configs/nemotron_h.py) serves the model type."""
+        from transformers import AutoConfig
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if "nemotron_h" not in CONFIG_MAPPING:
+            from vllm.transformers_utils.configs import NemotronHConfig
+
+            AutoConfig.register("nemotron_h", NemotronHConfig)
+            return NemotronHConfig
+        return None
+
+    def check_loadable(self, name: str) -> None:
+        """A config written for newer checkpoint code than the stand-in (Nemotron-3 Ultra gives
+        ``layers_block_type``, a read-only property of the older class) is not run."""
+        if self.checkpoint_code is None:
+            return
+        config = json.loads((self.config_root / name / "config.json").read_text())
+        if config.get("model_type") != self.checkpoint_code.model_type:
+            return
+        fixed = [k for k in config if isinstance(getattr(self.checkpoint_code, k, None), property)
+                 and getattr(self.checkpoint_code, k).fset is None]
+        if fixed:
+            raise NotRun(f"its config sets {', '.join(fixed)}, which vLLM's copy of the checkpoint's config code "
+                         f"computes: it needs the checkpoint's own, newer code (trust_remote_code)")
+
+    def attention_backend(self):
+        """Stand-in, from 0.20.0 (where the hybrid block alignment reads the backend's kernel block sizes):
+        FlashAttention's kernel block sizes on Hopper. Earlier releases do not consult the backend here."""
+        if not since(self.version, "0.20.0"):
+            return None
+        from vllm.v1.attention.backend import AttentionBackend, MultipleOf
+
+        class FlashAttentionOnHopper(AttentionBackend):
             accept_output_buffer = True
 
             @staticmethod
@@ -313,65 +485,157 @@ class Worker:
             def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
                 return (2, num_blocks, block_size, num_kv_heads, head_size)
 
-        # Everything vLLM imports is imported, and every ModelConfig built, under the platform vLLM finds on
-        # this machine: under CUDA some modules would load CUDA-only extensions.
-        import importlib
+        return FlashAttentionOnHopper
 
-        from vllm.model_executor.models import ModelRegistry
+    def mla_attention_backend(self):
+        """Stand-in, from 0.20.0: FlashAttention-MLA, the first MLA backend vLLM tries on Hopper
+        (``CudaPlatform._get_backend_priorities``, vllm/platforms/cuda.py), with its kernel block sizes
+        (vllm/v1/attention/backends/mla/flashattn_mla.py: multiples of 16)."""
+        if not since(self.version, "0.20.0"):
+            return None
+        from vllm.v1.attention.backend import MultipleOf
 
-        for module in ("vllm.model_executor.layers.attention.attention", "vllm.v1.core.kv_cache_utils",
-                       *(f"vllm.model_executor.layers.mamba.{mixer(a, version).rsplit('.', 1)[0]}" for a in ARCHS)):
-            importlib.import_module(module)
-        if self.minor >= 33:
-            importlib.import_module("vllm.v1.core.kv_cache_planning")
-        for arch in ARCHS:
-            registered = ModelRegistry.models.get(arch)
-            if registered is not None and hasattr(registered, "module_name"):
-                importlib.import_module(registered.module_name)
-        self.record_shape_calls()
-        self.checked_asserts: set[str] = set()
-        self.model_configs: dict[str, object] = {}
-        for name in names:
-            self.model_config(name)
-        platforms.current_platform = HopperCuda()
-        self.platform = platforms.current_platform
-        self.backend = FlashAttentionOnHopper
+        base = self.backend
+
+        class FlashAttentionMlaOnHopper(base):
+            @staticmethod
+            def get_name() -> str:
+                return "FLASH_ATTN_MLA"
+
+            @staticmethod
+            def get_supported_kernel_block_sizes():
+                return [MultipleOf(16)]
+
+        return FlashAttentionMlaOnHopper
+
+    def runner_modules(self) -> tuple[str, ...]:
+        """Modules the KV cache steps use beyond kv_cache_utils: the model runner, whose get_kv_cache_spec builds
+        the specs up to 0.11.0, and 0.33.0's kv_cache_planning."""
+        if not since(self.version, "0.11.1"):
+            return ("vllm.v1.worker.gpu_model_runner",)
+        return ("vllm.v1.core.kv_cache_planning",) if since(self.version, "0.33.0") else ()
 
     # -- configs ---------------------------------------------------------------------------------
 
     def model_config(self, name: str):
+        """vLLM's ModelConfig for the spec; the error it raised (e.g. an architecture the release does not
+        register, or a config its code cannot read) is raised again for every case of that spec."""
         if name not in self.model_configs:
             from vllm.config import ModelConfig
 
             path = str(self.config_root / name)
-            self.model_configs[name] = ModelConfig(model=path, tokenizer=path, skip_tokenizer_init=True,
-                                                   max_model_len=MAX_LEN)
-        return self.model_configs[name]
+            try:
+                self.check_loadable(name)
+                self.model_configs[name] = ModelConfig(model=path, tokenizer=path, skip_tokenizer_init=True,
+                                                       max_model_len=MAX_LEN)
+            except (ValueError, AttributeError, NotRun) as exc:
+                self.model_configs[name] = exc
+        found = self.model_configs[name]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def cache_settings(self, mode: str) -> dict:
+        """CacheConfig's prefix caching and Mamba cache mode: ``mamba_cache_mode`` from 0.15.0; before it,
+        prefix caching on is the mode 0.15.0 named `all` (0.11.1-0.14.1), and off the only V1 choice."""
+        settings: dict = {"enable_prefix_caching": mode != "none"}
+        if since(self.version, "0.15.0"):
+            settings["mamba_cache_mode"] = mode
+        if not since(self.version, "0.18.0"):
+            # the V1 engine allocates no CPU swap; up to 0.17.1 the 4 GiB default only feeds a check of
+            # swap x TP against this machine's RAM (CacheConfig.verify_with_parallel_config)
+            settings["swap_space"] = 0
+        return settings
+
+    def cache_mode(self, cache_config) -> str:
+        """The mode the config hooks left (they may switch prefix caching off, or `all` to `align`)."""
+        if since(self.version, "0.15.0"):
+            return cache_config.mamba_cache_mode
+        return "all" if cache_config.enable_prefix_caching else "none"
 
     def vllm_config(self, name: str, tp: int, mode: str):
+        """VllmConfig, whose construction runs the model's config hooks; up to 0.19.1 these include the hybrid
+        block alignment (``HybridAttentionMambaModelConfig.verify_and_update_config``)."""
         import copy
 
         from vllm.config import CacheConfig, ParallelConfig, VllmConfig
 
         mc = copy.deepcopy(self.model_config(name))
-        cc = CacheConfig(enable_prefix_caching=mode != "none", mamba_cache_mode=mode)
+        cc = CacheConfig(**self.cache_settings(mode))
         pc = ParallelConfig(tensor_parallel_size=tp)
         return VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc)
 
+    def v1_engine_check(self, name: str, tp: int) -> None:
+        """Up to 0.11.0: the V1 engine oracle (``EngineArgs._is_v1_supported_oracle``, vllm/engine/arg_utils.py),
+        run with VLLM_USE_V1=1 set, as a user asking for V1 runs it: it raises for a class marked
+        ``SupportsV0Only`` (Jamba and Mamba in 0.10.0) instead of falling back to V0."""
+        if since(self.version, "0.11.1"):
+            return
+        from vllm.engine.arg_utils import EngineArgs
+
+        path = str(self.config_root / name)
+        args = EngineArgs(model=path, tokenizer=path, skip_tokenizer_init=True, max_model_len=MAX_LEN,
+                          tensor_parallel_size=tp, enable_prefix_caching=False)
+        args._is_v1_supported_oracle(self.model_config(name))
+
+    def model_class(self, mc):
+        """The class vLLM's registry resolves (``resolve_model_cls`` takes the ModelConfig from 0.10.1). An
+        architecture the release does not register but transformers knows resolves to vLLM's generic
+        Transformers backend, which keeps no recurrent state: refused here."""
+        from vllm.model_executor.models import ModelRegistry
+
+        if since(self.version, "0.10.1"):
+            model_cls = ModelRegistry.resolve_model_cls(mc.architectures, model_config=mc)[0]
+        else:
+            model_cls = ModelRegistry.resolve_model_cls(mc.architectures)[0]
+        if not hasattr(model_cls, "get_mamba_state_shape_from_config"):
+            raise ValueError(f"{mc.architectures[0]} is not in vLLM {self.version}'s registry: it resolves to "
+                             f"{model_cls.__name__}, which has no recurrent-state support")
+        return model_cls
+
+    @staticmethod
+    def speculative_shapes(model_cls, vc):
+        """The model class's state shapes with 2 speculative tokens: the same VllmConfig with a stand-in
+        speculative config holding only ``num_speculative_tokens`` (what the classes read of it here)."""
+        import copy
+        import types
+
+        spec_vc = copy.copy(vc)
+        object.__setattr__(spec_vc, "speculative_config", types.SimpleNamespace(num_speculative_tokens=SPEC_TOKENS))
+        return model_cls.get_mamba_state_shape_from_config(spec_vc)
+
+    def state_dtypes(self, model_cls, vc):
+        """The model class's state dtypes (``get_mamba_state_dtype_from_config``, from 0.10.1); 0.10.0 has none:
+        the model runner gives every state the KV cache dtype (``GPUModelRunner.get_kv_cache_spec``)."""
+        if not since(self.version, "0.10.1"):
+            return None
+        return model_cls.get_mamba_state_dtype_from_config(vc)
+
     def record_shape_calls(self) -> None:
-        """Record the arguments the model class passes to ``MambaStateShapeCalculator`` (the same config
-        fields it passes to its mixer's constructor), calling the original unchanged."""
-        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+        """Record the arguments the model class passes to the state-shape helper (the same config fields it
+        passes to its mixer's constructor), calling the original unchanged: ``MambaStateShapeCalculator``'s
+        methods from 0.10.1, the ``get_mamba_state_shape`` function each model module imports in 0.10.0."""
+        from vllm.model_executor.layers.mamba import mamba_utils
 
         self.shape_calls: list[dict] = []
-        for name in [n for n in vars(MambaStateShapeCalculator) if n.endswith("_state_shape")]:
-            original = getattr(MambaStateShapeCalculator, name)
+
+        def record(owner, name: str) -> None:
+            original = getattr(owner, name)
 
             def recorder(*args, _original=original, **kwargs):
                 self.shape_calls.append(kwargs)
                 return _original(*args, **kwargs)
 
-            setattr(MambaStateShapeCalculator, name, recorder)
+            setattr(owner, name, recorder)
+
+        calculator = getattr(mamba_utils, "MambaStateShapeCalculator", None)
+        if calculator is not None:
+            for name in [n for n in vars(calculator) if n.endswith("_state_shape")]:
+                record(calculator, name)
+            return
+        for module_name, module in list(sys.modules.items()):
+            if module_name.startswith("vllm.model_executor.models.") and hasattr(module, "get_mamba_state_shape"):
+                record(module, "get_mamba_state_shape")
 
     def constructor_asserts(self, arch: str, tp: int) -> None:
         """The mixer constructor's own top-level ``assert`` statements (e.g. ``MambaMixer2``: TP must divide
@@ -379,13 +643,11 @@ class Worker:
         values the model class passed for the state shape. The rest of the constructor is not run."""
         import ast
         import builtins
-        import importlib
         import inspect
         import textwrap
         import types
 
-        module, cls_name = mixer(arch, self.version).rsplit(".", 1)
-        cls = getattr(importlib.import_module(f"vllm.model_executor.layers.mamba.{module}"), cls_name)
+        cls = self.mixer_class(arch)
         init = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__))).body[0]
         for call in self.shape_calls:
             ns = {"self": types.SimpleNamespace(tp_size=tp), **call}
@@ -397,52 +659,74 @@ class Worker:
                     exec(compile(ast.Module([node], []), inspect.getsourcefile(cls), "exec"), ns)  # noqa: S102
                 except AttributeError:  # reads a field the constructor sets: not checkable here
                     continue
-                self.checked_asserts.add(f"{cls_name}.__init__: {ast.unparse(node.test)}")
+                self.checked_asserts.add(f"{cls.__name__}.__init__: {ast.unparse(node.test)}")
+
+    def mixer_class(self, arch: str):
+        import importlib
+
+        module, cls_name = mixer(arch, self.version).rsplit(".", 1)
+        return getattr(importlib.import_module(f"vllm.model_executor.{module}"), cls_name)
 
     # -- the loaded model's layers (stand-in) ------------------------------------------------------
 
-    @staticmethod
-    def layer_kinds(arch: str, hf) -> list[str]:
+    #: model classes that pick each decoder layer's class from their module's ALL_DECODER_LAYER_TYPES, keyed by
+    #: the HF config field they read: (module, field)
+    LAYER_TABLES = {"NemotronHForCausalLM": ("nemotron_h", "hybrid_override_pattern"),
+                    "JambaForCausalLM": ("jamba", "layers_block_type"),
+                    "BambaForCausalLM": ("bamba", "layers_block_type"),
+                    "GraniteMoeHybridForCausalLM": ("granitemoehybrid", "layer_types")}
+
+    def layer_kinds(self, arch: str, hf) -> list[str]:
         """Per decoder layer, the cache-holding mixers the vLLM model class builds, read from the HF config
-        the way the model class reads it."""
+        the way the model class reads it: where it looks each layer's type up in its ALL_DECODER_LAYER_TYPES
+        table, a type missing from the release's table stops the model's construction (KeyError), e.g.
+        Nemotron-3's MoE layers before 0.11.1."""
+        import importlib
+
         text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
-        if arch == "NemotronHForCausalLM":
-            return [{"M": "mamba", "*": "attention"}.get(c, "") for c in hf.hybrid_override_pattern]
+        if arch in self.LAYER_TABLES:
+            module, field = self.LAYER_TABLES[arch]
+            table = importlib.import_module(f"vllm.model_executor.models.{module}").ALL_DECODER_LAYER_TYPES
+            kinds = []
+            for t in getattr(hf, field):
+                name = table[t].__name__  # the decoder-layer class: ...MambaDecoderLayer, ...AttentionDecoderLayer
+                kinds.append("mamba" if "Mamba" in name else "attention" if "Attention" in name else "")
+            return kinds
         if arch == "FalconH1ForCausalLM":  # every layer holds a Mamba-2 mixer and an attention block
             return ["mamba+attention"] * hf.num_hidden_layers
         if arch == "Zamba2ForCausalLM":  # a hybrid layer adds one KV cache of the shared attention block
             return ["mamba+attention" if t == "hybrid" else "mamba" for t in hf.layers_block_type]
-        if arch in ("JambaForCausalLM", "GraniteMoeHybridForCausalLM", "BambaForCausalLM"):
-            types = getattr(hf, "layers_block_type", None) or getattr(hf, "layer_types")
-            return ["mamba" if t == "mamba" else "attention" for t in types]
-        if arch in ("MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM"):
+        if arch in ATTENTION_FREE:
             return ["mamba"] * hf.num_hidden_layers
         if arch == "Lfm2ForCausalLM":
             return ["attention" if t == "full_attention" else "mamba" for t in hf.layer_types]
         if arch in GDN_ARCHS:
             return ["attention" if t == "full_attention" else "mamba" for t in text.layer_types]
+        if arch == "KimiLinearForCausalLM":  # KimiDecoderLayer: KDA where config.is_kda_layer, else MLA
+            return ["mamba" if hf.is_kda_layer(i) else "mla" for i in range(hf.num_hidden_layers)]
         raise KeyError(arch)
 
-    def build_layers(self, vc, arch: str, shapes, dtypes, gdn_backend: str) -> dict:
+    def build_layers(self, vc, arch: str, kinds: list[str], shapes, dtypes, gdn_backend: str) -> dict:
         import importlib
+        import inspect
 
         import torch
-        from vllm.model_executor.layers.attention.attention import Attention
-        from vllm.v1.attention.backend import AttentionType
 
-        module, cls_name = mixer(arch, self.version).rsplit(".", 1)
-        mixer_module = importlib.import_module(f"vllm.model_executor.layers.mamba.{module}")
-        mixer_cls = getattr(mixer_module, cls_name)
+        Attention = importlib.import_module(attention_layer(self.version)).Attention
+        AttentionType = importlib.import_module(attention_backend_base(self.version)).AttentionType
+        mixer_cls = self.mixer_class(arch)
+        mixer_module = inspect.getmodule(mixer_cls)
         mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
         kv_dtype = mc.dtype if cc.cache_dtype == "auto" else cc.cache_dtype
         layers: dict = {}
-        for i, kinds in enumerate(self.layer_kinds(arch, mc.hf_config)):
-            for kind in kinds.split("+"):
+        for i, layer_kinds in enumerate(kinds):
+            for kind in layer_kinds.split("+"):
                 if kind == "mamba":
                     layer = mixer_cls.__new__(mixer_cls)
                     torch.nn.Module.__init__(layer)
                     layer.get_state_shape = lambda s=shapes: s
-                    layer.get_state_dtype = lambda d=dtypes: d
+                    if dtypes is not None:
+                        layer.get_state_dtype = lambda d=dtypes: d
                     layer.vllm_config = vc
                     layer.model_config, layer.cache_config = mc, cc
                     if hasattr(mixer_module, "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT"):
@@ -451,6 +735,19 @@ class Worker:
                             mixer_module.FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
                             if cc.mamba_cache_mode == "align" and gdn_backend == "flashinfer" else None)
                     layers[f"model.layers.{i}.mixer"] = layer
+                elif kind == "mla":
+                    MLAAttention = importlib.import_module(mla_layer(self.version)).MLAAttention
+                    layer = MLAAttention.__new__(MLAAttention)
+                    torch.nn.Module.__init__(layer)
+                    layer.num_kv_heads = 1
+                    layer.head_size = mc.get_head_size()  # kv_lora_rank + qk_rope_head_dim
+                    layer.kv_cache_dtype = cc.cache_dtype
+                    layer.sliding_window = None
+                    # as the constructor sets them for a dense MLA layer (no sparse indexer, causal decode)
+                    layer.topk_buffer_width, layer.indexer, layer.non_causal_multi_token_decode = None, None, False
+                    layer.attn_backend = self.mla_backend
+                    layer.layer_name = f"model.layers.{i}.self_attn.mla_attn"
+                    layers[layer.layer_name] = layer
                 elif kind == "attention":
                     layer = Attention.__new__(Attention)
                     torch.nn.Module.__init__(layer)
@@ -460,65 +757,117 @@ class Worker:
                     layer.kv_cache_dtype = cc.cache_dtype
                     layer.kv_cache_torch_dtype = kv_dtype
                     layer.sliding_window = None
+                    layer.kv_sharing_target_layer_name = None
                     layer.attn_backend = self.backend
                     layer.layer_name = f"model.layers.{i}.self_attn.attn"
                     layers[layer.layer_name] = layer
         return layers
+
+    # -- the worker and engine-core steps ----------------------------------------------------------
+
+    def align_block_size(self, vc) -> None:
+        """The worker's block-size step once the model is loaded (``Platform.update_block_size_for_backend``,
+        from 0.18.0): from 0.20.0 it aligns a hybrid's attention block (``_align_hybrid_block_size``); in
+        0.18.0-0.19.1 it sets a hybrid's block back to the default 16 (the engine core's grouping scales the
+        attention spec up to the padded page again). Up to 0.19.1 the alignment ran in ``vllm_config``."""
+        if since(self.version, "0.18.0"):
+            self.platform.update_block_size_for_backend(vc)
+
+    def layer_specs(self, vc, layers: dict) -> dict:
+        """Each layer's KV cache spec, as the model runner gathers them: from 0.11.1 each layer's own
+        ``get_kv_cache_spec`` (the runner's loop over the layers); up to 0.11.0
+        ``GPUModelRunner.get_kv_cache_spec`` builds them itself, run here on a stand-in runner holding the
+        fields it reads, set as ``GPUModelRunner.__init__`` sets them."""
+        import types
+
+        if since(self.version, "0.11.1"):
+            specs = {}
+            for layer_name, layer in layers.items():
+                spec = layer.get_kv_cache_spec(vc)
+                if spec is not None:
+                    specs[layer_name] = spec
+            return specs
+        from vllm.utils import STR_DTYPE_TO_TORCH_DTYPE
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        mc, cc = vc.model_config, vc.cache_config
+        runner = types.SimpleNamespace(
+            vllm_config=vc, speculative_config=vc.speculative_config, shared_kv_cache_layers={},
+            kv_cache_dtype=mc.dtype if cc.cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cc.cache_dtype],
+            attention_chunk_size=mc.attention_chunk_size)
+        return GPUModelRunner.get_kv_cache_spec(runner)
+
+    def scheduler_kv_cache_config(self, vc, specs: dict, workers: int):
+        """KV cache grouping and sizing over the workers, and the config the scheduler gets: 0.33.0 plans the
+        groups in ``kv_cache_planning``; 0.11.0-0.32.0 ``kv_cache_utils.get_kv_cache_configs``; up to 0.10.2
+        ``get_kv_cache_config`` per worker and ``unify_kv_cache_configs``, the scheduler taking the first
+        worker's (``EngineCore._initialize_kv_caches``)."""
+        from vllm.v1.core import kv_cache_utils
+
+        per_worker, budgets = [dict(specs) for _ in range(workers)], [KV_BUDGET] * workers
+        if since(self.version, "0.33.0"):
+            from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+
+            groups = get_global_kv_cache_groups(vc, [specs] * workers)
+            configs = get_kv_cache_configs(vc, per_worker, budgets, groups)
+        elif since(self.version, "0.11.0"):
+            configs = kv_cache_utils.get_kv_cache_configs(vc, per_worker, budgets)
+        else:
+            configs = [kv_cache_utils.get_kv_cache_config(vc, s, b) for s, b in zip(per_worker, budgets)]
+            kv_cache_utils.unify_kv_cache_configs(configs)
+            return configs[0]
+        return kv_cache_utils.generate_scheduler_kv_cache_config(configs)
 
     # -- one case ---------------------------------------------------------------------------------
 
     def run(self, case: dict) -> dict:
         from math import prod
 
+        self.messages.clear()
         try:
+            self.model_config(case["model"])
+        except NotRun as exc:
+            return {"not_run": str(exc)}
+        except (ValueError, AttributeError) as exc:
+            return {"refused": f"{type(exc).__name__}: {exc}"}
+        try:
+            self.v1_engine_check(case["model"], case["tp"])
             vc = self.vllm_config(case["model"], case["tp"], case["mode"])
-            from vllm.model_executor.models import ModelRegistry
-
-            mc = vc.model_config
-            model_cls, _ = ModelRegistry.resolve_model_cls(mc.architectures, model_config=mc)
+            model_cls = self.model_class(vc.model_config)
             self.shape_calls.clear()
             shapes = model_cls.get_mamba_state_shape_from_config(vc)
-            dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
+            spec_shapes = self.speculative_shapes(model_cls, vc)
+            dtypes = self.state_dtypes(model_cls, vc)
             self.constructor_asserts(case["arch"], case["tp"])
-        except (ValueError, AssertionError, TypeError) as exc:
+            kinds = self.layer_kinds(case["arch"], vc.model_config.hf_config)
+        except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError) as exc:
             return {"refused": f"{type(exc).__name__}: {exc}"}
-        layers = self.build_layers(vc, case["arch"], shapes, dtypes, case["gdn_backend"])
+        layers = self.build_layers(vc, case["arch"], kinds, shapes, dtypes, case["gdn_backend"])
         vc.compilation_config.static_forward_context.update(layers)
 
-        self.messages.clear()
-        self.platform.update_block_size_for_backend(vc)
+        self.align_block_size(vc)
         block_logs = [m for m in self.messages
                       if m.startswith(("Setting attention block size", "Padding mamba page size"))]
-
-        # the model runner: each layer's spec
-        specs = {}
-        for layer_name, layer in layers.items():
-            spec = layer.get_kv_cache_spec(vc)
-            if spec is not None:
-                specs[layer_name] = spec
+        specs = self.layer_specs(vc, layers)
         workers = case["tp"]
         from vllm.logger import _print_info_once
 
         _print_info_once.cache_clear()
         self.messages.clear()
-        from vllm.v1.attention.backends import utils as backend_utils
+        if since(self.version, "0.29.0"):  # the engine core resolves the KV cache layout first
+            from vllm.v1.attention.backends import utils as backend_utils
 
-        if hasattr(backend_utils, "resolve_kv_cache_layout"):  # the engine core resolves it first (0.33)
             layouts = [x.name for x in backend_utils.get_supported_kv_cache_layouts([self.backend])]
             backend_utils.resolve_kv_cache_layout(vc, [layouts] * workers, list(specs.values()))
-        if self.minor >= 33:
-            from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
-
-            groups = get_global_kv_cache_groups(vc, [specs] * workers)
-            configs = get_kv_cache_configs(vc, [dict(specs) for _ in range(workers)], [KV_BUDGET] * workers,
-                                           groups)
-        else:
-            from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
-
-            configs = get_kv_cache_configs(vc, [dict(specs) for _ in range(workers)], [KV_BUDGET] * workers)
+        sched = self.scheduler_kv_cache_config(vc, specs, workers)
+        if hasattr(vc, "validate_block_size"):  # the engine core's check once the caches are sized (0.18.0+)
+            vc.cache_config.block_size = min(g.kv_cache_spec.block_size for g in sched.kv_cache_groups)
+            try:
+                vc.validate_block_size()
+            except AssertionError as exc:
+                return {"refused": f"AssertionError: {exc}"}
         from vllm.v1.core import kv_cache_utils
 
-        sched = kv_cache_utils.generate_scheduler_kv_cache_config(configs)
         conc = kv_cache_utils.get_max_concurrency_for_kv_cache_config(vc, sched)
         if hasattr(kv_cache_utils, "update_kv_cache_capacity"):
             kv_cache_utils.update_kv_cache_capacity(vc, sched)
@@ -530,19 +879,24 @@ class Worker:
         kv_groups = sched.kv_cache_groups
         mamba_specs = [s for s in specs.values() if type(s).__name__ == "MambaSpec"]
         attn = [n for n, s in specs.items() if type(s).__name__ != "MambaSpec"]
-        conv_bytes = prod(shapes[0]) * dtypes[0].itemsize
-        ssm_bytes = prod(shapes[1]) * dtypes[1].itemsize if len(shapes) > 1 else 0
+        mamba = mamba_specs[0]
+        state_dtypes = getattr(mamba, "dtypes", None) or (mamba.dtype,) * len(mamba.shapes)  # one dtype in 0.10.0
+        convs = mamba.shapes[:-1] if len(mamba.shapes) > 1 else mamba.shapes
         out = {
             "refused": None,
-            "mamba_cache_mode": vc.cache_config.mamba_cache_mode,  # the config hooks may change the mode asked
+            "mamba_cache_mode": self.cache_mode(vc.cache_config),
             "mamba_layers": len(mamba_specs),
             "attention_layers": len(attn),
-            "conv_bytes_per_layer": conv_bytes,
-            "ssm_bytes_per_layer": ssm_bytes,
-            "conv_dtype": str(dtypes[0]).removeprefix("torch."),
-            "ssm_dtype": str(dtypes[1]).removeprefix("torch.") if len(dtypes) > 1 else None,
-            "mamba_page_bytes": sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)),
-            "page_bytes": mamba_specs[0].page_size_bytes,
+            # the last of several states is the SSM (recurrent) state, the others conv windows (KDA: q, k, v up to
+            # 0.24, one fused window from 0.25)
+            "conv_bytes_per_layer": sum(prod(s) * d.itemsize for s, d in zip(convs, state_dtypes)),
+            "ssm_bytes_per_layer": prod(mamba.shapes[-1]) * state_dtypes[-1].itemsize if len(mamba.shapes) > 1 else 0,
+            "conv_bytes_per_layer_spec2": sum(prod(s) * d.itemsize for s, d in zip(
+                spec_shapes[:-1] if len(spec_shapes) > 1 else spec_shapes, state_dtypes)),
+            "conv_dtype": str(state_dtypes[0]).removeprefix("torch."),
+            "ssm_dtype": str(state_dtypes[-1]).removeprefix("torch.") if len(state_dtypes) > 1 else None,
+            "mamba_page_bytes": sum(prod(s) * d.itemsize for s, d in zip(mamba.shapes, state_dtypes)),
+            "page_bytes": mamba.page_size_bytes,
             "group_size": max(len(g.layer_names) for g in kv_groups),
             "num_groups": len(kv_groups),
             "blocks_per_request": round(sched.num_blocks / conc),
@@ -554,7 +908,11 @@ class Worker:
         }
         if attn:
             padding = re.search(r"Padding mamba page size by ([\d.]+)%", "\n".join(block_logs))
-            out.update({"block_size": vc.cache_config.block_size,
+            # the attention groups' block as the engine sizes them (0.18.0-0.19.1: scaled up to the padded page
+            # by unify_kv_cache_spec_page_size after the worker set the config's block back to 16)
+            (block_size,) = {g.kv_cache_spec.block_size for g in kv_groups
+                             if type(g.kv_cache_spec).__name__ != "MambaSpec"}
+            out.update({"block_size": block_size,
                         "padding_pct_2dp": padding.group(1) if padding else "0.00", "block_logs": block_logs})
         return out
 
@@ -563,13 +921,25 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["VLLM_CACHE_ROOT"] = str(src / ".vllm-cache")
     os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"  # max_model_len 8192 for every model, as the inputs say
-    os.environ["PYTHONPATH"] = str(src)  # vLLM inspects model classes in a subprocess
+    # vLLM inspects model classes in a subprocess: it gets the wheel first, then the transformers overlay if any
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
+    if not since(version, "0.11.1"):  # V1 asked for explicitly: a V0-only model is refused, not moved to V0
+        os.environ["VLLM_USE_V1"] = "1"
+    if since(version, "0.10.2") and not since(version, "0.11.1"):
+        # Qwen3-Next's module reads triton.language functions at import that vLLM's Triton placeholder lacks
+        # here: vLLM keeps the installed Triton (as on a GPU) when CUDA_VISIBLE_DEVICES is set but empty
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     sys.path.insert(0, str(src))
     todo = json.loads(cases_file.read_text())
     w = Worker(version, config_root, sorted({c["model"] for c in todo}))
     results = []
     for case in todo:
-        results.append({**case, "vllm": w.run(case)})
+        try:
+            results.append({**case, "vllm": w.run(case)})
+        except Exception as exc:  # a failure of this script, not an answer of vLLM's: reported, never compared
+            import traceback
+
+            results.append({**case, "vllm": {"error": "".join(traceback.format_exception(exc, limit=-4))}})
     out_file.write_text(json.dumps({"results": results, "constructor_asserts": sorted(w.checked_asserts)}))
     return 0
 
@@ -580,12 +950,19 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
 
 
 def compare(version: str, results: list[dict], report: dict) -> None:
+    report["compared"].setdefault(version, 0)
     for r in results:
         theirs = r["vllm"]
         case = {k: r[k] for k in ("model", "tp", "mode", "gdn_backend")}
         ours = hybridplan_figures(r["model"], tp=r["tp"], release=version, mode=r["mode"], kv_budget=KV_BUDGET,
                                   max_len=MAX_LEN, gdn_backend=r["gdn_backend"])
-        report["compared"][version] = report["compared"].get(version, 0) + 1
+        if "not_run" in theirs:
+            report["not_run"].append({"release": version, **case, "why": theirs["not_run"]})
+            continue
+        if "error" in theirs:
+            report["errors"].append({"release": version, **case, "error": theirs["error"]})
+            continue
+        report["compared"][version] += 1
         if (theirs["refused"] is None) != (ours["refused"] is None):
             report["mismatches"].append({"release": version, **case, "figure": "refused",
                                          "vllm": theirs["refused"], "hybridplan": ours["refused"]})
@@ -624,7 +1001,9 @@ def main() -> int:
     configs = shipped_configs()
     if args.models:
         configs = {k: v for k, v in configs.items() if k in args.models}
-    report: dict = {"compared": {}, "mismatches": [], "refused": [], "cases": [], "stand_ins": list(STAND_INS),
+    report: dict = {"compared": {}, "mismatches": [], "refused": [], "not_run": [], "errors": [], "failed": [],
+                    "cases": [],
+                    "stand_ins": list(STAND_INS),
                     "seconds": {}}
     with tempfile.TemporaryDirectory(prefix="hybridplan-vllm-") as tmp:
         config_root = Path(tmp) / "models"
@@ -638,13 +1017,18 @@ def main() -> int:
             cases_file, out_file = Path(tmp) / f"cases-{version}.json", Path(tmp) / f"out-{version}.json"
             cases_file.write_text(json.dumps(todo))
             print(f"vLLM {version}: running {len(todo)} cases ...", file=sys.stderr, flush=True)
+            env = dict(os.environ)
+            overlay = transformers_overlay(version, cache)
+            if overlay is not None:
+                env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--config-root", str(config_root),
                                    "--worker", version, str(src), str(cases_file), str(out_file)],
-                                  cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if proc.returncode != 0:
                 print(proc.stdout[-6000:], file=sys.stderr)
                 print(f"vLLM {version}: the worker failed (exit {proc.returncode})", file=sys.stderr)
-                return 1
+                report["failed"].append(version)
+                continue
             out = json.loads(out_file.read_text())
             compare(version, out["results"], report)
             report.setdefault("constructor_asserts", {})[version] = out["constructor_asserts"]
@@ -655,13 +1039,21 @@ def main() -> int:
         for version, n in report["compared"].items():
             bad = sum(m["release"] == version for m in report["mismatches"])
             refused = sum(m["release"] == version for m in report["refused"])
-            print(f"vLLM {version}: {n} comparisons, {bad} mismatches ({refused} cases refused by both)"
-                  f" [{report['seconds'][version]} s]")
+            not_run = sum(m["release"] == version for m in report["not_run"])
+            errors = sum(m["release"] == version for m in report["errors"])
+            print(f"vLLM {version}: {n} comparisons, {bad} mismatches ({refused} cases refused by both"
+                  + (f", {not_run} not run" if not_run else "") + (f", {errors} script errors" if errors else "")
+                  + f") [{report['seconds'][version]} s]")
+        for version in report["failed"]:
+            print(f"vLLM {version}: the worker failed (its output is above)")
         total = sum(report["compared"].values())
-        print(f"total: {total} comparisons, {len(report['mismatches'])} mismatches")
+        print(f"total: {total} comparisons, {len(report['mismatches'])} mismatches"
+              + (f", {len(report['failed'])} releases failed" if report["failed"] else ""))
         for m in report["mismatches"][:40]:
             print("  ", m)
-    return 0 if not report["mismatches"] else 1
+        for m in report["errors"][:5]:
+            print("   script error:", {k: v for k, v in m.items() if k != "error"}, "\n", m["error"])
+    return 0 if not report["mismatches"] and not report["failed"] and not report["errors"] else 1
 
 
 if __name__ == "__main__":

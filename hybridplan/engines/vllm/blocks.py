@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 #: Smallest kernel block of the attention backends vLLM picks on Hopper (FlashAttention, FlashInfer, Triton).
 KERNEL_BLOCK = 16
-#: FlashMLA's kernel block on Hopper: the unit MLA blocks grow in from 0.11.1
+#: The unit MLA blocks grow in from 0.11.1 to 0.19 (``HybridAttentionMambaModelConfig``, vllm/model_executor/models/
+#: config.py: 64 for every MLA backend but CUTLASS; FlashMLA's forced block on Hopper agrees). From 0.20.0 the
+#: backend says: FlashAttention-MLA, Hopper's first MLA pick (vllm/platforms/cuda.py), has kernel blocks of 16.
 MLA_BLOCK = 64
 #: MLA forces the block to at least this (vllm/platforms/interface.py, 0.27+).
 MLA_MIN_BLOCK = 128
@@ -68,15 +70,15 @@ def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
 
 def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
     """The block grows in multiples of this. Before 0.20.0 (``HybridAttentionMambaModelConfig``): 16, and 64 for
-    MLA from 0.11.1 (FlashMLA's block on Hopper). From 0.20.0 (``Platform._align_hybrid_block_size``): the
-    larger of the backend's kernel block (16; MLA 64) and the starting block size, so ``--block-size 64`` makes
-    the block a multiple of 64; MLA at least 128 from 0.27.0; lcm with FlashInfer GDN's 64 in 0.33 align."""
+    MLA from 0.11.1. From 0.20.0 (``Platform._align_hybrid_block_size``): the larger of the backend's smallest
+    kernel block (16 for FlashAttention and FlashAttention-MLA on Hopper) and the starting block size, so
+    ``--block-size 64`` makes the block a multiple of 64; MLA at least 128 from 0.27.0; lcm with FlashInfer
+    GDN's 64 in 0.33 align."""
     rel = sc.vllm.release
     mla = any(g.kind == "mla" for g in fp.kv)
-    a = MLA_BLOCK if mla and rel.at_least("0.11.1") else KERNEL_BLOCK
     if rel.before("0.20.0"):
-        return a
-    a = max(a, sc.vllm.block_size or KERNEL_BLOCK)
+        return MLA_BLOCK if mla and rel.at_least("0.11.1") else KERNEL_BLOCK
+    a = max(KERNEL_BLOCK, sc.vllm.block_size or KERNEL_BLOCK)
     if mla and rel.at_least("0.27.0"):
         a = max(a, MLA_MIN_BLOCK)
     if _flashinfer_gdn(sc, fp, mode):
@@ -112,7 +114,9 @@ def layout(sc: Scenario, mode: str) -> Layout:
     page = b * attention_page_per_token(fp)
     logs: list[str] = []
     if fp.state:
-        if grown:
+        # up to 0.17.1 the block is still unset when the hybrid hook runs (``HybridAttentionMambaModelConfig``):
+        # it says so even when the default 16 already holds a state page
+        if grown or (sc.vllm.release.before("0.18.0") and sc.vllm.block_size is None):
             logs.append(f"Setting attention block size to {b} tokens to ensure that attention page size is >= "
                         "mamba page size.")
         if page != mpage:

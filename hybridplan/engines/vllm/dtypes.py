@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -32,6 +34,17 @@ KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "tur
                 "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
                 "nvfp4_4over6")
 
+#: the release from which each model class widens its conv state by the speculative tokens (``num_spec`` passed
+#: to ``MambaStateShapeCalculator`` in its ``get_mamba_state_shape_from_config``, vllm/model_executor/models/*.py)
+#: and the calculator keeps them (vllm/model_executor/layers/mamba/mamba_utils.py: ``kda_state_shape`` only from
+#: 0.27.0). Classes not listed (Mamba-1, Jamba, Bamba, LFM2, MiniMax, Plamo2) never widen it.
+_CONV_HOLDS_SPEC = {"Qwen3NextForCausalLM": "0.10.2", "Qwen3_5ForConditionalGeneration": "0.17.0",
+                    "Qwen3_5MoeForConditionalGeneration": "0.17.0", "Qwen3_5ForCausalLM": "0.17.0",
+                    "Qwen3_5MoeForCausalLM": "0.17.0", "NemotronHForCausalLM": "0.17.0",
+                    "Mamba2ForCausalLM": "0.17.0", "KimiLinearForCausalLM": "0.27.0",
+                    "FalconH1ForCausalLM": "0.32.0", "Zamba2ForCausalLM": "0.32.0",
+                    "GraniteMoeHybridForCausalLM": "0.32.0"}
+
 _QWEN35_VLM = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
 _QWEN35_LM = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
 
@@ -48,13 +61,28 @@ def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[s
 
 def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     """The SSM dtype a model hook sets under "auto" (vllm/model_executor/models/config.py): Nemotron-H takes
-    its config's ``mamba_ssm_cache_dtype`` from 0.13.0, else float16, else float32 from 0.20.0; Qwen3.5 its
+    its config's ``mamba_ssm_cache_dtype`` from 0.13.0, else float16; from 0.19.1 float32 (0.19.1 accepts
+    transformers 5, whose ``NemotronHConfig`` fills the missing field with float32; 0.20.0's hook defaults to
+    float32 itself); Qwen3.5 its
     ``mamba_ssm_dtype``, the multimodal classes from 0.17.0 and the *ForCausalLM classes from 0.27.0."""
     if spec.architecture == "NemotronHForCausalLM" and rel.at_least("0.13.0"):
-        return spec.config_dtype("mamba_ssm_cache_dtype") or ("float32" if rel.at_least("0.20.0") else "float16")
+        return spec.config_dtype("mamba_ssm_cache_dtype") or ("float32" if rel.at_least("0.19.1") else "float16")
     qwen35 = (spec.architecture in _QWEN35_VLM and rel.at_least("0.17.0")) or (
         spec.architecture in _QWEN35_LM and rel.at_least("0.27.0"))
     return spec.config_dtype("mamba_ssm_dtype") if qwen35 else None
+
+
+def _kda_recurrent(spec: ModelSpec, rel: Release, ssm_given: str | None) -> str:
+    """KDA's recurrent state: float32 up to 0.29 (the Kimi-Linear class passes no SSM dtype); from 0.30.0
+    ``--mamba-ssm-cache-dtype`` float32 or bfloat16, auto still float32, anything else refused
+    (``MambaStateDtypeCalculator.kda_state_dtype``, vllm/model_executor/layers/mamba/mamba_utils.py)."""
+    if ssm_given is None or rel.before("0.30.0"):
+        return "float32"
+    if ssm_given not in ("float32", "bfloat16") and any(m.kind == "kda" for m in spec.recurrent):
+        raise PlanError(f"vLLM {rel.version} refuses --mamba-ssm-cache-dtype {ssm_given} for KDA layers (\"KDA "
+                        "recurrent state supports only auto, float32, and bfloat16\", "
+                        "vllm/model_executor/layers/mamba/mamba_utils.py)")
+    return ssm_given
 
 
 def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) -> CacheDtypes:
@@ -62,9 +90,8 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) ->
 
     vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateDtypeCalculator``: conv = the mamba cache
     dtype (auto → the model dtype); SSM = the SSM cache dtype if set, else a model hook's, else the conv dtype.
-    Exceptions: GDN ignores the SSM dtype before 0.17.0; KDA's recurrent state is float32 in every release (the
-    Kimi-Linear layer passes no SSM dtype); MiniMax's linear-attention state takes the conv dtype, and refuses
-    float32 until 0.20.0.
+    Exceptions: GDN ignores the SSM dtype before 0.17.0; KDA's recurrent state follows ``_kda_recurrent``;
+    MiniMax's linear-attention state takes the conv dtype, and refuses float32 until 0.20.0.
     """
     mdt = model_dtype(spec, choice.dtype)
     if rel.before("0.10.1"):  # no state dtype flags yet: every state takes the KV cache dtype
@@ -83,7 +110,7 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) ->
     ssm_given = flag_dtype(choice.ssm, what="--ssm-dtype",
                            engine_flag=f"vLLM {rel.version} --mamba-ssm-cache-dtype", accepted=states)
     ssm_dt = ssm_given or _ssm_hook(spec, rel) or conv_dt
-    by_kind = [("kda", "float32"), ("linear_attention", conv_dt)]
+    by_kind = [("kda", _kda_recurrent(spec, rel, ssm_given)), ("linear_attention", conv_dt)]
     if rel.before("0.17.0"):
         by_kind.append(("gdn", conv_dt))
     if "float32" in (conv_dt, ssm_dt) and rel.before("0.10.2") and any(m.kind == "mamba1" for m in spec.recurrent):
@@ -101,6 +128,23 @@ def footprint(sc: Scenario) -> Footprint:
     return _cached(sc.spec, sc.tp, sc.dtypes, sc.spec_tokens, sc.vllm.release)
 
 
+def _as_sized(spec: ModelSpec, rel: Release) -> ModelSpec:
+    """0.10.0's Nemotron-H sizes the Mamba conv from ``expand · hidden_size`` rather than heads · head_dim
+    (``get_mamba_state_shape_from_config``, vllm/model_executor/models/nemotron_h.py; 0.10.1 reads the heads):
+    the two differ for Nemotron-Nano-9B-v2 (2 · 4,480 = 8,960 against 128 · 80 = 10,240)."""
+    if (spec.architecture != "NemotronHForCausalLM" or rel.at_least("0.10.1") or not spec.config_json
+            or not spec.hidden_size):
+        return spec
+    # NemotronHConfig's ``expand`` is the config's ``mamba_expand``, 2 by default (transformers_utils/configs/
+    # nemotron_h.py)
+    inner = int(json.loads(spec.config_json).get("mamba_expand") or 2) * spec.hidden_size
+    return replace(spec, mixers=tuple(replace(m, intermediate=inner) if m.kind == "mamba2" else m
+                                      for m in spec.mixers))
+
+
 @lru_cache(maxsize=256)
 def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice, spec_tokens: int, rel: Release) -> Footprint:
-    return _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens)
+    spec = _as_sized(spec, rel)
+    first = _CONV_HOLDS_SPEC.get(spec.architecture)
+    return _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
+                      conv_holds_spec=first is not None and rel.at_least(first))

@@ -85,6 +85,14 @@ class Release:
                                 f"vllm/model_executor/models/registry.py); try --vllm-version {last}")
             raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name}): it enters the "
                             f"registry in {added}; try --vllm-version {added}")
+        if spec.architecture == "NemotronHForCausalLM" and "moe" in spec.ffn and self.before("0.11.1"):
+            raise NotServed(f"vLLM {self.version} cannot build {spec.name}: its MoE layers (\"E\" in "
+                            "hybrid_override_pattern) are not in NemotronH's ALL_DECODER_LAYER_TYPES "
+                            "(vllm/model_executor/models/nemotron_h.py) until 0.11.1; try --vllm-version 0.11.1")
+        if spec.architecture == "Mamba2ForCausalLM" and self.at_least("0.14.0") and self.before("0.18.0"):
+            raise NotServed(f"vLLM {self.version} fails to load {spec.name}'s config: \"'Mamba2Config' object has no "
+                            "attribute 'num_attention_heads'\" (vllm/transformers_utils/model_arch_config_convertor.py "
+                            "has no Mamba-2 entry, 0.14.0-0.17.1); try --vllm-version 0.18.0")
         v0_only = _V0_ONLY.get(spec.architecture)
         if v0_only and self.before(v0_only):
             raise NotServed(f"vLLM {self.version} serves {spec.architecture} on its V0 engine only (SupportsV0Only "

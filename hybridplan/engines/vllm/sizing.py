@@ -78,6 +78,8 @@ class Capacity:
     rel: Release
     #: ``--enforce-eager``: no CUDA graphs
     eager: bool = False
+    #: ``--max-num-batched-tokens``
+    batched_tokens: int = 8192
 
     @property
     def bytes_per_block(self) -> int:
@@ -147,6 +149,11 @@ class Capacity:
 
     def problem(self, max_num_seqs: int) -> str | None:
         """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
+        block = self.layout.block_size
+        if (self.layout.mode == "align" and block and block > self.batched_tokens and self.rel.at_least("0.17.0")
+                and self.rel.before("0.27.0")):  # vllm/config/vllm.py: __post_init__ in 0.17, validate_block_size
+            return (f"In Mamba cache align mode, block_size ({block}) must be <= max_num_batched_tokens "
+                    f"({self.batched_tokens}).")
         if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
             whose = "model's" if self.rel.at_least("0.14.0") else "models's"  # vLLM's own spelling before 0.14
             return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
@@ -171,7 +178,7 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     size, groups = cache_groups(footprint(sc), sc.vllm.release)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, lay.block_size) for g in groups)
-    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager)
+    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk)
 
 
 def max_num_seqs(sc: Scenario) -> int:
