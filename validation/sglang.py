@@ -69,6 +69,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import traceback
 import types
@@ -95,7 +96,7 @@ CONFIG_CLASSES = {
 }
 #: the hybrids whose split is compared (attention + recurrent layers), where the release serves them
 SPLIT_MODELS = ("nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "falcon-h1-0.5b", "qwen3-next-80b-a3b",
-                "qwen3.5-27b", "lfm2-1.2b")
+                "qwen3.5-27b", "lfm2-1.2b", "granite-4.0-h-tiny", "kimi-linear-48b-a3b", "nemotron-nano-9b-v2")
 #: one release per band of the pool split (``Release.split``) and of the request count (``Release.requests``),
 #: with the releases where a function it runs changes
 BANDS = ("0.5.2", "0.5.3.post1", "0.5.3.post2", "0.5.6", "0.5.6.post1", "0.5.7", "0.5.8", "0.5.9", "0.5.10rc0",
@@ -502,7 +503,8 @@ class Runtime:
         if self.at_least("0.5.6.post1"):
             return type("Runner", (), {})
         names = {"is_hybrid_gdn", "mamba2_config", "hybrid_gdn_config", "mambaish_config", "kimi_linear_config"}
-        env = {cls: _config_class(cls) for cls in ("Qwen3NextConfig", "FalconH1Config", "NemotronHConfig")}
+        env = {cls: _config_class(cls) for cls in ("Qwen3NextConfig", "FalconH1Config", "NemotronHConfig",
+                                                   "KimiLinearConfig")}
         props = self.sg.methods(self.RUNNER, "ModelRunner", names, _absent(env, self.sg, self.RUNNER))
         return type("ModelRunner", (), {k: v for k, v in props.items() if k in names})
 
@@ -685,8 +687,21 @@ def _params(sg: Sglang, rel: str, cls: str, method: str) -> tuple[str, ...]:
     return tuple(a.arg for a in fn.args.args[1:])
 
 
+def _server_args_disable_radix(sg: Sglang, architecture: str) -> bool:
+    """Whether the release's ``ServerArgs`` switches the radix cache off for this architecture by name, in a branch
+    of its own (Kimi-Linear from 0.5.4.post2: ``elif model_arch in ["KimiLinearForCausalLM"]: …
+    self.disable_radix_cache = True`` in ``srt/server_args.py``; later releases call a helper instead): the branch
+    is found in the wheel's source, not run."""
+    text = sg.source("srt/server_args.py")[0]
+    branch = re.search(r'model_arch in \[\s*"' + re.escape(architecture) + r'"\s*\]:\n(.*?)(?=\n        (?:el)?if |\Z)',
+                       text, re.S)
+    # the assignment at the branch's own level (12 spaces), not under a further condition
+    return branch is not None and "\n            self.disable_radix_cache = True" in "\n" + branch.group(1)
+
+
 def _config_class(name: str):
-    module = {"Qwen3NextConfig": "qwen3_next", "FalconH1Config": "falcon_h1", "NemotronHConfig": "nemotron_h"}[name]
+    module = {"Qwen3NextConfig": "qwen3_next", "FalconH1Config": "falcon_h1", "NemotronHConfig": "nemotron_h",
+              "KimiLinearConfig": "kimi_linear"}[name]
     try:
         return getattr(importlib.import_module(f"sglang.srt.configs.{module}"), name)
     except ImportError:
@@ -790,9 +805,11 @@ def check_split(sg: Sglang, version: str, report: dict) -> None:
         cfg, st = configs[key]
         sg.tp = case.tp
         sg.envs.SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK.value = case.skip_lock
-        # radix: what the user asked (off) — the releases that decide by model (to 0.5.6) run their own code;
-        # later ones take the strategy hybridplan resolved
-        off = case.radix == "off" or (rt.at_least("0.5.6.post1") and r.strategy == "off")
+        # radix: what the user asked (off) — the releases that decide by model (to 0.5.6) run their own code,
+        # after what their ServerArgs decides by architecture (read from the wheel, not run); later ones take the
+        # strategy hybridplan resolved
+        off = (case.radix == "off" or (rt.at_least("0.5.6.post1") and r.strategy == "off")
+               or _server_args_disable_radix(sg, spec.architecture))
         strategy = r.strategy if r.strategy != "off" else "auto"
         overlap = case.overlap and r.strategy != "no_buffer"
         args = Args(radix_off=off, strategy=strategy, overlap=overlap, requested=settings.requested(sc.spec_tokens),
