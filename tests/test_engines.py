@@ -637,3 +637,13 @@ def test_nemotron_conv_from_expand_in_0_10_0():
     # 0.10.1 from heads·head_dim (128·80 = 10,240) + 2,048 = 12,288
     assert fp_of("nemotron-nano-9b-v2", "0.10.0").state[0].conv_shape == (11008, 3)
     assert fp_of("nemotron-nano-9b-v2", "0.10.1").state[0].conv_shape == (12288, 3)
+
+
+def test_attention_free_token_figure_takes_the_cache_block_before_0_11():
+    # vllm/v1/core/kv_cache_utils.py (0.10.x): a single KV cache group logs num_blocks · cache_config.block_size,
+    # so --block-size 64 makes the figure 4× the default 16's for Mamba-2 (validation/vllm.py runs both)
+    plain = vllm.capacity(scenario("mamba-codestral-7b", minor="0.10.2"), "none", 40 * GiB)
+    wide = vllm.capacity(scenario("mamba-codestral-7b", minor="0.10.2", vllm=dict(block_size=64)), "none", 40 * GiB)
+    assert plain.num_blocks == wide.num_blocks and wide.kv_tokens == 4 * plain.kv_tokens == 64 * plain.num_blocks
+    later = vllm.capacity(scenario("mamba-codestral-7b", minor="0.18.0", vllm=dict(block_size=64)), "none", 40 * GiB)
+    assert later.kv_tokens == vllm.capacity(scenario("mamba-codestral-7b", minor="0.18.0"), "none", 40 * GiB).kv_tokens

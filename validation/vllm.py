@@ -21,7 +21,7 @@ modules import:
         prometheus_client xgrammar fastapi partial-json-parser llguidance einops compressed-tensors
 
 What runs as vLLM wrote it, for each shipped hybrid (and pure-SSM) spec, at TP 1, 2, 4 and 8, in every Mamba
-cache mode of the release:
+cache mode of the release, and at TP 1 also with ``--block-size 64`` and with ``--kv-cache-dtype fp8``:
 
 * ``ModelConfig`` (``vllm/config/model.py``) built from a folder holding the spec's ``config:`` mapping as
   ``config.json``: vLLM's own config loading (``transformers_utils/config.py``), dtype resolution, model
@@ -82,6 +82,8 @@ MAX_LEN = 8192
 BATCHED_TOKENS = 2048
 #: the speculative tokens of the widened-conv figure
 SPEC_TOKENS = 2
+#: cases run at TP 1 beside the defaults: (--block-size, --kv-cache-dtype)
+VARIANTS = ((64, None), (None, "fp8"))
 #: architectures run, and the vLLM layer class (under vllm/model_executor/) of their recurrent mixer
 ARCHS = {
     "NemotronHForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
@@ -174,25 +176,25 @@ STAND_INS = (
 # ==================================================================================================
 
 
-def hybridplan_figures(name: str, *, tp: int, release: str, mode: str, kv_budget: int, max_len: int,
-                       gdn_backend: str = "flashinfer") -> dict:
-    """hybridplan's figures for one case, with the keys the vLLM side reports (``vllm_figures``).
+def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int) -> dict:
+    """hybridplan's figures for one case (``cases``), with the keys the vLLM side reports (``Worker.run``).
 
-    ``{"refused": why}`` when hybridplan refuses the TP size or the mode."""
+    ``{"refused": why}`` when hybridplan refuses the case."""
     from dataclasses import replace
 
     from hybridplan.engines import vllm
     from hybridplan.errors import PlanError
     from hybridplan.loader import load_model
-    from hybridplan.scenario import Scenario
+    from hybridplan.scenario import DtypeChoice, Scenario
 
-    spec = load_model(name)
+    spec = load_model(case["model"])
     rel = vllm.release(release)
     try:
         rel.check_served(spec)
-        mode = rel.modes_for(spec, mode)[0]  # `all` on a model without it runs as vLLM falls back
-        sc = Scenario(spec, ctx=max_len, tp=tp, chunk=BATCHED_TOKENS,
-                      vllm=vllm.VllmSettings(release=rel, gdn_backend=gdn_backend))
+        mode = rel.modes_for(spec, case["mode"])[0]  # `all` on a model without it runs as vLLM falls back
+        sc = Scenario(spec, ctx=max_len, tp=case["tp"], chunk=BATCHED_TOKENS, dtypes=DtypeChoice(kv=case["kv_dtype"]),
+                      vllm=vllm.VllmSettings(release=rel, gdn_backend=case["gdn_backend"],
+                                             block_size=case["block_size"]))
         fp = vllm.footprint(sc)
         cap = vllm.capacity(sc, mode, kv_budget)
     except PlanError as exc:
@@ -304,7 +306,12 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
                 backends = ("flashinfer", "triton") if (arch in GDN_ARCHS and mode == "align"
                                                         and since(version, "0.33.0")) else ("flashinfer",)
                 for gdn in backends:
-                    out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": gdn})
+                    out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": gdn,
+                                "block_size": None, "kv_dtype": None})
+        for mode in modes(version, config):  # at TP 1: a user's --block-size, and an fp8 KV cache
+            for block, kv in VARIANTS:
+                out.append({"model": name, "arch": arch, "tp": 1, "mode": mode, "gdn_backend": "flashinfer",
+                            "block_size": block, "kv_dtype": kv})
     return out
 
 
@@ -375,6 +382,10 @@ class Worker:
             @classmethod
             def supports_v1(cls, model_config) -> bool:
                 return True  # as CudaPlatform (read by the V1 engine oracle, up to 0.11.0)
+
+            @classmethod
+            def is_kv_cache_dtype_supported(cls, kv_cache_dtype, model_config=None) -> bool:
+                return True  # as CudaPlatform on Hopper: FlashAttention 3 and FlashMLA take fp8 (V1 oracle, <= 0.11.0)
 
             @classmethod
             def is_async_output_supported(cls, enforce_eager) -> bool:
@@ -535,10 +546,16 @@ class Worker:
             raise found
         return found
 
-    def cache_settings(self, mode: str) -> dict:
+    def cache_settings(self, case: dict) -> dict:
         """CacheConfig's prefix caching and Mamba cache mode: ``mamba_cache_mode`` from 0.15.0; before it,
-        prefix caching on is the mode 0.15.0 named `all` (0.11.1-0.14.1), and off the only V1 choice."""
+        prefix caching on is the mode 0.15.0 named `all` (0.11.1-0.14.1), and off the only V1 choice;
+        ``--block-size`` (CacheConfig marks it the user's, from 0.18.0) and ``--kv-cache-dtype``."""
+        mode = case["mode"]
         settings: dict = {"enable_prefix_caching": mode != "none"}
+        if case.get("block_size"):
+            settings["block_size"] = case["block_size"]
+        if case.get("kv_dtype"):
+            settings["cache_dtype"] = case["kv_dtype"]
         if since(self.version, "0.15.0"):
             settings["mamba_cache_mode"] = mode
         if not since(self.version, "0.18.0"):
@@ -553,19 +570,19 @@ class Worker:
             return cache_config.mamba_cache_mode
         return "all" if cache_config.enable_prefix_caching else "none"
 
-    def vllm_config(self, name: str, tp: int, mode: str):
+    def vllm_config(self, case: dict):
         """VllmConfig, whose construction runs the model's config hooks; up to 0.19.1 these include the hybrid
         block alignment (``HybridAttentionMambaModelConfig.verify_and_update_config``)."""
         import copy
 
         from vllm.config import CacheConfig, ParallelConfig, VllmConfig
 
-        mc = copy.deepcopy(self.model_config(name))
-        cc = CacheConfig(**self.cache_settings(mode))
-        pc = ParallelConfig(tensor_parallel_size=tp)
+        mc = copy.deepcopy(self.model_config(case["model"]))
+        cc = CacheConfig(**self.cache_settings(case))
+        pc = ParallelConfig(tensor_parallel_size=case["tp"])
         return VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc)
 
-    def v1_engine_check(self, name: str, tp: int) -> None:
+    def v1_engine_check(self, case: dict) -> None:
         """Up to 0.11.0: the V1 engine oracle (``EngineArgs._is_v1_supported_oracle``, vllm/engine/arg_utils.py),
         run with VLLM_USE_V1=1 set, as a user asking for V1 runs it: it raises for a class marked
         ``SupportsV0Only`` (Jamba and Mamba in 0.10.0) instead of falling back to V0."""
@@ -573,10 +590,11 @@ class Worker:
             return
         from vllm.engine.arg_utils import EngineArgs
 
-        path = str(self.config_root / name)
+        path = str(self.config_root / case["model"])
         args = EngineArgs(model=path, tokenizer=path, skip_tokenizer_init=True, max_model_len=MAX_LEN,
-                          tensor_parallel_size=tp, enable_prefix_caching=False)
-        args._is_v1_supported_oracle(self.model_config(name))
+                          tensor_parallel_size=case["tp"], enable_prefix_caching=False,
+                          kv_cache_dtype=case.get("kv_dtype") or "auto", block_size=case.get("block_size"))
+        args._is_v1_supported_oracle(self.model_config(case["model"]))
 
     def model_class(self, mc):
         """The class vLLM's registry resolves (``resolve_model_cls`` takes the ModelConfig from 0.10.1). An
@@ -661,6 +679,25 @@ class Worker:
                     continue
                 self.checked_asserts.add(f"{cls.__name__}.__init__: {ast.unparse(node.test)}")
 
+    @staticmethod
+    def dtype_name(dtype, case: dict) -> str:
+        """A state dtype's name. vLLM allocates an fp8 cache as torch.uint8 (``STR_DTYPE_TO_TORCH_DTYPE``), which
+        0.10.0's states take with ``--kv-cache-dtype fp8``: named here by the format the flag names, as
+        hybridplan names it (the bytes are the same)."""
+        name = str(dtype).removeprefix("torch.")
+        if name == "uint8" and (case.get("kv_dtype") or "").startswith("fp8"):
+            return "float8_e5m2" if case["kv_dtype"] == "fp8_e5m2" else "float8_e4m3fn"
+        return name
+
+    @staticmethod
+    def str_dtypes() -> dict:
+        """vLLM's ``STR_DTYPE_TO_TORCH_DTYPE`` (vllm/utils/torch_utils.py, vllm/utils.py in older releases)."""
+        try:
+            from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+        except ImportError:
+            from vllm.utils import STR_DTYPE_TO_TORCH_DTYPE
+        return STR_DTYPE_TO_TORCH_DTYPE
+
     def mixer_class(self, arch: str):
         import importlib
 
@@ -717,7 +754,7 @@ class Worker:
         mixer_cls = self.mixer_class(arch)
         mixer_module = inspect.getmodule(mixer_cls)
         mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
-        kv_dtype = mc.dtype if cc.cache_dtype == "auto" else cc.cache_dtype
+        kv_dtype = mc.dtype if cc.cache_dtype == "auto" else self.str_dtypes()[cc.cache_dtype]
         layers: dict = {}
         for i, layer_kinds in enumerate(kinds):
             for kind in layer_kinds.split("+"):
@@ -831,8 +868,8 @@ class Worker:
         except (ValueError, AttributeError) as exc:
             return {"refused": f"{type(exc).__name__}: {exc}"}
         try:
-            self.v1_engine_check(case["model"], case["tp"])
-            vc = self.vllm_config(case["model"], case["tp"], case["mode"])
+            self.v1_engine_check(case)
+            vc = self.vllm_config(case)
             model_cls = self.model_class(vc.model_config)
             self.shape_calls.clear()
             shapes = model_cls.get_mamba_state_shape_from_config(vc)
@@ -893,8 +930,8 @@ class Worker:
             "ssm_bytes_per_layer": prod(mamba.shapes[-1]) * state_dtypes[-1].itemsize if len(mamba.shapes) > 1 else 0,
             "conv_bytes_per_layer_spec2": sum(prod(s) * d.itemsize for s, d in zip(
                 spec_shapes[:-1] if len(spec_shapes) > 1 else spec_shapes, state_dtypes)),
-            "conv_dtype": str(state_dtypes[0]).removeprefix("torch."),
-            "ssm_dtype": str(state_dtypes[-1]).removeprefix("torch.") if len(state_dtypes) > 1 else None,
+            "conv_dtype": self.dtype_name(state_dtypes[0], case),
+            "ssm_dtype": self.dtype_name(state_dtypes[-1], case) if len(state_dtypes) > 1 else None,
             "mamba_page_bytes": sum(prod(s) * d.itemsize for s, d in zip(mamba.shapes, state_dtypes)),
             "page_bytes": mamba.page_size_bytes,
             "group_size": max(len(g.layer_names) for g in kv_groups),
@@ -953,9 +990,8 @@ def compare(version: str, results: list[dict], report: dict) -> None:
     report["compared"].setdefault(version, 0)
     for r in results:
         theirs = r["vllm"]
-        case = {k: r[k] for k in ("model", "tp", "mode", "gdn_backend")}
-        ours = hybridplan_figures(r["model"], tp=r["tp"], release=version, mode=r["mode"], kv_budget=KV_BUDGET,
-                                  max_len=MAX_LEN, gdn_backend=r["gdn_backend"])
+        case = {k: r[k] for k in ("model", "tp", "mode", "gdn_backend", "block_size", "kv_dtype")}
+        ours = hybridplan_figures(case, release=version, kv_budget=KV_BUDGET, max_len=MAX_LEN)
         if "not_run" in theirs:
             report["not_run"].append({"release": version, **case, "why": theirs["not_run"]})
             continue

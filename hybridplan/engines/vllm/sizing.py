@@ -80,6 +80,8 @@ class Capacity:
     eager: bool = False
     #: ``--max-num-batched-tokens``
     batched_tokens: int = 8192
+    #: ``--block-size`` as given, else 16: the cache block of an attention-free model
+    cache_block: int = KERNEL_BLOCK
 
     @property
     def bytes_per_block(self) -> int:
@@ -102,11 +104,11 @@ class Capacity:
         """The "GPU KV cache size" figure (vllm/v1/core/kv_cache_utils.py): from 0.20.1 int(concurrency ·
         max_len); up to 0.20.0 num_blocks // groups · the smallest group block size, where a Mamba group's
         block is max_len in mode none (the attention block otherwise), and 0.10's single-group path (a model
-        of Mamba layers only) multiplies by the cache block size, 16."""
+        of Mamba layers only) multiplies by the cache block size (``--block-size``, 16 by default)."""
         if self.rel.tokens_from_concurrency:
             return int(self.max_concurrency * self.max_len)
         if len(self.groups) == 1 and self.rel.before("0.11.0"):
-            return self.num_blocks * (self.layout.block_size or KERNEL_BLOCK)
+            return self.num_blocks * (self.layout.block_size or self.cache_block)
         mamba_block = self.max_len if self.layout.mode == "none" else (self.layout.block_size or self.max_len)
         blocks = [mamba_block if g.recurrent else self.layout.block_size or self.max_len for g in self.groups]
         return self.num_blocks // len(self.groups) * min(blocks)
@@ -178,7 +180,8 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     size, groups = cache_groups(footprint(sc), sc.vllm.release)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, lay.block_size) for g in groups)
-    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk)
+    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk,
+                    sc.vllm.block_size or KERNEL_BLOCK)
 
 
 def max_num_seqs(sc: Scenario) -> int:
