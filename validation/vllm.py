@@ -199,8 +199,8 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         cap = vllm.capacity(sc, mode, kv_budget)
     except PlanError as exc:
         return {"refused": str(exc)}
-    if cap.problem(1) and "max_num_batched_tokens" in cap.problem(1):  # the block-size check, not the budget's
-        return {"refused": cap.problem(1)}
+    if cap.block_problem:  # the align block against max_num_batched_tokens (the budget is the script's own)
+        return {"refused": cap.block_problem}
     state = fp.state[0]
     lay = cap.layout
     out = {

@@ -149,13 +149,21 @@ class Capacity:
         """What one request of the context takes over every layer (``max_memory_usage_bytes`` summed)."""
         return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.layout.page_bytes
 
-    def problem(self, max_num_seqs: int) -> str | None:
-        """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
+    @property
+    def block_problem(self) -> str | None:
+        """0.17.0–0.26: align mode refuses a block larger than ``--max-num-batched-tokens`` (vllm/config/vllm.py:
+        in ``__post_init__`` in 0.17, in ``validate_block_size``, called by the engine core, from 0.18)."""
         block = self.layout.block_size
         if (self.layout.mode == "align" and block and block > self.batched_tokens and self.rel.at_least("0.17.0")
-                and self.rel.before("0.27.0")):  # vllm/config/vllm.py: __post_init__ in 0.17, validate_block_size
+                and self.rel.before("0.27.0")):
             return (f"In Mamba cache align mode, block_size ({block}) must be <= max_num_batched_tokens "
                     f"({self.batched_tokens}).")
+        return None
+
+    def problem(self, max_num_seqs: int) -> str | None:
+        """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
+        if self.block_problem:
+            return self.block_problem
         if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
             whose = "model's" if self.rel.at_least("0.14.0") else "models's"  # vLLM's own spelling before 0.14
             return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
