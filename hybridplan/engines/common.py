@@ -102,6 +102,27 @@ class Setting:
         return {"engine": self.engine, "name": self.name, "value": self.value, "source": self.source}
 
 
+class Settings:
+    """The settings a log check gathers for one engine, each with its source; the first source a setting is
+    given by wins (flags are put first)."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.values: dict[str, object] = {}
+        self.sources: dict[str, str] = {}
+
+    def put(self, name: str, value: object, source: str) -> None:
+        if value is not None and name not in self.values:
+            self.values[name] = value
+            self.sources[name] = source
+
+    def get(self, name: str, default: object = None):
+        return self.values.get(name, default)
+
+    def listed(self) -> tuple[Setting, ...]:
+        return tuple(Setting(self.engine, n, str(v), self.sources[n]) for n, v in self.values.items())
+
+
 @dataclass(frozen=True)
 class NotModelled:
     """A figure the log shows that hybridplan does not predict, and why."""

@@ -8,7 +8,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import LogCheck, NotModelled, Row, Setting, literal
+from hybridplan.engines.common import LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.sglang.releases import DEFAULT, Release, release
 from hybridplan.engines.sglang.settings import FULL_MEMORY_RATIO
 from hybridplan.errors import PlanError
@@ -60,23 +60,6 @@ def present(log: Log) -> bool:
     return any(log.has(p) for p in (POOL, KV, CAP, SCHED, NOT_ENOUGH))
 
 
-class _Settings:
-    def __init__(self) -> None:
-        self.values: dict[str, object] = {}
-        self.sources: dict[str, str] = {}
-
-    def put(self, name: str, value: object, source: str) -> None:
-        if value is not None and name not in self.values:
-            self.values[name] = value
-            self.sources[name] = source
-
-    def get(self, name: str, default: object = None):
-        return self.values.get(name, default)
-
-    def listed(self) -> tuple[Setting, ...]:
-        return tuple(Setting(ENGINE, n, str(v), self.sources[n]) for n, v in self.values.items())
-
-
 def server_args(log: Log) -> tuple[dict, Found | None, bool]:
     """The server arguments (the last printed), and whether they were printed as a dict (0.5.19 on)."""
     found = log.last(SERVER_ARGS)
@@ -90,7 +73,7 @@ def server_args(log: Log) -> tuple[dict, Found | None, bool]:
     return out, found, found[1].lstrip().startswith("{")
 
 
-def _version(log: Log, given: LogGiven, as_dict: bool, s: _Settings, notes: list[str]) -> Release:
+def _version(log: Log, given: LogGiven, as_dict: bool, s: Settings, notes: list[str]) -> Release:
     """The release: given, else the newest, said together with what the log's own format tells."""
     if given.sglang_version:
         s.put("version", given.sglang_version, "flag")
@@ -111,8 +94,8 @@ def _version(log: Log, given: LogGiven, as_dict: bool, s: _Settings, notes: list
     return DEFAULT
 
 
-def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[_Settings, Release]:
-    s = _Settings()
+def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[Settings, Release]:
+    s = Settings(ENGINE)
     for name, value in (("model_path", given.model), ("tp_size", given.tp), ("context_length", given.ctx),
                         ("max_running_requests", given.max_running_requests),
                         ("mem_fraction_static", given.mem_fraction_static)):
@@ -126,14 +109,14 @@ def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[_Setting
     return s, rel
 
 
-def _strategy_flag(s: _Settings) -> str:
+def _strategy_flag(s: Settings) -> str:
     if s.get("disable_radix_cache"):
         return "off"
     chosen = s.get("mamba_radix_cache_strategy") or s.get("mamba_scheduler_strategy") or "auto"
     return str(chosen)
 
 
-def scenario(log: Log, s: _Settings, rel: Release, given: LogGiven, notes: list[str]) -> Scenario:
+def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[str]) -> Scenario:
     from hybridplan.engines.sglang.settings import SglangSettings
     from hybridplan.loader import load_logged_model, load_model
 
@@ -165,7 +148,7 @@ def _gb(n: float) -> str:
     return f"{n / GB:.2f}"
 
 
-def _memory(log: Log, sc: Scenario, given: LogGiven, s: _Settings) -> tuple[float, float] | None:
+def _memory(log: Log, sc: Scenario, given: LogGiven, s: Settings) -> tuple[float, float] | None:
     """R, the memory split between the pools (bytes), as an interval: exact from --kv-budget; else free memory
     after loading less (1 − mem_fraction_static) of it before, from the "Load weight" lines (0.01 GB each)."""
     if given.kv_budget is not None:

@@ -9,7 +9,7 @@ import re
 from math import ceil, floor
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Setting, literal
+from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release, release
@@ -113,29 +113,10 @@ def _config(log: Log) -> tuple[dict, Found | None]:
     return out, found
 
 
-class _Settings:
-    """Settings with their source; the first source a setting is given by wins (flags first)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, object] = {}
-        self.sources: dict[str, str] = {}
-
-    def put(self, name: str, value: object, source: str) -> None:
-        if value is not None and name not in self.values:
-            self.values[name] = value
-            self.sources[name] = source
-
-    def get(self, name: str, default: object = None):
-        return self.values.get(name, default)
-
-    def listed(self) -> tuple[Setting, ...]:
-        return tuple(Setting(ENGINE, n, str(v), self.sources[n]) for n, v in self.values.items())
-
-
-def read_settings(log: Log, given: LogGiven) -> _Settings:
+def read_settings(log: Log, given: LogGiven) -> Settings:
     """What the run was started with: flags, then the engine-config line, then ``non-default args``, then the
     other lines that state a setting."""
-    s = _Settings()
+    s = Settings(ENGINE)
     for name, value in (("version", given.vllm_version), ("model", given.model), ("tensor_parallel_size", given.tp),
                         ("max_model_len", given.ctx), ("mamba_cache_mode", given.mode),
                         ("kv_cache_memory_bytes", given.kv_budget), ("num_speculative_tokens", given.spec_tokens),
@@ -173,7 +154,7 @@ def read_settings(log: Log, given: LogGiven) -> _Settings:
     return s
 
 
-def _mode(log: Log, s: _Settings, rel: Release, spec, spec_tokens: int, notes: list[str]) -> str:
+def _mode(log: Log, s: Settings, rel: Release, spec, spec_tokens: int, notes: list[str]) -> str:
     """The Mamba cache mode the run used: a flag; else the "Mamba cache mode is set to" line; else the
     mode asked in ``non-default args`` (none without prefix caching; `all` on a model without it as align;
     ignored from 0.33.0); else the release's choice for the prefix-caching setting."""
@@ -202,7 +183,7 @@ def _dtype(value) -> str | None:
     return None if value in (None, "auto") else str(value)
 
 
-def _model(s: _Settings):
+def _model(s: Settings):
     from hybridplan.loader import load_logged_model, load_model
 
     ref = s.get("model")
@@ -211,7 +192,7 @@ def _model(s: _Settings):
     return load_model(str(ref)) if s.sources["model"] == "flag" else load_logged_model(str(ref))
 
 
-def scenario(log: Log, s: _Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
+def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
     """The scenario, release and Mamba cache mode the settings describe."""
     from hybridplan.engines.vllm.settings import VllmSettings
 
@@ -267,7 +248,7 @@ def _figures(cap: Capacity, ctx: int, conc: Found | None, tokens: Found | None, 
     return rows
 
 
-def capacity_rows(log: Log, sc: Scenario, mode: str, s: _Settings, notes: list[str]) -> list[Row]:
+def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[str]) -> list[Row]:
     """The figures that follow from the number of blocks: that number is the budget over the bytes of a block,
     and a budget the log prints to 0.01 GiB leaves a few counts possible; the count that reproduces the
     logged figures is taken, and said."""
