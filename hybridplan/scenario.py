@@ -31,6 +31,37 @@ class DtypeChoice:
     kv: str | None = None
 
 
+#: ``--speculative-config`` methods (vLLM's ``method``; SGLang's ``--speculative-algorithm`` in lower case)
+SPECULATIVE_METHODS = ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp", "deepseek_mtp", "ngram", "medusa",
+                       "draft_model", "nextn", "standalone")
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
+    method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
+    own MTP layers draft) and for n-gram (no model). ``num_tokens`` equals ``Scenario.spec_tokens``; how each
+    engine sizes the draft's KV and state is an engine rule."""
+
+    method: str | None = None
+    num_tokens: int = 0
+    #: the draft model's spec, loaded at the edge; None where the method has no separate draft
+    draft: ModelSpec | None = None
+    #: what the user (or the log) named as the draft model, as typed
+    draft_ref: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method is not None and self.method not in SPECULATIVE_METHODS:
+            raise PlanError(f"unknown speculative method {self.method!r} "
+                            f"(known: {', '.join(SPECULATIVE_METHODS)})")
+        if self.num_tokens < 0:
+            raise PlanError(f"num_speculative_tokens must be ≥ 0, got {self.num_tokens}")
+
+    @property
+    def active(self) -> bool:
+        return self.num_tokens > 0
+
+
 @dataclass(frozen=True)
 class Budget:
     """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory (``gpu_mem``,
@@ -64,6 +95,9 @@ class Scenario:
     tp: int = 1
     dtypes: DtypeChoice = DtypeChoice()
     spec_tokens: int = 0
+    #: the speculative method and draft (``spec_tokens`` is its token count; a bare ``--spec-tokens`` leaves the
+    #: method unnamed)
+    speculative: Speculative = Speculative()
     #: ``--engine``: vllm, sglang or both
     engine: str = "both"
     #: the prefill chunk: vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``
@@ -86,6 +120,9 @@ class Scenario:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")
         if self.spec_tokens < 0:
             raise PlanError(f"--spec-tokens must be ≥ 0, got {self.spec_tokens}")
+        if self.speculative.num_tokens and self.speculative.num_tokens != self.spec_tokens:
+            raise PlanError(f"num_speculative_tokens {self.speculative.num_tokens} and --spec-tokens "
+                            f"{self.spec_tokens} disagree")
 
     def wants(self, engine: str) -> bool:
         return self.engine in (engine, "both")
