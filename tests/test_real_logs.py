@@ -81,7 +81,49 @@ CASES = [
     # heads·256·2 B = 31.89 GiB for T = 2,786,325
     ("sglang-unknown-qwen3-next-80b-fp8-4xunknown-1.log", ("--model", "qwen3-next", "--tp", "1"),
      ("K size", "V size")),
+    # Qwen3.6-35B-A3B at fp8 KV on 0.20.0 (align, prefix caching on): GDN page 8,192·3·2 + 32·128·128·4 =
+    # 2,146,304 B; attention 2 KV heads·256·2·1 B = 1,024 B a token → block 2,146,304 / 1,024 = 2,096 exactly (a
+    # multiple of 16), so no padding line; 65,536 tokens take 32 attention blocks a layer, hence 3.87x
+    ("vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log", ("--model", "qwen3.6-35b-a3b"),
+     ("attention block size", "max concurrency", "KV cache size")),
 ]
+
+# logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
+# predicted, and the likely reason). /work/coord/logs_report.md has the table; move a log to CASES once it reconciles
+PENDING = {
+    # MTP's draft layer is one more full-attention layer in the KV groups: 16 + 1 = 17 attention layers beside 48
+    # GDN make group size 17, 48 GDN layers pad to 51 ("Add 3 padding layers, 6.25 %" = 3/48), and every request
+    # pins the 17th layer's KV too; hybridplan counts 16 attention layers and no padding
+    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-1.log": (
+        ("--model", "qwen3.6-27b"),
+        "speculative decoding (mtp, 3): padding layers logged 3, 6.25 % vs none; KV tokens 96,447 vs 102,630; "
+        "concurrency 1.47 vs 1.57 — the MTP draft's attention layer joins the KV groups (17 attention layers)"),
+    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-2.log": (
+        ("--model", "qwen3.6-27b"),
+        "speculative decoding (mtp, 3), max_num_seqs 8: padding layers 3, 6.25 % vs none; KV tokens 89,028 vs "
+        "93,974; concurrency 1.36 vs 1.43 — the MTP draft's attention layer joins the KV groups"),
+    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-3.log": (
+        ("--model", "qwen3.6-27b"),
+        "speculative decoding (mtp, 3): padding layers 3, 6.25 % vs none; KV tokens 97,684 vs 103,866; "
+        "concurrency 1.49 vs 1.58 — the MTP draft's attention layer joins the KV groups"),
+    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log": (
+        ("--model", "qwen3.6-27b"),
+        "refusal not read (exit 2, nothing to check): --pipeline-parallel-size 2 with MTP is refused by vLLM 0.23.0 "
+        "vllm/config/speculative.py _verify_args (\"Pipeline parallelism is not supported for this model\")"),
+    "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log": (
+        ("--model", "qwen3.6-27b"),
+        "speculative decoding (qwen3_next_mtp, 3), TP 4, bf16 KV, align: padding layers 3, 6.25 % vs none; KV "
+        "tokens 315,471 vs 335,849; concurrency 1.58 vs 1.68 — the MTP draft's attention layer joins the KV groups"),
+    "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-2.log": (
+        ("--model", "qwen3.6-27b"),
+        "speculative decoding (qwen3_next_mtp, 3), TP 4, fp8 KV, align: padding layers 3, 6.25 % vs none; KV "
+        "tokens 611,009 vs 649,541; concurrency 4.07 vs 4.33 — the MTP draft's attention layer joins the KV groups"),
+    # 10 attention + 1 MTP layer = 11 beside 30 GDN: 30 pad to 33, 3/30 = 10 %
+    "vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log": (
+        ("--model", "qwen3.6-35b-a3b"),
+        "speculative decoding (mtp, 3), bf16 KV, align: padding layers 3, 10.00 % vs none; KV tokens 3,131,683 vs "
+        "3,445,544; concurrency 15.66 vs 17.23 — the MTP draft's attention layer joins the KV groups (11 layers)"),
+}
 
 
 def _check(run_cli, name: str, *args: str) -> tuple[int, dict]:
@@ -104,9 +146,25 @@ def test_real_log_reconciles(run_cli, name, args, figures):
 
 def test_at_least_fifteen_real_logs():
     files = sorted(p.name for p in LOGS.glob("*.log"))
-    assert len(files) >= 15 and files == sorted([c[0] for c in CASES] + [RANGE_LOG])
+    assert not set(PENDING) & {c[0] for c in CASES}
+    assert len(files) >= 15 and files == sorted([c[0] for c in CASES] + list(PENDING) + [RANGE_LOG])
     for p in LOGS.glob("*.log"):
         assert p.read_text().startswith("# source: ")
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_pending_log_is_read_without_internal_error(run_cli, name):
+    # a log check-log cannot reconcile yet still gets an answer: figures beside predictions (exit 0 or 1), or one
+    # line on stderr naming why it cannot be read (exit 2) — never an internal error
+    args, cause = PENDING[name]
+    assert cause
+    code, out, err = run_cli("check-log", LOGS / name, *args, "--json")
+    assert "internal error" not in err and code in (0, 1, 2), err
+    if code == 2:
+        assert not out and len(err.strip().splitlines()) == 1 and err.startswith("hybridplan: error: "), err
+    else:
+        d = json.loads(out)
+        assert d["rows"] or d["not_modelled"]
 
 
 def test_settings_name_their_line(run_cli):
