@@ -123,6 +123,22 @@ PENDING = {
         ("--model", "qwen3.6-35b-a3b"),
         "speculative decoding (mtp, 3), bf16 KV, align: padding layers 3, 10.00 % vs none; KV tokens 3,131,683 vs "
         "3,445,544; concurrency 15.66 vs 17.23 — the MTP draft's attention layer joins the KV groups (11 layers)"),
+    "vllm-0.25.1-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": (
+        ("--model", "qwen3.6-35b-a3b"),
+        "speculative decoding (mtp, 3), GB10, bf16 KV: padding layers 3, 10.00 % vs none; KV "
+        "tokens 3,366,051 vs 3,702,656; concurrency 12.84 vs 14.12 — the MTP draft's attention layer joins the KV "
+        "groups (11 layers)"),
+    "vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log": (
+        ("--model", "qwen3.5-27b"),
+        "speculative decoding (mtp, 3), GB10, INT4 compressed-tensors, bf16 KV: padding layers 3, 6.25 % vs none; KV "
+        "tokens 1,191,213 vs 1,265,230; concurrency 4.54 vs 4.83 — the MTP draft's attention layer joins the KV "
+        "groups (17 layers)"),
+    "vllm-0.25.1-qwen3.8-27b-nvfp4-mtp-gb10-1.log": (
+        ("--model", "qwen3.5-27b"),
+        "quantized KV + speculative decoding: block logged 1600 vs 800 (kv_cache_dtype=auto, yet the attention page "
+        "is half a bf16 one: the NVFP4 compressed-tensors checkpoint's kv_cache_scheme makes the KV fp8, not read); "
+        "then padding layers 3, 6.25 % vs none (MTP draft attention layer); KV tokens 2,192,477 vs 1,205,862; "
+        "concurrency 8.36 vs 4.60"),
 }
 
 
