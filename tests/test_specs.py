@@ -24,7 +24,8 @@ PROVENANCE = {
     "mamba-2.8b": ("state-spaces__mamba-2.8b-hf.json", {}),
     "mamba-codestral-7b": ("mistralai__Mamba-Codestral-7B-v0.1.from-python-dict.json", {}),
     "lfm2-1.2b": ("LiquidAI__LFM2-1.2B.json", {}),
-    "qwen3-next-80b-a3b": ("Qwen__Qwen3-Next-80B-A3B-Thinking.json", {}),
+    "qwen3-next-80b-a3b": ("Qwen__Qwen3-Next-80B-A3B-Instruct.json", {}),
+    "qwen3-next-80b-a3b-thinking": ("Qwen__Qwen3-Next-80B-A3B-Thinking.json", {}),
     "qwen3.5-27b": ("Qwen__Qwen3.5-27B.json", {}),
     "llama-3.1-70b": ("meta-llama__Meta-Llama-3.1-70B.json", {}),
     # Llama-3-8B = Llama-3.1-8B shapes with an 8K context and no rope scaling (tests/data/configs/SOURCES.md)
@@ -50,6 +51,12 @@ PROVENANCE = {
     "qwen3.6-27b": ("Qwen__Qwen3.6-27B.json", {}),
     "qwen3.5-4b": ("Qwen__Qwen3.5-4B.json", {}),
     "qwen3.5-0.8b-base": ("Qwen__Qwen3.5-0.8B-Base.json", {}),
+    # mlx-vlm's 8-bit re-save: its MLX "quantization" / "quantization_config" (group 64, affine) are left out of
+    # the spec, which is the bf16 checkpoint; every other field is the re-save's (tests/data/configs/SOURCES.md)
+    "qwen3.5-9b": ("Qwen__Qwen3.5-9B.mlx-vlm-resave.json", {}),
+    # NVIDIA's ModelOpt re-saves: the base model's config plus its quantization_config, kept as it is
+    "qwen3.5-122b-a10b-nvfp4": ("nvidia__Qwen3.5-122B-A10B-NVFP4.json", {}),
+    "qwen3.5-397b-a17b-nvfp4": ("nvidia__Qwen3.5-397B-A17B-NVFP4.json", {}),
 }
 
 
@@ -151,6 +158,11 @@ FAMILY_SHAPES = {
     "qwen3.5-4b": (24, (8192, 3), (32, 128, 128), "bfloat16", "float32"),
     # Qwen3.5-0.8B: 24 layers, 18 GDN; conv = 2·16·128 + 16·128 = 6144
     "qwen3.5-0.8b-base": (18, (6144, 3), (16, 128, 128), "bfloat16", "float32"),
+    # Qwen3.5-9B: 32 layers, every 4th attention, 24 GDN; conv = 2·16·128 + 32·128 = 8192; mamba_ssm_dtype float32
+    "qwen3.5-9b": (24, (8192, 3), (32, 128, 128), "bfloat16", "float32"),
+    # An NVFP4 re-save quantizes weights only, the state is the base model's. Qwen3.5-122B-A10B: 36 GDN;
+    # conv = 2·16·128 + 64·128 = 12288; mamba_ssm_dtype float32
+    "qwen3.5-122b-a10b-nvfp4": (36, (12288, 3), (64, 128, 128), "bfloat16", "float32"),
 }
 
 
@@ -177,6 +189,7 @@ KV_PER_LAYER = {
     "kimi-linear-48b-a3b": (512 + 64) * 2,  # MLA, as DeepSeek
     "qwen3.5-4b": 2 * 4 * 256 * 2,
     "qwen3.5-0.8b-base": 2 * 2 * 256 * 2,
+    "qwen3.5-9b": 2 * 4 * 256 * 2,  # 4 KV heads × head_dim 256
 }
 
 

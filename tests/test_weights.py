@@ -77,7 +77,9 @@ def test_minimax_m1_matches_its_checkpoint_index():
 def test_every_shipped_spec_is_counted():
     for spec in shipped_specs():
         w = weights(spec)
-        assert w.params > 0 and w.bytes >= w.params and w.source == "config"
+        assert w.params > 0 and w.source == "config"
+        # at least a byte a parameter, unless the checkpoint is quantized (an NVFP4 re-save keeps ~0.56 B)
+        assert w.bytes >= w.params or scheme(json.loads(spec.config_json)) is not None, spec.name
 
 
 def test_multimodal_and_mtp_parts():
