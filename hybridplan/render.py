@@ -30,15 +30,25 @@ if TYPE_CHECKING:
     from hybridplan.reports.size import SizeReport
 
 
+#: the columns of a pipe or a file with no ``COLUMNS``: wide enough that nothing wraps (rich itself would take 80,
+#: and cut or fold a table to fit), so that a line greps whole and a table keeps every column
+UNWRAPPED = 1000
+
+
 def width(stream=None) -> int:
-    """The columns output may use: ``COLUMNS`` when set, else the terminal's, else 120 for a pipe or a file."""
+    """The columns output may use: ``COLUMNS`` when set, else the terminal's, else ``UNWRAPPED`` for a pipe or a
+    file: every table at its natural width, every note and caption on one line."""
     stream = stream or sys.stdout
     env = os.environ.get("COLUMNS", "")
     if env.isdigit() and int(env) >= 20:
         return int(env)
-    if stream.isatty():
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        tty = False
+    if tty:
         return shutil.get_terminal_size().columns
-    return 120
+    return UNWRAPPED
 
 
 def console(stderr: bool = False) -> Console:
@@ -70,7 +80,8 @@ def _plain(cell: Cell) -> str:
 
 
 def _len(cell: Cell) -> int:
-    return cell_len(_plain(cell))
+    """The widest line of a cell (a cell may hold several lines)."""
+    return max(cell_len(line) for line in _plain(cell).split("\n"))
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Rows:
     def _ncols(self) -> int:
         return len(self.header) if self.header is not None else max((len(r) for r in self.rows), default=0)
 
-    def table(self, columns: Sequence[int] | None = None, compact: bool = False) -> Table:
+    def table(self, columns: Sequence[int] | None = None, compact: bool = False, fold: bool = True) -> Table:
         columns = range(self._ncols()) if columns is None else columns
         t = Table(box=box.SIMPLE_HEAD, show_header=self.header is not None, collapse_padding=compact,
                   pad_edge=not compact, show_edge=not compact)
@@ -102,7 +113,7 @@ class Rows:
             widest = max([_len(r[i]) for r in self.rows if i < len(r)] or [0])
             kept = i not in self.prose  # as wide as its widest cell; the header wraps to that width instead
             words = max([cell_len(w) for r in self.rows if i < len(r) for w in _plain(r[i]).split()] or [1])
-            t.add_column(_fold(head, widest) if kept else head, justify="left" if i in self.left else "right",
+            t.add_column(_fold(head, widest) if kept and fold else head, justify="left" if i in self.left else "right",
                          style=self.styles.get(i), no_wrap=kept, min_width=None if kept else words,
                          overflow="ellipsis")
         for n, row in enumerate(self.rows):
@@ -111,6 +122,8 @@ class Rows:
 
     def _layouts(self):
         every = list(range(self._ncols()))
+        yield self.table(every, fold=False)  # headers on one line where the output is wide enough
+        yield self.table(every, compact=True, fold=False)
         yield self.table(every)
         yield self.table(every, compact=True)
         kept = every
@@ -131,10 +144,20 @@ class Rows:
                     lines.append(Text(f"  {head}: {text}" if head else f"  {text}"))
         return Group(*lines)
 
+    def _best(self, width: int) -> Table | None:
+        """Every column with its edges, else closed up, else with fewer columns: the first that fits. With every
+        column, headers stay on one line unless folding them lets a prose column wrap less."""
+        layouts = list(self._layouts())
+        for pair in (layouts[0:3:2], layouts[1:4:2]):  # (one-line headers, folded), with edges then closed up
+            fitting = [(h, i, t) for i, t in enumerate(pair) if (h := _height(t, width)) is not None]
+            if fitting:
+                return min(fitting, key=lambda x: x[:2])[2]
+        return next((t for t in layouts[4:] if _height(t, width) is not None), None)
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if self.title:
             yield Text(self.title, style="bold")
-        table = next((t for t in self._layouts() if _fits(t, options.max_width)), None)
+        table = self._best(options.max_width)
         if table is not None and not table.show_edge:  # closed up: keep the blank lines the edges gave
             yield Group(Text(), table, Text())
         else:
@@ -154,13 +177,15 @@ def _fold(head: str, width: int) -> str:
     return "\n".join(lines)
 
 
-def _fits(renderable: RenderableType, width: int) -> bool:
-    """Does ``renderable`` lay out in ``width`` columns with no line wider and no cell cut (rich marks a cut
-    with "…", which no cell of ours holds)?"""
+def _height(renderable: RenderableType, width: int) -> int | None:
+    """The lines ``renderable`` takes in ``width`` columns, or None where a line is wider or a cell is cut (rich
+    marks a cut with "…", which no cell of ours holds)."""
     probe = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
     probe.print(renderable, crop=False)
-    text = probe.file.getvalue()
-    return "…" not in text and all(cell_len(line.rstrip()) <= width for line in text.splitlines())
+    lines = probe.file.getvalue().splitlines()
+    if any("…" in line or cell_len(line.rstrip()) > width for line in lines):
+        return None
+    return len(lines)
 
 
 def log_line(line: str, prefix: str = "  ") -> Text:
@@ -234,14 +259,14 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     if fp.state:
         parts.append(Rows(
             ("kind", "layers", "conv state", "SSM state", "conv", "SSM", "per layer", "all layers"),
-            [(g.kind, str(g.count), _shape(g.conv_shape, g.conv_dtype), _shape(g.ssm_shape, g.ssm_dtype),
+            [(g.kind, f"{g.count:,}", _shape(g.conv_shape, g.conv_dtype), _shape(g.ssm_shape, g.ssm_dtype),
               _b(g.conv_bytes_per_layer, exact), _b(g.ssm_bytes_per_layer, exact), _b(g.bytes_per_layer, exact),
               _b(g.bytes, exact)) for g in fp.state],
             title="Recurrent state per sequence (per layer, one rank)", left=(0, 2, 3), optional=(4, 5)))
     if fp.kv:
         parts.append(Rows(
             ("kind", "layers", "dtype", "window", "per token · layer", "per token", "at ctx"),
-            [(g.kind, str(g.count), _short(g.dtype), f"{g.window:,}" if g.window else "—",
+            [(g.kind, f"{g.count:,}", _short(g.dtype), f"{g.window:,}" if g.window else "—",
               _b(g.bytes_per_token_per_layer, exact), _b(g.bytes_per_token, exact), _b(g.bytes_at(r.ctx), exact))
              for g in fp.kv],
             title=f"Attention KV (one rank), at {r.ctx:,} tokens", left=(0, 2)))
@@ -262,7 +287,7 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
         parts.append(_weights_table(r.weights, exact))
     parts.extend(_notes(r.notes))
     if r.engines is not None:
-        parts.append(engines_view(r.engines, exact=exact))
+        parts.append(engines_view(r.engines, exact=exact, attention_only=not fp.state))
     return Group(*parts)
 
 
@@ -295,19 +320,37 @@ def gpus_view(r) -> Rows:
 
 
 def models_view(r: ModelsReport) -> Rows:
-    return Rows(("name", "aliases", "family", "layers", "source"),
-                [(s.name, ", ".join(s.aliases), s.family, _layers_line(s.layer_counts), s.source or "")
-                 for s in r.specs], title="Shipped model specs", left=range(5), prose=(1, 3), optional=(2, 3))
+    """One row a spec, its source checkpoint under its name: the two longest cells share a column, so that the
+    family and the layers fit beside them at 120 columns."""
+    return Rows(("name / source", "aliases", "family", "layers"),
+                [(Text.assemble((s.name, "bold"), *(("\n", (s.source, "dim")) if s.source else ())),
+                  ", ".join(s.aliases), s.family, _layers_line(s.layer_counts))
+                 for s in r.specs], title="Shipped model specs", left=range(4), prose=(1, 3), optional=(2, 3))
 
 
-def _vllm_pages(v, exact: bool) -> list:
+def _vllm_attention_pages(v, exact: bool) -> list:
+    """An attention-only model: one layout, no Mamba cache mode to choose (every mode lays it out alike)."""
+    m = v.modes[v.default_mode] if v.default_mode in v.modes else next(iter(v.modes.values()))
+    d = m.to_dict()
+    t = Rows(("block", "page", "KV / request"),
+             [(f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["page_bytes"], exact),
+               f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)")],
+             title=f"vLLM {v.rel.version}: attention pages (no recurrent layers, so no Mamba cache mode)",
+             left=(), caption="block: tokens per attention page; page: one layer's page; per request: the pages one "
+                              "request pins over all layers")
+    return [t, *(log_line(line) for line in m.layout.logs)]
+
+
+def _vllm_pages(v, exact: bool, attention_only: bool = False) -> list:
+    if attention_only:
+        return _vllm_attention_pages(v, exact)
     rows = []
     for mode, m in v.modes.items():
         d = m.to_dict()
         rows.append((mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
                      _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
-                     f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']} pages)",
-                     f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']} pages)"))
+                     f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']:,} pages)",
+                     f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)"))
     parts: list = [Rows(("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"), rows,
                         title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with "
                               f"prefix caching: {v.prefix_mode})",
@@ -320,7 +363,7 @@ def _vllm_pages(v, exact: bool) -> list:
 
 def _slots(d: dict) -> str:
     n = d["state_slots_per_request"]
-    return f"{d['radix_strategy']}: {n} state slot{'s' if n != 1 else ''} per request"
+    return f"{d['radix_strategy']}: {n:,} state slot{'s' if n != 1 else ''} per request"
 
 
 def _sglang_pool(p, exact: bool) -> list:
@@ -340,10 +383,10 @@ def _sglang_pool(p, exact: bool) -> list:
 _LAYOUT_VIEWS = {"vllm": _vllm_pages, "sglang": _sglang_pool}
 
 
-def engines_view(e: EngineReport, *, exact: bool = False) -> Group:
+def engines_view(e: EngineReport, *, exact: bool = False, attention_only: bool = False) -> Group:
     parts: list = []
     for name, part in e.parts.items():
-        parts += _LAYOUT_VIEWS[name](part, exact)
+        parts += _vllm_pages(part, exact, attention_only) if name == "vllm" else _LAYOUT_VIEWS[name](part, exact)
     parts.extend(_skipped(e.skipped))
     return Group(*parts)
 
@@ -357,10 +400,14 @@ def _vllm_fit(v) -> list:
     lead = waterfall_view(v.memory, f"vLLM {v.rel.version}: the GPU's memory on one rank", "Available KV cache memory",
                           "gpu_memory_utilization") if v.memory is not None else []
     rows = []
+    # an attention-only model has no Mamba cache mode: every mode holds the same, so one row, unlabelled
+    attention_only = all(m.capacity.mamba_blocks is None for m in v.modes.values())
     for mode, m in d["modes"].items():
-        label = f"{mode} (default)" if mode == d["default_mode"] else mode
+        if attention_only and mode != d["default_mode"]:
+            continue
+        label = "— (attention only)" if attention_only else f"{mode} (default)" if mode == d["default_mode"] else mode
         rows.append((label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
-                     str(m["blocks_per_request"]), f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
+                     f"{m['blocks_per_request']:,}", f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
                      f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
                      Text("yes", style="green") if m["starts"] else Text("no", style="red")))
     parts: list = [Rows(("mode", "block", "blocks", "per request", "concurrency", "KV tokens", "max seqs",
@@ -420,7 +467,7 @@ def waterfall_view(w, title: str, cache_label: str, factor_label: str) -> list:
         return (f"− {t.name}", human_bytes(t.bytes), ("estimate: " if t.kind == "estimate" else "") + t.note)
 
     rows = [("GPU total", human_bytes(w.gpu_bytes), f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
-            (f"× {factor_label} {w.utilization:.4g}", human_bytes(w.requested), w.factor_note),
+            (f"× {factor_label} {float(w.utilization)!r}", human_bytes(w.requested), w.factor_note),
             *(row(t) for t in w.terms),
             (f"= {cache_label}", human_bytes(w.cache_bytes), f"{w.cache_bytes:,} B")]
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]

@@ -55,15 +55,30 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
             notes.append(f"{g.name} shares its memory with the host: vLLM reads free memory from the host's "
                          "available memory (vllm/utils/mem_utils.py), so whatever the host takes during start-up "
                          "counts as non-torch; real logs came out up to 3.2 GiB below this estimate (docs/memory.md)")
-    if b.overhead is None:
-        notes.append("activation, non-torch and CUDA-graph memory are estimates fit to real start-up logs "
-                     "(docs/memory.md); the engine measures them at start-up")
     return tuple(notes)
+
+
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def estimate_note(parts: dict) -> tuple[str, ...]:
+    """Which terms of the memory shown are estimates, engine by engine, as each waterfall marks them."""
+    said = []
+    for name, p in parts.items():
+        memory = getattr(p, "memory", None)
+        terms = list(dict.fromkeys(memory.estimated)) if memory is not None else []
+        if terms:
+            what = ", ".join(terms[:-1]) + (" and " if len(terms) > 1 else "") + terms[-1]
+            said.append(f"{_ENGINE_NAMES.get(name, name)}: {what}")
+    if not said:
+        return ()
+    return ("memory terms estimated from real start-up logs (docs/memory.md), which the engine measures at "
+            f"start-up: {'; '.join(said)}",)
 
 
 def fit(sc: Scenario) -> FitReport:
     parts, skipped = engines.each(sc, lambda e: e.fit(sc))
     if not parts:
         raise engines.none_left(skipped, "fit")
-    notes = budget_notes(sc) + tuple(n for p in parts.values() for n in p.notes)
+    notes = budget_notes(sc) + estimate_note(parts) + tuple(n for p in parts.values() for n in p.notes)
     return FitReport(sc, parts, notes, tuple(skipped.items()))
