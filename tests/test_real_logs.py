@@ -156,6 +156,17 @@ PENDING = {
         "model not shipped: ibm-granite/granite-4.0-h-350m (GraniteMoeHybridForCausalLM) has no spec and no saved "
         "config, exit 2; logged attention block 400 and padding 1.39 % to check once its config.json is found (the "
         "engine then faulted, no KV lines)"),
+    "vllm-unknown-nemotron-3-nano-30b-nvfp4-rtx5080-rtx5070ti-1.log": (
+        ("--model", "nemotron-3-nano-30b-a3b", "--tp", "2", "--ctx", "131072", "--vllm-version", "0.13.0"),
+        "settings missing from the excerpt (it starts at model loading): no version, no kv_cache_dtype (fp8 in the "
+        "command) and no mamba_ssm_cache_dtype (Nemotron-3-Nano's config asks float32) reach check-log, which has no "
+        "flags for the two dtypes; padding layers 1, 4.35 % match, concurrency 6.17 vs 10.00 and KV tokens 183,744 vs"
+        " 280,864 with bf16 state and KV under 0.13.0 rules"),
+    "vllm-0.13.0-nemotron-3-nano-4b-fp8-unknown-1.log": (
+        (),
+        "model not shipped: nvidia/NVIDIA-Nemotron-3-Nano-4B-FP8 (NemotronHForCausalLM, ModelOpt FP8, fp8 KV, ssm "
+        "float16) has no spec or saved config, exit 2; its figures to check: block 992, padding 0.35 %, 3 padding "
+        "layers 14.29 %, 208,320 tokens, 98.20x at 8,192"),
 }
 
 
