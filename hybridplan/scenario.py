@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.errors import PlanError
-from hybridplan.spec import ModelSpec
+from hybridplan.spec import Mixer, ModelSpec
 
 #: ``--engine``: one engine or both
 ENGINE_CHOICES = ("vllm", "sglang", "both")
@@ -31,9 +31,12 @@ class DtypeChoice:
     kv: str | None = None
 
 
-#: ``--speculative-config`` methods (vLLM's ``method``; SGLang's ``--speculative-algorithm`` in lower case)
+#: ``--speculative-config`` methods (vLLM's ``method``; SGLang's ``--speculative-algorithm`` in lower case);
+#: which release accepts which is in hybridplan/speculative.py
 SPECULATIVE_METHODS = ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp", "deepseek_mtp", "ngram", "medusa",
-                       "draft_model", "nextn", "standalone")
+                       "draft_model", "nextn", "standalone", "ernie_mtp", "mimo_mtp", "glm4_moe_mtp",
+                       "longcat_flash_mtp", "qwen3_5_mtp", "nemotron_h_mtp", "mlp_speculator", "suffix", "ngram_gpu",
+                       "extract_hidden_states", "custom_class", "dspark")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class Speculative:
     draft: ModelSpec | None = None
     #: what the user (or the log) named as the draft model, as typed
     draft_ref: str | None = None
+    #: the token mixers the draft adds to the caches: the draft model's layers, or for MTP the target's own MTP
+    #: layers (hybridplan/speculative.py reads them); empty for n-gram and MLP heads
+    layers: tuple[Mixer, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in SPECULATIVE_METHODS:

@@ -148,3 +148,22 @@ def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice, spec_tokens: int, rel
     first = _CONV_HOLDS_SPEC.get(spec.architecture)
     return _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
                       conv_holds_spec=first is not None and rel.at_least(first))
+
+
+def draft_footprint(sc: Scenario) -> Footprint | None:
+    """The layers speculative decoding adds (``sc.speculative.layers``: a draft model's, or the target's MTP
+    layers) as vLLM caches them: the target's cache dtypes (the draft's ``ModelConfig`` takes the target's dtype,
+    and the one ``CacheConfig`` serves both; vllm/config/speculative.py), the target's TP; None when none."""
+    layers = sc.speculative.layers
+    if not layers:
+        return None
+    return _cached_draft(sc.spec, layers, sc.tp, sc.dtypes, sc.spec_tokens, sc.vllm.release)
+
+
+@lru_cache(maxsize=64)
+def _cached_draft(spec: ModelSpec, layers: tuple, tp: int, choice: DtypeChoice, spec_tokens: int,
+                  rel: Release) -> Footprint:
+    draft = replace(spec, name=f"{spec.name} draft", mixers=layers)
+    first = _CONV_HOLDS_SPEC.get(spec.architecture)
+    return _footprint(draft, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
+                      conv_holds_spec=first is not None and rel.at_least(first))

@@ -16,7 +16,7 @@ from hybridplan.engines.vllm.releases import Release, release
 from hybridplan.engines.vllm.sizing import Capacity, capacity
 from hybridplan.errors import PlanError
 from hybridplan.logread import Found, Log
-from hybridplan.scenario import DtypeChoice, Scenario, default_ctx
+from hybridplan.scenario import DtypeChoice, Scenario, Speculative, default_ctx
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven
@@ -47,7 +47,10 @@ CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btens
                  "dtype": r"\bdtype=(?:torch\.)?(\w+)", "kv_cache_dtype": r"\bkv_cache_dtype=(\w+)",
                  "enable_prefix_caching": r"\benable_prefix_caching=(True|False)",
                  "quantization": r"\bquantization=(\w+)", "num_spec_tokens": r"\bnum_spec_tokens=(\d+)",
-                 "enforce_eager": r"\benforce_eager=(True|False)"}
+                 "enforce_eager": r"\benforce_eager=(True|False)",
+                 # ``SpeculativeConfig.__repr__``: method, model and num_spec_tokens, the method as normalised
+                 "speculative_method": r"speculative_config=SpeculativeConfig\(method='(\w+)'",
+                 "speculative_model": r"speculative_config=SpeculativeConfig\(method='\w+', model='([^']*)'"}
 
 # --- figures -----------------------------------------------------------------------------------------
 SSM_DTYPE = re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'")
@@ -135,8 +138,15 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     if (f := log.last(USING_LEN)) is not None:
         s.put("max_model_len", int(f[1]), f.source)
     spec_cfg = args.get("speculative_config")
+    if isinstance(spec_cfg, str):  # passed as JSON text
+        try:
+            spec_cfg = json.loads(spec_cfg)
+        except json.JSONDecodeError:
+            spec_cfg = None
     if isinstance(spec_cfg, dict):
         s.put("num_speculative_tokens", spec_cfg.get("num_speculative_tokens"), args_src)
+        s.put("speculative_method", spec_cfg.get("method"), args_src)
+        s.put("speculative_model", spec_cfg.get("model"), args_src)
     for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
                  "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
                  "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
@@ -192,6 +202,30 @@ def _model(s: Settings):
     return load_model(str(ref)) if s.sources["model"] == "flag" else load_logged_model(str(ref))
 
 
+#: the note that says a draft could not be read, which leaves the KV figures unchecked
+DRAFT_UNREAD = "the speculative draft model"
+
+
+def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[str]) -> Speculative:
+    """The speculative method and draft the log names (``speculative_config``), read as
+    ``speculative_from_vllm`` reads ``--speculative-config``; a bare token count (a flag, or a log that names no
+    method) stays a count. A draft that cannot be read is said in the notes."""
+    from hybridplan.speculative import speculative_from_vllm
+
+    method = s.get("speculative_method")
+    if method is None or not spec_tokens:
+        return Speculative(num_tokens=spec_tokens) if spec_tokens else Speculative()
+    model = s.get("speculative_model")
+    cfg = {"method": str(method), "num_speculative_tokens": spec_tokens}
+    if model is not None:
+        cfg["model"] = str(model)
+    try:
+        return speculative_from_vllm(cfg, spec, rel)
+    except PlanError as exc:
+        notes.append(f"{DRAFT_UNREAD} ({method}, {model}) could not be read: {exc}")
+        return Speculative(method=None, num_tokens=spec_tokens)
+
+
 def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
     """The scenario, release and Mamba cache mode the settings describe."""
     from hybridplan.engines.vllm.settings import VllmSettings
@@ -214,7 +248,8 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     dtypes = DtypeChoice(_dtype(s.get("dtype")), _dtype(s.get("mamba_cache_dtype")),
                          _dtype(s.get("mamba_ssm_cache_dtype")), _dtype(s.get("kv_cache_dtype")))
     mode = _mode(log, s, rel, spec, spec_tokens, notes)
-    sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, engine=ENGINE,
+    sp = _speculative(s, spec, rel, spec_tokens, notes)
+    sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
                                     enforce_eager=bool(s.get("enforce_eager"))),
                   allow_long_context=True)
@@ -324,7 +359,16 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     if (f := log.last(SEQS)) is not None:
         rows.append(Row(ENGINE, f"max_num_seqs {f[1]} against {f[2]} Mamba cache blocks", "refused",
                         _verdict(rel, int(f[1]), int(f[2]), sc.vllm.enforce_eager)))
-    rows += capacity_rows(log, sc, mode, s, notes)
+    if any(n.startswith(DRAFT_UNREAD) for n in notes):  # the draft's layers join the KV cache: not sized
+        for p, figure in ((PAD_LAYERS, "padding layers"), (TOKENS, "KV cache size (tokens)"),
+                          (CONC, "max concurrency")):
+            if (f := log.last(p)) is not None:
+                out.append(NotModelled(ENGINE, figure, f[0] if p is PAD_LAYERS else f[1] if p is TOKENS else f[2],
+                                       "the speculative draft's layers join the KV cache, and its config could not "
+                                       "be read (give the draft as a shipped spec, a config path or a Hub id)"))
+        rows = [r for r in rows if not r.figure.startswith("padding layers")]
+    else:
+        rows += capacity_rows(log, sc, mode, s, notes)
     for pattern, figure, why in NOT_MODELLED:
         if (f := log.last(pattern)) is not None:
             out.append(NotModelled(ENGINE, figure, f[1], why))

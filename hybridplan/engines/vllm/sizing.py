@@ -7,7 +7,7 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Shortfall, Waterfall, cdiv
@@ -38,6 +38,88 @@ class CacheGroup:
     layers: int
     window: int | None
     recurrent: bool
+    #: tokens per block where they differ from the layout's: a draft's attention layers whose page vLLM scaled
+    #: to the common page (``unify_kv_cache_spec_page_size``)
+    block: int | None = None
+    #: layers of the speculative draft (or the target's MTP layers) only
+    draft: bool = False
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Layers of one KV cache spec (vLLM groups layers by spec equality): ``block`` as for ``CacheGroup``."""
+
+    kind: str
+    layers: int
+    window: int | None
+    recurrent: bool
+    block: int | None = None
+    draft: bool = False
+
+
+#: from this release ``unify_kv_cache_spec_page_size`` pads an attention page that does not divide the common
+#: page (where the backend indexes KV by the block stride, as FlashAttention does); before, vLLM refuses
+PAD_ATTENTION_PAGE = "0.24.0"
+
+
+def _attention_key(m: object, tp: int) -> tuple:
+    """What makes two attention layers one vLLM spec (``AttentionSpec`` equality: KV heads on the rank, head
+    size, window, and the shared dtype and block)."""
+    from hybridplan.spec import MLA, kv_heads_per_rank
+
+    if isinstance(m, MLA):
+        return ("mla", m.kv_lora_rank + m.qk_rope_head_dim)
+    return (m.kind, kv_heads_per_rank(m.num_heads, m.num_kv_heads, tp), m.head_dim, m.window)
+
+
+def _keys(mixers: tuple, tp: int) -> list[tuple]:
+    from hybridplan.spec import ATTENTION_KINDS
+
+    return [_attention_key(m, tp) for m in dict.fromkeys(mixers) if m.kind in ATTENTION_KINDS]
+
+
+def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
+    """The model's layers bucketed by spec, the draft's (``sc.speculative.layers``) joined to the target's
+    buckets where their spec is equal, and the common page in bytes. A draft attention page smaller than the
+    common page grows its block by the ratio where it divides it, else (from 0.24.0) is padded to it; vLLM
+    refuses any other (vllm/v1/core/kv_cache_utils.py ``unify_kv_cache_spec_page_size``)."""
+    from hybridplan.engines.vllm.dtypes import draft_footprint
+
+    fp, rel = footprint(sc), sc.vllm.release
+    out = [[k, Bucket(g.kind, g.count, g.window, False)] for k, g in zip(_keys(sc.spec.mixers, sc.tp), fp.kv)]
+    out += [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype), Bucket(g.kind, g.count, None, True)]
+            for g in fp.state]
+    page = lay.page_bytes
+    draft = draft_footprint(sc)
+    if draft is not None:
+        block = lay.block_size or sc.vllm.block_size or KERNEL_BLOCK
+        for key, g in zip(_keys(sc.speculative.layers, sc.tp), draft.kv):
+            same = next((b for b in out if b[0] == key), None)
+            if same is not None:
+                same[1] = replace(same[1], layers=same[1].layers + g.count)
+                continue
+            own = block * g.bytes_per_token_per_layer
+            if own > page:
+                raise PlanError(f"vLLM {rel.version} cannot unify the KV pages: the draft's {g.kind} page ({own:,} B "
+                                f"at {block} tokens) is larger than the target's ({page:,} B), which vLLM does not "
+                                "grow for Mamba layers (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py)")
+            if page % own == 0:
+                grown = block * (page // own)
+            elif rel.at_least(PAD_ATTENTION_PAGE):
+                grown = block
+            else:
+                raise PlanError(f"vLLM {rel.version} refuses the draft's {g.kind} layers: \"The page size of the layer "
+                                "is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
+                                f"({own:,} B against {page:,} B; unify_kv_cache_spec_page_size, "
+                                "vllm/v1/core/kv_cache_utils.py)")
+            out.append([key, Bucket(g.kind, g.count, g.window, False, None if grown == block else grown, True)])
+        for g in draft.state:
+            key = ("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype)
+            same = next((b for b in out if b[0] == key), None)
+            if same is None:
+                raise PlanError(f"the draft's {g.kind} layers keep a state unlike the target's: not modelled")
+            same[1] = replace(same[1], layers=same[1].layers + g.count)
+    return tuple(b for _, b in out), page
 
 
 def _threshold(rel: Release) -> float | None:
@@ -48,22 +130,24 @@ def _threshold(rel: Release) -> float | None:
     return 1.5 if rel.at_least("0.18.0") else 1.25
 
 
-def cache_groups(fp: Footprint, rel: Release = NEWEST) -> tuple[int, tuple[CacheGroup, ...]]:
-    """Bucket layers by identical spec; group size = the smallest bucket, or the largest when that is close
-    enough (``_threshold``); each bucket of n layers makes cdiv(n, size) groups (layers assigned strided;
-    contiguous in 0.10, which counts the same)."""
-    buckets: list[tuple[str, int, int | None, bool]] = [(g.kind, g.count, g.window, False) for g in fp.kv]
-    buckets += [(g.kind, g.count, None, True) for g in fp.state]
-    sizes = [n for _, n, _, _ in buckets]
+def cache_groups(fp: Footprint, rel: Release = NEWEST,
+                 given: tuple[Bucket, ...] | None = None) -> tuple[int, tuple[CacheGroup, ...]]:
+    """Bucket layers by identical spec (``given``, else one bucket per footprint group); group size = the
+    smallest bucket, or the largest when that is close enough (``_threshold``); each bucket of n layers makes
+    cdiv(n, size) groups (layers assigned strided; contiguous in 0.10, which counts the same)."""
+    if given is None:
+        given = tuple(Bucket(g.kind, g.count, g.window, False) for g in fp.kv)
+        given += tuple(Bucket(g.kind, g.count, None, True) for g in fp.state)
+    sizes = [b.layers for b in given]
     size = min(sizes)
     threshold = _threshold(rel)
     if threshold is not None and max(sizes) < threshold * size:
         size = max(sizes)
     groups: list[CacheGroup] = []
-    for kind, n, window, rec in buckets:
-        k = cdiv(n, size)
+    for b in given:
+        k = cdiv(b.layers, size)
         for i in range(k):
-            groups.append(CacheGroup(kind, len(range(i, n, k)), window, rec))
+            groups.append(CacheGroup(b.kind, len(range(i, b.layers, k)), b.window, b.recurrent, b.block, b.draft))
     return size, tuple(groups)
 
 
@@ -86,6 +170,10 @@ class Capacity:
     @property
     def bytes_per_block(self) -> int:
         return self.group_size * self.layout.page_bytes
+
+    def group_block(self, g: CacheGroup) -> int:
+        """A group's tokens per block: its own where vLLM grew it, else the layout's (max_len where none)."""
+        return g.block or self.layout.block_size or self.max_len
 
     @property
     def num_blocks(self) -> int:
@@ -110,7 +198,7 @@ class Capacity:
         if len(self.groups) == 1 and self.rel.before("0.11.0"):
             return self.num_blocks * (self.layout.block_size or self.cache_block)
         mamba_block = self.max_len if self.layout.mode == "none" else (self.layout.block_size or self.max_len)
-        blocks = [mamba_block if g.recurrent else self.layout.block_size or self.max_len for g in self.groups]
+        blocks = [mamba_block if g.recurrent else self.group_block(g) for g in self.groups]
         return self.num_blocks // len(self.groups) * min(blocks)
 
     @property
@@ -185,9 +273,9 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     if kv_budget <= 0:
         raise PlanError(f"the KV budget must be positive, got {kv_budget} B")
     lay = layout(sc, mode)
-    size, groups = cache_groups(footprint(sc), sc.vllm.release)
+    size, groups = cache_groups(footprint(sc), sc.vllm.release, buckets(sc, lay)[0])
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
-                  else attention_pages(sc, g.window, lay.block_size) for g in groups)
+                  else attention_pages(sc, g.window, g.block or lay.block_size) for g in groups)
     return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk,
                     sc.vllm.block_size or KERNEL_BLOCK)
 
