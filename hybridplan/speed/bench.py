@@ -1,0 +1,146 @@
+"""What a serving benchmark prints for a random dataset — ``vllm bench serve`` / ``sglang.bench_serving`` with
+``--random-input-len I --random-output-len O --max-concurrency C --num-prompts N`` — from the step times.
+
+The engine runs at most ``B`` requests at once: the concurrency, capped by what the engine admits on the GPU
+(vLLM: ``--max-num-seqs`` and the blocks the KV budget holds; SGLang: ``max_running_requests``, for a hybrid
+often the state pool), each figure taken from ``hybridplan fit`` for the same scenario. In steady state each
+running request decodes O tokens, and while it does the B − 1 others are each replaced once, so B − 1 prompts
+are prefilled in its lifetime, between its decode steps:
+
+    TPOT   = t_decode(B, I + O/2) + (B − 1) · t_prefill(I) / O
+    output = B / TPOT tokens/s
+
+A request's first token waits for its slot and its prefill: the first B start together and are prefilled one
+after another; those beyond B wait for a slot to free (one every O · TPOT / B); in steady state every later one
+waits behind the C − B queued before it. Mean and median TTFT come from that per-request list. Speculative
+decoding with an acceptance rate a and k proposed tokens emits (1 − a^(k+1)) / (1 − a) tokens a step
+(the draft's own forward passes are not timed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil, floor
+from statistics import median
+
+from hybridplan.errors import PlanError
+from hybridplan.scenario import Scenario
+from hybridplan.speed.gpus import Datasheet
+from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
+from hybridplan.speed.work import decode_step, prefill_step
+
+#: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
+DEFAULT_PROMPTS = 1000
+
+
+@dataclass(frozen=True)
+class Workload:
+    input: int
+    output: int
+    concurrency: int
+    num_prompts: int | None = None
+    #: speculative decoding: the chance a proposed token is accepted (None: no speculative decoding)
+    acceptance: float | None = None
+
+    def __post_init__(self) -> None:
+        for value, flag in ((self.input, "--input"), (self.output, "--output"), (self.concurrency, "--concurrency")):
+            if value < 1:
+                raise PlanError(f"{flag} must be a positive integer, got {value}")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise PlanError(f"--num-prompts must be a positive integer, got {self.num_prompts}")
+        if self.acceptance is not None and not 0 <= self.acceptance < 1:
+            raise PlanError(f"--acceptance must be in [0, 1), got {self.acceptance}")
+
+    @property
+    def prompts(self) -> int:
+        return self.num_prompts or DEFAULT_PROMPTS
+
+
+@dataclass(frozen=True)
+class Bench:
+    workload: Workload
+    engine: str
+    running: int
+    running_from: str
+    decode: StepTime
+    prefill: StepTime
+    prefill_s: float
+    tokens_per_step: float
+    tpot_s: float
+    mean_ttft_s: float
+    median_ttft_s: float
+    output_tok_s: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"input": self.workload.input, "output": self.workload.output,
+                "concurrency": self.workload.concurrency, "num_prompts": self.workload.prompts,
+                "engine": self.engine, "running": self.running, "running_from": self.running_from,
+                "output_tok_s": self.output_tok_s, "mean_ttft_ms": self.mean_ttft_s * 1e3,
+                "median_ttft_ms": self.median_ttft_s * 1e3, "mean_tpot_ms": self.tpot_s * 1e3,
+                "mean_itl_ms": self.tpot_s * 1e3, "tokens_per_step": self.tokens_per_step,
+                "decode_step_ms": self.decode.seconds * 1e3, "prefill_ms": self.prefill_s * 1e3,
+                "notes": list(self.notes)}
+
+
+def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
+    """The requests the engine runs at once for this workload, and where the figure comes from."""
+    b = sc.budget
+    if b.kv_budget is None and b.gpu_mem is None:
+        return wl.concurrency, "the concurrency (no GPU memory given: nothing caps it)"
+    from hybridplan import engines
+
+    fit_sc = replace(sc, ctx=wl.input + wl.output)
+    name = "sglang" if sc.engine == "sglang" else "vllm"
+    part = engines.get(name).fit(fit_sc).to_dict()
+    if name == "sglang":
+        cap = int(part["max_running_requests"])
+        if cap < 1:
+            raise PlanError(f"SGLang runs no request of {wl.input + wl.output:,} tokens on this GPU "
+                            "(hybridplan fit shows the memory split)")
+        return min(wl.concurrency, cap), f"SGLang max_running_requests {cap} (hybridplan fit)"
+    mode = part["modes"][sc.vllm.mode or part["default_mode"]]
+    cap = min(int(mode["max_num_seqs"]), floor(mode["max_concurrency"]))
+    if cap < 1:
+        raise PlanError(f"vLLM's KV blocks do not hold one request of {wl.input + wl.output:,} tokens on this GPU "
+                        f"({mode['max_concurrency']:.2f}x; hybridplan fit shows the budget)")
+    return min(wl.concurrency, cap), (f"vLLM: max_num_seqs {mode['max_num_seqs']}, blocks for "
+                                      f"{floor(mode['max_concurrency'])} requests (hybridplan fit)")
+
+
+def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tuple[StepTime, float]:
+    """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: the work of the whole
+    prompt, and the fixed cost once a chunk."""
+    st = step_time(prefill_step(sc, tokens), g, eff, tp=sc.tp, graphs=False)
+    chunks = ceil(tokens / sc.chunk)
+    return st, st.seconds + (chunks - 1) * eff.prefill_overhead_us * 1e-6
+
+
+def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:
+    running, running_from = running_cap(sc, wl)
+    graphs = not sc.vllm.enforce_eager
+    dec = step_time(decode_step(sc, running, wl.input + wl.output // 2), g, eff, tp=sc.tp, graphs=graphs)
+    pf, t_pf = prefill_time(sc, g, eff, wl.input)
+    k = sc.spec_tokens
+    notes: list[str] = []
+    per_step = 1.0
+    if k and wl.acceptance is not None:
+        a = wl.acceptance
+        per_step = (1 - a ** (k + 1)) / (1 - a)
+        notes.append(f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
+                     "the draft's forward passes are not timed")
+    elif k:
+        notes.append(f"--spec-tokens {k} without --acceptance: every step verifies {k + 1} tokens a request but "
+                     "only one is counted as emitted")
+    steps = wl.output / per_step
+    tpot = (dec.seconds * steps + (running - 1) * t_pf) / wl.output
+    cycle = tpot * wl.output  # one request's decode lifetime; a slot frees every cycle / B
+    n, c = wl.prompts, min(wl.concurrency, wl.prompts)
+    ttft = [(i + 1) * t_pf for i in range(min(running, n))]
+    ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
+    ttft += [max(0, c - running) * cycle / running + t_pf] * max(0, n - c)
+    if running < wl.concurrency:
+        notes.append(f"{wl.concurrency - running} of the {wl.concurrency} concurrent requests wait for a slot: "
+                     f"{running_from}")
+    return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
+                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running / tpot, tuple(notes))

@@ -1,0 +1,162 @@
+"""Step time from work: each layer kind takes the longest of its memory time (bytes over the achieved HBM
+bandwidth), its tensor time (FLOPs over the achieved tensor peak), its fp32 time and its launch floor; the
+TP all-reduces and the engine's per-step overhead add to that. Pure functions.
+
+The achieved fractions (``Efficiency``) are the only fitted figures. They were fitted on published
+measurements of attention-only models (the fixtures named in ``FITTED_ON``) and are held fixed for the hybrids,
+so a hybrid's figures are a prediction, not a fit (validation/speed.py, docs/VALIDATION.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hybridplan.errors import PlanError
+from hybridplan.speed.gpus import Datasheet
+from hybridplan.speed.work import Step, Work
+
+#: what bounds a layer kind's time
+BOUNDS = ("weights", "KV reads", "state reads and writes", "FLOPs", "fp32 FLOPs", "launch overhead",
+          "communication", "step overhead")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved over peak, and the fixed costs, as one engine on one GPU reaches them."""
+
+    #: HBM bandwidth a large decode GEMV or cache read reaches
+    hbm: float = 0.75
+    #: tensor-core peak a prefill reaches on large matmuls
+    tensor: float = 0.65
+    #: fp32 peak a recurrent kernel reaches
+    scalar: float = 0.30
+    #: the link's one-way bandwidth an all-reduce reaches
+    link: float = 0.70
+    #: µs a kernel takes at the least, replayed from a CUDA graph, and launched eagerly
+    kernel_floor_graph_us: float = 1.0
+    kernel_floor_eager_us: float = 6.0
+    #: µs an all-reduce takes at the least (NCCL's latency for a small message)
+    allreduce_us: float = 8.0
+    #: µs the engine spends per decode step outside the GPU's kernels (scheduling, sampling, detokenising)
+    step_overhead_us: float = 0.0
+    #: µs of fixed cost a prefill chunk adds (its own step)
+    prefill_overhead_us: float = 0.0
+    #: where the figures come from
+    source: str = "fitted on attention-model fixtures (FITTED_ON; python validation/speed.py --fit)"
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+#: the fixtures (tests/data/speed/) the defaults were fitted on: attention-only models, never a hybrid. The
+#: search (validation/speed.py ``fit``) set hbm, kernel_floor_graph_us and step_overhead_us on their TPOTs, then
+#: tensor and prefill_overhead_us on their TTFTs; scalar, link, allreduce_us and the eager floor are not fitted
+#: (no attention fixture resolves them) and keep round values of the order published kernels reach.
+FITTED_ON: tuple[str, ...] = ("tt-143-qwen2.5-72b-2xh100.json", "pages-llama-3.1-8b-decode.json")
+DEFAULT = Efficiency()
+
+
+@dataclass(frozen=True)
+class KindTime:
+    kind: str
+    seconds: float
+    bound: str
+    #: the bound's time over the step's
+    share: float
+    memory_s: float
+    tensor_s: float
+    scalar_s: float
+    launch_s: float
+    work: Work | None = None
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "seconds": self.seconds, "bound": self.bound, "share": self.share,
+             "memory_s": self.memory_s, "tensor_s": self.tensor_s, "scalar_s": self.scalar_s,
+             "launch_s": self.launch_s}
+        if self.work is not None:
+            d["work"] = self.work.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class StepTime:
+    step: Step
+    kinds: tuple[KindTime, ...]
+    seconds: float
+
+    @property
+    def bound(self) -> KindTime:
+        return max(self.kinds, key=lambda k: k.seconds)
+
+    def by_bound(self) -> dict[str, float]:
+        """Seconds of the step each bound accounts for."""
+        out: dict[str, float] = {}
+        for k in self.kinds:
+            out[k.bound] = out.get(k.bound, 0.0) + k.seconds
+        return out
+
+    @property
+    def main_bound(self) -> tuple[str, float]:
+        b = self.by_bound()
+        name = max(b, key=b.get)
+        return name, b[name] / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict:
+        name, share = self.main_bound
+        return {"phase": self.step.phase, "batch": self.step.batch, "ctx": self.step.ctx,
+                "tokens": self.step.tokens, "seconds": self.seconds, "bound": name, "bound_share": share,
+                "by_bound_s": self.by_bound(), "kinds": [k.to_dict() for k in self.kinds]}
+
+
+def _need(value: float | None, what: str, g: Datasheet) -> float:
+    if value is None:
+        raise PlanError(f"{g.key}: its datasheet figure for {what} is not recorded (hybridplan/speed/gpus.py)")
+    return value
+
+
+def tensor_peak(g: Datasheet, dtype: str) -> float:
+    """FLOP/s of the tensor cores at the weights' dtype class (fp8 falls back to bf16 where the GPU has none)."""
+    if dtype == "fp8" and g.fp8_tflops is not None:
+        return g.fp8_tflops * 1e12
+    return _need(g.bf16_tflops, "bf16 tensor FLOP/s", g) * 1e12
+
+
+def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) -> KindTime:
+    bw = _need(g.hbm_gbps, "HBM bandwidth", g) * 1e9 * eff.hbm
+    mem = w.bytes / bw
+    ten = w.flops / (tensor_peak(g, dtype) * eff.tensor) if w.flops else 0.0
+    # a GPU whose datasheet names no fp32 figure: its recurrent fp32 work is not timed (Step notes say so)
+    sca = w.scalar_flops / (g.fp32_tflops * 1e12 * eff.scalar) if w.scalar_flops and g.fp32_tflops else 0.0
+    floor = (eff.kernel_floor_graph_us if graphs else eff.kernel_floor_eager_us) * 1e-6
+    launch = w.kernels * floor
+    # the work runs at the slowest of its rates; each kernel adds its fixed launch-and-drain time on top
+    parts = {"memory": mem, "FLOPs": ten, "fp32 FLOPs": sca}
+    top = max(parts, key=parts.get)
+    if launch > parts[top]:
+        top = "launch overhead"
+    elif top == "memory":
+        split = {"weights": w.weight_bytes, "KV reads": w.kv_bytes, "state reads and writes": w.state_bytes}
+        top = max(split, key=split.get)
+    seconds = max(parts.values()) + launch
+    return KindTime(w.kind, seconds, top, 1.0, mem, ten, sca, launch, w)
+
+
+def comm_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> float:
+    """Ring all-reduce: each rank sends and receives 2·(tp−1)/tp of the message, one way at half the link."""
+    if tp <= 1 or not step.allreduces:
+        return 0.0
+    link = _need(g.link_gbps, "the GPU-to-GPU link", g) * 1e9 / 2 * eff.link
+    per = eff.allreduce_us * 1e-6 + 2 * (tp - 1) / tp * step.allreduce_bytes / link
+    return step.allreduces * per
+
+
+def step_time(step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True) -> StepTime:
+    kinds = [kind_time(w, g, eff, step.tensor_dtype, graphs) for w in step.kinds if w.bytes or w.flops
+             or w.scalar_flops or w.kernels]
+    comm = comm_time(step, g, eff, tp)
+    fixed = (eff.step_overhead_us if step.phase == "decode" else eff.prefill_overhead_us) * 1e-6
+    extra = [KindTime("all-reduce", comm, "communication", 1.0, 0, 0, 0, 0)] if comm else []
+    extra.append(KindTime("engine", fixed, "step overhead", 1.0, 0, 0, 0, 0))
+    total = sum(k.seconds for k in kinds) + comm + fixed
+    out = tuple(replace(k, share=k.seconds / total) for k in (*kinds, *extra))
+    return StepTime(step, out, total)

@@ -1,0 +1,215 @@
+"""The speed model's terms, each pinned by a derivation from the config (in the comment), not by its output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hybridplan.errors import PlanError
+from hybridplan.gpus import GPUS, gpu
+from hybridplan.loader import load_model
+from hybridplan.scenario import Budget, Scenario
+from hybridplan.speed.bench import Workload, bench, running_cap
+from hybridplan.speed.gpus import DATASHEETS, datasheet
+from hybridplan.speed.model import DEFAULT, Efficiency, comm_time, kind_time, step_time
+from hybridplan.speed.work import (
+    Experts,
+    Work,
+    chunk_scan_flops,
+    decode_step,
+    experts,
+    prefill_step,
+    rank_weights,
+    scan_layer_work,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kind(step, kind):
+    return next(w for w in step.kinds if w.kind == kind)
+
+
+def test_distinct_experts_touched():
+    # one token touches exactly its top-k; E·(1 − (1 − k/E)^B) for B = 32 at E = 512, k = 10
+    ex = Experts(512, 10)
+    assert ex.touched(1) == pytest.approx(10)
+    assert ex.touched(32) == pytest.approx(512 * (1 - (502 / 512) ** 32))
+    assert ex.touched(100_000) == pytest.approx(512)
+    # Qwen3-Next's config: num_experts 512, num_experts_per_tok 10
+    assert experts(load_model("qwen3-next")) == Experts(512, 10)
+    assert experts(load_model("llama-3.1-8b")) is None
+
+
+def test_decode_kv_bytes_llama():
+    # Llama-3.1-8B: 32 layers × 8 KV heads × 128 × (K and V) × 2 B = 131,072 B a token; 4 sequences read 1,000
+    # tokens each and write one: 4 · 1,000 · 131,072 + 4 · 131,072
+    sc = Scenario(spec=load_model("llama-3.1-8b"), ctx=2048)
+    assert _kind(decode_step(sc, 4, 1000), "attention").kv_bytes == 4 * 1000 * 131_072 + 4 * 131_072
+
+
+def test_decode_attention_flops_llama():
+    # QKᵀ and PV: 2 matmuls × 2 FLOPs × 32 heads × 128 per key, 1,000 keys, 32 layers, batch 4; plus the
+    # projections: 2 FLOPs a parameter of the 32 attention blocks (q 4096², k and v 4096·1024, o 4096²) per token
+    sc = Scenario(spec=load_model("llama-3.1-8b"), ctx=2048)
+    proj = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+    assert _kind(decode_step(sc, 4, 1000), "attention").flops == 4 * (32 * 4 * 32 * 128 * 1000 + 2 * proj)
+
+
+def test_decode_state_bytes_nemotron_h():
+    # Nemotron-H-8B, 24 Mamba-2 layers: conv (8192 + 2·8·128) × 3 bf16 = 61,440 B, SSM 128 × 64 × 128 fp32
+    # = 4,194,304 B (README's size example); read and written every step, 2 sequences
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=8192)
+    assert _kind(decode_step(sc, 2, 100), "mamba2").state_bytes == 2 * 2 * 24 * (61_440 + 4_194_304)
+
+
+def test_decode_weights_llama_leave_the_embedding():
+    # an untied embedding is read for the batch's rows only: the step reads every weight but
+    # embed_tokens, 128,256 × 4,096 × 2 B
+    spec = load_model("llama-3.1-8b")
+    rw = rank_weights(spec, 1, "bfloat16")
+    read = sum(w.weight_bytes for w in decode_step(Scenario(spec=spec, ctx=2048), 1, 10).kinds)
+    assert read == pytest.approx(rw.total - 128_256 * 4096 * 2)
+
+
+def test_moe_routed_weights_scale_with_experts_touched():
+    # Qwen3-Next routed experts: 48 layers × 512 × (2048 · 2·512 up + 512 · 2048 down) parameters
+    spec = load_model("qwen3-next")
+    rw = rank_weights(spec, 1, "bfloat16")
+    assert rw.routed_params == 48 * 512 * (2048 * 1024 + 512 * 2048)
+    sc = Scenario(spec=spec, ctx=4096)
+    moe_all = dict(rw.bytes)["moe"]
+    one = _kind(decode_step(sc, 1, 100), "moe").weight_bytes
+    assert one == pytest.approx(moe_all - rw.routed_bytes * (1 - 10 / 512))
+    # a large batch touches nearly every expert
+    assert _kind(decode_step(sc, 4096, 100), "moe").weight_bytes == pytest.approx(moe_all, rel=1e-6)
+
+
+def test_ssd_chunk_flops_granite():
+    # granite-4.0-h-small: 128 heads × 64, state 128, chunk 256: per token and head
+    # 2·256·128 + 2·256·64 + 4·64·128 = 131,072 FLOPs
+    m = next(x for x in load_model("granite-4.0-h-small").recurrent if x.kind == "mamba2")
+    assert chunk_scan_flops(m, 1, 1000, 256) == 1000 * 128 * 131_072
+
+
+def test_ssd_bytes_fused_and_unfused():
+    # per token: x 128·64·2 = 16,384 B, B and C 128·2 = 256 B each, dt 128·4 = 512 B, y 16,384 B; chunk states
+    # 128·64·128·4 = 4 MiB each, 4 chunks of 256 in 1,024 tokens
+    m = next(x for x in load_model("granite-4.0-h-small").recurrent if x.kind == "mamba2")
+    state = 4 * 128 * 64 * 128 * 4
+    fused = scan_layer_work(m, 1, 1024, 256, fused=True)
+    assert fused.state_bytes == 1024 * (16_384 + 2 * 256 + 512 + 16_384) + 2 * state
+    # unfused: x twice, B and C twice each, dt four times, the C·Bᵀ scores (256 fp32 a token) twice, states 4×
+    unfused = scan_layer_work(m, 1, 1024, 256)
+    assert unfused.state_bytes == 1024 * (2 * 16_384 + 4 * 256 + 4 * 512 + 2 * 256 * 4 + 16_384) + 4 * state
+    assert (fused.kernels, unfused.kernels) == (1, 5)
+
+
+def test_prefill_attention_flops_are_causal():
+    # Llama-3.1-8B, 2,048 tokens: each query sees half the keys on average: 4 · 32 heads · 128 · 2048 · 1024
+    # a layer, 32 layers, beside 2 FLOPs a parameter of the projections per token
+    sc = Scenario(spec=load_model("llama-3.1-8b"), ctx=4096)
+    proj = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+    assert _kind(prefill_step(sc, 2048), "attention").flops == 32 * 4 * 32 * 128 * 2048 * 1024 + 2 * proj * 2048
+
+
+def test_kind_time_bounds():
+    g = datasheet("h100")
+    eff = Efficiency(hbm=0.5, tensor=0.5, kernel_floor_graph_us=0.0)
+    # 1 GB at half of 3,350 GB/s
+    kt = kind_time(Work("mlp", 1, weight_bytes=1e9), g, eff, "bf16", graphs=True)
+    assert kt.seconds == pytest.approx(1e9 / 1675e9) and kt.bound == "weights"
+    # 1e15 FLOPs at half of 989 TFLOP/s beat 1 GB of memory time
+    kt = kind_time(Work("mlp", 1, weight_bytes=1e9, flops=1e15), g, eff, "bf16", graphs=True)
+    assert kt.seconds == pytest.approx(1e15 / 494.5e12) and kt.bound == "FLOPs"
+    # fp8 weights run at the fp8 peak (1,979 TFLOP/s)
+    assert kind_time(Work("mlp", 1, flops=1e15), g, eff, "fp8", graphs=True).seconds == pytest.approx(
+        1e15 / 989.5e12)
+    # ten kernels at a 3 µs floor and nothing else to do
+    kt = kind_time(Work("mlp", 1, kernels=10), g, replace(eff, kernel_floor_eager_us=3.0), "bf16", graphs=False)
+    assert kt.seconds == pytest.approx(30e-6) and kt.bound == "launch overhead"
+
+
+def test_allreduce_time():
+    # TP 2 over NVLink 4 (900 GB/s both ways, 450 one way, at 0.7): a ring all-reduce moves 2·(2−1)/2 of
+    # each message; 64 all-reduces (32 mixers + 32 MLPs) of 8 tokens × 4,096 × 2 B, 8 µs each at the least
+    sc = Scenario(spec=load_model("llama-3.1-8b"), ctx=2048, tp=2)
+    step = decode_step(sc, 8, 100)
+    assert step.allreduces == 64 and step.allreduce_bytes == 8 * 4096 * 2
+    eff = Efficiency(link=0.7, allreduce_us=8.0)
+    assert comm_time(step, datasheet("h100"), eff, 2) == pytest.approx(64 * (8e-6 + 8 * 4096 * 2 / (450e9 * 0.7)))
+
+
+def test_bench_formulas():
+    # TPOT = t_decode + (B − 1) · t_prefill / O; output = B / TPOT; with no GPU memory nothing caps B
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=8192)
+    wl = Workload(1024, 256, 8, num_prompts=16)
+    b = bench(sc, datasheet("h100"), wl)
+    assert b.running == 8
+    assert b.tpot_s == pytest.approx((b.decode.seconds * 256 + 7 * b.prefill_s) / 256)
+    assert b.output_tok_s == pytest.approx(8 / b.tpot_s)
+    # the first 8 are prefilled one after another: (1 + … + 8) · t_pf; the 8 after them wait for no slot
+    assert b.mean_ttft_s == pytest.approx((36 * b.prefill_s + 8 * b.prefill_s) / 16)
+
+
+def test_bench_speculative_tokens_a_step():
+    # k = 2 proposed tokens at acceptance 0.5: 1 + 0.5 + 0.25 = 1.75 tokens a step
+    sc = Scenario(spec=load_model("qwen3-next"), ctx=4096, tp=4, spec_tokens=2)
+    b = bench(sc, datasheet("h200"), Workload(512, 128, 4, acceptance=0.5))
+    assert b.tokens_per_step == pytest.approx(1.75)
+
+
+def test_running_cap_is_fits():
+    # SGLang's max_running_requests as `hybridplan fit` computes it for the same scenario, context I + O
+    from hybridplan import engines
+
+    g = gpu("h200")
+    sc = Scenario(spec=load_model("qwen3.6-35b-a3b"), ctx=9216, engine="sglang",
+                  budget=Budget(gpu_mem=g.total, gpu=g.key))
+    cap = engines.get("sglang").fit(sc).to_dict()["max_running_requests"]
+    assert running_cap(sc, Workload(8192, 1024, 100_000))[0] == cap
+
+
+def test_datasheets_name_known_gpus():
+    keys = {g.key for g in GPUS}
+    assert set(DATASHEETS) <= keys
+    for g in GPUS:  # gpus.py's two older speed fields say what the table says
+        d = DATASHEETS.get(g.key)
+        if d and g.bandwidth_gbps:
+            assert g.bandwidth_gbps == d.hbm_gbps, g.key
+        if d and g.bf16_tflops:
+            assert g.bf16_tflops == d.bf16_tflops, g.key
+    assert all(d.sheet for d in DATASHEETS.values())
+
+
+def test_bad_input():
+    with pytest.raises(PlanError):
+        Workload(0, 10, 1)
+    with pytest.raises(PlanError):
+        Workload(10, 10, 1, acceptance=1.0)
+    with pytest.raises(PlanError):
+        datasheet("no-such-gpu")
+    with pytest.raises(PlanError):
+        decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=10), 0, 10)
+
+
+def test_fixtures_each_predicted():
+    # ≥ 30 published measurements, each with its source, each predicted by validation/speed.py
+    sys.path.insert(0, str(ROOT / "validation"))
+    import speed as validation
+
+    docs = validation.fixtures()
+    assert sum(len(d["measurements"]) for d in docs) >= 30
+    assert all(d["source"].startswith("https://") for d in docs)
+    rows = validation.rows()
+    assert len(rows) == sum(len(d["measurements"]) for d in docs)
+    # the efficiencies were fitted on the attention fixtures alone
+    from hybridplan.speed.model import FITTED_ON
+
+    assert all(not json.loads((validation.DATA / f).read_text()).get("hybrid") for f in FITTED_ON)
+    assert step_time(decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=10), 1, 10),
+                     datasheet("h100"), DEFAULT).seconds > 0
