@@ -98,53 +98,49 @@ CASES = [
     # group (eight would give 0.25 %)
     ("vllm-0.19.0-granite-4.0-h-1b-unknown-1.log", ("--model", "granite-4.0-h-tiny"),
      ("attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
+    # MTP (speculative_config method mtp, or qwen3_next_mtp that 0.11.0 on rewrites to mtp): the target's MTP layer
+    # (mtp_num_hidden_layers 1, full attention of the target's shape) joins the target's attention bucket
+    # (vllm/v1/worker/gpu_model_runner.py get_kv_cache_spec takes every attention layer, the drafter's too): Qwen3.6-27B's
+    # 16 + 1 = 17 attention layers beside 48 GDN make group size 17 (48 ≥ 1.5·17), the GDN pad to 51: "Add 3 padding
+    # layers, may waste at most 6.25%" = 3/48; a request pins cdiv(max_len, block) pages of the attention group and
+    # 2 + 3 of each of the three GDN groups (align); a block is 17 pages
+    ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-1.log", ("--model", "qwen3.6-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-2.log", ("--model", "qwen3.6-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-3.log", ("--model", "qwen3.6-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log", ("--model", "qwen3.6-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-2.log", ("--model", "qwen3.6-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    # Qwen3.6-35B-A3B: 10 attention + 1 MTP layer = 11 beside 30 GDN: group size 11, 30 pad to 33, 3/30 = 10 %
+    ("vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log", ("--model", "qwen3.6-35b-a3b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    ("vllm-0.25.1-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log", ("--model", "qwen3.6-35b-a3b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    # Qwen3.8-27B (Qwen3.5-27B's shapes), INT4 compressed-tensors without a KV scheme: 17 attention layers as above
+    ("vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log", ("--model", "qwen3.5-27b"),
+     ("attention block size", "padding layers", "max concurrency", "KV cache size")),
+    # the same rig and flags as issue 612 two days later, 6.01 GiB free instead of 5.98: fp8 KV, align (prefix
+    # caching), 131,072 tokens; the concurrency moves from 4.33x to 4.35x with the budget, 569,878 = int(4.3478… ·
+    # 131,072)
+    ("vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-2.log", ("--model", "qwen3.6-35b-a3b"),
+     ("max concurrency", "KV cache size")),
+    # the P2P-off twin of RANGE_LOG (issue 294 beside 295): its banner is cut too; utils.py:278 and
+    # kv_cache_utils.py:1733/1734 are 0.22.0's line numbers (the 0.22.0 PrismaQuant log prints the same), and
+    # 0.22.0's rules give 622,408 tokens where 0.33.0's extra GDN checkpoint page would give 622,231
+    ("vllm-unknown-qwen3.6-27b-int4-2xrtx3090-3.log", ("--model", "qwen3.5-27b", "--vllm-version", "0.22.0"),
+     ("max concurrency", "KV cache size")),
 ]
 
 # logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
 # predicted, and the likely reason). /work/coord/logs_report.md has the table; move a log to CASES once it reconciles
 PENDING = {
-    # MTP's draft layer is one more full-attention layer in the KV groups: 16 + 1 = 17 attention layers beside 48
-    # GDN make group size 17, 48 GDN layers pad to 51 ("Add 3 padding layers, 6.25 %" = 3/48), and every request
-    # pins the 17th layer's KV too; hybridplan counts 16 attention layers and no padding
-    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-1.log": (
-        ("--model", "qwen3.6-27b"),
-        "speculative decoding (mtp, 3): padding layers logged 3, 6.25 % vs none; KV tokens 96,447 vs 102,630; "
-        "concurrency 1.47 vs 1.57 — the MTP draft's attention layer joins the KV groups (17 attention layers)"),
-    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-2.log": (
-        ("--model", "qwen3.6-27b"),
-        "speculative decoding (mtp, 3), max_num_seqs 8: padding layers 3, 6.25 % vs none; KV tokens 89,028 vs "
-        "93,974; concurrency 1.36 vs 1.43 — the MTP draft's attention layer joins the KV groups"),
-    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-3.log": (
-        ("--model", "qwen3.6-27b"),
-        "speculative decoding (mtp, 3): padding layers 3, 6.25 % vs none; KV tokens 97,684 vs 103,866; "
-        "concurrency 1.49 vs 1.58 — the MTP draft's attention layer joins the KV groups"),
     "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log": (
         ("--model", "qwen3.6-27b"),
         "refusal not read (exit 2, nothing to check): --pipeline-parallel-size 2 with MTP is refused by vLLM 0.23.0 "
         "vllm/config/speculative.py _verify_args (\"Pipeline parallelism is not supported for this model\")"),
-    "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log": (
-        ("--model", "qwen3.6-27b"),
-        "speculative decoding (qwen3_next_mtp, 3), TP 4, bf16 KV, align: padding layers 3, 6.25 % vs none; KV "
-        "tokens 315,471 vs 335,849; concurrency 1.58 vs 1.68 — the MTP draft's attention layer joins the KV groups"),
-    "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-2.log": (
-        ("--model", "qwen3.6-27b"),
-        "speculative decoding (qwen3_next_mtp, 3), TP 4, fp8 KV, align: padding layers 3, 6.25 % vs none; KV "
-        "tokens 611,009 vs 649,541; concurrency 4.07 vs 4.33 — the MTP draft's attention layer joins the KV groups"),
-    # 10 attention + 1 MTP layer = 11 beside 30 GDN: 30 pad to 33, 3/30 = 10 %
-    "vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log": (
-        ("--model", "qwen3.6-35b-a3b"),
-        "speculative decoding (mtp, 3), bf16 KV, align: padding layers 3, 10.00 % vs none; KV tokens 3,131,683 vs "
-        "3,445,544; concurrency 15.66 vs 17.23 — the MTP draft's attention layer joins the KV groups (11 layers)"),
-    "vllm-0.25.1-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": (
-        ("--model", "qwen3.6-35b-a3b"),
-        "speculative decoding (mtp, 3), GB10, bf16 KV: padding layers 3, 10.00 % vs none; KV "
-        "tokens 3,366,051 vs 3,702,656; concurrency 12.84 vs 14.12 — the MTP draft's attention layer joins the KV "
-        "groups (11 layers)"),
-    "vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log": (
-        ("--model", "qwen3.5-27b"),
-        "speculative decoding (mtp, 3), GB10, INT4 compressed-tensors, bf16 KV: padding layers 3, 6.25 % vs none; KV "
-        "tokens 1,191,213 vs 1,265,230; concurrency 4.54 vs 4.83 — the MTP draft's attention layer joins the KV "
-        "groups (17 layers)"),
     "vllm-0.25.1-qwen3.8-27b-nvfp4-mtp-gb10-1.log": (
         ("--model", "qwen3.5-27b"),
         "quantized KV + speculative decoding: block logged 1600 vs 800 (kv_cache_dtype=auto, yet the attention page "
@@ -167,6 +163,11 @@ PENDING = {
         "model not shipped: nvidia/NVIDIA-Nemotron-3-Nano-4B-FP8 (NemotronHForCausalLM, ModelOpt FP8, fp8 KV, ssm "
         "float16) has no spec or saved config, exit 2; its figures to check: block 992, padding 0.35 %, 3 padding "
         "layers 14.29 %, 208,320 tokens, 98.20x at 8,192"),
+    "vllm-0.20.2rc1-qwen3.6-27b-int4-dflash-2xrtx3090-1.log": (
+        ("--model", "qwen3.5-27b"),
+        "speculative decoding (dflash, 5): the DFlash draft (~/.cache/huggingface/qwen3.6-27b-dflash, its own "
+        "attention layers in the KV groups) has no readable config, so KV tokens 200,769 and concurrency 1.00x at "
+        "200,000 are listed as not modelled (exit 0, no rows); give the z-lab Qwen3.6-27B-DFlash config to check them"),
 }
 
 
