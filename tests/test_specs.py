@@ -41,7 +41,9 @@ PROVENANCE = {
     "lfm2-2.6b": ("LiquidAI__LFM2-2.6B.mlx-resave.json", {}),
     "mamba-130m": ("state-spaces__mamba-130m-hf.from-python-dict.json", {}),
     "minimax-m1": ("MiniMaxAI__MiniMax-M1.json", {}),
-    "nemotron-3-super-120b-a12b": ("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json", {}),
+    # the saved config omits the FP8 checkpoint's quantization_config: the spec's is written from NVIDIA's
+    # precision table for it (see the spec's comment)
+    "nemotron-3-super-120b-a12b": ("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json", {"quantization_config"}),
     "nemotron-3-ultra-550b-a55b": ("nvidia__NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.json", {}),
     "llama-3.1-8b": ("meta-llama__Meta-Llama-3.1-8B.json", {}),
     "nemotron-nano-9b-v2": ("nvidia__NVIDIA-Nemotron-Nano-9B-v2.json", {}),
@@ -57,6 +59,14 @@ PROVENANCE = {
     # NVIDIA's ModelOpt re-saves: the base model's config plus its quantization_config, kept as it is
     "qwen3.5-122b-a10b-nvfp4": ("nvidia__Qwen3.5-122B-A10B-NVFP4.json", {}),
     "qwen3.5-397b-a17b-nvfp4": ("nvidia__Qwen3.5-397B-A17B-NVFP4.json", {}),
+    # transformer references beside the hybrids of the same size (Qwen3 dense next to Qwen3.5)
+    "qwen3-0.6b": ("Qwen__Qwen3-0.6B.json", {}),
+    "qwen3-1.7b": ("Qwen__Qwen3-1.7B.json", {}),
+    "qwen3-8b": ("Qwen__Qwen3-8B.json", {}),
+    "qwen3-32b": ("Qwen__Qwen3-32B.json", {}),
+    "qwen3-32b-fp8": ("Qwen__Qwen3-32B-FP8.json", {}),  # the 32B's config plus its fp8 quantization_config
+    "llama-3.3-70b-instruct": ("meta-llama__Llama-3.3-70B-Instruct.json", {}),
+    "kimi-k2-instruct": ("moonshotai__Kimi-K2-Instruct.json", {}),  # DeepSeek-V3 layout, fp8 blocks
 }
 
 
@@ -190,6 +200,9 @@ KV_PER_LAYER = {
     "qwen3.5-4b": 2 * 4 * 256 * 2,
     "qwen3.5-0.8b-base": 2 * 2 * 256 * 2,
     "qwen3.5-9b": 2 * 4 * 256 * 2,  # 4 KV heads × head_dim 256
+    "qwen3-8b": 2 * 8 * 128 * 2,  # every one of its 36 layers: 8 KV heads × head_dim 128
+    "qwen3-32b-fp8": 2 * 8 * 128 * 2,  # fp8 weights; the KV cache stays bf16 under --kv-cache-dtype auto
+    "kimi-k2-instruct": (512 + 64) * 2,  # MLA: kv_lora_rank + qk_rope_head_dim, as DeepSeek-V3
 }
 
 
