@@ -560,10 +560,13 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
     parts = adapter(f)
     if not parts["mixers"]:
         raise PlanError(f"{family} config describes no layers")
+    from hybridplan.weights.quant import read as read_quantization  # here: hybridplan.weights imports this module
+
     return ModelSpec(
         name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
         ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
         max_position_embeddings=f.opt_int("max_position_embeddings"), context=context_fields(raw),
         chunk_size=parts["chunk"],
         config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
-        aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str))
+        aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str),
+        quantization=read_quantization(config))

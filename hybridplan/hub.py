@@ -90,6 +90,26 @@ def config(repo_id: str, revision: str | None = None) -> tuple[dict[str, Any], s
     return _read(Path(path), where), "hub"
 
 
+def quant_config(repo_id: str, revision: str | None = None) -> dict[str, Any] | None:
+    """The repository's ``hf_quant_config.json`` (ModelOpt 0.29 and older write it beside config.json), from the
+    cache, else from the Hub when it may be reached; None when it has none or it cannot be had."""
+    import huggingface_hub
+
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    cached = huggingface_hub.try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache_dir(),
+                                                    revision=revision)
+    if isinstance(cached, str):
+        return _read(Path(cached), where)
+    if cached is not None or offline() or not reachable():  # cached as absent, or no Hub to ask
+        return None
+    try:
+        path = huggingface_hub.hf_hub_download(repo_id, "hf_quant_config.json", revision=revision,
+                                               cache_dir=cache_dir())
+    except Exception:  # noqa: BLE001 - most repositories have none; config.json alone then stands
+        return None
+    return _read(Path(path), where)
+
+
 def _gguf_hint(repo_id: str, revision: str | None) -> str:
     """Say so when the repository holds GGUF files only."""
     try:

@@ -114,10 +114,27 @@ def load_path(path: Path) -> ModelSpec:
     if path.suffix.lower() in (".yaml", ".yml"):
         return _spec_from_document(doc, str(path))
     name = path.parent.name if path.name == "config.json" else path.stem
-    spec = spec_from_config(doc, name=name, source=str(path))
+    quant = path.parent / "hf_quant_config.json" if path.name == "config.json" else None
+    spec = _with_quant_file(doc, quant if quant is not None and quant.is_file() else None, name=name,
+                            source=str(path))
     from hybridplan.weights.checkpoint import from_folder
 
     return replace(spec, checkpoint=from_folder(path.parent, _layers(doc)))
+
+
+def _with_quant_file(config: Any, quant: Path | dict | None, **kw: Any) -> ModelSpec:
+    """The spec of a config, with ModelOpt's hf_quant_config.json (a path, or its parsed content) taken as its
+    ``quantization_config`` where config.json has none, as vLLM (vllm/transformers_utils/config.py
+    ``get_config``) and SGLang (configs/model_config.py) read it."""
+    if quant is None or not isinstance(config, dict) or config.get("quantization_config") is not None:
+        return spec_from_config(config, **kw)
+    doc = _parse_file(quant) if isinstance(quant, Path) else quant
+    if not isinstance(doc, dict):
+        raise PlanError(f"{quant}: hf_quant_config.json is not a JSON object")
+    from hybridplan.weights.quant import read
+
+    spec = spec_from_config({**config, "quantization_config": doc}, **kw)
+    return replace(spec, quantization=read({"quantization_config": doc}, where="hf_quant_config.json"))
 
 
 def _layers(config: Any) -> int | None:
@@ -173,14 +190,20 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
 
     cfg, _ = hub.config(repo_id, revision)
     ckpt = from_hub(repo_id, revision, _layers(cfg))
+    quant_file = hub.quant_config(repo_id, revision) if cfg.get("quantization_config") is None else None
+    own = _with_quant_file(cfg, quant_file, name=repo_id.split("/")[-1],
+                           source=f"{repo_id}@{revision}" if revision else repo_id)
     for filename in _spec_documents():
         doc = _read_spec_document(filename)
         if _subset(doc["config"], cfg):
             spec = _spec_from_document(doc, filename)
-            return replace(spec, checkpoint=ckpt, notes=spec.notes + (
-                f"{repo_id}'s config.json is that of the shipped spec {spec.name}",))
-    spec = spec_from_config(cfg, name=repo_id.split("/")[-1], source=f"{repo_id}@{revision}" if revision else repo_id)
-    return replace(spec, checkpoint=ckpt)
+            # a re-save (AWQ, GPTQ, NVFP4, …) keeps the base config and adds its quantization: the shapes are the
+            # shipped spec's, the quantization and the config the weights are counted from the repository's
+            return replace(spec, checkpoint=ckpt, quantization=own.quantization, config_json=own.config_json,
+                           notes=spec.notes + (f"{repo_id}'s config.json is that of the shipped spec {spec.name}"
+                                               + (f", quantized: {own.quantization.describe()}"
+                                                  if own.quantization else ""),))
+    return replace(own, checkpoint=ckpt)
 
 
 def _subset(part: Any, whole: Any) -> bool:

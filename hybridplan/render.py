@@ -324,7 +324,8 @@ def models_view(r: ModelsReport) -> Rows:
     family and the layers fit beside them at 120 columns."""
     return Rows(("name / source", "aliases", "family", "layers"),
                 [(Text.assemble((s.name, "bold"), *(("\n", (s.source, "dim")) if s.source else ())),
-                  ", ".join(s.aliases), s.family, _layers_line(s.layer_counts))
+                  ", ".join(s.aliases), s.family, _layers_line(s.layer_counts)
+                  + (f"\nquantized: {s.quantization.describe()}" if s.quantization else ""))
                  for s in r.specs], title="Shipped model specs", left=range(4), prose=(1, 3), optional=(2, 3))
 
 

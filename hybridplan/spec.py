@@ -16,6 +16,7 @@ from hybridplan.errors import PlanError
 
 if TYPE_CHECKING:
     from hybridplan.weights.checkpoint import Checkpoint
+    from hybridplan.weights.quant import Quantization
 
 RECURRENT_KINDS = ("mamba1", "mamba2", "gdn", "kda", "short_conv", "linear_attention")
 ATTENTION_KINDS = ("attention", "sliding_attention", "mla")
@@ -249,6 +250,9 @@ class ModelSpec:
     config_json: str = field(default="", compare=False, repr=False)
     #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py)
     checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
+    #: the checkpoint's quantization (hybridplan/weights/quant.py), read once: the weights and the engines'
+    #: KV-dtype rules read this value
+    quantization: Quantization | None = None
 
     def config_dtype(self, field: str) -> str | None:
         return dict(self.config_dtypes).get(field)

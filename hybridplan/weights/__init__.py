@@ -19,7 +19,7 @@ from hybridplan.errors import PlanError
 from hybridplan.spec import ModelSpec
 from hybridplan.weights.checkpoint import Checkpoint
 from hybridplan.weights.families import Part, parts
-from hybridplan.weights.quant import Scheme, scheme
+from hybridplan.weights.quant import Scheme
 
 #: vLLM pads the vocabulary to a multiple of this before splitting it (``DEFAULT_VOCAB_PADDING_SIZE``)
 VOCAB_PADDING = 64
@@ -105,7 +105,7 @@ def _from_checkpoint(ckpt: Checkpoint, counted: Weights | None, s: _Serving) -> 
     """The checkpoint's figures in place of the count: its parameters, and its bytes where it is quantized
     (packed weights and scales as stored) or its parameters at the serving dtype where it is not; split per
     rank as the count splits them."""
-    quantized = scheme(json.loads(s.spec.config_json or "{}")) is not None
+    quantized = s.spec.quantization is not None
     stored = size_of(s.spec.model_dtype)
     counted_mtp = counted.mtp_params if counted else 0
     mtp_params = ckpt.mtp_params if ckpt.mtp_params is not None else counted_mtp
@@ -116,9 +116,15 @@ def _from_checkpoint(ckpt: Checkpoint, counted: Weights | None, s: _Serving) -> 
     if ckpt.params is not None:
         params = ckpt.params - (mtp_params if inside else 0) + (mtp_params if s.mtp else 0)
     elif not quantized:
-        # an index without total_parameters: its bytes at the width they are stored in (the config's dtype
-        # may not say: float32 configs ship bfloat16 shards), the width the count points to
+        # an index without total_parameters: total_size is bytes; its parameters are those bytes at the width
+        # they are stored in (the config's dtype may not say: float32 configs ship bfloat16 shards), the 2 or 4
+        # bytes the count points to. About one byte a parameter is a quantized checkpoint whose config does not
+        # say so: its bytes are not parameters to price at the serving dtype
         width = min((1, 2, 4), key=lambda b: abs(size / b - counted.params)) if counted else stored
+        if width == 1:
+            raise PlanError(f"{ckpt.where} holds {size:,} B for {counted.params:,} counted parameters, about one "
+                            "byte each, yet its config names no quantization (no quantization_config, no "
+                            "hf_quant_config.json): give --weights")
         params = size // width
     else:
         params = counted.params if counted else 0
@@ -135,7 +141,7 @@ def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
         raise PlanError(f"{spec.name} carries no config to count its weights from: give --weights or --params")
     config = json.loads(spec.config_json)
     every = parts(spec.architecture, config, spec.family)
-    q = scheme(config)
+    q = spec.quantization.weights_scheme() if spec.quantization is not None else None
     dbytes = size_of(dtype)
     loaded = [p for p in every if p.section != "mtp" or mtp]
     hidden = spec.hidden_size or 1

@@ -1,10 +1,36 @@
-"""Bytes a weight takes under a checkpoint's ``quantization_config``, scales included, and what the scheme
-leaves unquantized. A scheme hybridplan cannot size is refused: pass --weights."""
+"""A checkpoint's quantization, read once (``read``) into one frozen value, ``Quantization``, that the weights
+and both engines' KV-dtype rules read: the method and algorithm it names, the KV-cache scheme it declares, and
+what its weights cost (``Scheme``: bytes per parameter, scales included, and what it leaves unquantized).
+
+Where it is read: ``quantization_config`` in config.json (or its ``text_config``); a folder's or Hub
+repository's ``hf_quant_config.json`` (ModelOpt 0.29 and older write it beside config.json) is merged in by
+hybridplan/loader.py as the engines do (vLLM vllm/transformers_utils/config.py ``get_config``: taken when
+config.json has no ``quantization_config``). A scheme hybridplan cannot size is kept (its KV scheme still
+counts) and refused only where its weights are asked for: pass --weights.
+
+Bytes per parameter, as the engines' loaders hold them after loading (vLLM vllm/model_executor/layers/
+quantization/*.py, 0.10–0.33):
+
+- fp8: one byte a weight; per-tensor scales, or with ``weight_block_size`` a float32 ``weight_scale_inv`` per
+  block (fp8.py ``Fp8LinearMethod.create_weights``).
+- modelopt FP8: one byte, per-tensor scales (modelopt.py ``ModelOptFp8LinearMethod``); NVFP4: two weights a
+  byte and an fp8 ``weight_scale`` per 16 (``ModelOptNvFp4LinearMethod``), global scales per tensor.
+- awq / gptq / auto-round (int``bits``): ``qweight`` packs 32/bits codes an int32, a 16-bit scale and a packed
+  zero point per ``group_size`` (awq.py, gptq.py ``qzeros``; the Marlin kernels drop the zeros of symmetric
+  GPTQ after loading, gptq_marlin.py), so zeros are counted for AWQ and asymmetric GPTQ.
+- compressed-tensors: ``weight_packed`` int4 with 16-bit scales per group (and zero points when asymmetric),
+  fp8 one byte, fp4 (NVFP4) half a byte and an fp8 scale per 16 (compressed_tensors/schemes/*.py).
+- mxfp4: half a byte and an e8m0 scale per 32 (mxfp4.py).
+- bitsandbytes 4-bit: half a byte and a float32 absmax per 64 weights, or with double quantization an 8-bit
+  absmax per 64 and a float32 per 256 of those (bitsandbytes.py); 8-bit: one byte, a scale per row.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from hybridplan.errors import PlanError
@@ -23,6 +49,111 @@ class Scheme:
         return any(frag and frag in where for frag in self.ignore)
 
 
+@dataclass(frozen=True)
+class KVScheme:
+    """A ``kv_cache_scheme`` object (compressed-tensors' and ModelOpt's newer config.json layout)."""
+
+    num_bits: int | None
+    type: str | None
+    dynamic: bool | None
+
+    @property
+    def label(self) -> str:
+        kind = {"float": "fp", "int": "int"}.get(self.type or "", self.type or "?")
+        return f"{kind}{self.num_bits}" if self.num_bits else kind
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The checkpoint's quantization as its files state it; which engine release honours what is an engine rule
+    (hybridplan/engines/vllm/dtypes.py, hybridplan/engines/sglang/dtypes.py)."""
+
+    #: ``quant_method`` in lower case; a ModelOpt ``hf_quant_config.json`` (producer modelopt) reads as "modelopt"
+    method: str
+    #: ModelOpt's ``quant_algo`` (FP8, NVFP4, MIXED_PRECISION, …), upper case
+    algo: str | None
+    #: ``kv_cache_quant_algo`` as written (ModelOpt), inside ``quantization`` or at the top
+    kv_algo: str | None
+    #: ``kv_cache_scheme`` (compressed-tensors; ModelOpt's config.json layout)
+    kv_scheme: KVScheme | None
+    #: the fields sit under ``quantization`` (the hf_quant_config.json layout) rather than at the top
+    nested: bool
+    #: where it was read: "config.json", "config.json text_config" or "hf_quant_config.json"
+    where: str
+    scheme: Scheme | None = field(compare=False)
+    #: why ``scheme`` is None: hybridplan does not size these weights
+    unsized: str | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.scheme.name if self.scheme else (self.method or "unnamed")
+
+    @property
+    def kv_declared(self) -> str | None:
+        """The KV cache the checkpoint declares, in its own words (``fp8``, ``nvfp4``, ``fp8`` from a scheme)."""
+        if self.kv_scheme is not None:
+            return self.kv_scheme.label
+        return self.kv_algo.lower() if isinstance(self.kv_algo, str) and self.kv_algo else None
+
+    def weights_scheme(self) -> Scheme:
+        if self.scheme is None:
+            raise PlanError(self.unsized or f"hybridplan does not size the quantization {self.method!r}: give "
+                            "--weights")
+        return self.scheme
+
+    def describe(self) -> str:
+        """One line a person reads: the scheme, and the KV cache it declares."""
+        kv = self.kv_declared
+        return self.name + (f", KV cache {kv} declared ({self.where})" if kv else "")
+
+
+def _kv_scheme(value: Any) -> KVScheme | None:
+    if not isinstance(value, Mapping):
+        return None
+    bits = value.get("num_bits")
+    dyn = value.get("dynamic")
+    return KVScheme(bits if isinstance(bits, int) else None, str(value["type"]) if value.get("type") else None,
+                    dyn if isinstance(dyn, bool) else None)
+
+
+def read(config: Mapping[str, Any], where: str | None = None) -> Quantization | None:
+    """The quantization a config states (``quantization_config``, else its text config's); None when none."""
+    q, place = config.get("quantization_config"), "config.json"
+    if q is None and isinstance(config.get("text_config"), Mapping):
+        q, place = config["text_config"].get("quantization_config"), "config.json text_config"
+    if q is None:
+        return None
+    return _read_cached(json.dumps(q, sort_keys=True, default=str), where or place)
+
+
+@lru_cache(maxsize=256)
+def _read_cached(text: str, where: str) -> Quantization:
+    q = json.loads(text)
+    if not isinstance(q, Mapping):
+        return Quantization("", None, None, None, False, where, None, "quantization_config must be an object")
+    inner = q.get("quantization") if isinstance(q.get("quantization"), Mapping) else None
+    method = str(q.get("quant_method") or "").lower()
+    producer = q.get("producer") if isinstance(q.get("producer"), Mapping) else {}
+    if not method and str(producer.get("name", "")).lower() == "modelopt":
+        method = "modelopt"
+    section = inner if inner is not None else q
+    algo = section.get("quant_algo") or q.get("quant_algo")
+    kv_algo = section.get("kv_cache_quant_algo") or q.get("kv_cache_quant_algo")
+    kv_scheme = _kv_scheme(section.get("kv_cache_scheme")) or _kv_scheme(q.get("kv_cache_scheme"))
+    try:
+        sch, unsized = _scheme(q, method, section), None
+    except PlanError as exc:
+        sch, unsized = None, str(exc)
+    return Quantization(method, str(algo).upper() if algo else None, str(kv_algo) if kv_algo else None, kv_scheme,
+                        inner is not None, where, sch, unsized)
+
+
+def scheme(config: Mapping[str, Any]) -> Scheme | None:
+    """The checkpoint's weight scheme; None when unquantized; PlanError when hybridplan cannot size it."""
+    quant = read(config)
+    return None if quant is None else quant.weights_scheme()
+
+
 def _ignore(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     out: list[str] = []
     for key in ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules", "llm_int8_skip_modules"):
@@ -39,27 +170,18 @@ def _int_scheme(bits: int, group: int | None, zero: bool) -> float:
     return bits / 8 + 2 / group + (bits / 8 / group if zero else 0.0)
 
 
-def scheme(config: Mapping[str, Any]) -> Scheme | None:
-    """The checkpoint's scheme, from ``quantization_config`` (or a text config's); None when unquantized."""
-    q = config.get("quantization_config")
-    if q is None and isinstance(config.get("text_config"), Mapping):
-        q = config["text_config"].get("quantization_config")
-    if q is None:
-        return None
-    if not isinstance(q, Mapping):
-        raise PlanError("quantization_config must be an object")
-    method = str(q.get("quant_method", "")).lower()
-    ignore = _ignore(q)
+def _scheme(q: Mapping[str, Any], method: str, section: Mapping[str, Any]) -> Scheme:
+    ignore = _ignore(q) + (_ignore(section) if section is not q else ())
     if method == "fp8":
         block = q.get("weight_block_size")
         extra = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0
         return Scheme("fp8" + (f" (blocks {block[0]}×{block[1]})" if extra else ""), 1 + extra, ignore)
-    if method == "modelopt":
-        algo = str(q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo") or "").upper()
-        if algo == "FP8":
+    if method in ("modelopt", "modelopt_fp4"):
+        algo = str(section.get("quant_algo") or q.get("quant_algo") or "").upper()
+        if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
             return Scheme("modelopt fp8", 1.0, ignore)
         if algo == "NVFP4":
-            group = int(q.get("group_size") or 16)
+            group = int(section.get("group_size") or q.get("group_size") or 16)
             return Scheme(f"modelopt nvfp4 (group {group})", 0.5 + 1 / group, ignore)
         raise PlanError(f"hybridplan does not size the modelopt scheme {algo or '?'}: give --weights")
     if method in ("awq", "gptq", "auto-round", "auto_round"):
@@ -71,7 +193,9 @@ def scheme(config: Mapping[str, Any]) -> Scheme | None:
         return Scheme("mxfp4", 0.5 + 1 / 32, ignore)
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):
-            return Scheme("bitsandbytes 4-bit", 0.5 + 4 / 64, ignore)
+            double = bool(q.get("bnb_4bit_use_double_quant"))
+            return Scheme("bitsandbytes 4-bit" + (" (double quant)" if double else ""),
+                          0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64), ignore)
         if q.get("load_in_8bit"):
             return Scheme("bitsandbytes 8-bit", 1.0, ignore)
     if method == "compressed-tensors":

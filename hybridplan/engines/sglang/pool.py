@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
 from hybridplan.engines.common import Shortfall, Waterfall
+from hybridplan.engines.sglang.dtypes import checkpoint_kv
 from hybridplan.engines.sglang.radix import Strategy, page_size, strategy
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError
@@ -65,6 +66,8 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release) -> CacheDty
                      accepted=names)
     kv = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"SGLang {rel.version} --kv-cache-dtype",
                     accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED)
+    if kv is None and (forced := checkpoint_kv(spec, rel, None)) is not None:  # a ModelOpt checkpoint's fp8 KV
+        kv = KV_DTYPES[forced[0]]
     from_config = spec.config_dtype("mamba_ssm_dtype") if rel.ssm_from_config(spec) else None
     return CacheDtypes(conv=conv or "bfloat16", ssm=ssm or from_config or "float32", kv=kv or mdt)
 

@@ -85,6 +85,72 @@ def _kda_recurrent(spec: ModelSpec, rel: Release, ssm_given: str | None) -> str:
     return ssm_given
 
 
+#: the release from which vLLM resolves ``--kv-cache-dtype auto`` from a ModelOpt checkpoint's KV scheme
+#: (vllm/utils/torch_utils.py ``resolve_kv_cache_dtype_string``, called by vllm/engine/arg_utils.py
+#: ``create_engine_config``; absent in 0.13.0), and from which its ``nvfp4`` is mapped (absent in 0.19.1)
+MODELOPT_KV_SINCE = "0.14.0"
+MODELOPT_NVFP4_KV_SINCE = "0.20.0"
+#: compressed-tensors' ``kv_cache_scheme`` switches every attention layer's cache to "fp8" (its Attention
+#: layer, vllm/attention/layer.py in 0.15, vllm/model_executor/layers/attention/attention.py from 0.16), over
+#: any --kv-cache-dtype up to 0.21.0, and only under auto from 0.22.0
+CT_KV_SINCE = "0.15.0"
+CT_KV_AUTO_ONLY_FROM = "0.22.0"
+
+
+def checkpoint_kv(spec: ModelSpec, rel: Release, given: str | None) -> tuple[str, str] | None:
+    """The KV cache dtype (vLLM's name) that the checkpoint's quantization imposes over ``given`` (the
+    --kv-cache-dtype name, None for auto) in ``rel``, and why; None when the flag stands.
+
+    ModelOpt (``quant_method`` modelopt*, or an hf_quant_config.json whose producer is modelopt): under auto, its
+    ``kv_cache_scheme`` (the ``quantization`` section's, else the top's), else its ``kv_cache_quant_algo``: a
+    scheme of 8-bit floats, not dynamic, or the name "fp8" → fp8_e4m3; 4-bit floats or "nvfp4" → nvfp4 (from
+    0.20.0); anything else → auto, with vLLM's warning. compressed-tensors: any ``kv_cache_scheme`` → fp8."""
+    q = spec.quantization
+    if q is None:
+        return None
+    if q.method.startswith("modelopt") and given is None and rel.at_least(MODELOPT_KV_SINCE):
+        label = q.kv_scheme.label if q.kv_scheme is not None else (q.kv_algo or "").lower()
+        if q.kv_scheme is not None:
+            ks = q.kv_scheme
+            name = ("fp8_e4m3" if ks.dynamic is False and ks.num_bits == 8 and ks.type == "float" else
+                    "nvfp4" if ks.num_bits == 4 and ks.type == "float" and rel.at_least(MODELOPT_NVFP4_KV_SINCE)
+                    else None)
+            field = "kv_cache_scheme"
+        elif q.kv_algo:
+            name = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4" if rel.at_least(MODELOPT_NVFP4_KV_SINCE) else None}.get(
+                q.kv_algo.lower())
+            field = "kv_cache_quant_algo"
+        else:
+            return None
+        if name is None:
+            return None
+        return name, (f"the ModelOpt checkpoint's {field} {label} ({q.where}; vLLM {rel.version} resolves auto "
+                      "from it: vllm/utils/torch_utils.py resolve_kv_cache_dtype_string)")
+    if q.method == "compressed-tensors" and q.kv_scheme is not None and rel.at_least(CT_KV_SINCE) and (
+            given is None or rel.before(CT_KV_AUTO_ONLY_FROM)):
+        over = "auto" if given is None else f"--kv-cache-dtype {given}"
+        return "fp8", (f"the compressed-tensors checkpoint's kv_cache_scheme ({q.kv_scheme.label}, {q.where}): "
+                       f"vLLM {rel.version}'s Attention layer sets the cache to fp8 over {over}")
+    return None
+
+
+def _kv_name(choice_kv: str | None) -> str | None:
+    """The --kv-cache-dtype name as typed, lower case; None for auto."""
+    if choice_kv is None:
+        return None
+    key = str(choice_kv).strip().lower().removeprefix("torch.")
+    return None if key == "auto" else key
+
+
+def _kv(spec: ModelSpec, choice: DtypeChoice, rel: Release, mdt: str) -> str:
+    """The KV cache dtype: the checkpoint's where it imposes one (``checkpoint_kv``), else the flag, else the
+    model dtype."""
+    forced = checkpoint_kv(spec, rel, _kv_name(choice.kv))
+    kv = forced[0] if forced else choice.kv
+    return flag_dtype(kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
+                      accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+
+
 def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) -> CacheDtypes:
     """``--mamba-cache-dtype`` (conv), ``--mamba-ssm-cache-dtype`` (SSM), ``--kv-cache-dtype``; None = auto.
 
@@ -95,8 +161,7 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) ->
     """
     mdt = model_dtype(spec, choice.dtype)
     if rel.before("0.10.1"):  # no state dtype flags yet: every state takes the KV cache dtype
-        kv_dt = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
-                           accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+        kv_dt = _kv(spec, choice, rel, mdt)
         for given, flag in ((choice.conv, "--conv-dtype"), (choice.ssm, "--ssm-dtype")):
             if given is not None:
                 raise PlanError(f"vLLM {rel.version} has no {flag} (--mamba-cache-dtype and "
@@ -105,8 +170,7 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) ->
     states = _since(rel, _STATE_SINCE, STATE_DTYPES)
     conv_dt = flag_dtype(choice.conv, what="--conv-dtype", engine_flag=f"vLLM {rel.version} --mamba-cache-dtype",
                          accepted=states) or mdt
-    kv_dt = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
-                       accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+    kv_dt = _kv(spec, choice, rel, mdt)
     ssm_given = flag_dtype(choice.ssm, what="--ssm-dtype",
                            engine_flag=f"vLLM {rel.version} --mamba-ssm-cache-dtype", accepted=states)
     ssm_dt = ssm_given or _ssm_hook(spec, rel) or conv_dt
