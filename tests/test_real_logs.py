@@ -100,10 +100,10 @@ CASES = [
      ("attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
     # MTP (speculative_config method mtp, or qwen3_next_mtp that 0.11.0 on rewrites to mtp): the target's MTP layer
     # (mtp_num_hidden_layers 1, full attention of the target's shape) joins the target's attention bucket
-    # (vllm/v1/worker/gpu_model_runner.py get_kv_cache_spec takes every attention layer, the drafter's too): Qwen3.6-27B's
-    # 16 + 1 = 17 attention layers beside 48 GDN make group size 17 (48 ≥ 1.5·17), the GDN pad to 51: "Add 3 padding
-    # layers, may waste at most 6.25%" = 3/48; a request pins cdiv(max_len, block) pages of the attention group and
-    # 2 + 3 of each of the three GDN groups (align); a block is 17 pages
+    # (vllm/v1/worker/gpu_model_runner.py get_kv_cache_spec takes every attention layer, the drafter's too):
+    # Qwen3.6-27B's 16 + 1 = 17 attention layers beside 48 GDN make group size 17 (48 ≥ 1.5·17), the GDN pad to
+    # 51: "Add 3 padding layers, may waste at most 6.25%" = 3/48; a request pins cdiv(max_len, block) pages of the
+    # attention group and 2 + 3 of each of the three GDN groups (align); a block is 17 pages
     ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-1.log", ("--model", "qwen3.6-27b"),
      ("attention block size", "padding layers", "max concurrency", "KV cache size")),
     ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-2.log", ("--model", "qwen3.6-27b"),
@@ -168,6 +168,25 @@ PENDING = {
         "speculative decoding (dflash, 5): the DFlash draft (~/.cache/huggingface/qwen3.6-27b-dflash, its own "
         "attention layers in the KV groups) has no readable config, so KV tokens 200,769 and concurrency 1.00x at "
         "200,000 are listed as not modelled (exit 0, no rows); give the z-lab Qwen3.6-27B-DFlash config to check them"),
+    "sglang-unknown-qwen3.5-9b-2x24gb-1.log": (
+        ("--tp", "2", "--mem-fraction-static", "0.8"),
+        "model not named to check-log and not shipped: Qwen/Qwen3.5-9B appears only in the \"Found local HF "
+        "snapshot\" line (exit 2, \"pass --model\"); read with qwen3.5-4b (the same 24 GDN + 8 attention layers, 4 KV"
+        " heads of 256) the per-slot sizes match (conv 0.10, ssm 4.38, K and V 2.50 GB) but max_mamba_cache_size 186 "
+        "vs 187 and KV tokens 327,310 vs 328,234 under the 0.5.9–0.5.16 split, max_running_requests 62 vs 37 from "
+        "0.5.14; version not in the excerpt"),
+    "sglang-0.5.6.post2-lfm2-700m-unknown-1.log": (
+        (),
+        "model not named to check-log (bench_one_batch prints no server_args) and not shipped: LiquidAI/LFM2-700M "
+        "(exit 2, \"pass --model\"); its pip version 0.5.6.post2 is a source checkout adding LFM2, and check-log "
+        "refuses Lfm2ForCausalLM before 0.5.9 (\"its class came in 0.5.9\"), so the version must be given as 0.5.9 "
+        "once a 700M spec exists; figures to check: 85,292 conv slots of 4.88 GB, 473,854 KV tokens, K and V 2.71 GB"),
+    "sglang-unknown-granite-4.0-h-micro-unknown-1.log": (
+        (),
+        "model not named to check-log (bench_one_batch prints no server_args) and not shipped: ibm-"
+        "granite/granite-4.0-h-micro (exit 2, \"pass --model\"); version not printed; figures to check: 38 Mamba "
+        "slots (conv 0.03, ssm 2.74 GB), 399,740 KV tokens, K and V 1.52 GB, at the default mem-fraction-static of a "
+        "16 GB card"),
 }
 
 
