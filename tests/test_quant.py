@@ -230,3 +230,15 @@ def test_an_index_of_one_byte_a_parameter_without_quantization_is_refused(tmp_pa
     shutil.copy(QUANT / "hf_quant_config.modelopt-nvfp4.json", tmp_path / "hf_quant_config.json")
     w = weights(load_path(tmp_path))
     assert (w.bytes, w.params, w.source) == (counted, counted, "safetensors-index")
+
+
+def test_check_log_says_the_checkpoint_resolved_auto(run_cli):
+    # a real log (NVIDIA's retail-shopping-assistant PR #95) of the FP8 Nemotron-3-Super at TP 2, version not
+    # logged (newest rules): its KV is fp8 by the checkpoint's kv_cache_scheme, said with the reason
+    from tests.conftest import CONFIGS as _c
+
+    log = _c.parent / "logs" / "vllm-unknown-nemotron-3-super-120b-h100-1.log"
+    code, out, err = run_cli("check-log", log, "--model", "nemotron-3-super-120b-a12b", "--tp", "2", "--json")
+    kv = next(x for x in json.loads(out)["settings"] if x["name"] == "kv_cache_dtype")
+    assert code == 0 and kv["value"] == "fp8_e4m3"
+    assert kv["source"].startswith("auto resolved to fp8_e4m3 by the ModelOpt checkpoint's kv_cache_scheme")

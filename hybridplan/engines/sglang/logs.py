@@ -137,6 +137,12 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
         page_size=int(s.get("page_size") or 1), draft_tokens=int(draft) if draft else None,
         mem_fraction_static=float(s.get("mem_fraction_static")) if s.get("mem_fraction_static") else None)
     kv = s.get("kv_cache_dtype")
+    if kv in (None, "auto"):  # a ModelOpt checkpoint's fp8 KV under auto (hybridplan/engines/sglang/dtypes.py)
+        from hybridplan.engines.sglang.dtypes import checkpoint_kv
+
+        if (forced := checkpoint_kv(spec, settings.release, None)) is not None:
+            s.values["kv_cache_dtype"] = forced[0]
+            s.sources["kv_cache_dtype"] = f"auto resolved to {forced[0]} by {forced[1]}"
     dtypes = DtypeChoice(None if s.get("dtype") in (None, "auto") else str(s.get("dtype")), None,
                          None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
                          None if kv in (None, "auto") else str(kv))

@@ -189,6 +189,18 @@ def _mode(log: Log, s: Settings, rel: Release, spec, spec_tokens: int, notes: li
     return mode
 
 
+def _checkpoint_kv(s: Settings, spec, rel: Release, given: str | None) -> None:
+    """The KV cache dtype the checkpoint's quantization imposes (hybridplan/engines/vllm/dtypes.py), shown as the
+    setting with its reason: auto (or the flag it overrides) resolved by the checkpoint."""
+    from hybridplan.engines.vllm.dtypes import checkpoint_kv
+
+    forced = checkpoint_kv(spec, rel, None if given is None else str(given).lower())
+    if forced is not None:
+        was = s.get("kv_cache_dtype") or "auto"
+        s.values["kv_cache_dtype"] = forced[0]
+        s.sources["kv_cache_dtype"] = f"{was} resolved to {forced[0]} by {forced[1]}"
+
+
 def _dtype(value) -> str | None:
     return None if value in (None, "auto") else str(value)
 
@@ -247,6 +259,7 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     spec_tokens = int(s.get("num_speculative_tokens") or 0)
     dtypes = DtypeChoice(_dtype(s.get("dtype")), _dtype(s.get("mamba_cache_dtype")),
                          _dtype(s.get("mamba_ssm_cache_dtype")), _dtype(s.get("kv_cache_dtype")))
+    _checkpoint_kv(s, spec, rel, dtypes.kv)
     mode = _mode(log, s, rel, spec, spec_tokens, notes)
     sp = _speculative(s, spec, rel, spec_tokens, notes)
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
