@@ -87,8 +87,8 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
 
     fp, rel = footprint(sc), sc.vllm.release
     out = [[k, Bucket(g.kind, g.count, g.window, False)] for k, g in zip(_keys(sc.spec.mixers, sc.tp), fp.kv)]
-    out += [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype), Bucket(g.kind, g.count, None, True)]
-            for g in fp.state]
+    out += [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype),
+             Bucket(g.kind, g.count, None, True)] for g in fp.state]
     page = lay.page_bytes
     draft = draft_footprint(sc)
     if draft is not None:
@@ -217,8 +217,12 @@ class Capacity:
     def padding_layers(self) -> tuple[tuple[int, float], ...]:
         """(layers added, % of the bucket) per bucket whose layers do not fill their groups."""
         out = []
-        for kind, window, rec in dict.fromkeys((g.kind, g.window, g.recurrent) for g in self.groups):
-            n = sum(g.layers for g in self.groups if (g.kind, g.window, g.recurrent) == (kind, window, rec))
+
+        def bucket(g: CacheGroup) -> tuple:
+            return (g.kind, g.window, g.recurrent, g.block, g.draft)
+
+        for key in dict.fromkeys(bucket(g) for g in self.groups):
+            n = sum(g.layers for g in self.groups if bucket(g) == key)
             pad = self.group_size - n % self.group_size
             if pad != self.group_size:
                 out.append((pad, 100 * pad / n))
