@@ -303,6 +303,54 @@ from hybridplan.profile.command import profile as _profile  # noqa: E402
 command(app, *_PROFILE, short="Allocate the predicted pools on a GPU and time the kernels")(_profile)
 
 
+SPEED = (
+    param("input", tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, "
+                                            "or 1024)."), None),
+    param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
+    param("concurrency", Annotated[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+                                               help="Requests in flight (bench --max-concurrency); the decode "
+                                                    "table runs up to it.")], 64),
+    param("num_prompts", Annotated[Optional[int], option("--num-prompts", metavar="N",
+                                                         parser=count_value("--num-prompts"),
+                                                         help="Requests the benchmark sends (default 1000).")], None),
+    param("acceptance", Annotated[Optional[float], option(
+        "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
+        help="With --spec-tokens: the chance a proposed token is accepted.")], None),
+    param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
+)
+
+
+@command(app, MODEL, (param("ctx", ctx_option("Tokens per request, prompt and output (default: --input + "
+                                               "--output):"), None),), SPEED, BUDGET, ADMISSION, TP, ENGINES,
+         DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, JSON,
+         short="Decode and prefill speed per GPU, and what a serving benchmark prints")
+def speed(o: Options) -> None:
+    """Decode step time and tokens/s at each batch size, prefill throughput and TTFT for the prompt, and what
+    bounds each (weights, KV reads, state reads and writes, FLOPs, communication, launch overhead) per layer
+    kind, from the bytes and FLOPs of the planner's own footprint against the GPU's datasheet; then what
+    `vllm bench serve` / `sglang.bench_serving` print for a random dataset of that shape. Estimates: docs/speed.md
+    and docs/VALIDATION.md give their error against published measurements.
+
+    Examples:
+
+    \b
+      hybridplan speed qwen3-next --gpu-type h100 --tp 2 --ctx 32k --concurrency 64 --output 512
+      hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
+    """
+    from dataclasses import replace
+
+    from hybridplan.reports.speed import speed as speed_report
+    from hybridplan.speed.bench import Workload
+
+    out = o.output
+    given = o.input if o.input is not None else (o.ctx - out if o.ctx is not None else 1024)
+    if given < 1:
+        raise PlanError(f"--ctx {o.ctx} leaves no prompt for --output {out}: give --input")
+    sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else given + out)
+    wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance)
+    show(speed_report(sc, wl, given + out // 2), o, "hybridplan.render_speed:speed_view", "speed_plot")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit 2 for any bad input, never a traceback."""
     try:

@@ -105,3 +105,30 @@ def prefix_plot(sw: SweepReport, path: Path) -> None:
     fig.suptitle(f"{sw.spec.name}: prefix reuse, {sw.private:,} private tokens")
     _save(fig, path)
     plt.close(fig)
+
+
+def speed_plot(r, path: Path) -> None:
+    """`speed --plot`: predicted decode tokens/s against the batch, under the roofline of the same step (its
+    bytes at the datasheet's full bandwidth, its FLOPs at the full tensor peak)."""
+    from hybridplan.speed.model import tensor_peak
+
+    plt = _pyplot()
+    xs = [st.step.batch for st in r.steps]
+    bw = r.gpu.hbm_gbps * 1e9
+    mem = [st.step.tokens / (st.step.total("bytes") / bw) for st in r.steps]
+    peak = tensor_peak(r.gpu, r.steps[0].step.tensor_dtype)
+    comp = [st.step.tokens / (st.step.total("flops") / peak) for st in r.steps]
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    ax.plot(xs, [st.step.tokens / st.seconds for st in r.steps], marker="o", lw=2, label="predicted")
+    ax.plot(xs, [min(m, c) for m, c in zip(mem, comp)], color="grey", ls="--", lw=1,
+            label=f"roofline ({r.gpu.hbm_gbps:,.0f} GB/s, {peak / 1e12:,.0f} TFLOP/s)")
+    ax.axvline(r.bench.running, color="tab:red", ls=":", lw=1, label=f"running in the benchmark ({r.bench.running})")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (sequences a decode step)")
+    ax.set_ylabel("output tokens/s, one rank")
+    ax.set_title(f"{r.sc.spec.name} on {r.gpu.key}, TP {r.sc.tp}: decode at {r.ctx:,} tokens of context")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5)
+    _save(fig, path)
+    plt.close(fig)

@@ -213,3 +213,28 @@ def test_fixtures_each_predicted():
     assert all(not json.loads((validation.DATA / f).read_text()).get("hybrid") for f in FITTED_ON)
     assert step_time(decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=10), 1, 10),
                      datasheet("h100"), DEFAULT).seconds > 0
+
+
+def test_speed_command(capsys):
+    from hybridplan.cli import main
+
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
+                 "--concurrency", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {"output_tok_s", "mean_ttft_ms", "mean_tpot_ms"} <= set(d["bench"])
+    assert [row["batch"] for row in d["decode"]] == [1, 2, 4, 8]
+    # the table's tokens/s is the batch over the step time
+    assert d["decode"][-1]["tokens_per_s"] == pytest.approx(8 / (d["decode"][-1]["step_ms"] / 1e3))
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128"]) == 0
+    assert "Output token throughput (tok/s)" in capsys.readouterr().out
+
+
+def test_speed_command_refuses(capsys):
+    from hybridplan.cli import main
+
+    assert main(["speed", "nemotron-h", "--gpu-mem", "80GB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--gpu-type" in err
+    # Qwen3-Next in bf16 leaves nothing for the caches on two H100s: vLLM's refusal, not a speed
+    assert main(["speed", "qwen3-next", "--gpu-type", "h100", "--tp", "2", "--ctx", "32k"]) == 2
+    assert "will not start" in capsys.readouterr().err

@@ -92,7 +92,10 @@ def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
 
     fit_sc = replace(sc, ctx=wl.input + wl.output)
     name = "sglang" if sc.engine == "sglang" else "vllm"
-    part = engines.get(name).fit(fit_sc).to_dict()
+    fitted = engines.get(name).fit(fit_sc)
+    if not fitted.starts:
+        raise PlanError(f"{name} will not start with these settings: {fitted.problem} (hybridplan fit shows why)")
+    part = fitted.to_dict()
     if name == "sglang":
         cap = int(part["max_running_requests"])
         if cap < 1:

@@ -144,7 +144,9 @@ def rank_weights(spec: ModelSpec, tp: int, dtype: str) -> RankWeights:
     batch's rows only, unless it is tied and doubles as the LM head."""
     w = weights(spec, tp, dtype)
     config = json.loads(spec.config_json or "{}")
-    q = scheme(config)
+    # the checkpoint's scheme as hybridplan.weights prices it (a spec's own quantization where it carries one)
+    quant = getattr(spec, "quantization", scheme)
+    q = scheme(config) if quant is scheme else (quant.weights_scheme() if quant is not None else None)
     every = [p for p in parts(spec.architecture, config, spec.family) if p.section == "model"]
     hidden = spec.hidden_size or 1
     tied = not any(p.group == "lm_head" for p in every)

@@ -1,0 +1,62 @@
+"""The `speed` view: decode by batch size, the bound per layer kind at the benchmark's batch, the prompt's
+prefill, and the benchmark's figures."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.text import Text
+
+from hybridplan.render import Rows, note
+from hybridplan.units import human_tokens
+
+if TYPE_CHECKING:
+    from hybridplan.reports.speed import SpeedReport
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:,.3f}" if ms < 1 else f"{ms:,.2f}" if ms < 100 else f"{ms:,.0f}"
+
+
+def _tok(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def speed_view(r: SpeedReport) -> Group:
+    sc, b = r.sc, r.bench
+    wl = b.workload
+    head = Text.assemble((sc.spec.name, "bold"), f"  ·  {r.gpu.key}  ·  TP {sc.tp}  ·  ",
+                         f"context {human_tokens(r.ctx)} at decode  ·  ",
+                         "CUDA graphs" if r.graphs else "eager (--enforce-eager)")
+    rows = []
+    for st in r.steps:
+        name, share = st.main_bound
+        flag = "" if st.step.batch <= b.running else "  (beyond what the engine runs)"
+        rows.append((f"{st.step.batch:,}", _ms(st.seconds), _tok(st.step.tokens / st.seconds),
+                     _tok(st.step.tokens / st.seconds / st.step.batch), f"{name} {share:.0%}{flag}"))
+    decode = Rows(("batch", "step ms", "tokens/s", "per request", "bound (share of the step)"), rows,
+                  title="Decode, one rank", left=(4,), prose=(4,))
+    at = next((st for st in r.steps if st.step.batch == b.running), b.decode)
+    kinds = [(k.kind, _ms(k.seconds), f"{k.share:.0%}", k.bound) for k in at.kinds if k.share >= 0.0005]
+    per_kind = Rows(("layer kind", "ms", "share", "bound"), kinds, left=(0, 3),
+                    title=f"Decode step at batch {at.step.batch:,}, by layer kind")
+    pname, pshare = r.prefill.main_bound
+    prefill = Rows(None, [
+        ("prompt", f"{wl.input:,} tokens"),
+        ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
+        ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
+    ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
+    bench = Rows(None, [
+        ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
+                     f"{wl.prompts:,} prompts"),
+        ("running", f"{b.running:,} ({b.running_from})"),
+        ("Output token throughput (tok/s)", f"{b.output_tok_s:,.2f}"),
+        ("Mean TTFT (ms)", f"{b.mean_ttft_s * 1e3:,.2f}"),
+        ("Median TTFT (ms)", f"{b.median_ttft_s * 1e3:,.2f}"),
+        ("Mean TPOT (ms)", f"{b.tpot_s * 1e3:,.2f}"),
+        ("Mean ITL (ms)", f"{b.tpot_s * 1e3:,.2f}"),
+    ], title=f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)", styles={0: "bold"},
+        left=(0, 1), prose=(1,))
+    return Group(head, decode, per_kind, prefill, bench, *(note(n) for n in r.notes))

@@ -1,0 +1,75 @@
+"""`hybridplan speed`: decode step time and tokens/s at each batch size, the prompt's prefill and TTFT, what
+bounds each figure per layer kind, and what a serving benchmark of the workload prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridplan.errors import PlanError
+from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.scenario import Scenario
+from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
+from hybridplan.speed.gpus import Datasheet, datasheet
+from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
+from hybridplan.speed.work import decode_step
+
+
+def batch_sizes(top: int) -> tuple[int, ...]:
+    """1, 2, 4, … below ``top``, and ``top``."""
+    out, b = [], 1
+    while b < top:
+        out.append(b)
+        b *= 2
+    return (*out, top)
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    sc: Scenario
+    gpu: Datasheet
+    eff: Efficiency
+    #: the context each sequence holds at decode
+    ctx: int
+    steps: tuple[StepTime, ...]
+    prefill: StepTime
+    prefill_s: float
+    bench: Bench
+    notes: tuple[str, ...] = ()
+
+    @property
+    def graphs(self) -> bool:
+        return not self.sc.vllm.enforce_eager
+
+    def to_dict(self) -> dict:
+        sc = self.sc
+        rows = []
+        for st in self.steps:
+            name, share = st.main_bound
+            rows.append({"batch": st.step.batch, "step_ms": st.seconds * 1e3,
+                         "tokens_per_s": st.step.tokens / st.seconds, "bound": name, "bound_share": share,
+                         "admitted": st.step.batch <= self.bench.running})
+        return {"schema_version": SCHEMA_VERSION, "model": sc.spec.name, "tp": sc.tp, "gpu": self.gpu.key,
+                "datasheet": self.gpu.to_dict(), "efficiency": self.eff.to_dict(), "ctx": self.ctx,
+                "cuda_graphs": self.graphs, "decode": rows,
+                "decode_steps": [st.to_dict() for st in self.steps],
+                "prefill": {"tokens": self.bench.workload.input, "seconds": self.prefill_s,
+                            "tokens_per_s": self.bench.workload.input / self.prefill_s,
+                            **self.prefill.to_dict()},
+                "bench": self.bench.to_dict(), "notes": list(self.notes)}
+
+
+def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT) -> SpeedReport:
+    if sc.budget.gpu is None:
+        raise PlanError("speed needs --gpu-type: the GPU's datasheet figures (hybridplan gpus lists the GPUs)")
+    g = datasheet(sc.budget.gpu)
+    graphs = not sc.vllm.enforce_eager
+    b = bench(sc, g, wl, eff)
+    steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=graphs)
+                  for n in batch_sizes(max(wl.concurrency, 1)))
+    pf, t_pf = prefill_time(sc, g, eff, wl.input)
+    notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "
+             f"({g.sheet})",
+             *b.notes]
+    if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
+        notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
+    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes))
