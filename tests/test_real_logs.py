@@ -132,6 +132,16 @@ CASES = [
     # 0.22.0's rules give 622,408 tokens where 0.33.0's extra GDN checkpoint page would give 622,231
     ("vllm-unknown-qwen3.6-27b-int4-2xrtx3090-3.log", ("--model", "qwen3.5-27b", "--vllm-version", "0.22.0"),
      ("max concurrency", "KV cache size")),
+    # offline LLM() on a Hopper GPU, fp8 KV and float32 SSM state as in the two Cascade-2 logs above (block 4176,
+    # padding 0.19 %); the 23 Mamba layers pad to 24 for the 6-layer attention group (1 layer, 1/23 = 4.35 %), and
+    # 68.97 GiB holds 86.16 requests of 262,144 tokens
+    ("vllm-0.19.1-nemotron-cascade-2-30b-nvfp4-hopper-1.log", ("--model", "nemotron-3-nano-30b-a3b"),
+     ("attention block size", "mamba page padding %", "padding layers", "max concurrency", "KV cache size")),
+    # Qwen3.5-35B-A3B AWQ at float16 on a ROCm build: GDN page 8,192·3·2 + 32·128·128·4 (the config's float32 SSM
+    # state) = 2,146,304 B; attention 2 KV heads·256·2·2 = 2,048 B a token → block 16·cdiv(2,146,304, 32,768) =
+    # 1,056, page 2,162,688 B, padding 0.76 %; the worker failed before KV sizing
+    ("vllm-0.18.1rc1-qwen3.5-35b-a3b-awq-rocm-1.log", ("--model", "qwen3.5-35b-a3b"),
+     ("attention block size", "mamba page padding %")),
 ]
 
 # logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
