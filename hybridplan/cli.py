@@ -302,6 +302,11 @@ from hybridplan.profile.command import profile as _profile  # noqa: E402
 
 command(app, *_PROFILE, short="Allocate the predicted pools on a GPU and time the kernels")(_profile)
 
+from hybridplan.replay.command import GROUPS as _REPLAY  # noqa: E402
+from hybridplan.replay.command import replay as _replay  # noqa: E402
+
+command(app, *_REPLAY, short="A trace through each engine's prefix cache: what each request reuses, and why")(_replay)
+
 
 SPEED = (
     param("input", tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, "

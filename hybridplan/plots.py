@@ -107,6 +107,26 @@ def prefix_plot(sw: SweepReport, path: Path) -> None:
     plt.close(fig)
 
 
+def replay_plot(r, path: Path) -> None:
+    """`replay --plot`: the token hit rate of each cache against the budget or the block."""
+    if not r.sweep:
+        raise PlanError("--plot needs a sweep: give --plot-over budget or block")
+    plt = _pyplot()
+    over, series = r.sweep
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for i, (label, pts) in enumerate(series):
+        ls, lw = _STYLES[i % len(_STYLES)]
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", ls=ls, lw=lw, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("budget (× the one given)" if over == "budget" else "vLLM block (tokens, --block-size)")
+    ax.set_ylabel("token hit rate (%)")
+    ax.set_title(f"{r.spec.name}: prefix-cache hit rate, {r.trace}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7.5)
+    _save(fig, path)
+    plt.close(fig)
+
+
 def speed_plot(r, path: Path) -> None:
     """`speed --plot`: predicted decode tokens/s against the batch, under the roofline of the same step (its
     bytes at the datasheet's full bandwidth, its FLOPs at the full tensor peak)."""

@@ -1,0 +1,323 @@
+"""SGLang's radix cache for hybrids (MambaRadixCache, UnifiedRadixCache's Mamba component) for `replay`: where
+each request leaves Mamba states in the tree, what a later request matches, and what the two pools evict.
+Each rule names its release range and SGLang's file.
+
+- The tree holds KV per token and, at some nodes, a Mamba state. A match is the deepest node on the request's
+  path that holds a state, capped at prompt − 1 (mem_cache/mamba_radix_cache.py ``match_prefix``,
+  mem_cache/unified_radix_cache.py from 0.5.10rc0); the KV beyond it is not used. Splitting a node to insert a
+  diverging request creates a node with no state: the state stays where it was saved (#22935).
+- Where states are saved, by strategy (hybridplan/engines/sglang/radix.py ``strategy``):
+  no_buffer: the request's own slot at each prefill chunk end (``--chunked-prefill-size``) and at its end;
+  extra_buffer / extra_buffer_lazy: one tracked state per forward, at the chunk's last point of the checkpoint
+  grid lcm(max(chunk, page), tree page) (radix.py ``checkpoint_grid``), or at the branching point
+  (``mamba_branching_seqlen``: the KV match floored to the grid, when the KV reaches past the state hit) when
+  that lies inside the chunk (managers/schedule_batch.py ``mamba_last_track_seqlen``); decoding tracks every
+  lcm(grid, ``mamba_track_interval`` 256) tokens and the last tracked state is inserted at the end.
+- ``--mamba-max-states-per-path N`` (present in 0.5.18 and 0.5.23, absent in 0.5.9; #31230): after an insert,
+  the shallowest interior states of the path beyond N are dropped; the tail is kept.
+  ``--enable-int8-mamba-checkpoint`` (the same releases; #28185): cached states are stored as int8, about
+  twice as many in the same pool.
+- Pools (hybridplan/engines/sglang/pool.py ``fit``): the KV pool's tokens (or ``--max-total-tokens``) and the
+  Mamba pool's slots (or ``--max-mamba-cache-size``); a running request holds its KV and its state slots (1,
+  2 or 3 by strategy, ``Strategy.ratio``); cached KV and cached states are evicted least recently used first,
+  each in its own pool (a state can go while its KV stays).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hybridplan.engines.common import floor_to, lcm
+from hybridplan.errors import NotServed, PlanError
+
+if TYPE_CHECKING:
+    from hybridplan.replay.settings import ReplaySettings
+    from hybridplan.replay.trace import Request
+    from hybridplan.scenario import Scenario
+
+#: decode tracking interval (``mamba_track_interval``, server_args.py)
+TRACK_INTERVAL = 256
+#: the release that has --mamba-max-states-per-path and --enable-int8-mamba-checkpoint first, of those read
+CAP_FLAGS_SINCE = "0.5.18"
+
+
+@dataclass(frozen=True)
+class Rules:
+    label: str
+    version: str
+    strategy: str
+    grid: int
+    chunk: int
+    kv_tokens: int
+    state_slots: int
+    slots_per_request: int
+    max_states_per_path: int
+    int8: bool
+    max_model_len: int
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "strategy": self.strategy, "checkpoint_grid": self.grid,
+                "chunked_prefill_size": self.chunk, "kv_pool_tokens": self.kv_tokens,
+                "mamba_pool_slots": self.state_slots, "slots_per_request": self.slots_per_request,
+                "mamba_max_states_per_path": self.max_states_per_path, "int8_checkpoint": self.int8}
+
+
+def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
+    from hybridplan.engines.sglang.pool import fit
+    from hybridplan.engines.sglang.radix import checkpoint_grid, page_size, strategy
+
+    rel = sc.sglang.release
+    if not sc.spec.attention:
+        raise NotServed(f"{sc.spec.name} has no attention layers: replay models SGLang's hybrid radix cache")
+    strat = strategy(sc)
+    grid = checkpoint_grid(sc.spec, rel, page_size(sc, strat))
+    for flag, on in (("--mamba-max-states-per-path", rs.mamba_max_states_per_path != -1),
+                     ("--enable-int8-mamba-checkpoint", rs.int8_checkpoint)):
+        if on and rel.before(CAP_FLAGS_SINCE):
+            raise PlanError(f"SGLang {rel.version} has no {flag} (present from {CAP_FLAGS_SINCE} among the releases "
+                            "read)")
+    if rs.mamba_max_states_per_path == 0 or rs.mamba_max_states_per_path < -1:
+        raise PlanError("--mamba-max-states-per-path must be -1 (unlimited) or a positive integer "
+                        "(arg_groups/mamba_hook.py)")
+    f = fit(sc)
+    if not hasattr(f, "pool"):
+        raise NotServed(f"SGLang {rel.version}: {f.problem}")
+    kv = rs.max_total_tokens or f.kv_tokens
+    slots = sc.sglang.max_mamba_cache_size or f.pool.size
+    name = strat.name
+    return Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, sc.chunk, kv, slots, strat.ratio,
+                 rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
+
+
+@dataclass
+class Lookup:
+    hit: int
+    kv_match: int
+    branching: int = 0
+    evicted_state: bool = False
+    eagle_cut: bool = False
+    junction: int = 0
+    retention_dropped: bool = False
+    off: bool = False
+
+    @property
+    def attention_hit(self) -> int:
+        return self.kv_match
+
+
+class Cache:
+    """The radix tree as hash chains: KV per grid unit (and per state's tail), states at their positions."""
+
+    def __init__(self, r: Rules) -> None:
+        self.r = r
+        self.kv_lru: OrderedDict[int, int] = OrderedDict()  # chain key → tokens (cached, unheld)
+        self.kv_held: dict[int, int] = {}
+        self.kv_cost: dict[int, int] = {}
+        self.kv_used = 0  # cached KV tokens
+        self.kv_private = 0  # tokens running requests hold outside the tree
+        self.st_lru: OrderedDict[object, float] = OrderedDict()
+        self.st_held: dict[object, int] = {}
+        self.st_cost: dict[object, float] = {}
+        self.st_used = 0.0
+        self.st_private = 0
+        # chain key at a grid point → tails (tokens past it) that hold a state
+        self.tails: dict[int, set[int]] = {}
+        self.evictions = 0
+        self.evicted_states: set[object] = set()
+        self.running: dict[int, tuple[list[int], list[object], int, int]] = {}
+        self.peak_states = 0
+        self.states = 0
+        self.peak_blocks = 0
+
+    def keys(self, req: Request, stop: int) -> list[int]:
+        out, h = [], 0
+        for chunk in req.with_output().chunks(self.r.grid, stop):
+            h = hash((h, chunk))
+            out.append(h)
+        return out
+
+    def _state_key(self, req: Request, keys: list[int], pos: int) -> tuple[int, int, object]:
+        q = pos // self.r.grid
+        base = keys[q - 1] if q else 0
+        t = pos - q * self.r.grid
+        return base, t, hash((base, req.with_output().piece(q * self.r.grid, pos))) if t else base
+
+    # --- pools ----------------------------------------------------------------------------------------
+
+    def _evict_kv(self, need: int) -> bool:
+        while self.kv_used + self.kv_private + need > self.r.kv_tokens and self.kv_lru:
+            k, c = self.kv_lru.popitem(last=False)
+            del self.kv_cost[k]
+            self.kv_used -= c
+            self.evictions += 1
+        return self.kv_used + self.kv_private + need <= self.r.kv_tokens
+
+    def _evict_state(self, need: float) -> bool:
+        while self.st_used + self.st_private + need > self.r.state_slots and self.st_lru:
+            k, c = self.st_lru.popitem(last=False)
+            del self.st_cost[k]
+            self.st_used -= c
+            self.states -= 1
+            self.evictions += 1
+            self.evicted_states.add(k)
+        return self.st_used + self.st_private + need <= self.r.state_slots
+
+    # --- one request ----------------------------------------------------------------------------------
+
+    def lookup(self, req: Request, keys: list[int]) -> Lookup:
+        r = self.r
+        cap = req.prompt_len - 1
+        m = 0
+        while m < min(cap // r.grid, len(keys)) and keys[m] in self.kv_cost:
+            m += 1
+        hit, evicted = 0, False
+        for q in range(m, -1, -1):
+            base = keys[q - 1] if q else 0
+            for t in sorted(self.tails.get(base, ()), reverse=True):
+                pos = q * r.grid + t
+                if pos > cap or pos == 0:
+                    continue
+                sk = self._state_key(req, keys, pos)[2]
+                if sk in self.st_cost:
+                    hit = pos
+                    break
+                if sk in self.evicted_states:
+                    evicted = True
+            if hit:
+                break
+        kv = m * r.grid
+        if r.strategy == "off":
+            return Lookup(0, kv, off=True)
+        branching = floor_to(kv, r.grid) if r.strategy.startswith("extra_buffer") and kv > hit else 0
+        return Lookup(hit, kv, branching, evicted and not hit, junction=branching)
+
+    def state_positions(self, req: Request, start: int, branching: int) -> list[int]:
+        r = self.r
+        L = req.prompt_len
+        kv_end = L + max(req.output_len - 1, 0)
+        if r.strategy == "off":
+            return []
+        out = []
+        pos = start
+        while pos < L:
+            end = min(pos + r.chunk, L)
+            if r.strategy == "no_buffer":
+                out.append(end)
+            else:
+                tracked = pos + floor_to(end - pos, r.grid)
+                if branching and pos < branching < tracked and (branching - pos) % r.grid == 0:
+                    tracked = branching
+                if tracked > pos:
+                    out.append(tracked)
+            pos = end
+        if req.output_len:
+            if r.strategy == "no_buffer":
+                out.append(kv_end)
+            else:
+                track = lcm(r.grid, TRACK_INTERVAL)
+                last = floor_to(kv_end, track)
+                if last > max(out, default=0):
+                    out.append(last)
+        return out
+
+    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        r = self.r
+        kv_end = req.prompt_len + max(req.output_len - 1, 0)
+        hit_units = look.hit // r.grid
+        held_kv = keys[:hit_units]
+        for k in held_kv:
+            self._hold_kv(k)
+        new_kv = max(req.prompt_len + req.output_len - hit_units * r.grid, 0)
+        if req.prompt_len + req.output_len > r.kv_tokens:
+            for k in held_kv:
+                self._release_kv(k)
+            return False
+        if not self._evict_kv(new_kv) or not self._evict_state(r.slots_per_request):
+            for k in held_kv:
+                self._release_kv(k)
+            return False
+        self.kv_private += new_kv
+        self.st_private += r.slots_per_request
+        mine_kv = list(held_kv)
+        moved = 0
+        for q in range(hit_units, min(kv_end // r.grid, len(keys))):
+            k = keys[q]
+            if k not in self.kv_cost:
+                self.kv_cost[k] = r.grid
+                self.kv_used += r.grid
+                moved += r.grid
+            self._hold_kv(k)
+            mine_kv.append(k)
+        moved = min(moved, new_kv)
+        self.kv_private -= moved
+        mine_st: list[object] = []
+        if look.hit:
+            sk = self._state_key(req, keys, look.hit)[2]
+            self._hold_st(sk)
+            mine_st.append(sk)
+        cost = 0.5 if r.int8 else 1.0
+        for pos in self.state_positions(req, look.hit, look.branching):
+            if pos > kv_end or pos // r.grid > len(keys):
+                continue
+            base, t, sk = self._state_key(req, keys, pos)
+            if sk not in self.st_cost:
+                if not self._evict_state(cost):
+                    continue
+                self.st_cost[sk] = cost
+                self.st_used += cost
+                self.states += 1
+                self.peak_states = max(self.peak_states, self.states)
+                self.tails.setdefault(base, set()).add(t)
+            self._hold_st(sk)
+            mine_st.append(sk)
+        if r.max_states_per_path > 0:
+            self._cap_path(mine_st)
+        self.running[req.index] = (mine_kv, mine_st, new_kv - moved, r.slots_per_request)
+        self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
+        return True
+
+    def _cap_path(self, path: list[object]) -> None:
+        """Drop the shallowest states of this path beyond the cap; the tail stays (#31230)."""
+        present = [k for k in dict.fromkeys(path) if k in self.st_cost]
+        for k in present[:max(len(present) - self.r.max_states_per_path, 0)]:
+            self.st_used -= self.st_cost.pop(k)
+            self.st_lru.pop(k, None)
+            self.states -= 1
+            self.evicted_states.add(k)
+
+    def _hold_kv(self, k: int) -> None:
+        self.kv_lru.pop(k, None)
+        self.kv_held[k] = self.kv_held.get(k, 0) + 1
+
+    def _release_kv(self, k: int) -> None:
+        n = self.kv_held.get(k, 0) - 1
+        if n > 0:
+            self.kv_held[k] = n
+            return
+        self.kv_held.pop(k, None)
+        if k in self.kv_cost:
+            self.kv_lru[k] = self.kv_cost[k]
+
+    def _hold_st(self, k: object) -> None:
+        self.st_lru.pop(k, None)
+        self.st_held[k] = self.st_held.get(k, 0) + 1
+
+    def _release_st(self, k: object) -> None:
+        n = self.st_held.get(k, 0) - 1
+        if n > 0:
+            self.st_held[k] = n
+            return
+        self.st_held.pop(k, None)
+        if k in self.st_cost:
+            self.st_lru[k] = self.st_cost[k]
+
+    def finish(self, req: Request) -> None:
+        kv, st, priv_kv, slots = self.running.pop(req.index)
+        for k in reversed(kv):
+            self._release_kv(k)
+        for k in reversed(st):
+            self._release_st(k)
+        self.kv_private -= priv_kv
+        self.st_private -= slots

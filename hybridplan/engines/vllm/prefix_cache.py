@@ -1,0 +1,425 @@
+"""vLLM's prefix cache for `replay`: where each request leaves reusable blocks and Mamba states, what a later
+request finds, and what the block pool evicts. Each rule names its release range and vLLM's file.
+
+- Hashing (vllm/v1/core/kv_cache_utils.py ``hash_block_tokens``): one chained hash per full block of the
+  scheduler block (the block from the alignment loop, hybridplan/engines/vllm/blocks.py ``layout``); from
+  0.26.0 ``--prefix-match-unit`` (``CacheConfig.prefix_match_unit``) hashes every that-many tokens, which
+  must divide the block.
+- The hit (vllm/v1/core/kv_cache_coordinator.py ``HybridKVCacheCoordinator.find_longest_cache_hit``, and
+  ``MambaManager.find_longest_cache_hit`` in single_type_kv_cache_manager.py): capped at prompt − 1
+  (kv_cache_manager.py ``get_computed_blocks``); full attention takes the longest run of cached blocks from
+  the left, EAGLE/MTP drops its last block; the Mamba group searches right to left inside it for the last
+  block holding a state, and every group is cut to that length.
+- Where states are written (vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split``): `align` runs a
+  prefill in chunks of ``--max-num-batched-tokens`` cut down to block boundaries, stops at the last block
+  boundary before the prompt ends (one block earlier with EAGLE, 0.16.0+), and from 0.24.0 (#37898,
+  Marconi-style admission) at the shared prefix the attention blocks found beyond the Mamba hit. A state
+  exists at each chunk end on a block boundary, and at every block boundary decoding crosses. `all`
+  (0.11.1–0.31.0) keeps one at every block.
+- Retention (single_type_kv_cache_manager.py ``MambaManager.reachable_block_mask``): from 0.24.0 the env
+  var ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` (unset: dense), from 0.29.0 ``--prefix-cache-retention-
+  interval`` (vllm/config/cache.py; default 0, and unset with EAGLE/MTP on a hybrid: dense,
+  vllm/engine/arg_utils.py). 0 keeps only the states at the replay boundary (prompt − 1, floored to the block)
+  and at the shared-prefix junction; N > 0 also one every N tokens.
+- The pool (vllm/v1/core/block_pool.py): the blocks ``fit`` computes (hybridplan/engines/vllm/sizing.py
+  ``capacity``) or ``--num-gpu-blocks-override``; a cached block is evicted least recently freed first, a
+  finished request freeing its blocks tail first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hybridplan.engines.common import cdiv, floor_to
+from hybridplan.errors import NotServed, PlanError
+
+if TYPE_CHECKING:
+    from hybridplan.replay.settings import ReplaySettings
+    from hybridplan.replay.trace import Request
+    from hybridplan.scenario import Scenario
+
+#: speculative methods vLLM runs as EAGLE-style drafting (``SpeculativeConfig.use_eagle``)
+EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "qwen3_next_mtp", "deepseek_mtp", "dflash"})
+#: the kernel block of a model's attention layers alone (the attention-only baseline)
+ATTENTION_BLOCK = 16
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The prefix-cache rules of one release and mode, resolved from the scenario."""
+
+    label: str
+    version: str
+    mode: str
+    block: int
+    #: the hash unit: --prefix-match-unit, else the block
+    unit: int
+    chunk: int
+    attn_groups: int
+    mamba_groups: int
+    num_blocks: int
+    #: None = dense; 0 = semantic only; N = one per N tokens
+    retention: int | None
+    retention_source: str
+    marconi: bool
+    eagle: bool
+    #: the last prefill boundary is floor((L − 1)/B)·B (0.32.0+) rather than floor(L/B)·B
+    last_minus_one: bool
+    #: Mamba pages one running request pins per Mamba group (align/none)
+    mamba_pages: int
+    shared_prefix_checkpoint: bool
+    max_model_len: int
+    #: a baseline: the model's attention layers alone
+    attention_only: bool = False
+
+    @property
+    def recurrent(self) -> bool:
+        return self.mamba_groups > 0 and not self.attention_only
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "mode": self.mode, "block_size": self.block, "hash_unit": self.unit,
+                "max_num_batched_tokens": self.chunk, "attention_groups": self.attn_groups,
+                "mamba_groups": self.mamba_groups, "num_gpu_blocks": self.num_blocks,
+                "retention_interval": self.retention, "retention_source": self.retention_source,
+                "marconi_admission": self.marconi, "eagle": self.eagle,
+                "shared_prefix_checkpoint": self.shared_prefix_checkpoint}
+
+
+def eagle(sc: Scenario) -> bool:
+    """EAGLE-style drafting: a named EAGLE/MTP method, or speculative tokens with no method named."""
+    m = sc.speculative.method
+    return sc.spec_tokens > 0 and (m is None or m in EAGLE_METHODS)
+
+
+def retention(sc: Scenario, rs: ReplaySettings) -> tuple[int | None, str]:
+    """The retention interval a start runs with, and where it came from."""
+    rel = sc.vllm.release
+    given = rs.retention_interval
+    if rel.before("0.24.0"):
+        if given is not None:
+            raise PlanError(f"vLLM {rel.version} has no prefix-cache retention for Mamba states: it comes in 0.24.0 "
+                            "(VLLM_PREFIX_CACHE_RETENTION_INTERVAL, #45845); try --vllm-version 0.24")
+        return None, "dense (no retention before 0.24.0)"
+    if given is not None:
+        how = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" if rel.before("0.29.0") else "--prefix-cache-retention-interval"
+        return given, f"{how} {given}"
+    if rel.before("0.29.0"):
+        return None, "dense (VLLM_PREFIX_CACHE_RETENTION_INTERVAL unset, 0.24.0–0.28.0)"
+    if eagle(sc) and sc.spec.is_hybrid:
+        return None, "dense (unset with EAGLE/MTP on a hybrid, 0.29.0+, vllm/engine/arg_utils.py)"
+    return 0, "0 (the default from 0.29.0, #52216)"
+
+
+def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
+    """The rules ``mode`` runs with on this release, with the pool the budget buys."""
+    from hybridplan.engines.vllm.blocks import layout, recurrent_pages
+    from hybridplan.engines.vllm.dtypes import footprint
+    from hybridplan.engines.vllm.sizing import capacity
+
+    rel = sc.vllm.release
+    rel.check_served(sc.spec)
+    lay = layout(sc, mode)
+    block = lay.block_size or ATTENTION_BLOCK
+    cap = capacity(sc, mode, kv_budget)
+    attn = sum(1 for g in cap.groups if not g.recurrent)
+    mamba = sum(1 for g in cap.groups if g.recurrent)
+    if not attn:
+        raise NotServed(f"{sc.spec.name} has no attention layers: vLLM runs it without prefix caching")
+    unit = block
+    if rs.prefix_match_unit is not None:
+        if rel.before("0.26.0"):
+            raise PlanError(f"vLLM {rel.version} has no --prefix-match-unit: it comes in 0.26.0 (#46384)")
+        if block % rs.prefix_match_unit:
+            raise PlanError(f"Invalid prefix_match_unit={rs.prefix_match_unit}; prefix-cacheable KV cache group block "
+                            f"sizes must be divisible by prefix_match_unit (block {block}; vllm/v1/core/"
+                            "kv_cache_utils.py)")
+        unit = rs.prefix_match_unit
+    ret, source = retention(sc, rs)
+    if ret and ret % block:
+        raise PlanError(f"prefix_cache_retention_interval ({ret}) must be a multiple of the scheduler block size "
+                        f"({block}) (vllm/v1/core/kv_cache_coordinator.py)")
+    spc = rs.shared_prefix_checkpoint
+    if spc:
+        if rel.before("0.30.0"):
+            raise PlanError(f"vLLM {rel.version} has no shared-prefix checkpoint: "
+                            "--enable-mamba-fine-grained-prefix-cache comes in 0.30.0 (#53945), renamed "
+                            "--enable-mamba-shared-prefix-checkpoint in 0.31.0")
+        if mode != "align" or not eagle(sc) or unit >= block:
+            raise PlanError("the shared-prefix checkpoint takes effect only with --mamba-cache-mode align, EAGLE/MTP "
+                            "speculative decoding and a --prefix-match-unit smaller than the block (vllm/config/"
+                            "cache.py)")
+    fp = footprint(sc)
+    pages = max((recurrent_pages(sc, g.kind, mode, block) for g in fp.state), default=0) if mode != "all" else 0
+    override = rs.num_gpu_blocks_override
+    return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, sc.chunk, attn,
+                 mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
+                 rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx)
+
+
+def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
+    """The baseline of the same model's attention layers alone: 16-token blocks, every full block cached, the
+    same bytes."""
+    from hybridplan.engines.vllm.dtypes import footprint
+
+    fp = footprint(sc)
+    per_block = ATTENTION_BLOCK * fp.kv_bytes_per_token
+    if per_block <= 0:
+        raise NotServed(f"{sc.spec.name} has no attention layers")
+    return Rules("attention layers alone", sc.vllm.release.version, "attention-only", ATTENTION_BLOCK,
+                 ATTENTION_BLOCK, sc.chunk, 1, 0, max(kv_budget // per_block, 1), None, "—", False, False,
+                 False, 0, False, sc.ctx, attention_only=True)
+
+
+# --- the replay ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Lookup:
+    """What one request found: the hit, the attention blocks' reach, and what stood in the way."""
+
+    hit: int
+    attention_hit: int
+    #: a state the request would have used that was evicted / dropped by retention
+    evicted_state: bool = False
+    retention_dropped: bool = False
+    eagle_cut: bool = False
+    #: the Marconi junction this request saves (0: none)
+    junction: int = 0
+    #: prefix caching off (a hybrid in mode none)
+    off: bool = False
+
+
+class Cache:
+    """vLLM's block pool for one release and mode: cached attention blocks and Mamba states by hash, least
+    recently freed first out."""
+
+    def __init__(self, r: Rules) -> None:
+        self.r = r
+        # key → cost in blocks; insertion order is the LRU order (only entries nobody holds)
+        self.free_lru: OrderedDict[tuple, int] = OrderedDict()
+        self.held: dict[tuple, int] = {}  # key → holders
+        self.cost: dict[tuple, int] = {}
+        self.cached_blocks = 0
+        self.private = 0  # blocks running requests hold that are no cache entry
+        self.evictions = 0
+        self.evicted_states: set[int] = set()
+        self.dropped_states: set[int] = set()
+        self.running: dict[int, tuple[list[tuple], int]] = {}
+        self.peak_states = 0
+        self.peak_blocks = 0
+        self.states = 0
+
+    # --- keys -----------------------------------------------------------------------------------------
+
+    def keys(self, req: Request, stop: int) -> list[int]:
+        """Chained hashes of every full hash unit of the request's tokens up to ``stop``."""
+        out, h = [], 0
+        for chunk in req.with_output().chunks(self.r.unit, stop):
+            h = hash((h, chunk))
+            out.append(h)
+        return out
+
+    # --- pool -----------------------------------------------------------------------------------------
+
+    @property
+    def free(self) -> int:
+        return self.r.num_blocks - self.cached_blocks - self.private
+
+    def _make_room(self, need: int) -> bool:
+        while self.free < need and self.free_lru:
+            key, c = self.free_lru.popitem(last=False)
+            del self.cost[key]
+            self.cached_blocks -= c
+            self.evictions += 1
+            if key[0] == "m":
+                self.states -= 1
+                self.evicted_states.add(key[1])
+        return self.free >= need
+
+    def _hold(self, key: tuple) -> None:
+        if key in self.free_lru:
+            del self.free_lru[key]
+        self.held[key] = self.held.get(key, 0) + 1
+
+    def _release(self, key: tuple) -> None:
+        n = self.held.get(key, 0) - 1
+        if n > 0:
+            self.held[key] = n
+            return
+        self.held.pop(key, None)
+        if key in self.cost:
+            self.free_lru[key] = self.cost[key]
+
+    def _insert(self, key: tuple, cost: int) -> bool:
+        """A new cache entry the caller holds; False when it is already cached (the caller holds that one)."""
+        if key in self.cost:
+            self._hold(key)
+            return False
+        self.cost[key] = cost
+        self.cached_blocks += cost
+        if key[0] == "m":
+            self.states += 1
+            self.peak_states = max(self.peak_states, self.states)
+        self._hold(key)
+        return True
+
+    # --- one request ----------------------------------------------------------------------------------
+
+    def lookup(self, req: Request, keys: list[int]) -> Lookup:
+        r = self.r
+        per_block = r.block // r.unit
+        limit = (req.prompt_len - 1) // r.unit  # units a hit may cover
+        a = 0
+        while a < min(limit, len(keys)) and ("a", keys[a]) in self.cost:
+            a += 1
+        a_tokens = a * r.unit
+        full_blocks = a // per_block
+        if r.mamba_groups and r.mode == "none" and not r.attention_only:
+            return Lookup(0, a_tokens, off=True)
+        if not r.recurrent:
+            hit = full_blocks * r.block if r.unit == r.block else a_tokens
+            cut = False
+            return Lookup(hit, a_tokens, eagle_cut=cut)
+        # the attention group's hit is whole blocks unless matched finer; EAGLE drops its last block
+        reach = a if r.unit < r.block else full_blocks * per_block
+        cut = False
+        if r.eagle and reach:
+            reach = max(reach - per_block, 0)
+            cut = True
+        hit = 0
+        evicted = dropped = False
+        for u in range(reach, 0, -1):
+            if r.unit == r.block or u % per_block == 0 or r.unit < r.block:
+                k = keys[u - 1]
+                if ("m", k) in self.cost:
+                    hit = u * r.unit
+                    break
+                if k in self.evicted_states:
+                    evicted = True
+                if k in self.dropped_states:
+                    dropped = True
+        junction = 0
+        if r.marconi and r.mode == "align":
+            uncached = full_blocks * r.block - hit
+            if uncached >= r.block:
+                junction = full_blocks * r.block
+        return Lookup(hit, a_tokens, evicted and not hit, dropped and not hit, cut, junction)
+
+    def state_positions(self, req: Request, start: int, junction: int) -> list[int]:
+        """Token positions (multiples of the block, or of the unit for a partial tail) where this request
+        leaves a Mamba state, from ``start``: prefill chunk ends, then decoding's block boundaries."""
+        r = self.r
+        L, B = req.prompt_len, r.block
+        kv_end = L + max(req.output_len - 1, 0)
+        if r.mode == "all":
+            return list(range(floor_to(start, B) + B, kv_end + 1, B))
+        if r.mode != "align":
+            return []
+        # the last cacheable boundary: floor(L/B)·B up to 0.31, floor((L − 1)/B)·B from 0.32
+        # (kv_cache_interface.py get_mamba_prefill_checkpoint_position); EAGLE backs off one block (0.16+)
+        last = floor_to(L - 1 if r.last_minus_one and not r.eagle else L, B)
+        if r.eagle:
+            last = max(last - B, 0)
+        tail = floor_to(L, r.unit) if r.unit < B else 0
+        out: list[int] = []
+        pos = start
+        while pos < L:
+            end = min(pos + r.chunk, L)
+            if end < L:
+                aligned = floor_to(end, B)
+                if aligned > pos or B <= r.chunk:
+                    end = aligned
+            stops = [floor_to(pos, B) + B if pos % B else 0, last,
+                     tail if last < tail < L else 0,
+                     pos + floor_to(junction - pos, B) if pos < junction < end else 0]
+            if r.shared_prefix_checkpoint and pos < junction < end:
+                stops.append(pos + floor_to(junction - pos, r.unit))
+            end = min((s for s in stops if pos < s < end), default=end)
+            if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
+                break
+            if end % B == 0 or (r.unit < B and end == tail):
+                out.append(end)
+            pos = end
+        if not r.eagle:  # decoding: one token a step crosses every block boundary (EAGLE moves the state)
+            out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
+        return out
+
+    def kept(self, pos: int, req: Request, junction: int) -> bool:
+        """Whether retention keeps the state at ``pos`` (``reachable_block_mask``)."""
+        r = self.r
+        if r.retention is None:
+            return True
+        align = r.unit if r.unit < r.block else r.block
+        reachable = {floor_to(req.prompt_len - 1, align)}
+        if junction:
+            reachable.add(floor_to(junction, align))
+        if pos in reachable:
+            return True
+        if r.retention:
+            per = r.retention // r.block
+            if per <= 1:
+                return True
+            return pos % r.block == 0 and (pos // r.block) % per == 0
+        return False
+
+    def blocks_needed(self, req: Request) -> int:
+        """Blocks one running request pins: its attention blocks in every attention group, and its Mamba
+        pages (`all`: one per block)."""
+        r = self.r
+        tokens = req.prompt_len + req.output_len
+        n = r.attn_groups * cdiv(tokens, r.block)
+        if r.recurrent:
+            n += r.mamba_groups * (cdiv(tokens, r.block) if r.mode == "all" else r.mamba_pages)
+        return n
+
+    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        """Pin the request's blocks and cache its prefill; False when the pool cannot hold it now."""
+        r = self.r
+        hit_units = look.hit // r.unit
+        held = [("a", k) for k in keys[:hit_units]]
+        if r.recurrent and look.hit:
+            held.append(("m", keys[hit_units - 1]))
+        for k in held:
+            self._hold(k)
+        shared = sum(self.cost[k] for k in held if k[0] == "a")
+        new = max(self.blocks_needed(req) - shared, 0)
+        if not self._make_room(new):
+            for k in held:
+                self._release(k)
+            return False
+        priv = new
+        self.private += new
+        mine = list(held)
+        kv_end = req.prompt_len + max(req.output_len - 1, 0)
+        per_block = r.block // r.unit
+        for u in range(hit_units, min(kv_end // r.unit, len(keys))):
+            key = ("a", keys[u])
+            cost = r.attn_groups if (u + 1) % per_block == 0 else 0
+            if self._insert(key, cost):  # the block moves from the request's own into the cache
+                take = min(cost, priv)
+                priv -= take
+                self.private -= take
+            mine.append(key)
+        if r.recurrent:
+            for pos in self.state_positions(req, look.hit, look.junction):
+                if not 0 < pos // r.unit <= len(keys):
+                    continue
+                k = keys[pos // r.unit - 1]
+                if not self.kept(pos, req, look.junction):
+                    self.dropped_states.add(k)
+                    continue
+                if ("m", k) not in self.cost and not self._make_room(r.mamba_groups):
+                    continue
+                self._insert(("m", k), r.mamba_groups)
+                mine.append(("m", k))
+        self.running[req.index] = (mine, priv)
+        self.peak_blocks = max(self.peak_blocks, self.cached_blocks + self.private)
+        return True
+
+    def finish(self, req: Request) -> None:
+        mine, priv = self.running.pop(req.index)
+        for k in reversed(mine):  # tail first: the tail is evicted first
+            self._release(k)
+        self.private -= priv

@@ -1,0 +1,156 @@
+"""The `replay` command's options and body (registered in hybridplan/cli.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hybridplan.errors import PlanError
+from hybridplan.options import (
+    ADMISSION,
+    ALLOW_LONG,
+    BUDGET,
+    DTYPES,
+    ENGINES,
+    JSON,
+    MODEL,
+    SPEC_TOKENS,
+    TP,
+    Chunk,
+    Options,
+    count_value,
+    ctx_option,
+    option,
+    param,
+    plot_option,
+    tokens_option,
+)
+
+TRACE = (param("trace", Annotated[str, typer.Argument(
+    metavar="TRACE", help="A Mooncake trace (JSONL with hash_ids), a JSONL of prompt_token_ids, a synthetic "
+                          "workload YAML, or the word synthetic to build one from --shared/--users/--turns/"
+                          "--private/--output.")]),)
+
+REPLAY = (
+    param("fmt", Annotated[str, option("--format", metavar="FORMAT",
+                                       help="auto, mooncake, tokens or synthetic (default: from the file).")], "auto"),
+    param("concurrency", Annotated[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+                                               help="Requests in flight at once (default 1: one after another).")],
+          1),
+    param("limit", Annotated[Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
+                                                   help="Replay only the first N requests.")], None),
+    param("retention", Annotated[Optional[int], option(
+        "--prefix-cache-retention-interval", metavar="TOKENS", parser=count_value("--prefix-cache-retention-interval"),
+        help="vLLM's retention interval for Mamba states (0.29+; VLLM_PREFIX_CACHE_RETENTION_INTERVAL in "
+             "0.24-0.28); 0 keeps only the replay boundary and shared-prefix junctions.")], None),
+    param("match_unit", Annotated[Optional[int], option(
+        "--prefix-match-unit", metavar="TOKENS", parser=count_value("--prefix-match-unit"),
+        help="vLLM --prefix-match-unit (0.26+): hash every TOKENS tokens; must divide the block.")], None),
+    param("shared_ckpt", Annotated[bool, option(
+        "--enable-mamba-shared-prefix-checkpoint",
+        help="vLLM's shared-prefix checkpoint (0.31+; --enable-mamba-fine-grained-prefix-cache in 0.30).")], False),
+    param("blocks_override", Annotated[Optional[int], option(
+        "--num-gpu-blocks-override", metavar="N", parser=count_value("--num-gpu-blocks-override"),
+        help="vLLM's block count instead of the budget's.")], None),
+    param("max_total_tokens", Annotated[Optional[int], option(
+        "--max-total-tokens", metavar="N", parser=count_value("--max-total-tokens"),
+        help="SGLang's KV pool tokens instead of the split's.")], None),
+    param("states_per_path", Annotated[int, option(
+        "--mamba-max-states-per-path", metavar="N",
+        help="SGLang --mamba-max-states-per-path (-1: unlimited).")], -1),
+    param("int8_ckpt", Annotated[bool, option("--enable-int8-mamba-checkpoint",
+                                              help="SGLang's int8 Mamba checkpoints (twice the cached states).")],
+          False),
+    param("shared", tokens_option("--shared", "synthetic: tokens of the system prompt every request shares."), None),
+    param("users", Annotated[int, option("--users", metavar="N", parser=count_value("--users"),
+                                         help="synthetic: users.")], 1),
+    param("turns", Annotated[int, option("--turns", metavar="N", parser=count_value("--turns"),
+                                         help="synthetic: turns per user.")], 1),
+    param("private", tokens_option("--private", "synthetic: each turn's own tokens."), None),
+    param("output", tokens_option("--output", "synthetic: tokens each request generates."), None),
+    param("order", Annotated[str, option("--order", metavar="ORDER",
+                                         help="synthetic: round-robin (every user's turn 1, then turn 2...) or "
+                                              "user-by-user.")], "round-robin"),
+    param("no_history", Annotated[bool, option("--no-history",
+                                               help="synthetic: a turn's prompt does not repeat the earlier turns.")],
+          False),
+    param("plot", plot_option("Write the hit rate against --plot-over to this file."), None),
+    param("plot_over", Annotated[str, option("--plot-over", metavar="WHAT",
+                                             help="budget (multiples of the one given) or block (vLLM --block-size "
+                                                  "multiples).")], "budget"),
+    param("no_requests", Annotated[bool, option("--no-requests", help="--json without the per-request list.")],
+          False),
+)
+
+GROUPS = (TRACE, MODEL, (param("ctx", ctx_option("max_model_len (default: the model's maximum):"), None),), BUDGET,
+          ADMISSION, TP, ENGINES, (param("chunk", Chunk, 8192),), DTYPES, SPEC_TOKENS, REPLAY, ALLOW_LONG, JSON)
+
+
+def _progress(total_hint: int | None):
+    """A rich progress bar on stderr, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def wrap(reqs: Iterator) -> Iterator:
+        from rich.progress import Progress
+
+        with Progress(transient=True, console=None) as bar:
+            task = bar.add_task("replaying", total=total_hint)
+            for i, r in enumerate(reqs):
+                if i % 256 == 0:
+                    bar.update(task, completed=i)
+                yield r
+
+    return wrap
+
+
+def replay(o: Options) -> None:
+    """Replay a sequence of requests through each engine's prefix cache — vLLM per Mamba cache mode, SGLang's
+    radix strategy — at the memory the engine would have, beside the model's attention layers alone and an
+    ideal cache: token hit rate, requests with a hit, tokens computed, prefill FLOPs saved, states and blocks
+    held, evictions, and for each miss the reason and the flag that changes it. docs/replay.md gives the
+    semantics.
+
+    Examples:
+
+    \b
+      hybridplan replay synthetic qwen3.5-4b --shared 1500 --private 700 --users 64 --kv-budget 40GiB
+      hybridplan replay tests/data/traces/mooncake-conversation-300.jsonl qwen3-next --tp 4 --kv-budget 60GiB
+      hybridplan replay chat.yaml nemotron-h --gpu-type h100 --concurrency 8 --json
+    """
+    from hybridplan.options import scenario
+    from hybridplan.replay import trace as tr
+    from hybridplan.replay.settings import ReplaySettings
+    from hybridplan.reports.replay import replay_report
+
+    sc = scenario(o)
+    rs = ReplaySettings(concurrency=o.concurrency, limit=o.limit, retention_interval=o.retention,
+                        prefix_match_unit=o.match_unit, shared_prefix_checkpoint=o.shared_ckpt,
+                        num_gpu_blocks_override=o.blocks_override, max_total_tokens=o.max_total_tokens,
+                        mamba_max_states_per_path=o.states_per_path, int8_checkpoint=o.int8_ckpt,
+                        per_request=not o.no_requests)
+    synth_flags = [f for f, v in (("--shared", o.shared), ("--private", o.private), ("--output", o.output))
+                   if v is not None] + (["--users"] if o.users != 1 else []) + (["--turns"] if o.turns != 1 else [])
+    if o.trace == "synthetic":
+        w = tr.Synthetic(shared=o.shared or 0, users=o.users, turns=o.turns, private=o.private or 0,
+                         output=o.output or 0, history=not o.no_history, order=o.order)
+        factory, label = w.requests, (f"a synthetic workload ({o.shared or 0:,} shared, {o.users:,} users × "
+                                      f"{o.turns:,} turn{'s' if o.turns != 1 else ''} of {o.private or 0:,} private + {o.output or 0:,} output)")
+    else:
+        if synth_flags:
+            raise PlanError(f"{', '.join(synth_flags)} build a synthetic workload: give TRACE as synthetic")
+        path = Path(o.trace)
+        fmt = o.fmt if o.fmt != "auto" else tr.detect(path) if path.exists() else "auto"
+        factory, label = (lambda: tr.read(path, fmt)), f"{path.name} ({fmt})"
+        factory()  # a missing file or an unknown format is refused before anything runs
+    if o.plot_over not in ("budget", "block"):
+        raise PlanError(f"--plot-over takes budget or block, got {o.plot_over!r}")
+    report = replay_report(sc, rs, factory, label, _progress(o.limit),
+                           sweep_over=o.plot_over if o.plot is not None else None)
+    from hybridplan.cli import show
+
+    show(report, o, "hybridplan.render_replay:replay_view", "replay_plot")

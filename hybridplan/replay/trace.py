@@ -1,0 +1,328 @@
+"""Workloads for `replay`, read one request at a time (constant memory however long the trace):
+
+- the Mooncake format (JSONL: ``timestamp``, ``input_length``, ``output_length``, ``hash_ids``, one id per
+  512-token block, the last block partial);
+- a JSONL of token-id lists (``prompt_token_ids``, ``output_len``);
+- a synthetic workload from flags or a small YAML: a shared system prompt, users, turns, private tokens per
+  turn, output tokens and the arrival order.
+
+A prompt is known by its content, not its token ids: a sequence of runs, each ``(key, length)``, where token
+``j`` of a run keyed ``k`` is the same token in every prompt that has the run (a Mooncake block, a synthetic
+segment), or for token-id traces the ids themselves. Two prompts share a prefix exactly as far as their
+runs agree, which is all a prefix cache can see.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridplan.errors import PlanError
+
+#: tokens per ``hash_ids`` entry in the Mooncake traces (kvcache-ai/Mooncake FAST25-release/README.md)
+MOONCAKE_BLOCK = 512
+#: the most requests one trace may hold (a bound on a runaway synthetic workload)
+MAX_REQUESTS = 10_000_000
+#: the most tokens one request may hold
+MAX_PROMPT = 1 << 24
+#: the most a line of a trace may be, in characters
+MAX_LINE = 64 << 20
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt's content as runs ``(key, length)``, or as token ids (``tokens``)."""
+
+    runs: tuple[tuple[object, int], ...] = ()
+    tokens: tuple[int, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens) if self.tokens is not None else sum(n for _, n in self.runs)
+
+    def chunks(self, unit: int, stop: int | None = None) -> Iterator[object]:
+        """The content of each full ``unit``-token piece, in order, up to ``stop`` tokens: what a block hash
+        is taken over (the chain to the earlier pieces is the caller's)."""
+        total = len(self) if stop is None else min(stop, len(self))
+        if self.tokens is not None:
+            for a in range(0, total - unit + 1, unit):
+                yield self.tokens[a:a + unit]
+            return
+        pieces: list[tuple[object, int, int]] = []
+        filled, done = 0, 0
+        for key, n in self.runs:
+            off = 0
+            while off < n and done + unit <= total:
+                take = min(n - off, unit - filled)
+                pieces.append((key, off, off + take))
+                off += take
+                filled += take
+                if filled == unit:
+                    yield tuple(pieces)
+                    pieces, filled = [], 0
+                    done += unit
+            if done + unit > total:
+                return
+
+    def piece(self, a: int, b: int) -> object:
+        """The content of tokens ``a`` to ``b`` (hashable)."""
+        if self.tokens is not None:
+            return self.tokens[a:b]
+        out, pos = [], 0
+        for key, n in self.runs:
+            lo, hi = max(a, pos), min(b, pos + n)
+            if lo < hi:
+                out.append((key, lo - pos, hi - pos))
+            pos += n
+            if pos >= b:
+                break
+        return tuple(out)
+
+    def common_prefix(self, other: Prompt) -> int:
+        """Tokens the two prompts share from the start (the ideal cache's reach)."""
+        if self.tokens is not None and other.tokens is not None:
+            n = 0
+            for a, b in zip(self.tokens, other.tokens):
+                if a != b:
+                    break
+                n += 1
+            return n
+        n = 0
+        for (ka, la), (kb, lb) in zip(self.runs, other.runs):
+            if ka != kb:
+                break
+            n += min(la, lb)
+            if la != lb:
+                break
+        return n
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a trace: its place, arrival time, prompt and the tokens it generates."""
+
+    index: int
+    prompt: Prompt
+    output_len: int
+    arrival: float = 0.0
+    #: where it came from (file line, or the synthetic user and turn)
+    origin: str = ""
+    #: what the generated tokens are, so that a later turn that quotes them shares them
+    output_key: object = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt)
+
+    def with_output(self) -> Prompt:
+        """The prompt followed by its generated tokens (what decoding hashes)."""
+        key = self.output_key if self.output_key is not None else ("out", self.index)
+        if self.prompt.tokens is not None:
+            base = hash(key) & 0x7FFFFFFF
+            return Prompt(tokens=self.prompt.tokens + tuple(-(base + j) - 1 for j in range(self.output_len)))
+        return Prompt(runs=self.prompt.runs + (((key, 0), self.output_len),) if self.output_len else self.prompt.runs)
+
+
+def _bad(path: Path, line: int, why: str) -> PlanError:
+    return PlanError(f"{path}: line {line}: {why}")
+
+
+def _int(obj: dict, key: str, path: Path, line: int, *, low: int = 0, required: bool = True) -> int:
+    if key not in obj:
+        if required:
+            raise _bad(path, line, f"no {key!r}")
+        return 0
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise _bad(path, line, f"{key!r} must be an integer ≥ {low}, got {v!r}")
+    if v > MAX_PROMPT:
+        raise _bad(path, line, f"{key!r} is {v:,}: more than {MAX_PROMPT:,} tokens")
+    return v
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+    with fh:
+        n = 0
+        for n, text in enumerate(fh, 1):  # noqa: B007 - n is the line number past the loop too
+            if len(text) > MAX_LINE:
+                raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _bad(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
+            except UnicodeDecodeError:
+                raise _bad(path, n, "not UTF-8 text") from None
+            if not isinstance(obj, dict):
+                raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
+            yield n, obj
+            if n > MAX_REQUESTS:
+                raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+
+
+def mooncake(path: Path) -> Iterator[Request]:
+    """A Mooncake trace: block ``i`` of ``hash_ids`` is tokens 512·i to 512·(i+1), the last one holding what
+    is left of ``input_length``; equal ids are equal token blocks across requests."""
+    index = 0
+    for line, obj in _lines(path):
+        n = _int(obj, "input_length", path, line, low=1)
+        out = _int(obj, "output_length", path, line, required=False)
+        ids = obj.get("hash_ids")
+        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+            raise _bad(path, line, "'hash_ids' must be a list of integers")
+        need = -(-n // MOONCAKE_BLOCK)
+        if len(ids) != need:
+            raise _bad(path, line, f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per "
+                                   f"{MOONCAKE_BLOCK}-token block")
+        t = obj.get("timestamp", 0)
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
+        runs = tuple((("mc", h), MOONCAKE_BLOCK) for h in ids[:-1]) + ((("mc", ids[-1]), n - MOONCAKE_BLOCK *
+                                                                        (need - 1)),)
+        yield Request(index, Prompt(runs=runs), out, float(t), f"line {line}")
+        index += 1
+
+
+def token_lists(path: Path) -> Iterator[Request]:
+    """A JSONL of ``{"prompt_token_ids": [...], "output_len": N}`` (``arrival`` optional)."""
+    index = 0
+    for line, obj in _lines(path):
+        ids = obj.get("prompt_token_ids")
+        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) and
+                                                           t >= 0 for t in ids):
+            raise _bad(path, line, "'prompt_token_ids' must be a non-empty list of token ids (integers ≥ 0)")
+        if len(ids) > MAX_PROMPT:
+            raise _bad(path, line, f"{len(ids):,} prompt tokens: more than {MAX_PROMPT:,}")
+        out = _int(obj, "output_len", path, line, required=False)
+        t = obj.get("arrival", index)
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise _bad(path, line, f"'arrival' must be a number, got {t!r}")
+        yield Request(index, Prompt(tokens=tuple(ids)), out, float(t), f"line {line}")
+        index += 1
+
+
+# --- synthetic workloads ------------------------------------------------------------------------------
+
+#: arrival orders: every user's turn 1, then every user's turn 2 (round-robin), or one user's turns together
+ORDERS = ("round-robin", "user-by-user")
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    """U users share a system prompt of ``shared`` tokens; each has T turns; turn t adds ``private`` tokens of
+    the user's own and generates ``output`` tokens. ``history``: a turn's prompt holds the user's earlier
+    turns and their outputs (a conversation), else it is the system prompt and the new private part alone.
+    ``shared_users``: users in groups of this many share a second prefix of ``group_shared`` tokens after the
+    system prompt (a few-shot set, a document). Every count is tokens."""
+
+    shared: int = 0
+    users: int = 1
+    turns: int = 1
+    private: int = 0
+    output: int = 0
+    history: bool = True
+    order: str = "round-robin"
+    group_size: int = 0
+    group_shared: int = 0
+    #: every ``private_step``-th request (by arrival) adds this many tokens to its private part
+    private_extra: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("shared", "users", "turns", "private", "output", "group_size", "group_shared"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise PlanError(f"synthetic workload: {name} must be an integer ≥ 0, got {v!r}")
+        if self.users < 1 or self.turns < 1:
+            raise PlanError("synthetic workload: users and turns must be at least 1")
+        if self.order not in ORDERS:
+            raise PlanError(f"synthetic workload: order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.users * self.turns > MAX_REQUESTS:
+            raise PlanError(f"synthetic workload: {self.users * self.turns:,} requests, more than "
+                            f"{MAX_REQUESTS:,}")
+        if self.shared + self.private + self.group_shared == 0:
+            raise PlanError("synthetic workload: every prompt would be empty (give shared or private tokens)")
+
+    def requests(self) -> Iterator[Request]:
+        pairs = ([(u, t) for t in range(self.turns) for u in range(self.users)] if self.order == "round-robin"
+                 else [(u, t) for u in range(self.users) for t in range(self.turns)])
+        for i, (u, t) in enumerate(pairs):
+            runs: list[tuple[object, int]] = []
+            if self.shared:
+                runs.append((("system",), self.shared))
+            if self.group_size and self.group_shared:
+                runs.append((("group", u // self.group_size), self.group_shared))
+            first = 0 if self.history else t
+            for k in range(first, t + 1):
+                extra = self.private_extra[i % len(self.private_extra)] if self.private_extra and k == t else 0
+                if self.private + extra:
+                    runs.append((("user", u, k), self.private + extra))
+                if k < t and self.output:
+                    runs.append(((("reply", u, k), 0), self.output))
+            yield Request(i, Prompt(runs=tuple(runs)), self.output, float(i), f"user {u + 1}, turn {t + 1}",
+                          output_key=("reply", u, t))
+
+
+_SYNTH_KEYS = {"shared": "shared", "system_prompt": "shared", "users": "users", "turns": "turns",
+               "private": "private", "private_per_turn": "private", "output": "output", "output_tokens": "output",
+               "history": "history", "order": "order", "group_size": "group_size", "group_shared": "group_shared"}
+
+
+def synthetic_yaml(path: Path) -> Synthetic:
+    """A synthetic workload from a small YAML mapping (the keys of ``Synthetic``)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise PlanError(f"{path}: {where}not YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a YAML mapping of the synthetic workload's fields was expected")
+    if "synthetic" in data and isinstance(data["synthetic"], dict):
+        data = data["synthetic"]
+    kw: dict = {}
+    for k, v in data.items():
+        if k not in _SYNTH_KEYS:
+            raise PlanError(f"{path}: unknown field {k!r} (known: {', '.join(sorted(_SYNTH_KEYS))})")
+        kw[_SYNTH_KEYS[k]] = v
+    return Synthetic(**kw)
+
+
+#: trace formats ``--format`` names
+FORMATS = ("auto", "mooncake", "tokens", "synthetic")
+
+
+def detect(path: Path) -> str:
+    """The format of a trace file: YAML → synthetic; JSONL by the first object's keys."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return "synthetic"
+    for line, obj in _lines(path):
+        if "hash_ids" in obj:
+            return "mooncake"
+        if "prompt_token_ids" in obj:
+            return "tokens"
+        raise _bad(path, line, "neither a Mooncake record ('hash_ids') nor a token-id record "
+                               "('prompt_token_ids')")
+    raise PlanError(f"{path}: the trace holds no request")
+
+
+def read(path: Path, fmt: str = "auto") -> Iterator[Request]:
+    """The requests of a trace file, one at a time."""
+    if fmt not in FORMATS:
+        raise PlanError(f"unknown trace format {fmt!r} (known: {', '.join(FORMATS)})")
+    if not path.exists():
+        raise PlanError(f"no trace at {path}")
+    if fmt == "auto":
+        fmt = detect(path)
+    if fmt == "synthetic":
+        return synthetic_yaml(path).requests()
+    return mooncake(path) if fmt == "mooncake" else token_lists(path)
