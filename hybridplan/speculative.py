@@ -143,9 +143,10 @@ def speculative_from_vllm(config: str | dict, target: ModelSpec, release: Any = 
 # --- SGLang -----------------------------------------------------------------------------------------------
 
 #: ``--speculative-algorithm`` choices (sglang/srt/server_args.py; SpeculativeAlgorithm in
-#: sglang/srt/speculative/spec_info.py) and the release that first accepts each; NEXTN is EAGLE.
+#: sglang/srt/speculative/spec_info.py) and the release that first accepts each, read from the wheels of
+#: 0.5.2-0.5.23: DFLASH from 0.5.11 (0.5.10 has none), DSPARK from 0.5.16; NEXTN is EAGLE.
 SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN": "0.5.2", "STANDALONE": "0.5.2",
-                                     "NGRAM": "0.5.2", "DFLASH": "0.5.13", "DSPARK": "0.5.18"}
+                                     "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
 
 
 def speculative_from_sglang(algorithm: str | None, target: ModelSpec, *, draft: str | None = None,

@@ -206,3 +206,15 @@ def test_sglang_nextn_is_eagle_with_the_mtp_layers():
 def test_sglang_unknown_algorithm():
     with pytest.raises(PlanError, match="Unknown speculative algorithm name: MEDUSA"):
         speculative_from_sglang("MEDUSA", load_model("qwen3.5-27b"), num_draft_tokens=4)
+
+
+@pytest.mark.parametrize("version,accepted", [("0.5.10", False), ("0.5.11", True)])
+def test_sglang_dflash_from_0_5_11(tmp_path, version, accepted):
+    # SpeculativeAlgorithm gains DFLASH in 0.5.11 (sglang/srt/speculative/spec_info.py of the 0.5.10 and 0.5.11 wheels)
+    args = dict(draft=_draft(tmp_path, 5, 8, 128), num_draft_tokens=8, release=version)
+    if accepted:
+        sp = speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
+        assert (sp.method, sp.num_tokens, len(sp.layers)) == ("dflash", 8, 5)
+    else:
+        with pytest.raises(PlanError, match="DFLASH is accepted from 0.5.11"):
+            speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
