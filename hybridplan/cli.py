@@ -145,7 +145,8 @@ CHECK_LOG = (
 )
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum):"), None),), TP,
+@command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum as the engines derive "
+                                               "it, 2048 where its config names none):"), None),), TP,
          SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
          short="State, KV and totals per sequence; engine pages and pools")
 def size(o: Options) -> None:
@@ -189,8 +190,10 @@ def crossover(o: Options) -> None:
     show(crossover_report(sc, load_model(o.vs)), o, "crossover_view", "crossover_plot")
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len):"), None),), BUDGET,
-         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, ALLOW_LONG, JSON,
+@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
+                                               "default: the model's maximum as the engines derive it, 2048 where "
+                                               "its config names none):"), None),), BUDGET,
+         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, JSON,
          short="How many requests fit, whether the engines start, the flags")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
@@ -204,10 +207,15 @@ def fit(o: Options) -> None:
       hybridplan fit nemotron-h --ctx 8192 --gpu-mem 141GB --params 8.1e9
       hybridplan fit nemotron-h --ctx 8192 --kv-budget 40GiB --max-num-seqs 4096
       hybridplan fit qwen3-next --tp 4 --ctx 32k --kv-budget 60GiB --json
+      hybridplan fit --gpu-type h100 -- vllm serve nvidia/NVIDIA-Nemotron-Nano-9B-v2 --max-model-len 32k
+      hybridplan fit --gpu-type l40s -- sglang serve --model-path nvidia/Nemotron-H-8B-Base-8K --tp 2
+
+    The commands it prints start the engines with the figures shown: the model, every setting that changes
+    a figure, and the environment variables.
     """
     from hybridplan.reports.fit import fit as fit_report
 
-    report = fit_report(scenario(o))
+    report = fit_report(scenario(o), o.model, o.revision)
     show(report, o, "fit_view")
     raise typer.Exit(0 if report.verdict_ok else 1)
 
@@ -227,6 +235,8 @@ def prefix(o: Options) -> None:
     from hybridplan.reports.prefix import prefix as prefix_report
     from hybridplan.reports.prefix import prefix_sweep
 
+    if o.sweep is not None and o.shared is not None:
+        raise PlanError("--sweep varies the shared length itself: give --shared N or --sweep A:B:STEP, not both")
     sc = scenario(o)
     if o.sweep is None:
         if o.shared is None:
@@ -356,10 +366,29 @@ def speed(o: Options) -> None:
     show(speed_report(sc, wl, given + out // 2), o, "hybridplan.render_speed:speed_view", "speed_plot")
 
 
+def _engine_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """The command's arguments with engine flags and a pasted engine line read as hybridplan's options
+    (options.expand), and the notes on what was set aside."""
+    from hybridplan.options import expand
+
+    if not args or args[0].startswith("-"):
+        return args, []
+    import typer.main
+
+    cmd = typer.main.get_command(app).commands.get(args[0])  # type: ignore[attr-defined]
+    if cmd is None:
+        return args, []
+    rest, notes = expand(cmd, args[1:])
+    return [args[0], *rest], notes
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit 2 for any bad input, never a traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    notes: list[str] = []
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="hybridplan")
+        args, notes = _engine_flags(args)
+        rv = app(args=args, standalone_mode=False, prog_name="hybridplan")
     except PlanError as exc:
         sys.stderr.write(f"hybridplan: error: {exc}\n")
         code = exc.exit_code
@@ -386,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     else:
         code = rv if isinstance(rv, int) else 0
+    if code in (0, 1):
+        for line in notes:
+            sys.stderr.write(f"hybridplan: {line}\n")
     if argv is None:
         sys.exit(code)
     return code

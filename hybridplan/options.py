@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+import typer.core
 
 from hybridplan.errors import PlanError
 from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count, parse_size
@@ -114,7 +115,14 @@ SsmDtype = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE", autoc
 KvDtype = Annotated[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
                                           help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
 SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
-                                   help="Speculative tokens (widen conv windows, add pages).")]
+                                   help="Speculative tokens (widen conv windows, add pages); vLLM's "
+                                        "--speculative-config JSON and SGLang's --speculative-num-steps are read "
+                                        "too.")]
+#: what an engine line names of its speculative decoding beside the token count (hybridplan/cmdline.py)
+SpecMethod = Annotated[Optional[str], option("--spec-method", metavar="METHOD", hidden=True,
+                                             help="The speculative method (vLLM's method, SGLang's algorithm).")]
+SpecDraft = Annotated[Optional[str], option("--spec-draft", metavar="MODEL", hidden=True,
+                                            help="The draft model as the engine line names it.")]
 VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
                                               autocompletion=_choices(_vllm_versions),
                                               help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
@@ -126,6 +134,9 @@ SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VER
 Mode = Annotated[Optional[str], option("--mode", metavar="MODE",
                                        autocompletion=_choices(lambda: ("none", "align", "all")),
                                        help="vLLM mamba cache mode: none, align or all (default: every mode).")]
+PrefixCaching = Annotated[Optional[bool], option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    help="vLLM prefix caching on or off: the mamba cache mode the release picks for it (default: the release's).")]
 BlockSize = Annotated[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
                                             help="vLLM --block-size (the block only grows from it).")]
 GdnBackend = Annotated[str, option("--gdn-prefill-backend", metavar="BACKEND",
@@ -200,12 +211,19 @@ def plot_option(help: str) -> Any:
 Revision = Annotated[Optional[str], option("--revision", metavar="REV",
                                            help="With a Hugging Face Hub id: the branch, tag or commit to read.")]
 
-MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None))
+Quantization = Annotated[Optional[str], option("--quantization", metavar="METHOD", hidden=True,
+                                               help="The engines' --quantization: only the checkpoint's own "
+                                                    "method is sized.")]
+
+MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None),
+         param("quantization", Quantization, None))
 TP = (param("tp", Tp, 1),)
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
-SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0),)
-VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None), param("block_size", BlockSize, None),
+SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("spec_method", SpecMethod, None),
+               param("spec_draft", SpecDraft, None))
+VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None),
+        param("prefix_caching", PrefixCaching, None), param("block_size", BlockSize, None),
         param("gdn_backend", GdnBackend, "flashinfer"))
 SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"),
           param("page_size", PageSize, 1), param("no_overlap", NoOverlap, False),
@@ -247,6 +265,8 @@ ADMISSION = (
         help="vLLM --max-num-seqs to check (default: vLLM's default for the GPU).")], None),
     param("enforce_eager", Annotated[bool, option(
         "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs, so no graph memory to set aside.")], False),
+    param("o0", Annotated[bool, option("--o0", hidden=True, help="vLLM -O0 (CUDA graphs off from 0.12.0).")],
+          False),
     param("max_running_requests", Annotated[Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests to check.")], None),
@@ -264,6 +284,19 @@ ADMISSION = (
 )
 
 
+ENGINE_LINE_HELP = ("Engine flags: vLLM's and SGLang's own names are read too (--tensor-parallel-size, "
+                    "--max-model-len, --kv-cache-dtype, --tp-size, --context-length, …), and so is a whole engine "
+                    "command after --: -- vllm serve MODEL … or -- python -m sglang.launch_server --model-path "
+                    "MODEL … (environment variables first, as you type them).")
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose usage line names a required argument as click does (LOG), not typer's {LOG}."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+
 def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str | None = None,
             short: str | None = None) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
     """Register ``fn(o: Options)`` as a command whose options are ``groups``, in that order; ``short`` is its
@@ -275,7 +308,9 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 
         run.__signature__ = inspect.Signature([p for g in groups for p in g])  # type: ignore[attr-defined]
         run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-        app.command(name=name or fn.__name__, short_help=short)(run)
+        takes_engine_flags = any(p.name in ("tp", "ctx", "kv_dtype") for g in groups for p in g)
+        app.command(name=name or fn.__name__, short_help=short, cls=_Command,
+                    epilog=ENGINE_LINE_HELP if takes_engine_flags else None)(run)
         return fn
 
     return register
@@ -316,6 +351,65 @@ def budget(o: Options) -> Budget:
     return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
 
 
+def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:
+    """The context a start with no --max-model-len / --context-length runs at: each engine's own maximum for
+    the model (vLLM's derived max_model_len, SGLang's context_length, 2048 for a config naming none); under
+    both engines the smaller, so that both start."""
+    from hybridplan.engines.sglang.context import context_length
+    from hybridplan.engines.vllm.context import default_max_len
+
+    each = {"vllm": default_max_len(spec, vllm_rel), "sglang": context_length(spec)}
+    return min(v for k, v in each.items() if engine in (k, "both"))
+
+
+def _kv_dtype(o: Options, engine: str) -> str | None:
+    """--kv-dtype as each engine spells it: hybridplan's fp8 is vLLM's fp8 and SGLang's fp8_e4m3 (SGLang has no
+    plain fp8), so under SGLang or both it is given as fp8_e4m3, which vLLM reads alike (vllm/config/cache.py)."""
+    kv = getattr(o, "kv_dtype", None)
+    if kv is not None and kv.strip().lower() == "fp8" and engine in ("sglang", "both"):
+        return "fp8_e4m3"
+    return kv
+
+
+def _mode(o: Options, spec: Any, rel: Any) -> str | None:
+    """--mode, or the mode --enable-prefix-caching / --no-enable-prefix-caching gives (the release's rule)."""
+    mode, prefix = getattr(o, "mode", None), getattr(o, "prefix_caching", None)
+    if prefix is None:
+        return mode
+    if mode is not None:
+        if not prefix and mode != "none":
+            raise PlanError(f"--mamba-cache-mode {mode} needs prefix caching; drop --no-enable-prefix-caching")
+        return mode
+    return rel.mode(spec, getattr(o, "spec_tokens", 0) or 0, prefix)
+
+
+def _speculative(o: Options) -> Any:
+    from hybridplan.scenario import Speculative
+
+    method, draft = getattr(o, "spec_method", None), getattr(o, "spec_draft", None)
+    n = getattr(o, "spec_tokens", 0) or 0
+    if method is None and draft is None:
+        return Speculative(num_tokens=n)
+    if not n:
+        raise PlanError("a speculative method without its tokens: give num_speculative_tokens "
+                        "(SGLang --speculative-num-steps)")
+    return Speculative(method=method.lower() if method else None, num_tokens=n, draft_ref=draft)
+
+
+def _check_quantization(o: Options, spec: Any) -> None:
+    """--quantization: the checkpoint's own method changes nothing; another (online quantization) is not sized."""
+    q = getattr(o, "quantization", None)
+    if q is None:
+        return
+    import json
+
+    cfg = json.loads(spec.config_json or "{}")
+    own = (cfg.get("quantization_config") or {}).get("quant_method")
+    if own is None or str(own).lower() != q.strip().lower():
+        raise PlanError(f"--quantization {q}: hybridplan sizes the checkpoint's own weights "
+                        f"({own or 'not quantized'}); give --weights with the quantized size")
+
+
 def scenario(o: Options) -> Scenario:
     """The scenario the options describe."""
     from hybridplan.engines.sglang.releases import release as sglang_release
@@ -323,19 +417,130 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.engines.vllm.releases import release as vllm_release
     from hybridplan.engines.vllm.settings import VllmSettings
     from hybridplan.loader import load_model
-    from hybridplan.scenario import DtypeChoice, Scenario, default_ctx
+    from hybridplan.scenario import DtypeChoice, Scenario
 
     spec = load_model(o.model, getattr(o, "revision", None))
+    _check_quantization(o, spec)
+    engine = getattr(o, "engine", None) or "both"
+    vrel = vllm_release(getattr(o, "vllm_version", None))
+    if getattr(o, "o0", False) and vrel.before(cmdline_o0()):
+        raise PlanError(f"vLLM {vrel.version}: -O is the compilation level before {cmdline_o0()} and leaves CUDA "
+                        "graphs on; give --enforce-eager for a start without them")
     ctx = getattr(o, "ctx", None)
+    vllm = {**_given(o, _VLLM), "mode": _mode(o, spec, vrel)} if hasattr(o, "mode") else _given(o, _VLLM)
     return Scenario(
         spec=spec,
-        ctx=ctx if ctx is not None else default_ctx(spec),
-        dtypes=DtypeChoice(*(getattr(o, n, None) for n in ("dtype", "conv_dtype", "ssm_dtype", "kv_dtype"))),
-        engine=getattr(o, "engine", None) or "both",
-        vllm=VllmSettings(release=vllm_release(getattr(o, "vllm_version", None)), **_given(o, _VLLM)),
+        ctx=ctx if ctx is not None else default_ctx(spec, engine, vrel),
+        dtypes=DtypeChoice(getattr(o, "dtype", None), getattr(o, "conv_dtype", None), getattr(o, "ssm_dtype", None),
+                           _kv_dtype(o, engine)),
+        engine=engine,
+        vllm=VllmSettings(release=vrel, **vllm),
         sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
                               overlap=not getattr(o, "no_overlap", False),
                               **parse_env(getattr(o, "sglang_env", None) or ())),
         budget=budget(o),
+        speculative=_speculative(o),
         **_given(o, _SCENARIO),
     )
+
+
+def cmdline_o0() -> str:
+    from hybridplan.cmdline import O0_FROM
+
+    return O0_FROM
+
+
+# --- engine flags and engine command lines ---------------------------------------------------------------
+
+
+def _own_flags(cmd: Any) -> dict[str, bool]:
+    """A command's flags → whether each takes a value."""
+    own: dict[str, bool] = {"--help": False, "-h": False}
+    for p in cmd.params:
+        if getattr(p, "param_type_name", None) == "option":
+            for name in (*p.opts, *p.secondary_opts):
+                own[name] = not (p.is_flag or p.count)
+    return own
+
+
+def _is_flag(token: str) -> bool:
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
+def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
+    """A command's arguments with engine flags (vLLM's and SGLang's own names, typed among hybridplan's) and a
+    pasted engine line (after ``--``) turned into hybridplan's options (hybridplan/cmdline.py), for the parser
+    to read and check as if typed; and the lines to say what was set aside. An unknown flag is refused here,
+    with the closest name among hybridplan's and the engines'."""
+    from hybridplan import cmdline
+
+    own = _own_flags(cmd)
+    engine_names = cmdline.engine_flag_names()
+    head, tail = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, None)
+    out: list[str] = []
+    engine_tokens: list[str] = []
+    positional: list[str] = []
+    i = 0
+    while i < len(head):
+        token = head[i]
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        if not _is_flag(token):
+            out.append(token)
+            positional.append(token)
+        elif name in own:
+            out.append(token)
+            if own[name] and "=" not in token and i + 1 < len(head):
+                i += 1
+                out.append(head[i])
+        elif name in engine_names or name.startswith("-O") or (
+                name.startswith("--no-") and "--" + name[5:] in engine_names):
+            engine_tokens.append(token)
+            if cmdline.takes_value(token) and i + 1 < len(head):
+                i += 1
+                engine_tokens.append(head[i])
+        else:
+            raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *engine_names])}")
+        i += 1
+    lines = [cmdline.translate(engine_tokens, "either")] if engine_tokens else []
+    if tail is not None:
+        if not tail:
+            raise PlanError("nothing after --: paste the engine's command, e.g. -- vllm serve MODEL …")
+        lines.append(cmdline.translate(tail, ours=own))
+    notes: list[str] = []
+    set_by_head = {t.split("=", 1)[0] for t in out if _is_flag(t)}
+    dropped: list[str] = []
+    for line in lines:
+        if line.model is not None:
+            model_is_option = "--model" in own
+            if model_is_option:
+                out += ["--model", line.model]
+            elif positional and positional[0] != line.model:
+                raise PlanError(f"two models: {positional[0]} and the engine line's {line.model}")
+            elif not positional:
+                out.append(line.model)
+                positional.append(line.model)
+        if line.engine is not None and "--engine" in own and "--engine" not in set_by_head:
+            out += ["--engine", line.engine]
+            set_by_head.add("--engine")
+        for shown, tokens in line.options:
+            if not tokens:
+                continue
+            flag = tokens[0]
+            if flag not in own:
+                dropped.append(shown)
+                continue
+            if flag in set_by_head and flag not in ("--sglang-env", "--enforce-eager", "--allow-long-context"):
+                raise PlanError(f"{shown}: {flag} is given twice; give it once")
+            out += list(tokens)
+            set_by_head.add(flag)
+        if line.ignored:
+            notes.append("ignored: no effect on memory: " + ", ".join(line.ignored))
+    if dropped:
+        notes.append(f"ignored: {cmd.name} does not use " + ", ".join(dropped))
+    return out, notes

@@ -432,7 +432,8 @@ def _sglang_fit(g) -> list:
                           "memory split between the pools (R)", "mem_fraction_static") if g.memory is not None else []
     t = Rows(None, [
         ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"])),
-        ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])),
+        ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])) if g.pool.fp.kv else
+        ("KV pool", "none", "no attention layers"),
         ("max running requests", f"{s['max_running_requests']:,}",
          _slots(s))],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
@@ -474,6 +475,35 @@ def waterfall_view(w, title: str, cache_label: str, factor_label: str) -> list:
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
 
 
+def _command(label: str, cmd) -> Text:
+    """A command to paste: on one line where it fits, else continued with backslashes, never breaking a word."""
+    if cmd is None:
+        return Text(f"{label} — (the weights leave nothing for the caches)")
+    import shlex
+
+    words = [*cmd.env, *(shlex.quote(a) for a in cmd.argv)]
+    one = f"{label} {' '.join(words)}"
+    cols = min(width(), UNWRAPPED)
+    if len(one) <= cols:
+        return Text(one, no_wrap=True, overflow="ignore")
+    groups: list[str] = []
+    for w in words:  # a flag with its value, the program with its model
+        if groups and not w.startswith("-") and (groups[-1].startswith("-") and " " not in groups[-1]
+                                                 or not groups[-1].startswith("-") and "=" not in groups[-1]):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    lines, line = [label], "  "
+    for g in groups:
+        if len(line) > 2 and len(line) + 1 + len(g) + 2 > cols:
+            lines.append(line + " \\")
+            line = "    " + g
+        else:
+            line = line + ("" if line.strip() == "" else " ") + g
+    lines.append(line)
+    return Text("\n".join(lines), no_wrap=True, overflow="ignore")
+
+
 def fit_view(r: FitReport) -> Group:
     head = f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}"
     b = r.sc.budget
@@ -493,8 +523,8 @@ def fit_view(r: FitReport) -> Group:
                                     part.factor_label)
         else:
             parts += _FIT_VIEWS[name](part)
-    for engine, flags in r.flags().items():
-        parts.append(labelled(f"{engine} flags:", flags))
+    for engine, cmd in r.commands().items():
+        parts.append(_command(f"{engine} command:", cmd))
     if r.verdict_ok:
         parts.append(Text("verdict: starts with these settings", style="bold green"))
     else:

@@ -95,7 +95,7 @@ def test_ctx_as_vllms_max_model_len_reads_it(run_cli, text, value):
     (("size", "nemotron-h", "--ssm-dtype", "fp8"), "unknown --ssm-dtype 'fp8'"),
     (("size", "nemotron-h", "--conv-dtype", "fp8"), "unknown --conv-dtype 'fp8'"),
     (("size", "nemotron-h", "--kv-dtype", "nvfp4"), "not sized by hybridplan"),
-    (("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "sglang", "--kv-dtype", "fp8"),
+    (("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "sglang", "--kv-dtype", "float16"),
      "SGLang 0.5.23 --kv-cache-dtype takes"),
     (("crossover", "--plot", "y.txt"), "name a file ending in .png"),
     (("crossover", "--plot", "x"), "name a file ending in .png"),
@@ -193,3 +193,85 @@ def test_completion_of_option_values(run_cli):
     assert "bfloat16" in complete("hybridplan size --kv-dtype ") and "fp8" in complete("hybridplan size --kv-dtype ")
     assert "0.33.0" in complete("hybridplan size --vllm-version 0.3")
     assert "nemotron-h" in complete("hybridplan size nemo")
+
+
+# --- issue 17: what the help promises, and the defaults, start ----------------------------------------------
+
+
+def test_the_helps_kv_dtype_example_runs_under_both_engines(run_cli):
+    # --kv-dtype's help says "e.g. fp8": vLLM spells it fp8, SGLang fp8_e4m3 (server_args.py has no plain fp8);
+    # both are float8_e4m3fn, so the figures are those of fp8_e4m3
+    argv = ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--json", "--kv-dtype")
+    code, out, err = run_cli(*argv, "fp8")
+    assert code == 0, err
+    code2, out2, _ = run_cli(*argv, "fp8_e4m3")
+    a, b = json.loads(out), json.loads(out2)
+    assert a["sglang"] == b["sglang"] and a["vllm"] == b["vllm"]
+    assert "fp8_e4m3" in a["commands"]["sglang"]["argv"] and "fp8" in a["commands"]["vllm"]["argv"]
+
+
+@pytest.mark.parametrize("model", ["mamba-130m", "falcon-mamba-7b", "mamba-2.8b", "mamba-codestral-7b"])
+def test_fit_with_no_ctx_sizes_the_engines_own_maximum(run_cli, model):
+    # no length in these configs: vLLM and SGLang both assume 2048 (vllm/config/model.py _get_and_verify_max_len;
+    # sglang srt/configs/model_config.py, hybridplan/engines/*/context.py FALLBACK), so a start with neither
+    # --max-model-len nor --context-length runs at 2048, which each accepts
+    from hybridplan.engines.sglang.context import context_length
+    from hybridplan.engines.vllm.context import default_max_len
+    from hybridplan.loader import load_model
+
+    spec = load_model(model)
+    code, out, err = run_cli("fit", model, "--gpu-type", "h100", "--json")
+    d = json.loads(out)
+    assert d["ctx"] == min(default_max_len(spec), context_length(spec))
+    assert d["sglang"]["context_length_refused"] is None and d["vllm"]["max_model_len_refused"] is None, err
+    assert code in (0, 1), err
+    # where vLLM's default --max-num-seqs is more than the Mamba blocks (Mamba-Codestral: 450 on an H100), the
+    # command printed asks for what starts, and starts
+    code, out, err = run_cli("fit", "--gpu-type", "h100", "--json", "--", *d["commands"]["vllm"]["argv"])
+    assert code == 0 and json.loads(out)["ok"], err
+
+
+def test_an_attention_free_model_shows_no_kv_pool(run_cli):
+    code, out, _ = run_cli("fit", "mamba-130m", "--gpu-type", "h100", "--engine", "sglang")
+    row = next(line for line in out.splitlines() if line.startswith("KV pool") or line.startswith("  KV pool"))
+    assert "none" in row and "GiB" not in row
+
+
+def test_prefix_refuses_shared_with_a_sweep(run_cli):
+    _one_line(*run_cli("prefix", "nemotron-h", "--shared", "4000", "--sweep", "0:6000:100"), "not both")
+
+
+def test_help_says_what_ctx_defaults_to_and_names_log_plainly(run_cli):
+    import re
+
+    code, out, _ = run_cli("fit", "--help")
+    assert code == 0 and "default: the model's maximum" in re.sub(r"\s+", " ", out)
+    code, out, _ = run_cli("check-log", "--help")
+    assert code == 0 and "Usage: hybridplan check-log [OPTIONS] LOG" in out and "{LOG}" not in out
+
+
+@pytest.mark.parametrize("flag", ["--tensor-parallel-size", "--gpu-memory-utilization", "--max-model-len",
+                                  "--kv-cache-dtype", "--enable-prefix-caching", "--context-length", "--tp-size"])
+def test_the_engines_flag_names_are_taken(run_cli, flag):
+    # issue 17: these were refused, --tensor-parallel-size with a hint of --page-size
+    value = {"--tensor-parallel-size": "2", "--gpu-memory-utilization": "0.85", "--max-model-len": "4096",
+             "--kv-cache-dtype": "fp8_e4m3", "--context-length": "4096", "--tp-size": "2"}.get(flag)
+    ctx = () if flag in ("--max-model-len", "--context-length") else ("--ctx", "4096")
+    code, out, err = run_cli("fit", "nemotron-h", "--gpu-type", "h100", *ctx, "--json", flag,
+                             *([value] if value else []))
+    assert code in (0, 1), err
+    # the same value through hybridplan's own option
+    own = {"--tensor-parallel-size": "--tp", "--gpu-memory-utilization": "--gpu-util", "--max-model-len": "--ctx",
+           "--kv-cache-dtype": "--kv-dtype", "--context-length": "--ctx", "--tp-size": "--tp"}.get(flag)
+    if own:
+        argv = ["fit", "nemotron-h", "--gpu-type", "h100", "--json", own, value]
+        if own != "--ctx":
+            argv += ["--ctx", "4096"]
+        assert json.loads(run_cli(*argv)[1])["vllm"] == json.loads(out)["vllm"]
+        assert json.loads(out)["ctx"] == 4096
+
+
+def test_model_path_names_the_model(run_cli):
+    code, out, err = run_cli("size", "--model-path", "nvidia/Nemotron-H-8B-Base-8K", "--ctx", "4096", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "nemotron-h-8b"

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pathlib import Path
+
 from hybridplan import engines
+from hybridplan.cmdline import Command, sglang_command, vllm_command
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 
@@ -16,6 +19,9 @@ class FitReport:
     parts: dict[str, engines.FitPart]
     notes: tuple[str, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
+    #: the model as the user named it, and the Hub revision they asked for
+    model_ref: str | None = None
+    revision: str | None = None
 
     @property
     def verdict_ok(self) -> bool:
@@ -25,13 +31,33 @@ class FitReport:
     def problems(self) -> list[str]:
         return [p.problem for p in self.parts.values() if p.problem]
 
+    def commands(self) -> dict[str, Command | None]:
+        """Per engine the command that starts it with the figures shown (None where the weights leave nothing)."""
+        from hybridplan.engines.common import Shortfall
+
+        model = engine_model(self.model_ref, self.sc)
+        out: dict[str, Command | None] = {}
+        for name, p in self.parts.items():
+            if isinstance(p, Shortfall):
+                out[name] = None
+            elif name == "vllm":
+                f = p.chosen
+                n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
+                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision)
+            else:
+                out[name] = sglang_command(self.sc, model, revision=self.revision)
+        return out
+
     def flags(self) -> dict[str, str]:
-        return {name: p.flags for name, p in self.parts.items()}
+        return {name: "—" if c is None else str(c) for name, c in self.commands().items()}
 
     def to_dict(self) -> dict:
         sc = self.sc
         d: dict = {"schema_version": SCHEMA_VERSION, "model": sc.spec.name, "ctx": sc.ctx, "tp": sc.tp,
-                   "ok": self.verdict_ok, "flags": self.flags(), "notes": list(self.notes)}
+                   "ok": self.verdict_ok, "flags": self.flags(), "notes": list(self.notes),
+                   "commands": {name: None if c is None else {"env": list(c.env), "argv": list(c.argv),
+                                                              "notes": list(c.notes)}
+                                for name, c in self.commands().items()}}
         if self.skipped:
             d["skipped"] = dict(self.skipped)
         d.update((name, p.to_dict()) for name, p in self.parts.items())
@@ -76,9 +102,30 @@ def estimate_note(parts: dict) -> tuple[str, ...]:
             f"start-up: {'; '.join(said)}",)
 
 
-def fit(sc: Scenario) -> FitReport:
+def engine_model(ref: str | None, sc: Scenario) -> str:
+    """The model as an engine takes it: a Hub id or a folder as the user typed it; a shipped name as the Hub id
+    it comes from; a config.json as its folder."""
+    from hybridplan import hub
+
+    if ref is not None:
+        path = Path(ref).expanduser()
+        if path.is_dir():
+            return ref
+        if path.is_file() and path.name == "config.json":
+            return str(path.parent)
+        if not path.exists() and hub.is_hub_id(ref):
+            return ref
+    source = sc.spec.source
+    if source and hub.is_hub_id(source) and not Path(source).exists():
+        return source
+    return ref or sc.spec.name
+
+
+def fit(sc: Scenario, model_ref: str | None = None, revision: str | None = None) -> FitReport:
     parts, skipped = engines.each(sc, lambda e: e.fit(sc))
     if not parts:
         raise engines.none_left(skipped, "fit")
     notes = budget_notes(sc) + estimate_note(parts) + tuple(n for p in parts.values() for n in p.notes)
-    return FitReport(sc, parts, notes, tuple(skipped.items()))
+    report = FitReport(sc, parts, notes, tuple(skipped.items()), model_ref, revision)
+    said = tuple(n for c in report.commands().values() if c is not None for n in c.notes)
+    return FitReport(sc, parts, notes + said, tuple(skipped.items()), model_ref, revision) if said else report

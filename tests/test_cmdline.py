@@ -1,0 +1,249 @@
+"""Engine command lines in, complete commands out (hybridplan/cmdline.py).
+
+The round trips hold no figure of their own: each runs `fit` with hybridplan's options, feeds the command it
+prints for an engine back as a pasted engine line, and asks for the same figures. The flag names come from the
+engines' argument parsers (vLLM vllm/engine/arg_utils.py; SGLang python/sglang/srt/server_args.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from hybridplan.cmdline import translate
+from hybridplan.errors import PlanError
+from tests.helpers import one_line_error
+
+
+def _fit(run_cli, *argv):
+    cut = argv.index("--") if "--" in argv else len(argv)
+    code, out, err = run_cli("fit", *argv[:cut], "--json", *argv[cut:])
+    assert code in (0, 1), err
+    return json.loads(out), err
+
+
+def _vllm_figures(d: dict) -> dict:
+    """What vLLM's start shows: the budget, the memory and the mode it runs in, block by block."""
+    v = d["vllm"]
+    m = dict(v["modes"][v["default_mode"]])
+    m.pop("problem")  # its wording names whether --max-num-seqs was given
+    return {"budget": v["kv_budget_bytes"], "memory": v["memory"], "mode": v["default_mode"], "fit": m,
+            "refused": v["max_model_len_refused"], "version": v["version"]}
+
+
+def _sglang_figures(d: dict) -> dict:
+    g = dict(d["sglang"])
+    g.pop("requested_max_running_requests")  # given on the command line, estimated without it
+    return g
+
+
+def _round_trip(run_cli, engine: str, argv: tuple[str, ...], budget: tuple[str, ...]):
+    first, _ = _fit(run_cli, *budget, *argv, "--engine", engine)
+    cmd = first["commands"][engine]
+    line = [*cmd["env"], *cmd["argv"]]
+    # the printed line, as a shell splits it, is the line fed back
+    assert shlex.split(first["flags"][engine]) == line
+    again, _ = _fit(run_cli, *budget, "--", *line)
+    figures = _vllm_figures if engine == "vllm" else _sglang_figures
+    assert figures(again) == figures(first), line
+    assert again["ok"] == first["ok"]
+    return line
+
+
+H100 = ("--gpu-type", "h100")
+
+# each: hybridplan's options, and those that are no engine flag: the GPU, and the release the command is for
+VLLM_CASES = [
+    (("nemotron-h", "--ctx", "8192"), H100),
+    (("nemotron-nano-9b-v2", "--ctx", "32k", "--tp", "2", "--kv-dtype", "fp8_e4m3", "--ssm-dtype", "bf16",
+      "--gpu-util", "0.95", "--max-num-seqs", "64"), ("--gpu-type", "l40s")),
+    (("nemotron-h", "--ctx", "16384", "--enforce-eager", "--block-size", "64"), H100),
+    (("nemotron-h", "--ctx", "131072", "--allow-long-context"), H100),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--mode", "none"), H100),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--mode", "all"), (*H100, "--vllm-version", "0.28")),
+    (("nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"), ()),
+    (("nemotron-h", "--ctx", "8192", "--spec-tokens", "2"), H100),
+    (("jamba", "--ctx", "8192", "--tp", "8", "--dtype", "bfloat16", "--kv-dtype", "fp8"), ("--gpu-type", "h200")),
+    (("nemotron-h", "--ctx", "8192", "--conv-dtype", "float32"), (*H100, "--vllm-version", "0.20")),
+    (("nemotron-h", "--ctx", "4096", "--max-num-batched-tokens", "4096"), ("--gpu-type", "a100-80g")),
+    (("mamba-130m",), H100),
+]
+
+SGLANG_CASES = [
+    (("nemotron-h", "--ctx", "8192"), H100),
+    (("nemotron-nano-9b-v2", "--ctx", "32k", "--tp", "2", "--kv-dtype", "fp8", "--ssm-dtype", "bf16",
+      "--mem-fraction-static", "0.9"), ("--gpu-type", "l40s")),
+    (("nemotron-h", "--ctx", "8192", "--radix", "off"), H100),
+    (("nemotron-h", "--ctx", "8192", "--max-running-requests", "32"), H100),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--page-size", "64"), H100),
+    (("nemotron-h", "--ctx", "131072", "--allow-long-context"), H100),
+    (("nemotron-h", "--ctx", "8192", "--spec-tokens", "3"), H100),
+    (("nemotron-h", "--ctx", "8192", "--mamba-full-memory-ratio", "2"), H100),
+    (("nemotron-h", "--ctx", "8192", "--radix", "off", "--max-mamba-cache-size", "200"), H100),
+    (("nemotron-h", "--ctx", "8192", "--disable-overlap-schedule", "--sglang-env",
+      "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1"), (*H100, "--sglang-version", "0.5.7")),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--radix", "extra_buffer"), (*H100, "--sglang-version", "0.5.9")),
+    (("mamba-130m",), H100),
+]
+
+
+@pytest.mark.parametrize("argv, budget", VLLM_CASES, ids=[" ".join(a) for a, _ in VLLM_CASES])
+def test_the_vllm_command_fit_prints_gives_its_figures_back(run_cli, argv, budget):
+    line = _round_trip(run_cli, "vllm", argv, budget)
+    assert line[:2] == ["vllm", "serve"] or line[1:3] == ["vllm", "serve"]
+
+
+@pytest.mark.parametrize("argv, budget", SGLANG_CASES, ids=[" ".join(a) for a, _ in SGLANG_CASES])
+def test_the_sglang_command_fit_prints_gives_its_figures_back(run_cli, argv, budget):
+    line = _round_trip(run_cli, "sglang", argv, budget)
+    assert "sglang.launch_server" in line
+
+
+def test_the_issues_start_is_printed_whole(run_cli):
+    # issue 17: every setting given that changes a figure is on the line, in the engine's own spelling
+    d, _ = _fit(run_cli, "nemotron-nano-9b-v2", "--ctx", "32k", "--gpu-type", "l40s", "--tp", "2", "--kv-dtype",
+                "fp8_e4m3", "--ssm-dtype", "bf16", "--gpu-util", "0.95", "--max-num-seqs", "64",
+                "--mem-fraction-static", "0.9", "--enforce-eager", "--block-size", "32", "--allow-long-context")
+    v, s = d["commands"]["vllm"], d["commands"]["sglang"]
+    assert v["env"] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"]
+    assert s["env"] == ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"]
+    assert v["argv"][:3] == ["vllm", "serve", "nvidia/NVIDIA-Nemotron-Nano-9B-v2"]
+    vflags = " ".join(v["argv"])
+    for part in ("--tensor-parallel-size 2", "--max-model-len 32000", "--max-num-seqs 64",
+                 "--kv-cache-dtype fp8", "--mamba-ssm-cache-dtype bfloat16", "--gpu-memory-utilization 0.95",
+                 "--enforce-eager", "--block-size 32"):
+        assert part in vflags, part
+    sflags = " ".join(s["argv"])
+    for part in ("--model-path nvidia/NVIDIA-Nemotron-Nano-9B-v2", "--tp-size 2", "--context-length 32000",
+                 "--kv-cache-dtype fp8_e4m3", "--mamba-ssm-dtype bfloat16", "--mem-fraction-static 0.9"):
+        assert part in sflags, part
+
+
+def test_the_pasted_line_equals_the_same_options(run_cli):
+    ours, _ = _fit(run_cli, "nemotron-nano-9b-v2", "--gpu-type", "l40s", "--ctx", "32000", "--tp", "2",
+                   "--kv-dtype", "fp8", "--gpu-util", "0.9", "--engine", "vllm")
+    pasted, err = _fit(run_cli, "--gpu-type", "l40s", "--", "vllm", "serve", "nvidia/NVIDIA-Nemotron-Nano-9B-v2",
+                       "--tensor-parallel-size=2", "--max-model-len", "32000", "--kv-cache-dtype", "fp8",
+                       "--gpu-memory-utilization", "0.9", "--host", "0.0.0.0", "--port", "8000",
+                       "--trust-remote-code", "--served-model-name", "nano")
+    assert _vllm_figures(pasted) == _vllm_figures(ours)
+    assert "sglang" not in pasted
+    assert err.strip() == ("hybridplan: ignored: no effect on memory: --host 0.0.0.0, --port 8000, "
+                           "--trust-remote-code, --served-model-name nano")
+    # the engine's flag names among hybridplan's give the same
+    aliases, _ = _fit(run_cli, "nemotron-nano-9b-v2", "--gpu-type", "l40s", "--max-model-len", "32000",
+                      "-tp", "2", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--engine", "vllm")
+    assert _vllm_figures(aliases) == _vllm_figures(ours)
+
+
+def test_sglang_lines_in_both_spellings(run_cli):
+    ours, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "sglang",
+                   "--mem-fraction-static", "0.85", "--radix", "off")
+    for program in (["python", "-m", "sglang.launch_server"], ["python3", "-m", "sglang.launch_server"],
+                    ["sglang", "serve"]):
+        pasted, _ = _fit(run_cli, "--gpu-type", "h100", "--", *program, "--model-path",
+                         "nvidia/Nemotron-H-8B-Base-8K", "--tp", "1", "--context-length", "8192",
+                         "--mem-fraction-static=0.85", "--disable-radix-cache", "--port", "30000")
+        assert _sglang_figures(pasted) == _sglang_figures(ours)
+        assert "vllm" not in pasted
+
+
+def test_environment_variables_of_the_line(run_cli):
+    # Nemotron-H-8B-Base-8K's maximum is 8192 (model_specs/nemotron-h-8b.yaml): the variable lets 16384 start
+    line = ("vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--max-model-len", "16384")
+    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", *line)
+    assert not d["ok"] and d["vllm"]["max_model_len_refused"]
+    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", *line)
+    assert d["ok"] and d["vllm"]["max_model_len_refused"] is None
+    assert d["commands"]["vllm"]["env"] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"]
+    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "env", "CUDA_VISIBLE_DEVICES=0",
+                "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", "python", "-m", "sglang.launch_server",
+                "--model-path", "nvidia/Nemotron-H-8B-Base-8K", "--context-length", "16384")
+    assert d["ok"] and d["sglang"]["context_length_refused"] is None
+
+
+def test_prefix_caching_switches_are_the_releases_modes(run_cli):
+    # vLLM 0.28+: prefix caching on by default for hybrids, in align mode for a model without `all`
+    # (hybridplan/engines/vllm/releases.py prefix_caching_default, prefix_mode)
+    on, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "vllm",
+                 "--enable-prefix-caching")
+    off, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "vllm",
+                  "--no-enable-prefix-caching")
+    assert list(on["vllm"]["modes"]) == ["align"] and list(off["vllm"]["modes"]) == ["none"]
+    assert "--no-enable-prefix-caching" in off["commands"]["vllm"]["argv"]
+
+
+def test_speculative_config_and_sglang_steps(run_cli):
+    spec = '{"method": "mtp", "num_speculative_tokens": 2}'
+    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+                "--max-model-len", "8192", "--speculative-config", spec)
+    ours, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "vllm",
+                   "--spec-tokens", "2")
+    assert _vllm_figures(d) == _vllm_figures(ours)
+    assert json.loads(d["commands"]["vllm"]["argv"][-1]) == {"method": "mtp", "num_speculative_tokens": 2}
+    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path",
+                "nvidia/Nemotron-H-8B-Base-8K", "--context-length", "8192", "--speculative-algorithm", "EAGLE",
+                "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+    ours, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "sglang",
+                   "--spec-tokens", "3", "--draft-tokens", "4")
+    assert _sglang_figures(d) == _sglang_figures(ours)
+
+
+def test_size_and_prefix_take_a_line_too(run_cli):
+    code, out, err = run_cli("size", "--json", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+                             "--max-model-len", "4096", "--gpu-memory-utilization", "0.8")
+    assert code == 0 and json.loads(out)["ctx"] == 4096
+    assert "size does not use --gpu-memory-utilization 0.8" in err
+    code, out, _ = run_cli("prefix", "--shared", "4000", "--json", "--", "python", "-m", "sglang.launch_server",
+                           "--model-path", "nvidia/Nemotron-H-8B-Base-8K", "--chunked-prefill-size", "2048")
+    assert code == 0 and "sglang" in json.loads(out) and "vllm" not in json.loads(out)
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (("fit", "--gpu-type", "h100", "--tensor-parallel", "2"), ("--tensor-parallel-size",)),
+    (("fit", "--gpu-type", "h100", "--gpu-memory-util", "0.9"), ("--gpu-memory-utilization",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--max-model-length", "8k"), ("--max-model-len",)),
+    (("fit", "--gpu-type", "h100", "--", "sglang", "serve", "--model-path", "m", "--context-len", "8k"),
+     ("--context-length",)),
+    (("fit", "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8"),
+     ("fp8_e4m3",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--pipeline-parallel-size", "2"),
+     ("pipeline parallelism",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--speculative-config", "{bad"), ("not valid JSON",)),
+    (("fit", "--gpu-type", "h100", "--", "docker", "run", "vllm"), ("vllm serve MODEL",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--max-model-len"), ("needs a value",)),
+    (("fit", "--gpu-type", "h100", "--tp", "2", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "-tp", "4"),
+     ("given twice",)),
+    (("fit", "jamba", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K"), ("two models",)),
+    (("fit", "--gpu-type", "h100", "--", "VLLM_MADE_UP=1", "vllm", "serve", "m"), ("VLLM_MADE_UP",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--quantization", "fp8"),
+     ("--quantization fp8", "--weights")),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "-O"), ("needs a value",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--vllm-version", "0.20"),
+     ("unknown vLLM flag --vllm-version", "before --")),
+])
+def test_bad_lines_are_one_line(run_cli, argv, needles):
+    one_line_error(*run_cli(*argv), *needles)
+
+
+def test_o0_is_eager_only_where_it_turns_graphs_off(run_cli):
+    # vLLM 0.12.0's OptimizationLevel.O0: "no compilation, no cudagraphs" (vllm/config/vllm.py); 0.10.2 has no
+    # such level (its -O is the compilation level)
+    eager, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "vllm",
+                    "--enforce-eager")
+    o0, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+                 "--max-model-len", "8192", "-O0")
+    assert _vllm_figures(o0) == _vllm_figures(eager)
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--vllm-version", "0.11", "--", "vllm", "serve",
+                            "nvidia/Nemotron-H-8B-Base-8K", "-O", "0"), "-O is the compilation level")
+
+
+def test_translate_is_pure():
+    line = translate(["VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "vllm", "serve", "org/m", "--max-model-len=-1",
+                      "--no-enforce-eager", "--api-key", "k"])
+    assert (line.engine, line.model) == ("vllm", "org/m")
+    assert line.argv == ["--allow-long-context"]
+    assert line.ignored == ("--api-key k",)
+    with pytest.raises(PlanError, match="did you mean --mamba-ssm-cache-dtype"):
+        translate(["vllm", "serve", "m", "--mamba-ssm-cache-dtyp", "float32"])
