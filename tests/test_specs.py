@@ -67,6 +67,9 @@ PROVENANCE = {
     "qwen3-32b-fp8": ("Qwen__Qwen3-32B-FP8.json", {}),  # the 32B's config plus its fp8 quantization_config
     "llama-3.3-70b-instruct": ("meta-llama__Llama-3.3-70B-Instruct.json", {}),
     "kimi-k2-instruct": ("moonshotai__Kimi-K2-Instruct.json", {}),  # DeepSeek-V3 layout, fp8 blocks
+    "deepseek-r1": ("deepseek-ai__DeepSeek-R1.json", {}),  # the DeepSeek-V3 config but transformers_version
+    "qwen3.8-2.4t-a95b": ("Qwen__Qwen3.8-2.4T-A95B.json", {}),
+    "qwen3.8-2.4t-a95b-fp8": ("Qwen__Qwen3.8-2.4T-A95B-FP8.json", {}),  # + fp8 blocks, 978 modules left bf16
 }
 
 
@@ -173,6 +176,9 @@ FAMILY_SHAPES = {
     # An NVFP4 re-save quantizes weights only, the state is the base model's. Qwen3.5-122B-A10B: 36 GDN;
     # conv = 2·16·128 + 64·128 = 12288; mamba_ssm_dtype float32
     "qwen3.5-122b-a10b-nvfp4": (36, (12288, 3), (64, 128, 128), "bfloat16", "float32"),
+    # Qwen3.8-2.4T-A95B: 92 layers, every 4th attention, 69 GDN of 16 key and 128 value heads of 128:
+    # conv = 2·16·128 + 128·128 = 20480; SSM (128, 128, 128) in mamba_ssm_dtype float32
+    "qwen3.8-2.4t-a95b": (69, (20480, 3), (128, 128, 128), "bfloat16", "float32"),
 }
 
 
@@ -203,6 +209,7 @@ KV_PER_LAYER = {
     "qwen3-8b": 2 * 8 * 128 * 2,  # every one of its 36 layers: 8 KV heads × head_dim 128
     "qwen3-32b-fp8": 2 * 8 * 128 * 2,  # fp8 weights; the KV cache stays bf16 under --kv-cache-dtype auto
     "kimi-k2-instruct": (512 + 64) * 2,  # MLA: kv_lora_rank + qk_rope_head_dim, as DeepSeek-V3
+    "qwen3.8-2.4t-a95b": 2 * 4 * 256 * 2,  # 23 attention layers of 4 KV heads × head_dim 256
 }
 
 
