@@ -115,7 +115,8 @@ def _chunk_cumsum_kernel(
     dt = tl.where(mask, dt, 0.0)
     a = tl.load(A_ptr + offs_h, mask=mask_h, other=0.0).to(tl.float32)
     cum = tl.cumsum(dt * a[None, :], axis=0)
-    out_off = c * (H * Q) + offs_h[None, :] * Q + offs_l[:, None]
+    # 64-bit: c · H · Q passes 2^31 within the profile's token bound once H · Q > 32,768 (chunk 256, 128+ heads)
+    out_off = c.to(tl.int64) * (H * Q) + offs_h[None, :] * Q + offs_l[:, None]
     out_mask = (offs_l < Q)[:, None] & mask_h[None, :]
     tl.store(dt_out_ptr + out_off, dt, mask=out_mask)
     tl.store(cum_ptr + out_off, cum, mask=out_mask)
