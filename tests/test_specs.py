@@ -70,6 +70,9 @@ PROVENANCE = {
     "deepseek-r1": ("deepseek-ai__DeepSeek-R1.json", {}),  # the DeepSeek-V3 config but transformers_version
     "qwen3.8-2.4t-a95b": ("Qwen__Qwen3.8-2.4T-A95B.json", {}),
     "qwen3.8-2.4t-a95b-fp8": ("Qwen__Qwen3.8-2.4T-A95B-FP8.json", {}),  # + fp8 blocks, 978 modules left bf16
+    # config.json has no quantization_config: the checkpoint's hf_quant_config.json is the spec's, as vLLM
+    # (vllm/transformers_utils/config.py get_config) reads it; test_hf_quant_config_is_the_specs_quantization
+    "nemotron-3-nano-30b-a3b-nvfp4": ("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4.json", {"quantization_config"}),
 }
 
 
@@ -96,6 +99,23 @@ def test_shipped_spec_matches_its_config(name, configs):
     _subset_equal(doc["config"], real, changed, name)
     if not changed:  # the real config itself normalises to the same model
         assert load_path(configs / filename).mixers == load_model(name).mixers
+
+
+def test_hf_quant_config_is_the_specs_quantization(configs, tmp_path):
+    # the NVFP4 checkpoint's two files side by side read as the shipped spec: same layers, same quantization
+    import yaml
+
+    from hybridplan.loader import _specs_dir
+
+    doc = yaml.safe_load((_specs_dir() / "nemotron-3-nano-30b-a3b-nvfp4.yaml").read_text())
+    quant = json.loads((configs / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4.hf_quant_config.json").read_text())
+    assert doc["config"]["quantization_config"] == quant
+    (tmp_path / "config.json").write_text((configs / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4.json").read_text())
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant))
+    folder, shipped = load_path(tmp_path), load_model("nemotron-3-nano-30b-a3b-nvfp4")
+    assert folder.mixers == shipped.mixers == load_model("nemotron-3-nano-30b-a3b").mixers
+    assert folder.quantization.scheme == shipped.quantization.scheme
+    assert shipped.quantization.algo == "NVFP4" and shipped.quantization.kv_algo == "FP8"
 
 
 def test_zamba2_spec_matches_the_prerelease_config(configs):
@@ -179,6 +199,8 @@ FAMILY_SHAPES = {
     # Qwen3.8-2.4T-A95B: 92 layers, every 4th attention, 69 GDN of 16 key and 128 value heads of 128:
     # conv = 2·16·128 + 128·128 = 20480; SSM (128, 128, 128) in mamba_ssm_dtype float32
     "qwen3.8-2.4t-a95b": (69, (20480, 3), (128, 128, 128), "bfloat16", "float32"),
+    # NVFP4 weights, the BF16 model's state: 23 Mamba-2 layers, conv 64·64 + 2·8·128 = 6144, SSM fp32
+    "nemotron-3-nano-30b-a3b-nvfp4": (23, (6144, 3), (64, 64, 128), "bfloat16", "float32"),
 }
 
 
