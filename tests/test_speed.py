@@ -145,13 +145,14 @@ def test_allreduce_time():
 
 
 def test_bench_formulas():
-    # TPOT = t_decode + (B − 1) · t_prefill / O; output = B / TPOT; with no GPU memory nothing caps B
+    # TPOT = t_decode + (B − 1) · t_prefill / O; output = B · O / (O · TPOT + t_prefill); with no GPU memory
+    # nothing caps B
     sc = Scenario(spec=load_model("nemotron-h"), ctx=8192)
     wl = Workload(1024, 256, 8, num_prompts=16)
     b = bench(sc, datasheet("h100"), wl)
     assert b.running == 8
     assert b.tpot_s == pytest.approx((b.decode.seconds * 256 + 7 * b.prefill_s) / 256)
-    assert b.output_tok_s == pytest.approx(8 / b.tpot_s)
+    assert b.output_tok_s == pytest.approx(8 * 256 / (256 * b.tpot_s + b.prefill_s))
     # the first 8 are prefilled one after another: (1 + … + 8) · t_pf; the 8 after them wait for no slot
     assert b.mean_ttft_s == pytest.approx((36 * b.prefill_s + 8 * b.prefill_s) / 16)
 

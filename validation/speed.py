@@ -163,7 +163,7 @@ def group(r: Row) -> str:
         return f"GDN decode kernel, {r.id.split('-')[2].upper()}"
     if r.kind == "ssd_prefill_kernel":
         return "SSD prefill kernel, " + ("unfused (vLLM's)" if "unfused" in r.id else "fused (#27299)")
-    what = "hybrid" if r.hybrid else "attention (fitted)"
+    what = "hybrid" if r.hybrid else "attention (fitted)" if r.fit else "attention (held out)"
     return f"{what} {r.figure.replace('_', ' ')}"
 
 

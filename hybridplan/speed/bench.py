@@ -8,10 +8,10 @@ running request decodes O tokens, and while it does the B − 1 others are each 
 are prefilled in its lifetime, between its decode steps:
 
     TPOT   = t_decode(B, I + O/2) + (B − 1) · t_prefill(I) / O
-    output = B / TPOT tokens/s
+    output = B · O / (O · TPOT + t_prefill(I)) tokens/s   (each request's lifetime holds its own prefill too)
 
 A request's first token waits for its slot and its prefill: the first B start together and are prefilled one
-after another; those beyond B wait for a slot to free (one every O · TPOT / B); in steady state every later one
+after another; those beyond B wait for a slot to free (one every (O · TPOT + t_prefill) / B); in steady state every later one
 waits behind the C − B queued before it. Mean and median TTFT come from that per-request list. Speculative
 decoding with an acceptance rate a and k proposed tokens emits (1 − a^(k+1)) / (1 − a) tokens a step
 (the draft's own forward passes are not timed).
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from math import ceil, floor
 from statistics import median
 
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
@@ -92,7 +92,10 @@ def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
 
     fit_sc = replace(sc, ctx=wl.input + wl.output)
     name = "sglang" if sc.engine == "sglang" else "vllm"
-    fitted = engines.get(name).fit(fit_sc)
+    try:
+        fitted = engines.get(name).fit(fit_sc)
+    except NotServed as exc:  # SGLang's pools are sized for hybrids only
+        return wl.concurrency, f"the concurrency ({exc})"
     if not fitted.starts:
         raise PlanError(f"{name} will not start with these settings: {fitted.problem} (hybridplan fit shows why)")
     part = fitted.to_dict()
@@ -137,7 +140,7 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
                      "only one is counted as emitted")
     steps = wl.output / per_step
     tpot = (dec.seconds * steps + (running - 1) * t_pf) / wl.output
-    cycle = tpot * wl.output  # one request's decode lifetime; a slot frees every cycle / B
+    cycle = tpot * wl.output + t_pf  # one request's lifetime, its own prefill with it; a slot frees every cycle / B
     n, c = wl.prompts, min(wl.concurrency, wl.prompts)
     ttft = [(i + 1) * t_pf for i in range(min(running, n))]
     ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
@@ -146,4 +149,4 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
         notes.append(f"{wl.concurrency - running} of the {wl.concurrency} concurrent requests wait for a slot: "
                      f"{running_from}")
     return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
-                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running / tpot, tuple(notes))
+                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes))
