@@ -360,6 +360,22 @@ def lfm2(f: Fields) -> dict:
     return dict(mixers=[attn if a else conv for a in is_attn], ffn=["mlp"] * len(is_attn), chunk=None)
 
 
+def lfm2_moe(f: Fields) -> dict:
+    """LFM2-MoE (vllm/model_executor/models/lfm2_moe.py from 0.11.1, sglang configs/lfm2_moe.py): LFM2's layers
+    from ``layer_types``, which ``Lfm2MoeConfig`` needs (no ``full_attn_idxs``, no default); a layer is attention
+    only where it says "full_attention". The short convs are ``hidden_size`` wide (``conv_dim`` is not read) and
+    the attention heads ``hidden_size / num_attention_heads`` (``head_dim`` is not read); a gated MLP in the
+    first ``num_dense_layers`` layers, experts in the rest."""
+    hidden = f.int("hidden_size")
+    types = _layer_types(f, "layer_types", {"conv", "full_attention"})
+    conv = ShortConv(dim=hidden, l_cache=f.int("conv_L_cache", default=3, minimum=2))
+    heads = f.int("num_attention_heads")
+    attn = _attention(f, kv_default=8, head_dim=_even(f, hidden, heads, "hidden_size", "num_attention_heads"))
+    dense = f.int("num_dense_layers", default=2, minimum=0)
+    return dict(mixers=[attn if t == "full_attention" else conv for t in types],
+                ffn=["mlp" if i < dense else "moe" for i in range(len(types))], chunk=None)
+
+
 def qwen_next(f: Fields) -> dict:
     if f.has("layer_types"):
         types = _layer_types(f, "layer_types", {"linear_attention", "full_attention", "attention"})
@@ -460,6 +476,7 @@ ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
     "FalconMambaForCausalLM": ("FalconMamba", mamba1),
     "Mamba2ForCausalLM": ("Mamba2", mamba2),
     "Lfm2ForCausalLM": ("LFM2", lfm2),
+    "Lfm2MoeForCausalLM": ("LFM2-MoE", lfm2_moe),
     "Qwen3NextForCausalLM": ("Qwen3-Next", qwen_next),
     "Qwen3_5ForConditionalGeneration": ("Qwen3.5", qwen_next),
     "Qwen3_5MoeForConditionalGeneration": ("Qwen3.5", qwen_next),
@@ -482,7 +499,8 @@ MODEL_TYPES: dict[str, str] = {
     "nemotron_h": "NemotronHForCausalLM", "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "bamba": "BambaForCausalLM", "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
-    "mamba2": "Mamba2ForCausalLM", "lfm2": "Lfm2ForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+    "mamba2": "Mamba2ForCausalLM", "lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",

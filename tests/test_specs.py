@@ -391,6 +391,54 @@ def test_kimi_linear_and_minimax_and_bamba():
     assert bamba.mixers[0].head_dim == 64  # "auto": 2·4096 / 128
 
 
+# LFM2-8B-A1B's fields as lablup/mlxcel's test fixture (src/models/lfm2_tests.rs @ e69fb511, "A trimmed
+# LFM2-8B-A1B (MoE) config") writes them, with the class defaults of Lfm2MoeConfig for dtype and tied embeddings
+# (transformers 5.12 models/lfm2_moe/configuration_lfm2_moe.py); no full config.json was found to ship
+LFM2_8B_A1B = {
+    "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe", "vocab_size": 65536, "hidden_size": 2048,
+    "intermediate_size": 7168, "moe_intermediate_size": 1792, "num_hidden_layers": 24, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "max_position_embeddings": 128000, "conv_bias": False, "conv_L_cache": 3,
+    "num_dense_layers": 2, "num_experts": 32, "num_experts_per_tok": 4, "use_expert_bias": True,
+    "dtype": "bfloat16", "tie_word_embeddings": True,
+    "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv",
+                    "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv", "conv",
+                    "full_attention", "conv", "conv", "full_attention", "conv", "conv"],
+}
+
+
+def test_lfm2_moe_layers_state_and_weights():
+    from hybridplan.weights import weights
+
+    s = spec_from_config(LFM2_8B_A1B, name="lfm2-8b-a1b")
+    # 6 "full_attention" of 24; a gated MLP in the first num_dense_layers = 2, experts in the other 22
+    assert s.layer_counts == {"short_conv": 18, "attention": 6, "mlp": 2, "moe": 22} and not s.notes
+    fp = footprint(s, tp=1, dtypes=DtypeChoice())
+    # vllm lfm2_moe.py get_mamba_state_shape_from_config: short_conv_state_shape(hidden_size, conv_L_cache):
+    # (2048, 3 - 1); heads of hidden_size / num_attention_heads = 64: 2 · 8 · 64 · 2 B a token and layer
+    (g,) = fp.state
+    assert (g.count, g.conv_shape, g.ssm_shape, g.conv_dtype) == (18, (2048, 2), None, "bfloat16")
+    assert {k.bytes_per_token_per_layer for k in fp.kv} == {2 * 8 * 64 * 2}
+    # TP 8: 2048 / 8 channels, one KV head a rank; no speculative columns (the class passes no num_spec)
+    assert footprint(s, tp=8).state[0].conv_shape == (256, 2)
+    assert footprint(s, spec_tokens=2).state[0].conv_shape == (2048, 2)
+    # the transformers LFM2-MoE page: "LFM2-8B-A1B, with 8.3B total parameters"
+    assert abs(weights(s).params - 8.3e9) <= 0.005 * 8.3e9
+
+
+def test_lfm2_moe_reads_what_the_engines_read():
+    # conv_dim and head_dim are not read (the convs are hidden_size wide, the heads hidden / heads)
+    base = spec_from_config(LFM2_8B_A1B, name="a")
+    assert spec_from_config({**LFM2_8B_A1B, "conv_dim": 1024, "head_dim": 128}, name="b").mixers == base.mixers
+    assert spec_from_config({k: v for k, v in LFM2_8B_A1B.items() if k != "architectures"}, name="c").mixers \
+        == base.mixers  # model_type lfm2_moe alone
+    # a layer is attention only where layer_types says "full_attention" (vLLM builds a short conv otherwise)
+    with pytest.raises(PlanError, match="unknown layer type 'attention'"):
+        spec_from_config({**LFM2_8B_A1B, "layer_types": ["attention"] + LFM2_8B_A1B["layer_types"][1:]}, name="d")
+    # Lfm2MoeConfig has no full_attn_idxs and no default layout
+    with pytest.raises(PlanError, match="layer_types"):
+        spec_from_config({k: v for k, v in LFM2_8B_A1B.items() if k != "layer_types"}, name="e")
+
+
 def test_lfm2_both_schemas_agree(configs):
     # the original release lists full_attn_idxs; newer configs write layer_types ("conv" / "full_attention")
     real = json.loads((configs / "LiquidAI__LFM2-1.2B.json").read_text())

@@ -408,6 +408,29 @@ def lfm2(f: Fields, c: Count) -> None:
     gated_mlp(c, "mlp", h, ff, n)
 
 
+def lfm2_moe(f: Fields, c: Count) -> None:
+    """vllm/model_executor/models/lfm2_moe.py: LFM2's trunk (short convs and heads of ``hidden_size``), a gated
+    MLP of ``intermediate_size`` in the first ``num_dense_layers`` layers, then a router, the experts and, with
+    ``use_expert_bias``, the routing bias (``expert_bias``) a layer."""
+    h, v = f.int("hidden_size"), f.int("vocab_size")
+    types = f.list("layer_types")
+    n, n_attn = len(types), sum(1 for t in types if t == "full_attention")
+    embeddings(c, v, h, _tied(f, True))
+    c.norm("norm", "embedding_norm", h)
+    c.norm("norm", "operator_norm, ffn_norm", 2 * h, n)
+    c.linear("conv", "in_proj", h, 3 * h, n - n_attn)
+    c.add("conv", "conv", h * f.int("conv_L_cache", default=3), n - n_attn, How("column"))
+    c.linear("conv", "out_proj", h, h, n - n_attn, ROW)
+    heads = f.int("num_attention_heads")
+    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=8), h // heads, qk_norm=True), n_attn)
+    dense_n = min(f.int("num_dense_layers", default=2, minimum=0), n)
+    gated_mlp(c, "mlp", h, f.int("intermediate_size", default=7168), dense_n)
+    experts = f.int("num_experts", default=32)
+    moe(c, h, Experts(experts, f.int("moe_intermediate_size", default=1792)), n - dense_n)
+    if _flag(f, "use_expert_bias", True):
+        c.add("moe", "expert_bias", experts, n - dense_n)
+
+
 def qwen_next(f: Fields, c: Count) -> None:
     h, v = f.int("hidden_size"), f.int("vocab_size")
     if f.has("layer_types"):
@@ -586,7 +609,8 @@ FAMILIES: dict[str, Callable[[Fields, Count], None]] = {
     "NemotronHForCausalLM": nemotron_h, "JambaForCausalLM": jamba, "Zamba2ForCausalLM": zamba2,
     "FalconH1ForCausalLM": falcon_h1, "GraniteMoeHybridForCausalLM": granite_hybrid, "BambaForCausalLM": bamba,
     "MambaForCausalLM": mamba_1, "FalconMambaForCausalLM": mamba_1, "Mamba2ForCausalLM": mamba_2,
-    "Lfm2ForCausalLM": lfm2, "Qwen3NextForCausalLM": qwen_next, "Qwen3_5ForConditionalGeneration": qwen_next,
+    "Lfm2ForCausalLM": lfm2, "Lfm2MoeForCausalLM": lfm2_moe, "Qwen3NextForCausalLM": qwen_next,
+    "Qwen3_5ForConditionalGeneration": qwen_next,
     "Qwen3_5MoeForConditionalGeneration": qwen_next, "Qwen3_5ForCausalLM": qwen_next,
     "Qwen3_5MoeForCausalLM": qwen_next, "MiniMaxText01ForCausalLM": minimax, "MiniMaxForCausalLM": minimax,
     "MiniMaxM1ForCausalLM": minimax, "LlamaForCausalLM": dense, "MistralForCausalLM": dense,
