@@ -194,7 +194,7 @@ def crossover(o: Options) -> None:
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
          ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, JSON,
-         short="How many requests fit, whether the engines start, the flags")
+         short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 

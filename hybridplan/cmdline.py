@@ -61,7 +61,7 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--max-num-batched-tokens": ("opt", "--max-num-batched-tokens"),
     "--enforce-eager": ("bool", "--enforce-eager"),
     "--enable-prefix-caching": ("bool", "--enable-prefix-caching"),
-    "--speculative-config": ("special", "speculative_config"),
+    "--speculative-config": ("opt", "--speculative-config"),
     "-O": ("special", "optimization"), "--optimization-level": ("special", "optimization"),
     "--compilation-config": ("special", "compilation_config"), "-cc": ("special", "compilation_config"),
     "--quantization": ("opt", "--quantization"), "-q": ("opt", "--quantization"),
@@ -97,7 +97,7 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--disable-overlap-schedule": ("bool", "--disable-overlap-schedule"),
     "--speculative-algorithm": ("opt", "--spec-method"),
     "--speculative-num-steps": ("opt", "--spec-tokens"),
-    "--speculative-eagle-topk": ("special", "eagle_topk"),
+    "--speculative-eagle-topk": ("opt", "--eagle-topk"),
     "--speculative-num-draft-tokens": ("opt", "--draft-tokens"),
     "--speculative-draft-model-path": ("opt", "--spec-draft"),
     "--quantization": ("opt", "--quantization"),
@@ -181,27 +181,6 @@ def _max_model_len(value: str) -> tuple[str, ...]:
     return () if value.strip().lower() in ("-1", "auto") else ("--ctx", value)
 
 
-def _speculative_config(text: str) -> tuple[str, ...]:
-    """vLLM's --speculative-config JSON: the method, the tokens, the draft model (vllm/config/speculative.py)."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"--speculative-config is not valid JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(cfg, dict):
-        raise PlanError("--speculative-config must be a JSON object, e.g. "
-                        "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'")
-    n = cfg.get("num_speculative_tokens")
-    if not isinstance(n, int) or isinstance(n, bool):
-        raise PlanError("--speculative-config: give num_speculative_tokens (an integer); hybridplan does not read "
-                        "the draft's own default")
-    out: tuple[str, ...] = ("--spec-tokens", str(n))
-    if cfg.get("method") is not None:
-        out += ("--spec-method", str(cfg["method"]))
-    if cfg.get("model") is not None:
-        out += ("--spec-draft", str(cfg["model"]))
-    return out
-
-
 def _compilation(value: str, flag: str) -> tuple[str, ...]:
     """-O LEVEL or --compilation-config JSON: only whether CUDA graphs are off changes a figure."""
     if flag in ("-O", "--optimization-level"):
@@ -236,8 +215,6 @@ def _compilation(value: str, flag: str) -> tuple[str, ...]:
 def _special(kind: str, flag: str, value: str | None) -> tuple[str, ...]:
     if kind == "max_model_len":
         return _max_model_len(value or "")
-    if kind == "speculative_config":
-        return _speculative_config(value or "")
     if kind in ("optimization", "compilation_config"):
         return _compilation(value or "", flag)
     if kind == "sglang_kv_dtype":
@@ -303,7 +280,6 @@ def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[s
         engine, skip = _program(tokens[i:])
         i += skip
     table = {**SGLANG, **VLLM} if engine == "either" else (VLLM if engine == "vllm" else SGLANG)
-    topk = None
     while i < len(tokens):
         token = tokens[i]
         if not token.startswith("-") or token == "-":
@@ -343,13 +319,8 @@ def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[s
             ignored.append(shown)
         elif kind == "refuse":
             raise PlanError(f"{name}: {target}")
-        elif target == "eagle_topk":
-            topk = str(value).strip()
         else:
             options.append((shown, _special(str(target), name, value)))
-    if topk not in (None, "1") and not any(t[:1] == ("--draft-tokens",) for _, t in options):
-        raise PlanError(f"--speculative-eagle-topk {topk}: give --speculative-num-draft-tokens too (hybridplan "
-                        "sizes the draft tokens SGLang verifies per request)")
     return Line(engine if engine in ("vllm", "sglang") else None, model, tuple(options), tuple(ignored))
 
 
@@ -412,22 +383,26 @@ RADIX_FLAG_RENAMED = "0.5.18"
 DEFAULT_CHUNK = 8192
 
 
-def _has_mtp(spec) -> bool:
-    """The config names MTP layers of its own (DeepSeek's num_nextn_predict_layers, Qwen3-Next's
-    mtp_num_hidden_layers)."""
-    cfg = json.loads(spec.config_json or "{}")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    return any(text.get(k) for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers"))
+#: a method as the other engine names it (vLLM --speculative-config method ↔ SGLang --speculative-algorithm)
+VLLM_TO_SGLANG = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE",
+                  "ngram": "NGRAM", "dflash": "DFLASH", "dspark": "DSPARK"}
+
+
+def _method(sc) -> str:
+    """vLLM's name of the method: as given; NEXTN (SGLang's EAGLE on the target's MTP layers) is MTP; a bare
+    --spec-tokens is n-gram, which adds no draft layers, as the figures were sized."""
+    sp = sc.speculative
+    if sp.method is None:
+        return "ngram"
+    if sp.method == "eagle" and sp.draft_ref is None and sp.layers:
+        return "mtp"
+    return sp.method
 
 
 def _spec_json(sc) -> str:
     sp = sc.speculative
-    cfg: dict = {}
-    method = sp.method
-    if method is None:
-        # a bare --spec-tokens: the target's own MTP layers where it has them, else n-gram (no draft model)
-        method = "mtp" if _has_mtp(sc.spec) else "ngram"
-    cfg["method"] = method
+    method = _method(sc)
+    cfg: dict = {"method": method}
     if sp.draft_ref:
         cfg["model"] = sp.draft_ref
     cfg["num_speculative_tokens"] = sc.spec_tokens
@@ -528,7 +503,7 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
     if not s.overlap:
         a += ["--disable-overlap-schedule"]
     if sc.spec_tokens:
-        method = (sc.speculative.method or ("nextn" if _has_mtp(sc.spec) else "ngram")).upper()
+        method = VLLM_TO_SGLANG.get(_method(sc), _method(sc).upper())
         a += ["--speculative-algorithm", method, "--speculative-num-steps", str(sc.spec_tokens),
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(s.draft(sc.spec_tokens))]
         if sc.speculative.draft_ref:

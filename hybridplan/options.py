@@ -123,6 +123,12 @@ SpecMethod = Annotated[Optional[str], option("--spec-method", metavar="METHOD", 
                                              help="The speculative method (vLLM's method, SGLang's algorithm).")]
 SpecDraft = Annotated[Optional[str], option("--spec-draft", metavar="MODEL", hidden=True,
                                             help="The draft model as the engine line names it.")]
+SpecConfig = Annotated[Optional[str], option("--speculative-config", metavar="JSON",
+                                             help="vLLM --speculative-config: the method, its tokens and draft "
+                                                  "(hybridplan/speculative.py reads it as vLLM does).")]
+EagleTopk = Annotated[Optional[int], option("--eagle-topk", metavar="K", hidden=True,
+                                            parser=count_value("--speculative-eagle-topk"),
+                                            help="SGLang --speculative-eagle-topk.")]
 VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
                                               autocompletion=_choices(_vllm_versions),
                                               help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
@@ -220,8 +226,9 @@ MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None),
 TP = (param("tp", Tp, 1),)
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
-SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("spec_method", SpecMethod, None),
-               param("spec_draft", SpecDraft, None))
+SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("speculative_config", SpecConfig, None),
+               param("spec_method", SpecMethod, None), param("spec_draft", SpecDraft, None),
+               param("eagle_topk", EagleTopk, None))
 VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None),
         param("prefix_caching", PrefixCaching, None), param("block_size", BlockSize, None),
         param("gdn_backend", GdnBackend, "flashinfer"))
@@ -383,17 +390,38 @@ def _mode(o: Options, spec: Any, rel: Any) -> str | None:
     return rel.mode(spec, getattr(o, "spec_tokens", 0) or 0, prefix)
 
 
-def _speculative(o: Options) -> Any:
+def _speculative(o: Options, spec: Any, vrel: Any) -> tuple[int, Any]:
+    """The speculative tokens and method: vLLM's --speculative-config and SGLang's --speculative-algorithm with
+    its steps, top-k, draft tokens and draft read by hybridplan/speculative.py as each engine reads them; a bare
+    --spec-tokens stays a count. SGLang's count is its steps (``Scenario.spec_tokens``; the draft tokens it
+    verifies are ``SglangSettings.draft_tokens``)."""
+    from dataclasses import replace
+
     from hybridplan.scenario import Speculative
 
-    method, draft = getattr(o, "spec_method", None), getattr(o, "spec_draft", None)
     n = getattr(o, "spec_tokens", 0) or 0
-    if method is None and draft is None:
-        return Speculative(num_tokens=n)
-    if not n:
-        raise PlanError("a speculative method without its tokens: give num_speculative_tokens "
-                        "(SGLang --speculative-num-steps)")
-    return Speculative(method=method.lower() if method else None, num_tokens=n, draft_ref=draft)
+    cfg, algorithm = getattr(o, "speculative_config", None), getattr(o, "spec_method", None)
+    if cfg is not None and algorithm is not None:
+        raise PlanError("give vLLM's --speculative-config or SGLang's --speculative-algorithm, not both")
+    if cfg is not None:
+        from hybridplan.speculative import speculative_from_vllm
+
+        sp = speculative_from_vllm(cfg, spec, vrel)
+        if n and n != sp.num_tokens:
+            raise PlanError(f"--spec-tokens {n} and --speculative-config's {sp.num_tokens} tokens disagree")
+        return sp.num_tokens, sp
+    if algorithm is not None:
+        from hybridplan.speculative import speculative_from_sglang
+
+        draft_tokens = getattr(o, "draft_tokens", None)
+        sp = speculative_from_sglang(algorithm, spec, draft=getattr(o, "spec_draft", None), num_steps=n or None,
+                                     eagle_topk=getattr(o, "eagle_topk", None), num_draft_tokens=draft_tokens,
+                                     release=getattr(o, "sglang_version", None))
+        steps = n or sp.num_tokens - 1
+        return steps, replace(sp, num_tokens=steps)
+    if getattr(o, "spec_draft", None) is not None or getattr(o, "eagle_topk", None) is not None:
+        raise PlanError("a speculative draft or top-k without --speculative-algorithm")
+    return n, Speculative(num_tokens=n)
 
 
 def _check_quantization(o: Options, spec: Any) -> None:
@@ -427,6 +455,8 @@ def scenario(o: Options) -> Scenario:
         raise PlanError(f"vLLM {vrel.version}: -O is the compilation level before {cmdline_o0()} and leaves CUDA "
                         "graphs on; give --enforce-eager for a start without them")
     ctx = getattr(o, "ctx", None)
+    spec_tokens, speculative = _speculative(o, spec, vrel)
+    o = Options(**{**vars(o), "spec_tokens": spec_tokens}) if hasattr(o, "spec_tokens") else o
     vllm = {**_given(o, _VLLM), "mode": _mode(o, spec, vrel)} if hasattr(o, "mode") else _given(o, _VLLM)
     return Scenario(
         spec=spec,
@@ -439,7 +469,7 @@ def scenario(o: Options) -> Scenario:
                               overlap=not getattr(o, "no_overlap", False),
                               **parse_env(getattr(o, "sglang_env", None) or ())),
         budget=budget(o),
-        speculative=_speculative(o),
+        speculative=speculative,
         **_given(o, _SCENARIO),
     )
 

@@ -64,6 +64,8 @@ VLLM_CASES = [
     (("qwen3-next", "--tp", "4", "--ctx", "32k", "--mode", "all"), (*H100, "--vllm-version", "0.28")),
     (("nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"), ()),
     (("nemotron-h", "--ctx", "8192", "--spec-tokens", "2"), H100),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--speculative-config",
+      '{"method": "mtp", "num_speculative_tokens": 3}'), H100),
     (("jamba", "--ctx", "8192", "--tp", "8", "--dtype", "bfloat16", "--kv-dtype", "fp8"), ("--gpu-type", "h200")),
     (("nemotron-h", "--ctx", "8192", "--conv-dtype", "float32"), (*H100, "--vllm-version", "0.20")),
     (("nemotron-h", "--ctx", "4096", "--max-num-batched-tokens", "4096"), ("--gpu-type", "a100-80g")),
@@ -79,6 +81,8 @@ SGLANG_CASES = [
     (("qwen3-next", "--tp", "4", "--ctx", "32k", "--page-size", "64"), H100),
     (("nemotron-h", "--ctx", "131072", "--allow-long-context"), H100),
     (("nemotron-h", "--ctx", "8192", "--spec-tokens", "3"), H100),
+    (("qwen3-next", "--tp", "4", "--ctx", "32k", "--speculative-config",
+      '{"method": "mtp", "num_speculative_tokens": 3}'), H100),
     (("nemotron-h", "--ctx", "8192", "--mamba-full-memory-ratio", "2"), H100),
     (("nemotron-h", "--ctx", "8192", "--radix", "off", "--max-mamba-cache-size", "200"), H100),
     (("nemotron-h", "--ctx", "8192", "--disable-overlap-schedule", "--sglang-env",
@@ -175,19 +179,31 @@ def test_prefix_caching_switches_are_the_releases_modes(run_cli):
 
 
 def test_speculative_config_and_sglang_steps(run_cli):
+    # read by hybridplan/speculative.py as each engine reads them: Qwen3-Next drafts with its own MTP layer
+    # (num_nextn_predict_layers 1), which joins vLLM's KV cache
     spec = '{"method": "mtp", "num_speculative_tokens": 2}'
-    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
-                "--max-model-len", "8192", "--speculative-config", spec)
-    ours, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "vllm",
+    pasted, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct",
+                     "--tensor-parallel-size", "4", "--max-model-len", "32000", "--speculative-config", spec)
+    ours, _ = _fit(run_cli, "qwen3-next", "--gpu-type", "h100", "--tp", "4", "--ctx", "32000", "--engine", "vllm",
+                   "--speculative-config", spec)
+    bare, _ = _fit(run_cli, "qwen3-next", "--gpu-type", "h100", "--tp", "4", "--ctx", "32000", "--engine", "vllm",
                    "--spec-tokens", "2")
-    assert _vllm_figures(d) == _vllm_figures(ours)
-    assert json.loads(d["commands"]["vllm"]["argv"][-1]) == {"method": "mtp", "num_speculative_tokens": 2}
-    d, _ = _fit(run_cli, "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path",
-                "nvidia/Nemotron-H-8B-Base-8K", "--context-length", "8192", "--speculative-algorithm", "EAGLE",
-                "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+    assert _vllm_figures(pasted) == _vllm_figures(ours) != _vllm_figures(bare)
+    assert json.loads(pasted["commands"]["vllm"]["argv"][-1]) == {"method": "mtp", "num_speculative_tokens": 2}
+    # MTP on a model without MTP layers is refused, as vLLM refuses it
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+                            "--speculative-config", spec), "no MTP layers")
+    pasted, _ = _fit(run_cli, "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path",
+                     "nvidia/Nemotron-H-8B-Base-8K", "--context-length", "8192", "--speculative-algorithm", "NGRAM",
+                     "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", "4")
     ours, _ = _fit(run_cli, "nemotron-h", "--gpu-type", "h100", "--ctx", "8192", "--engine", "sglang",
                    "--spec-tokens", "3", "--draft-tokens", "4")
-    assert _sglang_figures(d) == _sglang_figures(ours)
+    assert _sglang_figures(pasted) == _sglang_figures(ours)
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", "sglang", "serve", "--model-path",
+                            "nvidia/Nemotron-H-8B-Base-8K", "--speculative-algorithm", "EAGLE",
+                            "--speculative-num-steps", "3", "--speculative-eagle-topk", "4"),
+                   "--speculative-num-draft-tokens")
 
 
 def test_size_and_prefix_take_a_line_too(run_cli):
@@ -210,7 +226,8 @@ def test_size_and_prefix_take_a_line_too(run_cli):
      ("fp8_e4m3",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--pipeline-parallel-size", "2"),
      ("pipeline parallelism",)),
-    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--speculative-config", "{bad"), ("not valid JSON",)),
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--speculative-config",
+      "{bad"), ("--speculative-config",)),
     (("fit", "--gpu-type", "h100", "--", "docker", "run", "vllm"), ("vllm serve MODEL",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--max-model-len"), ("needs a value",)),
     (("fit", "--gpu-type", "h100", "--tp", "2", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "-tp", "4"),

@@ -1,5 +1,5 @@
 """`hybridplan fit`: how many requests of a context each engine holds in a memory budget, whether it starts
-with the flags given, and the flags to pass."""
+with the flags given, and the command that starts it with those figures (hybridplan/cmdline.py)."""
 
 from __future__ import annotations
 
