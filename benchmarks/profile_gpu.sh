@@ -36,8 +36,9 @@ fi
 status=0
 for model in nemotron-h jamba qwen3-next; do
   echo "== $model (GPU $GPU)" >&2
-  if "$PY" -m hybridplan profile "$model" --gpu "$GPU" --json >"$DEST/profile-$model.json" \
-       2>"$DEST/profile-$model.log"; then
+  # --save-calibration: what `hybridplan speed --calibration` reads (decode and scan figures of this GPU)
+  if "$PY" -m hybridplan profile "$model" --gpu "$GPU" --json --save-calibration "$DEST/calibration-$model.json" \
+       >"$DEST/profile-$model.json" 2>"$DEST/profile-$model.log"; then
     "$PY" -m hybridplan profile "$model" --gpu "$GPU" --bytes >"$DEST/profile-$model.txt" \
       2>>"$DEST/profile-$model.log" || status=1
     "$PY" - "$DEST/profile-$model.json" <<'PYEOF' || status=1

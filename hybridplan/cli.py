@@ -332,6 +332,9 @@ SPEED = (
         "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
         help="With --spec-tokens: the chance a proposed token is accepted.")], None),
     param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
+    param("calibration", Annotated[Optional[Path], option(
+        "--calibration", metavar="FILE", help="A profile's measurements (hybridplan profile --save-calibration) "
+                                              "in place of the fitted efficiencies where they say more.")], None),
 )
 
 
@@ -351,11 +354,13 @@ def speed(o: Options) -> None:
     \b
       hybridplan speed qwen3-next --gpu-type h100 --tp 2 --ctx 32k --concurrency 64 --output 512
       hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
+      hybridplan speed nemotron-h --gpu-type h100 --calibration h100-nemotron-h.json
     """
     from dataclasses import replace
 
     from hybridplan.reports.speed import speed as speed_report
     from hybridplan.speed.bench import Workload
+    from hybridplan.speed.calibration import load as load_calibration
 
     out = o.output
     given = o.input if o.input is not None else (o.ctx - out if o.ctx is not None else 1024)
@@ -363,7 +368,9 @@ def speed(o: Options) -> None:
         raise PlanError(f"--ctx {o.ctx} leaves no prompt for --output {out}: give --input")
     sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else given + out)
     wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance)
-    show(speed_report(sc, wl, given + out // 2), o, "hybridplan.render_speed:speed_view", "speed_plot")
+    cal = load_calibration(o.calibration) if o.calibration is not None else None
+    show(speed_report(sc, wl, given + out // 2, calibration=cal), o, "hybridplan.render_speed:speed_view",
+         "speed_plot")
 
 
 def _engine_flags(args: list[str]) -> tuple[list[str], list[str]]:

@@ -137,7 +137,7 @@ def speed_plot(r, path: Path) -> None:
     bw = r.gpu.hbm_gbps * 1e9
     mem = [st.step.tokens / (st.step.total("bytes") / bw) for st in r.steps]
     peak = tensor_peak(r.gpu, r.steps[0].step.tensor_dtype)
-    comp = [st.step.tokens / (st.step.total("flops") / peak) for st in r.steps]
+    comp = [st.step.tokens / ((st.step.total("flops") + st.step.total("scan_flops")) / peak) for st in r.steps]
     fig, ax = plt.subplots(figsize=(8, 4.6))
     ax.plot(xs, [st.step.tokens / st.seconds for st in r.steps], marker="o", lw=2, label="predicted")
     ax.plot(xs, [min(m, c) for m, c in zip(mem, comp)], color="grey", ls="--", lw=1,

@@ -102,6 +102,7 @@ def test_ssd_bytes_fused_and_unfused():
     m = next(x for x in load_model("granite-4.0-h-small").recurrent if x.kind == "mamba2")
     state = 4 * 128 * 64 * 128 * 4
     fused = scan_layer_work(m, 1, 1024, 256, fused=True)
+    assert fused.scan_flops == chunk_scan_flops(m, 1, 1024, 256) and fused.flops == 0
     assert fused.state_bytes == 1024 * (16_384 + 2 * 256 + 512 + 16_384) + 2 * state
     # unfused: x twice, B and C twice each, dt four times, the C·Bᵀ scores (256 fp32 a token) twice, states 4×
     unfused = scan_layer_work(m, 1, 1024, 256)
@@ -239,3 +240,56 @@ def test_speed_command_refuses(capsys):
     # Qwen3-Next in bf16 leaves nothing for the caches on two H100s: vLLM's refusal, not a speed
     assert main(["speed", "qwen3-next", "--gpu-type", "h100", "--tp", "2", "--ctx", "32k"]) == 2
     assert "will not start" in capsys.readouterr().err
+
+
+def _fake_profile() -> dict:
+    """A profile report's dict (``hybridplan profile --json``) from a fake CUDA device: copy at 3.0 TB/s; a
+    decode row of 24 layers moving 3 GB in 1 ms + 24 × 5 µs; the decode at 1.5 TB/s; an 8,192-token prefill in
+    0.1 s at 200 TFLOP/s."""
+    return {"model": "nemotron-h-8b", "tokens": 8192,
+            "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "copy": {"bandwidth_bytes_per_s": 3.0e12}},
+            "decode": {"measured": {"bandwidth_bytes_per_s": 1.5e12},
+                       "rows": [{"layers": 24, "predicted": {"bytes": 3.0e9},
+                                 "measured": {"seconds": 1e-3 + 24 * 5e-6}},
+                                {"layers": 4, "predicted": {"bytes": None}, "measured": {"seconds": None}}]},
+            "prefill": {"measured": {"seconds": 0.1, "tflop_per_s": 200.0}}}
+
+
+def test_calibration_from_a_profile(tmp_path):
+    from hybridplan.speed.calibration import from_profile, load, save
+
+    cal = from_profile(_fake_profile())
+    # the row's time beyond its bytes at the copy bandwidth, 120 µs, over its 24 launches
+    assert cal.launch_us == pytest.approx(5.0)
+    assert cal.prefill_tokens_per_s == pytest.approx(81_920)
+    assert cal.on_gpu and cal.decode_bandwidth == 1.5e12
+    eff = cal.efficiency(datasheet("h100"))
+    # 1.5 TB/s of the H100's 3,350 GB/s; 200 of its 989 bf16 TFLOP/s; weights keep the fitted fraction
+    assert eff.state_hbm == pytest.approx(1.5e12 / 3.35e12) and eff.scan == pytest.approx(200 / 989)
+    assert eff.hbm == DEFAULT.hbm and eff.kernel_floor_graph_us == pytest.approx(5.0)
+    # state traffic at the measured bandwidth, weights at the fitted one
+    kt = kind_time(Work("mamba2", 1, weight_bytes=1e9, state_bytes=1e9), datasheet("h100"),
+                   replace(eff, kernel_floor_graph_us=0.0), "bf16", graphs=True)
+    assert kt.seconds == pytest.approx(1e9 / 1.5e12 + 1e9 / (3.35e12 * DEFAULT.hbm))
+    path = tmp_path / "cal.json"
+    save(cal, path)
+    assert load(path) == cal
+    path.write_text("{}")
+    with pytest.raises(PlanError):
+        load(path)
+    with pytest.raises(PlanError):
+        from_profile({"model": "x"})
+
+
+def test_speed_command_calibration(tmp_path, capsys):
+    from hybridplan.cli import main
+    from hybridplan.speed.calibration import from_profile, save
+
+    path = tmp_path / "cal.json"
+    save(from_profile(_fake_profile()), path)
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
+                 "--concurrency", "4", "--calibration", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["efficiency"]["state_hbm"] == pytest.approx(1.5e12 / 3.35e12)
+    assert any("calibrated by a profile" in n for n in d["notes"])
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--calibration", str(tmp_path / "none.json")]) == 2

@@ -3,6 +3,7 @@ imported when the command runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 from hybridplan.options import DTYPES, MODEL, OUTPUT, Options, count_value, option, param, tokens_option
@@ -20,7 +21,11 @@ GROUPS = (
                                                "--interpret)."), None),
      param("interpret", Annotated[bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
                                                                    "through the Triton interpreter, on the model "
-                                                                   "shrunk to toy sizes.")], False)),
+                                                                   "shrunk to toy sizes.")], False),
+     param("save_calibration", Annotated[Optional[Path], option(
+         "--save-calibration", metavar="FILE", help="Also write what was measured (decode bandwidth, scan prefill "
+                                                    "throughput, copy bandwidth, launch overhead) for hybridplan "
+                                                    "speed --calibration.")], None)),
     DTYPES,
     OUTPUT,
 )
@@ -43,6 +48,7 @@ def profile(o: Options) -> None:
       hybridplan profile nemotron-h --gpu 0
       hybridplan profile jamba --gpu 1 --slots 64 --ctx 32768 --json
       hybridplan profile nemotron-h --interpret --json
+      hybridplan profile nemotron-h --gpu 0 --save-calibration h100-nemotron-h.json
     """
     from hybridplan.cli import show
     from hybridplan.loader import load_model
@@ -54,4 +60,8 @@ def profile(o: Options) -> None:
                          tokens=o.tokens, dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype))
     with progress_display() as reporter:
         report = run_profile(req, reporter)
+    if o.save_calibration is not None:
+        from hybridplan.speed.calibration import from_profile, save
+
+        save(from_profile(report.to_dict()), o.save_calibration)
     show(report, o, "hybridplan.profile.render:profile_view")

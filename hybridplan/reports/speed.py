@@ -9,6 +9,7 @@ from hybridplan.errors import PlanError
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
+from hybridplan.speed.calibration import Calibration
 from hybridplan.speed.gpus import Datasheet, datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import decode_step
@@ -58,10 +59,22 @@ class SpeedReport:
                 "bench": self.bench.to_dict(), "notes": list(self.notes)}
 
 
-def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT) -> SpeedReport:
+def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
+          calibration: Calibration | None = None) -> SpeedReport:
+    """The report for the scenario; ``calibration`` (a profile's measurements) refines ``eff``."""
     if sc.budget.gpu is None:
         raise PlanError("speed needs --gpu-type: the GPU's datasheet figures (hybridplan gpus lists the GPUs)")
     g = datasheet(sc.budget.gpu)
+    cal_notes: list[str] = []
+    if calibration is not None:
+        eff = calibration.efficiency(g, eff)
+        cal_notes.append(f"calibrated by a profile of {calibration.model} on {calibration.device}: recurrent state "
+                         f"at {eff.state_hbm or eff.hbm:.0%} of the HBM datasheet figure, chunked scans at "
+                         f"{eff.scan or eff.tensor:.0%} of the tensor peak, {eff.kernel_floor_graph_us:.2f} µs a "
+                         "launch")
+        if not calibration.on_gpu:
+            cal_notes.append(f"the calibration comes from {calibration.backend} (the CPU pipeline), not a GPU: its "
+                             "figures test the plumbing and say nothing of a GPU's speed")
     graphs = not sc.vllm.enforce_eager
     b = bench(sc, g, wl, eff)
     steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=graphs)
@@ -69,7 +82,7 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT) -> Sp
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "
              f"({g.sheet})",
-             *b.notes]
+             *cal_notes, *b.notes]
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
     return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes))

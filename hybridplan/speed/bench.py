@@ -8,13 +8,15 @@ running request decodes O tokens, and while it does the B − 1 others are each 
 are prefilled in its lifetime, between its decode steps:
 
     TPOT   = t_decode(B, I + O/2) + (B − 1) · t_prefill(I) / O
-    output = B · O / (O · TPOT + t_prefill(I)) tokens/s   (each request's lifetime holds its own prefill too)
+    output = B · O / (O · TPOT + t_prefill(I)) tokens/s
+
+(each request's lifetime holds its own prefill too).
 
 A request's first token waits for its slot and its prefill: the first B start together and are prefilled one
-after another; those beyond B wait for a slot to free (one every (O · TPOT + t_prefill) / B); in steady state every later one
-waits behind the C − B queued before it. Mean and median TTFT come from that per-request list. Speculative
-decoding with an acceptance rate a and k proposed tokens emits (1 − a^(k+1)) / (1 − a) tokens a step
-(the draft's own forward passes are not timed).
+after another; those beyond B wait for a slot to free (one every (O · TPOT + t_prefill) / B); in steady
+state every later one waits behind the C − B queued before it. Mean and median TTFT come from that
+per-request list. Speculative decoding with an acceptance rate a and k proposed tokens emits
+(1 − a^(k+1)) / (1 − a) tokens a step (the draft's own forward passes are not timed).
 """
 
 from __future__ import annotations

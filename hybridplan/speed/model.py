@@ -32,6 +32,10 @@ class Efficiency:
     scalar: float = 0.30
     #: the link's one-way bandwidth an all-reduce reaches
     link: float = 0.70
+    #: HBM fraction the recurrent state's reads and writes reach, and tensor fraction the chunked scans reach;
+    #: None: as ``hbm`` and ``tensor`` (only a profile measures them: hybridplan/speed/calibration.py)
+    state_hbm: float | None = None
+    scan: float | None = None
     #: µs a kernel takes at the least, replayed from a CUDA graph, and launched eagerly
     kernel_floor_graph_us: float = 1.0
     kernel_floor_eager_us: float = 6.0
@@ -122,9 +126,12 @@ def tensor_peak(g: Datasheet, dtype: str) -> float:
 
 
 def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) -> KindTime:
-    bw = _need(g.hbm_gbps, "HBM bandwidth", g) * 1e9 * eff.hbm
-    mem = w.bytes / bw
-    ten = w.flops / (tensor_peak(g, dtype) * eff.tensor) if w.flops else 0.0
+    peak_bw = _need(g.hbm_gbps, "HBM bandwidth", g) * 1e9
+    state_eff = eff.state_hbm if eff.state_hbm is not None else eff.hbm
+    mem = (w.weight_bytes + w.kv_bytes) / (peak_bw * eff.hbm) + w.state_bytes / (peak_bw * state_eff)
+    peak = tensor_peak(g, dtype)
+    scan_eff = eff.scan if eff.scan is not None else eff.tensor
+    ten = w.flops / (peak * eff.tensor) + w.scan_flops / (peak * scan_eff)
     # a GPU whose datasheet names no fp32 figure: its recurrent fp32 work is not timed (Step notes say so)
     sca = w.scalar_flops / (g.fp32_tflops * 1e12 * eff.scalar) if w.scalar_flops and g.fp32_tflops else 0.0
     floor = (eff.kernel_floor_graph_us if graphs else eff.kernel_floor_eager_us) * 1e-6
@@ -152,7 +159,7 @@ def comm_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> float:
 
 def step_time(step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True) -> StepTime:
     kinds = [kind_time(w, g, eff, step.tensor_dtype, graphs) for w in step.kinds if w.bytes or w.flops
-             or w.scalar_flops or w.kernels]
+             or w.scan_flops or w.scalar_flops or w.kernels]
     comm = comm_time(step, g, eff, tp)
     fixed = (eff.step_overhead_us if step.phase == "decode" else eff.prefill_overhead_us) * 1e-6
     extra = [KindTime("all-reduce", comm, "communication", 1.0, 0, 0, 0, 0)] if comm else []

@@ -59,6 +59,8 @@ class Work:
     #: fp32 FLOPs on the ordinary cores (the recurrent update's exp, decay and multiply-adds)
     scalar_flops: float = 0.0
     kernels: int = 0
+    #: tensor-core FLOPs of the chunked scans (SSD, the chunked delta rule), apart from the matmuls
+    scan_flops: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -67,7 +69,7 @@ class Work:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "layers": self.layers, "weight_bytes": self.weight_bytes,
                 "kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes, "flops": self.flops,
-                "scalar_flops": self.scalar_flops, "kernels": self.kernels}
+                "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels}
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,7 @@ def scan_layer_work(m, tp: int, tokens: int, chunk: int, sequences: int = 1, *, 
     elif isinstance(m, (GatedDeltaNet, KimiDeltaAttention)):
         heads, p, n = shapes.ssm
         moved = total * (shapes.conv[0] * 2 + heads * p * 2) + 2 * chunks * heads * p * n * 4
-    return Work(m.kind, 1, state_bytes=moved, flops=chunk_scan_flops(m, tp, total, chunk),
+    return Work(m.kind, 1, state_bytes=moved, scan_flops=chunk_scan_flops(m, tp, total, chunk),
                 scalar_flops=scan_scalar_flops(m, tp, total), kernels=kernels)
 
 
@@ -355,7 +357,7 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
         wb = _weights_read(rw, ex, kind, total)
         # the LM head runs on each prompt's last token only
         flops = 2.0 * _ffn_active(rw, ex, kind) * (sequences if kind == HEAD else total)
-        kv = st = scalar = 0.0
+        kv = st = scalar = scan_flops = 0.0
         for g in fp.kv:
             if g.kind == kind:
                 kv += sequences * g.bytes_at(tokens)  # written once, read from on-chip tiles
@@ -374,10 +376,10 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
                     flops += n * attention_flops(m, tp, total, keys)
             else:
                 scan = scan_layer_work(m, tp, tokens, _chunk(spec, m), sequences)
-                flops += n * scan.flops
+                scan_flops += n * scan.scan_flops
                 scalar += n * scan.scalar_flops
                 st += n * scan.state_bytes
         launches = KERNELS.get(kind, 4) * (layers or 1) if kind != NORM else 0
-        out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches))
+        out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches, scan_flops))
     return Step("prefill", sequences, tokens, total, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
                 allreduce_bytes=float(total * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype)
