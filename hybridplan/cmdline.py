@@ -139,8 +139,8 @@ PROGRAMS = {("vllm", "serve"): "vllm", ("sglang", "serve"): "sglang",
             ("-m", "sglang.launch_server"): "sglang", ("-m", "vllm.entrypoints.openai.api_server"): "vllm"}
 #: SGLang's --kv-cache-dtype has no plain "fp8" (server_args.py choices)
 SGLANG_NO_FP8 = "SGLang's --kv-cache-dtype takes fp8_e4m3 or fp8_e5m2, not fp8 (python/sglang/srt/server_args.py)"
-#: vLLM's -O0 turns CUDA graphs off from 0.12.0 (vllm/config/vllm.py OptimizationLevel.O0); before, -O is
-#: the compilation level and leaves CUDA graphs on
+#: vLLM's -O0 turns CUDA graphs off from 0.12.0 (vllm/config/vllm.py OptimizationLevel.O0: "no compilation, no
+#: cudagraphs"; the 0.11.0-0.11.2 wheels have no such level: -O is the compilation level there)
 O0_FROM = "0.12.0"
 
 
@@ -374,11 +374,12 @@ def _torch(name: str | None) -> str | None:
 #: SGLang server_args.py)
 VLLM_KV = {"float8_e4m3fn": "fp8", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16"}
 SGLANG_KV = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16"}
-#: vLLM's --kv-cache-memory-bytes, in every release hybridplan models from 0.10.2 (vllm/engine/arg_utils.py)
+#: vLLM's --kv-cache-memory-bytes came in 0.10.2 (vllm/engine/arg_utils.py: absent from the 0.10.0 and 0.10.1
+#: wheels, present in 0.10.2's)
 KV_BYTES_FROM = "0.10.2"
-#: SGLang renamed --mamba-scheduler-strategy to --mamba-radix-cache-strategy (the old name an alias since);
-#: 0.5.9's server_args.py has the old name, 0.5.18's the new one
-RADIX_FLAG_RENAMED = "0.5.18"
+#: SGLang's --mamba-scheduler-strategy (0.5.7 on) became --mamba-radix-cache-strategy in 0.5.14, the old name
+#: kept as a deprecated alias (python/sglang/srt/server_args.py, DeprecatedAliasStoreAction, 0.5.14-0.5.23)
+RADIX_FLAG_RENAMED = "0.5.14"
 #: the chunk hybridplan sizes with when none is given (Scenario.chunk)
 DEFAULT_CHUNK = 8192
 

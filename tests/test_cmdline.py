@@ -264,3 +264,26 @@ def test_translate_is_pure():
     assert line.ignored == ("--api-key k",)
     with pytest.raises(PlanError, match="did you mean --mamba-ssm-cache-dtype"):
         translate(["vllm", "serve", "m", "--mamba-ssm-cache-dtyp", "float32"])
+
+
+def test_flag_names_by_release(run_cli):
+    # SGLang renamed --mamba-scheduler-strategy to --mamba-radix-cache-strategy in 0.5.14 (server_args.py's
+    # DeprecatedAliasStoreAction); vLLM's --kv-cache-memory-bytes came in 0.10.2 (absent from the 0.10.0 and
+    # 0.10.1 wheels' arg_utils.py): docs/engines.md section 5
+    argv = ("qwen3-next", "--tp", "4", "--ctx", "32k", "--gpu-type", "h100", "--radix", "extra_buffer",
+            "--engine", "sglang", "--sglang-version")
+    old, _ = _fit(run_cli, *argv, "0.5.13")
+    new, _ = _fit(run_cli, *argv, "0.5.14")
+    assert "--mamba-scheduler-strategy" in old["commands"]["sglang"]["argv"]
+    assert "--mamba-radix-cache-strategy" in new["commands"]["sglang"]["argv"]
+    argv = ("nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "vllm", "--vllm-version")
+    old, _ = _fit(run_cli, *argv, "0.10.1")
+    new, _ = _fit(run_cli, *argv, "0.10.2")
+    assert "--kv-cache-memory-bytes" not in old["commands"]["vllm"]["argv"]
+    assert any("has no --kv-cache-memory-bytes" in n for n in old["notes"])
+    assert new["commands"]["vllm"]["argv"][-2:] == ["--kv-cache-memory-bytes", str(40 << 30)]
+
+
+def test_no_enable_prefix_caching_on_a_pasted_line():
+    line = translate(["vllm", "serve", "m", "--no-enable-prefix-caching", "--enable-prefix-caching"])
+    assert line.argv == ["--no-enable-prefix-caching", "--enable-prefix-caching"]
