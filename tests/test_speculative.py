@@ -155,7 +155,8 @@ def test_dflash_draft_gets_buckets_of_its_own_on_a_real_log(tmp_path):
     assert 200_769 in found
     cap = capacity(sc, "align", 1305 * per_block)
     assert (cap.group_size, len(cap.groups), cap.blocks_per_request) == (5, 15, 1300)
-    assert cap.padding_layers == ((4, 25.0), (2, 100 * 2 / 48))
+    # in vLLM's order, the buckets' first layers': GDN (layer 0), attention (layer 3), the draft
+    assert cap.padding_layers == ((2, 100 * 2 / 48), (4, 25.0))
     bare = capacity(replace(sc, speculative=replace(sp, layers=())), "align", 1305 * per_block)
     assert (bare.group_size, bare.num_blocks, bare.blocks_per_request, bare.kv_tokens) == (16, 407, 267, 304_868)
 
@@ -218,3 +219,21 @@ def test_sglang_dflash_from_0_5_11(tmp_path, version, accepted):
     else:
         with pytest.raises(PlanError, match="DFLASH is accepted from 0.5.11"):
             speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
+
+
+@pytest.mark.parametrize("version,priced", [("0.5.13", False), ("0.5.14", True)])
+def test_sglang_says_what_the_draft_kv_leaves_out(version, priced):
+    # EAGLE's draft KV enters the target's cell from 0.5.14 (pool_configurator.py ``eagle_draft_num_layers``):
+    # hybridplan does not size it yet and says so instead of printing the tokens as if it were not there
+    from hybridplan.engines.sglang.pool import fit
+    from hybridplan.engines.sglang.releases import release as sglang_release
+    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.scenario import Budget
+
+    target = load_model("qwen3.5-27b")
+    sp = speculative_from_sglang("NEXTN", target, num_steps=3, eagle_topk=1, release=version)
+    sc = Scenario(spec=target, ctx=8192, spec_tokens=sp.num_tokens, speculative=sp, engine="sglang",
+                  sglang=SglangSettings(release=sglang_release(version), radix="off"),
+                  budget=Budget(kv_budget=40 * GiB))
+    notes = " ".join(fit(sc).notes)
+    assert ("into the target's KV cell" in notes) is priced and ("outside the split" in notes) is not priced

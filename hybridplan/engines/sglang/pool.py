@@ -21,7 +21,7 @@ from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
-from hybridplan.spec import ModelSpec
+from hybridplan.spec import ATTENTION_KINDS, ModelSpec
 from hybridplan.units import human_bytes
 
 if TYPE_CHECKING:
@@ -416,6 +416,8 @@ class Fit:
     refusal: str | None = None
     #: the GPU's memory down to R, where R was not given
     memory: Waterfall | None = None
+    #: the speculative method and the layers its draft adds (``Scenario.speculative``), where it names them
+    draft: tuple[str, int] | None = None
 
     @property
     def rel(self) -> Release:
@@ -501,6 +503,8 @@ class Fit:
         elif self.pool.bytes + self.kv_bytes + self.split.spec_reserve > self.budget:
             notes.append(f"SGLang {v} leaves the pool's padding row out of its split: the two pools take "
                          f"{human_bytes(per)} more than the budget")
+        if self.draft is not None and (why := draft_kv_note(self.rel, *self.draft)):
+            notes.append(why)
         return tuple(notes)
 
     def to_dict(self) -> dict:
@@ -515,6 +519,28 @@ class Fit:
                 "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
                 "state_pool_cap": a.cap, "capped": a.capped, "context_length_refused": self.refusal,
                 "logs": self.logs}
+
+
+#: from these releases the target's KV cell counts the draft's KV (sglang/srt/model_executor/pool_configurator.py):
+#: DFLASH from 0.5.11 (``scale_kv_cell_size_per_token_for_dflash``), DSPARK with it from 0.5.16, EAGLE and
+#: STANDALONE from 0.5.14 (the cell scaled by 1 + the draft's layers over the target's full-attention layers);
+#: before, the draft worker's pool holds as many tokens as the target's (``draft_runner_cache_size``,
+#: model_runner_kv_cache_mixin.py) in memory outside the split
+DRAFT_KV_IN_CELL = {"dflash": "0.5.11", "dspark": "0.5.16", "eagle": "0.5.14", "eagle3": "0.5.14",
+                    "standalone": "0.5.14"}
+
+
+def draft_kv_note(rel: Release, method: str, layers: int) -> str | None:
+    """What hybridplan leaves out for a draft's KV: said, not silently sized."""
+    since = DRAFT_KV_IN_CELL.get(method)
+    if not layers or since is None:
+        return None
+    if rel.at_least(since):
+        return (f"SGLang {rel.version} prices the {method} draft's KV ({layers} layers) into the target's KV cell "
+                "(pool_configurator.py): the KV tokens shown leave it out and are high; not sized yet")
+    return (f"SGLang {rel.version} gives the {method} draft's KV pool ({layers} layers) as many tokens as the "
+            "target's, in memory outside the split (draft_runner_cache_size): the KV tokens shown stand, that memory "
+            "is not counted")
 
 
 def fit(sc: Scenario) -> Fit | Shortfall:
@@ -546,5 +572,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
         from hybridplan.engines.sglang.memory import memory
 
         water = memory(sc)
+    sp = sc.speculative
+    draft = (sp.method, sum(m.kind in ATTENTION_KINDS for m in sp.layers)) if sp.method and sp.layers else None
     return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-               refusal(sc), water)
+               refusal(sc), water, draft)

@@ -85,10 +85,24 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
     refuses any other (vllm/v1/core/kv_cache_utils.py ``unify_kv_cache_spec_page_size``)."""
     from hybridplan.engines.vllm.dtypes import draft_footprint
 
+    from hybridplan.spec import ATTENTION_KINDS
+
     fp, rel = footprint(sc), sc.vllm.release
-    out = [[k, Bucket(g.kind, g.count, g.window, False)] for k, g in zip(_keys(sc.spec.mixers, sc.tp), fp.kv)]
-    out += [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype),
-             Bucket(g.kind, g.count, None, True)] for g in fp.state]
+    kv = [[k, Bucket(g.kind, g.count, g.window, False)] for k, g in zip(_keys(sc.spec.mixers, sc.tp), fp.kv)]
+    state = [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype),
+              Bucket(g.kind, g.count, None, True)] for g in fp.state]
+    # in the order of the layers' first appearance, as vLLM fills its buckets (and prints their padding lines)
+    kinds = [m.kind in ATTENTION_KINDS for m in dict.fromkeys(sc.spec.mixers)]
+    firsts = list(dict.fromkeys(_keys(sc.spec.mixers, sc.tp)))
+    out: list[list] = []
+    for attn in kinds:
+        if attn and kv:
+            key = firsts.pop(0)
+            out += [b for b in kv if b[0] == key]
+            kv = [b for b in kv if b[0] != key]
+        elif not attn and state:
+            out.append(state.pop(0))
+    out += kv + state
     page = lay.page_bytes
     draft = draft_footprint(sc)
     if draft is not None:
