@@ -213,14 +213,89 @@ def _subset(part: Any, whole: Any) -> bool:
     return part == whole
 
 
-def load_logged_model(ref: str) -> ModelSpec:
-    """The model a start-up log names (a Hub id or a path): the shipped spec whose source it is, else the
-    path, else an error asking for --model."""
-    key = ref.rstrip("/").lower()
-    for spec in shipped_specs():
-        if spec.source and (spec.source.lower() == key or key.endswith("/" + spec.source.lower().split("/")[-1])):
-            return spec
-    try:
-        return load_model(ref)
-    except PlanError:
-        raise PlanError(f"the log's model {ref!r} is not a shipped spec: pass --model") from None
+#: name endings of re-saved checkpoints (quantized, converted) and of a model's released variants, taken off a
+#: logged model's name one at a time to find the shipped spec it is a re-save of: the architecture and the cache
+#: shapes are the base model's (the weights are not: a quantized checkpoint is weighed from its own config)
+_RESAVE_SUFFIXES = ("awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a4", "fp8", "fp8-dynamic", "fp8-block",
+                    "nvfp4", "mxfp4", "mxfp8", "fp4", "bnb", "bnb-4bit", "4bit", "8bit", "4-bit", "8-bit", "autoround",
+                    "auto-round", "dynamic", "quantized", "modelopt", "text", "mlx", "hf", "bf16", "fp16", "mtp")
+_VARIANT_SUFFIXES = ("instruct", "thinking", "base", "chat", "it", "hf")
+_CACHE_DIR = re.compile(r"models--([^/\\]+?)--([^/\\]+)")
+
+
+def _logged_names(ref: str) -> tuple[str, list[str]]:
+    """A logged model reference (a Hub id, a local path, a Hugging Face cache path) as the Hub id it names, if
+    any, and the candidate names to look up, most exact first."""
+    text = ref.strip().rstrip("/\\")
+    if (m := _CACHE_DIR.search(text)) is not None:
+        hub_id = f"{m.group(1)}/{m.group(2)}"
+    else:
+        parts = [p for p in re.split(r"[/\\]", text) if p]
+        hub_id = "/".join(parts[-2:]) if len(parts) >= 2 else None
+    base = (hub_id or text).split("/")[-1].lower()
+    names = [base]
+    name = base
+    for suffixes in (_RESAVE_SUFFIXES, _VARIANT_SUFFIXES):
+        while True:
+            cut = next((name[:-len(s) - 1] for s in suffixes if name.endswith("-" + s) or name.endswith("_" + s)),
+                       None)
+            if not cut:
+                break
+            name = cut
+            names.append(name)
+    return hub_id.lower() if hub_id else "", list(dict.fromkeys(names))
+
+
+def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelSpec, str]:
+    """The model a start-up log names (a Hub id, a local path, a Hugging Face cache path), and how it was found:
+    the path itself where it exists here; else the shipped spec whose source, name or alias it is, or whose
+    re-save it is (a quantized or converted copy: the name with its ``-AWQ``, ``-NVFP4``, ``-Instruct`` … endings
+    taken off); else its config.json in the local Hugging Face cache. A spec whose architecture is not the one
+    the log resolved (``architecture``) is never taken. Else an error asking for --model."""
+    path = Path(ref).expanduser()
+    if path.exists():
+        return check_architecture(load_path(path), architecture, ref), "the log's path, read here"
+    hub_id, names = _logged_names(ref)
+    specs = [(fn, _read_spec_document(fn)) for fn in _spec_documents()]
+    by_name: dict[str, str] = {}
+    for fn, doc in specs:
+        source = str(doc.get("source") or "").lower()
+        keys = [fn[:-5], *(str(a).lower() for a in doc.get("aliases") or ()), source.split("/")[-1]]
+        for key in keys:
+            by_name.setdefault(key, fn)
+        if source and source == hub_id:
+            by_name.setdefault("\0" + source, fn)
+    for i, key in enumerate(["\0" + hub_id, *names]):
+        fn = by_name.get(key)
+        if fn is None:
+            continue
+        spec = _spec_from_document(_read_spec_document(fn), fn)
+        if architecture and spec.architecture != architecture:
+            continue
+        how = ("the shipped spec whose source it is" if i == 0 else
+               "the shipped spec of that name" if i == 1 else
+               f"the shipped spec {spec.name}, of which {ref.rstrip('/').split('/')[-1]} is a re-save or variant")
+        return spec, how
+    if hub_id:
+        from hybridplan import hub
+
+        try:
+            import huggingface_hub
+
+            cached = huggingface_hub.try_to_load_from_cache(hub_id, "config.json", cache_dir=hub.cache_dir())
+        except Exception:  # noqa: BLE001 - no cache to read: the error below says what to do
+            cached = None
+        if isinstance(cached, str):
+            spec = spec_from_config(_parse_file(Path(cached)), name=hub_id.split("/")[-1], source=hub_id)
+            return check_architecture(spec, architecture, ref), "its config.json in the local Hugging Face cache"
+    arch = f" ({architecture})" if architecture else ""
+    raise PlanError(f"the log's model {ref!r}{arch} is not a shipped spec, nor in the local Hugging Face cache: pass "
+                    "--model (a shipped spec of the same architecture, or its config.json)")
+
+
+def check_architecture(spec: ModelSpec, architecture: str | None, ref: str) -> ModelSpec:
+    """Refuse a model whose architecture is not the one the log resolved."""
+    if architecture and spec.architecture != architecture:
+        raise PlanError(f"{ref} is a {spec.architecture}, but the log resolved the architecture {architecture}: "
+                        "pass a --model of that architecture")
+    return spec

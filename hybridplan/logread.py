@@ -69,6 +69,44 @@ class Log:
     def has(self, pattern: re.Pattern[str]) -> bool:
         return any(pattern.search(line.text) for line in self.lines)
 
+    @property
+    def span(self) -> tuple[int, int]:
+        """The first and last line numbers kept (0, 0 for an empty log)."""
+        return (self.lines[0].no, self.lines[-1].no) if self.lines else (0, 0)
+
+    def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]]) -> list[Log]:
+        """The log cut into its start-ups: a restart appended by ``docker logs``, or several runs pasted into one
+        file, so that no figure is ever read beside another start's settings.
+
+        A start is told by its openers (a version banner, the argument line, the engine-config line: one of
+        ``openers``), each printed once a start: when one is printed a second time, a new start has begun. It
+        begins at the first opener printed after the previous start's last figure (a line matching one of
+        ``figures``), or at the repeated opener itself. Lines out of order in a pasted excerpt (figures before
+        the arguments) stay one start: only a repeated opener cuts."""
+        openers, figures = tuple(openers), tuple(figures)
+        cuts: list[int] = [0]
+        seen: set[int] = set()
+        kinds: list[int | None] = []
+        last_figure: int | None = None
+        after_figure: int | None = None  # the first opener after the last figure of the current start
+        for i, line in enumerate(self.lines):
+            kind = next((k for k, p in enumerate(openers) if p.search(line.text)), None)
+            kinds.append(kind)
+            if kind is not None:
+                if kind in seen:
+                    cut = after_figure if after_figure is not None else i
+                    cuts.append(cut)
+                    seen = {k for k in kinds[cut:] if k is not None}
+                    last_figure = after_figure = None
+                else:
+                    seen.add(kind)
+                    if after_figure is None and last_figure is not None:
+                        after_figure = i
+            if any(p.search(line.text) for p in figures):
+                last_figure, after_figure = i, None
+        bounds = [*cuts, len(self.lines)]
+        return [Log(self.lines[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
 
 def scan(path: Path, keywords: Iterable[str]) -> Log:
     """The lines of ``path`` holding any of ``keywords``, in order, with their numbers (from 1)."""
@@ -103,7 +141,7 @@ def _lines(body: bytes, keys: list[bytes], seen: int) -> list[Line]:
             start = body.rfind(b"\n", 0, i) + 1
             starts.add(start)
             end = body.find(b"\n", i)
-            i = body.find(key, end) if end >= 0 else -1
+            i = body.find(key, end + 1) if end >= 0 else -1
     out, at, no = [], 0, seen + 1
     for s in sorted(starts):
         no += body.count(b"\n", at, s)

@@ -5,6 +5,7 @@ command needs it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -94,6 +95,16 @@ class Engine(Protocol):
     @property
     def log_keywords(self) -> tuple[str, ...]:
         """Substrings one of which every log line this engine reads holds."""
+        ...
+
+    @property
+    def log_openers(self) -> tuple[re.Pattern[str], ...]:
+        """The lines a start-up prints once each: one printed again opens the next start in the same file."""
+        ...
+
+    @property
+    def log_figures(self) -> tuple[re.Pattern[str], ...]:
+        """The lines holding a figure this engine checks."""
         ...
 
     def log_present(self, log: Log) -> bool:

@@ -53,6 +53,18 @@ class SglangEngine:
 
         return KEYWORDS
 
+    @property
+    def log_openers(self) -> tuple:
+        from hybridplan.engines.sglang.logs import OPENERS
+
+        return OPENERS
+
+    @property
+    def log_figures(self) -> tuple:
+        from hybridplan.engines.sglang.logs import FIGURE_PATTERNS
+
+        return FIGURE_PATTERNS
+
     def log_present(self, log: Log) -> bool:
         from hybridplan.engines.sglang.logs import present
 

@@ -56,8 +56,13 @@ NOT_MODELLED = (
 )
 
 
+FIGURE_PATTERNS = (POOL, KV, CAP, SCHED, NOT_ENOUGH)
+#: the line a start-up prints once (the launcher's server arguments): printed again, it opens the next start
+OPENERS = (SERVER_ARGS,)
+
+
 def present(log: Log) -> bool:
-    return any(log.has(p) for p in (POOL, KV, CAP, SCHED, NOT_ENOUGH))
+    return any(log.has(p) for p in FIGURE_PATTERNS)
 
 
 def server_args(log: Log) -> tuple[dict, Found | None, bool]:
@@ -123,7 +128,11 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
     ref = s.get("model_path")
     if ref is None:
         raise PlanError("the log does not name the model: pass --model")
-    spec = load_model(str(ref)) if s.sources["model_path"] == "flag" else load_logged_model(str(ref))
+    if s.sources["model_path"] == "flag":
+        spec = load_model(str(ref))
+    else:
+        spec, how = load_logged_model(str(ref))
+        notes.append(f"model {ref}: {spec.name}, {how}")
     rel.check_served(spec)
     ctx = s.get("context_length")
     if not isinstance(ctx, int):

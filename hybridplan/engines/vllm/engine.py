@@ -54,6 +54,18 @@ class VllmEngine:
 
         return KEYWORDS
 
+    @property
+    def log_openers(self) -> tuple:
+        from hybridplan.engines.vllm.logs import OPENERS
+
+        return OPENERS
+
+    @property
+    def log_figures(self) -> tuple:
+        from hybridplan.engines.vllm.logs import FIGURE_PATTERNS
+
+        return FIGURE_PATTERNS
+
     def log_present(self, log: Log) -> bool:
         from hybridplan.engines.vllm.logs import present
 

@@ -80,6 +80,10 @@ NOT_MODELLED = (
      "--max-model-len auto is not modelled: give the context"),
 )
 FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)
+#: the lines a start-up prints once each (the API server's banner, its arguments, the engine core's config): one
+#: printed again opens the next start in the same file (``logread.Log.starts``)
+OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default args: \{"),
+           re.compile(r"Initializing a V[01] LLM engine"))
 
 
 def present(log: Log) -> bool:
@@ -159,8 +163,9 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
         s.put("enable_prefix_caching", False, f.source)
     if (f := log.last(KV_DTYPE_LINE)) is not None:
         s.put("kv_cache_dtype", f[1], f.source)
-    if (f := log.last(ARCH)) is not None:
-        s.put("architecture", f[1], f.source)
+    served = [f for f in log.all(ARCH) if not DRAFT_ARCH.search(f[1])]  # the drafter resolves its own
+    if served:
+        s.put("architecture", served[-1][1], served[-1].source)
     return s
 
 
@@ -205,13 +210,26 @@ def _dtype(value) -> str | None:
     return None if value in (None, "auto") else str(value)
 
 
-def _model(s: Settings):
-    from hybridplan.loader import load_logged_model, load_model
+#: architectures vLLM resolves for a speculative draft (MTP layers, EAGLE heads, DFlash), not the served model's
+DRAFT_ARCH = re.compile(r"(?:MTP|Eagle\w*|EagleLlama\w*|DFlash\w*|Medusa\w*|Mlp\w*Speculator)$|^(?:Eagle|DFlash|Medusa)",
+                        re.IGNORECASE)
+
+
+def _model(s: Settings, notes: list[str]):
+    """The model: --model, checked against the architecture the log resolved; else the log's own model
+    reference, found among the shipped specs or in the Hugging Face cache (``loader.load_logged_model``)."""
+    from hybridplan.loader import check_architecture, load_logged_model, load_model
 
     ref = s.get("model")
+    arch = s.get("architecture")
+    arch = str(arch) if arch is not None else None
     if ref is None:
         raise PlanError("the log does not name the model: pass --model")
-    return load_model(str(ref)) if s.sources["model"] == "flag" else load_logged_model(str(ref))
+    if s.sources["model"] == "flag":
+        return check_architecture(load_model(str(ref)), arch, str(ref))
+    spec, how = load_logged_model(str(ref), arch)
+    notes.append(f"model {ref}: {spec.name}, {how}")
+    return spec
 
 
 #: the note that says a draft could not be read, which leaves the KV figures unchecked
@@ -247,7 +265,7 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")
-    spec = _model(s)
+    spec = _model(s, notes)
     rel.check_served(spec)
     notes.extend(rel.caveats(spec))
     tp = int(s.get("tensor_parallel_size") or 1)

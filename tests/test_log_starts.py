@@ -1,0 +1,184 @@
+"""`check-log` on a log holding several start-ups, and on a log that names its own model.
+
+A log is cut into its start-ups where a line each start prints once (vLLM's API-server banner, its
+``non-default args``, the engine core's config line; SGLang's ``server_args``) is printed again, so each start
+is checked on its own lines. The multi-start files here are built from the real logs under tests/data/ the way
+``docker logs`` appends a restart: one whole log after another.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hybridplan.errors import PlanError
+from hybridplan.loader import _logged_names, load_logged_model
+from hybridplan.logread import read_text
+from hybridplan.reports.check_log import check, split
+
+DATA = Path(__file__).parent / "data"
+LOGS = DATA / "logs"
+NEMOTRON = DATA / "vllm-0.23-nemotron-h.log"      # vLLM 0.23.0, Nemotron-H-8B, TP 1, 40 GiB: 180.00x at 8,192
+QWEN_TP4 = DATA / "vllm-0.33-qwen3-next-tp4.log"  # vLLM 0.33.0, Qwen3-Next-80B-A3B, TP 4
+SGLANG = DATA / "sglang-0.5.23-nemotron-h.log"
+
+
+def _json(run_cli, path: Path, *args: str) -> tuple[int, dict]:
+    code, out, err = run_cli("check-log", path, *args, "--json")
+    assert out, err
+    return code, json.loads(out)
+
+
+def test_a_restart_appended_is_two_starts_each_on_its_own_lines(run_cli, tmp_path):
+    p = tmp_path / "restart.log"
+    first, second = NEMOTRON.read_text(), QWEN_TP4.read_text()
+    p.write_text(first + second)
+    code, d = _json(run_cli, p)
+    assert code == 0 and d["ok"] and len(d["starts"]) == 2
+    a, b = d["starts"]
+    n = first.count("\n")
+    assert a["lines"][1] <= n < b["lines"][0]
+    assert (a["model"], b["model"]) == ("nemotron-h-8b", "qwen3-next-80b-a3b")
+    # each start's settings come from its own banner, never the other's
+    va = next(s for s in a["settings"] if s["name"] == "version")
+    vb = next(s for s in b["settings"] if s["name"] == "version")
+    assert (va["value"], vb["value"]) == ("0.23.0", "0.33.0")
+    # the flat lists keep each row's start
+    assert {r["start"] for r in d["rows"]} == {1, 2}
+    assert all(r["ok"] for r in a["rows"]) and all(r["ok"] for r in b["rows"])
+
+
+def test_one_start_read_with_another_starts_figures_would_not_match(run_cli, tmp_path):
+    # without the cut, the settings would be the last printed (Qwen3-Next at TP 4) and Nemotron-H's 180.00x would
+    # be read beside them: the check of each start alone is what makes both match
+    p = tmp_path / "restart.log"
+    p.write_text(NEMOTRON.read_text() + QWEN_TP4.read_text())
+    from hybridplan.logread import scan
+    from hybridplan.reports.check_log import keywords
+
+    log = scan(p, keywords())
+    assert [piece.span for piece in split(log)] == [(2, 11), (12, 16)]
+
+
+def test_a_start_that_stopped_before_its_caches_is_listed_and_the_restart_checked(run_cli, tmp_path):
+    lines = NEMOTRON.read_text().splitlines(keepends=True)
+    crashed = "".join(lines[:4])  # banner, args, architecture: then the process died
+    p = tmp_path / "crash-restart.log"
+    p.write_text(crashed + "".join(lines))
+    code, d = _json(run_cli, p)
+    assert code == 0 and len(d["starts"]) == 2
+    assert d["starts"][0]["rows"] == [] and "prints no figure" in d["notes"][0]
+    assert d["starts"][1]["ok"] and d["starts"][1]["rows"]
+
+
+def test_an_excerpt_with_figures_above_its_arguments_stays_one_start(run_cli):
+    # the poster pasted the capacity lines (7–8) above the arguments (13) and the engine line (14); no line is
+    # printed twice, so it is one start
+    code, d = _json(run_cli, LOGS / "vllm-0.20.1-qwen3.6-27b-int4-2xrtx3090-1.log", "--model", "qwen3.5-27b")
+    assert code == 0 and len(d["starts"]) == 1
+
+
+def test_per_rank_lines_do_not_cut(run_cli):
+    # TP 2: both workers print "Available KV cache memory"; the engine prints its capacity lines twice
+    code, d = _json(run_cli, LOGS / "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log")
+    assert code == 0 and len(d["starts"]) == 1
+
+
+def test_two_engines_restarts_in_one_file(run_cli, tmp_path):
+    p = tmp_path / "both.log"
+    p.write_text(SGLANG.read_text() + SGLANG.read_text())
+    code, d = _json(run_cli, p)
+    assert code == 0 and len(d["starts"]) == 2 and all(s["ok"] for s in d["starts"])
+
+
+def test_a_start_that_cannot_be_read_is_named_and_the_others_checked(run_cli, tmp_path):
+    # the second start names a model no spec has: it is listed with the reason, the first is still checked
+    other = NEMOTRON.read_text().replace("nvidia/Nemotron-H-8B-Base-8K", "someone/unknown-model")
+    p = tmp_path / "two.log"
+    p.write_text(NEMOTRON.read_text() + other)
+    code, d = _json(run_cli, p)
+    assert code == 0 and d["starts"][0]["ok"] and d["starts"][1]["error"].startswith("the log's model")
+    code, out, _ = run_cli("check-log", p)
+    assert "start 2 of 2" in out and "not checked" in out
+
+
+def test_several_starts_render_each_under_its_heading(run_cli, tmp_path):
+    p = tmp_path / "restart.log"
+    p.write_text(NEMOTRON.read_text() + QWEN_TP4.read_text())
+    code, out, _ = run_cli("check-log", p)
+    assert code == 0 and "start 1 of 2: lines 2–11" in out and "start 2 of 2: lines 12–16" in out
+    assert "all figures match in 2 of 2 starts" in out
+
+
+# --- the model named in the log -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref,hub_id,first,last", [
+    ("nvidia/Nemotron-H-8B-Base-8K", "nvidia/nemotron-h-8b-base-8k", "nemotron-h-8b-base-8k", "nemotron-h-8b-base-8k"),
+    # a Hugging Face cache path names its repository
+    ("/root/.cache/huggingface/hub/models--Qwen--Qwen3.5-27B/snapshots/0123abc", "qwen/qwen3.5-27b", "qwen3.5-27b",
+     "qwen3.5-27b"),
+    # re-saves: the quantization endings come off one at a time, then the variant's
+    ("/ai/Qwen3-Next-80B-A3B-Instruct-AWQ-4bit", "ai/qwen3-next-80b-a3b-instruct-awq-4bit",
+     "qwen3-next-80b-a3b-instruct-awq-4bit", "qwen3-next-80b-a3b"),
+    ("~/.cache/huggingface/qwen3.6-27b-autoround-int4", "huggingface/qwen3.6-27b-autoround-int4",
+     "qwen3.6-27b-autoround-int4", "qwen3.6-27b"),
+])
+def test_logged_names(ref, hub_id, first, last):
+    got_id, names = _logged_names(ref)
+    assert got_id == hub_id and names[0] == first and names[-1] == last
+
+
+def test_the_log_finds_its_model_by_source_and_by_resave():
+    spec, how = load_logged_model("nvidia/Nemotron-H-8B-Base-8K")
+    assert spec.name == "nemotron-h-8b" and "source" in how
+    spec, how = load_logged_model("/ai/Qwen3-Next-80B-A3B-Instruct-AWQ-4bit", "Qwen3NextForCausalLM")
+    assert spec.architecture == "Qwen3NextForCausalLM" and "re-save" in how
+
+
+def test_a_spec_of_another_architecture_is_never_taken():
+    # Qwen3-Next's name, but the log resolved a Nemotron-H architecture: no shipped spec matches both
+    with pytest.raises(PlanError, match="NemotronHForCausalLM"):
+        load_logged_model("/ai/Qwen3-Next-80B-A3B-Instruct-AWQ-4bit", "NemotronHForCausalLM")
+
+
+def test_a_model_flag_of_another_architecture_is_refused_with_both_names(run_cli):
+    # the log resolved Qwen3NextForCausalLM (its line 9); --model nemotron-h is a NemotronHForCausalLM
+    code, _, err = run_cli("check-log", LOGS / "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model",
+                           "nemotron-h")
+    assert code == 2 and "NemotronHForCausalLM" in err and "Qwen3NextForCausalLM" in err
+
+
+def test_the_drafts_architecture_is_not_the_models(run_cli):
+    # an MTP log resolves the target (Qwen3_5ForConditionalGeneration) and then its drafter (Qwen3_5MTP)
+    name = "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log"
+    text = (LOGS / name).read_text()
+    assert "Resolved architecture: Qwen3_5MTP" in text
+    code, d = _json(run_cli, LOGS / name)
+    arch = next(s for s in d["settings"] if s["name"] == "architecture")
+    assert arch["value"] == "Qwen3_5ForConditionalGeneration"
+
+
+def test_a_model_in_the_local_hugging_face_cache(tmp_path, monkeypatch):
+    # huggingface_hub's cache layout: models--ORG--NAME/refs/main holds the commit, snapshots/COMMIT/config.json
+    repo = tmp_path / "hub" / "models--someone--my-lfm2"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    shutil.copy(DATA / "configs" / "LiquidAI__LFM2-350M.json", snap / "config.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    spec, how = load_logged_model("someone/my-lfm2", "Lfm2ForCausalLM")
+    assert spec.architecture == "Lfm2ForCausalLM" and spec.source == "someone/my-lfm2" and "cache" in how
+    with pytest.raises(PlanError, match="not a shipped spec"):
+        load_logged_model("someone/not-cached")
+
+
+def test_split_of_a_log_in_memory():
+    log = read_text(NEMOTRON.read_text() * 3)
+    assert len(split(log)) == 3
+    report = check(log)
+    assert report.ok and len(report.starts) == 3 and report.model == "nemotron-h-8b"
