@@ -142,6 +142,13 @@ CASES = [
     # 1,056, page 2,162,688 B, padding 0.76 %; the worker failed before KV sizing
     ("vllm-0.18.1rc1-qwen3.5-35b-a3b-awq-rocm-1.log", ("--model", "qwen3.5-35b-a3b"),
      ("attention block size", "mamba page padding %")),
+    # Kimi-Linear-48B-A3B at TP 2 on 2x RTX 3090 (vllm#28228), a build before 0.11.1 read as 0.11.1: KDA state
+    # at TP 2 = 3·2,048·3·2 + 16·128·128·4 = 1,085,440 B, MLA 576·2 B = 1,152 B a token; 0.11.1 grows MLA blocks
+    # in 64s (vllm/model_executor/models/config.py) → block 64·cdiv(1,085,440, 73,728) = 960; 20 KDA layers pad to
+    # 21 for the 7-layer MLA group (1 layer, 5 %); 318 blocks of 7·960·1,152 B // 4 groups · 960 = 75,840 tokens
+    ("vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log",
+     ("--model", "kimi-linear-48b-a3b", "--tp", "2", "--vllm-version", "0.11.1"),
+     ("padding layers", "max concurrency", "KV cache size")),
 ]
 
 # logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
@@ -299,3 +306,33 @@ def test_padding_row_of_0_5_17_on_a_real_log(run_cli):
     code, d = _check(run_cli, "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log", *args, "--sglang-version", "0.5.16")
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
     assert code == 1 and (k["logged"], k["predicted"]) == ("124", "125")
+
+
+def _without_model(args: tuple[str, ...]) -> tuple[str, ...]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--model":
+            skip = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def test_check_log_finds_the_model_the_log_names(run_cli):
+    # every log whose own model reference (non-default args, engine config, server_args) is a shipped spec, or a
+    # re-save of one, is read without --model, with the same result; the others say so in one line
+    found = []
+    for name, args, _ in CASES:
+        code, out, err = run_cli("check-log", LOGS / name, *_without_model(args), "--json")
+        if code == 2:
+            assert "pass --model" in err and err.count("\n") == 1, (name, err)
+            continue
+        d = json.loads(out)
+        assert code == 0 and d["ok"], (name, [r for r in d["rows"] if not r["ok"]])
+        assert any(n.startswith("model ") for n in d["notes"]), d["notes"]  # says how it found the model
+        found.append(name)
+    # the logs naming Qwen3-Next, Qwen3.6, Qwen3.5 and Granite-4.0-H checkpoints (by Hub id, local path or
+    # cache path) are found: at least those fifteen
+    assert len(found) >= 15, found
