@@ -67,6 +67,7 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--quantization": ("opt", "--quantization"), "-q": ("opt", "--quantization"),
     "--revision": ("opt", "--revision"),
     "--kv-cache-memory-bytes": ("opt", "--kv-budget"),
+    "--gdn-prefill-backend": ("opt", "--gdn-prefill-backend"),
     "--pipeline-parallel-size": ("refuse", "pipeline parallelism is not modelled (hybridplan sizes TP ranks)"),
     "-pp": ("refuse", "pipeline parallelism is not modelled (hybridplan sizes TP ranks)"),
     "--enable-expert-parallel": ("refuse", "expert parallelism is not modelled: experts are sized as TP shards"),
@@ -380,6 +381,8 @@ KV_BYTES_FROM = "0.10.2"
 #: SGLang's --mamba-scheduler-strategy (0.5.7 on) became --mamba-radix-cache-strategy in 0.5.14, the old name
 #: kept as a deprecated alias (python/sglang/srt/server_args.py, DeprecatedAliasStoreAction, 0.5.14-0.5.23)
 RADIX_FLAG_RENAMED = "0.5.14"
+#: vLLM's --gdn-prefill-backend came in 0.18.0 (absent from the 0.17.1 wheel's vllm/engine/arg_utils.py)
+GDN_FLAG_FROM = "0.18.0"
 #: the chunk hybridplan sizes with when none is given (Scenario.chunk)
 DEFAULT_CHUNK = 8192
 
@@ -412,9 +415,10 @@ def _spec_json(sc) -> str:
     return json.dumps(cfg, separators=(",", ":"))
 
 
-def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str | None = None) -> Command:
+def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str | None = None,
+                 lowered: bool = False) -> Command:
     """``vllm serve`` with the settings of ``sc`` that change a figure, starting in ``mode`` with
-    ``max_num_seqs``."""
+    ``max_num_seqs``; ``lowered``: that is the most that starts, in place of a count that does not."""
     rel = sc.vllm.release
     env = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
     a: list[str] = ["vllm", "serve", model]
@@ -443,16 +447,21 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
             a += ["--enable-prefix-caching", "--mamba-cache-mode", mode]
     if sc.chunk != DEFAULT_CHUNK:
         a += ["--max-num-batched-tokens", str(sc.chunk)]
+    if sc.vllm.gdn_backend != "flashinfer" and rel.at_least(GDN_FLAG_FROM):
+        a += ["--gdn-prefill-backend", sc.vllm.gdn_backend]
     if sc.vllm.enforce_eager:
         a += ["--enforce-eager"]
     if sc.spec_tokens:
         a += ["--speculative-config", _spec_json(sc)]
     notes: tuple[str, ...] = ()
+    if lowered and max_num_seqs >= 1:
+        notes += (f"the vllm command asks for --max-num-seqs {max_num_seqs}, the most that starts here; vLLM "
+                  "profiles with that many sequences, so its budget comes out a little above the one shown",)
     if sc.budget.kv_budget is not None:
         if rel.at_least(KV_BYTES_FROM):
             a += ["--kv-cache-memory-bytes", str(sc.budget.kv_budget)]
         else:
-            notes = (f"vLLM {rel.version} has no --kv-cache-memory-bytes (from {KV_BYTES_FROM}): the budget given "
+            notes += (f"vLLM {rel.version} has no --kv-cache-memory-bytes (from {KV_BYTES_FROM}): the budget given "
                      "is what its profiling must leave",)
     return Command(env, tuple(a), notes)
 

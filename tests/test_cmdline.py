@@ -69,6 +69,8 @@ VLLM_CASES = [
     (("jamba", "--ctx", "8192", "--tp", "8", "--dtype", "bfloat16", "--kv-dtype", "fp8"), ("--gpu-type", "h200")),
     (("nemotron-h", "--ctx", "8192", "--conv-dtype", "float32"), (*H100, "--vllm-version", "0.20")),
     (("nemotron-h", "--ctx", "4096", "--max-num-batched-tokens", "4096"), ("--gpu-type", "a100-80g")),
+    (("qwen3.6-27b", "--ctx", "32k", "--gdn-prefill-backend", "triton", "--mode", "align", "--max-num-seqs", "256"),
+     H100),
     (("mamba-130m",), H100),
 ]
 
@@ -88,6 +90,7 @@ SGLANG_CASES = [
     (("nemotron-h", "--ctx", "8192", "--disable-overlap-schedule", "--sglang-env",
       "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1"), (*H100, "--sglang-version", "0.5.7")),
     (("qwen3-next", "--tp", "4", "--ctx", "32k", "--radix", "extra_buffer"), (*H100, "--sglang-version", "0.5.9")),
+    (("nemotron-h", "--ctx", "8192", "--conv-dtype", "float32"), H100),
     (("mamba-130m",), H100),
 ]
 
