@@ -414,12 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         code = 130
     except BrokenPipeError:
         code = 0
-    except Exception as exc:  # a bug of ours: still one line, with the way to see more
-        if os.environ.get("HYBRIDPLAN_DEBUG"):
-            raise
-        sys.stderr.write(f"hybridplan: internal error: {type(exc).__name__}: {exc} "
-                         "(set HYBRIDPLAN_DEBUG=1 for the traceback)\n")
-        code = 1
+    except Exception as exc:  # output that cannot be written (> /dev/full), else a bug of ours: one line each
+        from hybridplan.output import failed
+
+        code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
     if code in (0, 1):

@@ -5,12 +5,15 @@ the CUDA total (``torch.cuda.mem_get_info()[1]``, deviceQuery's "Total amount of
 figure of vLLM's "Free memory on device (free/total GiB)", the "total capacity" of PyTorch's out-of-memory
 message) and nvidia-smi's ``memory.total`` (NVML). Engines size from the CUDA total; where only the nvidia-smi
 figure was found it is used, and ``exact`` says so. Every figure names where it was read: a vLLM start-up log,
-a PyTorch error, deviceQuery, rocm-smi or nvidia-smi output posted publicly. Bandwidth and dense BF16 TFLOPs
+a PyTorch error, deviceQuery, rocm-smi or nvidia-smi output posted publicly; a few GPUs (kind "datasheet") have
+only the vendor's memory size, in GiB, until a reported total is found. A GPU is found by its key, an alias, its
+name or the name nvidia-smi and PyTorch give it (``NVIDIA GeForce RTX 4090``, ``rtx4090``, ``RTX 4090``). Bandwidth and dense BF16 TFLOPs
 are the vendors' datasheet figures, kept for speed estimates.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hybridplan.errors import PlanError
@@ -24,7 +27,8 @@ class Gpu:
     name: str
     #: total memory in bytes, as the source gives it
     total: int
-    #: "cuda" (what engines see) or "nvidia-smi" (larger by the driver's reservation)
+    #: "cuda" (what engines see), "nvidia-smi" (larger by the driver's reservation) or "datasheet" (the
+    #: vendor's memory size in GiB, where no reported total was found: larger still)
     kind: str
     source: str
     bandwidth_gbps: float | None = None
@@ -41,6 +45,17 @@ class Gpu:
     @property
     def exact(self) -> bool:
         return self.kind == "cuda"
+
+    @property
+    def approximation(self) -> str | None:
+        """What the total is, where it is not the CUDA total the engines see."""
+        if self.kind == "nvidia-smi":
+            return (f"{self.name}: nvidia-smi's total, {self.total:,} B; the CUDA total the engines see is 0.45–0.9 "
+                    "GiB smaller (hybridplan/gpus.py)")
+        if self.kind == "datasheet":
+            return (f"{self.name}: the datasheet's {self.total / GiB:g} GiB, no reported total found; the CUDA total "
+                    "the engines see is about 1 GiB smaller (hybridplan/gpus.py)")
+        return None
 
     @property
     def smi_mib(self) -> float:
@@ -61,21 +76,29 @@ def _vllm(gib: str) -> int:
 GPUS: tuple[Gpu, ...] = (
     Gpu("h100", "NVIDIA H100 80GB HBM3 (SXM)", 85_028_896_768, "cuda",
         "deviceQuery: 81090 MBytes (85028896768 bytes), CUDA 12.8 driver; 85,017,755,648 to 85,045,477,376 "
-        "bytes across drivers; vLLM prints 79.18–79.19 GiB", 3350, 989, ("h100-sxm", "h100-80g"), smi=81559,
+        "bytes across drivers; vLLM prints 79.18–79.19 GiB", 3350, 989, ("h100-sxm", "h100-80g", "NVIDIA H100 80GB HBM3"), smi=81559,
         nvswitch=True),
-    Gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559 * MiB, "nvidia-smi", "nvidia-smi: 81559MiB", 2000, 756),
+    Gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81559 * MiB, "nvidia-smi", "nvidia-smi: 81559MiB", 2000, 756,
+        ("NVIDIA H100 PCIe",)),
     Gpu("h100-nvl", "NVIDIA H100 NVL 94GB", _vllm("93.0"), "cuda", "vLLM: Free memory on device (…/93.0 GiB)",
         aliases=("h100nvl",), smi=95830),
+    Gpu("h800", "NVIDIA H800 80GB HBM3 (SXM)", 80 * GiB, "datasheet",
+        "NVIDIA H800 SXM datasheet: 80 GB HBM3 (the H100 SXM's memory; nvidia-smi name NVIDIA H800 80GB HBM3)", 3350,
+        989, ("h800-sxm", "NVIDIA H800 80GB HBM3", "NVIDIA H800"), nvswitch=True),
     Gpu("h200", "NVIDIA H200 141GB", _vllm("139.81"), "cuda", "vLLM: Free memory on device (139.21/139.81 GiB); "
-        "nvidia-smi: 143771MiB", 4800, 989, ("h200-sxm", "h200-141g"), smi=143771, nvswitch=True),
-    Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB", nvswitch=True),
+        "nvidia-smi: 143771MiB", 4800, 989, ("h200-sxm", "h200-141g", "NVIDIA H200"), smi=143771, nvswitch=True),
+    Gpu("h200-nvl", "NVIDIA H200 NVL", 143771 * MiB, "nvidia-smi",
+        "nvidia-smi: ~143771 MiB on 4× H200 NVL (gpuq's README, a public GPU-queue tool); datasheet 141 GB", 4800,
+        aliases=("NVIDIA H200 NVL", "h200nvl")),
+    Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB", aliases=("NVIDIA H20",),
+        nvswitch=True),
     Gpu("gh200", "NVIDIA GH200 96GB (480GB superchip)", 97871 * MiB, "nvidia-smi",
-        "nvidia-smi: NVIDIA GH200 480GB, 97871MiB", aliases=("gh200-96g",)),
+        "nvidia-smi: NVIDIA GH200 480GB, 97871MiB", aliases=("gh200-96g", "NVIDIA GH200 480GB")),
     Gpu("gh200-144g", "NVIDIA GH200 144G HBM3e", 146831 * MiB, "nvidia-smi", "nvidia-smi: 146831 MiB"),
     Gpu("b200", "NVIDIA B200", 183359 * MiB, "nvidia-smi", "nvidia-smi: 183359MiB", 8000, 2250, nvswitch=True),
     Gpu("gb200", "NVIDIA GB200", 189471 * MiB, "nvidia-smi", "nvidia-smi: 189471MiB", 8000, 2500, nvswitch=True),
     Gpu("b300", "NVIDIA B300 SXM6", 275040 * MiB, "nvidia-smi", "nvidia-smi: NVIDIA B300 SXM6 AC, 275040MiB",
-        nvswitch=True),
+        aliases=("NVIDIA B300 SXM6 AC",), nvswitch=True),
     Gpu("gb300", "NVIDIA GB300", 284208 * MiB, "nvidia-smi", "nvidia-smi: 284208MiB", nvswitch=True),
     Gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 42_405_855_232, "cuda",
         "deviceQuery: 40441 MBytes (42405855232 bytes); nvidia-smi: 40960MiB", 1555, 312, ("a100-sxm4-40gb",),
@@ -84,13 +107,15 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("a100-80g", "NVIDIA A100-SXM4-80GB", _vllm("79.25"), "cuda",
         "vLLM: Free memory on device (78.84/79.25 GiB); nvidia-smi: 81920MiB", 2039, 312, ("a100", "a100-sxm4-80gb"),
         smi=81920),
-    Gpu("a100-80g-pcie", "NVIDIA A100 80GB PCIe", 81920 * MiB, "nvidia-smi", "nvidia-smi: 81920MiB", 1935, 312),
+    Gpu("a100-80g-pcie", "NVIDIA A100 80GB PCIe", 81920 * MiB, "nvidia-smi", "nvidia-smi: 81920MiB", 1935, 312,
+        ("a100-80gb-pcie",)),
     Gpu("l40s", "NVIDIA L40S", _vllm("44.42"), "cuda",
         "PyTorch: \"GPU has a total capacity of 44.42 GiB\" (stepfun-ai/Step-Video-T2V#8, 8× L40S); 44.39–44.53 "
         "GiB across drivers (Wan-Video/Wan2.1#205: 44.53); nvidia-smi: 46068 MiB (ECC on)", smi=46068),
     Gpu("l40", "NVIDIA L40", _vllm("44.40"), "cuda",
         "PyTorch: \"GPU 0 has a total capacity of 44.40 GiB\" (QwenLM/Qwen3-VL#2097, a single L40); nvidia-smi: "
         "46068MiB with ECC on (49140MiB with ECC off)", smi=46068),
+    Gpu("l20", "NVIDIA L20", 48 * GiB, "datasheet", "NVIDIA L20 datasheet: 48 GB GDDR6 (ECC on leaves less)", 864),
     Gpu("l4", "NVIDIA L4", _vllm("22.03"), "cuda",
         "PyTorch: \"GPU 0 has a total capacity of 22.03 GiB\" (ArcInstitute/evo2#190, an L4); nvidia-smi: 23034MiB",
         smi=23034),
@@ -101,7 +126,8 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("rtx-a6000", "NVIDIA RTX A6000", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB", aliases=("a6000",)),
     Gpu("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140 * MiB, "nvidia-smi", "nvidia-smi: 49140MiB"),
     Gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell (Server Edition)", _vllm("94.97"), "cuda",
-        "vLLM: Free memory on device (93.47/94.97 GiB); nvidia-smi: 97887MiB", smi=97887),
+        "vLLM: Free memory on device (93.47/94.97 GiB); nvidia-smi: 97887MiB",
+        aliases=("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-blackwell"), smi=97887),
     Gpu("rtx-3060", "NVIDIA GeForce RTX 3060 12GB", 12288 * MiB, "nvidia-smi", "nvidia-smi: 12288 MiB"),
     Gpu("rtx-3090", "NVIDIA GeForce RTX 3090", _vllm("23.56"), "cuda",
         "vLLM: Free memory on device (22.93/23.56 GiB); nvidia-smi: 24576 MiB", smi=24576),
@@ -110,10 +136,12 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", _vllm("23.64"), "cuda",
         "PyTorch: \"GPU 0 has a total capacty of 23.64 GiB\" (3DTopia/Phidias-Diffusion#8, an RTX 4090); "
         "nvidia-smi: 24564 MiB", smi=24564),
+    Gpu("rtx-5070-ti", "NVIDIA GeForce RTX 5070 Ti", 16 * GiB, "datasheet",
+        "NVIDIA RTX 5070 Ti specifications: 16 GB GDDR7 (a PyTorch benchmark reports 15.9 GB)", 896),
     Gpu("rtx-5090", "NVIDIA GeForce RTX 5090", _vllm("31.40"), "cuda",
         "vLLM: Free memory on device (30.27/31.4 GiB) (noonghunna/club-3090#1087, 2× RTX 5090); PyTorch: 31.37 GiB "
         "(Wan-Video/Wan2.1#465); nvidia-smi: 32607MiB", smi=32607),
-    Gpu("t4", "NVIDIA Tesla T4", _vllm("14.56"), "cuda",
+    Gpu("t4", "Tesla T4", _vllm("14.56"), "cuda",
         "PyTorch: \"GPU 0 has a total capacity of 14.56 GiB\" (Zheng-Chong/CatVTON#133 and "
         "AlphaGPU/leetgpu-challenges#52, Tesla T4s); nvidia-smi: 15360MiB", smi=15360),
     Gpu("gb10", "NVIDIA GB10 (DGX Spark, unified memory)", _vllm("119.63"), "cuda",
@@ -123,20 +151,44 @@ GPUS: tuple[Gpu, ...] = (
         5300, smi=196288),
     Gpu("mi325x", "AMD Instinct MI325X", _vllm("255.98"), "cuda",
         "PyTorch (HIP): \"GPU 0 has a total capacity of 255.98 GiB\" (vllm-project/vllm#41962, 8× MI325X)", 6000),
+    Gpu("mi355x", "AMD Instinct MI355X", 288 * GiB, "datasheet", "AMD Instinct MI355X datasheet: 288 GB HBM3E", 8000),
 )
 
 
+#: words a GPU's name may carry or not: nvidia-smi writes "NVIDIA GeForce RTX 4090", people write "rtx4090"
+_VENDOR_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct")
+
+
 def _norm(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
+    """A name with case, spaces, ``-``, ``_``, brackets and vendor words dropped: ``NVIDIA GeForce RTX 4090``,
+    ``RTX 4090``, ``rtx-4090`` and ``rtx4090`` are one name."""
+    words = re.split(r"[^0-9a-z]+", name.lower())
+    return "".join(w for w in words if w and w not in _VENDOR_WORDS)
+
+
+def _names() -> dict[str, Gpu]:
+    """Every spelling → its GPU: the key, the aliases (nvidia-smi's names among them) and the display name."""
+    out: dict[str, Gpu] = {}
+    for g in GPUS:
+        for n in (g.key, *g.aliases, g.name):
+            out.setdefault(_norm(n), g)
+    return out
 
 
 def gpu(name: str) -> Gpu:
-    """A GPU by its key or an alias (case and ``-``/``_`` do not matter)."""
-    key = _norm(name)
-    for g in GPUS:
-        if key == g.key or key in g.aliases:
-            return g
-    raise PlanError(f"unknown GPU {name!r} (known: {', '.join(g.key for g in GPUS)}); or give --gpu-mem")
+    """A GPU by its key, an alias, its name or nvidia-smi's name for it (case, spaces, ``-``/``_`` and vendor
+    words do not matter)."""
+    names = _names()
+    g = names.get(_norm(name))
+    if g is not None:
+        return g
+    from difflib import get_close_matches
+
+    close = get_close_matches(_norm(name), list(names), n=3, cutoff=0.75)
+    keys = list(dict.fromkeys(names[c].key for c in close))
+    hint = f"; did you mean {' or '.join(keys)}?" if keys else ""
+    raise PlanError(f"unknown GPU {name!r}{hint} (known: {', '.join(g.key for g in GPUS)}; `hybridplan gpus` lists "
+                    "them); or give --gpu-mem")
 
 
 def small_tier(g: Gpu) -> bool:

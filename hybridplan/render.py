@@ -314,7 +314,7 @@ def crossover_view(r: CrossoverReport) -> Group:
 
 def gpus_view(r) -> Rows:
     return Rows(("gpu", "name", "memory", "as", "source"),
-                [(g.key, g.name, human_bytes(g.total), "CUDA" if g.exact else "nvidia-smi", g.source)
+                [(g.key, g.name, human_bytes(g.total), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
                  for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
                 optional=(4,))
 

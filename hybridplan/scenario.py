@@ -120,7 +120,7 @@ class Scenario:
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:
             raise PlanError(f"unknown engine {self.engine!r} (known: {', '.join(ENGINE_CHOICES)})")
-        for value, flag in ((self.ctx, "--ctx"), (self.slots, "--slots")):
+        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots")):
             positive(value, flag)
         if self.chunk <= 0:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")

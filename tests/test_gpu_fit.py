@@ -101,7 +101,10 @@ def test_every_gpu_says_where_its_figure_comes_from():
     keys = [g.key for g in GPUS] + [a for g in GPUS for a in g.aliases]
     assert len(keys) == len(set(keys))
     for g in GPUS:
-        assert g.total > 8 * GiB and g.kind in ("cuda", "nvidia-smi") and g.source
+        assert g.total > 8 * GiB and g.kind in ("cuda", "nvidia-smi", "datasheet") and g.source
+        if g.kind == "datasheet":
+            # the vendor's memory size, in whole GiB, named as such until a reported total is found
+            assert g.total % GiB == 0 and ("datasheet" in g.source or "specifications" in g.source)
         if g.kind == "nvidia-smi":
             # an nvidia-smi figure is a whole number of MiB, and the source quotes it
             assert g.total % MiB == 0 and f"{g.total // MiB}" in g.source.replace(",", "")
@@ -113,6 +116,41 @@ def test_every_gpu_says_where_its_figure_comes_from():
 
 def test_gpu_names_are_forgiving():
     assert gpu("H100_SXM") is gpu("h100") and gpu(" DGX Spark ") is gpu("gb10")
+
+
+@pytest.mark.parametrize("name,key", [
+    # the names nvidia-smi (and torch.cuda.get_device_name) print for these boards
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("NVIDIA B200", "b200"),
+    ("NVIDIA GB10", "gb10"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA A100-SXM4-80GB", "a100-80g"),
+    ("NVIDIA A100 80GB PCIe", "a100-80g-pcie"), ("Tesla T4", "t4"), ("NVIDIA H800 80GB HBM3", "h800"),
+    ("NVIDIA H200 NVL", "h200-nvl"), ("NVIDIA B300 SXM6 AC", "b300"), ("AMD Instinct MI300X", "mi300x"),
+    # and as people type them
+    ("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("h100-sxm", "h100"), ("H800", "h800"), ("L20", "l20"),
+    ("mi355x", "mi355x"), ("RTX 5070 Ti", "rtx-5070-ti"), ("h20", "h20"), ("gb200", "gb200"),
+])
+def test_gpus_by_the_names_nvidia_smi_prints(name, key):
+    assert gpu(name).key == key
+
+
+def test_every_spelling_names_one_gpu():
+    from hybridplan.gpus import _norm
+
+    seen: dict[str, str] = {}
+    for g in GPUS:
+        for n in {_norm(x) for x in (g.key, g.name, *g.aliases)}:
+            assert seen.setdefault(n, g.key) == g.key, f"{n!r}: {seen[n]} and {g.key}"
+
+
+def test_an_unknown_gpu_suggests_the_nearest(run_cli):
+    one_line_error(*run_cli("fit", "nemotron-h", "--gpu-type", "rtx4900"), "unknown GPU 'rtx4900'",
+                   "did you mean rtx-4090")
+
+
+def test_a_datasheet_figure_is_said(run_cli):
+    d = _fit(run_cli, "nemotron-h", "--gpu-type", "h800", "--ctx", "8192", "--engine", "vllm")
+    assert d["vllm"]["memory"]["gpu_bytes"] == 80 * GiB
+    assert any("datasheet" in n for n in d["notes"])
 
 
 def test_gpus_command_lists_every_gpu(run_cli):

@@ -97,3 +97,34 @@ def test_the_estimates_note_names_the_terms_estimated(run_cli, monkeypatch, engi
     note = next(n for n in d["notes"] if "estimated from real start-up logs" in n)
     assert named in note and not_named not in note
     assert d[engine]["memory"]["estimated"] and all(term in note for term in d[engine]["memory"]["estimated"])
+
+
+# --- errors a person meets ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [("size", "nemotron-h"), ("size", "nemotron-h", "--json"), ("size", "--help")])
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(argv):
+    # exit 1 means "will not start" (fit) or "mismatch" (check-log): a full disk is neither
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "hybridplan", *argv], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr == "hybridplan: error: cannot write the output: No space left on device\n"
+
+
+def test_tp_zero_is_refused_before_anything_is_counted(run_cli):
+    # `fit lfm2 --tp 0 --gpu-mem 80GB` used to answer "starts", and with --block-size 17 to divide by zero
+    for extra in ((), ("--block-size", "17")):
+        code, out, err = run_cli("fit", "lfm2", "--tp", "0", "--gpu-mem", "80GB", *extra)
+        assert code == 2 and out == "" and err == "hybridplan: error: --tp must be a positive integer, got 0\n"
+
+
+def test_a_model_against_itself_has_no_crossover(run_cli):
+    code, out, err = run_cli("crossover", "nemotron-h", "--vs", "nemotron-h-8b")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "against itself" in err
+    # another size of the same family still has one
+    code, _, _ = run_cli("crossover", "nemotron-h", "--vs", "nemotron-h-56b")
+    assert code == 0
