@@ -43,8 +43,7 @@ class FitReport:
             elif name == "vllm":
                 f = p.chosen
                 n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
-                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision,
-                                         lowered=not f.starts and p.refusal is None)
+                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision)
             else:
                 out[name] = sglang_command(self.sc, model, revision=self.revision)
         return out
@@ -75,9 +74,8 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
         from hybridplan.gpus import gpu
 
         g = gpu(b.gpu)
-        if not g.exact:
-            notes.append(f"{g.name}: nvidia-smi's total, {g.total:,} B; the CUDA total the engines see is 0.45–0.9 "
-                         "GiB smaller (hybridplan/gpus.py)")
+        if g.approximation:
+            notes.append(g.approximation)
         if g.unified:
             notes.append(f"{g.name} shares its memory with the host: vLLM reads free memory from the host's "
                          "available memory (vllm/utils/mem_utils.py), so whatever the host takes during start-up "
