@@ -279,7 +279,8 @@ def test_concurrency_pins_blocks_and_waits():
     work = Synthetic(shared=2112, users=3, private=500, output=1)
     r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
     per = vpc.Cache(r).blocks_needed(next(work.requests()))
-    rs = ReplaySettings(concurrency=2, num_gpu_blocks_override=per + 2)
+    spare = r.attn_groups + r.mamba_groups  # room for the state a request saves at the shared prefix
+    rs = ReplaySettings(concurrency=2, num_gpu_blocks_override=per + spare)
     run, _, _ = vllm_run(sc, "align", work.requests(), rs)
     assert run.requests == 3 and not run.refused
     rs = ReplaySettings(concurrency=2, num_gpu_blocks_override=per - 1)
@@ -300,13 +301,19 @@ def test_prompt_at_max_model_len_is_refused_alone(run_cli, tmp_path):
 
 
 def test_eviction_is_counted_and_explained():
+    """Six users each revisit a document of their own, round-robin: with room for a couple of requests the
+    document's blocks and states are evicted before the user comes back (least recently freed first)."""
     sc = scenario("qwen3.5-4b", 32768, minor=29)
-    work = Synthetic(shared=3000, users=40, private=400, output=1, order="round-robin")
+    work = Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1, group_shared=2000,
+                     history=False)
     r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
     per = vpc.Cache(r).blocks_needed(next(work.requests()))
-    run, _, _ = vllm_run(sc, "align", work.requests(), ReplaySettings(num_gpu_blocks_override=per + 1))
+    tight = per + 2 * (r.attn_groups + r.mamba_groups)
+    run, _, _ = vllm_run(sc, "align", work.requests(), ReplaySettings(num_gpu_blocks_override=tight))
     big, _, _ = vllm_run(sc, "align", work.requests())
-    assert run.evictions > 0 and run.reused_tokens < big.reused_tokens
+    # roomy: turn 2 saves the state at the document's ⌊2000/528⌋·528 = 1584 (Marconi), turn 3 reuses it
+    assert reused(big)[12:] == [1584] * 6
+    assert run.evictions > 0 and run.reused_tokens == 0 and run.reasons["evicted"] > 0
 
 
 def test_cli_text_view_and_diagnostics(run_cli):

@@ -242,7 +242,11 @@ class Cache:
         self.st_private += r.slots_per_request
         mine_kv = list(held_kv)
         moved = 0
-        for q in range(hit_units, min(kv_end // r.grid, len(keys))):
+        positions = [p for p in self.state_positions(req, look.hit, look.branching) if p <= kv_end]
+        # what the tree keeps: no_buffer every computed token; extra_buffer only up to the last tracked state, the
+        # KV past it is freed (mem_cache/mamba_radix_cache.py cache_finished_req)
+        kv_limit = kv_end if r.strategy == "no_buffer" else max(positions, default=look.hit)
+        for q in range(hit_units, min(kv_limit // r.grid, len(keys))):
             k = keys[q]
             if k not in self.kv_cost:
                 self.kv_cost[k] = r.grid
@@ -258,8 +262,8 @@ class Cache:
             self._hold_st(sk)
             mine_st.append(sk)
         cost = 0.5 if r.int8 else 1.0
-        for pos in self.state_positions(req, look.hit, look.branching):
-            if pos > kv_end or pos // r.grid > len(keys):
+        for pos in positions:
+            if pos // r.grid > len(keys):
                 continue
             base, t, sk = self._state_key(req, keys, pos)
             if sk not in self.st_cost:

@@ -73,6 +73,8 @@ class Rules:
     max_model_len: int
     #: a baseline: the model's attention layers alone
     attention_only: bool = False
+    #: the kinds of the KV cache groups in vLLM's order ("a" attention, "m" Mamba)
+    group_order: tuple[str, ...] = ()
 
     @property
     def recurrent(self) -> bool:
@@ -155,7 +157,8 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     override = rs.num_gpu_blocks_override
     return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, sc.chunk, attn,
                  mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
-                 rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx)
+                 rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
+                 group_order=tuple("m" if g.recurrent else "a" for g in cap.groups))
 
 
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
@@ -192,24 +195,31 @@ class Lookup:
 
 
 class Cache:
-    """vLLM's block pool for one release and mode: cached attention blocks and Mamba states by hash, least
-    recently freed first out."""
+    """vLLM's block pool for one release and mode (vllm/v1/core/block_pool.py): every group's blocks come from
+    one pool; never-used blocks first, then the free queue from its head, a cached block popped there being
+    evicted; a finished request frees each group's blocks tail first, group by group; a hit takes its blocks
+    out of the queue. Several blocks may hold one hash (a prefix recomputed past a shorter Mamba hit): a lookup
+    finds the first."""
 
     def __init__(self, r: Rules) -> None:
         self.r = r
-        # key → cost in blocks; insertion order is the LRU order (only entries nobody holds)
-        self.free_lru: OrderedDict[tuple, int] = OrderedDict()
-        self.held: dict[tuple, int] = {}  # key → holders
-        self.cost: dict[tuple, int] = {}
-        self.cached_blocks = 0
-        self.private = 0  # blocks running requests hold that are no cache entry
+        self.fresh = r.num_blocks
+        self.queue: OrderedDict[int, tuple | None] = OrderedDict()  # slot → the entry it holds (None: uncached)
+        self.slots: dict[tuple, OrderedDict[int, None]] = {}  # entry → its slots, oldest first
+        self.refs: dict[int, int] = {}  # slot → holders
+        self._next = 0
         self.evictions = 0
         self.evicted_states: set[int] = set()
         self.dropped_states: set[int] = set()
-        self.running: dict[int, tuple[list[tuple], int]] = {}
+        self.running: dict[int, tuple[list[list[tuple[int, tuple | None]]], list[tuple[int, tuple | None]]]] = {}
+        self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
-        self.states = 0
+        self.held_blocks = 0
+        self.queued_cached = 0
+        # with --prefix-match-unit: each hash unit → the attention entry (block or partial tail) holding it
+        self.units: dict[tuple[int, int], tuple] = {}
+        self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
 
     # --- keys -----------------------------------------------------------------------------------------
 
@@ -221,49 +231,73 @@ class Cache:
             out.append(h)
         return out
 
-    # --- pool -----------------------------------------------------------------------------------------
+    # --- the pool -------------------------------------------------------------------------------------
+
+    def cached(self, kind: str, key: int) -> bool:
+        if kind == "a" and self.r.unit < self.r.block:  # a hash unit inside a cached block (or partial tail)
+            return all(self.units.get((g, key)) in self.slots for g, k in enumerate(self.groups) if k == kind)
+        return all((kind, g, key) in self.slots for g, k in enumerate(self.groups) if k == kind)
 
     @property
-    def free(self) -> int:
-        return self.r.num_blocks - self.cached_blocks - self.private
+    def available(self) -> int:
+        return self.fresh + len(self.queue)
 
-    def _make_room(self, need: int) -> bool:
-        while self.free < need and self.free_lru:
-            key, c = self.free_lru.popitem(last=False)
-            del self.cost[key]
-            self.cached_blocks -= c
-            self.evictions += 1
-            if key[0] == "m":
+    def _alloc(self) -> int:
+        """One block: a never-used one, else the head of the free queue (evicting what it caches)."""
+        slot = self._next
+        self._next += 1
+        if self.fresh:
+            self.fresh -= 1
+        else:
+            old, entry = self.queue.popitem(last=False)
+            if entry is not None:
+                self.queued_cached -= 1
+                self._uncache(old, entry)
+                self.evictions += 1
+                if entry[0] == "m":
+                    self.evicted_states.add(entry[2])
+        self.refs[slot] = 1
+        self.held_blocks += 1
+        return slot
+
+    def _uncache(self, slot: int, entry: tuple) -> None:
+        holders = self.slots[entry]
+        del holders[slot]
+        if not holders:
+            del self.slots[entry]
+            if entry[0] == "m" and entry[1] == self._first_mamba:
                 self.states -= 1
-                self.evicted_states.add(key[1])
-        return self.free >= need
 
-    def _hold(self, key: tuple) -> None:
-        if key in self.free_lru:
-            del self.free_lru[key]
-        self.held[key] = self.held.get(key, 0) + 1
+    @property
+    def _first_mamba(self) -> int:
+        return self.groups.index("m") if "m" in self.groups else -1
 
-    def _release(self, key: tuple) -> None:
-        n = self.held.get(key, 0) - 1
-        if n > 0:
-            self.held[key] = n
-            return
-        self.held.pop(key, None)
-        if key in self.cost:
-            self.free_lru[key] = self.cost[key]
-
-    def _insert(self, key: tuple, cost: int) -> bool:
-        """A new cache entry the caller holds; False when it is already cached (the caller holds that one)."""
-        if key in self.cost:
-            self._hold(key)
-            return False
-        self.cost[key] = cost
-        self.cached_blocks += cost
-        if key[0] == "m":
+    def _cache(self, slot: int, entry: tuple) -> None:
+        new = entry not in self.slots
+        self.slots.setdefault(entry, OrderedDict())[slot] = None
+        if new and entry[0] == "m" and entry[1] == self._first_mamba:
             self.states += 1
             self.peak_states = max(self.peak_states, self.states)
-        self._hold(key)
-        return True
+
+    def _touch(self, entry: tuple) -> int:
+        slot = next(iter(self.slots[entry]))
+        if slot in self.queue:
+            del self.queue[slot]
+            self.queued_cached -= 1
+            self.held_blocks += 1
+        self.refs[slot] = self.refs.get(slot, 0) + 1
+        return slot
+
+    def _free(self, slot: int, entry: tuple | None) -> None:
+        n = self.refs.get(slot, 1) - 1
+        if n > 0:
+            self.refs[slot] = n
+            return
+        self.refs.pop(slot, None)
+        self.held_blocks -= 1
+        cached = entry is not None and slot in self.slots.get(entry, ())
+        self.queue[slot] = entry if cached else None
+        self.queued_cached += cached
 
     # --- one request ----------------------------------------------------------------------------------
 
@@ -272,16 +306,14 @@ class Cache:
         per_block = r.block // r.unit
         limit = (req.prompt_len - 1) // r.unit  # units a hit may cover
         a = 0
-        while a < min(limit, len(keys)) and ("a", keys[a]) in self.cost:
+        while a < min(limit, len(keys)) and self.cached("a", keys[a]):
             a += 1
         a_tokens = a * r.unit
         full_blocks = a // per_block
         if r.mamba_groups and r.mode == "none" and not r.attention_only:
             return Lookup(0, a_tokens, off=True)
         if not r.recurrent:
-            hit = full_blocks * r.block if r.unit == r.block else a_tokens
-            cut = False
-            return Lookup(hit, a_tokens, eagle_cut=cut)
+            return Lookup(full_blocks * r.block if r.unit == r.block else a_tokens, a_tokens)
         # the attention group's hit is whole blocks unless matched finer; EAGLE drops its last block
         reach = a if r.unit < r.block else full_blocks * per_block
         cut = False
@@ -291,20 +323,15 @@ class Cache:
         hit = 0
         evicted = dropped = False
         for u in range(reach, 0, -1):
-            if r.unit == r.block or u % per_block == 0 or r.unit < r.block:
-                k = keys[u - 1]
-                if ("m", k) in self.cost:
-                    hit = u * r.unit
-                    break
-                if k in self.evicted_states:
-                    evicted = True
-                if k in self.dropped_states:
-                    dropped = True
+            k = keys[u - 1]
+            if self.cached("m", k):
+                hit = u * r.unit
+                break
+            evicted |= k in self.evicted_states
+            dropped |= k in self.dropped_states
         junction = 0
-        if r.marconi and r.mode == "align":
-            uncached = full_blocks * r.block - hit
-            if uncached >= r.block:
-                junction = full_blocks * r.block
+        if r.marconi and r.mode == "align" and full_blocks * r.block - hit >= r.block:
+            junction = full_blocks * r.block
         return Lookup(hit, a_tokens, evicted and not hit, dropped and not hit, cut, junction)
 
     def state_positions(self, req: Request, start: int, junction: int) -> list[int]:
@@ -365,8 +392,8 @@ class Cache:
         return False
 
     def blocks_needed(self, req: Request) -> int:
-        """Blocks one running request pins: its attention blocks in every attention group, and its Mamba
-        pages (`all`: one per block)."""
+        """Blocks one request pins when nothing is reused: its attention blocks in every attention group, and
+        its Mamba pages (`all`: one per block)."""
         r = self.r
         tokens = req.prompt_len + req.output_len
         n = r.attn_groups * cdiv(tokens, r.block)
@@ -374,52 +401,86 @@ class Cache:
             n += r.mamba_groups * (cdiv(tokens, r.block) if r.mode == "all" else r.mamba_pages)
         return n
 
-    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
-        """Pin the request's blocks and cache its prefill; False when the pool cannot hold it now."""
+    def _plan(self, req: Request, look: Lookup, keys: list[int]):
+        """Per group, the request's blocks in position order: ("hit", entry), ("new", entry or None)."""
         r = self.r
-        hit_units = look.hit // r.unit
-        held = [("a", k) for k in keys[:hit_units]]
-        if r.recurrent and look.hit:
-            held.append(("m", keys[hit_units - 1]))
-        for k in held:
-            self._hold(k)
-        shared = sum(self.cost[k] for k in held if k[0] == "a")
-        new = max(self.blocks_needed(req) - shared, 0)
-        if not self._make_room(new):
-            for k in held:
-                self._release(k)
-            return False
-        priv = new
-        self.private += new
-        mine = list(held)
-        kv_end = req.prompt_len + max(req.output_len - 1, 0)
         per_block = r.block // r.unit
-        for u in range(hit_units, min(kv_end // r.unit, len(keys))):
-            key = ("a", keys[u])
-            cost = r.attn_groups if (u + 1) % per_block == 0 else 0
-            if self._insert(key, cost):  # the block moves from the request's own into the cache
-                take = min(cost, priv)
-                priv -= take
-                self.private -= take
-            mine.append(key)
+        tokens = req.prompt_len + req.output_len
+        kv_end = req.prompt_len + max(req.output_len - 1, 0)
+        nblocks = cdiv(tokens, r.block)
+        hit_blocks = look.hit // r.block
+        mid: list[tuple[int, tuple]] = []  # (group, entry) of align states freed while the request runs
+        plan: list[list[tuple[str, tuple | None]]] = []
+        states = []
         if r.recurrent:
             for pos in self.state_positions(req, look.hit, look.junction):
                 if not 0 < pos // r.unit <= len(keys):
                     continue
                 k = keys[pos // r.unit - 1]
-                if not self.kept(pos, req, look.junction):
+                if self.kept(pos, req, look.junction):
+                    states.append((pos, k))
+                else:
                     self.dropped_states.add(k)
+        for g, kind in enumerate(self.groups):
+            blocks: list[tuple[str, tuple | None]] = []
+            if kind == "a":
+                tail = floor_to(req.prompt_len, r.unit) if r.unit < r.block else 0
+                for b in range(nblocks):
+                    full = (b + 1) * r.block <= kv_end and (b + 1) * per_block <= len(keys)
+                    end = (b + 1) * r.block if full else (tail if b * r.block < tail < (b + 1) * r.block else 0)
+                    entry = ("a", g, keys[end // r.unit - 1]) if end else None
+                    if entry is not None and r.unit < r.block:
+                        for u in range(b * per_block, end // r.unit):
+                            if self.units.get((g, keys[u])) not in self.slots:
+                                self.units[(g, keys[u])] = entry
+                    blocks.append(("hit" if b < hit_blocks else "new", entry))
+            elif r.mode == "all":
+                if look.hit:
+                    blocks.append(("hit", ("m", g, keys[look.hit // r.unit - 1])))
+                blocks += [("new", ("m", g, k)) for _, k in states]
+                blocks += [("new", None)] * (nblocks - hit_blocks - len(states))
+            else:
+                if look.hit:
+                    blocks.append(("hit", ("m", g, keys[look.hit // r.unit - 1])))
+                *early, last = states or [None]
+                mid += [(g, ("m", g, k)) for _, k in early]
+                if last is not None:
+                    blocks.append(("new", ("m", g, last[1])))
+                blocks += [("new", None)] * max(r.mamba_pages - (last is not None), 0)
+            plan.append(blocks)
+        return plan, mid
+
+    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        """Pin the request's blocks and cache what it computes; False when the pool cannot hold it now."""
+        plan, mid = self._plan(req, look, keys)
+        new = sum(1 for blocks in plan for how, _ in blocks if how == "new")
+        touched = {next(iter(self.slots[e])) for blocks in plan for how, e in blocks if how == "hit"}
+        spare = self.r.mamba_groups if mid else 0  # a state the prefill moves past takes a block for a while
+        if new + spare > self.available - len(touched & self.queue.keys()):
+            return False
+        held: list[list[tuple[int, tuple | None]]] = []
+        hits = [[(self._touch(e), e) if how == "hit" else None for how, e in blocks] for blocks in plan]
+        for _, entry in mid:  # align: a state the request moves past is freed while it runs (tail of the queue)
+            slot = self._alloc()
+            self._cache(slot, entry)
+            self._free(slot, entry)
+        for blocks, touched_slots in zip(plan, hits):
+            mine = []
+            for (how, entry), t in zip(blocks, touched_slots):
+                if t is not None:
+                    mine.append(t)
                     continue
-                if ("m", k) not in self.cost and not self._make_room(r.mamba_groups):
-                    continue
-                self._insert(("m", k), r.mamba_groups)
-                mine.append(("m", k))
-        self.running[req.index] = (mine, priv)
-        self.peak_blocks = max(self.peak_blocks, self.cached_blocks + self.private)
+                slot = self._alloc()
+                if entry is not None:
+                    self._cache(slot, entry)
+                mine.append((slot, entry))
+            held.append(mine)
+        self.running[req.index] = (held, [])
+        self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
         return True
 
     def finish(self, req: Request) -> None:
-        mine, priv = self.running.pop(req.index)
-        for k in reversed(mine):  # tail first: the tail is evicted first
-            self._release(k)
-        self.private -= priv
+        held, _ = self.running.pop(req.index)
+        for mine in held:  # group by group, each tail first (KVCacheManager.free)
+            for slot, entry in reversed(mine):
+                self._free(slot, entry)
