@@ -230,12 +230,25 @@ def _special(kind: str, flag: str, value: str | None) -> tuple[str, ...]:
     raise AssertionError(kind)  # pragma: no cover
 
 
+#: words a pasted line may put before the program, with no effect on what it starts
+LAUNCHERS = ("nohup", "exec", "time", "uv", "run", "uvx")
+
+
 def _program(tokens: list[str]) -> tuple[str, int]:
-    """The engine a pasted line runs, and where its arguments start."""
+    """The engine a pasted line runs, and where its arguments start: ``vllm serve`` or ``sglang serve`` (a path
+    to the program as well), or a Python running ``-m sglang.launch_server``, after launcher words only."""
     for i in range(len(tokens) - 1):
-        engine = PROGRAMS.get((tokens[i].rsplit("/", 1)[-1], tokens[i + 1]))
-        if engine is not None and (tokens[i] != "-m" or i >= 1):
+        word = tokens[i].rsplit("/", 1)[-1]
+        engine = PROGRAMS.get((word, tokens[i + 1]))
+        before = [t.rsplit("/", 1)[-1] for t in tokens[:i]]
+        if word == "-m":
+            ok = bool(before) and before[-1].startswith("python") and all(b in LAUNCHERS for b in before[:-1])
+        else:
+            ok = all(b in LAUNCHERS for b in before)
+        if engine is not None and ok:
             return engine, i + 2
+        if engine is None and word not in LAUNCHERS and not word.startswith("python"):
+            break
     raise PlanError("after --, give the engine's command as you run it: vllm serve MODEL …, sglang serve "
                     "--model-path MODEL … or python -m sglang.launch_server --model-path MODEL …")
 

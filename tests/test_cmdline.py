@@ -290,3 +290,22 @@ def test_flag_names_by_release(run_cli):
 def test_no_enable_prefix_caching_on_a_pasted_line():
     line = translate(["vllm", "serve", "m", "--no-enable-prefix-caching", "--enable-prefix-caching"])
     assert line.argv == ["--no-enable-prefix-caching", "--enable-prefix-caching"]
+
+
+@pytest.mark.parametrize("line, engine", [
+    (["nohup", "vllm", "serve", "org/m"], "vllm"),
+    (["uv", "run", "vllm", "serve", "org/m"], "vllm"),
+    (["/usr/bin/python3.11", "-m", "vllm.entrypoints.openai.api_server", "--model", "org/m"], "vllm"),
+    (["python3", "-m", "sglang.launch_server", "--model-path", "org/m"], "sglang"),
+    (["/opt/venv/bin/sglang", "serve", "--model-path", "org/m"], "sglang"),
+])
+def test_the_program_of_a_pasted_line(line, engine):
+    got = translate(line)
+    assert (got.engine, got.model) == (engine, "org/m")
+
+
+@pytest.mark.parametrize("line", [["docker", "run", "vllm", "serve", "m"], ["-m", "sglang.launch_server"],
+                                  ["vllm", "bench", "serve"]])
+def test_a_line_that_is_not_an_engine_start_is_refused(line):
+    with pytest.raises(PlanError, match="give the engine's command"):
+        translate(line)
