@@ -34,14 +34,15 @@ def strategy(sc: Scenario) -> Strategy:
                else "extra_buffer_lazy unsupported with spec.")
         raise PlanError(f"SGLang {rel.version} refuses the extra_buffer_lazy strategy with speculative decoding "
                         f"(\"{why}\"): use --radix extra_buffer")
-    if name == "no_buffer" and s.draft(sc.spec_tokens):
+    checked = rel.checks_radix(sc.spec)  # the no_buffer rules below run only for the architectures SGLang lists
+    if name == "no_buffer" and s.draft(sc.spec_tokens) and checked:
         if rel.between("0.5.10rc0", "0.5.14"):
             raise PlanError(f"SGLang {rel.version} refuses speculative decoding with the no_buffer radix strategy "
                             f"(\"Speculative decoding for {sc.spec.architecture} is not compatible with radix cache "
                             "when using --mamba-scheduler-strategy no_buffer\"): use --radix extra_buffer or off")
         if rel.between("0.5.9", "0.5.10rc0"):  # "Disabling radix cache since speculative decoding ..."
             name = "off"
-    if name == "no_buffer" and s.page_size > 1 and rel.page_rule == "refuse":
+    if name == "no_buffer" and s.page_size > 1 and rel.page_rule == "refuse" and checked:
         raise PlanError(f"SGLang {rel.version} refuses --page-size {s.page_size} with the no_buffer strategy "
                         "(\"no_buffer only supports page_size=1\")")
     overlap = s.overlap and name != "no_buffer"  # no_buffer runs without the overlap scheduler
@@ -51,7 +52,7 @@ def strategy(sc: Scenario) -> Strategy:
 
 def page_size(sc: Scenario, strat: Strategy) -> int:
     """The page the KV pool is floored to: 0.5.11–0.5.13 set no_buffer's to 1 themselves."""
-    if strat.name == "no_buffer" and sc.sglang.release.page_rule == "reset":
+    if strat.name == "no_buffer" and sc.sglang.release.page_rule == "reset" and sc.sglang.release.checks_radix(sc.spec):
         return 1
     return sc.sglang.page_size
 

@@ -52,6 +52,15 @@ _EXTRA_BUFFER = {"Qwen3NextForCausalLM": "0.5.7", "Qwen3_5ForConditionalGenerati
                  "NemotronHPuzzleForCausalLM": "0.5.14", "KimiLinearForCausalLM": "0.5.16",
                  "Qwen3_5ForCausalLM": "0.5.19", "Qwen3_5MoeForCausalLM": "0.5.19"}
 
+#: SGLang resolves ``auto`` and checks the strategy (no_buffer: page_size 1, no overlap scheduler, speculative
+#: decoding; the 0.5.11–0.5.13 page reset) only for the architectures it lists: server_args.py's per-model
+#: branches calling ``_handle_mamba_radix_cache`` (0.5.9–0.5.14), then arg_groups/overrides.py
+#: ``_MAMBA_RADIX_CACHE_ARCHS`` or a registered linear-attention spec (0.5.15–0.5.23). Every hybrid hybridplan
+#: models is listed from its class on, except these: listed from the release given, or never (None)
+_RADIX_CHECKED_FROM = {"Lfm2MoeForCausalLM": "0.5.17", "Qwen3_5ForCausalLM": "0.5.19",
+                       "Qwen3_5MoeForCausalLM": "0.5.19", "MambaForCausalLM": None, "Mamba2ForCausalLM": None,
+                       "FalconMambaForCausalLM": None}
+
 #: configs whose state-dtype helper is handed the model config from 0.5.9, so that its ``mamba_ssm_dtype``
 #: counts (configs/mamba_utils.py ``mamba2_state_dtype(self)`` in configs/<model>.py); the others keep float32
 _SSM_FROM_CONFIG = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "FalconH1ForCausalLM",
@@ -172,12 +181,22 @@ class Release:
         since = _EXTRA_BUFFER.get(spec.architecture)
         return since is not None and self.at_least(since)
 
+    def checks_radix(self, spec: ModelSpec) -> bool:
+        """Does this release resolve and check the radix strategy for the architecture (``_RADIX_CHECKED_FROM``)?
+        Where it does not, ``auto`` stays unresolved and an explicit no_buffer goes unchecked: the tree keeps no
+        extra buffer (3 slots a request, arg_groups/model_hook.py ``handle_mamba_radix_cache`` returns early)."""
+        if spec.architecture not in _RADIX_CHECKED_FROM:
+            return True
+        first = _RADIX_CHECKED_FROM[spec.architecture]
+        return first is not None and self.at_least(first)
+
     def strategy(self, spec: ModelSpec, chosen: str = "auto", *, overlap: bool = True, page_size: int = 1) -> str:
         """The strategy a start runs: ``auto`` is no_buffer until 0.5.13 and, from 0.5.14, extra_buffer where the
         architecture has it and the overlap scheduler is on or pages are longer than one token
         (arg_groups/overrides.py ``_mamba_radix_cache_resolution``). Refused as SGLang refuses it: a strategy the
         release lacks, extra_buffer on an architecture without it, lazy without the overlap scheduler, and from
-        0.5.14 an explicit no_buffer with the overlap scheduler on or pages longer than one token."""
+        0.5.14 an explicit no_buffer with the overlap scheduler on or pages longer than one token, the last only
+        for an architecture the release checks (``checks_radix``)."""
         if chosen not in STRATEGIES:
             raise PlanError(f"unknown radix strategy {chosen!r} (known: {', '.join(STRATEGIES)})")
         if chosen not in self.strategies:
@@ -185,9 +204,15 @@ class Release:
                             f"{', '.join(self.strategies)})")
         if chosen == "off" or not self.radix_on(spec):
             return "off"
+        if chosen.startswith("extra_buffer") and not self.checks_radix(spec) and self.at_least("0.5.21"):
+            raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} "
+                            f"(\"--mamba-radix-cache-strategy {chosen} needs mamba state\", arg_groups/model_hook.py): "
+                            "use no_buffer")
         if chosen.startswith("extra_buffer") and not self.extra_buffer(spec):
             raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} (\"mamba "
                             "extra_buffer is not supported\"): use no_buffer")
+        if not self.checks_radix(spec):  # auto unresolved, no_buffer unchecked: no extra buffer, overlap kept
+            return "no_buffer"
         if chosen == "extra_buffer_lazy" and not overlap:
             raise PlanError("SGLang refuses extra_buffer_lazy without the overlap scheduler (\"Lazy extra buffer "
                             "requires overlap schedule\")")
