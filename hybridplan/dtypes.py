@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hybridplan.errors import PlanError
+from hybridplan.errors import PlanError, did_you_mean
 
 #: bytes per element, keyed by the torch dtype name
 SIZES: dict[str, int] = {
@@ -34,7 +34,7 @@ def parse_dtype(name: str, *, what: str = "dtype") -> str:
     key = _ALIASES.get(key, key)
     if key not in SIZES:
         known = ", ".join(sorted(SIZES) + sorted(_ALIASES))
-        raise PlanError(f"unknown {what} {name!r} (known: {known})")
+        raise PlanError(f"unknown {what} {name!r} (known: {known}){did_you_mean(key, [*SIZES, *_ALIASES])}")
     return key
 
 
@@ -59,7 +59,7 @@ def flag_dtype(name: str | None, *, what: str, engine_flag: str, accepted: dict[
         raise PlanError(f"{engine_flag} {name} is not sized by hybridplan (it sizes: auto, {', '.join(accepted)})")
     also = [k for k in SHORT if SHORT[k] in accepted.values() and k not in accepted]
     raise PlanError(f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}"
-                    + (f"; also {', '.join(also)})" if also else ")"))
+                    + (f"; also {', '.join(also)})" if also else ")") + did_you_mean(key, ["auto", *names]))
 
 
 def size_of(dtype: str) -> int:

@@ -15,3 +15,11 @@ class PlanError(Exception):
 class NotServed(PlanError):
     """An engine (release) that does not run this model. With ``--engine both`` the other engine still
     answers; asked for alone, it is an error like any other."""
+
+
+def did_you_mean(word: str, choices, *, n: int = 3, cutoff: float = 0.6) -> str:
+    """``"; did you mean a or b?"`` for the choices closest to ``word`` (difflib), or nothing."""
+    from difflib import get_close_matches
+
+    close = get_close_matches(word, list(dict.fromkeys(choices)), n=n, cutoff=cutoff)
+    return f"; did you mean {' or '.join(close)}?" if close else ""

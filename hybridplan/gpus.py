@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hybridplan.errors import PlanError
+from hybridplan.errors import PlanError, did_you_mean
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -185,8 +185,7 @@ def gpu(name: str) -> Gpu:
     from difflib import get_close_matches
 
     close = get_close_matches(_norm(name), list(names), n=3, cutoff=0.75)
-    keys = list(dict.fromkeys(names[c].key for c in close))
-    hint = f"; did you mean {' or '.join(keys)}?" if keys else ""
+    hint = did_you_mean(_norm(name), [names[c].key for c in close], cutoff=0) if close else ""
     raise PlanError(f"unknown GPU {name!r}{hint} (known: {', '.join(g.key for g in GPUS)}; `hybridplan gpus` lists "
                     "them); or give --gpu-mem")
 

@@ -150,6 +150,7 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
     ref = ref.strip()
     if not ref:
         raise PlanError("empty model name")
+    ref, revision = _from_url(ref, revision)
     path = Path(ref).expanduser()
     looks_like_path = any(sep in ref for sep in ("/", "\\")) or path.suffix.lower() in (".json", ".yaml", ".yml")
     if path.exists():
@@ -167,8 +168,27 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
         return _spec_from_document(_read_spec_document(filename), filename)
     if looks_like_path:
         raise PlanError(f"no such file or folder: {ref}")
+    from hybridplan.errors import did_you_mean
+
     raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`), a path to a config.json, "
-                    "nor a Hugging Face Hub id (org/name)")
+                    f"nor a Hugging Face Hub id (org/name){did_you_mean(ref.lower(), names, cutoff=0.7)}")
+
+
+#: the Hub's own addresses of a repository: ``https://huggingface.co/org/name`` (``/tree/REV`` …), ``hf.co/org/name``
+_HUB_URL = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
+                      r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?", re.IGNORECASE)
+
+
+def _from_url(ref: str, revision: str | None) -> tuple[str, str | None]:
+    """A Hub address pasted from the browser as the Hub id it names (and the revision of a ``/tree/REV`` address);
+    anything else unchanged."""
+    m = _HUB_URL.fullmatch(ref)
+    if m is None:
+        return ref, revision
+    repo_id, rev = f"{m.group(1)}/{m.group(2)}", m.group(3)
+    if rev is not None and revision is not None and rev != revision:
+        raise PlanError(f"{ref} names revision {rev!r} but --revision says {revision!r}")
+    return repo_id, revision if revision is not None else rev
 
 
 def _no_revision(revision: str | None, ref: str) -> None:
@@ -184,7 +204,8 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
     for filename in _spec_documents():
         doc = _read_spec_document(filename)
         source, noted = str(doc.get("source") or ""), doc.get("revision")
-        if source.lower() == repo_id.lower() and revision in (None, noted):
+        # "main" is what the shipped spec was read from when it notes no revision of its own
+        if source.lower() == repo_id.lower() and revision in (None, noted, "main" if noted is None else None):
             return _spec_from_document(doc, filename)
     from hybridplan.weights.checkpoint import from_hub
 

@@ -128,3 +128,63 @@ def test_a_model_against_itself_has_no_crossover(run_cli):
     # another size of the same family still has one
     code, _, _ = run_cli("crossover", "nemotron-h", "--vs", "nemotron-h-56b")
     assert code == 0
+
+
+# --- naming a model -----------------------------------------------------------------------------------------
+
+def test_revision_main_of_a_shipped_hub_id_needs_no_network(run_cli, monkeypatch):
+    # nvidia/Nemotron-H-8B-Base-8K is the source of the shipped nemotron-h-8b, which notes no revision of its own
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", "nvidia/Nemotron-H-8B-Base-8K", "--revision", "main", "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+@pytest.mark.parametrize("url", ["https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K",
+                                 "huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/main",
+                                 "https://hf.co/nvidia/Nemotron-H-8B-Base-8K/"])
+def test_a_hub_address_is_read_as_its_id(run_cli, monkeypatch, url):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", url, "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+def test_a_hub_address_and_another_revision_disagree(run_cli):
+    code, _, err = run_cli("size", "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/v1", "--revision", "v2")
+    assert code == 2 and "names revision 'v1' but --revision says 'v2'" in err
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (("size", "nemotorn-h"), "did you mean nemotron-h"),
+    (("size", "qwen3.5-27"), "did you mean qwen3.5-27b"),
+    (("fit", "nemotron-h", "--gpu-type", "h10"), "did you mean h100"),
+    (("size", "nemotron-h", "--dtype", "bf17"), "did you mean bf16?"),
+    (("size", "nemotron-h", "--ssm-dtype", "flaot32"), "did you mean float32?"),
+    (("size", "nemotron-h", "--kv-dtype", "fp9"), "did you mean fp8"),
+])
+def test_a_near_miss_gets_a_suggestion(run_cli, argv, hint):
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and hint in err
+
+
+def test_a_model_the_newest_release_dropped_is_sized_under_the_last_that_serves_it(run_cli):
+    # vLLM removed MiniMaxM1ForCausalLM after 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS, vllm/model_executor/models/
+    # registry.py): with no --vllm-version, size takes 0.23.0's rules and says so
+    code, js, err = run_cli("size", "minimax-m1", "--ctx", "8192", "--json")
+    assert code == 0, err
+    d = json.loads(js)
+    assert d["vllm_version"] == "0.23.0" and any("newest release that serves it" in n for n in d["notes"])
+    # a release named on the command line is kept, and refuses as vLLM does
+    code, _, err = run_cli("size", "minimax-m1", "--vllm-version", "0.33")
+    assert code == 2 and "try --vllm-version 0.23.0" in err
+
+
+def test_the_8k_alias_names_the_specs_made_for_the_context(run_cli):
+    code, js, _ = run_cli("size", "nemotron-h", "--ctx", "131072", "--json")
+    notes = json.loads(js)["notes"]
+    assert any("would not start" in n for n in notes)
+    last = notes[-1]
+    # nemotron-h is the 8K base model (max_position_embeddings 8192 in its config); Nemotron-Nano-9B-v2 takes
+    # 131,072 tokens (its config's max_position_embeddings)
+    assert "nvidia/Nemotron-H-8B-Base-8K, made for 8,192 tokens" in last and "nemotron-nano-9b-v2" in last

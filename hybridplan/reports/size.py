@@ -28,6 +28,8 @@ class SizeReport:
     engines: EngineReport | None = None
     #: the model's weights, counted from its config (None for a family hybridplan does not count)
     weights: Weights | None = None
+    #: how the release was chosen, where it is not the one asked for
+    release_notes: tuple[str, ...] = ()
 
     @property
     def spec(self) -> ModelSpec:
@@ -52,8 +54,22 @@ class SizeReport:
 
         why = refusal(self.sc)
         late = (f"sized as asked, but vLLM {self.vllm_release.version} would not start with --max-model-len "
-                f"{self.ctx}: {why}",) if why else ()
-        return self.spec.notes + self.vllm_release.caveats(self.spec) + late
+                f"{self.ctx}: {why}",) + self._longer() if why else ()
+        return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late
+
+    def _longer(self) -> tuple[str, ...]:
+        """Which checkpoint the model is, and the shipped specs of its family made for the context asked."""
+        from hybridplan.loader import shipped_specs
+
+        spec = self.spec
+        made = spec.max_position_embeddings
+        longer = [s.name for s in shipped_specs() if s.family == spec.family and s.name != spec.name
+                  and (s.max_position_embeddings or 0) >= self.ctx]
+        what = f"{spec.name} is {spec.source}" if spec.source else spec.name
+        what += f", made for {made:,} tokens" if made else ""
+        if not longer:
+            return (what,)
+        return (f"{what}; the shipped {spec.family} specs made for {self.ctx:,} tokens or more: {', '.join(longer)}",)
 
     @property
     def total_at_ctx(self) -> int:
@@ -118,10 +134,30 @@ def reference(sc: Scenario, ref: ModelSpec) -> Scenario:
     return replace(sc, spec=ref, dtypes=DtypeChoice(dtype=sc.dtypes.dtype, kv=sc.dtypes.kv), spec_tokens=0)
 
 
+def _served(sc: Scenario) -> tuple[Scenario, tuple[str, ...]]:
+    """The scenario under a release that serves the model. With no --vllm-version (the newest release) and a
+    model the newest release no longer serves, or does not serve yet, the newest release that does, said in a
+    note; a release the user named is kept, and refuses as vLLM would."""
+    from hybridplan.engines.vllm.releases import NEWEST, newest_serving
+    from hybridplan.errors import NotServed
+
+    try:
+        sc.vllm.release.check_served(sc.spec)
+        return sc, ()
+    except NotServed as exc:
+        rel = newest_serving(sc.spec) if sc.vllm.release is NEWEST else None
+        if rel is None:
+            raise
+        why = str(exc).split("; try --vllm-version")[0]
+        return (replace(sc, vllm=replace(sc.vllm, release=rel)),
+                (f"sized with vLLM {rel.version}'s rules, the newest release that serves it ({why}); "
+                 f"--vllm-version picks another",))
+
+
 def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport:
     """The model's footprint under vLLM's dtype rules beside ``ref``'s, and with ``with_engines`` what the
     engines the scenario asks for allocate."""
-    sc.vllm.release.check_served(sc.spec)
+    sc, served = _served(sc)
     fp = vllm.footprint(sc)
     try:
         ref_fp = vllm.footprint(reference(sc, ref))
@@ -135,7 +171,7 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
     except PlanError:
         w = None
     if not with_engines:
-        return SizeReport(sc, ref, fp, ref_fp, weights=w)
+        return SizeReport(sc, ref, fp, ref_fp, weights=w, release_notes=served)
     from hybridplan.reports.engines import engine_layouts
 
-    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc), weights=w)
+    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc), weights=w, release_notes=served)

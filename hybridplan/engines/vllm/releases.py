@@ -221,6 +221,17 @@ def known_versions() -> list[str]:
     return list(VERSIONS)
 
 
+def newest_serving(spec: ModelSpec) -> Release | None:
+    """The newest known release that serves ``spec`` (``check_served`` passes), or None."""
+    for rel in reversed(KNOWN):
+        try:
+            rel.check_served(spec)
+        except NotServed:
+            continue
+        return rel
+    return None
+
+
 def release(version: str | None) -> Release:
     """The rules of ``--vllm-version``: a minor (``0.20``, its newest patch), a release (``0.20.1``), or a build
     as logs print it (``0.17.0rc1.dev201+g1234abc``, ``0.11.1rc6``, ``0.13.0+faa43dbf.nv26.01``), which takes
