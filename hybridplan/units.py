@@ -86,3 +86,18 @@ def parse_count(text: str, *, what: str, limit: int = MAX_COUNT) -> int:
     if n > limit:
         raise PlanError(f"{what} {text} is more than hybridplan takes (at most {limit:,})")
     return int(n)
+
+
+def article(word: str) -> str:
+    """``a`` or ``an`` before ``word`` as it is read aloud (``an online_int4``, ``an fp8``, ``a gptq``,
+    ``an 8,192-token``): an before a vowel, and before the letters whose names start with one (f, h, l, m, n, r, s, x)
+    where the word is read letter by letter (an abbreviation with no vowel in its first three letters)."""
+    w = word.strip().lower()
+    if not w:
+        return "a"
+    if w[0].isdigit():  # read as a number: an 8…, an 11,000, an 18,000 (eight, eleven, eighteen)
+        first = w.split(",")[0] if "," in w else w.split("-")[0]
+        return "an" if w[0] == "8" or first in ("11", "18") else "a"
+    head = "".join(c for c in w[:3] if c.isalpha())
+    spelled = bool(head) and not any(c in "aeiou" for c in head)
+    return "an" if w[0] in "aeiou" or (spelled and w[0] in "fhlmnrsx") else "a"

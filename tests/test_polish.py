@@ -188,3 +188,21 @@ def test_the_8k_alias_names_the_specs_made_for_the_context(run_cli):
     # nemotron-h is the 8K base model (max_position_embeddings 8192 in its config); Nemotron-Nano-9B-v2 takes
     # 131,072 tokens (its config's max_position_embeddings)
     assert "nvidia/Nemotron-H-8B-Base-8K, made for 8,192 tokens" in last and "nemotron-nano-9b-v2" in last
+
+
+@pytest.mark.parametrize("word,art", [("online_int4", "an"), ("fp8", "an"), ("awq", "an"), ("nvfp4", "an"),
+                                      ("gptq", "a"), ("bitsandbytes", "a"), ("modelopt", "a"),
+                                      ("8,192", "an"), ("11,000", "an"), ("1,024", "a"), ("110,000", "a")])
+def test_the_article_before_a_word_as_it_is_read(word, art):
+    from hybridplan.units import article
+
+    assert article(word) == art
+
+
+def test_check_log_says_an_online_int4_checkpoint(run_cli):
+    # the LFM2.5 log ran --quantization online_int4 (its own header, tests/data/logs/SOURCES.md)
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "logs" / "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log"
+    _, js, err = run_cli("check-log", log, "--model", "lfm2-1.2b", "--json")
+    assert "an online_int4 checkpoint" in js and "a online_int4" not in js, err

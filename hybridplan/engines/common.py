@@ -30,7 +30,10 @@ def spaced(start: int, stop: int, step: int, what: str) -> range:
     """Positions ``start, start + step, …`` below ``stop``, refused when there are more than can be listed."""
     n = len(range(start, stop, step))
     if n > MAX_CHECKPOINTS:
-        raise PlanError(f"a {stop:,}-token prompt would leave {n:,} checkpoints ({what}); hybridplan lists at most "
+        from hybridplan.units import article
+
+        raise PlanError(f"{article(f'{stop:,}')} {stop:,}-token prompt would leave {n:,} checkpoints ({what}); "
+                        "hybridplan lists at most "
                         f"{MAX_CHECKPOINTS:,}: shorten the prompt or lengthen the chunk")
     return range(start, stop, step)
 

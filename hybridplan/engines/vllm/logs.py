@@ -15,6 +15,7 @@ from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release, release
 from hybridplan.engines.vllm.sizing import Capacity, capacity
 from hybridplan.errors import PlanError
+from hybridplan.units import article
 from hybridplan.logread import Found, Log
 from hybridplan.scenario import DtypeChoice, Scenario, Speculative, default_ctx
 
@@ -419,7 +420,7 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
         return (), []
     config = json.loads(sc.spec.config_json or "{}")
     if quantization not in (None, "None") and "quantization_config" not in config:
-        return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"a {quantization} checkpoint of a spec whose "
+        return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
                                 "config is not: pass the checkpoint's config.json as the model")]
     try:
         w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
