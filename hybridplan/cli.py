@@ -116,7 +116,7 @@ PREFIX = (
     param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
 CHECK_LOG = (
-    param("log", Annotated[Path, typer.Argument(metavar="LOG", help="A vLLM or SGLang start-up log.")]),
+    param("log", Annotated[Path, typer.Argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input).")]),
     param("model", Annotated[Optional[str], option("--model", metavar="MODEL",
                                                    help="The model (default: read from the log).")], None),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),

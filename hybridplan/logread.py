@@ -108,12 +108,23 @@ class Log:
         return [Log(self.lines[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def _open(path: Path):
+    """The log's bytes: the file, or standard input for ``-`` (left open: it is not ours to close)."""
+    if str(path) == "-":
+        import sys
+        from contextlib import nullcontext
+
+        return nullcontext(sys.stdin.buffer)
+    return open(path, "rb")
+
+
 def scan(path: Path, keywords: Iterable[str]) -> Log:
-    """The lines of ``path`` holding any of ``keywords``, in order, with their numbers (from 1)."""
+    """The lines of ``path`` (standard input for ``-``) holding any of ``keywords``, in order, with their numbers
+    (from 1), read a block at a time."""
     keys = [k.encode() for k in dict.fromkeys(keywords)]
     kept: deque[Line] = deque(maxlen=MAX_LINES)
     try:
-        with open(path, "rb") as f:
+        with _open(path) as f:
             carry, seen = b"", 0
             while block := f.read(BLOCK):
                 block = carry + block
@@ -123,7 +134,7 @@ def scan(path: Path, keywords: Iterable[str]) -> Log:
                 seen += body.count(b"\n")
             kept.extend(_lines(carry + b"\n", keys, seen) if carry else ())
     except OSError as exc:
-        raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+        raise PlanError(f"cannot read {'standard input' if str(path) == '-' else path}: {exc.strerror}") from None
     return Log(tuple(kept))
 
 

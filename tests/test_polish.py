@@ -206,3 +206,19 @@ def test_check_log_says_an_online_int4_checkpoint(run_cli):
     log = Path(__file__).parent / "data" / "logs" / "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log"
     _, js, err = run_cli("check-log", log, "--model", "lfm2-1.2b", "--json")
     assert "an online_int4 checkpoint" in js and "a online_int4" not in js, err
+
+
+def test_check_log_reads_standard_input():
+    # `docker logs vllm 2>&1 | hybridplan check-log -`: the same report as from the file
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "vllm-0.23-nemotron-h.log"
+    by_path = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", str(log), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    with open(log, "rb") as f:
+        by_stdin = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", "-", "--json"], stdin=f,
+                                  capture_output=True, text=True, timeout=120)
+    assert by_stdin.returncode == by_path.returncode == 0, by_stdin.stderr
+    assert json.loads(by_stdin.stdout)["rows"] == json.loads(by_path.stdout)["rows"]
