@@ -88,3 +88,40 @@ def test_extra_buffer_still_refused_where_sglang_has_no_extra_buffer():
         sglang_strategy(scenario("falcon-mamba-7b", sglang_version="0.5.23", sglang=dict(radix="extra_buffer")))
     with pytest.raises(PlanError, match="extra_buffer is not supported"):
         sglang_strategy(scenario("falcon-mamba-7b", sglang_version="0.5.20", sglang=dict(radix="extra_buffer")))
+
+
+# --- 3. --mamba-cache-mode all on a model without SupportsMambaPrefixCaching (vLLM 0.15-0.31) --------------------
+# vllm/config/vllm.py try_verify_and_update_config runs at VllmConfig construction; for a hybrid it calls
+# HybridAttentionMambaModelConfig.verify_and_update_config (vllm/model_executor/models/config.py), whose first act
+# is MambaModelConfig.verify_and_update_config: with prefix caching on, `all` on a class that is not
+# SupportsMambaPrefixCaching becomes `align` ("falling back to 'align' mode"). Only then is the block sized: a few
+# lines further in the same hook (0.15.0-0.19.1), or after load_model in Platform.update_block_size_for_backend
+# (0.20.0 on, v1/executor/*_executor.py). Lfm2ForCausalLM's and Qwen3NextForCausalLM's __init__ raise
+# NotImplementedError for `all`, but by then the mode is `align`: the start logs align's block, never the
+# chunk-aligned one. 0.12.0-0.14.1 have no --mamba-cache-mode; prefix caching on such a class is switched off
+# ("without support for prefix caching: disabling"). validation/vllm.py runs these hooks from the wheels
+# (0.15.0, 0.17.1, 0.19.1, 0.20.0: the mode they leave is `align`, block and padding as below).
+
+from hybridplan.engines.vllm.blocks import pages as vllm_pages  # noqa: E402
+
+
+@pytest.mark.parametrize("version", ["0.15.0", "0.17.1", "0.19.1", "0.20.0", "0.27.1", "0.31.0"])
+@pytest.mark.parametrize("model, block", [
+    # LFM2-1.2B: short-conv page 2,048 channels·(L_cache 3 − 1)·2 B = 8,192 B; attention 8 KV heads·64·2·2 =
+    # 2,048 B a token → 16·cdiv(8,192, 32,768) = 16 (validation/vllm.py on 0.19.1: page 32,768 B, 300 % padding)
+    ("lfm2-1.2b", 16),
+    # Qwen3-Next at TP 1: GDN page 8,192·3·2 + 32·128·128·2 = 1,097,728 B; attention 2 KV heads·256·2·2 = 2,048 B
+    # → 16·cdiv(1,097,728, 32,768) = 544
+    ("qwen3-next", 544),
+])
+def test_all_on_a_model_without_it_logs_the_align_block(version, model, block):
+    sc = scenario(model, 8192, minor=version, vllm=dict(mode="all"))
+    got = vllm_pages(sc)
+    assert list(got.modes) == ["align"]
+    assert got.modes["align"].layout.block_size == block
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.14.1"])
+def test_prefix_caching_on_a_model_without_it_is_switched_off_before_0_15(version):
+    sc = scenario("lfm2-1.2b", 8192, minor=version, vllm=dict(mode="all"))
+    assert list(vllm_pages(sc).modes) == ["none"]
