@@ -168,7 +168,7 @@ def size(o: Options) -> None:
     show(size_report(sc, load_model(o.vs), with_engines=o.engine is not None), o, "size_view")
 
 
-@command(app, MODEL, VS, TP, (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]), VLLM[:1], JSON,
+@command(app, MODEL, VS, TP, (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]), VLLM[:1], OUTPUT,
          (param("plot", plot_option("Write the memory curves to this PNG."), None),),
          short="Where the hybrid needs less memory than a transformer")
 def crossover(o: Options) -> None:
@@ -193,7 +193,7 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, JSON,
+         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
          short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
@@ -291,7 +291,7 @@ def models(o: Options) -> None:
     show(ModelsReport(tuple(shipped_specs())), o, "models_view")
 
 
-@command(app, JSON, short="The GPUs --gpu-type knows")
+@command(app, OUTPUT, short="The GPUs --gpu-type knows")
 def gpus(o: Options) -> None:
     """The GPUs --gpu-type names: the memory each reports (the CUDA total the engines size from, or
     nvidia-smi's where that is all that was found) and where the figure comes from.

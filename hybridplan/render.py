@@ -291,14 +291,14 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     return Group(*parts)
 
 
-def crossover_view(r: CrossoverReport) -> Group:
+def crossover_view(r: CrossoverReport, *, exact: bool = False) -> Group:
     d = r.to_dict()
     ref_state = (f" + {human_bytes(r.ref_fp.state_bytes)} state" if r.ref_fp.state_bytes else "")
     head = Text.assemble((r.spec.name, "bold"), f" vs {r.ref.name}  ·  TP {r.tp}  ·  ",
                          f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token{ref_state}, "
                          f"hybrid KV {human_bytes(r.fp.kv_bytes_per_token)}/token")
     t = Rows(("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"),
-             [(row["ssm_dtype"], human_bytes(row["state_bytes"]), human_tokens(row["state_only_tokens"]),
+             [(row["ssm_dtype"], _b(row["state_bytes"], exact), human_tokens(row["state_only_tokens"]),
                human_tokens(row["state_only_first_smaller"]), human_tokens(row["total_tokens"]),
                human_tokens(row["total_first_smaller"])) for row in d["rows"]],
              title="Crossover: context where the reference's memory reaches the hybrid's",
@@ -306,15 +306,15 @@ def crossover_view(r: CrossoverReport) -> Group:
                      "state alone; = state + KV: as much as its whole footprint; first smaller: the first whole "
                      "context at which the hybrid needs less")
     lad = Rows(("context", r.spec.name, r.ref.name, "ratio"),
-               [(f"{row['ctx']:,}", human_bytes(row["hybrid_bytes"]), human_bytes(row["reference_bytes"]),
+               [(f"{row['ctx']:,}", _b(row["hybrid_bytes"], exact), _b(row["reference_bytes"], exact),
                  f"{row['ratio']:.2f}×") for row in d["ladder"]],
                title=f"Memory per sequence (SSM {r.fp.dtypes.ssm})", left=())
     return Group(head, t, lad, *_notes(r.spec.notes))
 
 
-def gpus_view(r) -> Rows:
+def gpus_view(r, *, exact: bool = False) -> Rows:
     return Rows(("gpu", "name", "memory", "as", "source"),
-                [(g.key, g.name, human_bytes(g.total), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
+                [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
                  for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
                 optional=(4,))
 
@@ -396,10 +396,10 @@ def _skipped(skipped) -> list[Table]:
     return [labelled(f"{engine}: skipped —", why, style="yellow") for engine, why in skipped]
 
 
-def _vllm_fit(v) -> list:
+def _vllm_fit(v, exact: bool = False) -> list:
     d = v.to_dict()
     lead = waterfall_view(v.memory, f"vLLM {v.rel.version}: the GPU's memory on one rank", "Available KV cache memory",
-                          "gpu_memory_utilization") if v.memory is not None else []
+                          "gpu_memory_utilization", exact) if v.memory is not None else []
     rows = []
     # an attention-only model has no Mamba cache mode: every mode holds the same, so one row, unlabelled
     attention_only = all(m.capacity.mamba_blocks is None for m in v.modes.values())
@@ -426,13 +426,13 @@ def _vllm_fit(v) -> list:
     return lead + parts
 
 
-def _sglang_fit(g) -> list:
+def _sglang_fit(g, exact: bool = False) -> list:
     s = g.to_dict()
     lead = waterfall_view(g.memory, f"SGLang {g.rel.version}: the GPU's memory on one rank",
-                          "memory split between the pools (R)", "mem_fraction_static") if g.memory is not None else []
+                          "memory split between the pools (R)", "mem_fraction_static", exact) if g.memory is not None else []
     t = Rows(None, [
-        ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", human_bytes(s["pool_bytes"])),
-        ("KV pool", f"{s['kv_tokens']:,} tokens", human_bytes(s["kv_pool_bytes"])) if g.pool.fp.kv else
+        ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", _b(s["pool_bytes"], exact)),
+        ("KV pool", f"{s['kv_tokens']:,} tokens", _b(s["kv_pool_bytes"], exact)) if g.pool.fp.kv else
         ("KV pool", "none", "no attention layers"),
         ("max running requests", f"{s['max_running_requests']:,}",
          _slots(s))],
@@ -464,14 +464,14 @@ def _bar(w, width: int = 60) -> Text:
     return text
 
 
-def waterfall_view(w, title: str, cache_label: str, factor_label: str) -> list:
+def waterfall_view(w, title: str, cache_label: str, factor_label: str, exact: bool = False) -> list:
     def row(t) -> tuple[str, str, str]:
-        return (f"− {t.name}", human_bytes(t.bytes), ("estimate: " if t.kind == "estimate" else "") + t.note)
+        return (f"− {t.name}", _b(t.bytes, exact), ("estimate: " if t.kind == "estimate" else "") + t.note)
 
-    rows = [("GPU total", human_bytes(w.gpu_bytes), f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
-            (f"× {factor_label} {float(w.utilization)!r}", human_bytes(w.requested), w.factor_note),
+    rows = [("GPU total", _b(w.gpu_bytes, exact), "" if exact else f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
+            (f"× {factor_label} {float(w.utilization)!r}", _b(w.requested, exact), w.factor_note),
             *(row(t) for t in w.terms),
-            (f"= {cache_label}", human_bytes(w.cache_bytes), f"{w.cache_bytes:,} B")]
+            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B")]
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
 
 
@@ -504,7 +504,7 @@ def _command(label: str, cmd) -> Text:
     return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
-def fit_view(r: FitReport) -> Group:
+def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     head = f"  ·  {r.sc.ctx:,} tokens per request  ·  TP {r.sc.tp}"
     b = r.sc.budget
     if b.gpu is not None:
@@ -520,9 +520,9 @@ def fit_view(r: FitReport) -> Group:
     for name, part in r.parts.items():
         if isinstance(part, Shortfall):
             parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank", part.cache_label,
-                                    part.factor_label)
+                                    part.factor_label, exact)
         else:
-            parts += _FIT_VIEWS[name](part)
+            parts += _FIT_VIEWS[name](part, exact)
     for engine, cmd in r.commands().items():
         parts.append(_command(f"{engine} command:", cmd))
     if r.verdict_ok:

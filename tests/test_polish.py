@@ -222,3 +222,21 @@ def test_check_log_reads_standard_input():
                                   capture_output=True, text=True, timeout=120)
     assert by_stdin.returncode == by_path.returncode == 0, by_stdin.stderr
     assert json.loads(by_stdin.stdout)["rows"] == json.loads(by_path.stdout)["rows"]
+
+
+@pytest.mark.parametrize("argv,figure", [
+    (("size", "nemotron-h", "--ctx", "8192"), lambda d: d["state"]["bytes_per_sequence"]),
+    (("crossover",), lambda d: d["rows"][0]["state_bytes"]),
+    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"), lambda d: d["vllm"]["memory"]["weights_bytes"]),
+    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "sglang"),
+     lambda d: d["sglang"]["memory"]["requested_bytes"]),
+    (("gpus",), lambda d: d["gpus"][0]["total_bytes"]),
+])
+def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
+    monkeypatch.setenv("COLUMNS", "200")
+    _, js, _ = run_cli(*argv, "--json")
+    n = figure(json.loads(js))
+    _, plain, _ = run_cli(*argv)
+    code, out, err = run_cli(*argv, "--bytes")
+    assert code in (0, 1), err
+    assert f"({n:,} B)" in out and f"({n:,} B)" not in plain
