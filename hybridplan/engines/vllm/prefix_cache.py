@@ -23,7 +23,9 @@ request finds, and what the block pool evicts. Each rule names its release range
   and at the shared-prefix junction; N > 0 also one every N tokens.
 - The pool (vllm/v1/core/block_pool.py): the blocks ``fit`` computes (hybridplan/engines/vllm/sizing.py
   ``capacity``) or ``--num-gpu-blocks-override``; a cached block is evicted least recently freed first, a
-  finished request freeing its blocks tail first.
+  finished request freeing its blocks tail first, group by group; from 0.24.0 a freed block that caches
+  nothing is reused before any cached block is evicted (``free_blocks`` prepends it), before 0.24.0 it waits
+  in the queue with the others.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ class Rules:
     attention_only: bool = False
     #: the kinds of the KV cache groups in vLLM's order ("a" attention, "m" Mamba)
     group_order: tuple[str, ...] = ()
+    #: a freed block that caches nothing goes to the front of the free queue (reused before any cached block
+    #: is evicted): 0.24.0+ (block_pool.py ``free_blocks``); before, every freed block joins the tail
+    uncached_first: bool = True
+    #: retention keeps the shared-prefix junction's state too (``request.shared_prefix_boundary``, #47782):
+    #: 0.26.0+; 0.24.0–0.25.x keep the replay boundary alone
+    junction_kept: bool = True
 
     @property
     def recurrent(self) -> bool:
@@ -158,7 +166,8 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, sc.chunk, attn,
                  mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
                  rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
-                 group_order=tuple("m" if g.recurrent else "a" for g in cap.groups))
+                 group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
+                 uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"))
 
 
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
@@ -296,6 +305,9 @@ class Cache:
         self.refs.pop(slot, None)
         self.held_blocks -= 1
         cached = entry is not None and slot in self.slots.get(entry, ())
+        if not cached and self.r.uncached_first:
+            self.fresh += 1
+            return
         self.queue[slot] = entry if cached else None
         self.queued_cached += cached
 
@@ -329,8 +341,11 @@ class Cache:
                 break
             evicted |= k in self.evicted_states
             dropped |= k in self.dropped_states
+        # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
+        # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
-        if r.marconi and r.mode == "align" and full_blocks * r.block - hit >= r.block:
+        if r.marconi and full_blocks * r.block - hit >= r.block and (
+                r.mode == "align" or (r.retention is not None and r.junction_kept)):
             junction = full_blocks * r.block
         return Lookup(hit, a_tokens, evicted and not hit, dropped and not hit, cut, junction)
 
@@ -380,7 +395,7 @@ class Cache:
             return True
         align = r.unit if r.unit < r.block else r.block
         reachable = {floor_to(req.prompt_len - 1, align)}
-        if junction:
+        if junction and r.junction_kept:
             reachable.add(floor_to(junction, align))
         if pos in reachable:
             return True

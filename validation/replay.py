@@ -1,0 +1,574 @@
+"""Replay the same traces through hybridplan's prefix-cache policy and through vLLM's own Scheduler and
+KVCacheManager, run from the published wheels on a CPU, and compare what every request reuses.
+
+    python validation/replay.py [--releases 0.23.0 0.24.0 0.26.0 0.29.0 0.33.0] [--cases NAME ...]
+                                [--cache-dir ~/.cache/hybridplan-validation] [--json]
+
+Needs the validation environment of validation/README.md (/tmp/hp-validation). vLLM is never installed: each
+release's wheel is unpacked (``unpack_release`` of validation/vllm.py) and runs in its own subprocess with that
+folder first on ``sys.path``; this process runs hybridplan (``hybridplan_side``, the only place that calls it).
+
+What runs as vLLM wrote it: ``vllm.v1.core.sched.scheduler.Scheduler`` with its ``KVCacheManager``,
+``HybridKVCacheCoordinator``, ``FullAttentionManager``, ``MambaManager`` and ``BlockPool``; the block hashing
+of ``get_request_block_hasher``; ``CacheConfig`` and ``SchedulerConfig`` as a start builds them
+(``--enable-prefix-caching``, ``--mamba-cache-mode``, ``--max-num-batched-tokens``, the retention interval, and
+``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` where the release reads that). One request runs at a time, as
+`replay`'s default: added, scheduled step by step until it finishes, then the next.
+
+Stand-ins (see ``STAND_INS``): the KV cache config the engine core would hand the scheduler is built from
+hybridplan's figures (the block, the block count at the budget, the number of attention and Mamba groups,
+which validation/vllm.py checks against vLLM's own sizing code), with one-element page shapes since no tensor is
+allocated; the model config is a namespace holding the fields the scheduler reads (max_model_len and no
+multimodal, mrope or encoder-decoder features); the device config says CPU; the model runner is replaced by
+its output: one sampled token per finished prefill or decode step, the token the trace says the request
+generates. Outputs are capped at ``MAX_OUTPUT`` tokens to keep the step count small (the same trace goes to
+both sides).
+
+Exit status 0 when every request's reused tokens are equal, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+RELEASES = ("0.23.0", "0.24.0", "0.26.0", "0.29.0", "0.33.0")
+MAX_OUTPUT = 8
+MOONCAKE_REQUESTS = 120
+STAND_INS = (
+    "KVCacheConfig from hybridplan's block, block count and group counts (page shapes of one element)",
+    "model config: a namespace with max_model_len, skip_tokenizer_init and no multimodal/mrope/encoder features",
+    "DeviceConfig(device='cpu')",
+    "model runner: one sampled token per step that completes the prompt or a decode step",
+)
+
+
+# ==================================================================================================
+# hybridplan's side
+# ==================================================================================================
+
+
+def traces() -> dict:
+    """name → (a factory of requests, the model, max_model_len)."""
+    sys.path.insert(0, str(ROOT))
+    from hybridplan.replay.trace import Synthetic, mooncake
+
+    def capped(reqs):
+        for r in reqs:
+            yield replace(r, output_len=min(r.output_len, MAX_OUTPUT))
+
+    def moon():
+        for i, r in enumerate(capped(mooncake(ROOT / "tests/data/traces/mooncake-conversation-300.jsonl"))):
+            if i >= MOONCAKE_REQUESTS:
+                return
+            yield r
+
+    return {
+        "shared-prefix": (lambda: capped(Synthetic(shared=3000, users=8, private=400, output=4).requests()),
+                          32768),
+        "shared-prefix-groups": (lambda: capped(Synthetic(shared=1200, users=8, private=300, output=4, group_size=4,
+                                                          group_shared=2500).requests()), 32768),
+        "vllm-45238-1500-700": (lambda: capped(Synthetic(shared=1500, users=16, private=700, output=1).requests()),
+                                32768),
+        "vllm-45238-1600-500": (lambda: capped(Synthetic(shared=1600, users=16, private=500, output=1).requests()),
+                                32768),
+        "conversation": (lambda: capped(Synthetic(shared=1000, users=3, turns=3, private=700, output=8,
+                                                  order="round-robin").requests()), 32768),
+        "revisited-documents": (lambda: capped(Synthetic(shared=0, users=6, turns=3, private=200, output=2,
+                                                         group_size=1, group_shared=2000, history=False,
+                                                         order="round-robin").requests()), 32768),
+        "mooncake-conversation": (moon, 131072),
+    }
+
+
+#: (model, mode, release gate) pairs run on every trace
+MODELS = (("qwen3.5-4b", "align"), ("nemotron-h-8b", "all"))
+
+
+def releases_modes(version: str, model: str, mode: str) -> bool:
+    from hybridplan.engines.vllm.releases import release
+
+    return mode in release(version).modes_for(__import__("hybridplan.loader", fromlist=["load_model"])
+                                              .load_model(model))
+
+
+def hybridplan_side(version: str, model: str, mode: str, trace: str, budget: str) -> dict:
+    """hybridplan's rules and per-request reuse for one case; the requests as token ids for vLLM."""
+    from hybridplan.engines.vllm import prefix_cache as vpc
+    from hybridplan.engines.vllm.releases import release
+    from hybridplan.engines.vllm.settings import VllmSettings
+    from hybridplan.loader import load_model
+    from hybridplan.replay.loop import Policy, replay
+    from hybridplan.replay.settings import ReplaySettings
+    from hybridplan.scenario import Budget, Scenario
+
+    factory, ctx = traces()[trace]
+    sc = Scenario(load_model(model), ctx=ctx, vllm=VllmSettings(release=release(version)),
+                  budget=Budget(kv_budget=40 * GiB))
+    rules = vpc.rules(sc, ReplaySettings(), mode, 40 * GiB)
+    if budget == "evicting":  # room for the largest request and a little more: the cache turns over
+        biggest = max(vpc.Cache(rules).blocks_needed(r) for r in factory())
+        rules = replace(rules, num_blocks=biggest + 2 * (rules.attn_groups + rules.mamba_groups))
+    runs, _ = replay([Policy(rules.label, vpc.Cache(rules), rules.block, rules.max_model_len)], factory())
+    ids: dict = {}
+
+    def token(key, off: int) -> int:
+        return ids.setdefault(key, len(ids)) * (1 << 20) + off
+
+    def tokens(prompt) -> list[int]:
+        if prompt.tokens is not None:
+            return list(prompt.tokens)
+        return [token(k, j) for k, n in prompt.runs for j in range(n)]
+
+    reqs = []
+    for r in factory():
+        full = tokens(r.with_output())
+        reqs.append({"prompt": full[:r.prompt_len], "output": full[r.prompt_len:r.prompt_len + r.output_len]})
+    from hybridplan.engines.vllm.blocks import recurrent_pages
+    from hybridplan.engines.vllm.dtypes import footprint
+
+    fp = footprint(sc)
+    extra = max((recurrent_pages(sc, g.kind, mode, rules.block) for g in fp.state), default=2) - 2 \
+        if mode == "align" else 0
+    return {"rules": {"block": rules.block, "num_blocks": rules.num_blocks, "attn_groups": rules.attn_groups,
+                      "mamba_groups": rules.mamba_groups, "mode": mode, "chunk": rules.chunk, "max_model_len": ctx,
+                      "checkpoint_blocks": max(extra, 0), "retention": rules.retention,
+                      "group_order": list(rules.group_order)},
+            "requests": reqs, "reused": [o.reused for o in runs[rules.label].outcomes]}
+
+
+# ==================================================================================================
+# vLLM's side (runs in a subprocess, with the release's sources first on sys.path)
+# ==================================================================================================
+
+
+def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> int:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["VLLM_CACHE_ROOT"] = str(src / ".vllm-cache")
+    sys.path.insert(0, str(src))
+    import hashlib
+    import inspect
+    import logging
+    import pickle
+    import types
+
+    import torch
+
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    class ModelStandIn(types.SimpleNamespace):
+        """The fields the scheduler reads; any other reads as None (recorded)."""
+
+        read: set = set()
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            ModelStandIn.read.add(name)
+            return None
+
+    def sha(obj) -> bytes:
+        return hashlib.sha256(pickle.dumps(obj)).digest()
+
+    init_none_hash(sha)
+    results = []
+    for case in json.loads(cases_file.read_text()):
+        r = case["rules"]
+        block, n = r["block"], r["num_blocks"]
+        retention = r["retention"]
+        if retention is not None and "prefix_cache_retention_interval" not in inspect.signature(CacheConfig).parameters:
+            os.environ["VLLM_PREFIX_CACHE_RETENTION_INTERVAL"] = str(retention)
+        else:
+            os.environ.pop("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
+        schc = SchedulerConfig(max_model_len=r["max_model_len"], is_encoder_decoder=False, max_num_seqs=16,
+                               max_num_batched_tokens=r["chunk"], enable_chunked_prefill=True,
+                               async_scheduling=False)
+        kw = {"block_size": block, "enable_prefix_caching": True, "mamba_cache_mode": r["mode"]}
+        if "prefix_cache_retention_interval" in inspect.signature(CacheConfig).parameters:
+            kw["prefix_cache_retention_interval"] = retention
+        cc = CacheConfig(**kw)
+        cc.num_gpu_blocks = n
+        vc = VllmConfig(scheduler_config=schc, cache_config=cc, device_config=DeviceConfig(device="cpu"))
+        object.__setattr__(vc, "model_config", ModelStandIn(
+            skip_tokenizer_init=True, uses_mrope=False, uses_xdrope=False, is_encoder_decoder=False,
+            max_model_len=r["max_model_len"], is_diffusion=False, enable_return_routed_experts=False,
+            return_sampling_mask=False, is_hybrid=True, is_multimodal_model=False, runner_type="generate",
+            architectures=[]))
+        mspec = {"block_size": block, "shapes": ((1,),), "dtypes": (torch.float32,), "mamba_cache_mode": r["mode"]}
+        if "num_prefill_checkpoint_blocks" in MambaSpec.__dataclass_fields__:
+            mspec["num_prefill_checkpoint_blocks"] = r["checkpoint_blocks"]
+        groups = [KVCacheGroupSpec([f"mamba{i}"], MambaSpec(**mspec)) if kind == "m" else
+                  KVCacheGroupSpec([f"attn{i}"], FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=1,
+                                                                   dtype=torch.float32))
+                  for i, kind in enumerate(r["group_order"])]  # in the order vLLM buckets the layers
+        kv = {"num_blocks": n, "kv_cache_tensors": [], "kv_cache_groups": groups}
+        if "prefix_cache_retention_interval" in KVCacheConfig.__dataclass_fields__:
+            kv["prefix_cache_retention_interval"] = retention
+        sched = Scheduler(vllm_config=vc, kv_cache_config=KVCacheConfig(**kv),
+                          structured_output_manager=StructuredOutputManager(vc), block_size=block, log_stats=True)
+        hasher = get_request_block_hasher(block, sha)
+        reused, steps_seen = [], []
+        started = time.perf_counter()
+        for i, rq in enumerate(case["requests"]):
+            rid = str(i)
+            out = rq["output"] or [0]
+            req = Request(request_id=rid, prompt_token_ids=rq["prompt"], pooling_params=None, block_hasher=hasher,
+                          sampling_params=SamplingParams(max_tokens=len(out), ignore_eos=True))
+            sched.add_request(req)
+            hit, steps = None, []
+            for _ in range(100_000):
+                so = sched.schedule()
+                if not so.num_scheduled_tokens:
+                    break
+                for nr in so.scheduled_new_reqs:
+                    if nr.req_id == rid:
+                        hit = nr.num_computed_tokens
+                steps.append(so.num_scheduled_tokens.get(rid, 0))
+                ids = list(so.num_scheduled_tokens)
+                sampled = []
+                for j in ids:
+                    q = sched.requests[j]
+                    sampled.append([out[len(q.output_token_ids)]] if q.num_computed_tokens >= q.num_tokens else [])
+                sched.update_from_output(so, ModelRunnerOutput(req_ids=ids, req_id_to_index={x: k for k, x in
+                                                                                         enumerate(ids)},
+                                                               sampled_token_ids=sampled))
+                if rid not in sched.requests:
+                    break
+            reused.append(hit if hit is not None else -1)
+            steps_seen.append(steps[:6])
+        import resource
+
+        results.append({"name": case["name"], "reused": reused, "steps": steps_seen,
+                        "seconds": time.perf_counter() - started,
+                        "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+    out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(ModelStandIn.read)}))
+    return 0
+
+
+# ==================================================================================================
+# SGLang: its MambaRadixCache (mem_cache/mamba_radix_cache.py) under hybridplan's checkpoint placement
+# ==================================================================================================
+
+SGLANG_RELEASES = ("0.5.9", "0.5.18")
+#: (strategy, page size) run on every trace; no_buffer takes pages of one token, and from 0.5.14 needs the
+#: overlap scheduler off
+SGLANG_STRATEGIES = (("no_buffer", 1), ("extra_buffer", 64), ("extra_buffer", 1))
+
+
+def sglang_side(version: str, model: str, strategy: str, page: int, trace: str) -> dict:
+    """hybridplan's SGLang radix cache over a trace (pools too large to evict): each request's match, branching
+    point and the positions where it saves states, and its tokens."""
+    from hybridplan.engines.sglang import radix_cache as spc
+    from hybridplan.engines.sglang.releases import release
+    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.loader import load_model
+    from hybridplan.replay.settings import ReplaySettings
+    from hybridplan.scenario import Budget, Scenario
+
+    factory, ctx = traces()[trace]
+    sc = Scenario(load_model(model), ctx=ctx, chunk=8192, budget=Budget(kv_budget=400 * GiB),
+                  sglang=SglangSettings(release=release(version), radix=strategy, page_size=page,
+                                        overlap=strategy != "no_buffer"))
+    rules = spc.rules(sc, ReplaySettings())
+    cache = spc.Cache(rules)
+    ids: dict = {}
+
+    def token(key, off: int) -> int:
+        return ids.setdefault(key, len(ids)) * (1 << 20) + off
+
+    out = []
+    for r in factory():
+        keys = cache.keys(r, r.prompt_len + r.output_len)
+        look = cache.lookup(r, keys)
+        kv_end = r.prompt_len + max(r.output_len - 1, 0)
+        positions = [p for p in cache.state_positions(r, look.hit, look.branching) if p <= kv_end]
+        cache.admit(r, look, keys)
+        cache.finish(r)
+        full = r.with_output()
+        toks = list(full.tokens) if full.tokens is not None else [token(k, j) for k, n in full.runs for j in range(n)]
+        out.append({"tokens": toks[:kv_end], "prompt_len": r.prompt_len, "hit": look.hit,
+                    "branching": look.branching or None, "positions": positions})
+    return {"grid": rules.grid, "page": page, "extra_buffer": strategy != "no_buffer", "requests": out}
+
+
+def sglang_worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> int:
+    """SGLang's MambaRadixCache loaded from the wheel's files with stand-ins for the modules it imports that
+    need a GPU or a server (see ``SGLANG_STAND_INS``); each request matched, then its states inserted."""
+    import importlib.util as iu
+    import types
+
+    import torch
+
+    root = src / "sglang"
+
+    class Any_:
+        def __init__(self, *a, **k):
+            pass
+
+    def stub(name, **attrs):
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        m.__getattr__ = lambda a: (_ for _ in ()).throw(AttributeError(a)) if a.startswith("__") else type(
+            a, (Any_,), {})
+        sys.modules[name] = m
+
+    import importlib.abc
+
+    class Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        """Any other sglang module imported by the files loaded below is a stand-in."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("sglang.") and name not in sys.modules:
+                return iu.spec_from_loader(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            m = types.ModuleType(spec.name)
+            m.__path__ = []
+            m.__getattr__ = lambda a: (_ for _ in ()).throw(AttributeError(a)) if a.startswith("__") else type(
+                a, (Any_,), {})
+            return m
+
+        def exec_module(self, module):
+            pass
+
+    sys.meta_path.insert(0, Stubs())
+    for name, path in (("sglang", root), ("sglang.srt", root / "srt"), ("sglang.srt.mem_cache", root / "srt/mem_cache")):
+        m = types.ModuleType(name)
+        m.__path__ = [str(path)]
+        sys.modules[name] = m
+    grid = {"g": 64}
+    # nothing is evicted; a duplicate segment an insert gives back is dropped
+    alloc = type("TokenToKVPoolAllocator", (), {"device": torch.device("cpu"), "free": lambda self, *a, **k: None,
+                                                "free_segment": lambda self, *a, **k: None})
+    stub("sglang.srt.distributed", get_tensor_model_parallel_rank=lambda: 0)
+    stub("sglang.srt.layers.attention.fla.chunk_delta_h", CHUNK_SIZE=64)
+    stub("sglang.srt.mem_cache.allocator", TokenToKVPoolAllocator=alloc,
+         PagedTokenToKVPoolAllocator=type("PagedTokenToKVPoolAllocator", (alloc,), {}))
+    stub("sglang.srt.mem_cache.memory_pool")
+    stub("sglang.srt.runtime_context", mamba_cache_chunk_size=lambda: grid["g"],
+         get_parallel=lambda: types.SimpleNamespace(tp_rank=0, tp_size=1, attn_tp_rank=0, attn_tp_size=1))
+    stub("sglang.srt.server_args",
+         get_global_server_args=lambda: types.SimpleNamespace(mamba_cache_chunk_size=grid["g"]))
+    for name in ("sglang.srt.metrics.collector", "sglang.srt.disaggregation.kv_events",
+                 "sglang.srt.mem_cache.hicache_storage"):
+        stub(name, get_hash_str=lambda *a, **k: "", hash_str_to_int64=lambda *a, **k: 0)
+
+    def load(name: str, rel: str):
+        spec = iu.spec_from_file_location(name, root / rel)
+        mod = iu.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    for rel in ("evict_policy", "cache_init_params", "utils", "events", "base_prefix_cache", "radix_cache"):
+        if (root / f"srt/mem_cache/{rel}.py").exists():
+            load(f"sglang.srt.mem_cache.{rel}", f"srt/mem_cache/{rel}.py")
+    mrc = load("sglang.srt.mem_cache.mamba_radix_cache", "srt/mem_cache/mamba_radix_cache.py")
+    bpc = sys.modules["sglang.srt.mem_cache.base_prefix_cache"]
+    RadixKey = sys.modules["sglang.srt.mem_cache.radix_cache"].RadixKey
+    CacheInitParams = sys.modules["sglang.srt.mem_cache.cache_init_params"].CacheInitParams
+    results = []
+    for case in json.loads(cases_file.read_text()):
+        grid["g"] = case["grid"]
+        pools = types.SimpleNamespace(mamba_pool=types.SimpleNamespace(free=lambda *a, **k: None))
+        params = CacheInitParams(disable=False, req_to_token_pool=pools, page_size=case["page"],
+                                 token_to_kv_pool_allocator=alloc(),
+                                 enable_mamba_extra_buffer=case["extra_buffer"])
+        cache = mrc.MambaRadixCache(params)
+        got, slot = [], 1
+        for r in case["requests"]:
+            toks = r["tokens"]
+            m = cache.match_prefix(bpc.MatchPrefixParams(key=RadixKey(toks[:r["prompt_len"] - 1])))
+            got.append({"hit": len(m.device_indices), "branching": getattr(m, "mamba_branching_seqlen", None)})
+            for p in r["positions"]:
+                cache.insert(bpc.InsertParams(key=RadixKey(toks[:p]), value=torch.arange(p, dtype=torch.int64),
+                                              mamba_value=torch.tensor([slot])))
+                slot += 1
+        results.append({"name": case["name"], "got": got})
+    out_file.write_text(json.dumps({"results": results}))
+    return 0
+
+
+SGLANG_STAND_INS = (
+    "the modules mamba_radix_cache.py imports for a GPU or a server: the KV allocator (a class with a CPU device), "
+    "the request-to-token pools (never touched: nothing is evicted), metrics, KV events, HiCache hashing",
+    "get_global_server_args() (0.5.9) and runtime_context.mamba_cache_chunk_size() (0.5.18): the grid",
+    "the scheduler: each request is matched with its prompt less one token, then its states are inserted where "
+    "hybridplan places them (cache_unfinished_req / cache_finished_req insert the tokens up to each state)",
+)
+
+
+# ==================================================================================================
+# Driver
+# ==================================================================================================
+
+
+def _vllm_script():
+    """validation/vllm.py, loaded under another name (its file name would shadow the vllm package)."""
+    spec = importlib.util.spec_from_file_location("hp_validation_vllm", Path(__file__).with_name("vllm.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sglang_src(version: str, cache: Path) -> Path:
+    """The unpacked SGLang wheel (validation/sglang.py's cache layout: sglang-X.Y.Z/)."""
+    src = cache / f"sglang-{version}"
+    if not (src / "sglang").is_dir():
+        wheels = sorted(cache.glob(f"sglang-{version}-*.whl")) + sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
+        if not wheels:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}",
+                            "-d", str(cache)], check=True)
+            wheels = sorted(cache.glob(f"sglang-{version}-*.whl"))
+        import zipfile
+
+        with zipfile.ZipFile(wheels[0]) as zf:
+            zf.extractall(src, [n for n in zf.namelist() if n.startswith("sglang/srt/mem_cache/")])
+    return src
+
+
+def run_sglang(version: str, cache: Path, names: list[str], tmp: Path, report: dict) -> None:
+    start = time.time()
+    src = sglang_src(version, cache)
+    todo, ours = [], {}
+    for strategy, page in SGLANG_STRATEGIES:
+        for trace in names:
+            name = f"qwen3.5-4b {strategy} page {page} {trace}"
+            side = sglang_side(version, "qwen3.5-4b", strategy, page, trace)
+            ours[name] = side
+            todo.append({"name": name, **{k: side[k] for k in ("grid", "page", "extra_buffer", "requests")}})
+    cases_file, out_file = tmp / f"cases-sglang-{version}.json", tmp / f"out-sglang-{version}.json"
+    cases_file.write_text(json.dumps(todo))
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", f"sglang-{version}", str(src),
+                           str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-6000:], file=sys.stderr)
+        report["failed"].append(f"sglang-{version}")
+        return
+    n = bad = 0
+    for res in json.loads(out_file.read_text())["results"]:
+        mine = ours[res["name"]]["requests"]
+        hits = 0
+        for i, (g, m) in enumerate(zip(res["got"], mine)):
+            n += 1
+            hits += g["hit"]
+            # a branching point at or before the hit tracks nothing (schedule_batch.py tracks it only past the prefix)
+            branch = g["branching"] if g["branching"] and g["branching"] > g["hit"] else None
+            if g["hit"] != m["hit"] or (ours[res["name"]]["extra_buffer"] and branch != m["branching"]):
+                bad += 1
+                report["mismatches"].append({"release": f"sglang {version}", "case": res["name"], "request": i,
+                                             "sglang": g, "hybridplan": {"hit": m["hit"], "branching": m["branching"]}})
+        report["cases"][f"sglang {version} {res['name']}"] = {"requests": len(mine), "block": ours[res["name"]]["grid"],
+                                                              "num_blocks": 0, "vllm_reused_tokens": hits,
+                                                              "hybridplan_reused_tokens": sum(m["hit"] for m in mine)}
+    report["compared"][f"sglang {version}"] = n
+    print(f"SGLang {version}: {n} requests compared, {bad} mismatches [{time.time() - start:.0f} s]", file=sys.stderr,
+          flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--releases", nargs="*", default=list(RELEASES), metavar="X.Y.Z")
+    ap.add_argument("--cases", nargs="+", metavar="TRACE", help="only these traces")
+    ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sglang-releases", nargs="*", default=list(SGLANG_RELEASES), metavar="X.Y.Z")
+    ap.add_argument("--worker", nargs=4, metavar=("VERSION", "SRC", "CASES", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    if args.worker:
+        version, src, cases_file, out_file = args.worker
+        if version.startswith("sglang-"):
+            return sglang_worker_main(version, Path(src), Path(cases_file), Path(out_file))
+        return worker_main(version, Path(src), Path(cases_file), Path(out_file))
+    sys.path.insert(0, str(ROOT))
+    vv = _vllm_script()
+    cache = args.cache_dir.expanduser().resolve()
+    names = args.cases or list(traces())
+    report: dict = {"compared": {}, "mismatches": [], "failed": [], "cases": {}, "stand_ins": list(STAND_INS)}
+    with tempfile.TemporaryDirectory(prefix="hybridplan-replay-") as tmp:
+        for version in args.releases:
+            start = time.time()
+            src = vv.unpack_release(version, cache)
+            todo, ours = [], {}
+            for model, mode in MODELS:
+                if not releases_modes(version, model, mode):
+                    continue
+                for trace in names:
+                    for budget in ("roomy", "evicting"):
+                        name = f"{model} {mode} {trace} {budget}"
+                        side = hybridplan_side(version, model, mode, trace, budget)
+                        ours[name] = side
+                        todo.append({"name": name, "rules": side["rules"], "requests": side["requests"]})
+            cases_file, out_file = Path(tmp) / f"cases-{version}.json", Path(tmp) / f"out-{version}.json"
+            cases_file.write_text(json.dumps(todo))
+            print(f"vLLM {version}: {len(todo)} cases ...", file=sys.stderr, flush=True)
+            env = dict(os.environ)
+            overlay = vv.transformers_overlay(version, cache)
+            if overlay is not None:
+                env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
+                                   str(cases_file), str(out_file)], cwd=tmp, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            if proc.returncode != 0:
+                print(proc.stdout[-6000:], file=sys.stderr)
+                report["failed"].append(version)
+                continue
+            out = json.loads(out_file.read_text())
+            n = 0
+            for res in out["results"]:
+                mine = ours[res["name"]]
+                report["cases"][f"{version} {res['name']}"] = {"requests": len(res["reused"]),
+                                                              "block": mine["rules"]["block"],
+                                                              "num_blocks": mine["rules"]["num_blocks"],
+                                                              "vllm_reused_tokens": sum(res["reused"]),
+                                                              "hybridplan_reused_tokens": sum(mine["reused"])}
+                for i, (a, b) in enumerate(zip(res["reused"], mine["reused"])):
+                    n += 1
+                    if a != b:
+                        report["mismatches"].append({"release": version, "case": res["name"], "request": i,
+                                                     "vllm": a, "hybridplan": b, "vllm_steps": res["steps"][i]})
+            report["compared"][version] = n
+            report.setdefault("stand_in_fields_read", {})[version] = out["stand_in_fields_read"]
+            print(f"vLLM {version}: {n} requests compared, "
+                  f"{sum(m['release'] == version for m in report['mismatches'])} mismatches "
+                  f"[{time.time() - start:.0f} s]", file=sys.stderr, flush=True)
+        for version in args.sglang_releases:
+            run_sglang(version, cache, names, Path(tmp), report)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for k, c in report["cases"].items():
+            print(f"{k}: {c['requests']} requests, block {c['block']}, {c['num_blocks']} blocks, reused "
+                  f"{c['vllm_reused_tokens']:,} (vLLM) / {c['hybridplan_reused_tokens']:,} (hybridplan)")
+        total = sum(report["compared"].values())
+        print(f"total: {total} requests compared, {len(report['mismatches'])} mismatches"
+              + (f", failed: {', '.join(report['failed'])}" if report["failed"] else ""))
+        for m in report["mismatches"][:30]:
+            print("  ", m)
+    return 0 if not report["mismatches"] and not report["failed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
