@@ -61,7 +61,8 @@ SCHEMES = {
         "compressed-tensors int4 (group 128)", 0.5 + 2 / 128,
         "vLLM 0.33.0 compressed_tensors/schemes/compressed_tensors_wNa16.py"),
     # Mxfp4MoEMethod: two fp4 codes a uint8, one e8m0 scale per 32
-    "mxfp4": ({"quant_method": "mxfp4"}, "mxfp4", 0.5 + 1 / 32, "vLLM 0.33.0 model_executor/layers/quantization/mxfp4.py"),
+    "mxfp4": ({"quant_method": "mxfp4"}, "mxfp4", 0.5 + 1 / 32,
+              "vLLM 0.33.0 model_executor/layers/quantization/mxfp4.py"),
     # 4-bit: packed codes and a float32 absmax per 64; double quantization: a uint8 absmax per 64, float32 per 256
     "bitsandbytes": ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
                      "bitsandbytes 4-bit (double quant)", 0.5 + 1 / 64 + 4 / (64 * 256),
@@ -181,9 +182,11 @@ def test_vllm_kv_from_the_checkpoint_by_release(config, version, given, kv):
 @pytest.mark.parametrize("config,version,kv", [
     (MODELOPT_NVFP4, "0.5.2", None),  # configure_kv_cache_dtype takes the model dtype under auto
     (MODELOPT_NVFP4, "0.5.3rc2", "fp8_e4m3"),
-    (MODELOPT_NVFP4, "0.5.9", None),  # 0.5.9–0.5.15: the config.json layout reads kv_cache_scheme only
+    (MODELOPT_NVFP4, "0.5.9", None),  # 0.5.9–0.5.14: the config.json layout reads kv_cache_scheme only
+    (MODELOPT_NVFP4, "0.5.14", None),
+    (MODELOPT_NVFP4, "0.5.15", "fp8_e4m3"),
     (MODELOPT_SCHEME, "0.5.9", "fp8_e4m3"),
-    (MODELOPT_NVFP4, "0.5.16", "fp8_e4m3"),  # the scheme, else kv_cache_quant_algo
+    (MODELOPT_NVFP4, "0.5.16", "fp8_e4m3"),  # from 0.5.15 the scheme, else kv_cache_quant_algo
     # ModelOptFp8Config keeps kv_cache_quant_method up to 0.5.3.post3, an attribute the auto rule does not read
     ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.3.post3", None),
     ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.4", "fp8_e4m3"),
@@ -242,3 +245,25 @@ def test_check_log_says_the_checkpoint_resolved_auto(run_cli):
     kv = next(x for x in json.loads(out)["settings"] if x["name"] == "kv_cache_dtype")
     assert code == 0 and kv["value"] == "fp8_e4m3"
     assert kv["source"].startswith("auto resolved to fp8_e4m3 by the ModelOpt checkpoint's kv_cache_scheme")
+
+
+def test_compressed_tensors_fp8_kv_before_the_block_follows_the_layers_is_refused():
+    # up to 0.19.1 the hybrid block is aligned in the engine config while the cache dtype is still auto (bf16),
+    # and the Attention layers then set fp8: a start hybridplan does not model, said so; with --kv-dtype fp8 both
+    # agree, and from 0.20.0 the block is aligned after the model is built (update_block_size_for_backend)
+    from hybridplan.scenario import DtypeChoice
+
+    spec = _nano(CT_NVFP4)
+    with pytest.raises(PlanError, match="aligns the hybrid block"):
+        vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.19.1"))
+    assert vllm_dtypes.cache_dtypes(spec, DtypeChoice(kv="fp8"), vllm_release("0.19.1")).kv == "float8_e4m3fn"
+    assert vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.20.0")).kv == "float8_e4m3fn"
+
+
+def test_a_checkpoint_imposed_nvfp4_kv_is_refused_as_not_sized():
+    spec = _nano({**MODELOPT_SCHEME, "kv_cache_scheme": {"num_bits": 4, "type": "float"}})
+    from hybridplan.scenario import DtypeChoice
+
+    with pytest.raises(PlanError, match="nvfp4 KV cache for this checkpoint"):
+        vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.33.0"))
+    assert vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.19.1")).kv == "bfloat16"

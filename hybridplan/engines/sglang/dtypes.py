@@ -8,11 +8,11 @@ release reading the checkpoint its own way:
 
 - NVFP4 (``ModelOptFp4Config.from_config``), hf_quant_config.json layout: ``quantization.kv_cache_quant_algo``.
   config.json layout: ``kv_cache_quant_algo``, else a ``kv_cache_scheme`` of 8-bit floats (0.5.3rc2–0.5.8); the
-  scheme alone (0.5.9–0.5.15.post1); the scheme, else ``kv_cache_quant_algo`` (0.5.16 on).
+  scheme alone (0.5.9–0.5.14); the scheme, else ``kv_cache_quant_algo`` (0.5.15 on).
 - FP8 (``ModelOptFp8Config``): up to 0.5.3.post3 it keeps the KV algorithm as ``kv_cache_quant_method``, an
   attribute the auto rule does not read; from 0.5.4 (``ModelOptQuantConfig``) as ``kv_cache_quant_algo``:
   ``quantization.kv_cache_quant_algo`` (hf_quant_config.json), or a ``kv_cache_scheme`` of 8-bit floats
-  (config.json), else from 0.5.16 ``kv_cache_quant_algo``.
+  (config.json), else from 0.5.15 ``kv_cache_quant_algo``.
 
 compressed-tensors, fp8, AWQ, GPTQ and the others set no such attribute: their KV cache follows the flag.
 """
@@ -24,6 +24,8 @@ from hybridplan.spec import ModelSpec
 
 AUTO_FROM_CHECKPOINT_SINCE = "0.5.3rc2"
 FP8_CONFIG_ATTRIBUTE_SINCE = "0.5.4"
+#: from this release a config.json without a kv_cache_scheme falls back to its kv_cache_quant_algo
+KEY_FALLBACK_SINCE = "0.5.15"
 
 
 def _scheme_fp8(q) -> bool:
@@ -47,11 +49,11 @@ def _declares_fp8(q, rel: Release) -> tuple[bool, str]:
             if q.kv_algo:
                 return _key_fp8(q), "kv_cache_quant_algo"
             return _scheme_fp8(q), "kv_cache_scheme"
-        if q.kv_scheme is not None or rel.before("0.5.16"):
+        if q.kv_scheme is not None or rel.before(KEY_FALLBACK_SINCE):
             return _scheme_fp8(q), "kv_cache_scheme"
         return _key_fp8(q), "kv_cache_quant_algo"
     if q.algo == "FP8":
-        if q.kv_scheme is not None or rel.before("0.5.16"):
+        if q.kv_scheme is not None or rel.before(KEY_FALLBACK_SINCE):
             return _scheme_fp8(q), "kv_cache_scheme"
         return _key_fp8(q), "kv_cache_quant_algo"
     return False, ""

@@ -7,7 +7,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from hybridplan.dtypes import flag_dtype, serving_dtype
+from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
@@ -94,6 +94,9 @@ MODELOPT_NVFP4_KV_SINCE = "0.20.0"
 #: layer, vllm/attention/layer.py in 0.15, vllm/model_executor/layers/attention/attention.py from 0.16), over
 #: any --kv-cache-dtype up to 0.21.0, and only under auto from 0.22.0
 CT_KV_SINCE = "0.15.0"
+#: from 0.20.0 the hybrid block is aligned after the model is built, on the cache dtype its layers set
+#: (``Platform.update_block_size_for_backend`` in vllm/v1/executor/*.py); before, in the engine config
+HYBRID_BLOCK_AFTER_LOAD_SINCE = "0.20.0"
 CT_KV_AUTO_ONLY_FROM = "0.22.0"
 
 
@@ -146,9 +149,19 @@ def _kv(spec: ModelSpec, choice: DtypeChoice, rel: Release, mdt: str) -> str:
     """The KV cache dtype: the checkpoint's where it imposes one (``checkpoint_kv``), else the flag, else the
     model dtype."""
     forced = checkpoint_kv(spec, rel, _kv_name(choice.kv))
-    kv = forced[0] if forced else choice.kv
-    return flag_dtype(kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
-                      accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+    asked = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
+                       accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+    if forced is None:
+        return asked
+    if forced[0] in KV_NOT_SIZED:
+        raise PlanError(f"vLLM {rel.version} keeps a {forced[0]} KV cache for this checkpoint ({forced[1]}), which "
+                        "hybridplan does not size: pass --kv-dtype to size another")
+    kv = KV_DTYPES[forced[0]]
+    if (spec.quantization is not None and spec.quantization.method == "compressed-tensors"
+            and rel.before(HYBRID_BLOCK_AFTER_LOAD_SINCE) and size_of(kv) != size_of(asked) and spec.is_hybrid):
+        raise PlanError(f"vLLM {rel.version} aligns the hybrid block at the {asked} KV cache before the model is "
+                        f"built, then {forced[1]}; hybridplan does not model that start: pass --kv-dtype fp8")
+    return kv
 
 
 def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) -> CacheDtypes:
