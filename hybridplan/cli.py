@@ -21,6 +21,7 @@ from hybridplan.options import (
     JSON,
     MODEL,
     OUTPUT,
+    PP,
     SGLANG,
     SPEC_TOKENS,
     TP,
@@ -146,7 +147,7 @@ CHECK_LOG = (
 
 
 @command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum as the engines derive "
-                                               "it, 2048 where its config names none):"), None),), TP,
+                                               "it, 2048 where its config names none):"), None),), TP, PP,
          SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
          short="State, KV and totals per sequence; engine pages and pools")
 def size(o: Options) -> None:
@@ -193,7 +194,7 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
+         ADMISSION, TP, PP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
          short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.

@@ -68,8 +68,7 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--revision": ("opt", "--revision"),
     "--kv-cache-memory-bytes": ("opt", "--kv-budget"),
     "--gdn-prefill-backend": ("opt", "--gdn-prefill-backend"),
-    "--pipeline-parallel-size": ("refuse", "pipeline parallelism is not modelled (hybridplan sizes TP ranks)"),
-    "-pp": ("refuse", "pipeline parallelism is not modelled (hybridplan sizes TP ranks)"),
+    "--pipeline-parallel-size": ("opt", "--pp"), "-pp": ("opt", "--pp"),
     "--enable-expert-parallel": ("refuse", "expert parallelism is not modelled: experts are sized as TP shards"),
     "--cpu-offload-gb": ("refuse", "weight offloading is not modelled: give --weights with what stays on the GPU"),
     "--num-gpu-blocks-override": ("refuse", "a block count override is not modelled"),
@@ -103,7 +102,7 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--speculative-draft-model-path": ("opt", "--spec-draft"),
     "--quantization": ("opt", "--quantization"),
     "--revision": ("opt", "--revision"),
-    "--pp-size": ("refuse", "pipeline parallelism is not modelled (hybridplan sizes TP ranks)"),
+    "--pp-size": ("opt", "--pp"),
     "--ep-size": ("refuse", "expert parallelism is not modelled: experts are sized as TP shards"),
     "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
                                      "gives"),
@@ -125,7 +124,8 @@ ENV_FLAGS = {
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": ("--allow-long-context",),
 }
 #: environment variables that set a value: NAME → hybridplan option
-ENV_VALUES = {"SGLANG_MAMBA_CONV_DTYPE": "--conv-dtype"}
+ENV_VALUES = {"SGLANG_MAMBA_CONV_DTYPE": "--conv-dtype", "VLLM_PP_LAYER_PARTITION": "--pp-layers",
+              "SGLANG_PP_LAYER_PARTITION": "--pp-layers"}
 #: SGLang's own Mamba sizing variables, handed to --sglang-env
 SGLANG_ENV = ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",)
 #: variables with no effect on memory
@@ -434,11 +434,15 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
     ``max_num_seqs``; ``lowered``: that is the most that starts, in place of a count that does not."""
     rel = sc.vllm.release
     env = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
+    if sc.pp_partition is not None:
+        env += (f"VLLM_PP_LAYER_PARTITION={','.join(map(str, sc.pp_partition))}",)
     a: list[str] = ["vllm", "serve", model]
     if revision:
         a += ["--revision", revision]
     if sc.tp > 1:
         a += ["--tensor-parallel-size", str(sc.tp)]
+    if sc.pp > 1:
+        a += ["--pipeline-parallel-size", str(sc.pp)]
     a += ["--max-model-len", str(sc.ctx), "--max-num-seqs", str(max(max_num_seqs, 1))]
     d = sc.dtypes
     for flag, value in (("--dtype", _torch(d.dtype)), ("--mamba-cache-dtype", _torch(d.conv)),
@@ -495,8 +499,12 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
     a: list[str] = ["python", "-m", "sglang.launch_server", "--model-path", model]
     if revision:
         a += ["--revision", revision]
+    if sc.pp_partition is not None:
+        env.append(f"SGLANG_PP_LAYER_PARTITION={','.join(map(str, sc.pp_partition))}")
     if sc.tp > 1:
         a += ["--tp-size", str(sc.tp)]
+    if sc.pp > 1:
+        a += ["--pp-size", str(sc.pp)]
     a += ["--context-length", str(sc.ctx)]
     if s.max_running_requests is not None:
         a += ["--max-running-requests", str(s.max_running_requests)]

@@ -106,6 +106,25 @@ def _dtypes(kind: str) -> Callable[[], list[str]]:
 Model = Annotated[str, typer.Argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
 Tp = Annotated[int, option("--tp", metavar="N", parser=count_value("--tp"),
                            help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")]
+Pp = Annotated[int, option("--pp", metavar="N", parser=count_value("--pp"),
+                           help="Pipeline-parallel stages (vLLM --pipeline-parallel-size, SGLang --pp-size): each "
+                                "stage holds its own layers; sizes are per stage and rank.")]
+
+
+def _layer_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise PlanError(f"--pp-layers: expected layer counts separated by commas (as VLLM_PP_LAYER_PARTITION), "
+                        f"got {text!r}") from None
+    if any(c < 0 for c in counts):
+        raise PlanError(f"--pp-layers: layer counts must not be negative, got {text!r}")
+    return counts
+
+
+PpLayers = Annotated[Optional[str], option("--pp-layers", metavar="N,N,…",
+                                           help="The layers of each pipeline stage, as VLLM_PP_LAYER_PARTITION / "
+                                                "SGLANG_PP_LAYER_PARTITION give them; default: the engine's split.")]
 Dtype = Annotated[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
                                         help="Model dtype (vLLM --dtype); default: the config's.")]
 ConvDtype = Annotated[Optional[str], option("--conv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
@@ -224,6 +243,8 @@ Quantization = Annotated[Optional[str], option("--quantization", metavar="METHOD
 MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None),
          param("quantization", Quantization, None))
 TP = (param("tp", Tp, 1),)
+#: pipeline stages: only for the commands that size them (size, fit)
+PP = (param("pp", Pp, 1), param("pp_layers", PpLayers, None))
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
 SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("speculative_config", SpecConfig, None),
@@ -326,7 +347,7 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 # --- options → Scenario ----------------------------------------------------------------------------
 
 #: Scenario field ← option, for the options a command may take
-_SCENARIO = {"tp": "tp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
+_SCENARIO = {"tp": "tp", "pp": "pp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
              "allow_long_context": "allow_long_context"}
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
          "gpu_util": "gpu_util", "enforce_eager": "enforce_eager"}
@@ -471,6 +492,7 @@ def scenario(o: Options) -> Scenario:
         budget=budget(o),
         speculative=speculative,
         **_given(o, _SCENARIO),
+        **({"pp_partition": _layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
     )
 
 

@@ -116,11 +116,17 @@ class Scenario:
     #: start with a context beyond the model's own maximum, as VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and
     #: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow
     allow_long_context: bool = False
+    #: pipeline-parallel stages (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``); each engine splits the
+    #: layers by its own rule (hybridplan/engines/*/parallel.py)
+    pp: int = 1
+    #: the layers of each stage as given (``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION``); None =
+    #: the engine's own split
+    pp_partition: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:
             raise PlanError(f"unknown engine {self.engine!r} (known: {', '.join(ENGINE_CHOICES)})")
-        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots")):
+        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots"), (self.pp, "--pp")):
             positive(value, flag)
         if self.chunk <= 0:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")
@@ -129,6 +135,9 @@ class Scenario:
         if self.speculative.num_tokens and self.speculative.num_tokens != self.spec_tokens:
             raise PlanError(f"num_speculative_tokens {self.speculative.num_tokens} and --spec-tokens "
                             f"{self.spec_tokens} disagree")
+        if self.pp_partition is not None and len(self.pp_partition) != self.pp:
+            raise PlanError(f"the layer partition {','.join(map(str, self.pp_partition))} names "
+                            f"{len(self.pp_partition)} stages, but --pp is {self.pp}")
 
     def wants(self, engine: str) -> bool:
         return self.engine in (engine, "both")

@@ -30,6 +30,8 @@ class SizeReport:
     weights: Weights | None = None
     #: how the release was chosen, where it is not the one asked for
     release_notes: tuple[str, ...] = ()
+    #: with --pp, what each pipeline stage keeps (hybridplan/engines/vllm/parallel.py ``StageSize``)
+    stages: tuple = ()
 
     @property
     def spec(self) -> ModelSpec:
@@ -55,7 +57,10 @@ class SizeReport:
         why = refusal(self.sc)
         late = (f"sized as asked, but vLLM {self.vllm_release.version} would not start with --max-model-len "
                 f"{self.ctx}: {why}",) + self._longer() if why else ()
-        return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late
+        staged = tuple(s.line for s in self.stages) + ((
+            "the figures above are the whole model's; each stage keeps only its own layers' (vLLM's split, "
+            "vllm/distributed/utils.py get_pp_indices)",) if self.stages else ())
+        return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late + staged
 
     def _longer(self) -> tuple[str, ...]:
         """Which checkpoint the model is, and the shipped specs of its family made for the context asked."""
@@ -125,6 +130,7 @@ class SizeReport:
             "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
             "weights": self.weights.to_dict() if self.weights else None,
             "notes": list(self.notes),
+            **({"pp": self.sc.pp, "stages": [s.to_dict() for s in self.stages]} if self.stages else {}),
             **(self.engines.to_dict() if self.engines else {}),
         }
 
@@ -170,8 +176,13 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
         w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
     except PlanError:
         w = None
+    staged = ()
+    if sc.pp > 1:
+        from hybridplan.engines.vllm.parallel import stage_sizes
+
+        staged = stage_sizes(sc)
     if not with_engines:
-        return SizeReport(sc, ref, fp, ref_fp, weights=w, release_notes=served)
+        return SizeReport(sc, ref, fp, ref_fp, weights=w, release_notes=served, stages=staged)
     from hybridplan.reports.engines import engine_layouts
 
-    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc), weights=w, release_notes=served)
+    return SizeReport(sc, ref, fp, ref_fp, engine_layouts(sc), weights=w, release_notes=served, stages=staged)

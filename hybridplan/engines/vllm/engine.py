@@ -40,6 +40,10 @@ class VllmEngine:
         from hybridplan.engines.vllm.sizing import fit
 
         self.check_served(sc)
+        if sc.pp > 1:  # pipeline stages: hybridplan/engines/vllm/parallel.py
+            from hybridplan.engines.vllm import parallel
+
+            return parallel.fit(sc)
         return fit(sc)
 
     def prefix(self, sc: Scenario, shared: int, prompt: int) -> Prefix:

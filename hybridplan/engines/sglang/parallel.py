@@ -1,0 +1,185 @@
+"""SGLang pipeline parallelism (``--pp-size``): which layers each stage holds and how the stages' pools are
+reconciled.
+
+The split: sglang/srt/distributed/utils.py ``get_pp_indices`` (the same rule 0.5.9–0.5.23): ``n // pp`` layers a
+stage and one more for each of the last ``n % pp`` stages; ``SGLANG_PP_LAYER_PARTITION`` (comma-separated
+layer counts) overrides it, refused unless it names ``pp`` stages summing to the layers. (vLLM gives the
+extra layers to the stages before the last instead: hybridplan/engines/vllm/parallel.py.)
+
+Each stage profiles its own memory (its own weights) and splits it between its pools as a whole model would
+(hybridplan/engines/sglang/pool.py): the KV cell counts the stage's own full-attention layers (the
+configurator's ``start_layer <= i < end_layer``); the state slot is charged, from 0.5.17, the largest stage's
+share of the recurrent layers (sglang/srt/mem_cache/kv_cache_configurator.py ``_handle_max_mamba_cache``:
+"charge the largest per-stage share so every rank derives the same pool"), and up to 0.5.16 every recurrent
+layer of the model (``mamba_cache_per_req`` of the whole model, though a rank allocates only its own). The
+KV token capacity is then the smallest of all stages' (an all-reduce MIN over the world group,
+model_runner_kv_cache_mixin.py in 0.5.9, kv_cache_configurator.py from 0.5.17).
+
+Qwen3.5 before 0.5.10 built every layer on every stage (its ``make_layers`` took no PP rank, sglang#21070,
+sglang/srt/models/qwen3_5.py): PP saved no memory, and each stage here holds the whole model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from hybridplan.engines.common import Shortfall, Term, Waterfall
+from hybridplan.engines.sglang.pool import Fit
+from hybridplan.errors import PlanError
+from hybridplan.spec import ATTENTION_KINDS
+from hybridplan.stages import Stage, decoder_layers, stages
+
+if TYPE_CHECKING:
+    from hybridplan.scenario import Scenario
+
+PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
+#: from this release the state slot is charged the largest stage's recurrent layers, not the whole model's
+STAGE_SHARE = "0.5.17"
+#: from this release Qwen3.5 builds only its stage's layers
+QWEN35_STAGE_LAYERS = "0.5.10"
+
+
+def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...]:
+    """Each stage's layers ``[start, end)`` as SGLang's ``get_pp_indices`` gives them."""
+    if partition is not None:
+        if len(partition) != pp:
+            raise PlanError(f"{PARTITION_ENV}: len(partitions)={len(partition)} does not match pp_size={pp}.")
+        if sum(partition) != num_layers:
+            raise PlanError(f"{PARTITION_ENV}: sum(partitions)={sum(partition)} does not match "
+                            f"num_hidden_layers={num_layers}.")
+        parts = list(partition)
+    else:
+        base, extra = divmod(num_layers, pp)
+        parts = [base + (1 if rank >= pp - extra else 0) for rank in range(pp)]
+    if min(parts) <= 0:
+        raise PlanError(f"--pp-size {pp} leaves a stage without layers (of {num_layers}: "
+                        f"{','.join(map(str, parts))})")
+    bounds, start = [], 0
+    for n in parts:
+        bounds.append((start, start + n))
+        start += n
+    return tuple(bounds)
+
+
+def every_layer_on_every_stage(sc: Scenario) -> bool:
+    return sc.spec.family == "Qwen3.5" and sc.sglang.release.before(QWEN35_STAGE_LAYERS)
+
+
+def pipeline(sc: Scenario) -> tuple[Stage, ...]:
+    layers = decoder_layers(sc.spec)
+    sts = stages(sc.spec, split(len(layers), sc.pp, sc.pp_partition))
+    if every_layer_on_every_stage(sc):
+        return tuple(replace(st, spec=sc.spec) for st in sts)
+    return sts
+
+
+def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
+    """One stage's memory down to R: the whole model's waterfall (hybridplan/engines/sglang/memory.py) with the
+    stage's own weights."""
+    from hybridplan.engines.sglang.memory import memory
+    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.stages import stage_rank_bytes
+    from hybridplan.weights import rank_bytes
+
+    b = sc.budget
+    whole = memory(replace(sc, budget=replace(b, weights=1, params=None)))
+    dtype = model_dtype(sc.spec, sc.dtypes.dtype)
+    if b.weights is not None or b.params is not None:
+        size, _ = rank_bytes(sc.spec, sc.tp * sc.pp, dtype, b.weights, b.params)
+        weights = Term("weights", size, "exact", "given, split evenly over the stages and ranks")
+    elif stage.spec is sc.spec:
+        size, source = rank_bytes(sc.spec, sc.tp, dtype)
+        weights = Term("weights", size, "counted", source + "; every layer on every stage (sglang#21070)")
+    else:
+        size, source = stage_rank_bytes(sc.spec, stage, sc.tp, dtype)
+        weights = Term("weights", size, "counted", source)
+    terms = tuple(weights if t.name == "weights" else t for t in whole.terms)
+    left = whole.requested - sum(t.bytes for t in terms)
+    return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
+
+
+@dataclass(frozen=True)
+class StagePools:
+    """One stage's split: its R, its state pool and its KV pool."""
+
+    stage: Stage
+    fit: Fit
+
+    def to_dict(self) -> dict:
+        f = self.fit
+        return {**self.stage.to_dict(), "budget_bytes": f.budget, "max_mamba_cache_size": f.pool.size,
+                "kv_tokens": f.kv_tokens, "max_running_requests": f.max_running_requests,
+                "weights_bytes": f.memory.term("weights") if f.memory else None}
+
+
+@dataclass(frozen=True)
+class PipelineFit(Fit):
+    """`fit` on SGLang with pipeline stages: the binding stage's figures, and every stage's."""
+
+    pp: int = 1
+    stage_pools: tuple[StagePools, ...] = ()
+    binding: int = 0
+    #: the KV token capacity after the all-reduce MIN over the stages
+    min_kv_tokens: int = 0
+
+    @property
+    def flags(self) -> str:
+        return super().flags + f" --pp-size {self.pp}"
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        b = self.stage_pools[self.binding]
+        rows = tuple(f"PP stage {p.stage.rank} (layers {p.stage.start}-{p.stage.end - 1}): R "
+                     f"{p.fit.budget / (1 << 30):.2f} GiB, {p.fit.pool.size:,} state slots, {p.fit.kv_tokens:,} KV "
+                     f"tokens, {p.fit.max_running_requests:,} requests" for p in self.stage_pools)
+        fewest = min(self.stage_pools, key=lambda p: p.fit.max_running_requests)
+        caps = () if fewest.fit.max_running_requests >= b.fit.max_running_requests else (
+            f"PP stage {fewest.stage.rank}'s state pool admits fewer requests "
+            f"({fewest.fit.max_running_requests:,}) than the binding stage's",)
+        return super().notes + rows + (
+            f"SGLang keeps the smallest KV token capacity of all stages ({self.min_kv_tokens:,}, the all-reduce MIN): "
+            f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds",) + caps
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "pp": self.pp, "binding_stage": self.binding,
+                "min_kv_tokens": self.min_kv_tokens, "stages": [p.to_dict() for p in self.stage_pools]}
+
+
+def fit(sc: Scenario) -> PipelineFit | Shortfall:
+    """`fit` on SGLang with pipeline stages."""
+    from hybridplan.engines.sglang.pool import fit as pool_fit
+    from hybridplan.scenario import Budget
+
+    rel = sc.sglang.release
+    sts = pipeline(sc)
+    most = max(sts, key=lambda st: len(st.spec.recurrent))
+    out = []
+    for st in sts:
+        water = None
+        if sc.budget.kv_budget is not None:
+            budget = Budget(kv_budget=sc.budget.kv_budget, gpu=sc.budget.gpu)
+        else:
+            water = stage_memory(sc, st)
+            if water.cache_bytes <= 0:
+                return Shortfall(f"SGLang {rel.version} (PP stage {st.rank}, layers {st.start}-{st.end - 1})", water,
+                                 "the memory split between the pools (R)", "mem_fraction_static")
+            budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
+        charged = (most if rel.at_least(STAGE_SHARE) else None)
+        recurrent = charged.spec.recurrent if charged is not None else sc.spec.recurrent
+        own = replace(st.spec, mixers=tuple(m for m in st.spec.mixers if m.kind in ATTENTION_KINDS) + recurrent)
+        f = pool_fit(replace(sc, spec=own, pp=1, pp_partition=None, budget=budget))
+        if isinstance(f, Shortfall):
+            return f
+        out.append(StagePools(st, replace(f, memory=water)))
+    tokens = min(p.fit.kv_tokens for p in out if p.fit.pool.fp.kv) if any(p.fit.pool.fp.kv for p in out) else 0
+    # the token capacity every stage keeps is the smallest (the all-reduce MIN): that stage's figures are shown
+    binding = min(range(len(out)), key=lambda i: (out[i].fit.kv_tokens if out[i].fit.pool.fp.kv else 1 << 62,
+                                                  out[i].fit.max_running_requests))
+    f = out[binding].fit
+    fields = {name: getattr(f, name) for name in ("split", "pool", "spec", "strategy", "admission", "ctx", "tp",
+                                                  "page_size", "refusal", "memory", "draft")}
+    from hybridplan.engines.sglang.context import refusal
+
+    fields["refusal"] = refusal(sc)
+    return PipelineFit(**fields, pp=sc.pp, stage_pools=tuple(out), binding=binding, min_kv_tokens=tokens)

@@ -1,0 +1,160 @@
+"""Pipeline stages: a model's decoder layers in order, a stage as the layers ``[start, end)`` it holds and the
+ends it holds (the embedding on the first stage, the final norm and LM head on the last), and the weights
+one rank of a stage loads.
+
+A stage is a ``ModelSpec`` restricted to its layers' mixers and FFN blocks, so every engine rule that sizes a
+whole model sizes a stage unchanged. Which layers each stage gets is an engine rule (each engine package's
+``parallel.py``); this module only knows the model's layer structure.
+
+The weights of a stage are the whole model's parts (hybridplan/weights/families.py, counted module by module,
+never recounted here) in the stage's share: a part of a layer kind in the share of that kind's layers the
+stage holds, the embedding where the stage is first (and last, with tied embeddings: vLLM builds the
+embedding again on the last rank to tie its LM head to it), the LM head where it is last, the layer norms in
+the stage's share of the layers (the final norm, one hidden-size vector, goes with them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from hybridplan.errors import PlanError
+from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
+
+#: a weights part's group → the mixer or FFN kinds whose layers hold it
+_PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
+               "linear_attention": ("linear_attention",), "conv": ("short_conv",), "mlp": ("mlp",),
+               "moe": ("moe",)}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer: its token mixers and FFN blocks (Falcon-H1 layers hold two mixers, a Nemotron-H
+    layer one mixer or one FFN)."""
+
+    mixers: tuple[Mixer, ...]
+    ffn: tuple[str, ...]
+
+
+def _nemotron_chars(config: dict) -> list[str]:
+    """Nemotron-H's layers, one character each, as its adapter reads them (hybridplan/adapters.py)."""
+    if config.get("hybrid_override_pattern"):
+        return list(config["hybrid_override_pattern"])
+    names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+    key = "layers_block_type" if config.get("layers_block_type") else "layer_types"
+    return [names[t] for t in config.get(key) or []]
+
+
+def decoder_layers(spec: ModelSpec) -> tuple[Layer, ...]:
+    """The model's decoder layers in order (what an engine's ``num_hidden_layers`` counts)."""
+    mixers, ffn = spec.mixers, spec.ffn
+    if spec.family == "Nemotron-H":
+        chars = _nemotron_chars(json.loads(spec.config_json or "{}"))
+        if len(chars) != len(mixers) + len(ffn):
+            raise PlanError(f"{spec.name}: its layer pattern does not match its layers; cannot split it into stages")
+        out, m, f = [], iter(mixers), iter(ffn)
+        for c in chars:
+            out.append(Layer((next(m),), ()) if c in "M*" else Layer((), (next(f),)))
+        return tuple(out)
+    if spec.family == "Falcon-H1" and len(mixers) == 2 * len(ffn):
+        # each layer: attention and Mamba-2 side by side, then its MLP
+        return tuple(Layer(tuple(mixers[2 * i:2 * i + 2]), (ffn[i],)) for i in range(len(ffn)))
+    if not ffn or len(ffn) == len(mixers):
+        return tuple(Layer((m,), (ffn[i],) if ffn else ()) for i, m in enumerate(mixers))
+    raise PlanError(f"{spec.name} ({spec.architecture}): how its {len(mixers)} mixers and {len(ffn)} FFN blocks "
+                    "make decoder layers is not modelled, so its pipeline stages are not either")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: decoder layers ``[start, end)`` of the model, and the spec restricted to them."""
+
+    rank: int
+    start: int
+    end: int
+    first: bool
+    last: bool
+    spec: ModelSpec
+
+    @property
+    def layers(self) -> int:
+        return self.end - self.start
+
+    @property
+    def ends(self) -> str:
+        """Which ends of the model the stage holds besides its layers, as a person reads them."""
+        held = (["embedding"] if self.first else []) + (["LM head"] if self.last else [])
+        return " + ".join(held) or "—"
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "layers": [self.start, self.end], "first": self.first, "last": self.last,
+                "layer_counts": self.spec.layer_counts}
+
+
+def stages(spec: ModelSpec, bounds: tuple[tuple[int, int], ...]) -> tuple[Stage, ...]:
+    """The stages whose layer ranges are ``bounds`` (an engine's split), each a spec of its own layers."""
+    layers = decoder_layers(spec)
+    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != len(layers) or any(
+            a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+        raise PlanError(f"pipeline stages {list(bounds)} do not cover the {len(layers)} layers of {spec.name}")
+    out = []
+    for rank, (start, end) in enumerate(bounds):
+        held = layers[start:end]
+        sub = replace(spec, name=f"{spec.name}[{start}:{end}]",
+                      mixers=tuple(m for layer in held for m in layer.mixers),
+                      ffn=tuple(f for layer in held for f in layer.ffn))
+        out.append(Stage(rank, start, end, rank == 0, rank == len(bounds) - 1, sub))
+    return tuple(out)
+
+
+def _kind_counts(spec: ModelSpec) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for k in [m.kind for m in spec.mixers] + list(spec.ffn):
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
+    """Per weights group, the share of the whole model's part one stage holds."""
+    total, held = _kind_counts(whole), _kind_counts(stage.spec)
+    layers = len(decoder_layers(whole)) or 1
+    shares: dict[str, float] = {}
+    for group, kinds in _PART_KINDS.items():
+        n = sum(total.get(k, 0) for k in kinds)
+        shares[group] = sum(held.get(k, 0) for k in kinds) / n if n else 0.0
+    shares["norm"] = stage.layers / layers
+    shares["lm_head"] = 1.0 if stage.last else 0.0
+    shares["vision"] = 1.0 if stage.first else 0.0
+    return shares
+
+
+def stage_rank_bytes(whole: ModelSpec, stage: Stage, tp: int, dtype: str) -> tuple[int, str]:
+    """The weights one TP rank of ``stage`` loads, and where the figure comes from: the whole model's parts
+    (hybridplan/weights) in the stage's share; a checkpoint's exact figure scaled by the same shares."""
+    from hybridplan.weights import _bytes, rank_params, weights
+    from hybridplan.weights.families import parts
+    from hybridplan.dtypes import size_of
+
+    if not whole.config_json:
+        raise PlanError(f"{whole.name} carries no config to split its weights by stage: give --weights")
+    config = json.loads(whole.config_json)
+    every = [p for p in parts(whole.architecture, config, whole.family) if p.section != "mtp"]
+    shares = stage_shares(whole, stage)
+    tied = not any(p.group == "lm_head" for p in every)
+    q = whole.quantization.weights_scheme() if whole.quantization is not None else None
+    hidden, dbytes = whole.hidden_size or 1, size_of(dtype)
+    full = held = 0.0
+    for p in every:
+        share = shares.get(p.section if p.section == "vision" else p.group)
+        if p.group == "embedding":
+            share = 1.0 if stage.first or (tied and stage.last) else 0.0
+        if share is None:
+            share = stage.layers / (len(decoder_layers(whole)) or 1)
+        b = _bytes(p, rank_params(p, tp, hidden), dbytes, q)
+        full += b
+        held += share * b
+    w = weights(whole, tp, dtype)
+    if w.source == "config":
+        return int(held), f"counted from the config, layers {stage.start}-{stage.end - 1}"
+    return int(w.bytes_per_rank * held / full) if full else 0, f"{w.source}, in the share of layers {stage.start}-" \
+                                                                f"{stage.end - 1}"

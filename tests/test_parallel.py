@@ -1,0 +1,239 @@
+"""Pipeline parallelism: each engine's layer split, what each stage holds, and how the engines reconcile the
+stages. Figures from the engines' code, release and file named beside each, or derived in a comment."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from hybridplan.engines.common import Shortfall
+from hybridplan.engines.sglang import parallel as sglang_pp
+from hybridplan.engines.vllm import parallel as vllm_pp
+from hybridplan.errors import PlanError
+from hybridplan.loader import load_model
+from hybridplan.scenario import Budget
+from hybridplan.stages import decoder_layers, stage_rank_bytes, stages
+from hybridplan.weights import rank_bytes
+
+from tests.helpers import GiB, one_line_error, scenario
+
+
+# --- the split ---------------------------------------------------------------------------------------
+
+
+def test_vllm_split_gives_the_leftover_layers_to_the_stages_before_the_last():
+    # vllm/distributed/utils.py get_pp_indices (the same in 0.10.0 and 0.33.0): 60 layers over 8 stages are 7
+    # each and 4 left over, added to partitions[-2], [-3], [-4], [-5]: 7,7,7,8,8,8,8,7
+    bounds = vllm_pp.split(60, 8)
+    assert [e - s for s, e in bounds] == [7, 7, 7, 8, 8, 8, 8, 7]
+    assert bounds[0] == (0, 7) and bounds[-1] == (53, 60)
+    # 62 layers over 4: 15 each, 2 left over to the middle stages (partitions[-2], [-3]): 15,16,16,15
+    assert [e - s for s, e in vllm_pp.split(62, 4)] == [15, 16, 16, 15]
+    assert vllm_pp.split(48, 2) == ((0, 24), (24, 48))
+
+
+def test_sglang_split_gives_the_leftover_layers_to_the_last_stages():
+    # sglang/srt/distributed/utils.py get_pp_indices (0.5.9, 0.5.18, 0.5.23): base 7, the last 60 % 8 = 4
+    # stages one more each: 7,7,7,7,8,8,8,8
+    assert [e - s for s, e in sglang_pp.split(60, 8)] == [7, 7, 7, 7, 8, 8, 8, 8]
+    assert [e - s for s, e in sglang_pp.split(62, 4)] == [15, 15, 16, 16]
+
+
+def test_layer_partition_overrides_the_split_and_is_checked_as_the_engines_check_it():
+    assert vllm_pp.split(60, 3, (10, 20, 30)) == ((0, 10), (10, 30), (30, 60))
+    # the engines' ValueError texts (vllm/distributed/utils.py, sglang/srt/distributed/utils.py)
+    with pytest.raises(PlanError, match=r"len\(partitions\)=2 does not match pp_size=3"):
+        vllm_pp.split(60, 3, (30, 30))
+    with pytest.raises(PlanError, match=r"sum\(partitions\)=59 does not match num_hidden_layers=60"):
+        sglang_pp.split(60, 2, (30, 29))
+    with pytest.raises(PlanError, match="leaves a stage without layers"):
+        vllm_pp.split(60, 2, (60, 0))
+
+
+# --- what a stage holds ------------------------------------------------------------------------------
+
+
+def test_a_stage_holds_its_own_mix_of_attention_and_recurrent_layers():
+    # Qwen3.5-397B-A17B: 60 layers, full attention every 4th (layer_types: 3, 7, 11, …), each with a MoE block.
+    # vLLM at PP 4: 15 layers a stage; layers 0-14 hold attention at 3, 7, 11 (3) and 12 GDN; 15-29 at 15, 19,
+    # 23, 27 (4) and 11 GDN
+    sc = scenario("qwen3.5-397b-a17b", pp=4)
+    sts = vllm_pp.pipeline(sc)
+    assert [st.spec.layer_counts for st in sts[:2]] == [{"gdn": 12, "attention": 3, "moe": 15},
+                                                       {"gdn": 11, "attention": 4, "moe": 15}]
+    assert (sts[0].first, sts[0].last, sts[-1].last) == (True, False, True)
+
+
+def test_nemotron_h_stages_follow_its_layer_pattern():
+    # Nemotron-H-8B: 52 characters of hybrid_override_pattern, MLP layers among them; at PP 2 each stage gets 26
+    spec = load_model("nemotron-h-8b")
+    pattern = json.loads(spec.config_json)["hybrid_override_pattern"]
+    assert len(decoder_layers(spec)) == len(pattern) == 52
+    st = stages(spec, vllm_pp.split(52, 2))
+    for s in st:
+        part = pattern[s.start:s.end]
+        assert s.spec.layer_counts == {k: v for k, v in (("mamba2", part.count("M")), ("attention", part.count("*")),
+                                                          ("mlp", part.count("-"))) if v}
+
+
+def test_stage_weights_are_the_models_parts_in_the_stages_share():
+    # untied: the stages' weights add up to the whole rank's (the same parts, each in one stage)
+    spec = load_model("qwen3.5-397b-a17b")
+    whole, _ = rank_bytes(spec, 4, "bfloat16")
+    sts = stages(spec, vllm_pp.split(60, 4))
+    parts = [stage_rank_bytes(spec, st, 4, "bfloat16")[0] for st in sts]
+    assert abs(sum(parts) - whole) <= len(sts)
+    # the first holds the embedding, the last the LM head: both above a middle stage of the same layers
+    assert parts[0] > parts[1] and parts[3] > parts[2]
+    # one stage of everything is the whole model
+    one = stages(spec, ((0, 60),))[0]
+    assert abs(stage_rank_bytes(spec, one, 4, "bfloat16")[0] - whole) <= 1
+
+
+def test_tied_embeddings_are_built_again_on_the_last_stage():
+    # vLLM builds the embedding on the last rank too where the LM head is tied to it (vllm/model_executor/models/
+    # qwen2.py-style ``is_first_rank or (tie_word_embeddings and is_last_rank)``): the stages hold one embedding
+    # more than the whole model. Qwen3.5-0.8B ties them (tie_word_embeddings: true)
+    spec = load_model("qwen3.5-0.8b-base")
+    whole, _ = rank_bytes(spec, 1, "bfloat16")
+    sts = stages(spec, vllm_pp.split(len(decoder_layers(spec)), 2))
+    total = sum(stage_rank_bytes(spec, st, 1, "bfloat16")[0] for st in sts)
+    config = json.loads(spec.config_json)["text_config"]
+    padded = -(-config["vocab_size"] // 64) * 64  # VocabParallelEmbedding pads to 64
+    assert total - whole == pytest.approx(padded * config["hidden_size"] * 2, abs=4)
+
+
+# --- vLLM: the stages reconciled ---------------------------------------------------------------------
+
+
+def test_vllm_stage_block_holds_one_page_per_layer_of_its_fullest_projected_group():
+    # From 0.11.0 the groups are the whole model's (vllm/v1/core/kv_cache_utils.py get_kv_cache_configs):
+    # Qwen3.5-397B's 45 GDN layers make 3 groups of 15 (layers dealt strided, gdn[i::3]) and its 15 attention
+    # layers one. Stage 0 (layers 0-14) holds GDN 0-11: 4 in each group, and 3 attention layers; stage 3 (45-59)
+    # holds GDN 34-44: 3, 4, 4 (34 % 3 = 1 opens group 1) and 4 attention layers. A block of a stage is 4 pages,
+    # where the whole model's is 15; with the same 40 GiB on every stage, the blocks are budget // (4 · page).
+    sc = scenario("qwen3.5-397b-a17b", 32768, tp=4, pp=4, engine="vllm", budget=Budget(kv_budget=40 * GiB))
+    f = vllm_pp.fit(sc)
+    cap = f.chosen.capacity
+    held = [c.group_layers for c in cap.stage_caches]
+    assert held[0] == (4, 4, 4, 3) and held[3] == (3, 4, 4, 4)
+    assert cap.num_blocks == 40 * GiB // (4 * cap.layout.page_bytes)
+    from hybridplan.engines.vllm.sizing import fit as tp_fit
+
+    flat = tp_fit(replace(sc, pp=1)).chosen.capacity
+    assert flat.num_blocks == 40 * GiB // (15 * flat.layout.page_bytes)
+    # the scheduler's groups are the whole model's: a request pins as many blocks as without PP
+    assert cap.blocks_per_request == flat.blocks_per_request
+    assert f.flags.endswith("--pipeline-parallel-size 4")
+
+
+def test_vllm_keeps_the_smallest_block_count_of_all_stages():
+    # on a GPU the last stage runs the profiling sampler pass (gpu_model_runner.py profile_run, is_last_rank) and
+    # holds the LM head: it has the least left, and its block count is the engine's
+    sc = scenario("qwen3.5-397b-a17b", 32768, tp=4, pp=4, engine="vllm", budget=Budget(gpu_mem=80 * GiB, gpu="h100"))
+    f = vllm_pp.fit(sc)
+    caches = f.chosen.capacity.stage_caches
+    assert f.chosen.capacity.num_blocks == min(c.num_blocks for c in caches) == caches[f.binding].num_blocks
+    assert f.binding == 3
+    last, middle = caches[3].memory, caches[2].memory
+    assert last.term("activation") > middle.term("activation")
+    assert f.budget == caches[3].budget
+
+
+def test_vllm_before_0_11_each_stage_groups_its_own_layers():
+    # 0.10.x: get_kv_cache_config per worker, then unify_kv_cache_configs (vllm/v1/engine/core.py): a stage's
+    # group size is its own smallest bucket. Nemotron-H-8B's stages of 26 layers hold 12 Mamba-2 and 2 attention
+    # layers each: group size 2, where the whole model's is 4 (24 Mamba-2, 4 attention)
+    sc = scenario("nemotron-h-8b", 8192, minor="0.10.2", pp=2, engine="vllm", budget=Budget(kv_budget=20 * GiB))
+    cap = vllm_pp.fit(sc).chosen.capacity
+    assert [c.group_layers for c in cap.stage_caches] == [(2,), (2,)]
+    assert cap.num_blocks == 20 * GiB // (2 * cap.layout.page_bytes)
+
+
+def test_vllm_refuses_pp_with_a_drafter_that_does_not_support_it():
+    # the real 0.23.0 log: Qwen3.6-27B with MTP at PP 2 refused, "Pipeline parallelism is not supported for this
+    # model" (tests/data/logs/vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log, raised for its Qwen3_5MTP
+    # drafter). Qwen3_5MTP implements SupportsPP from 0.30.0 (vllm/model_executor/models/qwen3_5_mtp.py)
+    from hybridplan.scenario import Speculative
+
+    spec = load_model("qwen3.6-27b")
+    sp = Speculative(method="mtp", num_tokens=3)
+    sc = scenario(spec, 65535, minor="0.23.0", pp=2, spec_tokens=3, speculative=sp)
+    with pytest.raises(PlanError, match="Pipeline parallelism is not supported for this model"):
+        vllm_pp.check(sc)
+    log = open("tests/data/logs/vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log").read()
+    assert "Pipeline parallelism is not supported for this model" in log and "'pipeline_parallel_size': 2" in log
+    vllm_pp.check(replace(sc, vllm=replace(sc.vllm, release=scenario(spec, minor="0.30.0").vllm.release)))
+
+
+def test_vllm_refuses_pp_for_a_class_without_supports_pp():
+    # Zamba2ForCausalLM implements no SupportsPP in any release 0.10.0-0.33.0 (vllm/model_executor/models/zamba2.py)
+    with pytest.raises(PlanError, match="refuses --pipeline-parallel-size 2 for Zamba2ForCausalLM"):
+        vllm_pp.check(scenario("zamba2-7b", pp=2))
+
+
+# --- SGLang ------------------------------------------------------------------------------------------
+
+
+def _per_slot(f) -> int:
+    return f.pool.bytes // f.pool.size if f.pool.size else 0
+
+
+def test_sglang_charges_the_largest_stages_state_from_0_5_17():
+    # kv_cache_configurator.py _handle_max_mamba_cache (0.5.17 on): the slot is priced at the largest stage's
+    # share of the recurrent layers; 0.5.16 and before at every recurrent layer of the model. Nemotron-H-8B at
+    # PP 2: 12 of its 24 Mamba-2 layers on each stage, so a slot costs half the whole model's from 0.5.17
+    new = sglang_pp.fit(scenario("nemotron-h-8b", 8192, sglang_version="0.5.23", pp=2, engine="sglang",
+                                 budget=Budget(kv_budget=20 * GiB)))
+    old = sglang_pp.fit(scenario("nemotron-h-8b", 8192, sglang_version="0.5.16", pp=2, engine="sglang",
+                                 budget=Budget(kv_budget=20 * GiB)))
+    whole = sum(m.kind == "mamba2" for m in load_model("nemotron-h-8b").mixers)
+    assert whole == 24
+    assert len(new.stage_pools[0].fit.pool.fp.state) == 1
+    assert new.stage_pools[0].fit.pool.fp.state[0].count == 12
+    assert old.stage_pools[0].fit.pool.fp.state[0].count == 24
+    # the KV token capacity of every stage is the smallest (all-reduce MIN)
+    assert new.min_kv_tokens == min(p.fit.kv_tokens for p in new.stage_pools) == new.kv_tokens
+    assert new.flags.endswith("--pp-size 2")
+
+
+def test_sglang_qwen35_before_0_5_10_builds_every_layer_on_every_stage():
+    # sglang#21070: Qwen3.5's make_layers took no PP rank (sglang/srt/models/qwen3_5.py in 0.5.9), so each stage
+    # loaded the whole model; 0.5.10 passes pp_rank
+    old = sglang_pp.pipeline(scenario("qwen3.5-27b", sglang_version="0.5.9", pp=2))
+    new = sglang_pp.pipeline(scenario("qwen3.5-27b", sglang_version="0.5.10", pp=2))
+    assert len(old[1].spec.mixers) == 64 and len(new[1].spec.mixers) == 32
+
+
+def test_a_stage_left_without_memory_is_a_shortfall():
+    sc = scenario("qwen3.5-397b-a17b", 32768, tp=1, pp=2, engine="vllm", budget=Budget(gpu_mem=80 * GiB, gpu="h100"))
+    f = vllm_pp.fit(sc)
+    assert isinstance(f, Shortfall) and "PP stage 0" in f.problem
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+
+def test_fit_reads_the_engines_pp_flags_and_prints_them_back(run_cli):
+    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.5-397B-A17B",
+                           "--tensor-parallel-size", "4", "--pipeline-parallel-size", "4", "--max-model-len", "32768")
+    d = json.loads(out)
+    assert d["vllm"]["pp"] == 4 and len(d["vllm"]["stages"]) == 4
+    argv = d["commands"]["vllm"]["argv"]
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "4"
+    code2, out2, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", *argv)
+    assert json.loads(out2)["vllm"]["modes"] == d["vllm"]["modes"]
+    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "python", "-m", "sglang.launch_server",
+                           "--model-path", "Qwen/Qwen3.5-397B-A17B", "--tp-size", "4", "--pp-size", "4",
+                           "--context-length", "32768")
+    d = json.loads(out)
+    assert d["sglang"]["pp"] == 4 and len(d["sglang"]["stages"]) == 4
+    sg = d["commands"]["sglang"]["argv"]
+    assert sg[sg.index("--pp-size") + 1] == "4"
+
+
+def test_a_partition_that_does_not_name_pp_stages_is_one_line(run_cli):
+    one_line_error(*run_cli("fit", "qwen3.5-27b", "--kv-budget", "20GiB", "--pp", "2", "--pp-layers", "10,20,34"),
+                   "names 3 stages", "--pp is 2")
