@@ -566,10 +566,36 @@ def sweep_view(sw: SweepReport) -> Group:
 
 
 def check_view(r: CheckReport) -> Group:
+    """One start: its tables. Several: each under a heading naming its lines, then the verdict over all."""
+    if len(r.starts) == 1:
+        return _start_view(r.starts[0], r.starts[0].model or r.model)
+    parts: list = []
+    for st in r.starts:
+        heading = f"start {st.index} of {len(r.starts)}: lines {st.lines[0]:,}–{st.lines[1]:,}"
+        parts.append(Text(heading + (f" · {st.model}" if st.model else ""), style="bold"))
+        if st.error is not None:
+            parts.append(Text(f"not checked: {st.error}", style="yellow"))
+        elif st.rows or st.settings:
+            parts.append(_start_view(st, st.model or ""))
+        else:
+            parts.extend(_notes(st.notes))
+        parts.append(Text(""))
+    checked = [st for st in r.starts if st.checked]
+    bad = [st.index for st in checked if not st.ok]
+    if not checked:
+        verdict = Text("no modelled figure in this log", style="bold yellow")
+    elif bad:
+        verdict = Text(f"MISMATCH in start {', '.join(map(str, bad))}", style="bold red")
+    else:
+        verdict = Text(f"all figures match in {len(checked)} of {len(r.starts)} starts", style="bold green")
+    return Group(*parts, verdict)
+
+
+def _start_view(r, model: str) -> Group:
     settings = Rows(("setting", "value", "from"),
                     [(f"{s.engine} {s.name}", s.value, s.source.partition(":")[0] if s.source.startswith("line ")
                       else s.source) for s in r.settings],
-                    title=f"{r.model}: the settings the log states (--json gives each source line)", left=(0, 1, 2),
+                    title=f"{model}: the settings the log states (--json gives each source line)", left=(0, 1, 2),
                     prose=(2,), styles={2: "dim"})
     t = Rows(("engine", "figure", "logged", "predicted", ""),
              [(row.engine, row.figure, row.logged, row.predicted,
