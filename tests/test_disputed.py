@@ -125,3 +125,58 @@ def test_all_on_a_model_without_it_logs_the_align_block(version, model, block):
 def test_prefix_caching_on_a_model_without_it_is_switched_off_before_0_15(version):
     sc = scenario("lfm2-1.2b", 8192, minor=version, vllm=dict(mode="all"))
     assert list(vllm_pages(sc).modes) == ["none"]
+
+
+# --- 4. The block unit by GPU (compute capability), from the wheels ----------------------------------------------
+# Before 0.20.0 (vllm/model_executor/models/config.py HybridAttentionMambaModelConfig): 16, 64 for MLA from 0.11.1,
+# and 32 when the head size is 256 and FlashInfer is the backend (its default) on Blackwell: compute capability
+# 10.0 exactly in 0.11.1-0.12.0 (current_platform.is_device_capability(100)), any 10.x in 0.13.0-0.17.1
+# (is_device_capability_family(100)); the clause is gone in 0.18.0. From 0.20.0 (vllm/platforms/interface.py
+# _align_hybrid_block_size): the smallest kernel block of the backend vllm/platforms/cuda.py
+# _get_backend_priorities picks first, raised to the block that backend prefers: on 10.x FlashInfer [16, 32, 64]
+# and, for MLA, FlashInfer-MLA [32, 64] (mla/flashinfer_mla.py, supports_compute_capability: major 10) → 32;
+# on 9.x FlashAttention (MultipleOf(16)) and FlashAttention-MLA (major 9 only); on 8.x and 12.x FlashAttention
+# and Triton-MLA (MultipleOf(16); 12.x lists TRITON_MLA first from 0.24.0). MLA ≥ 128 from 0.27.0 everywhere.
+
+from hybridplan.engines.vllm.blocks import compute_capability  # noqa: E402
+from hybridplan.scenario import Budget, DtypeChoice  # noqa: E402
+
+
+def _block(model, version, gpu, *, tp=1, kv=None, ctx=8192):
+    sc = scenario(model, ctx, minor=version, tp=tp, dtypes=DtypeChoice(kv=kv), budget=Budget(gpu=gpu, gpu_mem=1))
+    return attention_block_size(sc, "none")[0]
+
+
+def test_gpu_names_map_to_compute_capability():
+    assert [compute_capability(scenario("qwen3-next", budget=Budget(gpu=g, gpu_mem=1)))
+            for g in ("h100", "b200", "b300", "rtx-5090", "gb10", "rtx-3090", "l40s", None)] == [
+        (9, 0), (10, 0), (10, 3), (12, 0), (12, 1), (8, 6), (8, 9), (9, 0)]
+
+
+@pytest.mark.parametrize("version, gpu, block", [
+    # Qwen3-Next at TP 2 with fp8 KV (the L40S log vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log prints 1072):
+    # GDN page 548,864 B over 2·256·1 = 512 B a token = 1,072 tokens exactly → 16·67 = 1072 where the unit is 16,
+    # 32·cdiv(1,072, 32) = 1088 where it is 32 (head size 256 on Blackwell)
+    ("0.13.0", "l40s", 1072), ("0.13.0", "h100", 1072), ("0.13.0", "rtx-5090", 1072), ("0.13.0", "b200", 1088),
+    ("0.13.0", "b300", 1088), ("0.17.1", "b200", 1088), ("0.18.0", "b200", 1072), ("0.20.0", "b200", 1072),
+    ("0.12.0", "b200", 1088), ("0.12.0", "b300", 1072), ("0.11.1", "b200", 1088), ("0.11.0", "b200", 1072),
+])
+def test_head_256_on_blackwell_grows_in_32s_from_0_11_1_to_0_17_1(version, gpu, block):
+    assert _block("qwen3-next", version, gpu, tp=2, kv="fp8") == block
+
+
+def test_real_l40s_log_keeps_the_16_unit(run_cli):
+    code, out, err = run_cli("check-log", LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log", "--model",
+                             "qwen3-next")
+    assert code == 0 and "all figures match" in out, out + err
+
+
+@pytest.mark.parametrize("version, gpu, block", [
+    # Kimi-Linear at TP 2: KDA page 1,085,440 B, MLA 1,152 B a token (942.2 tokens). Unit 16 → 944; 32 → 960;
+    # 64 (0.11.1-0.19.1) → 960; 128 (0.27.0 on) → 1024
+    ("0.24.0", "h100", 944), ("0.24.0", "rtx-3090", 944), ("0.24.0", "rtx-5090", 944), ("0.24.0", "gb10", 944),
+    ("0.24.0", "b200", 960), ("0.20.0", "b300", 960), ("0.26.0", "b200", 960),
+    ("0.19.1", "b200", 960), ("0.19.1", "rtx-3090", 960), ("0.27.0", "b200", 1024), ("0.27.0", "h100", 1024),
+])
+def test_mla_unit_by_gpu(version, gpu, block):
+    assert _block("kimi-linear-48b-a3b", version, gpu, tp=2) == block

@@ -35,6 +35,28 @@ GDN_FLASHINFER_ALIGNMENT = 64
 #: Mamba-1 models name no chunk size: `all` mode then aligns to this
 FALLBACK_CHUNK = 2048
 
+#: The CUDA compute capability of each GPU hybridplan/gpus.py knows (NVIDIA's published list); the ROCm boards
+#: have none. The block unit below depends on it; with no GPU given, Hopper's rules (9.0) apply.
+COMPUTE_CAPABILITY = {
+    **dict.fromkeys(("h100", "h100-pcie", "h100-nvl", "h800", "h200", "h200-nvl", "h20", "gh200", "gh200-144g"),
+                    (9, 0)),
+    "b200": (10, 0), "gb200": (10, 0), "b300": (10, 3), "gb300": (10, 3),
+    **dict.fromkeys(("a100-40g", "a100-40g-pcie", "a100-80g", "a100-80g-pcie"), (8, 0)),
+    **dict.fromkeys(("a10g", "a10", "rtx-a6000", "rtx-3060", "rtx-3090"), (8, 6)),
+    **dict.fromkeys(("l40s", "l40", "l20", "l4", "rtx-6000-ada", "rtx-4080", "rtx-4090"), (8, 9)),
+    **dict.fromkeys(("rtx-pro-6000", "rtx-5070-ti", "rtx-5090"), (12, 0)), "gb10": (12, 1), "t4": (7, 5),
+}
+#: FlashInfer-MLA's kernel blocks are 32 and 64 (vllm/v1/attention/backends/mla/flashinfer_mla.py, 0.20.0–0.33.0):
+#: the block it prefers, and so the unit, is 32
+FLASHINFER_MLA_BLOCK = 32
+#: FlashInfer with head size 256 on Blackwell (HybridAttentionMambaModelConfig, 0.11.1–0.17.1)
+FLASHINFER_HD256_BLOCK = 32
+
+
+def compute_capability(sc: Scenario) -> tuple[int, int]:
+    """The GPU's compute capability (``Budget.gpu``, i.e. ``--gpu-type``); Hopper's where none is given or known."""
+    return COMPUTE_CAPABILITY.get(sc.budget.gpu or "", (9, 0))
+
 
 def attention_page_per_token(fp: Footprint) -> int:
     """``attn1``: one token of one attention layer, from the model-level heads (sliding layers included)."""
@@ -69,16 +91,31 @@ def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
 
 
 def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
-    """The block grows in multiples of this. Before 0.20.0 (``HybridAttentionMambaModelConfig``): 16, and 64 for
-    MLA from 0.11.1. From 0.20.0 (``Platform._align_hybrid_block_size``): the larger of the backend's smallest
-    kernel block (16 for FlashAttention and FlashAttention-MLA on Hopper) and the starting block size, so
-    ``--block-size 64`` makes the block a multiple of 64; MLA at least 128 from 0.27.0; lcm with FlashInfer
-    GDN's 64 in 0.33 align."""
+    """The block grows in multiples of this. Before 0.20.0 (``HybridAttentionMambaModelConfig``): 16, 64 for MLA
+    from 0.11.1, and 32 for head size 256 on Blackwell (10.x) in 0.11.1–0.17.1. From 0.20.0
+    (``Platform._align_hybrid_block_size``): the larger of the backend's smallest kernel block (16 for
+    FlashAttention, FlashInfer, FlashAttention-MLA and Triton-MLA; 32 for FlashInfer-MLA on 10.x) and the starting
+    block size, which the backend's preferred block sets, so ``--block-size 64`` makes the block a multiple of 64;
+    MLA at least 128 from 0.27.0; lcm with FlashInfer GDN's 64 in 0.33 align. The GPU decides through
+    ``compute_capability``."""
     rel = sc.vllm.release
     mla = any(g.kind == "mla" for g in fp.kv)
+    cc = compute_capability(sc)
     if rel.before("0.20.0"):
-        return MLA_BLOCK if mla and rel.at_least("0.11.1") else KERNEL_BLOCK
-    a = max(KERNEL_BLOCK, sc.vllm.block_size or KERNEL_BLOCK)
+        if mla:
+            return MLA_BLOCK if rel.at_least("0.11.1") else KERNEL_BLOCK
+        head = max((m.head_dim for m in sc.spec.attention if m.kind != "mla"), default=0)
+        # FlashInfer (the default there) with head size 256: compute capability 10.0 exactly in 0.11.1–0.12.0
+        # (is_device_capability(100)), any 10.x in 0.13.0–0.17.1 (is_device_capability_family(100)); gone in 0.18.0
+        blackwell = cc == (10, 0) if rel.before("0.13.0") else cc[0] == 10
+        if head == 256 and blackwell and rel.at_least("0.11.1") and rel.before("0.18.0"):
+            return FLASHINFER_HD256_BLOCK
+        return KERNEL_BLOCK
+    # the backend vllm/platforms/cuda.py _get_backend_priorities picks first: on 10.x FlashInfer (kernel blocks
+    # 16, 32, 64) and for MLA FlashInfer-MLA (32, 64); elsewhere FlashAttention (multiples of 16), for MLA
+    # FlashAttention-MLA on 9.x and Triton-MLA (multiples of 16) on 8.x and 12.x
+    kernel = FLASHINFER_MLA_BLOCK if mla and cc[0] == 10 else KERNEL_BLOCK
+    a = max(kernel, sc.vllm.block_size or kernel)
     if mla and rel.at_least("0.27.0"):
         a = max(a, MLA_MIN_BLOCK)
     if _flashinfer_gdn(sc, fp, mode):
