@@ -249,7 +249,7 @@ def prefix(o: Options) -> None:
     show(prefix_sweep(sc, o.sweep, o.private), o, "sweep_view", "prefix_plot")
 
 
-@command(app, CHECK_LOG, JSON, name="check-log", short="A real start-up log beside the prediction")
+@command(app, CHECK_LOG, DTYPES, JSON, name="check-log", short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
     figure the engine printed beside hybridplan's prediction for those settings, and the figures hybridplan
@@ -262,6 +262,8 @@ def check_log(o: Options) -> None:
       hybridplan check-log vllm.log
       hybridplan check-log vllm.log --model qwen3-next --vllm-version 0.10.2
       hybridplan check-log sglang.log --model nemotron-h --tp 2 --json
+      hybridplan check-log excerpt.log --kv-dtype fp8 --ssm-dtype float32
+      docker logs vllm 2>&1 | hybridplan check-log -
     """
     from hybridplan.engines import LogGiven
     from hybridplan.logread import scan
@@ -271,7 +273,8 @@ def check_log(o: Options) -> None:
     given = LogGiven(model=o.model, tp=o.tp, vllm_version=o.vllm_version, sglang_version=o.sglang_version,
                      mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
                      max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
-                     mem_fraction_static=o.mem_fraction)
+                     mem_fraction_static=o.mem_fraction, dtype=o.dtype, conv_dtype=o.conv_dtype,
+                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype)
     report = check(log, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)

@@ -182,3 +182,16 @@ def test_split_of_a_log_in_memory():
     assert len(split(log)) == 3
     report = check(log)
     assert report.ok and len(report.starts) == 3 and report.model == "nemotron-h-8b"
+
+
+def test_dtype_flags_stand_in_for_an_excerpt_that_does_not_print_them(run_cli):
+    # Nemotron-H-8B at 0.23.0 with bf16 KV: block 1040 (its line 6). With fp8 KV given as a flag the attention page
+    # halves, the block doubles to 2,080 and the logged 1040 no longer matches: the flag is what was read
+    code, d = _json(run_cli, NEMOTRON, "--kv-dtype", "fp8")
+    kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
+    block = next(r for r in d["rows"] if r["figure"] == "attention block size")
+    assert code == 1 and kv["source"] == "flag" and (block["logged"], block["predicted"]) == ("1040", "2080")
+    # SGLang spells hybridplan's fp8 fp8_e4m3 (it has no plain fp8)
+    code, d = _json(run_cli, SGLANG, "--kv-dtype", "fp8")
+    kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
+    assert kv["value"] == "fp8_e4m3" and kv["source"] == "flag"

@@ -64,6 +64,11 @@ class LogGiven:
     max_num_seqs: int | None = None
     max_running_requests: int | None = None
     mem_fraction_static: float | None = None
+    #: the dtype flags (model, conv state, SSM state, KV), for a log whose excerpt does not print them
+    dtype: str | None = None
+    conv_dtype: str | None = None
+    ssm_dtype: str | None = None
+    kv_dtype: str | None = None
 
 
 class Engine(Protocol):

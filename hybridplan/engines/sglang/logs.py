@@ -103,7 +103,10 @@ def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[Settings
     s = Settings(ENGINE)
     for name, value in (("model_path", given.model), ("tp_size", given.tp), ("context_length", given.ctx),
                         ("max_running_requests", given.max_running_requests),
-                        ("mem_fraction_static", given.mem_fraction_static)):
+                        ("mem_fraction_static", given.mem_fraction_static), ("dtype", given.dtype),
+                        ("mamba_ssm_dtype", given.ssm_dtype),
+                        # SGLang has no plain fp8: hybridplan's fp8 is its fp8_e4m3 (options._kv_dtype)
+                        ("kv_cache_dtype", "fp8_e4m3" if given.kv_dtype == "fp8" else given.kv_dtype)):
         s.put(name, value, "flag")
     args, found, as_dict = server_args(log)
     rel = _version(log, given, as_dict, s, notes)

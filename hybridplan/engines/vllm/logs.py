@@ -29,7 +29,8 @@ ENGINE = "vllm"
 KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len", "amba", "attention block size",
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
-            "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ")
+            "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
+            "arch=sm", "device_name=")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -42,6 +43,11 @@ ARCH = re.compile(r"Resolved architecture: (\w+)")
 MODE = re.compile(r"Mamba cache mode is set to '(\w+)'")
 PREFIX_OFF = re.compile(r"(?:disabling prefix caching|prefix caching: disabling)")
 KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
+#: the GPU as the lines name it, for the block unit (hybridplan/engines/vllm/blocks.py ``compute_capability``): its
+#: compute capability (SymmMemCommunicator's warning, FlashInfer's JIT arch), else its name (a fused-MoE config
+#: file, device_name=NVIDIA_H200)
+CAPABILITY = (re.compile(r"Device capability (\d+)\.(\d+)"), re.compile(r"\barch=sm_?(\d+?)(\d)a?\b"))
+DEVICE_NAME = re.compile(r"device_name=(NVIDIA_[A-Za-z0-9_-]+?)(?:,|\.json)")
 #: engine-config fields (``VllmConfig.__str__``), as ``name=value``
 CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
                  "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)", "max_seq_len": r"\bmax_seq_len=(\d+)",
@@ -128,7 +134,9 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     for name, value in (("version", given.vllm_version), ("model", given.model), ("tensor_parallel_size", given.tp),
                         ("max_model_len", given.ctx), ("mamba_cache_mode", given.mode),
                         ("kv_cache_memory_bytes", given.kv_budget), ("num_speculative_tokens", given.spec_tokens),
-                        ("max_num_seqs", given.max_num_seqs)):
+                        ("max_num_seqs", given.max_num_seqs), ("dtype", given.dtype),
+                        ("mamba_cache_dtype", given.conv_dtype), ("mamba_ssm_cache_dtype", given.ssm_dtype),
+                        ("kv_cache_dtype", given.kv_dtype)):
         s.put(name, value, "flag")
     for pattern in BANNER:
         if (f := log.last(pattern)) is not None:
@@ -257,6 +265,26 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
         return Speculative(method=None, num_tokens=spec_tokens)
 
 
+def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
+    """The compute capability the log states, put among the settings with its line."""
+    from hybridplan.engines.vllm.blocks import COMPUTE_CAPABILITY
+    from hybridplan.gpus import gpu
+
+    cc, f = None, None
+    for pattern in CAPABILITY:
+        if (f := log.last(pattern)) is not None:
+            cc = (int(f[1]), int(f[2]))
+            break
+    if cc is None and (f := log.last(DEVICE_NAME)) is not None:
+        try:
+            cc = COMPUTE_CAPABILITY.get(gpu(f[1].replace("_", " ")).key)
+        except PlanError:
+            cc = None
+    if cc is not None and f is not None:
+        s.put("compute_capability", f"{cc[0]}.{cc[1]}", f.source)
+    return cc
+
+
 def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
     """The scenario, release and Mamba cache mode the settings describe."""
     from hybridplan.engines.vllm.settings import VllmSettings
@@ -283,7 +311,8 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     sp = _speculative(s, spec, rel, spec_tokens, notes)
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
-                                    enforce_eager=bool(s.get("enforce_eager"))),
+                                    enforce_eager=bool(s.get("enforce_eager")),
+                                    compute_capability=_capability(log, s)),
                   allow_long_context=True)
     return sc, rel, mode
 
