@@ -3,6 +3,7 @@ file named beside the test, and pinned on a real log where one exists (tests/dat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,20 @@ def test_real_l40s_log_keeps_the_16_unit(run_cli):
 ])
 def test_mla_unit_by_gpu(version, gpu, block):
     assert _block("kimi-linear-48b-a3b", version, gpu, tp=2) == block
+
+
+def test_the_logs_device_line_decides_the_unit(run_cli, tmp_path):
+    """check-log takes the compute capability from the log (SymmMemCommunicator's "Device capability 8.9" here);
+    the same log with a Blackwell capability predicts 0.13.0's 32-token unit for head size 256: 1088, not the
+    logged 1072."""
+    src = LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log"
+    code, out, err = run_cli("check-log", src, "--model", "qwen3-next", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert {"engine": "vllm", "name": "compute_capability", "value": "8.9"}.items() <= next(
+        st for st in data["settings"] if st["name"] == "compute_capability").items()
+    b200 = tmp_path / "b200.log"
+    b200.write_text(src.read_text().replace("Device capability 8.9", "Device capability 10.0"))
+    code, out, err = run_cli("check-log", b200, "--model", "qwen3-next")
+    row = next(line for line in out.splitlines() if "attention block size" in line)
+    assert row.split()[-3:] == ["1072", "1088", "✗"], row

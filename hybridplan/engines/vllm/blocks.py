@@ -54,8 +54,9 @@ FLASHINFER_HD256_BLOCK = 32
 
 
 def compute_capability(sc: Scenario) -> tuple[int, int]:
-    """The GPU's compute capability (``Budget.gpu``, i.e. ``--gpu-type``); Hopper's where none is given or known."""
-    return COMPUTE_CAPABILITY.get(sc.budget.gpu or "", (9, 0))
+    """The GPU's compute capability: ``Budget.gpu`` (``--gpu-type``), else the one a start-up log states
+    (``VllmSettings.compute_capability``), else Hopper's."""
+    return COMPUTE_CAPABILITY.get(sc.budget.gpu or "") or sc.vllm.compute_capability or (9, 0)
 
 
 def attention_page_per_token(fp: Footprint) -> int:

@@ -26,6 +26,9 @@ class VllmSettings:
     gpu_util: float | None = None
     #: ``--enforce-eager``: no CUDA graphs, so no max_num_seqs check against the Mamba blocks
     enforce_eager: bool = False
+    #: the GPU's compute capability as a start-up log states it, where no ``--gpu-type`` names the GPU (the block
+    #: unit depends on it: hybridplan/engines/vllm/blocks.py ``compute_capability``)
+    compute_capability: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None:
