@@ -16,6 +16,7 @@ from hybridplan.options import (
     ADMISSION,
     ALLOW_LONG,
     BUDGET,
+    DP,
     DTYPES,
     ENGINES,
     JSON,
@@ -194,7 +195,7 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, PP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
+         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
          short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.

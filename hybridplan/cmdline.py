@@ -37,7 +37,7 @@ from hybridplan.errors import PlanError
 _IGNORED_VALUE = ("--host", "--port", "--served-model-name", "--api-key", "--tokenizer", "--tokenizer-mode",
                   "--download-dir", "--seed", "--chat-template", "--tool-call-parser", "--reasoning-parser",
                   "--uvicorn-log-level", "--max-log-len", "--generation-config", "--distributed-executor-backend",
-                  "--data-parallel-size", "-dp", "--allowed-origins", "--root-path", "--ssl-keyfile",
+                  "--allowed-origins", "--root-path", "--ssl-keyfile",
                   "--ssl-certfile", "--response-role", "--hf-token", "--load-format", "--code-revision",
                   "--tokenizer-revision", "--swap-space", "--config-format", "--middleware", "--lora-modules",
                   "--override-generation-config", "--disable-log-requests")
@@ -69,7 +69,8 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--kv-cache-memory-bytes": ("opt", "--kv-budget"),
     "--gdn-prefill-backend": ("opt", "--gdn-prefill-backend"),
     "--pipeline-parallel-size": ("opt", "--pp"), "-pp": ("opt", "--pp"),
-    "--enable-expert-parallel": ("refuse", "expert parallelism is not modelled: experts are sized as TP shards"),
+    "--enable-expert-parallel": ("bool", "--enable-expert-parallel"),
+    "--data-parallel-size": ("opt", "--dp"), "-dp": ("opt", "--dp"),
     "--cpu-offload-gb": ("refuse", "weight offloading is not modelled: give --weights with what stays on the GPU"),
     "--num-gpu-blocks-override": ("refuse", "a block count override is not modelled"),
     "--max-cudagraph-capture-size": ("refuse", "CUDA graph sizes are not modelled"),
@@ -103,11 +104,13 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--quantization": ("opt", "--quantization"),
     "--revision": ("opt", "--revision"),
     "--pp-size": ("opt", "--pp"),
-    "--ep-size": ("refuse", "expert parallelism is not modelled: experts are sized as TP shards"),
+    "--ep-size": ("opt", "--ep-size"), "--ep": ("opt", "--ep-size"),
+    "--dp-size": ("opt", "--dp"), "--dp": ("opt", "--dp"),
+    "--enable-dp-attention": ("bool", "--enable-dp-attention"),
     "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
                                      "gives"),
     **{f: ("ignore", None) for f in ("--host", "--port", "--served-model-name", "--api-key", "--tokenizer-path",
-                                     "--log-level", "--random-seed", "--dp-size", "--dp", "--chat-template",
+                                     "--log-level", "--random-seed", "--chat-template",
                                      "--tool-call-parser", "--reasoning-parser", "--download-dir", "--load-format",
                                      "--tokenizer-mode", "--attention-backend", "--cuda-graph-max-bs",
                                      "--cuda-graph-bs", "--schedule-policy", "--stream-interval",
@@ -443,6 +446,10 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
         a += ["--tensor-parallel-size", str(sc.tp)]
     if sc.pp > 1:
         a += ["--pipeline-parallel-size", str(sc.pp)]
+    if sc.dp > 1:
+        a += ["--data-parallel-size", str(sc.dp)]
+    if sc.expert_parallel:
+        a += ["--enable-expert-parallel"]
     a += ["--max-model-len", str(sc.ctx), "--max-num-seqs", str(max(max_num_seqs, 1))]
     d = sc.dtypes
     for flag, value in (("--dtype", _torch(d.dtype)), ("--mamba-cache-dtype", _torch(d.conv)),
@@ -505,6 +512,12 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
         a += ["--tp-size", str(sc.tp)]
     if sc.pp > 1:
         a += ["--pp-size", str(sc.pp)]
+    if sc.dp > 1:
+        a += ["--dp-size", str(sc.dp)]
+    if sc.dp_attention:
+        a += ["--enable-dp-attention"]
+    if sc.ep_size > 1:
+        a += ["--ep-size", str(sc.ep_size)]
     a += ["--context-length", str(sc.ctx)]
     if s.max_running_requests is not None:
         a += ["--max-running-requests", str(s.max_running_requests)]

@@ -245,6 +245,21 @@ MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None),
 TP = (param("tp", Tp, 1),)
 #: pipeline stages: only for the commands that size them (size, fit)
 PP = (param("pp", Pp, 1), param("pp_layers", PpLayers, None))
+#: data and expert parallelism: only for the commands that size them (fit)
+DP = (param("dp", Annotated[int, option(
+          "--dp", metavar="N", parser=count_value("--dp"),
+          help="Data-parallel ranks (vLLM --data-parallel-size: whole engines, their MoE layers over all data × "
+               "tensor ranks; SGLang --dp-size: replicas, or attention groups with --enable-dp-attention).")], 1),
+      param("expert_parallel", Annotated[bool, option(
+          "--enable-expert-parallel", help="vLLM --enable-expert-parallel: the routed experts dealt whole over the "
+                                           "data × tensor ranks.")], False),
+      param("ep_size", Annotated[int, option(
+          "--ep-size", metavar="N", parser=count_value("--ep-size"),
+          help="SGLang --ep-size: the routed experts dealt whole over N of the tensor ranks.")], 1),
+      param("dp_attention", Annotated[bool, option(
+          "--enable-dp-attention", help="SGLang --enable-dp-attention: attention and recurrent layers data-parallel "
+                                        "over --dp groups of --tp / --dp ranks, the MLP and MoE over all --tp.")],
+            False))
 DTYPES = (param("dtype", Dtype, None), param("conv_dtype", ConvDtype, None), param("ssm_dtype", SsmDtype, None),
           param("kv_dtype", KvDtype, None))
 SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("speculative_config", SpecConfig, None),
@@ -347,7 +362,8 @@ def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str 
 # --- options → Scenario ----------------------------------------------------------------------------
 
 #: Scenario field ← option, for the options a command may take
-_SCENARIO = {"tp": "tp", "pp": "pp", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
+_SCENARIO = {"tp": "tp", "pp": "pp", "dp": "dp", "expert_parallel": "expert_parallel", "ep_size": "ep_size",
+             "dp_attention": "dp_attention", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
              "allow_long_context": "allow_long_context"}
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
          "gpu_util": "gpu_util", "enforce_eager": "enforce_eager"}

@@ -122,11 +122,22 @@ class Scenario:
     #: the layers of each stage as given (``VLLM_PP_LAYER_PARTITION`` / ``SGLANG_PP_LAYER_PARTITION``); None =
     #: the engine's own split
     pp_partition: tuple[int, ...] | None = None
+    #: data-parallel ranks (vLLM ``--data-parallel-size``: whole engine replicas whose MoE layers shard over all
+    #: data × tensor ranks; SGLang ``--dp-size``)
+    dp: int = 1
+    #: vLLM ``--enable-expert-parallel``: the routed experts split whole over the data × tensor ranks
+    expert_parallel: bool = False
+    #: SGLang ``--ep-size``: the routed experts split whole over this many of the tensor ranks
+    ep_size: int = 1
+    #: SGLang ``--enable-dp-attention``: attention (and the recurrent layers) data-parallel over ``dp`` groups of
+    #: ``tp // dp`` ranks, the MLP / MoE tensor- or expert-parallel over all ``tp``
+    dp_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:
             raise PlanError(f"unknown engine {self.engine!r} (known: {', '.join(ENGINE_CHOICES)})")
-        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots"), (self.pp, "--pp")):
+        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots"), (self.pp, "--pp"),
+                            (self.dp, "--dp"), (self.ep_size, "--ep-size")):
             positive(value, flag)
         if self.chunk <= 0:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")

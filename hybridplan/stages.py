@@ -128,19 +128,64 @@ def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
     return shares
 
 
-def stage_rank_bytes(whole: ModelSpec, stage: Stage, tp: int, dtype: str) -> tuple[int, str]:
-    """The weights one TP rank of ``stage`` loads, and where the figure comes from: the whole model's parts
-    (hybridplan/weights) in the stage's share; a checkpoint's exact figure scaled by the same shares."""
+@dataclass(frozen=True)
+class Sharding:
+    """How one rank's weights split: ``tp`` ranks for the attention and recurrent layers, the norms and the
+    embedding; ``ffn_tp`` for the dense MLPs and shared experts and ``lm_head_tp`` for the LM head (``tp`` where
+    None); the routed experts sliced over ``expert_tp`` ranks and dealt whole over ``ep`` ranks (the most loaded
+    rank holds ceil(experts / ep)). ``embedding_tp`` 1 replicates the embedding."""
+
+    tp: int
+    ffn_tp: int | None = None
+    expert_tp: int | None = None
+    ep: int = 1
+    lm_head_tp: int | None = None
+    embedding_tp: int | None = None
+
+    def ranks(self, group: str, name: str) -> int:
+        if group == "moe" and name.startswith("experts."):
+            return self.expert_tp or self.ffn_tp or self.tp
+        if group in ("mlp", "moe"):
+            return self.ffn_tp or self.tp
+        if group == "lm_head":
+            return self.lm_head_tp or self.tp
+        if group == "embedding":
+            return self.embedding_tp or self.tp
+        return self.tp
+
+
+def _experts(parts: list, whole: ModelSpec) -> int | None:
+    """The routed experts a MoE layer holds: the router's rows (experts × hidden, over the MoE layers)."""
+    router = sum(p.params for p in parts if p.group == "moe" and p.name == "router")
+    layers = sum(1 for f in whole.ffn if f == "moe")
+    if not router or not layers or not whole.hidden_size:
+        return None
+    return router // (whole.hidden_size * layers)
+
+
+def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
+                     sharding: Sharding | None = None) -> tuple[int, str]:
+    """The weights one rank of ``stage`` (the whole model where None) loads, and where the figure comes from: the
+    whole model's parts (hybridplan/weights) in the stage's share, each split as ``sharding`` says (over ``tp``
+    where None); a checkpoint's exact figure scaled by the same shares."""
+    from math import ceil
+
+    from hybridplan.dtypes import size_of
     from hybridplan.weights import _bytes, rank_params, weights
     from hybridplan.weights.families import parts
-    from hybridplan.dtypes import size_of
 
     if not whole.config_json:
-        raise PlanError(f"{whole.name} carries no config to split its weights by stage: give --weights")
+        raise PlanError(f"{whole.name} carries no config to split its weights by rank: give --weights")
+    if stage is None:
+        stage = stages(whole, ((0, len(decoder_layers(whole))),))[0]
+    sharding = sharding or Sharding(tp)
     config = json.loads(whole.config_json)
     every = [p for p in parts(whole.architecture, config, whole.family) if p.section != "mtp"]
     shares = stage_shares(whole, stage)
     tied = not any(p.group == "lm_head" for p in every)
+    experts = _experts(every, whole) if sharding.ep > 1 else None
+    if sharding.ep > 1 and experts is None:
+        raise PlanError(f"{whole.name} has no routed experts to split over expert-parallel ranks")
     q = whole.quantization.weights_scheme() if whole.quantization is not None else None
     hidden, dbytes = whole.hidden_size or 1, size_of(dtype)
     full = held = 0.0
@@ -150,11 +195,14 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage, tp: int, dtype: str) -> tup
             share = 1.0 if stage.first or (tied and stage.last) else 0.0
         if share is None:
             share = stage.layers / (len(decoder_layers(whole)) or 1)
-        b = _bytes(p, rank_params(p, tp, hidden), dbytes, q)
-        full += b
+        routed = p.group == "moe" and p.name.startswith("experts.")
+        b = _bytes(p, rank_params(p, sharding.ranks(p.group, p.name), hidden), dbytes, q)
+        if routed and experts:
+            b *= ceil(experts / sharding.ep) / experts
+        full += _bytes(p, rank_params(p, tp, hidden), dbytes, q)
         held += share * b
     w = weights(whole, tp, dtype)
+    where = f"layers {stage.start}-{stage.end - 1}" if stage.layers != len(decoder_layers(whole)) else "all layers"
     if w.source == "config":
-        return int(held), f"counted from the config, layers {stage.start}-{stage.end - 1}"
-    return int(w.bytes_per_rank * held / full) if full else 0, f"{w.source}, in the share of layers {stage.start}-" \
-                                                                f"{stage.end - 1}"
+        return int(held), f"counted from the config, {where}"
+    return int(w.bytes_per_rank * held / full) if full else 0, f"{w.source}, in the share of {where}"

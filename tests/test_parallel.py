@@ -237,3 +237,87 @@ def test_fit_reads_the_engines_pp_flags_and_prints_them_back(run_cli):
 def test_a_partition_that_does_not_name_pp_stages_is_one_line(run_cli):
     one_line_error(*run_cli("fit", "qwen3.5-27b", "--kv-budget", "20GiB", "--pp", "2", "--pp-layers", "10,20,34"),
                    "names 3 stages", "--pp is 2")
+
+
+# --- data and expert parallelism ---------------------------------------------------------------------
+
+
+def _expert_bytes(spec, ranks: int) -> float:
+    """The routed experts' bytes on one of ``ranks`` ranks, sliced (hybridplan/weights parts ``experts.*``)."""
+    from hybridplan.weights import _bytes, rank_params
+    from hybridplan.weights.families import parts
+
+    every = [p for p in parts(spec.architecture, json.loads(spec.config_json), spec.family) if p.section != "mtp"]
+    return sum(_bytes(p, rank_params(p, ranks, spec.hidden_size), 2, None) for p in every
+               if p.group == "moe" and p.name.startswith("experts."))
+
+
+def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
+    # vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make (0.33.0): without EP the MoE's
+    # TP is flattened across DP (tp_size = dp × tp); the attention and GDN layers stay split over the engine's tp.
+    # Qwen3.5-397B at TP 2 × DP 2 holds the experts as TP 4 does and everything else as TP 2 does
+    from hybridplan.stages import Sharding
+
+    spec = load_model("qwen3.5-397b-a17b")
+    tp2 = stage_rank_bytes(spec, None, 2, "bfloat16")[0]
+    tp4 = stage_rank_bytes(spec, None, 4, "bfloat16")[0]
+    dp = stage_rank_bytes(spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2)))[0]
+    assert dp == pytest.approx(tp2 - _expert_bytes(spec, 2) + _expert_bytes(spec, 4), abs=4)
+    assert tp4 < dp < tp2
+    # EP deals whole experts: 512 over 4 ranks is 128 each, the bytes of a 4-way slice
+    ep = stage_rank_bytes(spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2,
+                                                                               expert_parallel=True)))[0]
+    assert ep == pytest.approx(dp, abs=4)
+    # over 3 ranks the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not a third
+    three = stage_rank_bytes(spec, None, 1, "bfloat16", Sharding(1, expert_tp=1, ep=3))[0]
+    one = stage_rank_bytes(spec, None, 1, "bfloat16")[0]
+    assert three == pytest.approx(one - _expert_bytes(spec, 1) * (1 - 171 / 512), abs=4)
+
+
+def test_vllm_dp_engines_each_hold_their_own_cache():
+    # each DP rank is an engine with its own scheduler and KV cache: its figures are one engine's, and the
+    # requests of the context all engines hold are dp times one's
+    sc = scenario("qwen3.5-397b-a17b", 32768, tp=8, dp=2, expert_parallel=True, engine="vllm",
+                  budget=Budget(gpu_mem=80 * GiB, gpu="h100"))
+    f = vllm_pp.fit(sc)
+    assert f.total_concurrency == pytest.approx(2 * f.chosen.capacity.max_concurrency)
+    assert "--data-parallel-size 2 --enable-expert-parallel" in f.flags
+
+
+def test_vllm_refuses_expert_parallel_without_experts():
+    # vllm/config/model.py _verify_with_expert_parallelism (0.33.0)
+    with pytest.raises(PlanError, match="Number of experts in the model must be greater than 0"):
+        vllm_pp.pipeline(scenario("qwen3.5-27b", expert_parallel=True))
+
+
+def test_sglang_dp_attention_sizes_each_rank_at_its_attention_group():
+    # --enable-dp-attention: attn_tp = tp // dp (qwen3_next.py and nemotron_h.py build their mixers at
+    # get_parallel().attn_tp_size); at TP 4, DP 4 a rank keeps whole heads of its own requests, as TP 1 does
+    from hybridplan.engines.sglang.pool import footprint as sglang_footprint
+
+    spec = load_model("nemotron-3-super-120b-a12b")
+    sc = scenario(spec, 32768, tp=4, dp=4, dp_attention=True, ep_size=4, engine="sglang",
+                  budget=Budget(kv_budget=30 * GiB))
+    f = sglang_pp.fit_data_parallel(sc)
+    one = sglang_footprint(scenario(spec, 32768, tp=1))
+    assert f.pool.fp.state_bytes == one.state_bytes and f.pool.fp.kv_bytes_per_token == one.kv_bytes_per_token
+    assert f.attn_tp == 1 and f.total_requests == 4 * f.max_running_requests
+    assert f.flags.endswith("--dp-size 4 --enable-dp-attention --ep-size 4")
+    with pytest.raises(PlanError, match="tp_size must be divisible by dp_size"):
+        sglang_pp.attention_tp(replace(sc, dp=3))
+
+
+def test_fit_reads_the_engines_dp_and_ep_flags(run_cli):
+    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.5-397B-A17B",
+                           "-tp", "8", "-dp", "2", "--enable-expert-parallel", "--max-model-len", "32768")
+    d = json.loads(out)
+    assert (d["vllm"]["dp"], d["vllm"]["expert_parallel"]) == (2, True)
+    argv = d["commands"]["vllm"]["argv"]
+    assert "--enable-expert-parallel" in argv and argv[argv.index("--data-parallel-size") + 1] == "2"
+    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "python", "-m", "sglang.launch_server",
+                           "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4", "--dp-size", "2",
+                           "--enable-dp-attention", "--ep-size", "4", "--context-length", "32768")
+    d = json.loads(out)
+    assert (d["sglang"]["dp"], d["sglang"]["attention_tp"], d["sglang"]["ep_size"]) == (2, 2, 4)
+    sg = d["commands"]["sglang"]["argv"]
+    assert "--enable-dp-attention" in sg and sg[sg.index("--ep-size") + 1] == "4"

@@ -39,10 +39,10 @@ class SglangEngine:
         from hybridplan.engines.sglang.pool import fit
 
         self.check_served(sc)
-        if sc.pp > 1:  # pipeline stages: hybridplan/engines/sglang/parallel.py
+        if sc.pp > 1 or sc.dp > 1 or sc.ep_size > 1:  # hybridplan/engines/sglang/parallel.py
             from hybridplan.engines.sglang import parallel
 
-            return parallel.fit(sc)
+            return parallel.fit_data_parallel(sc) if sc.dp > 1 or sc.ep_size > 1 else parallel.fit(sc)
         return fit(sc)
 
     def prefix(self, sc: Scenario, shared: int, prompt: int) -> Prefix:

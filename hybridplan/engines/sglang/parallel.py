@@ -28,7 +28,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS
-from hybridplan.stages import Stage, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, decoder_layers, stages
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -183,3 +183,125 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
 
     fields["refusal"] = refusal(sc)
     return PipelineFit(**fields, pp=sc.pp, stage_pools=tuple(out), binding=binding, min_kv_tokens=tokens)
+
+
+# --- data and expert parallelism ---------------------------------------------------------------------
+
+
+def attention_tp(sc: Scenario) -> int:
+    """The ranks one attention group spans: ``tp // dp`` with --enable-dp-attention (sglang/srt/server_args.py
+    requires dp to divide tp), else ``tp``."""
+    if not sc.dp_attention:
+        return sc.tp
+    if sc.dp < 2:
+        raise PlanError("--enable-dp-attention needs --dp-size above 1")
+    if sc.tp % sc.dp:
+        raise PlanError(f"SGLang refuses --enable-dp-attention with --tp-size {sc.tp} and --dp-size {sc.dp}: "
+                        "tp_size must be divisible by dp_size")
+    return sc.tp // sc.dp
+
+
+def sharding(sc: Scenario) -> Sharding:
+    """One rank's weights: the attention and recurrent layers over the attention group, the dense MLPs and the
+    LM head over all ``tp`` (``enable_dp_lm_head`` off), the routed experts dealt whole over ``--ep-size`` and
+    sliced over ``tp / ep``. The embedding: over the attention group where the model passes
+    ``use_attn_tp_group`` (qwen3_next.py, nemotron_h.py), whole where it passes ``enable_tp=False`` (qwen3_5.py)."""
+    if sc.ep_size > 1 and sc.tp % sc.ep_size:
+        raise PlanError(f"SGLang refuses --ep-size {sc.ep_size} with --tp-size {sc.tp}: ep_size must divide tp_size")
+    attn = attention_tp(sc)
+    embedding = (1 if sc.spec.family == "Qwen3.5" else attn) if sc.dp_attention else None
+    return Sharding(attn, ffn_tp=sc.tp, expert_tp=sc.tp // sc.ep_size, ep=sc.ep_size, lm_head_tp=sc.tp,
+                    embedding_tp=embedding)
+
+
+def rank_memory(sc: Scenario) -> Waterfall:
+    """One rank's memory down to R with its weights split as ``sharding`` says."""
+    from hybridplan.engines.sglang.memory import memory
+    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.stages import stage_rank_bytes
+
+    b = sc.budget
+    whole = memory(replace(sc, budget=replace(b, weights=1, params=None)))
+    if b.weights is not None or b.params is not None:
+        raise PlanError("with --dp-size / --ep-size the weights are split per part: leave --weights and --params out")
+    size, source = stage_rank_bytes(sc.spec, None, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), sharding(sc))
+    weights = Term("weights", size, "counted", source + f"; attention over {attention_tp(sc)}, experts over "
+                                                        f"EP {sc.ep_size}")
+    terms = tuple(weights if t.name == "weights" else t for t in whole.terms)
+    left = whole.requested - sum(t.bytes for t in terms)
+    return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
+
+
+@dataclass(frozen=True)
+class DataParallelFit(Fit):
+    """`fit` on SGLang with --dp-size / --ep-size: one rank's figures (every rank alike), and the whole."""
+
+    dp: int = 1
+    dp_attention: bool = False
+    ep_size: int = 1
+    attn_tp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp if self.dp_attention else self.tp * self.dp
+
+    @property
+    def total_requests(self) -> int:
+        return self.dp * self.max_running_requests
+
+    @property
+    def flags(self) -> str:
+        return super().flags + (f" --dp-size {self.dp}" if self.dp > 1 else "") + (
+            " --enable-dp-attention" if self.dp_attention else "") + (
+            f" --ep-size {self.ep_size}" if self.ep_size > 1 else "")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.dp_attention:
+            how = (f"--enable-dp-attention: {self.dp} attention groups of {self.attn_tp} ranks on {self.tp} GPUs; "
+                   f"each rank keeps the KV and the recurrent state of its own group's requests, its attention and "
+                   f"recurrent layers split {self.attn_tp} ways, the MLP and MoE {self.tp} ways")
+        elif self.dp > 1:
+            how = f"--dp-size {self.dp}: {self.dp} replicas of {self.tp} GPUs ({self.gpus} in all), each as shown"
+        else:
+            how = ""
+        ep = (f"--ep-size {self.ep_size}: each rank holds the routed experts of 1/{self.ep_size} of the experts "
+              f"(the most loaded rank: rounded up)",) if self.ep_size > 1 else ()
+        total = (f"{self.dp} × {self.max_running_requests:,} = {self.total_requests:,} running requests in all",) \
+            if self.dp > 1 else ()
+        return super().notes + ((how,) if how else ()) + ep + total
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "dp": self.dp, "dp_attention": self.dp_attention, "ep_size": self.ep_size,
+                "attention_tp": self.attn_tp, "gpus": self.gpus, "total_max_running_requests": self.total_requests}
+
+
+def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
+    """`fit` on SGLang with --dp-size (replicas, or attention groups) and --ep-size: one rank's split."""
+    from hybridplan.engines.sglang.context import refusal
+    from hybridplan.engines.sglang.pool import fit as pool_fit
+    from hybridplan.scenario import Budget
+
+    if sc.pp > 1:
+        raise PlanError("SGLang with --pp-size and --dp-size / --ep-size together is not modelled")
+    if sc.ep_size > 1 and "moe" not in sc.spec.ffn:
+        raise PlanError(f"--ep-size {sc.ep_size}: {sc.spec.name} has no routed experts")
+    attn = attention_tp(sc)
+    water = None
+    budget = sc.budget
+    if sc.budget.kv_budget is None:
+        water = rank_memory(sc)
+        if water.cache_bytes <= 0:
+            return Shortfall(f"SGLang {sc.sglang.release.version}", water, "the memory split between the pools (R)",
+                             "mem_fraction_static")
+        budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
+    s = sc.sglang
+    if sc.dp_attention and s.max_running_requests is not None:  # split over the DP ranks (resolve_max_num_reqs)
+        s = replace(s, max_running_requests=max(1, s.max_running_requests // sc.dp))
+    f = pool_fit(replace(sc, tp=attn, dp=1, dp_attention=False, ep_size=1, budget=budget, sglang=s))
+    if isinstance(f, Shortfall):
+        return f
+    fields = {name: getattr(f, name) for name in ("split", "pool", "spec", "strategy", "admission", "ctx",
+                                                  "page_size", "draft")}
+    return DataParallelFit(**fields, tp=sc.tp, refusal=refusal(sc), memory=water, dp=sc.dp,
+                           dp_attention=sc.dp_attention, ep_size=sc.ep_size, attn_tp=attn)

@@ -40,7 +40,7 @@ class VllmEngine:
         from hybridplan.engines.vllm.sizing import fit
 
         self.check_served(sc)
-        if sc.pp > 1:  # pipeline stages: hybridplan/engines/vllm/parallel.py
+        if sc.pp > 1 or sc.dp > 1 or sc.expert_parallel:  # hybridplan/engines/vllm/parallel.py
             from hybridplan.engines.vllm import parallel
 
             return parallel.fit(sc)

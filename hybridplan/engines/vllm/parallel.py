@@ -26,7 +26,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
-from hybridplan.stages import Stage, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, decoder_layers, stages
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -126,8 +126,30 @@ def check(sc: Scenario) -> None:
                         "(raised from vllm/config/speculative.py)")
 
 
+def sharding(sc: Scenario) -> Sharding:
+    """How one rank's weights split (vllm/model_executor/layers/fused_moe/config.py ``FusedMoEParallelConfig.make``,
+    0.33.0): attention, recurrent layers and dense MLPs over the TP ranks of one engine; the fused MoE over all
+    ``dp × tp`` ranks, sliced (TP flattened across DP) or, with --enable-expert-parallel, dealt whole (EP of
+    ``dp × tp``)."""
+    world = sc.tp * sc.dp
+    if sc.expert_parallel:
+        return Sharding(sc.tp, expert_tp=1, ep=world)
+    return Sharding(sc.tp, expert_tp=world)
+
+
+def check_moe(sc: Scenario) -> None:
+    """--enable-expert-parallel on a model without experts: vllm/config/model.py ``_verify_with_expert_parallelism``."""
+    if sc.expert_parallel and "moe" not in sc.spec.ffn:
+        raise PlanError(f"vLLM {sc.vllm.release.version} refuses --enable-expert-parallel for {sc.spec.name}: "
+                        "\"Number of experts in the model must be greater than 0 when expert parallelism is "
+                        "enabled.\" (vllm/config/model.py)")
+
+
 def pipeline(sc: Scenario) -> tuple[Stage, ...]:
     """The stages of the scenario's model, split as vLLM splits it."""
+    check_moe(sc)
+    if sc.pp == 1:
+        return stages(sc.spec, ((0, len(decoder_layers(sc.spec))),))
     check(sc)
     layers = decoder_layers(sc.spec)
     return stages(sc.spec, split(len(layers), sc.pp, sc.pp_partition))
@@ -150,7 +172,9 @@ def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
         total = b.weights if b.weights is not None else int(b.params * size_of(model_dtype(sc.spec, sc.dtypes.dtype)))
         weights = Term("weights", total // (sc.tp * sc.pp), "exact", "given, split evenly over the stages and ranks")
     else:
-        size, source = stage_rank_bytes(sc.spec, stage, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
+        size, source = stage_rank_bytes(sc.spec, stage, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), sharding(sc))
+        if sc.dp > 1 or sc.expert_parallel:
+            source += f"; experts {'dealt whole over' if sc.expert_parallel else 'sliced over'} {sc.tp * sc.dp} ranks"
         weights = Term("weights", size, "counted", source)
     terms = []
     for t in whole.terms:
@@ -302,6 +326,8 @@ class PipelineFit(Fit):
     and every stage's own."""
 
     pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False
 
     @property
     def stage_caches(self) -> tuple[StageCache, ...]:
@@ -313,10 +339,18 @@ class PipelineFit(Fit):
 
     @property
     def flags(self) -> str:
-        return super().flags + f" --pipeline-parallel-size {self.pp}"
+        return super().flags + (f" --pipeline-parallel-size {self.pp}" if self.pp > 1 else "") + (
+            f" --data-parallel-size {self.dp}" if self.dp > 1 else "") + (
+            " --enable-expert-parallel" if self.expert_parallel else "")
+
+    @property
+    def total_concurrency(self) -> float:
+        """Requests of the context all data-parallel engines hold together."""
+        return self.dp * self.chosen.capacity.max_concurrency
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "pp": self.pp, "binding_stage": self.binding,
+        return {**super().to_dict(), "pp": self.pp, "dp": self.dp, "expert_parallel": self.expert_parallel,
+                "total_max_concurrency": self.total_concurrency, "binding_stage": self.binding,
                 "stages": [c.to_dict() for c in self.stage_caches]}
 
 
@@ -349,21 +383,29 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         from hybridplan.engines.vllm.memory import encoder_note
 
         notes += filter(None, [encoder_note(rel, json.loads(sc.spec.config_json or "{}"))])
-        notes.append("pipeline stages: non-torch memory is estimated at the TP degree of one stage; the estimate "
-                     "was fitted to logs without PP")
+        if sc.pp > 1 or sc.dp > 1:
+            notes.append("non-torch memory is estimated at the TP degree of one engine stage; the estimate was "
+                         "fitted to logs without PP or DP")
     if sc.vllm.max_num_seqs is None:
         gpu = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
         notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for {gpu} (1024 from 70 GiB up, not on "
                      "A100s; 256 below; vllm/engine/arg_utils.py)")
     b = cap.stage_caches[cap.binding]
-    notes += [f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}, {_kinds(c.stage)}; "
-              f"{c.stage.ends}): weights {_gib_text(c.memory.term('weights')) if c.memory else '—'}, KV budget "
+    if sc.dp > 1:
+        notes.append(f"--data-parallel-size {sc.dp}: {sc.dp} engines of {sc.tp * sc.pp} GPUs each "
+                     f"({sc.tp * sc.pp * sc.dp} in all), each with its own scheduler and KV cache as shown: "
+                     f"{sc.dp} × {cap.max_concurrency:.2f} = {sc.dp * cap.max_concurrency:.2f} requests of the "
+                     "context together")
+    notes += [(f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}, {_kinds(c.stage)}; "
+               f"{c.stage.ends})" if sc.pp > 1 else f"each of the {sc.tp * sc.dp} ranks") + f": weights {_gib_text(c.memory.term('weights')) if c.memory else '—'}, KV budget "
               f"{_gib_text(c.budget)}, {c.bytes_per_block:,} B a block ({max(c.group_layers)} layers of its "
               f"fullest group), {c.num_blocks:,} blocks" for c in cap.stage_caches]
-    notes.append(f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds: "
+    if sc.pp > 1:
+        notes.append(f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds: "
                  f"{b.num_blocks:,} blocks; vLLM keeps the smallest block count of all stages "
                  "(vllm/v1/core/kv_cache_utils.py get_kv_cache_configs)")
-    return PipelineFit(rel, b.budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes), b.memory, pp=sc.pp)
+    return PipelineFit(rel, b.budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes), b.memory, pp=sc.pp,
+                       dp=sc.dp, expert_parallel=sc.expert_parallel)
 
 
 @dataclass(frozen=True)
