@@ -378,6 +378,49 @@ def speed(o: Options) -> None:
          "speed_plot")
 
 
+PLAN = (
+    param("concurrency", Annotated[Optional[int], option(
+        "--concurrency", metavar="N", parser=count_value("--concurrency"),
+        help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")], None),
+    param("gpus", Annotated[Optional[int], option(
+        "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")], None),
+)
+
+
+@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (default: the model's maximum as the engines "
+                                               "derive it):"), None),), PLAN, BUDGET, ENGINES, ALLOW_LONG, OUTPUT,
+         short="How many GPUs, split how: TP × PP × DP × EP plans that hold a target")
+def plan(o: Options) -> None:
+    """The fewest GPUs of --gpu-type that serve --concurrency requests of --ctx tokens, and how to split them:
+    tensor, pipeline and data parallelism, experts sliced or dealt whole, the KV and state dtypes and vLLM's
+    Mamba cache mode, for both engines. Each plan comes with the command that starts it (`fit` confirms it),
+    and the layouts on fewer GPUs with why they fail. Exit code 0 with a plan, 1 without.
+
+    Examples:
+
+    \b
+      hybridplan plan qwen3.5-397b-a17b --ctx 32k --concurrency 128 --gpu-type h100
+      hybridplan plan nemotron-3-ultra-550b-a55b --ctx 32k --concurrency 128 --gpu-type h200 --engine vllm
+    """
+    from hybridplan.plan import plan as make_plan
+    from hybridplan.reports.plan import PlanReport
+
+    if o.concurrency is None:
+        raise PlanError("give --concurrency: the requests of --ctx tokens to hold at once")
+    if getattr(o, "gpu_type", None) is None and getattr(o, "gpu_mem", None) is None:
+        raise PlanError("give --gpu-type (or --gpu-mem): plan sizes each GPU's memory")
+    shown = [False]
+
+    def progress(done: int, total: int) -> None:
+        if total > 200 and not shown[0] and sys.stderr.isatty():
+            sys.stderr.write(f"hybridplan: trying up to {total} layouts…\n")
+            shown[0] = True
+
+    report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
+    show(report, o, "hybridplan.reports.plan:plan_view")
+    raise typer.Exit(0 if report.ok else 1)
+
+
 def _engine_flags(args: list[str]) -> tuple[list[str], list[str]]:
     """The command's arguments with engine flags and a pasted engine line read as hybridplan's options
     (options.expand), and the notes on what was set aside."""

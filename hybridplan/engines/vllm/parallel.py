@@ -369,7 +369,8 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         waters = [stage_memory(sc, st) for st in sts]
         for st, w in zip(sts, waters):
             if w.cache_bytes <= 0:
-                return Shortfall(f"vLLM {rel.version} (PP stage {st.rank}, layers {st.start}-{st.end - 1})", w,
+                where = f" (PP stage {st.rank}, layers {st.start}-{st.end - 1})" if sc.pp > 1 else ""
+                return Shortfall(f"vLLM {rel.version}{where}", w,
                                  "Available KV cache memory", "gpu_memory_utilization")
         budgets = [w.cache_bytes for w in waters]
     n = max_num_seqs(sc)
