@@ -47,9 +47,14 @@ def _spec_documents() -> list[str]:
 @lru_cache(maxsize=None)
 def _spec_header(filename: str) -> tuple[str, ...]:
     """The name and aliases of a shipped spec, read from its top-level lines without parsing the rest."""
-    text = (_SPECS_DIR / filename).read_text(encoding="utf-8")
+    head = []
+    with open(_SPECS_DIR / filename, encoding="utf-8") as f:
+        for line in f:  # name and aliases come before the config, which is most of the file
+            if line.startswith("config:"):
+                break
+            head.append(line)
     names = [filename[:-5]]
-    for key, value in _HEADER.findall(text):
+    for key, value in _HEADER.findall("".join(head)):
         parsed = _safe_load(value)
         names.extend(parsed if isinstance(parsed, list) else [parsed])
     return tuple(str(n).lower() for n in names if n)
@@ -156,10 +161,11 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
     if path.exists():
         _no_revision(revision, ref)
         return load_path(path)
-    from hybridplan import hub
+    if "/" in ref:  # a Hub id has one; hub (and its imports) stays unloaded for a shipped name
+        from hybridplan import hub
 
-    if hub.is_hub_id(ref):
-        return _from_hub(ref, revision)
+        if hub.is_hub_id(ref):
+            return _from_hub(ref, revision)
     direct = f"{ref.lower()}.yaml"
     names = shipped_names()
     filename = direct if not looks_like_path and (_specs_dir() / direct).is_file() else names.get(ref.lower())

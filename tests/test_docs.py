@@ -24,7 +24,9 @@ def test_the_docs_show_examples():
 
 def test_readme_commands():
     readme = (ROOT / "README.md").read_text()
-    # the install line activates the environment it creates, so the later bare commands are found
-    assert "python3 -m venv .venv && . .venv/bin/activate && pip install -q . && hybridplan size" in readme
+    # the install line starts from a fresh machine (clone, then into it) and activates the environment it
+    # creates, so the later bare commands are found
+    assert "git clone REPO_URL hybridplan && cd hybridplan && python3 -m venv .venv && . .venv/bin/activate" in readme
+    assert "&& pip install -q . && hybridplan size" in readme
     assert "`scripts/test`" in readme
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("exec scripts/test")

@@ -240,3 +240,16 @@ def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
     code, out, err = run_cli(*argv, "--bytes")
     assert code in (0, 1), err
     assert f"({n:,} B)" in out and f"({n:,} B)" not in plain
+
+
+def test_profile_without_a_gpu_names_interpret(run_cli, monkeypatch):
+    import sys
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code, _, err = run_cli("profile", "nemotron-h", "--gpu", "0")
+    if "no CUDA GPU" in err:  # this machine: torch for the CPU
+        assert code == 2 and "--interpret" in err
+    # without the gpu extra
+    monkeypatch.setitem(sys.modules, "torch", None)
+    code, _, err = run_cli("profile", "nemotron-h", "--gpu", "0")
+    assert code == 2 and "hybridplan[gpu]" in err and "--interpret" in err and len(err.splitlines()) == 1

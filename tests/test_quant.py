@@ -267,3 +267,29 @@ def test_a_checkpoint_imposed_nvfp4_kv_is_refused_as_not_sized():
     with pytest.raises(PlanError, match="nvfp4 KV cache for this checkpoint"):
         vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.33.0"))
     assert vllm_dtypes.cache_dtypes(spec, DtypeChoice(), vllm_release("0.19.1")).kv == "bfloat16"
+
+
+def test_modelopt_mixed_precision_against_a_real_log():
+    # nvidia/Qwen3.6-27B-NVFP4 (config verbatim, tests/data/configs/SOURCES.md): MIXED_PRECISION, GDN and
+    # attention projections FP8 (1 B), MLP and lm_head W4A16_NVFP4 (0.5625 B), embedding, vision tower and the
+    # rest bf16. vLLM 0.23.1rc1 on one GPU printed "Model loading took 19.78 GiB"
+    # (tests/data/logs/vllm-0.23.1rc1-qwen3.6-27b-nvfp4-hopper-1.log); counted: 19.63 GiB, the rest is what the
+    # load holds beside the weights
+    spec = load_path(CONFIGS / "nvidia__Qwen3.6-27B-NVFP4.json")
+    w = weights(spec)
+    assert w.quantization == "modelopt mixed (nvfp4, fp8)"
+    assert abs(w.bytes / 2 ** 30 - 19.78) < 0.2
+
+
+def test_a_per_layer_ignore_list_leaves_those_layers_whole():
+    # nvidia/Qwen3.5-122B-A10B-NVFP4 ignores every layer's linear_attn, self_attn and shared expert by name
+    # (model.language_model.layers.N.linear_attn*, …), the visual tower and lm_head: only the routed experts
+    # are NVFP4, so the bytes are the bf16 count less (2 − 0.5625) B a routed-expert weight
+    from hybridplan.weights.families import parts
+
+    spec = load_path(CONFIGS / "nvidia__Qwen3.5-122B-A10B-NVFP4.json")
+    bf16 = spec_from_config({k: v for k, v in json.loads(spec.config_json).items() if k != "quantization_config"},
+                            name="bf16")
+    experts = sum(p.params for p in parts(spec.architecture, json.loads(spec.config_json), spec.family)
+                  if p.section == "model" and p.name.startswith("experts."))
+    assert weights(spec).bytes == pytest.approx(weights(bf16).bytes - experts * (2 - 0.5625), rel=1e-9)

@@ -112,8 +112,9 @@ def load_torch(interpret: bool):
         import torch
         import triton  # noqa: F401
     except ImportError as exc:
-        raise PlanError(f"`hybridplan profile` needs torch and triton ({exc.name} is missing): {INSTALL_HINT}") \
-            from None
+        raise PlanError(f"`hybridplan profile` needs torch and triton ({exc.name} is missing): {INSTALL_HINT}"
+                        + ("" if interpret else "; with them, `--interpret` runs the same pipeline at a tiny size on "
+                           "the CPU where there is no GPU")) from None
     if not interpret:
         if not torch.cuda.is_available():
             raise PlanError("no CUDA GPU is available (torch.cuda.is_available() is False); "

@@ -69,11 +69,38 @@ def rank_params(part: Part, tp: int, hidden: int) -> float:
     return part.params / tp
 
 
-def _bytes(part: Part, params: float, dtype_bytes: int, q: Scheme | None) -> float:
-    if q is not None and part.quantizable and not q.skips(f"{part.section}.{part.group}.{part.name}") and not (
-            part.section == "vision" and q.skips("vision")):
-        return params * q.bytes_per_param
-    return params * dtype_bytes
+#: the layer kinds (ModelSpec.layer_counts) that hold each group of parts
+_KINDS = {"gdn": ("gdn",), "attention": ("attention", "sliding_attention", "mla"), "mamba": ("mamba2", "mamba1"),
+          "mlp": ("mlp",), "moe": ("moe",)}
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """How many decoder layers the model has, and how many of each kind (to weigh a per-layer ignore list)."""
+
+    total: int
+    kinds: tuple[tuple[str, int], ...]
+
+    def of(self, group: str) -> int:
+        counts = dict(self.kinds)
+        return sum(counts.get(k, 0) for k in _KINDS.get(group, ()))
+
+
+def _layers(spec: ModelSpec, config: dict) -> _Layers:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    total = text.get("num_hidden_layers") or text.get("n_layer") or len(spec.mixers)
+    return _Layers(int(total), tuple(spec.layer_counts.items()))
+
+
+def _bytes(part: Part, params: float, dtype_bytes: int, q: Scheme | None, layers: _Layers | None = None) -> float:
+    # the LM head stays whole unless a mixed-precision checkpoint lists it (vLLM's ParallelLMHead takes the
+    # module's method then: nvidia/Qwen3.6-27B-NVFP4 loads 19.78 GiB with it at nvfp4)
+    head = part.group == "lm_head" and q is not None and any(k == "lm_head" for k, _ in q.per_module)
+    if q is None or not (part.quantizable or head):
+        return params * dtype_bytes
+    if layers is None:
+        layers = _Layers(0, ())
+    return params * q.price(part.section, part.group, part.name, layers.total, layers.of(part.group), dtype_bytes)
 
 
 def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool = False) -> Weights:
@@ -145,8 +172,9 @@ def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
     dbytes = size_of(dtype)
     loaded = [p for p in every if p.section != "mtp" or mtp]
     hidden = spec.hidden_size or 1
-    total_bytes = sum(_bytes(p, p.params, dbytes, q) for p in loaded)
-    rank_bytes = sum(_bytes(p, rank_params(p, tp, hidden), dbytes, q) for p in loaded)
+    lay = _layers(spec, config)
+    total_bytes = sum(_bytes(p, p.params, dbytes, q, lay) for p in loaded)
+    rank_bytes = sum(_bytes(p, rank_params(p, tp, hidden), dbytes, q, lay) for p in loaded)
     groups: dict[str, int] = {}
     for p in every:
         key = p.section if p.section != "model" else p.group

@@ -28,12 +28,45 @@ quantization/*.py, 0.10–0.33):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any
 
 from hybridplan.errors import PlanError
+
+
+#: the checkpoint's module names (after ``…layers.N.``) that each counted part (hybridplan/weights/families.py,
+#: group → name) is made of, across the families' checkpoints
+_MODULES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gdn": {"in_proj_qkvz": ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_qkv", "linear_attn.in_proj_z"),
+            "in_proj_ba": ("linear_attn.in_proj_ba", "linear_attn.in_proj_b", "linear_attn.in_proj_a"),
+            "out_proj": ("linear_attn.out_proj",)},
+    "attention": {n: (f"self_attn.{n}", f"mixer.{n}", f"attention.{n}") for n in ("q_proj", "k_proj", "v_proj",
+                                                                                  "o_proj")},
+    "mamba": {"in_proj.zx": ("mixer.in_proj", "mamba.in_proj"), "in_proj.bc": ("mixer.in_proj", "mamba.in_proj"),
+              "in_proj.dt": ("mixer.in_proj", "mamba.in_proj"), "out_proj": ("mixer.out_proj", "mamba.out_proj")},
+    "mlp": {"gate_up_proj": ("mlp.gate_proj", "mlp.up_proj", "mlp.gate_up_proj"), "down_proj": ("mlp.down_proj",)},
+    "moe": {"experts.up": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mixer.experts.0.up_proj"),
+            "experts.down": ("mlp.experts.0.down_proj", "mixer.experts.0.down_proj"),
+            "shared_expert.up": ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
+                                 "mixer.shared_experts.up_proj"),
+            "shared_expert.down": ("mlp.shared_expert.down_proj", "mixer.shared_experts.down_proj"),
+            "fc1_latent_proj": ("mixer.fc1_latent_proj",), "fc2_latent_proj": ("mixer.fc2_latent_proj",)},
+}
+_LAYER_PREFIXES = ("model.language_model.layers.{i}.", "model.layers.{i}.", "backbone.layers.{i}.",
+                   "language_model.model.layers.{i}.")
+_VISION_PREFIXES = ("model.visual.", "visual.", "model.vision_tower.", "vision_tower.")
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """vLLM's and ModelOpt's ways of naming a module to skip: ``re:`` a regular expression, a glob, or the module
+    itself and what is under it."""
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], name) is not None or re.match(pattern[3:], name) is not None
+    return fnmatchcase(name, pattern) or name == pattern or name.startswith(pattern + ".")
 
 
 @dataclass(frozen=True)
@@ -44,9 +77,55 @@ class Scheme:
     bytes_per_param: float
     #: module-name fragments the checkpoint leaves unquantized
     ignore: tuple[str, ...] = ()
+    #: the ignore list as written (globs, ``re:`` expressions, module names)
+    patterns: tuple[str, ...] = ()
+    #: ModelOpt MIXED_PRECISION: module → bytes a weight of the algorithm it names
+    per_module: tuple[tuple[str, float], ...] = ()
 
     def skips(self, where: str) -> bool:
         return any(frag and frag in where for frag in self.ignore)
+
+    def price(self, section: str, group: str, name: str, layers: int, kind_layers: int, model_bytes: int) -> float:
+        """Bytes a parameter of the part, the layers that hold it (``kind_layers`` of the ``layers``) weighed by
+        what the checkpoint does to each: skipped (the model dtype), its module's algorithm, or the scheme's."""
+        names = self._names(section, group, name, layers)
+        if names is None:  # a part not mapped to module names: the fragments rule
+            where = f"{section}.{group}.{name}"
+            skipped = self.skips(where) or (section == "vision" and self.skips("vision"))
+            return model_bytes if skipped or self.per_module else self.bytes_per_param
+        held = 1 if len(names) == 1 else max(kind_layers, 1)
+        modules = dict(self.per_module)
+        skipped = priced = 0
+        cost = 0.0
+        for per_layer in names:
+            if any(_matches(n, p) for n in per_layer for p in self.patterns):
+                skipped += 1
+            elif self.per_module:
+                algo = next((modules[k] for n in per_layer for k in modules if n == k or n.startswith(k + ".")),
+                            None)
+                if algo is not None:
+                    priced, cost = priced + 1, cost + algo
+        if self.per_module:  # the modules it lists take their algorithm, the rest stay whole
+            if not priced:
+                return float(model_bytes)
+            share = min(priced, held)
+            return (cost / priced * share + model_bytes * (held - share)) / held
+        share = min(skipped, held)
+        return (model_bytes * share + self.bytes_per_param * (held - share)) / held
+
+    @staticmethod
+    def _names(section: str, group: str, name: str, layers: int) -> list[tuple[str, ...]] | None:
+        """The module names of the part, one tuple a layer index (one for a part outside the layers)."""
+        if group == "lm_head":
+            return [("lm_head",)]
+        if section == "vision":
+            return [tuple(p + name for p in _VISION_PREFIXES)]
+        frags = _MODULES.get(group, {}).get(name)
+        if frags is None:
+            return None
+        if section == "mtp":
+            return [tuple(f"mtp.layers.0.{f}" for f in frags) + tuple(f"mtp.{f}" for f in frags)]
+        return [tuple(p.format(i=i) + f for p in _LAYER_PREFIXES for f in frags) for i in range(max(layers, 1))]
 
 
 @dataclass(frozen=True)
@@ -142,6 +221,7 @@ def _read_cached(text: str, where: str) -> Quantization:
     kv_scheme = _kv_scheme(section.get("kv_cache_scheme")) or _kv_scheme(q.get("kv_cache_scheme"))
     try:
         sch, unsized = _scheme(q, method, section), None
+        sch = replace(sch, patterns=_patterns(q) + (_patterns(section) if section is not q else ()))
     except PlanError as exc:
         sch, unsized = None, str(exc)
     return Quantization(method, str(algo).upper() if algo else None, str(kv_algo) if kv_algo else None, kv_scheme,
@@ -161,6 +241,42 @@ def _ignore(cfg: Mapping[str, Any]) -> tuple[str, ...]:
         if isinstance(value, list):
             out += [str(v).strip("*").removeprefix("re:").strip(".*") for v in value if isinstance(v, str)]
     return tuple(out)
+
+
+def _patterns(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    for key in ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules", "llm_int8_skip_modules"):
+        value = cfg.get(key)
+        if isinstance(value, list):
+            out += [str(v) for v in value if isinstance(v, str) and v]
+    return tuple(out)
+
+
+#: bytes a weight of each algorithm a ModelOpt MIXED_PRECISION checkpoint names per module
+_MODELOPT_ALGO = {"FP8": 1.0, "FP8_PER_CHANNEL_PER_TOKEN": 1.0}
+
+
+def _mixed(q: Mapping[str, Any], section: Mapping[str, Any], ignore: tuple[str, ...]) -> Scheme:
+    """ModelOpt MIXED_PRECISION: ``quantized_layers`` names each quantized module's algorithm (FP8 one byte;
+    NVFP4 and W4A16_NVFP4 half a byte and an fp8 scale per ``group_size``); a module it does not list stays at
+    the model dtype (vLLM modelopt.py ``ModelOptMixedPrecisionConfig``)."""
+    layers = section.get("quantized_layers") or q.get("quantized_layers")
+    if not isinstance(layers, Mapping) or not layers:
+        raise PlanError("hybridplan does not size the modelopt scheme MIXED_PRECISION without quantized_layers: "
+                        "give --weights")
+    per: list[tuple[str, float]] = []
+    for module, how in layers.items():
+        algo = str((how or {}).get("quant_algo", "")).upper() if isinstance(how, Mapping) else ""
+        if algo in _MODELOPT_ALGO:
+            per.append((str(module), _MODELOPT_ALGO[algo]))
+        elif algo in ("NVFP4", "W4A16_NVFP4"):
+            per.append((str(module), 0.5 + 1 / int(how.get("group_size") or 16)))
+        else:
+            raise PlanError(f"hybridplan does not size the modelopt algorithm {algo or '?'} of {module}: give "
+                            "--weights")
+    algos = sorted({a for _, a in per})
+    return Scheme("modelopt mixed (" + ", ".join({1.0: "fp8"}.get(a, "nvfp4") for a in algos) + ")",
+                  max(algos), ignore, per_module=tuple(per))
 
 
 def _int_scheme(bits: int, group: int | None, zero: bool) -> float:
@@ -183,6 +299,8 @@ def _scheme(q: Mapping[str, Any], method: str, section: Mapping[str, Any]) -> Sc
         if algo == "NVFP4":
             group = int(section.get("group_size") or q.get("group_size") or 16)
             return Scheme(f"modelopt nvfp4 (group {group})", 0.5 + 1 / group, ignore)
+        if algo == "MIXED_PRECISION":
+            return _mixed(q, section, ignore)
         raise PlanError(f"hybridplan does not size the modelopt scheme {algo or '?'}: give --weights")
     if method in ("awq", "gptq", "auto-round", "auto_round"):
         bits = int(q.get("bits") or q.get("w_bit") or 4)
