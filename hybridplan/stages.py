@@ -188,6 +188,12 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
         raise PlanError(f"{whole.name} has no routed experts to split over expert-parallel ranks")
     q = whole.quantization.weights_scheme() if whole.quantization is not None else None
     hidden, dbytes = whole.hidden_size or 1, size_of(dtype)
+    try:  # the model's layer counts, which a per-layer ignore list of a quantized checkpoint is weighed by
+        from hybridplan.weights import _layers
+
+        lay: tuple = (_layers(whole, config),)
+    except ImportError:
+        lay = ()
     full = held = 0.0
     for p in every:
         share = shares.get(p.section if p.section == "vision" else p.group)
@@ -196,10 +202,10 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
         if share is None:
             share = stage.layers / (len(decoder_layers(whole)) or 1)
         routed = p.group == "moe" and p.name.startswith("experts.")
-        b = _bytes(p, rank_params(p, sharding.ranks(p.group, p.name), hidden), dbytes, q)
+        b = _bytes(p, rank_params(p, sharding.ranks(p.group, p.name), hidden), dbytes, q, *lay)
         if routed and experts:
             b *= ceil(experts / sharding.ep) / experts
-        full += _bytes(p, rank_params(p, tp, hidden), dbytes, q)
+        full += _bytes(p, rank_params(p, tp, hidden), dbytes, q, *lay)
         held += share * b
     w = weights(whole, tp, dtype)
     where = f"layers {stage.start}-{stage.end - 1}" if stage.layers != len(decoder_layers(whole)) else "all layers"

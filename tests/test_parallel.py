@@ -92,6 +92,14 @@ def test_stage_weights_are_the_models_parts_in_the_stages_share():
     assert abs(stage_rank_bytes(spec, one, 4, "bfloat16")[0] - whole) <= 1
 
 
+def test_quantized_stage_weights_add_up_as_well():
+    # Nemotron-3-Super's FP8 checkpoint (modelopt): the same parts priced by its scheme, each in one stage
+    spec = load_model("nemotron-3-super-120b-a12b")
+    whole, _ = rank_bytes(spec, 2, "bfloat16")
+    sts = stages(spec, vllm_pp.split(len(decoder_layers(spec)), 4))
+    assert sum(stage_rank_bytes(spec, st, 2, "bfloat16")[0] for st in sts) == pytest.approx(whole, abs=8)
+
+
 def test_tied_embeddings_are_built_again_on_the_last_stage():
     # vLLM builds the embedding on the last rank too where the LM head is tied to it (vllm/model_executor/models/
     # qwen2.py-style ``is_first_rank or (tie_word_embeddings and is_last_rank)``): the stages hold one embedding
