@@ -329,3 +329,22 @@ def test_fit_reads_the_engines_dp_and_ep_flags(run_cli):
     assert (d["sglang"]["dp"], d["sglang"]["attention_tp"], d["sglang"]["ep_size"]) == (2, 2, 4)
     sg = d["commands"]["sglang"]["argv"]
     assert "--enable-dp-attention" in sg and sg[sg.index("--ep-size") + 1] == "4"
+
+
+def test_vllm_0_14_to_0_16_check_the_whole_models_request_against_the_smallest_stage():
+    # vllm/v1/core/kv_cache_utils.py get_kv_cache_configs: 0.14.0-0.16.x call _check_enough_kv_cache_memory with
+    # min(available_memory) and the global groups' max_memory_usage_bytes (vllm#34076: PP 2 refused with the
+    # whole model's 24.0 GiB); 0.17.0 checks each worker's projected groups. Nemotron-H-8B at 131,072 tokens:
+    # 4 attention layers × 1040-token blocks; a budget that holds a stage's half but not the whole
+    base = scenario("nemotron-h-8b", 131072, minor="0.17.0", pp=2, engine="vllm", allow_long_context=True,
+                    budget=Budget(kv_budget=1 * GiB))
+    cap = vllm_pp.fit(base).chosen.capacity
+    stage = max(c.request_bytes for c in cap.stage_caches)
+    assert stage < cap.model_request_bytes <= 2 * stage
+    budget = (stage + cap.model_request_bytes) // 2
+    new = vllm_pp.fit(replace(base, budget=Budget(kv_budget=budget)))
+    old = vllm_pp.fit(replace(base, budget=Budget(kv_budget=budget),
+                              vllm=replace(base.vllm, release=scenario("nemotron-h-8b", minor="0.15.0").vllm.release)))
+    assert new.chosen.capacity.problem(1) is None or "To serve at least one" not in new.chosen.capacity.problem(1)
+    assert "whole model's request" in old.chosen.capacity.problem(1)
+    assert "models's max seq len" in old.chosen.capacity.problem(1)  # vLLM's spelling up to 0.21.0

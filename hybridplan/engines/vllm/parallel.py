@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 #: from this release the KV cache groups are the whole model's, projected onto each stage
 GLOBAL_GROUPS = "0.11.0"
+#: [from, until): the start-up check weighs the whole model's request against the smallest worker's memory
+WHOLE_MODEL_CHECK = ("0.14.0", "0.17.0")
 
 #: architectures whose vLLM class does not implement ``SupportsPP`` in any release 0.10.0–0.33.0 (read from
 #: each wheel's class bases, vllm/model_executor/models/): vLLM refuses PP for them (vllm/config/model.py
@@ -270,15 +272,29 @@ class StagedCapacity(Capacity):
     def request_bytes(self) -> int:
         return self.stage_caches[self.binding].request_bytes
 
-    def problem(self, max_num_seqs: int) -> str | None:
-        from hybridplan.engines.vllm.sizing import _gib
+    @property
+    def model_request_bytes(self) -> int:
+        """One request of the context over every layer of the model (the global groups)."""
+        return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.layout.page_bytes
 
-        for c in self.stage_caches:  # each worker checks its own layers (check_enough_kv_cache_memory)
-            if c.request_bytes > c.budget:
-                return (f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}): To serve at least one "
-                        f"request with the model's max seq len ({self.max_len}), ({_gib(c.request_bytes, self.rel)} "
-                        "GiB KV cache is needed, which is larger than the available KV cache memory "
-                        f"({_gib(c.budget, self.rel)} GiB).")
+    def problem(self, max_num_seqs: int) -> str | None:
+        """The start-up memory check (vllm/v1/core/kv_cache_utils.py ``get_kv_cache_configs``): up to 0.13.0 and
+        from 0.17.0 each worker checks its own layers (0.17 on: the global groups projected on it); 0.14.0-0.16.x
+        check the whole model's request against the smallest worker's memory, so PP refuses what its stages
+        would hold (vllm#34076)."""
+        from hybridplan.engines.vllm.sizing import _gib, seq_len_owner
+
+        whose = seq_len_owner(self.rel)
+        checks = [(c.request_bytes, c.budget, f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}): ")
+                  for c in self.stage_caches]
+        if self.rel.at_least(WHOLE_MODEL_CHECK[0]) and self.rel.before(WHOLE_MODEL_CHECK[1]):
+            checks = [(self.model_request_bytes, min(c.budget for c in self.stage_caches),
+                       "the whole model's request against the smallest stage's memory: ")]
+        for need, have, where in checks:
+            if need > have:
+                return (f"{where}To serve at least one request with the {whose} max seq len ({self.max_len}), "
+                        f"({_gib(need, self.rel)} GiB KV cache is needed, which is larger than the available KV "
+                        f"cache memory ({_gib(have, self.rel)} GiB).")
         return super().problem(max_num_seqs)
 
 

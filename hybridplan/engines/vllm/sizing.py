@@ -271,7 +271,7 @@ class Capacity:
         if self.block_problem:
             return self.block_problem
         if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
-            whose = "model's" if self.rel.at_least("0.14.0") else "models's"  # vLLM's own spelling before 0.14
+            whose = seq_len_owner(self.rel)
             return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
                     f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
                     f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
@@ -315,6 +315,12 @@ def kv_budget(sc: Scenario) -> int:
     if left <= 0:
         raise PlanError("nothing is left for the KV cache after the weights and the engine's own memory")
     return left
+
+
+def seq_len_owner(rel: Release) -> str:
+    """vLLM's own spelling in its not-enough-KV-memory error: "models's" up to 0.21.0, "model's" from 0.22.0
+    (vllm/v1/core/kv_cache_utils.py, read in each wheel)."""
+    return "model's" if rel.at_least("0.22.0") else "models's"
 
 
 def _gib(n: int, rel: Release) -> str:
