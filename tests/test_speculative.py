@@ -172,15 +172,23 @@ def test_draft_padding_lines_of_issue_46462(tmp_path):
     assert sorted(cap.padding_layers) == sorted([(6, 60.0), (2, 100 * 2 / 30)])
 
 
-def test_draft_page_larger_than_the_mamba_page_is_refused(tmp_path):
-    # unify_kv_cache_spec_page_size grows smaller pages to the largest; a Mamba page cannot grow (MambaSpec's page
-    # is its state), so a draft whose attention page exceeds the target's fails: 8 KV heads of 128 at TP 1 against
-    # Qwen3.6-35B-A3B's 2 of 256 is 4,096 B a token against 2,048
+def test_draft_page_larger_than_the_mamba_page(tmp_path):
+    # unify_kv_cache_spec_page_size grows smaller pages to the largest; up to 0.25.1 a Mamba page cannot grow
+    # (MambaSpec's page is its state), so a draft whose attention page exceeds the target's fails: 8 KV heads of
+    # 128 at TP 1 against Qwen3.6-35B-A3B's 2 of 256 is 4,096 B a token against 2,048. From 0.26.0 the Mamba page
+    # is padded to the draft's and the target's attention block doubles (4,096 / 2,048 divides)
     target = load_model("qwen3.6-35b-a3b")
-    sp = speculative_from_vllm({"method": "dflash", "model": _draft(tmp_path, 8, 8, 128), "num_speculative_tokens": 6},
-                               target, "0.20.2")
+    ref = _draft(tmp_path, 8, 8, 128)
+    sp = speculative_from_vllm({"method": "dflash", "model": ref, "num_speculative_tokens": 6}, target, "0.20.2")
     with pytest.raises(PlanError, match="cannot unify the KV pages"):
         capacity(_scenario(target, sp, 8192, 1, "bfloat16", "0.20.2"), "align", 10 * GiB)
+    sp = speculative_from_vllm({"method": "dflash", "model": ref, "num_speculative_tokens": 6}, target, "0.26.0")
+    sc = _scenario(target, sp, 8192, 1, "bfloat16", "0.26.0")
+    cap = capacity(sc, "align", 10 * GiB)
+    lay = cap.layout
+    target_attn = next(g for g in cap.groups if not g.recurrent and not g.draft)
+    assert cap.page_bytes == 2 * lay.page_bytes and target_attn.block == 2 * lay.block_size
+    assert cap.bytes_per_block == cap.group_size * 2 * lay.page_bytes
 
 
 def test_smaller_draft_page_grows_its_block(tmp_path):

@@ -60,6 +60,9 @@ class Bucket:
 #: from this release ``unify_kv_cache_spec_page_size`` pads an attention page that does not divide the common
 #: page (where the backend indexes KV by the block stride, as FlashAttention does); before, vLLM refuses
 PAD_ATTENTION_PAGE = "0.24.0"
+#: from this release it pads a Mamba page to a larger page (a draft's); before, that fails (a Mamba page does not
+#: grow with its block): 0.25.1 has no such branch, 0.26.0 has
+PAD_MAMBA_PAGE = "0.26.0"
 
 
 def _attention_key(m: object, tp: int) -> tuple:
@@ -80,9 +83,10 @@ def _keys(mixers: tuple, tp: int) -> list[tuple]:
 
 def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
     """The model's layers bucketed by spec, the draft's (``sc.speculative.layers``) joined to the target's
-    buckets where their spec is equal, and the common page in bytes. A draft attention page smaller than the
-    common page grows its block by the ratio where it divides it, else (from 0.24.0) is padded to it; vLLM
-    refuses any other (vllm/v1/core/kv_cache_utils.py ``unify_kv_cache_spec_page_size``)."""
+    buckets where their spec is equal, and the common page in bytes: the largest page (vllm/v1/core/
+    kv_cache_utils.py ``unify_kv_cache_spec_page_size``). An attention page smaller than it grows its block by
+    the ratio where it divides it, else (from 0.24.0) is padded to it, else vLLM refuses; a Mamba page smaller
+    than a draft's is padded from 0.26.0, and vLLM fails before."""
     from hybridplan.engines.vllm.dtypes import draft_footprint
 
     from hybridplan.spec import ATTENTION_KINDS
@@ -105,35 +109,43 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
     out += kv + state
     page = lay.page_bytes
     draft = draft_footprint(sc)
-    if draft is not None:
-        block = lay.block_size or sc.vllm.block_size or KERNEL_BLOCK
-        for key, g in zip(_keys(sc.speculative.layers, sc.tp), draft.kv):
-            same = next((b for b in out if b[0] == key), None)
-            if same is not None:
-                same[1] = replace(same[1], layers=same[1].layers + g.count)
-                continue
-            own = block * g.bytes_per_token_per_layer
-            if own > page:
-                raise PlanError(f"vLLM {rel.version} cannot unify the KV pages: the draft's {g.kind} page ({own:,} B "
-                                f"at {block} tokens) is larger than the target's ({page:,} B), which vLLM does not "
-                                "grow for Mamba layers (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py)")
-            if page % own == 0:
-                grown = block * (page // own)
-            elif rel.at_least(PAD_ATTENTION_PAGE):
-                grown = block
-            else:
-                raise PlanError(f"vLLM {rel.version} refuses the draft's {g.kind} layers: \"The page size of the layer "
-                                "is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
-                                f"({own:,} B against {page:,} B; unify_kv_cache_spec_page_size, "
-                                "vllm/v1/core/kv_cache_utils.py)")
-            out.append([key, Bucket(g.kind, g.count, g.window, False, None if grown == block else grown, True)])
-        for g in draft.state:
-            key = ("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype)
-            same = next((b for b in out if b[0] == key), None)
-            if same is None:
-                raise PlanError(f"the draft's {g.kind} layers keep a state unlike the target's: not modelled")
+    if draft is None:
+        return tuple(b for _, b in out), page
+    block = lay.block_size or sc.vllm.block_size or KERNEL_BLOCK
+    # each attention bucket's page at the layout's block: the target's are the layout's page
+    own_pages = {i: page for i, (_, b) in enumerate(out) if not b.recurrent}
+    for key, g in zip(_keys(sc.speculative.layers, sc.tp), draft.kv):
+        same = next((b for b in out if b[0] == key), None)
+        if same is not None:
             same[1] = replace(same[1], layers=same[1].layers + g.count)
-    return tuple(b for _, b in out), page
+            continue
+        out.append([key, Bucket(g.kind, g.count, g.window, False, None, True)])
+        own_pages[len(out) - 1] = block * g.bytes_per_token_per_layer
+    for g in draft.state:
+        key = ("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype)
+        same = next((b for b in out if b[0] == key), None)
+        if same is None:
+            raise PlanError(f"the draft's {g.kind} layers keep a state unlike the target's: not modelled")
+        same[1] = replace(same[1], layers=same[1].layers + g.count)
+    common = max([page, *own_pages.values()])
+    if common > page and fp.state and rel.before(PAD_MAMBA_PAGE):
+        raise PlanError(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
+                        f"{block} tokens) is larger than the Mamba page ({page:,} B), which grows with its block no "
+                        f"more (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py; vLLM {PAD_MAMBA_PAGE} "
+                        "pads the Mamba page to it)")
+    for i, own in own_pages.items():
+        if own == common:
+            continue
+        if common % own == 0:
+            out[i][1] = replace(out[i][1], block=block * (common // own))
+        elif not rel.at_least(PAD_ATTENTION_PAGE):
+            whose = "the draft's" if out[i][1].draft else "the target's"
+            raise PlanError(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
+                            "layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
+                            f"({own:,} B against {common:,} B; unify_kv_cache_spec_page_size, "
+                            "vllm/v1/core/kv_cache_utils.py)")
+        # else the page is padded to the common page, its block kept
+    return tuple(b for _, b in out), common
 
 
 def _threshold(rel: Release) -> float | None:
@@ -180,10 +192,16 @@ class Capacity:
     batched_tokens: int = 8192
     #: ``--block-size`` as given, else 16: the cache block of an attention-free model
     cache_block: int = KERNEL_BLOCK
+    #: the page every layer takes once unified, where a draft's is larger than the layout's
+    common_page: int | None = None
+
+    @property
+    def page_bytes(self) -> int:
+        return self.common_page or self.layout.page_bytes
 
     @property
     def bytes_per_block(self) -> int:
-        return self.group_size * self.layout.page_bytes
+        return self.group_size * self.page_bytes
 
     def group_block(self, g: CacheGroup) -> int:
         """A group's tokens per block: its own where vLLM grew it, else the layout's (max_len where none)."""
@@ -253,7 +271,7 @@ class Capacity:
     @property
     def request_bytes(self) -> int:
         """What one request of the context takes over every layer (``max_memory_usage_bytes`` summed)."""
-        return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.layout.page_bytes
+        return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.page_bytes
 
     @property
     def block_problem(self) -> str | None:
@@ -291,11 +309,12 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     if kv_budget <= 0:
         raise PlanError(f"the KV budget must be positive, got {kv_budget} B")
     lay = layout(sc, mode)
-    size, groups = cache_groups(footprint(sc), sc.vllm.release, buckets(sc, lay)[0])
+    given, common = buckets(sc, lay)
+    size, groups = cache_groups(footprint(sc), sc.vllm.release, given)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, g.block or lay.block_size) for g in groups)
     return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk,
-                    sc.vllm.block_size or KERNEL_BLOCK)
+                    sc.vllm.block_size or KERNEL_BLOCK, None if common == lay.page_bytes else common)
 
 
 def max_num_seqs(sc: Scenario) -> int:
