@@ -35,10 +35,15 @@ def test_vllm_split_gives_the_leftover_layers_to_the_stages_before_the_last():
 
 
 def test_sglang_split_gives_the_leftover_layers_to_the_last_stages():
-    # sglang/srt/distributed/utils.py get_pp_indices (0.5.9, 0.5.18, 0.5.23): base 7, the last 60 % 8 = 4
+    # sglang/srt/distributed/utils.py get_pp_indices (0.5.6-0.5.23): base 7, the last 60 % 8 = 4
     # stages one more each: 7,7,7,7,8,8,8,8
     assert [e - s for s, e in sglang_pp.split(60, 8)] == [7, 7, 7, 7, 8, 8, 8, 8]
     assert [e - s for s, e in sglang_pp.split(62, 4)] == [15, 15, 16, 16]
+    # up to 0.5.5.post3 (0.5.2, 0.5.4, 0.5.5 read) the last stage takes all that is left: 7 × 7 and 11
+    from hybridplan.engines.sglang.releases import release
+
+    assert [e - s for s, e in sglang_pp.split(60, 8, None, release("0.5.4"))] == [7] * 7 + [11]
+    assert [e - s for s, e in sglang_pp.split(60, 8, None, release("0.5.6"))] == [7, 7, 7, 7, 8, 8, 8, 8]
 
 
 def test_layer_partition_overrides_the_split_and_is_checked_as_the_engines_check_it():
@@ -348,3 +353,15 @@ def test_vllm_0_14_to_0_16_check_the_whole_models_request_against_the_smallest_s
     assert new.chosen.capacity.problem(1) is None or "To serve at least one" not in new.chosen.capacity.problem(1)
     assert "whole model's request" in old.chosen.capacity.problem(1)
     assert "models's max seq len" in old.chosen.capacity.problem(1)  # vLLM's spelling up to 0.21.0
+
+
+def test_size_shows_what_each_stage_keeps(run_cli):
+    # Nemotron-H-8B at PP 2: 26 layers a stage (vLLM's split), 12 Mamba-2 and 2 attention layers each: half the
+    # model's state per sequence and half its KV per token on each stage
+    code, out, _ = run_cli("size", "nemotron-h-8b", "--ctx", "8192", "--pp", "2", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["pp"] == 2 and [s["layers"] for s in d["stages"]] == [[0, 26], [26, 52]]
+    for s in d["stages"]:
+        assert 2 * s["state_bytes_per_sequence"] == d["state"]["bytes_per_sequence"]
+        assert 2 * s["kv_bytes_per_token"] == d["kv"]["bytes_per_token"]
+    assert d["stages"][0]["weights_bytes_per_rank"] > 0

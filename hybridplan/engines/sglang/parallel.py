@@ -1,8 +1,8 @@
 """SGLang pipeline parallelism (``--pp-size``): which layers each stage holds and how the stages' pools are
 reconciled.
 
-The split: sglang/srt/distributed/utils.py ``get_pp_indices`` (the same rule 0.5.9–0.5.23): ``n // pp`` layers a
-stage and one more for each of the last ``n % pp`` stages; ``SGLANG_PP_LAYER_PARTITION`` (comma-separated
+The split: sglang/srt/distributed/utils.py ``get_pp_indices`` (the same rule 0.5.6–0.5.23): ``n // pp`` layers a
+stage and one more for each of the last ``n % pp`` stages (up to 0.5.5 the last stage took all that was left); ``SGLANG_PP_LAYER_PARTITION`` (comma-separated
 layer counts) overrides it, refused unless it names ``pp`` stages summing to the layers. (vLLM gives the
 extra layers to the stages before the last instead: hybridplan/engines/vllm/parallel.py.)
 
@@ -31,6 +31,7 @@ from hybridplan.spec import ATTENTION_KINDS
 from hybridplan.stages import Sharding, Stage, decoder_layers, stages
 
 if TYPE_CHECKING:
+    from hybridplan.engines.sglang.releases import Release
     from hybridplan.scenario import Scenario
 
 PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
@@ -40,8 +41,15 @@ STAGE_SHARE = "0.5.17"
 QWEN35_STAGE_LAYERS = "0.5.10"
 
 
-def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...]:
-    """Each stage's layers ``[start, end)`` as SGLang's ``get_pp_indices`` gives them."""
+#: from this release the leftover layers go one each to the last stages; before, all to the last stage
+SPREAD_LEFTOVER = "0.5.6"
+
+
+def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None,
+          rel: Release | None = None) -> tuple[tuple[int, int], ...]:
+    """Each stage's layers ``[start, end)`` as SGLang's ``get_pp_indices`` gives them: from 0.5.6 (read in every
+    wheel 0.5.6-0.5.23) one leftover layer to each of the last ``n % pp`` stages; up to 0.5.5.post3 (0.5.2-0.5.5
+    read) ``n // pp`` a stage and the last takes what is left."""
     if partition is not None:
         if len(partition) != pp:
             raise PlanError(f"{PARTITION_ENV}: len(partitions)={len(partition)} does not match pp_size={pp}.")
@@ -49,6 +57,9 @@ def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) ->
             raise PlanError(f"{PARTITION_ENV}: sum(partitions)={sum(partition)} does not match "
                             f"num_hidden_layers={num_layers}.")
         parts = list(partition)
+    elif rel is not None and rel.before(SPREAD_LEFTOVER):
+        base = num_layers // pp
+        parts = [base] * (pp - 1) + [num_layers - base * (pp - 1)]
     else:
         base, extra = divmod(num_layers, pp)
         parts = [base + (1 if rank >= pp - extra else 0) for rank in range(pp)]
@@ -68,7 +79,7 @@ def every_layer_on_every_stage(sc: Scenario) -> bool:
 
 def pipeline(sc: Scenario) -> tuple[Stage, ...]:
     layers = decoder_layers(sc.spec)
-    sts = stages(sc.spec, split(len(layers), sc.pp, sc.pp_partition))
+    sts = stages(sc.spec, split(len(layers), sc.pp, sc.pp_partition, sc.sglang.release))
     if every_layer_on_every_stage(sc):
         return tuple(replace(st, spec=sc.spec) for st in sts)
     return sts
