@@ -79,3 +79,18 @@ def test_vllm_plans_ask_each_engine_for_its_share_of_the_requests():
     for p in r.plans:
         assert p.scenario.vllm.max_num_seqs == ceil(300 / p.layout.dp)
         assert p.holds >= 300
+
+
+def test_sglang_plans_are_confirmed_by_fit(run_cli):
+    # the SGLang layouts: pipeline stages, DP attention groups inside the TP ranks, fp8 KV (fp8_e4m3)
+    code, out, err = run_cli("plan", "qwen3-next-80b-a3b", "--ctx", "64k", "--concurrency", "64", "--gpu-type",
+                             "h100", "--engine", "sglang", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert any(p["dp_attention"] for p in d["plans"]) and any(p["pp"] > 1 for p in d["plans"])
+    for p in d["plans"]:
+        cmd = p["command"]
+        code, fout, ferr = run_cli("fit", "--gpu-type", "h100", "--json", "--", *cmd["env"], *cmd["argv"])
+        assert code == 0, (cmd, ferr)
+        f = json.loads(fout)
+        assert f["ok"] and _holds(f) == pytest.approx(p["holds"]) and _holds(f) >= 64
