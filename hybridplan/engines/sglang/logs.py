@@ -32,6 +32,7 @@ _PAIR = re.compile(r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|Fa
 FIELDS = ("model_path", "tp_size", "dp_size", "enable_dp_attention", "pp_size", "page_size", "mem_fraction_static",
           "max_running_requests", "max_total_tokens", "context_length", "kv_cache_dtype", "dtype",
           "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_eagle_topk",
+          "speculative_draft_model_path", "speculative_num_steps",
           "disable_overlap_schedule", "max_mamba_cache_size", "mamba_ssm_dtype", "mamba_full_memory_ratio",
           "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "quantization")
 
@@ -158,8 +159,33 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
     dtypes = DtypeChoice(None if s.get("dtype") in (None, "auto") else str(s.get("dtype")), None,
                          None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
                          None if kv in (None, "auto") else str(kv))
+    sp = _speculative(s, spec, rel, notes)
     return Scenario(spec, ctx=ctx, tp=int(s.get("tp_size") or 1), dtypes=dtypes, engine=ENGINE, sglang=settings,
-                    allow_long_context=True)
+                    spec_tokens=sp.num_tokens, speculative=sp, allow_long_context=True)
+
+
+def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
+    """The speculative algorithm and draft of the server args, read as ``speculative_from_sglang`` reads the
+    flags; a draft that cannot be read is said in the notes (the draft tokens still size the buffers)."""
+    from hybridplan.scenario import Speculative
+    from hybridplan.speculative import speculative_from_sglang
+
+    algorithm = s.get("speculative_algorithm")
+    if not algorithm:
+        return Speculative()
+
+    def num(name: str) -> int | None:
+        value = s.get(name)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    draft = s.get("speculative_draft_model_path")
+    try:
+        return speculative_from_sglang(str(algorithm), spec, draft=None if draft is None else str(draft),
+                                       num_steps=num("speculative_num_steps"), eagle_topk=num("speculative_eagle_topk"),
+                                       num_draft_tokens=num("speculative_num_draft_tokens"), release=rel.version)
+    except PlanError as exc:
+        notes.append(f"the speculative draft ({algorithm}, {draft}) could not be read: {exc}")
+        return Speculative()
 
 
 def _gb(n: float) -> str:

@@ -374,7 +374,7 @@ class ModeFit:
 
     def to_dict(self) -> dict:
         c = self.capacity
-        return {"block_size": c.layout.block_size, "page_bytes": c.layout.page_bytes, "group_size": c.group_size,
+        return {"block_size": c.layout.block_size, "page_bytes": c.page_bytes, "group_size": c.group_size,
                 "groups": len(c.groups), "bytes_per_block": c.bytes_per_block, "num_blocks": c.num_blocks,
                 "blocks_per_request": c.blocks_per_request, "max_concurrency": c.max_concurrency,
                 "kv_tokens": c.kv_tokens, "max_num_seqs": self.max_num_seqs,
