@@ -91,6 +91,15 @@ def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
             and any(g.kind == "gdn" for g in fp.state))
 
 
+def backend_kernel_block(cc: tuple[int, int], mla: bool) -> int:
+    """From 0.20.0: the smallest kernel block of the backend vllm/platforms/cuda.py ``_get_backend_priorities``
+    picks first, or the block it prefers (``get_preferred_block_size``) where 16 is not among them: on 10.x
+    FlashInfer (16, 32, 64) and for MLA FlashInfer-MLA (32, 64: 32); elsewhere FlashAttention (multiples of 16),
+    for MLA FlashAttention-MLA on 9.x and Triton-MLA (multiples of 16) on 8.x and 12.x.
+    validation/vllm_backends.py runs that choice from each wheel."""
+    return FLASHINFER_MLA_BLOCK if mla and cc[0] == 10 else KERNEL_BLOCK
+
+
 def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
     """The block grows in multiples of this. Before 0.20.0 (``HybridAttentionMambaModelConfig``): 16, 64 for MLA
     from 0.11.1, and 32 for head size 256 on Blackwell (10.x) in 0.11.1–0.17.1. From 0.20.0
@@ -112,10 +121,7 @@ def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
         if head == 256 and blackwell and rel.at_least("0.11.1") and rel.before("0.18.0"):
             return FLASHINFER_HD256_BLOCK
         return KERNEL_BLOCK
-    # the backend vllm/platforms/cuda.py _get_backend_priorities picks first: on 10.x FlashInfer (kernel blocks
-    # 16, 32, 64) and for MLA FlashInfer-MLA (32, 64); elsewhere FlashAttention (multiples of 16), for MLA
-    # FlashAttention-MLA on 9.x and Triton-MLA (multiples of 16) on 8.x and 12.x
-    kernel = FLASHINFER_MLA_BLOCK if mla and cc[0] == 10 else KERNEL_BLOCK
+    kernel = backend_kernel_block(cc, mla)
     a = max(kernel, sc.vllm.block_size or kernel)
     if mla and rel.at_least("0.27.0"):
         a = max(a, MLA_MIN_BLOCK)
