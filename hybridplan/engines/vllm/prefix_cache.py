@@ -212,7 +212,8 @@ class Cache:
 
     def __init__(self, r: Rules) -> None:
         self.r = r
-        self.fresh = r.num_blocks
+        # block 0 is the null block that stands for a skipped position (block_pool.py ``null_block``)
+        self.fresh = r.num_blocks - 1
         self.queue: OrderedDict[int, tuple | None] = OrderedDict()  # slot → the entry it holds (None: uncached)
         self.slots: dict[tuple, OrderedDict[int, None]] = {}  # entry → its slots, oldest first
         self.refs: dict[int, int] = {}  # slot → holders
@@ -349,24 +350,24 @@ class Cache:
             junction = full_blocks * r.block
         return Lookup(hit, a_tokens, evicted and not hit, dropped and not hit, cut, junction)
 
-    def state_positions(self, req: Request, start: int, junction: int) -> list[int]:
-        """Token positions (multiples of the block, or of the unit for a partial tail) where this request
-        leaves a Mamba state, from ``start``: prefill chunk ends, then decoding's block boundaries."""
+    def prefill_ends(self, req: Request, start: int, junction: int) -> list[int]:
+        """Where each prefill step of the request ends (``_mamba_block_aligned_split`` in align; chunks of
+        ``--max-num-batched-tokens`` otherwise)."""
         r = self.r
         L, B = req.prompt_len, r.block
-        kv_end = L + max(req.output_len - 1, 0)
-        if r.mode == "all":
-            return list(range(floor_to(start, B) + B, kv_end + 1, B))
-        if r.mode != "align":
-            return []
+        ends: list[int] = []
+        pos = start
+        if r.mode != "align" or not r.recurrent:
+            while pos < L:
+                pos = min(pos + r.chunk, L)
+                ends.append(pos)
+            return ends
         # the last cacheable boundary: floor(L/B)·B up to 0.31, floor((L − 1)/B)·B from 0.32
         # (kv_cache_interface.py get_mamba_prefill_checkpoint_position); EAGLE backs off one block (0.16+)
         last = floor_to(L - 1 if r.last_minus_one and not r.eagle else L, B)
         if r.eagle:
             last = max(last - B, 0)
         tail = floor_to(L, r.unit) if r.unit < B else 0
-        out: list[int] = []
-        pos = start
         while pos < L:
             end = min(pos + r.chunk, L)
             if end < L:
@@ -381,10 +382,24 @@ class Cache:
             end = min((s for s in stops if pos < s < end), default=end)
             if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
                 break
-            if end % B == 0 or (r.unit < B and end == tail):
-                out.append(end)
+            ends.append(end)
             pos = end
-        if not r.eagle:  # decoding: one token a step crosses every block boundary (EAGLE moves the state)
+        return ends
+
+    def state_positions(self, req: Request, start: int, junction: int) -> list[int]:
+        """Token positions (multiples of the block, or of the unit for a partial tail) where this request
+        leaves a Mamba state, from ``start``: prefill step ends on a boundary, then decoding's block
+        boundaries (not under EAGLE, whose steps move the state)."""
+        r = self.r
+        L, B = req.prompt_len, r.block
+        kv_end = L + max(req.output_len - 1, 0)
+        if r.mode == "all":
+            return list(range(floor_to(start, B) + B, kv_end + 1, B))
+        if r.mode != "align":
+            return []
+        tail = floor_to(L, r.unit) if r.unit < B else 0
+        out = [e for e in self.prefill_ends(req, start, junction) if e % B == 0 or (r.unit < B and e == tail)]
+        if not r.eagle:
             out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
         return out
 
@@ -417,85 +432,155 @@ class Cache:
         return n
 
     def _plan(self, req: Request, look: Lookup, keys: list[int]):
-        """Per group, the request's blocks in position order: ("hit", entry), ("new", entry or None)."""
+        """Per group, the request's blocks: (block index, needed once this many tokens are computed, "hit" or
+        "new", entry or None). A hit block is held from the start; private pages (align) sit at the end."""
         r = self.r
-        per_block = r.block // r.unit
+        B = r.block
+        per_block = B // r.unit
         tokens = req.prompt_len + req.output_len
         kv_end = req.prompt_len + max(req.output_len - 1, 0)
-        nblocks = cdiv(tokens, r.block)
-        hit_blocks = look.hit // r.block
-        mid: list[tuple[int, tuple]] = []  # (group, entry) of align states freed while the request runs
-        plan: list[list[tuple[str, tuple | None]]] = []
-        states = []
+        nblocks = cdiv(tokens, B)
+        hit_blocks = look.hit // B
+        states: dict[int, int] = {}
         if r.recurrent:
             for pos in self.state_positions(req, look.hit, look.junction):
                 if not 0 < pos // r.unit <= len(keys):
                     continue
                 k = keys[pos // r.unit - 1]
                 if self.kept(pos, req, look.junction):
-                    states.append((pos, k))
+                    states[pos] = k
                 else:
                     self.dropped_states.add(k)
+        late = 1 << 62
+        steps = [look.hit, *self.prefill_ends(req, look.hit, look.junction)]
+        # decoding, one token a step: only the steps that end in a new block or cross a boundary matter
+        L = req.prompt_len
+        steps += sorted({c for c in (L + 1, kv_end) if L < c <= kv_end}
+                        | {c for c in range(floor_to(L, B) + 1, kv_end + 1, B) if c > L})
+        ends = steps[1:]
+        # the state each block ends up holding (the last kept position inside it)
+        in_block = {(pos - 1) // B: k for pos, k in sorted(states.items())}
+        plan: list[list[tuple[int, int, str, tuple | None]]] = []
         for g, kind in enumerate(self.groups):
-            blocks: list[tuple[str, tuple | None]] = []
+            blocks: list[tuple[int, int, str, tuple | None]] = []
             if kind == "a":
-                tail = floor_to(req.prompt_len, r.unit) if r.unit < r.block else 0
+                tail = floor_to(req.prompt_len, r.unit) if r.unit < B else 0
                 for b in range(nblocks):
-                    full = (b + 1) * r.block <= kv_end and (b + 1) * per_block <= len(keys)
-                    end = (b + 1) * r.block if full else (tail if b * r.block < tail < (b + 1) * r.block else 0)
+                    full = (b + 1) * B <= kv_end and (b + 1) * per_block <= len(keys)
+                    end = (b + 1) * B if full else (tail if b * B < tail < (b + 1) * B else 0)
                     entry = ("a", g, keys[end // r.unit - 1]) if end else None
-                    if entry is not None and r.unit < r.block:
+                    if entry is not None and r.unit < B:
                         for u in range(b * per_block, end // r.unit):
                             if self.units.get((g, keys[u])) not in self.slots:
                                 self.units[(g, keys[u])] = entry
-                    blocks.append(("hit" if b < hit_blocks else "new", entry))
-            elif r.mode == "all":
-                if look.hit:
-                    blocks.append(("hit", ("m", g, keys[look.hit // r.unit - 1])))
-                blocks += [("new", ("m", g, k)) for _, k in states]
-                blocks += [("new", None)] * (nblocks - hit_blocks - len(states))
+                    blocks.append((b, b * B + 1, "hit" if b < hit_blocks else "new", entry))
             else:
                 if look.hit:
-                    blocks.append(("hit", ("m", g, keys[look.hit // r.unit - 1])))
-                *early, last = states or [None]
-                mid += [(g, ("m", g, k)) for _, k in early]
-                if last is not None:
-                    blocks.append(("new", ("m", g, last[1])))
-                blocks += [("new", None)] * max(r.mamba_pages - (last is not None), 0)
+                    blocks.append(((look.hit - 1) // B, 0, "hit", ("m", g, keys[look.hit // r.unit - 1])))
+                if r.mode == "all":
+                    for b in range(hit_blocks, nblocks):
+                        pos = (b + 1) * B
+                        blocks.append((b, b * B + 1, "new", ("m", g, states[pos]) if pos in states else None))
+                else:
+                    # align: each step's state lands in the block holding its last token (a new block when the
+                    # step ends in one not yet allocated); that block is cached when the state sits on its
+                    # boundary and retention keeps it; the speculative (and prefill-checkpoint) blocks are held
+                    # to the end (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
+                    seen = {(look.hit - 1) // B} if look.hit else set()
+                    for e in ends:
+                        i = (e - 1) // B
+                        if i not in seen:
+                            seen.add(i)
+                            k = in_block.get(i)
+                            blocks.append((i, e, "new", ("m", g, k) if k is not None else None))
+                    blocks += [(late, 1, "new", None)] * max(r.mamba_pages - 2, 0)
             plan.append(blocks)
-        return plan, mid
+        return plan, steps
 
     def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
-        """Pin the request's blocks and cache what it computes; False when the pool cannot hold it now."""
-        plan, mid = self._plan(req, look, keys)
-        new = sum(1 for blocks in plan for how, _ in blocks if how == "new")
-        touched = {next(iter(self.slots[e])) for blocks in plan for how, e in blocks if how == "hit"}
-        spare = self.r.mamba_groups if mid else 0  # a state the prefill moves past takes a block for a while
-        if new + spare > self.available - len(touched & self.queue.keys()):
-            return False
-        held: list[list[tuple[int, tuple | None]]] = []
-        hits = [[(self._touch(e), e) if how == "hit" else None for how, e in blocks] for blocks in plan]
-        for _, entry in mid:  # align: a state the request moves past is freed while it runs (tail of the queue)
-            slot = self._alloc()
-            self._cache(slot, entry)
-            self._free(slot, entry)
-        for blocks, touched_slots in zip(plan, hits):
-            mine = []
-            for (how, entry), t in zip(blocks, touched_slots):
-                if t is not None:
-                    mine.append(t)
-                    continue
-                slot = self._alloc()
-                if entry is not None:
-                    self._cache(slot, entry)
-                mine.append((slot, entry))
-            held.append(mine)
-        self.running[req.index] = (held, [])
+        """Run the request step by step as the scheduler allocates for it (allocate_slots: first the Mamba
+        blocks behind the computed tokens are freed, tail first, then each group's new blocks); False when a
+        step finds too few blocks."""
+        r = self.r
+        plan, steps = self._plan(req, look, keys)
+        touched = {next(iter(self.slots[e])) for blocks in plan for _, _, how, e in blocks if how == "hit"}
+        # dry run: the blocks free at each step
+        avail = self.available - len(touched & self.queue.keys())
+        for allocs, frees in self._timeline(plan, steps):
+            avail += frees - allocs
+            if avail < 0:
+                return False
+        held = [[None] * len(blocks) for blocks in plan]
+        for g, blocks in enumerate(plan):
+            for i, (_, _, how, entry) in enumerate(blocks):
+                if how == "hit":
+                    held[g][i] = (self._touch(entry), entry)
+        done = [[False] * len(blocks) for blocks in plan]
+        for k, c in enumerate(steps[:-1] if len(steps) > 1 else steps):
+            end = steps[k + 1] if k + 1 < len(steps) else c
+            self._skip(plan, held, done, c)
+            for g, blocks in enumerate(plan):
+                for i, (_, need, how, entry) in enumerate(blocks):
+                    if how == "new" and held[g][i] is None and need <= end:
+                        slot = self._alloc()
+                        if entry is not None:
+                            self._cache(slot, entry)
+                        held[g][i] = (slot, entry)
+        for g, blocks in enumerate(plan):  # what no step reached (a request of one token)
+            for i, (_, _, how, entry) in enumerate(blocks):
+                if held[g][i] is None:
+                    slot = self._alloc()
+                    if entry is not None:
+                        self._cache(slot, entry)
+                    held[g][i] = (slot, entry)
+        self.running[req.index] = (held, done)
         self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
         return True
 
-    def finish(self, req: Request) -> None:
-        held, _ = self.running.pop(req.index)
-        for mine in held:  # group by group, each tail first (KVCacheManager.free)
-            for slot, entry in reversed(mine):
+    def _timeline(self, plan, steps) -> list[tuple[int, int]]:
+        """(blocks allocated, blocks freed before it) per step, for the dry run."""
+        out = []
+        got = [[how == "hit" for _, _, how, _ in blocks] for blocks in plan]
+        gone = [[False] * len(blocks) for blocks in plan]
+        for k, c in enumerate(steps[:-1] if len(steps) > 1 else steps):
+            end = steps[k + 1] if k + 1 < len(steps) else c
+            frees = 0
+            for g, blocks in enumerate(plan):
+                if self.groups[g] != "m":
+                    continue
+                for i, (idx, _, _, _) in enumerate(blocks):
+                    if got[g][i] and not gone[g][i] and idx < (c - 1) // self.r.block:
+                        gone[g][i] = True
+                        frees += 1
+            allocs = 0
+            for g, blocks in enumerate(plan):
+                for i, (_, need, how, _) in enumerate(blocks):
+                    if not got[g][i] and need <= end:
+                        got[g][i] = True
+                        allocs += 1
+            out.append((allocs, frees))
+        rest = sum(1 for g in got for x in g if not x)
+        if rest:
+            out.append((rest, 0))
+        return out
+
+    def _skip(self, plan, held, done, c: int) -> None:
+        """``remove_skipped_blocks``: each Mamba group frees its blocks behind the computed tokens, tail
+        first."""
+        for g, blocks in enumerate(plan):
+            if self.groups[g] != "m":
+                continue
+            behind = [i for i, (idx, _, _, _) in enumerate(blocks)
+                      if held[g][i] is not None and not done[g][i] and idx < (c - 1) // self.r.block]
+            for i in sorted(behind, key=lambda i: blocks[i][0], reverse=True):
+                slot, entry = held[g][i]
                 self._free(slot, entry)
+                done[g][i] = True
+
+    def finish(self, req: Request) -> None:
+        held, done = self.running.pop(req.index)
+        for g, mine in enumerate(held):  # group by group, each tail first (KVCacheManager.free)
+            for i in range(len(mine) - 1, -1, -1):
+                if not done[g][i]:
+                    slot, entry = mine[i]
+                    self._free(slot, entry)
