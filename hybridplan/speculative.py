@@ -152,10 +152,10 @@ SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN
 def speculative_from_sglang(algorithm: str | None, target: ModelSpec, *, draft: str | None = None,
                             num_steps: int | None = None, eagle_topk: int | None = None,
                             num_draft_tokens: int | None = None, release: str | None = None) -> Speculative:
-    """SGLang's speculative flags as its server arguments resolve them at ``release``. ``num_tokens`` is D − 1,
-    the tokens proposed per step (as vLLM's ``num_speculative_tokens``), where D is
-    ``--speculative-num-draft-tokens`` (the verify step's tokens per request, the verified one included): given,
-    else ``num_steps + 1`` for top-k 1 (SGLang's ServerArgs sets it so). ``SglangSettings.draft_tokens`` is D."""
+    """SGLang's speculative flags as its server arguments resolve them at ``release``. ``num_tokens`` is D,
+    ``--speculative-num-draft-tokens`` (the verify step's tokens per request): given, else ``num_steps + 1`` for
+    top-k 1 (SGLang's ServerArgs sets it so). A Scenario takes the steps (``num_steps``, else D − 1) as its
+    ``spec_tokens`` and D as ``SglangSettings.draft_tokens`` (hybridplan/options.py does so)."""
     from hybridplan.engines.sglang.releases import release as parse
 
     rel = parse(release)
@@ -181,7 +181,6 @@ def speculative_from_sglang(algorithm: str | None, target: ModelSpec, *, draft: 
     if tokens < 2:
         raise PlanError(f"--speculative-num-draft-tokens must be at least 2 (one proposed token), got {tokens}")
     method = "eagle" if name == "NEXTN" else name.lower()
-    tokens -= 1
     if name == "NGRAM":
         return Speculative(method=method, num_tokens=tokens)
     if name == "NEXTN" and draft is None:  # the target's own MTP layers

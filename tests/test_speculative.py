@@ -208,9 +208,9 @@ def test_smaller_draft_page_grows_its_block(tmp_path):
 
 def test_sglang_nextn_is_eagle_with_the_mtp_layers():
     # NEXTN is EAGLE (server_args / arg_groups/speculative_hook.py: "NEXTN" → "EAGLE"); D = steps + 1 = 4 at
-    # top-k 1, of which 3 are proposed
+    # top-k 1
     sp = speculative_from_sglang("NEXTN", load_model("qwen3.5-27b"), num_steps=3, eagle_topk=1, release="0.5.18")
-    assert (sp.method, sp.num_tokens, len(sp.layers)) == ("eagle", 3, 1)
+    assert (sp.method, sp.num_tokens, len(sp.layers)) == ("eagle", 4, 1)
 
 
 def test_sglang_unknown_algorithm():
@@ -224,7 +224,7 @@ def test_sglang_dflash_from_0_5_11(tmp_path, version, accepted):
     args = dict(draft=_draft(tmp_path, 5, 8, 128), num_draft_tokens=8, release=version)
     if accepted:
         sp = speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
-        assert (sp.method, sp.num_tokens, len(sp.layers)) == ("dflash", 7, 5)  # D = 8
+        assert (sp.method, sp.num_tokens, len(sp.layers)) == ("dflash", 8, 5)
     else:
         with pytest.raises(PlanError, match="DFLASH is accepted from 0.5.11"):
             speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
@@ -241,6 +241,7 @@ def test_sglang_says_what_the_draft_kv_leaves_out(version, priced):
 
     target = load_model("qwen3.5-27b")
     sp = speculative_from_sglang("NEXTN", target, num_steps=3, eagle_topk=1, release=version)
+    sp = replace(sp, num_tokens=3)  # the Scenario counts the steps, as hybridplan/options.py does
     sc = Scenario(spec=target, ctx=8192, spec_tokens=sp.num_tokens, speculative=sp, engine="sglang",
                   sglang=SglangSettings(release=sglang_release(version), radix="off"),
                   budget=Budget(kv_budget=40 * GiB))
@@ -261,7 +262,7 @@ def test_sglang_log_settings_become_the_scenario_speculative():
         s.put(name, value, "line 1")
     notes: list[str] = []
     sp = _speculative(s, load_model("qwen3.5-27b"), sglang_release("0.5.18"), notes)
-    assert (sp.method, sp.num_tokens, len(sp.layers), notes) == ("eagle", 3, 1, [])
+    assert (sp.method, sp.num_tokens, len(sp.layers), notes) == ("eagle", 3, 1, [])  # the steps
     s.put("speculative_draft_model_path", "/nowhere/draft", "line 1")
     s.values["speculative_algorithm"] = "EAGLE3"
     sp = _speculative(s, load_model("qwen3.5-27b"), sglang_release("0.5.18"), notes)

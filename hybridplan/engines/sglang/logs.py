@@ -164,6 +164,16 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
                     spec_tokens=sp.num_tokens, speculative=sp, allow_long_context=True)
 
 
+def _steps(s: Settings, sp):
+    """As hybridplan/options.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
+    ``SglangSettings.draft_tokens``."""
+    from dataclasses import replace
+
+    steps = s.get("speculative_num_steps")
+    steps = int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else sp.num_tokens - 1
+    return replace(sp, num_tokens=steps)
+
+
 def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
     """The speculative algorithm and draft of the server args, read as ``speculative_from_sglang`` reads the
     flags; a draft that cannot be read is said in the notes (the draft tokens still size the buffers)."""
@@ -180,9 +190,10 @@ def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
 
     draft = s.get("speculative_draft_model_path")
     try:
-        return speculative_from_sglang(str(algorithm), spec, draft=None if draft is None else str(draft),
-                                       num_steps=num("speculative_num_steps"), eagle_topk=num("speculative_eagle_topk"),
-                                       num_draft_tokens=num("speculative_num_draft_tokens"), release=rel.version)
+        return _steps(s, speculative_from_sglang(
+            str(algorithm), spec, draft=None if draft is None else str(draft), num_steps=num("speculative_num_steps"),
+            eagle_topk=num("speculative_eagle_topk"), num_draft_tokens=num("speculative_num_draft_tokens"),
+            release=rel.version))
     except PlanError as exc:
         notes.append(f"the speculative draft ({algorithm}, {draft}) could not be read: {exc}")
         return Speculative()
