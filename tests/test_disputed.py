@@ -82,13 +82,17 @@ def test_text_only_qwen3_5_is_checked_from_0_5_19(version, checked):
         assert sglang_strategy(sc).name == "no_buffer"
 
 
-def test_extra_buffer_still_refused_where_sglang_has_no_extra_buffer():
+def test_extra_buffer_on_an_unlisted_architecture():
     # 0.5.21+ handle_mamba_radix_cache: an explicit extra_buffer on an unlisted architecture raises "needs mamba
-    # state"; listed ones without it fail validate_mamba_extra_buffer
+    # state"; before, nothing checks it and the start keeps the extra buffer (3 + 2 slots with the overlap
+    # scheduler, kv_cache_configurator.py _calculate_mamba_ratio); listed ones without it fail
+    # validate_mamba_extra_buffer ("extra_buffer is not supported for ...")
     with pytest.raises(PlanError, match="needs mamba state"):
         sglang_strategy(scenario("falcon-mamba-7b", sglang_version="0.5.23", sglang=dict(radix="extra_buffer")))
+    chosen = sglang_strategy(scenario("falcon-mamba-7b", sglang_version="0.5.20", sglang=dict(radix="extra_buffer")))
+    assert (chosen.name, chosen.ratio) == ("extra_buffer", 5)
     with pytest.raises(PlanError, match="extra_buffer is not supported"):
-        sglang_strategy(scenario("falcon-mamba-7b", sglang_version="0.5.20", sglang=dict(radix="extra_buffer")))
+        sglang_strategy(scenario("lfm2-1.2b", sglang_version="0.5.23", sglang=dict(radix="extra_buffer")))
 
 
 # --- 3. --mamba-cache-mode all on a model without SupportsMambaPrefixCaching (vLLM 0.15-0.31) --------------------

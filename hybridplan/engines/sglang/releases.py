@@ -204,18 +204,21 @@ class Release:
                             f"{', '.join(self.strategies)})")
         if chosen == "off" or not self.radix_on(spec):
             return "off"
-        if chosen.startswith("extra_buffer") and not self.checks_radix(spec) and self.at_least("0.5.21"):
+        unchecked = not self.checks_radix(spec)
+        if chosen.startswith("extra_buffer") and unchecked and self.at_least("0.5.21"):
             raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} "
                             f"(\"--mamba-radix-cache-strategy {chosen} needs mamba state\", arg_groups/model_hook.py): "
                             "use no_buffer")
-        if chosen.startswith("extra_buffer") and not self.extra_buffer(spec):
+        if chosen.startswith("extra_buffer") and not self.extra_buffer(spec) and not unchecked:
             raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} (\"mamba "
                             "extra_buffer is not supported\"): use no_buffer")
-        if not self.checks_radix(spec):  # auto unresolved, no_buffer unchecked: no extra buffer, overlap kept
-            return "no_buffer"
         if chosen == "extra_buffer_lazy" and not overlap:
             raise PlanError("SGLang refuses extra_buffer_lazy without the overlap scheduler (\"Lazy extra buffer "
                             "requires overlap schedule\")")
+        if unchecked:  # auto unresolved and no_buffer unchecked (no extra buffer, overlap kept); before 0.5.21 an
+            # explicit extra_buffer is not checked either and starts with the buffer (0.5.21's handler says such a
+            # start fails at prefill)
+            return chosen if chosen.startswith("extra_buffer") else "no_buffer"
         if chosen == "auto":
             if self.at_least("0.5.14") and self.extra_buffer(spec) and (overlap or page_size > 1):
                 return "extra_buffer"
