@@ -84,6 +84,12 @@ BATCHED_TOKENS = 2048
 SPEC_TOKENS = 2
 #: cases run at TP 1 beside the defaults: (--block-size, --kv-cache-dtype)
 VARIANTS = ((64, None), (None, "fp8"))
+#: speculative drafts run beside the target (TP 1 and 2, every mode), from 0.20.0: "mtp" is one more attention
+#: layer of the target's own shape (Qwen3.5's MTP layer); the others are a draft's attention layers as
+#: (layers, KV heads, head size): a DFlash-like five-layer draft, an EAGLE-like one-layer draft whose page is a
+#: fraction of the target's (its block grows, or its page is padded), and one whose page exceeds the Mamba page
+DRAFTS = ("mtp", (5, 8, 128), (1, 1, 128), (1, 1, 96), (2, 32, 128))
+DRAFT_SINCE = "0.20.0"
 #: architectures run, and the vLLM layer class (under vllm/model_executor/) of their recurrent mixer
 ARCHS = {
     "NemotronHForCausalLM": "layers.mamba.mamba_mixer2.MambaMixer2",
@@ -187,12 +193,23 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
     from hybridplan.loader import load_model
     from hybridplan.scenario import DtypeChoice, Scenario
 
+    from hybridplan.scenario import Speculative
+    from hybridplan.spec import Attention
+
     spec = load_model(case["model"])
     rel = vllm.release(release)
+    draft = case.get("draft")
+    layers: tuple = ()
+    if draft == "mtp":
+        layers = (next(m for m in spec.attention if isinstance(m, Attention)),)
+    elif draft:
+        n, kv_heads, head_size = draft
+        layers = (Attention(32, kv_heads, head_size),) * n
     try:
         rel.check_served(spec)
         mode = rel.modes_for(spec, case["mode"])[0]  # `all` on a model without it runs as vLLM falls back
         sc = Scenario(spec, ctx=max_len, tp=case["tp"], chunk=BATCHED_TOKENS, dtypes=DtypeChoice(kv=case["kv_dtype"]),
+                      speculative=Speculative(method="draft_model" if draft else None, layers=layers),
                       vllm=vllm.VllmSettings(release=rel, gdn_backend=case["gdn_backend"],
                                              block_size=case["block_size"]))
         fp = vllm.footprint(sc)
@@ -207,7 +224,7 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         "refused": None,
         "mamba_cache_mode": mode,
         "mamba_layers": sum(g.count for g in fp.state),
-        "attention_layers": sum(g.count for g in fp.kv),
+        "attention_layers": sum(g.count for g in fp.kv) + len(layers),
         "conv_bytes_per_layer": state.conv_bytes_per_layer,
         "conv_bytes_per_layer_spec2": vllm.footprint(
             replace(sc, spec_tokens=SPEC_TOKENS)).state[0].conv_bytes_per_layer,
@@ -223,11 +240,18 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         "max_concurrency": cap.max_concurrency,
         "max_concurrency_2dp": f"{cap.max_concurrency:.2f}",
         "kv_tokens": cap.kv_tokens,
-        "capacity_logs": list(cap.logs),
+        # each distinct line once, as the vLLM side collects them (two buckets can print the same padding line)
+        "capacity_logs": list(dict.fromkeys(cap.logs)),
     }
     if fp.kv:
-        out.update({"block_size": lay.block_size, "padding_pct_2dp": f"{lay.padding_pct:.2f}",
+        # the target's attention block as the groups hold it (grown where a draft's larger page set the common one)
+        block = next((g.block or lay.block_size for g in cap.groups if not g.recurrent and not g.draft),
+                     lay.block_size)
+        out.update({"block_size": block, "padding_pct_2dp": f"{lay.padding_pct:.2f}",
                     "block_logs": list(lay.logs)})
+    own = {g.block or lay.block_size for g in cap.groups if g.draft}
+    if own:  # the draft's layers in groups of their own
+        out["draft_block_size"] = own.pop()
     return out
 
 
@@ -312,6 +336,12 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
             for block, kv in VARIANTS:
                 out.append({"model": name, "arch": arch, "tp": 1, "mode": mode, "gdn_backend": "flashinfer",
                             "block_size": block, "kv_dtype": kv})
+        if since(version, DRAFT_SINCE) and arch not in ATTENTION_FREE and arch != "KimiLinearForCausalLM":
+            for tp in (1, 2):
+                for mode in modes(version, config):
+                    for draft in DRAFTS:
+                        out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": "flashinfer",
+                                    "block_size": None, "kv_dtype": None, "draft": draft})
     return out
 
 
@@ -800,6 +830,42 @@ class Worker:
                     layers[layer.layer_name] = layer
         return layers
 
+    def draft_layers(self, vc, draft, layers: dict) -> dict:
+        """Stand-in for a drafter's attention layers in the forward context (vllm/v1/worker/gpu_model_runner.py
+        ``get_kv_cache_spec`` takes them with the target's): "mtp", a copy of the target's attention layer; else
+        (layers, KV heads, head size) layers of vLLM's Attention class as a draft's ``__init__`` sets them (KV heads
+        split over TP, replicated below it: ``max(1, heads // tp)``), the target's cache config and dtype."""
+        import copy
+
+        if not draft:
+            return {}
+        target = next(layer for name, layer in layers.items() if name.endswith("self_attn.attn"))
+        if draft == "mtp":
+            count, kv_heads, head_size = 1, target.num_kv_heads, target.head_size
+        else:
+            count, total, head_size = draft
+            kv_heads = max(1, total // vc.parallel_config.tensor_parallel_size)
+        out = {}
+        for i in range(count):
+            layer = copy.copy(target)
+            layer.num_kv_heads, layer.head_size, layer.head_size_v = kv_heads, head_size, head_size
+            layer.layer_name = f"draft.layers.{i}.self_attn.attn"
+            out[layer.layer_name] = layer
+        return out
+
+    def draft_specs(self, specs: dict) -> dict:
+        """As the model runner's ``get_kv_cache_spec`` does from 0.24.0: an attention spec records whether its
+        backend reads KV pages by the block stride, which FlashAttention does (its layered stride order puts the
+        blocks first, vllm/v1/attention/backends/flash_attn.py)."""
+        from dataclasses import fields, replace
+
+        out = {}
+        for name, spec in specs.items():
+            if "indexes_kv_by_block_stride" in {f.name for f in fields(spec)} and type(spec).__name__ != "MambaSpec":
+                spec = replace(spec, indexes_kv_by_block_stride=True)
+            out[name] = spec
+        return out
+
     # -- the worker and engine-core steps ----------------------------------------------------------
 
     def align_block_size(self, vc) -> None:
@@ -880,6 +946,7 @@ class Worker:
         except (ValueError, AssertionError, TypeError, KeyError, NotImplementedError) as exc:
             return {"refused": f"{type(exc).__name__}: {exc}"}
         layers = self.build_layers(vc, case["arch"], kinds, shapes, dtypes, case["gdn_backend"])
+        layers.update(self.draft_layers(vc, case.get("draft"), layers))
         vc.compilation_config.static_forward_context.update(layers)
 
         self.align_block_size(vc)
@@ -896,7 +963,14 @@ class Worker:
 
             layouts = [x.name for x in backend_utils.get_supported_kv_cache_layouts([self.backend])]
             backend_utils.resolve_kv_cache_layout(vc, [layouts] * workers, list(specs.values()))
-        sched = self.scheduler_kv_cache_config(vc, specs, workers)
+        if case.get("draft"):
+            specs = self.draft_specs(specs)
+            try:
+                sched = self.scheduler_kv_cache_config(vc, specs, workers)
+            except (AssertionError, NotImplementedError) as exc:
+                return {"refused": f"{type(exc).__name__}: {exc}"}
+        else:
+            sched = self.scheduler_kv_cache_config(vc, specs, workers)
         if hasattr(vc, "validate_block_size"):  # the engine core's check once the caches are sized (0.18.0+)
             vc.cache_config.block_size = min(g.kv_cache_spec.block_size for g in sched.kv_cache_groups)
             try:
@@ -948,7 +1022,11 @@ class Worker:
             # the attention groups' block as the engine sizes them (0.18.0-0.19.1: scaled up to the padded page
             # by unify_kv_cache_spec_page_size after the worker set the config's block back to 16)
             (block_size,) = {g.kv_cache_spec.block_size for g in kv_groups
-                             if type(g.kv_cache_spec).__name__ != "MambaSpec"}
+                             if type(g.kv_cache_spec).__name__ != "MambaSpec"
+                             and not all(n.startswith("draft.") for n in g.layer_names)}
+            own = {g.kv_cache_spec.block_size for g in kv_groups if all(n.startswith("draft.") for n in g.layer_names)}
+            if own:
+                (out["draft_block_size"],) = own
             out.update({"block_size": block_size,
                         "padding_pct_2dp": padding.group(1) if padding else "0.00", "block_logs": block_logs})
         return out
@@ -991,6 +1069,8 @@ def compare(version: str, results: list[dict], report: dict) -> None:
     for r in results:
         theirs = r["vllm"]
         case = {k: r[k] for k in ("model", "tp", "mode", "gdn_backend", "block_size", "kv_dtype")}
+        if r.get("draft"):
+            case["draft"] = r["draft"]
         ours = hybridplan_figures(case, release=version, kv_budget=KV_BUDGET, max_len=MAX_LEN)
         if "not_run" in theirs:
             report["not_run"].append({"release": version, **case, "why": theirs["not_run"]})
