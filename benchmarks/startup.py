@@ -1,7 +1,12 @@
 """Start-up speed of the planner: `hybridplan size nemotron-h --ctx 131072 --json` against a bare
-`python -c "import typer, rich, yaml"` on the same machine (target: under 1.5× that baseline).
+`python -c "import typer, rich, yaml"` on the same machine (target: 1.2× that baseline).
 
-    python benchmarks/startup.py [--runs 21] [--limit 1.5] [--json]
+    python benchmarks/startup.py [--runs 21] [--limit 1.2] [--json]
+
+What it costs beyond the baseline is Python building the command's classes (each frozen dataclass of the spec,
+the scenario, the footprint and the weights is a few exec'd methods), typer turning the command's options into
+click parameters (only the invoked command is built: hybridplan/cli.py), and reading one spec. Measured runs
+are in docs/startup.md.
 
 The package's bytecode is compiled first, as a wheel install does, so that both sides start from .pyc files.
 Runs both commands alternately (so drifts in machine load hit both alike), takes the median wall time of
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,9 +37,18 @@ def planner_command() -> list[str]:
 
 
 def wall(cmd: list[str]) -> float:
+    return timed(cmd)[0]
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run. On a machine shared with other work the CPU time
+    moves less with the load than the wall time does."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=ENV)
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def measure(runs: int) -> dict:
@@ -47,17 +62,19 @@ def measure(runs: int) -> dict:
         wall(cmd)
     base, plan = [], []
     for _ in range(runs):
-        base.append(wall(BASELINE))
-        plan.append(wall(size))
-    b, p = statistics.median(base), statistics.median(plan)
-    return {"runs": runs, "baseline_s": b, "size_s": p, "ratio": p / b, "baseline_cmd": " ".join(BASELINE),
+        base.append(timed(BASELINE))
+        plan.append(timed(size))
+    b, p = statistics.median(t[0] for t in base), statistics.median(t[0] for t in plan)
+    bc, pc = statistics.median(t[1] for t in base), statistics.median(t[1] for t in plan)
+    return {"runs": runs, "baseline_s": b, "size_s": p, "ratio": p / b, "baseline_cpu_s": bc, "size_cpu_s": pc,
+            "cpu_ratio": pc / bc, "load_average": os.getloadavg()[0], "baseline_cmd": " ".join(BASELINE),
             "size_cmd": " ".join(size)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=21)
-    ap.add_argument("--limit", type=float, default=1.5)
+    ap.add_argument("--limit", type=float, default=1.2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     r = measure(args.runs)
@@ -67,6 +84,8 @@ def main() -> int:
         print(f"import typer, rich, yaml : {r['baseline_s'] * 1e3:7.1f} ms (median of {r['runs']})")
         print(f"size nemotron-h --json   : {r['size_s'] * 1e3:7.1f} ms")
         print(f"ratio                    : {r['ratio']:.2f}× (limit {args.limit}×)")
+        print(f"CPU time                 : {r['baseline_cpu_s'] * 1e3:7.1f} ms and {r['size_cpu_s'] * 1e3:.1f} ms: "
+              f"{r['cpu_ratio']:.2f}× (load average {r['load_average']:.1f})")
     return 0 if r["ratio"] <= args.limit else 1
 
 

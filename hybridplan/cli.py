@@ -421,16 +421,30 @@ def plan(o: Options) -> None:
     raise typer.Exit(0 if report.ok else 1)
 
 
-def _engine_flags(args: list[str]) -> tuple[list[str], list[str]]:
+def _command_group(args: list[str]) -> Any:
+    """The click group to run: with only the command the first argument names (building every command's options
+    is most of the start-up time; benchmarks/startup.py), else with all of them (help, a misspelt command)."""
+    import typer.main
+
+    every = app.registered_commands
+    name = args[0] if args and not args[0].startswith("-") else None
+    one = [c for c in every if name is not None
+           and (c.name or typer.main.get_command_name(c.callback.__name__)) == name]  # type: ignore[union-attr]
+    app.registered_commands = one or every
+    try:
+        return typer.main.get_command(app)
+    finally:
+        app.registered_commands = every
+
+
+def _engine_flags(args: list[str], group: Any) -> tuple[list[str], list[str]]:
     """The command's arguments with engine flags and a pasted engine line read as hybridplan's options
     (options.expand), and the notes on what was set aside."""
     from hybridplan.options import expand
 
     if not args or args[0].startswith("-"):
         return args, []
-    import typer.main
-
-    cmd = typer.main.get_command(app).commands.get(args[0])  # type: ignore[attr-defined]
+    cmd = group.commands.get(args[0])
     if cmd is None:
         return args, []
     rest, notes = expand(cmd, args[1:])
@@ -442,8 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     notes: list[str] = []
     try:
-        args, notes = _engine_flags(args)
-        rv = app(args=args, standalone_mode=False, prog_name="hybridplan")
+        group = _command_group(args)
+        args, notes = _engine_flags(args, group)
+        rv = group.main(args=args, standalone_mode=False, prog_name="hybridplan")
     except PlanError as exc:
         sys.stderr.write(f"hybridplan: error: {exc}\n")
         code = exc.exit_code

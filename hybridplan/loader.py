@@ -55,9 +55,26 @@ def _spec_header(filename: str) -> tuple[str, ...]:
             head.append(line)
     names = [filename[:-5]]
     for key, value in _HEADER.findall("".join(head)):
-        parsed = _safe_load(value)
+        parsed = _header_value(value)
         names.extend(parsed if isinstance(parsed, list) else [parsed])
     return tuple(str(n).lower() for n in names if n)
+
+
+#: a header value as the shipped specs write it: a name, or a flow list of names ([a, b]); anything else (quotes,
+#: YAML's own words) is left to the YAML loader, which costs as much as the rest of the start-up
+_NAME = r"[A-Za-z][A-Za-z0-9._-]*"
+_NAMES = re.compile(rf"\s*(?:({_NAME})|\[\s*((?:{_NAME}\s*,\s*)*(?:{_NAME})?)\s*\])\s*")
+_YAML_WORDS = frozenset({"null", "true", "false", "yes", "no", "on", "off", "y", "n"})
+
+
+def _header_value(value: str) -> Any:
+    m = _NAMES.fullmatch(value)
+    if m is None:
+        return _safe_load(value)
+    words = [m.group(1)] if m.group(1) else [w.strip() for w in m.group(2).split(",") if w.strip()]
+    if any(w.lower() in _YAML_WORDS for w in words):
+        return _safe_load(value)
+    return words[0] if m.group(1) else words
 
 
 @lru_cache(maxsize=None)
@@ -84,6 +101,23 @@ def _spec_from_document(doc: Any, origin: str) -> ModelSpec:
 def shipped_names() -> dict[str, str]:
     """Every shipped name and alias (lower case) → the spec's file name."""
     return {n: filename for filename in _spec_documents() for n in _spec_header(filename)}
+
+
+_ARCH = re.compile(r"^  architectures: \[([^\]\n]+)\]", re.MULTILINE)
+#: the config's own field, or its text_config's (a multimodal model's)
+_MAX_LEN = re.compile(r"^(?:  |    )max_position_embeddings: (\d+)$", re.MULTILINE)
+
+
+def shipped_contexts(architecture: str) -> dict[str, int]:
+    """The shipped specs of one architecture → their max_position_embeddings, read from each file's text (no
+    YAML: loading every spec would cost more than the command asking)."""
+    out: dict[str, int] = {}
+    for filename in _spec_documents():
+        text = (_SPECS_DIR / filename).read_text(encoding="utf-8")
+        arch, n = _ARCH.search(text), _MAX_LEN.search(text)
+        if arch is not None and n is not None and arch.group(1).strip() == architecture:
+            out[_spec_header(filename)[0]] = int(n.group(1))
+    return out
 
 
 def shipped_specs() -> list[ModelSpec]:

@@ -101,3 +101,8 @@ def article(word: str) -> str:
     head = "".join(c for c in w[:3] if c.isalpha())
     spelled = bool(head) and not any(c in "aeiou" for c in head)
     return "an" if w[0] in "aeiou" or (spelled and w[0] in "fhlmnrsx") else "a"
+
+
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ in integers, as the engines round up (their ``cdiv``)."""
+    return -(-a // b)

@@ -33,7 +33,9 @@ def _others(*needed: str) -> list[str]:
     # size without --engine: vLLM's dtype rules only — no engine sizing, no SGLang pool, no crossover maths
     (("size", "nemotron-h", "--ctx", "131072", "--json"), ("size",),
      ("hybridplan.engines.vllm.sizing", "hybridplan.engines.vllm.engine", "hybridplan.engines.sglang.pool",
-      "hybridplan.crossover", "fractions", "hybridplan.render", "rich.console", "rich.table")),
+      "hybridplan.crossover", "fractions", "hybridplan.render", "rich.console", "rich.table",
+      # the engines' log and prefix pieces, the Hub client (a shipped name is no Hub id), a checkpoint reader
+      "hybridplan.engines.common", "hybridplan.hub", "hybridplan.weights.checkpoint", "logging", "socket")),
     (("size", "nemotron-h", "--engine", "both", "--json"), ("size", "engines"),
      ("hybridplan.crossover", "hybridplan.render", "rich.console")),
     (("size", "nemotron-h"), ("size",), ("hybridplan.engines.sglang.pool", "hybridplan.crossover")),
@@ -53,3 +55,56 @@ def test_each_command_imports_only_what_it_needs(argv, needed, not_needed):
     loaded = _loaded(*argv)
     assert {f"hybridplan.reports.{r}" for r in needed} <= loaded
     assert not [m for m in (*GPU_STACK, *_others(*needed), *not_needed) if m in loaded]
+
+
+def test_only_the_invoked_command_is_built(monkeypatch, capsys):
+    # typer turns every registered command's options into click parameters before it parses anything: a run
+    # builds the one it was asked for (all of them for help or a name that is none)
+    import typer.main
+
+    from hybridplan.cli import main
+
+    built: list[set[str]] = []
+    real = typer.main.get_command
+
+    def spy(app):
+        group = real(app)
+        built.append(set(group.commands))
+        return group
+
+    monkeypatch.setattr(typer.main, "get_command", spy)
+    assert main(["size", "nemotron-h", "--json"]) == 0
+    assert built and all(b == {"size"} for b in built)
+    built.clear()
+    assert main(["--help"]) == 0
+    assert {"size", "fit", "check-log", "models"} <= built[-1]
+    capsys.readouterr()
+
+
+def test_spec_names_read_without_yaml_agree_with_yaml():
+    # the shipped specs' names and aliases are read from their header lines with a small parser (a YAML load per
+    # header costs as much as the rest of a start); for every shipped spec it gives what YAML gives
+    import yaml
+
+    from hybridplan import loader
+
+    for fn in loader._spec_documents():
+        text = (loader._specs_dir() / fn).read_text(encoding="utf-8").split("\nconfig:")[0]
+        names = [fn[:-5]]
+        for _, value in loader._HEADER.findall(text):
+            parsed = yaml.safe_load(value)
+            names.extend(parsed if isinstance(parsed, list) else [parsed])
+        assert loader._spec_header(fn) == tuple(str(n).lower() for n in names if n), fn
+    for value, expected in ((" [a, b-c]", ["a", "b-c"]), (" x.y", "x.y"), (" []", []), (" null", None),
+                            (" 'q'", "q"), (" [yes]", [True])):
+        assert loader._header_value(value) == expected
+
+
+def test_spec_contexts_read_from_the_text_agree_with_the_specs():
+    from hybridplan import loader
+
+    specs = loader.shipped_specs()
+    for arch in {s.architecture for s in specs}:
+        expected = {s.name: s.max_position_embeddings for s in specs
+                    if s.architecture == arch and s.max_position_embeddings}
+        assert loader.shipped_contexts(arch) == expected, arch

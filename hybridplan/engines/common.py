@@ -10,8 +10,7 @@ from math import gcd
 from hybridplan.errors import PlanError
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
 
 
 def lcm(a: int, b: int) -> int:

@@ -63,13 +63,13 @@ class SizeReport:
         return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late + staged
 
     def _longer(self) -> tuple[str, ...]:
-        """Which checkpoint the model is, and the shipped specs of its family made for the context asked."""
-        from hybridplan.loader import shipped_specs
+        """Which checkpoint the model is, and the shipped specs of its architecture made for the context asked."""
+        from hybridplan.loader import shipped_contexts
 
         spec = self.spec
         made = spec.max_position_embeddings
-        longer = [s.name for s in shipped_specs() if s.family == spec.family and s.name != spec.name
-                  and (s.max_position_embeddings or 0) >= self.ctx]
+        longer = [name for name, n in shipped_contexts(spec.architecture).items()
+                  if name != spec.name and n >= self.ctx]
         what = f"{spec.name} is {spec.source}" if spec.source else spec.name
         what += f", made for {made:,} tokens" if made else ""
         if not longer:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import size_of
-from hybridplan.engines.common import cdiv
+from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import ModelSpec
-from hybridplan.weights.checkpoint import Checkpoint
 from hybridplan.weights.families import Part, parts
-from hybridplan.weights.quant import Scheme
+
+if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoint reader nor the schemes
+    from hybridplan.weights.checkpoint import Checkpoint
+    from hybridplan.weights.quant import Scheme
 
 #: vLLM pads the vocabulary to a multiple of this before splitting it (``DEFAULT_VOCAB_PADDING_SIZE``)
 VOCAB_PADDING = 64
