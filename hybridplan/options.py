@@ -448,12 +448,11 @@ def _speculative(o: Options, spec: Any, vrel: Any) -> tuple[int, Any]:
             raise PlanError(f"--spec-tokens {n} and --speculative-config's {sp.num_tokens} tokens disagree")
         return sp.num_tokens, sp
     if algorithm is not None:
-        from hybridplan.speculative import speculative_from_sglang
+        from hybridplan.speculative import SglangFlags, speculative_from_sglang
 
-        draft_tokens = getattr(o, "draft_tokens", None)
-        sp = speculative_from_sglang(algorithm, spec, draft=getattr(o, "spec_draft", None), num_steps=n or None,
-                                     eagle_topk=getattr(o, "eagle_topk", None), num_draft_tokens=draft_tokens,
-                                     release=getattr(o, "sglang_version", None))
+        flags = SglangFlags(algorithm, getattr(o, "spec_draft", None), n or None, getattr(o, "eagle_topk", None),
+                            getattr(o, "draft_tokens", None))
+        sp = speculative_from_sglang(flags, spec, getattr(o, "sglang_version", None))
         steps = n or sp.num_tokens - 1
         return steps, replace(sp, num_tokens=steps)
     if getattr(o, "spec_draft", None) is not None or getattr(o, "eagle_topk", None) is not None:

@@ -5,11 +5,11 @@ the draft adds to the caches. Two entry points, for the command line and for che
         ``config``: vLLM's ``--speculative-config`` (the JSON text, or the dict it parses to);
         ``target``: the served model's ModelSpec; ``release``: a vLLM version string or Release (newest when None).
 
-    speculative_from_sglang(algorithm, target, *, draft=None, num_steps=None, eagle_topk=None,
-                            num_draft_tokens=None, release=None) -> Speculative
-        SGLang's ``--speculative-algorithm``, ``--speculative-draft-model-path``, ``--speculative-num-steps``,
-        ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens`` as typed (None = not given);
-        ``release``: an SGLang version string (newest when None).
+    speculative_from_sglang(flags, target, release=None) -> Speculative
+        ``flags``: an ``SglangFlags`` holding SGLang's ``--speculative-algorithm``,
+        ``--speculative-draft-model-path``, ``--speculative-num-steps``, ``--speculative-eagle-topk`` and
+        ``--speculative-num-draft-tokens`` as typed (None = not given); ``release``: an SGLang version string
+        (newest when None).
 
 Both raise PlanError, in the engine's words where it has them, for bad JSON, an unknown method, a method the
 release does not know, a draft that is missing or cannot be read, and MTP on a model without MTP layers.
@@ -26,6 +26,7 @@ layers (vllm/model_executor/models/qwen3_5_mtp.py, qwen3_next_mtp.py), Nemotron-
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +150,19 @@ SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN
                                      "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
 
 
-def speculative_from_sglang(algorithm: str | None, target: ModelSpec, *, draft: str | None = None,
-                            num_steps: int | None = None, eagle_topk: int | None = None,
-                            num_draft_tokens: int | None = None, release: str | None = None) -> Speculative:
+@dataclass(frozen=True)
+class SglangFlags:
+    """SGLang's speculative flags as typed (None = not given)."""
+
+    algorithm: str | None = None
+    #: ``--speculative-draft-model-path``
+    draft: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+
+def speculative_from_sglang(flags: SglangFlags, target: ModelSpec, release: str | None = None) -> Speculative:
     """SGLang's speculative flags as its server arguments resolve them at ``release``. ``num_tokens`` is D,
     ``--speculative-num-draft-tokens`` (the verify step's tokens per request): given, else ``num_steps + 1`` for
     top-k 1 (SGLang's ServerArgs sets it so). A Scenario takes the steps (``num_steps``, else D − 1) as its
@@ -159,6 +170,8 @@ def speculative_from_sglang(algorithm: str | None, target: ModelSpec, *, draft: 
     from hybridplan.engines.sglang.releases import release as parse
 
     rel = parse(release)
+    algorithm, draft, num_steps, eagle_topk, num_draft_tokens = (flags.algorithm, flags.draft, flags.num_steps,
+                                                                 flags.eagle_topk, flags.num_draft_tokens)
     if algorithm is None:
         return Speculative()
     name = algorithm.upper()

@@ -22,7 +22,7 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_model
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import MLA, Attention
-from hybridplan.speculative import mtp_layers, speculative_from_sglang, speculative_from_vllm
+from hybridplan.speculative import SglangFlags, mtp_layers, speculative_from_sglang, speculative_from_vllm
 
 GiB = 1 << 30
 
@@ -209,25 +209,25 @@ def test_smaller_draft_page_grows_its_block(tmp_path):
 def test_sglang_nextn_is_eagle_with_the_mtp_layers():
     # NEXTN is EAGLE (server_args / arg_groups/speculative_hook.py: "NEXTN" → "EAGLE"); D = steps + 1 = 4 at
     # top-k 1
-    sp = speculative_from_sglang("NEXTN", load_model("qwen3.5-27b"), num_steps=3, eagle_topk=1, release="0.5.18")
+    sp = speculative_from_sglang(SglangFlags("NEXTN", num_steps=3, eagle_topk=1), load_model("qwen3.5-27b"), "0.5.18")
     assert (sp.method, sp.num_tokens, len(sp.layers)) == ("eagle", 4, 1)
 
 
 def test_sglang_unknown_algorithm():
     with pytest.raises(PlanError, match="Unknown speculative algorithm name: MEDUSA"):
-        speculative_from_sglang("MEDUSA", load_model("qwen3.5-27b"), num_draft_tokens=4)
+        speculative_from_sglang(SglangFlags("MEDUSA", num_draft_tokens=4), load_model("qwen3.5-27b"))
 
 
 @pytest.mark.parametrize("version,accepted", [("0.5.10", False), ("0.5.11", True)])
 def test_sglang_dflash_from_0_5_11(tmp_path, version, accepted):
     # SpeculativeAlgorithm gains DFLASH in 0.5.11 (sglang/srt/speculative/spec_info.py of the 0.5.10 and 0.5.11 wheels)
-    args = dict(draft=_draft(tmp_path, 5, 8, 128), num_draft_tokens=8, release=version)
+    flags = SglangFlags("DFLASH", draft=_draft(tmp_path, 5, 8, 128), num_draft_tokens=8)
     if accepted:
-        sp = speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
+        sp = speculative_from_sglang(flags, load_model("qwen3.6-27b"), version)
         assert (sp.method, sp.num_tokens, len(sp.layers)) == ("dflash", 8, 5)
     else:
         with pytest.raises(PlanError, match="DFLASH is accepted from 0.5.11"):
-            speculative_from_sglang("DFLASH", load_model("qwen3.6-27b"), **args)
+            speculative_from_sglang(flags, load_model("qwen3.6-27b"), version)
 
 
 @pytest.mark.parametrize("version,priced", [("0.5.13", False), ("0.5.14", True)])
@@ -240,7 +240,7 @@ def test_sglang_says_what_the_draft_kv_leaves_out(version, priced):
     from hybridplan.scenario import Budget
 
     target = load_model("qwen3.5-27b")
-    sp = speculative_from_sglang("NEXTN", target, num_steps=3, eagle_topk=1, release=version)
+    sp = speculative_from_sglang(SglangFlags("NEXTN", num_steps=3, eagle_topk=1), target, version)
     sp = replace(sp, num_tokens=3)  # the Scenario counts the steps, as hybridplan/options.py does
     sc = Scenario(spec=target, ctx=8192, spec_tokens=sp.num_tokens, speculative=sp, engine="sglang",
                   sglang=SglangSettings(release=sglang_release(version), radix="off"),

@@ -178,7 +178,7 @@ def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
     """The speculative algorithm and draft of the server args, read as ``speculative_from_sglang`` reads the
     flags; a draft that cannot be read is said in the notes (the draft tokens still size the buffers)."""
     from hybridplan.scenario import Speculative
-    from hybridplan.speculative import speculative_from_sglang
+    from hybridplan.speculative import SglangFlags, speculative_from_sglang
 
     algorithm = s.get("speculative_algorithm")
     if not algorithm:
@@ -190,10 +190,9 @@ def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
 
     draft = s.get("speculative_draft_model_path")
     try:
-        return _steps(s, speculative_from_sglang(
-            str(algorithm), spec, draft=None if draft is None else str(draft), num_steps=num("speculative_num_steps"),
-            eagle_topk=num("speculative_eagle_topk"), num_draft_tokens=num("speculative_num_draft_tokens"),
-            release=rel.version))
+        flags = SglangFlags(str(algorithm), None if draft is None else str(draft), num("speculative_num_steps"),
+                            num("speculative_eagle_topk"), num("speculative_num_draft_tokens"))
+        return _steps(s, speculative_from_sglang(flags, spec, rel.version))
     except PlanError as exc:
         notes.append(f"the speculative draft ({algorithm}, {draft}) could not be read: {exc}")
         return Speculative()
