@@ -122,7 +122,7 @@ def _layer_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-PpLayers = Annotated[Optional[str], option("--pp-layers", metavar="N,N,…",
+PpLayers = Annotated[Optional[str], option("--pp-layers", metavar="N,N,...",
                                            help="The layers of each pipeline stage, as VLLM_PP_LAYER_PARTITION / "
                                                 "SGLANG_PP_LAYER_PARTITION give them; default: the engine's split.")]
 Dtype = Annotated[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
@@ -328,9 +328,9 @@ ADMISSION = (
 
 
 ENGINE_LINE_HELP = ("Engine flags: vLLM's and SGLang's own names are read too (--tensor-parallel-size, "
-                    "--max-model-len, --kv-cache-dtype, --tp-size, --context-length, …), and so is a whole engine "
-                    "command after --: -- vllm serve MODEL … or -- python -m sglang.launch_server --model-path "
-                    "MODEL … (environment variables first, as you type them).")
+                    "--max-model-len, --kv-cache-dtype, --tp-size, --context-length and more), and so is a whole "
+                    "engine command after --: -- vllm serve MODEL [FLAGS] or -- python -m sglang.launch_server --model-path "
+                    "MODEL [FLAGS] (environment variables first, as you type them).")
 
 
 class _Command(typer.core.TyperCommand):
