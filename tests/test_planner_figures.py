@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import pytest
 
+from hybridplan.errors import PlanError
 from hybridplan.loader import load_model
 from hybridplan.reports.crossover import crossover
 from hybridplan.reports.size import size
@@ -85,9 +86,9 @@ def test_a_hybrid_reference_counts_its_own_state(nemo):
     row = next(x for x in r.rows if x.ssm_dtype == "float32")
     assert (row.state_only, row.state_only_tokens) == (5702, 5703)
     assert row.total is None and r.to_dict()["reference_state_bytes"] == 8_716_288
-    # against itself: equal everywhere, so never smaller in whole; its state alone is passed at once
-    row = next(x for x in crossover(scenario(nemo), nemo).rows if x.ssm_dtype == "float32")
-    assert row.total is None and (row.state_only, row.state_only_tokens) == (0, 1)
+    # against itself the two needs are equal at every context: there is no crossover to report, and it says so
+    with pytest.raises(PlanError, match="against itself"):
+        crossover(scenario(nemo), nemo)
 
 
 def test_crossover_exact_integer_point_is_not_smaller():
