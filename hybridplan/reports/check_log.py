@@ -72,21 +72,25 @@ class CheckReport:
     def model(self) -> str:
         return next((s.model for s in self.checked if s.model), "")
 
+    def _every(self, field: str) -> tuple:
+        """One field of every start that could be checked, in log order."""
+        return tuple(x for s in self.checked for x in getattr(s, field))
+
     @property
     def settings(self) -> tuple[Setting, ...]:
-        return tuple(x for s in self.checked for x in s.settings)
+        return self._every("settings")
 
     @property
     def rows(self) -> tuple[Row, ...]:
-        return tuple(x for s in self.checked for x in s.rows)
+        return self._every("rows")
 
     @property
     def not_modelled(self) -> tuple[NotModelled, ...]:
-        return tuple(x for s in self.checked for x in s.not_modelled)
+        return self._every("not_modelled")
 
     @property
     def estimates(self) -> tuple[Estimate, ...]:
-        return tuple(x for s in self.checked for x in s.estimates)
+        return self._every("estimates")
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -99,12 +103,9 @@ class CheckReport:
         def tagged(items, start: StartCheck) -> list[dict]:
             return [{**x.to_dict(), "start": start.index} for x in items]
 
-        checked = self.checked
+        fields = ("settings", "rows", "estimates", "not_modelled")
         return {"schema_version": SCHEMA_VERSION, "model": self.model, "ok": self.ok,
-                "settings": [d for s in checked for d in tagged(s.settings, s)],
-                "rows": [d for s in checked for d in tagged(s.rows, s)],
-                "estimates": [d for s in checked for d in tagged(s.estimates, s)],
-                "not_modelled": [d for s in checked for d in tagged(s.not_modelled, s)],
+                **{f: [d for s in self.checked for d in tagged(getattr(s, f), s)] for f in fields},
                 "notes": list(self.notes), "starts": [s.to_dict() for s in self.starts]}
 
 
