@@ -230,23 +230,66 @@ def test_sglang_dflash_from_0_5_11(tmp_path, version, accepted):
             speculative_from_sglang(flags, load_model("qwen3.6-27b"), version)
 
 
-@pytest.mark.parametrize("version,priced", [("0.5.13", False), ("0.5.14", True)])
-def test_sglang_says_what_the_draft_kv_leaves_out(version, priced):
-    # EAGLE's draft KV enters the target's cell from 0.5.14 (pool_configurator.py ``eagle_draft_num_layers``):
-    # hybridplan does not size it yet and says so instead of printing the tokens as if it were not there
+def _sglang_fit(version: str, model: str, *, path: bool, budget: int = 40 * GiB):
     from hybridplan.engines.sglang.pool import fit
     from hybridplan.engines.sglang.releases import release as sglang_release
     from hybridplan.engines.sglang.settings import SglangSettings
     from hybridplan.scenario import Budget
 
-    target = load_model("qwen3.5-27b")
-    sp = speculative_from_sglang(SglangFlags("NEXTN", num_steps=3, eagle_topk=1), target, version)
-    sp = replace(sp, num_tokens=3)  # the Scenario counts the steps, as hybridplan/options.py does
-    sc = Scenario(spec=target, ctx=8192, spec_tokens=sp.num_tokens, speculative=sp, engine="sglang",
-                  sglang=SglangSettings(release=sglang_release(version), radix="off"),
-                  budget=Budget(kv_budget=40 * GiB))
-    notes = " ".join(fit(sc).notes)
+    target = load_model(model)
+    flags = SglangFlags("NEXTN", draft=target.source if path else None, num_steps=3, eagle_topk=1)
+    sp = replace(speculative_from_sglang(flags, target, version), num_tokens=3)  # the steps, as options.py counts
+    sc = Scenario(spec=target, ctx=8192, spec_tokens=3, speculative=sp, engine="sglang",
+                  sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=48),
+                  budget=Budget(kv_budget=budget))
+    return sc, fit(sc)
+
+
+@pytest.mark.parametrize("version,path,priced", [("0.5.13", True, False), ("0.5.14", True, True),
+                                                 ("0.5.14", False, False), ("0.5.23", False, False)])
+def test_sglang_says_what_the_draft_kv_takes(version, path, priced):
+    # EAGLE's draft KV enters the target's cell from 0.5.14 only with --speculative-draft-model-path
+    # (model_runner.py 0.5.14 / model_runner_components/spec_aux_hidden_state.py: ``eagle_draft_num_layers`` is
+    # read only when the path is set; from 0.5.22 a path-less head reads the target config's
+    # num_nextn_predict_layers, which Qwen3.5 has not); otherwise the draft pool lies outside the split, said
+    _, f = _sglang_fit(version, "qwen3.5-27b", path=path)
+    notes = " ".join(f.notes)
     assert ("into the target's KV cell" in notes) is priced and ("outside the split" in notes) is not priced
+
+
+@pytest.mark.parametrize("model,version,cell", [
+    # Qwen3.5-27B: 16 full-attention layers × 4 KV heads × (256 + 256) × 2 bytes = 65,536 bytes a token
+    # (pool_configurator.py ``_compute_cell_size``). The draft-mode config (configs/model_config.py
+    # ``_config_draft_model``) sets num_nextn_predict_layers = 1 on hf_config only until 0.5.17; SGLang reads the
+    # text config, so n = max(num_hidden_layers, num_attention_layers) = 64 and the cell is
+    # int(65,536 · (1 + 64/16)) = 327,680; from 0.5.18 the text config gets 1 too: int(65,536 · 17/16) = 69,632
+    ("qwen3.5-27b", "0.5.13", 65536), ("qwen3.5-27b", "0.5.14", 327680), ("qwen3.5-27b", "0.5.17", 327680),
+    ("qwen3.5-27b", "0.5.18", 69632),
+    # 0.5.22 on: c + int(c·n/L) = 65,536 + 4,096 (pool_configurator.py, ``draft_kv_size``)
+    ("qwen3.5-27b", "0.5.23", 69632),
+    # Qwen3-Next-80B-A3B: 12 full-attention layers × 2 KV heads × 512 × 2 bytes = 24,576; hf_config is the text
+    # config, n = 1 from 0.5.14: int(24,576 · 13/12) = 26,624
+    ("qwen3-next-80b-a3b", "0.5.14", 26624), ("qwen3-next-80b-a3b", "0.5.23", 26624)])
+def test_sglang_eagle_draft_in_the_cell(model, version, cell):
+    from hybridplan.engines.sglang.pool import footprint, kv_cell
+
+    sc, f = _sglang_fit(version, model, path=True)
+    assert kv_cell(sc.sglang.release, sc, footprint(sc)) == cell
+    # the tokens are the KV pool's bytes over that cell (page 1): max_total_num_tokens = available // cell
+    assert f.kv_tokens == f.kv_bytes // cell
+
+
+def test_sglang_eagle_draft_tokens_at_0_5_18():
+    # Qwen3.5-27B, 40 GiB split, radix off, 48 requests, D = 4 (0.5.18, kv_cache_configurator.py): the KV pool
+    # keeps 5,128,519,680 bytes (the same as without the draft: the cell changes, not the split), and
+    # 5,128,519,680 // 69,632 = 73,651 tokens where 5,128,519,680 // 65,536 = 78,255 without the draft in the cell
+    _, with_path = _sglang_fit("0.5.18", "qwen3.5-27b", path=True)
+    _, without = _sglang_fit("0.5.18", "qwen3.5-27b", path=False)
+    assert (with_path.kv_bytes, without.kv_bytes) == (5128519680, 5128519680)
+    assert (with_path.kv_tokens, without.kv_tokens) == (73651, 78255)
+    # the "KV Cache is allocated" line stays the target's pool: (T + page) · 65,536 / 2 per K and V
+    assert with_path.kv_log == ("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 73651, K size: 2.25 GB, "
+                                "V size: 2.25 GB")
 
 
 def test_sglang_log_settings_become_the_scenario_speculative():

@@ -252,10 +252,10 @@ def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
     return Split(total, k, spec, total - spec - (k + pad) * per)
 
 
-def kv_tokens(fp: Footprint, kv_bytes: int, page_size: int = 1, extra: int = 0) -> int:
+def kv_tokens(fp: Footprint, kv_bytes: int, page_size: int = 1, extra: int = 0, cell: int | None = None) -> int:
     """KV pool tokens: ⌊bytes / cell⌋, plus ``extra`` (``draft_headroom``), floored to the page; a cell is
-    kv_heads·(head_dim + v_head_dim)·attention layers·bytes."""
-    cell = fp.kv_bytes_per_token
+    kv_heads·(head_dim + v_head_dim)·attention layers·bytes (``cell``: with a draft's KV in it, ``kv_cell``)."""
+    cell = fp.kv_bytes_per_token if cell is None else cell
     if not cell:
         return 0
     return max(0, (kv_bytes // cell + extra) // page_size * page_size)
@@ -277,14 +277,14 @@ def admit(sc: Scenario, fp: Footprint, part: Split, strat: Strategy, page: int) 
     has the context as its token count from 0.5.19, ``_zero_kv_max_tokens``), then, under speculative decoding
     to 0.5.6.post2, the same with ``draft_headroom`` for the request pool those tokens gave."""
     rel, s = sc.sglang.release, sc.sglang
-    tokens = kv_tokens(fp, part.kv_bytes, page)
+    tokens = kv_tokens(fp, part.kv_bytes, page, cell=kv_cell(rel, sc, fp))
     if not fp.kv and rel.at_least("0.5.19"):
         tokens = sc.ctx
     admission = Admission(rel, part.pool_size, strat.ratio, tokens, sc.ctx, s.requested(sc.spec_tokens))
     extra = draft_headroom(rel, admission.request_pool, s.draft(sc.spec_tokens))
     if not extra or not fp.kv:
         return admission
-    return replace(admission, kv_tokens=kv_tokens(fp, part.kv_bytes, page, extra))
+    return replace(admission, kv_tokens=kv_tokens(fp, part.kv_bytes, page, extra, cell=kv_cell(rel, sc, fp)))
 
 
 def request_cap(pool_size: int, slots_per_request: int) -> int:
@@ -416,8 +416,8 @@ class Fit:
     refusal: str | None = None
     #: the GPU's memory down to R, where R was not given
     memory: Waterfall | None = None
-    #: the speculative method and the layers its draft adds (``Scenario.speculative``), where it names them
-    draft: tuple[str, int] | None = None
+    #: what the draft's KV takes (``draft_kv_note``), where the scenario names a draft with layers
+    draft: str | None = None
 
     @property
     def rel(self) -> Release:
@@ -503,8 +503,8 @@ class Fit:
         elif self.pool.bytes + self.kv_bytes + self.split.spec_reserve > self.budget:
             notes.append(f"SGLang {v} leaves the pool's padding row out of its split: the two pools take "
                          f"{human_bytes(per)} more than the budget")
-        if self.draft is not None and (why := draft_kv_note(self.rel, *self.draft)):
-            notes.append(why)
+        if self.draft is not None:
+            notes.append(self.draft)
         return tuple(notes)
 
     def to_dict(self) -> dict:
@@ -521,25 +521,101 @@ class Fit:
                 "logs": self.logs}
 
 
-#: from these releases the target's KV cell counts the draft's KV (sglang/srt/model_executor/pool_configurator.py):
-#: DFLASH from 0.5.11 (``scale_kv_cell_size_per_token_for_dflash``), DSPARK with it from 0.5.16, EAGLE and
-#: STANDALONE from 0.5.14 (the cell scaled by 1 + the draft's layers over the target's full-attention layers);
-#: before, the draft worker's pool holds as many tokens as the target's (``draft_runner_cache_size``,
-#: model_runner_kv_cache_mixin.py) in memory outside the split
+#: The draft's KV in the target's KV cell (sglang/srt/model_executor/pool_configurator.py,
+#: ``DefaultPoolConfigurator.__init__``; the draft's layer count from model_runner.py to 0.5.15, then
+#: model_runner_components/spec_aux_hidden_state.py). The draft worker reuses the target's pool config: its own KV
+#: pool gets the same max_total_num_tokens, and it shares the target's request-to-token pool and MambaPool (no
+#: state slots of its own; model_runner_kv_cache_mixin.py / kv_cache_configurator.py ``_init_pools``).
+#:
+#: - EAGLE, EAGLE3, STANDALONE (NEXTN is EAGLE) from 0.5.14: the cell c of the target's L full-attention layers
+#:   becomes ``int(c·(1 + n/L))`` (0.5.14–0.5.21) or ``c + int(c·n/L)`` (0.5.22 on), n the draft's layers
+#:   (``eagle_draft_num_layers``, ``draft_layers_in_cell``): every draft layer priced as one target layer.
+#: - DFLASH 0.5.11–0.5.17: ``⌈c·(L + n)/L⌉`` (speculative/dflash_utils.py
+#:   ``scale_kv_cell_size_per_token_for_dflash``), n the draft's num_hidden_layers.
+#: - before those releases, and DFLASH from 0.5.18 (the draft's own cell added) and DSPARK: not sized here — the
+#:   draft pool (before: ``draft_runner_cache_size``, as many tokens as the target's) is left out, and said.
 DRAFT_KV_IN_CELL = {"dflash": "0.5.11", "dspark": "0.5.16", "eagle": "0.5.14", "eagle3": "0.5.14",
                     "standalone": "0.5.14"}
+#: draft-mode rewrites that set ``num_nextn_predict_layers = 1`` where SGLang reads it (configs/model_config.py
+#: ``_config_draft_model``; from 0.5.14): on hf_config, which is the text config for these
+_MTP_ONE = ("Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")
+#: the Qwen3.5 rewrite sets it on the text config too only from 0.5.18; before, SGLang reads the text config's
+#: num_hidden_layers for a Qwen3.5 draft
+_QWEN35_MTP = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 
 
-def draft_kv_note(rel: Release, method: str, layers: int) -> str | None:
-    """What hybridplan leaves out for a draft's KV: said, not silently sized."""
-    since = DRAFT_KV_IN_CELL.get(method)
-    if not layers or since is None:
+def _text_config(spec: ModelSpec) -> dict:
+    import json
+
+    raw = json.loads(spec.config_json or "{}")
+    return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+
+
+def draft_layers_in_cell(rel: Release, sc: Scenario) -> int | None:
+    """n, the draft layers SGLang prices into the target's cell (``eagle_draft_num_layers`` or
+    ``dflash_draft_num_layers``); None where the release does not (see ``DRAFT_KV_IN_CELL``).
+
+    EAGLE family: with ``--speculative-draft-model-path``, the draft-mode config's ``num_nextn_predict_layers``
+    (1 after the MTP rewrites of ``_MTP_ONE``, and of Qwen3.5 from 0.5.18), else the larger of its
+    num_hidden_layers and num_attention_layers (equal for these models); without a path, nothing until 0.5.21,
+    from 0.5.22 the target config's own ``num_nextn_predict_layers`` if it has one."""
+    sp = sc.speculative
+    since = DRAFT_KV_IN_CELL.get(sp.method or "")
+    if since is None or not rel.at_least(since) or not sp.layers:
         return None
-    if rel.at_least(since):
-        return (f"SGLang {rel.version} prices the {method} draft's KV ({layers} layers) into the target's KV cell "
-                "(pool_configurator.py): the KV tokens shown leave it out and are high; not sized yet")
-    return (f"SGLang {rel.version} gives the {method} draft's KV pool ({layers} layers) as many tokens as the "
-            "target's, in memory outside the split (draft_runner_cache_size): the KV tokens shown stand, that memory "
+    if sp.method == "dflash":
+        if rel.at_least("0.5.18") or sp.draft is None:
+            return None
+        return _text_config(sp.draft).get("num_hidden_layers")
+    if sp.method == "dspark":
+        return None
+    if sp.draft_ref is None or sp.draft is None:  # path-less NEXTN: the target's own MTP layers
+        if not rel.at_least("0.5.22"):
+            return None
+        n = _text_config(sc.spec).get("num_nextn_predict_layers")
+        return int(n) if n else None
+    arch, text = sp.draft.architecture, _text_config(sp.draft)
+    if arch in _MTP_ONE or (arch in _QWEN35_MTP and rel.at_least("0.5.18")):
+        return 1
+    n = text.get("num_nextn_predict_layers")
+    return int(n) if n is not None else int(text.get("num_hidden_layers") or len(sp.draft.mixers))
+
+
+def kv_cell(rel: Release, sc: Scenario, fp: Footprint) -> int:
+    """The bytes per token SGLang divides the KV pool's memory by: the target's cell, with the draft's KV in it
+    where the release prices it (``DRAFT_KV_IN_CELL``)."""
+    cell = fp.kv_bytes_per_token
+    n = draft_layers_in_cell(rel, sc)
+    layers = sum(g.count for g in fp.kv if g.window is None)
+    if not cell or not n or n <= 0 or not layers:
+        return cell
+    if sc.speculative.method == "dflash":
+        return (cell * (layers + n) + layers - 1) // layers
+    if rel.at_least("0.5.22"):
+        return cell + int(cell * n / layers)
+    return int(cell * (1 + n / layers))
+
+
+def draft_kv_note(rel: Release, sc: Scenario, fp: Footprint, tokens: int) -> str | None:
+    """The draft's KV: what the cell now holds, or what hybridplan leaves out, said."""
+    sp = sc.speculative
+    layers = sum(m.kind in ATTENTION_KINDS for m in sp.layers) if sp.method and sp.layers else 0
+    since = DRAFT_KV_IN_CELL.get(sp.method or "")
+    if not layers or not fp.kv:
+        return None
+    if (n := draft_layers_in_cell(rel, sc)) is not None:
+        cell = kv_cell(rel, sc, fp)
+        return (f"SGLang {rel.version} prices the {sp.method} draft's KV into the target's KV cell as {n} more "
+                f"target layer{'s' if n != 1 else ''} ({fp.kv_bytes_per_token:,} → {cell:,} bytes per token; "
+                f"pool_configurator.py): the draft's pool of {tokens:,} tokens is inside the split")
+    if since is not None and rel.at_least(since):
+        why = ("without --speculative-draft-model-path" if sp.draft_ref is None and sp.method != "dflash"
+               else "for this draft")
+        return (f"SGLang {rel.version} counts no draft layers in the target's KV cell {why} (pool_configurator.py): "
+                f"the {sp.method} draft's KV pool of the target's {tokens:,} tokens takes memory outside the split, "
+                "not counted here; the KV tokens shown stand")
+    return (f"SGLang {rel.version} gives the {sp.method} draft's KV pool ({layers} layers) the target's {tokens:,} "
+            "tokens, in memory outside the split (draft_runner_cache_size): the KV tokens shown stand, that memory "
             "is not counted")
 
 
@@ -572,7 +648,6 @@ def fit(sc: Scenario) -> Fit | Shortfall:
         from hybridplan.engines.sglang.memory import memory
 
         water = memory(sc)
-    sp = sc.speculative
-    draft = (sp.method, sum(m.kind in ATTENTION_KINDS for m in sp.layers)) if sp.method and sp.layers else None
+    draft = draft_kv_note(rel, sc, fp, admission.kv_tokens)
     return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
                refusal(sc), water, draft)
