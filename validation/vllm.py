@@ -21,7 +21,8 @@ modules import:
         prometheus_client xgrammar fastapi partial-json-parser llguidance einops compressed-tensors
 
 What runs as vLLM wrote it, for each shipped hybrid (and pure-SSM) spec, at TP 1, 2, 4 and 8, in every Mamba
-cache mode of the release, and at TP 1 also with ``--block-size 64`` and with ``--kv-cache-dtype fp8``:
+cache mode of the release, and at TP 1 also with ``--block-size 64`` and with ``--kv-cache-dtype fp8``, and at
+PP 2 and 4 (each stage's layers, split by the release's ``get_pp_indices``, on a worker of its own):
 
 * ``ModelConfig`` (``vllm/config/model.py``) built from a folder holding the spec's ``config:`` mapping as
   ``config.json``: vLLM's own config loading (``transformers_utils/config.py``), dtype resolution, model
@@ -75,6 +76,8 @@ ALL_RELEASES = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0
                 "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 RELEASES = ALL_RELEASES
 TPS = (1, 2, 4, 8)
+#: pipeline-parallel degrees run at TP 1: the layers split by vLLM's own get_pp_indices, one worker a stage
+PPS = (2, 4)
 KV_BUDGET = 40 * GiB
 MAX_LEN = 8192
 #: the scheduler's --max-num-batched-tokens when VllmConfig is built without one (SchedulerConfig's
@@ -214,6 +217,13 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
                                              block_size=case["block_size"]))
         fp = vllm.footprint(sc)
         cap = vllm.capacity(sc, mode, kv_budget)
+        if case.get("pp"):  # the stages reconciled (hybridplan/engines/vllm/parallel.py), each with kv_budget
+            from hybridplan.engines.vllm import parallel
+            from hybridplan.scenario import Budget
+
+            staged = replace(sc, pp=case["pp"], budget=Budget(kv_budget=kv_budget),
+                             vllm=replace(sc.vllm, mode=mode))
+            cap = parallel.fit(staged).modes[mode].capacity
     except PlanError as exc:
         return {"refused": str(exc)}
     if cap.block_problem:  # the align block against max_num_batched_tokens (the budget is the script's own)
@@ -243,6 +253,8 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         # each distinct line once, as the vLLM side collects them (two buckets can print the same padding line)
         "capacity_logs": list(dict.fromkeys(cap.logs)),
     }
+    if case.get("pp"):  # vLLM's scheduler takes the first worker's groups: stage 0's layers of each
+        out["group_size"] = max(cap.stage_caches[0].group_layers)
     if fp.kv:
         # the target's attention block as the groups hold it (grown where a draft's larger page set the common one)
         block = next((g.block or lay.block_size for g in cap.groups if not g.recurrent and not g.draft),
@@ -336,6 +348,10 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
             for block, kv in VARIANTS:
                 out.append({"model": name, "arch": arch, "tp": 1, "mode": mode, "gdn_backend": "flashinfer",
                             "block_size": block, "kv_dtype": kv})
+        for pp in PPS:  # pipeline stages at TP 1 (hybridplan/engines/vllm/parallel.py)
+            for mode in modes(version, config):
+                out.append({"model": name, "arch": arch, "tp": 1, "pp": pp, "mode": mode, "gdn_backend": "flashinfer",
+                            "block_size": None, "kv_dtype": None})
         if since(version, DRAFT_SINCE) and arch not in ATTENTION_FREE and arch != "KimiLinearForCausalLM":
             for tp in (1, 2):
                 for mode in modes(version, config):
@@ -609,7 +625,8 @@ class Worker:
 
         mc = copy.deepcopy(self.model_config(case["model"]))
         cc = CacheConfig(**self.cache_settings(case))
-        pc = ParallelConfig(tensor_parallel_size=case["tp"])
+        pc = ParallelConfig(tensor_parallel_size=case["tp"], **(
+            {"pipeline_parallel_size": case["pp"]} if case.get("pp") else {}))
         return VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc)
 
     def v1_engine_check(self, case: dict) -> None:
@@ -900,7 +917,7 @@ class Worker:
             attention_chunk_size=mc.attention_chunk_size)
         return GPUModelRunner.get_kv_cache_spec(runner)
 
-    def scheduler_kv_cache_config(self, vc, specs: dict, workers: int):
+    def scheduler_kv_cache_config(self, vc, specs: dict, workers: int, stages: list[dict] | None = None):
         """KV cache grouping and sizing over the workers, and the config the scheduler gets: 0.33.0 plans the
         groups in ``kv_cache_planning``; 0.11.0-0.32.0 ``kv_cache_utils.get_kv_cache_configs``; up to 0.10.2
         ``get_kv_cache_config`` per worker and ``unify_kv_cache_configs``, the scheduler taking the first
@@ -908,10 +925,13 @@ class Worker:
         from vllm.v1.core import kv_cache_utils
 
         per_worker, budgets = [dict(specs) for _ in range(workers)], [KV_BUDGET] * workers
+        if stages is not None:  # pipeline stages: each worker holds its stage's layers, every TP rank alike
+            per_worker = [dict(s) for s in stages for _ in range(workers)]
+            budgets = [KV_BUDGET] * len(per_worker)
         if since(self.version, "0.33.0"):
             from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
 
-            groups = get_global_kv_cache_groups(vc, [specs] * workers)
+            groups = get_global_kv_cache_groups(vc, per_worker if stages is not None else [specs] * workers)
             configs = get_kv_cache_configs(vc, per_worker, budgets, groups)
         elif since(self.version, "0.11.0"):
             configs = kv_cache_utils.get_kv_cache_configs(vc, per_worker, budgets)
@@ -969,6 +989,13 @@ class Worker:
                 sched = self.scheduler_kv_cache_config(vc, specs, workers)
             except (AssertionError, NotImplementedError) as exc:
                 return {"refused": f"{type(exc).__name__}: {exc}"}
+        elif case.get("pp"):
+            from vllm.distributed.utils import get_pp_indices
+
+            bounds = [get_pp_indices(len(kinds), r, case["pp"]) for r in range(case["pp"])]
+            index = {n: int(re.search(r"layers\.(\d+)\.", n).group(1)) for n in specs}
+            stages = [{n: s for n, s in specs.items() if a <= index[n] < b} for a, b in bounds]
+            sched = self.scheduler_kv_cache_config(vc, specs, workers, stages)
         else:
             sched = self.scheduler_kv_cache_config(vc, specs, workers)
         if hasattr(vc, "validate_block_size"):  # the engine core's check once the caches are sized (0.18.0+)
@@ -1071,6 +1098,8 @@ def compare(version: str, results: list[dict], report: dict) -> None:
         case = {k: r[k] for k in ("model", "tp", "mode", "gdn_backend", "block_size", "kv_dtype")}
         if r.get("draft"):
             case["draft"] = r["draft"]
+        if r.get("pp"):
+            case["pp"] = r["pp"]
         ours = hybridplan_figures(case, release=version, kv_budget=KV_BUDGET, max_len=MAX_LEN)
         if "not_run" in theirs:
             report["not_run"].append({"release": version, **case, "why": theirs["not_run"]})
