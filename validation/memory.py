@@ -13,7 +13,8 @@ with the three estimated terms of hybridplan; the weights are taken as logged, s
 estimates alone. Where the log prints a term by itself (vLLM's "Estimated CUDA graph memory"; with DEBUG
 logging, "torch peak memory increase" and "non-torch forward increase memory") it is compared too. A log
 counts as a hit within 3 % or 0.5 GiB; a miss carries the reason it misses. Logs that cannot be predicted
-(the GPU or the vocabulary not known, a refused start) are listed apart, with why.
+(the GPU or the vocabulary not known, a refused start, the same start kept twice, settings cut from an excerpt)
+are listed apart, with why.
 
     python validation/memory.py [--json | --markdown | --write]
 
@@ -126,9 +127,31 @@ LEFT_OUT = {
     "vllm-0.25.1-Laguna-S-2.1-INT4-GB10-1.log": "its vocabulary (Laguna's) is in no shipped config",
     "vllm-0.25.1-gemma-4-26B-A4B-it-AWQ-INT4-GB10-1.log": "its vocabulary (Gemma 4's) is in no shipped config",
     "vllm-0.25.1-gemma-4-26B-A4B-it-NVFP4-GB10-1.log": "its vocabulary (Gemma 4's) is in no shipped config",
+    # tests/data/logs (the logs of tests/test_real_logs.py that print both lines)
+    "vllm-0.13.0-nemotron-3-nano-4b-fp8-unknown-1.log": "the same start as "
+                                                         "vllm-0.13.0-Nemotron-3-Nano-4B-FP8-GB10-1.log (same "
+                                                         "process ids, times and figures)",
+    "vllm-0.19.0-granite-4.0-h-1b-unknown-1.log": "the GPU is not named (one NVIDIA GPU, shared with a second vLLM "
+                                                  "container)",
+    "vllm-0.19.1-nemotron-cascade-2-30b-nvfp4-hopper-1.log": "the GPU is not named (a Hopper, by FlashAttention 3 "
+                                                             "and Marlin FP4)",
+    "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log": "the GPU is not named (a Blackwell under WSL2)",
+    "vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log": "the GPU is not named (one without native FP4)",
+    **{f"vllm-0.23.0-qwen3.6-27b-{q}-mtp-{n}xrtx5060ti-{i}.log": f"the GPU is not known to hybridplan/gpus.py "
+       f"(RTX 5060 Ti 16 GB, {n} of them)" for q, n, i in (("fp8", 4, 1), ("fp8", 4, 2), ("nvfp4", 2, 1),
+                                                           ("nvfp4", 2, 2), ("nvfp4", 2, 3))},
+    **{f"vllm-0.25.1-{m}-mtp-gb10-1.log": f"the same start as vllm-0.25.1-{n}-GB10-1.log (same process ids, times "
+       f"and figures)" for m, n in (("qwen3.6-35b-a3b-nvfp4", "Qwen3.6-35B-A3B-NVFP4"),
+                                    ("qwen3.8-27b-int4", "Qwen3.8-27B-INT4"),
+                                    ("qwen3.8-27b-nvfp4", "Qwen3.8-27B-NVFP4"))},
+    "vllm-unknown-nemotron-3-nano-30b-nvfp4-rtx5080-rtx5070ti-1.log": "settings cut from the excerpt (no release, "
+                                                                      "no args line) and two unlike GPUs at TP 2 "
+                                                                      "(RTX 5080, not known, and RTX 5070 Ti)",
 }
 
 _PATTERNS = {
+    # the engine line first: a log also prints NCCL's and the driver's versions ("NCCL version 2.28.9+cuda13.0")
+    "engine_version": re.compile(r"LLM engine \(v(\d+\.\d+\.\d+[\w.+]*)"),
     "version": re.compile(r"(?:version |LLM engine \(v)(\d+\.\d+\.\d+[\w.+]*)"),
     "util": re.compile(r"'gpu_memory_utilization': ([\d.]+)"),
     "seqs": re.compile(r"'max_num_seqs': (\d+)"),
@@ -169,7 +192,7 @@ def evaluate(case: Case) -> dict:
     from hybridplan.gpus import gpu
 
     text = path_of(case.file).read_text()
-    rel = release(_find("version", text) or _find("header_version", text))
+    rel = release(_find("engine_version", text) or _find("version", text) or _find("header_version", text))
     tp = int(_find("tp", text) or _find("header_tp", text) or 1)
     util = float(_find("util", text) or rel.gpu_memory_utilization)
     logged_total = _find("total", text)
