@@ -310,3 +310,34 @@ def test_sglang_log_settings_become_the_scenario_speculative():
     s.values["speculative_algorithm"] = "EAGLE3"
     sp = _speculative(s, load_model("qwen3.5-27b"), sglang_release("0.5.18"), notes)
     assert sp.method is None and notes and "could not be read" in notes[0]
+
+
+def _dflash_fit(tmp_path, version: str, kv: str | None = None):
+    from hybridplan.engines.sglang.pool import fit, footprint, kv_cell
+    from hybridplan.engines.sglang.releases import release as sglang_release
+    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.scenario import Budget
+
+    target = load_model("qwen3.6-27b")
+    sp = speculative_from_sglang(SglangFlags("DFLASH", draft=_draft(tmp_path, 5, 1, 128), num_draft_tokens=4),
+                                 target, version)
+    sp = replace(sp, num_tokens=3)
+    sc = Scenario(spec=target, ctx=8192, spec_tokens=3, speculative=sp, engine="sglang", dtypes=DtypeChoice(kv=kv),
+                  sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=16),
+                  budget=Budget(kv_budget=40 * GiB))
+    return kv_cell(sc.sglang.release, sc, footprint(sc)), fit(sc)
+
+
+@pytest.mark.parametrize("version,kv,cell", [
+    # Qwen3.6-27B's cell: 16 full-attention layers × 4 KV heads × 512 × 2 bytes = 65,536. The draft: 5 layers of
+    # 1 KV head of 128. 0.5.11–0.5.17 scale by layer count (speculative/dflash_utils.py
+    # ``scale_kv_cell_size_per_token_for_dflash``): ⌈65,536 · (16 + 5) / 16⌉ = 86,016
+    ("0.5.11", None, 86016), ("0.5.17", None, 86016),
+    # 0.5.18 on add the draft's own cell (``dflash_draft_cell_size_per_token``): 1 · (128 + 128) · 5 · 2 = 2,560
+    ("0.5.18", None, 68096), ("0.5.23", None, 68096),
+    # --kv-cache-dtype fp8_e4m3 is the draft pool's dtype too (configure_kv_cache_dtype): 32,768 + 1,280
+    ("0.5.18", "fp8_e4m3", 34048)])
+def test_sglang_dflash_draft_in_the_cell(tmp_path, version, kv, cell):
+    got, f = _dflash_fit(tmp_path, version, kv)
+    assert got == cell
+    assert f.kv_tokens == f.kv_bytes // cell > 0

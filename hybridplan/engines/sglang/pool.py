@@ -530,10 +530,12 @@ class Fit:
 #: - EAGLE, EAGLE3, STANDALONE (NEXTN is EAGLE) from 0.5.14: the cell c of the target's L full-attention layers
 #:   becomes ``int(c·(1 + n/L))`` (0.5.14–0.5.21) or ``c + int(c·n/L)`` (0.5.22 on), n the draft's layers
 #:   (``eagle_draft_num_layers``, ``draft_layers_in_cell``): every draft layer priced as one target layer.
-#: - DFLASH 0.5.11–0.5.17: ``⌈c·(L + n)/L⌉`` (speculative/dflash_utils.py
-#:   ``scale_kv_cell_size_per_token_for_dflash``), n the draft's num_hidden_layers.
-#: - before those releases, and DFLASH from 0.5.18 (the draft's own cell added) and DSPARK: not sized here — the
-#:   draft pool (before: ``draft_runner_cache_size``, as many tokens as the target's) is left out, and said.
+#: - DFLASH from 0.5.11, DSPARK from 0.5.16: to 0.5.17 ``⌈c·(L + n)/L⌉`` (speculative/dflash_utils.py
+#:   ``scale_kv_cell_size_per_token_for_dflash``), n the draft's num_hidden_layers; from 0.5.18 c plus the
+#:   draft's own cell (``dflash_draft_cell``).
+#: - before those releases, and an EAGLE-family draft SGLang does not count (``draft_layers_in_cell`` None): the
+#:   draft pool (``draft_runner_cache_size`` before 0.5.10, the same token count after) lies outside the split,
+#:   left out and said.
 DRAFT_KV_IN_CELL = {"dflash": "0.5.11", "dspark": "0.5.16", "eagle": "0.5.14", "eagle3": "0.5.14",
                     "standalone": "0.5.14"}
 #: draft-mode rewrites that set ``num_nextn_predict_layers = 1`` where SGLang reads it (configs/model_config.py
@@ -563,12 +565,9 @@ def draft_layers_in_cell(rel: Release, sc: Scenario) -> int | None:
     since = DRAFT_KV_IN_CELL.get(sp.method or "")
     if since is None or not rel.at_least(since) or not sp.layers:
         return None
-    if sp.method == "dflash":
-        if rel.at_least("0.5.18") or sp.draft is None:
-            return None
-        return _text_config(sp.draft).get("num_hidden_layers")
-    if sp.method == "dspark":
-        return None
+    if sp.method in ("dflash", "dspark"):  # ``require_num_layers``: the draft config's num_hidden_layers
+        n = _text_config(sp.draft).get("num_hidden_layers") if sp.draft is not None else None
+        return int(n) if n else None
     if sp.draft_ref is None or sp.draft is None:  # path-less NEXTN: the target's own MTP layers
         if not rel.at_least("0.5.22"):
             return None
@@ -589,11 +588,25 @@ def kv_cell(rel: Release, sc: Scenario, fp: Footprint) -> int:
     layers = sum(g.count for g in fp.kv if g.window is None)
     if not cell or not n or n <= 0 or not layers:
         return cell
-    if sc.speculative.method == "dflash":
+    if sc.speculative.method in ("dflash", "dspark"):
+        if rel.at_least("0.5.18"):
+            return cell + dflash_draft_cell(sc)
         return (cell * (layers + n) + layers - 1) // layers
     if rel.at_least("0.5.22"):
         return cell + int(cell * n / layers)
     return int(cell * (1 + n / layers))
+
+
+def dflash_draft_cell(sc: Scenario) -> int:
+    """The DFLASH/DSPARK draft's own KV bytes per token, which 0.5.18 on adds to the target's cell
+    (speculative/dflash_utils.py ``dflash_draft_cell_size_per_token``): its KV heads per rank × (head_dim +
+    v_head_dim) × its layers × the draft pool's dtype — ``--kv-cache-dtype`` when given, else the draft model's
+    dtype (mem_cache/kv_cache_dtype.py ``configure_kv_cache_dtype``, read with no model: no checkpoint fp8)."""
+    draft, rel = sc.speculative.draft, sc.sglang.release
+    target = cache_dtypes(sc.spec, sc.dtypes, rel)
+    kv = target.kv if sc.dtypes.kv else model_dtype(draft, sc.dtypes.dtype)
+    dtypes = CacheDtypes(conv=target.conv, ssm=target.ssm, kv=kv)
+    return _footprint(draft, dtypes, tp=sc.tp).kv_bytes_per_token
 
 
 def draft_kv_note(rel: Release, sc: Scenario, fp: Footprint, tokens: int) -> str | None:
