@@ -149,7 +149,7 @@ CHECK_LOG = (
 
 @command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum as the engines derive "
                                                "it, 2048 where its config names none):"), None),), TP, PP,
-         SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
+         DP[:2], SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
          short="State, KV and totals per sequence; engine pages and pools")
 def size(o: Options) -> None:
     """Shapes and bytes of every recurrent layer, KV per token and at the context, totals, the state pool,

@@ -365,3 +365,17 @@ def test_size_shows_what_each_stage_keeps(run_cli):
         assert 2 * s["state_bytes_per_sequence"] == d["state"]["bytes_per_sequence"]
         assert 2 * s["kv_bytes_per_token"] == d["kv"]["bytes_per_token"]
     assert d["stages"][0]["weights_bytes_per_rank"] > 0
+
+
+def test_size_shows_each_ranks_weights_with_dp_and_ep(run_cli):
+    # --data-parallel-size 2 --enable-expert-parallel at TP 8: the experts dealt over 16 ranks (as fit sizes them)
+    from hybridplan.engines.vllm.dtypes import model_dtype
+
+    code, out, _ = run_cli("size", "qwen3.5-397b-a17b", "--ctx", "32k", "--tp", "8", "--dp", "2",
+                           "--enable-expert-parallel", "--json")
+    d = json.loads(out)
+    spec = load_model("qwen3.5-397b-a17b")
+    sc = scenario(spec, tp=8, dp=2, expert_parallel=True)
+    want = stage_rank_bytes(spec, None, 8, model_dtype(spec, None), vllm_pp.sharding(sc))[0]
+    assert code == 0 and d["stages"][0]["weights_bytes_per_rank"] == want
+    assert want < d["weights"]["bytes_per_rank"]  # TP 8 alone holds an eighth of the experts, not a sixteenth

@@ -59,7 +59,7 @@ class SizeReport:
                 f"{self.ctx}: {why}",) + self._longer() if why else ()
         staged = tuple(s.line for s in self.stages) + ((
             "the figures above are the whole model's; each stage keeps only its own layers' (vLLM's split, "
-            "vllm/distributed/utils.py get_pp_indices)",) if self.stages else ())
+            "vllm/distributed/utils.py get_pp_indices)",) if self.sc.pp > 1 else ())
         return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late + staged
 
     def _longer(self) -> tuple[str, ...]:
@@ -130,7 +130,8 @@ class SizeReport:
             "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
             "weights": self.weights.to_dict() if self.weights else None,
             "notes": list(self.notes),
-            **({"pp": self.sc.pp, "stages": [s.to_dict() for s in self.stages]} if self.stages else {}),
+            **({"pp": self.sc.pp, "dp": self.sc.dp, "expert_parallel": self.sc.expert_parallel,
+                "stages": [s.to_dict() for s in self.stages]} if self.stages else {}),
             **(self.engines.to_dict() if self.engines else {}),
         }
 
@@ -177,7 +178,7 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
     except PlanError:
         w = None
     staged = ()
-    if sc.pp > 1:
+    if sc.pp > 1 or sc.dp > 1 or sc.expert_parallel:
         from hybridplan.engines.vllm.parallel import stage_sizes
 
         staged = stage_sizes(sc)

@@ -435,9 +435,15 @@ class StageSize:
     kv_bytes_at_ctx: int
     weights_bytes: int | None
 
+    #: ``--data-parallel-size`` and ``--enable-expert-parallel``, where given: how the experts split
+    experts: str = ""
+
     @property
     def line(self) -> str:
         w = f"weights {_gib_text(self.weights_bytes)} a rank" if self.weights_bytes is not None else "weights —"
+        w += f" ({self.experts})" if self.experts else ""
+        if self.stage.first and self.stage.last:
+            return f"each rank: {w.replace(' a rank', '')}"
         return (f"PP stage {self.stage.rank} (layers {self.stage.start}-{self.stage.end - 1}, {_kinds(self.stage)}; "
                 f"{self.stage.ends}): state {self.state_bytes / (1 << 20):,.2f} MiB a sequence, KV "
                 f"{self.kv_bytes_per_token / 1024:,.1f} KiB a token, {w}")
@@ -457,8 +463,11 @@ def stage_sizes(sc: Scenario) -> tuple[StageSize, ...]:
     for st in pipeline(sc):
         fp = footprint(replace(sc, spec=st.spec, pp=1, pp_partition=None))
         try:
-            w: int | None = stage_rank_bytes(sc.spec, st, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))[0]
+            w: int | None = stage_rank_bytes(sc.spec, st, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype),
+                                             sharding(sc))[0]
         except PlanError:
             w = None
-        out.append(StageSize(st, fp.state_bytes, fp.kv_bytes_per_token, fp.kv_bytes_at(sc.ctx), w))
+        experts = "" if "moe" not in sc.spec.ffn or (sc.dp == 1 and not sc.expert_parallel) else (
+            f"routed experts {'dealt whole' if sc.expert_parallel else 'sliced'} over {sc.tp * sc.dp} ranks")
+        out.append(StageSize(st, fp.state_bytes, fp.kv_bytes_per_token, fp.kv_bytes_at(sc.ctx), w, experts))
     return tuple(out)
