@@ -202,3 +202,28 @@ def test_the_logs_device_line_decides_the_unit(run_cli, tmp_path):
     code, out, err = run_cli("check-log", b200, "--model", "qwen3-next")
     row = next(line for line in out.splitlines() if "attention block size" in line)
     assert row.split()[-3:] == ["1072", "1088", "✗"], row
+
+
+def _logged_block(name):
+    import re
+
+    return int(re.search(r"Setting attention block size to (\d+) tokens", (LOGS / name).read_text()).group(1))
+
+
+@pytest.mark.parametrize("gpu", ["rtx-pro-6000", "rtx-5090", "b200"])
+def test_blackwell_log_0_20_0_block_on_each_blackwell(gpu):
+    """vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log (a Blackwell board under WSL; kv_cache_dtype fp8_e4m3,
+    prefix caching on: align) logs 2096 = 16·131, not a multiple of 32: in 0.20.0 the head-256 clause is gone and
+    FlashInfer (10.x) or FlashAttention (12.x) brings 16 on every Blackwell."""
+    sc = scenario("qwen3.6-35b-a3b", 65536, minor="0.20.0", dtypes=DtypeChoice(kv="fp8"),
+                  budget=Budget(gpu=gpu, gpu_mem=1))
+    assert attention_block_size(sc, "align")[0] == _logged_block(
+        "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log") == 2096
+
+
+def test_gb10_log_block():
+    """vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log (GB10, 12.1; bf16 KV, MTP 3, prefix caching on by default from
+    0.28.0 only, so none): block 800 with GB10 named as the GPU (12.x: FlashAttention, multiples of 16; 800 is
+    also a multiple of 32, so this log agrees rather than decides)."""
+    sc = scenario("qwen3.5-27b", 262144, minor="0.25.1", spec_tokens=3, budget=Budget(gpu="gb10", gpu_mem=1))
+    assert attention_block_size(sc, "none")[0] == _logged_block("vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log")

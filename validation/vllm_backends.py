@@ -21,7 +21,13 @@ model: the backends' model-dependent branches, FlashInfer's pages of 128 and mor
 FlashAttention 4's 128-token pages for head size 256, are not taken; neither changes the smallest block), the
 compiled extensions and the ``flashinfer`` package (empty modules), and module-level workspaces allocated on
 "cuda" (on the meta device). Not run: ``validate_configuration``'s checks of head size, dtype and KV dtype.
-Before 0.20.0 the unit is in vllm/model_executor/models/config.py and does not ask the backend (docs/engines.md).
+Before 0.20.0 the unit is in vllm/model_executor/models/config.py and does not ask the backend; there
+(``--before-0.20``, releases 0.11.1-0.19.1; 0.11.0, which has no such clause, needs numba to import here) the
+script runs ``HybridAttentionMambaModelConfig`` itself through
+validation/vllm.py's worker (its ``VllmConfig`` built from Qwen3-Next's shipped config at TP 2 with an fp8 KV
+cache: head size 256, where Blackwell's clause applies), with ``current_platform`` in that module answering each
+compute capability through vLLM's own ``is_device_capability`` and ``is_device_capability_family``, and compares
+the block it sets with hybridplan's ``attention_block_size`` for a GPU of that capability.
 
 Uses the interpreter validation/vllm.py documents (torch, transformers and vLLM's pure-Python dependencies).
 Exit status 0 when every figure matches, 1 otherwise.
@@ -128,6 +134,99 @@ print("RESULT " + json.dumps(out))
 '''
 
 
+#: before 0.20.0: releases, and a GPU hybridplan knows for each capability
+BEFORE_RELEASES = ("0.11.1", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.19.1")
+GPU_OF = {(8, 9): "l40s", (9, 0): "h100", (10, 0): "b200", (10, 3): "b300", (12, 0): "rtx-5090"}
+HD256_CASE = {"model": "qwen3-next-80b-a3b", "arch": "Qwen3NextForCausalLM", "tp": 2, "mode": "none",
+              "gdn_backend": "flashinfer", "block_size": None, "kv_dtype": "fp8"}
+
+
+def before_worker(version: str, src: str, config_root: str) -> None:
+    """In a subprocess: validation/vllm.py's worker for the release, then the hybrid config hook per capability."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location("hp_validation_vllm", ROOT / "validation" / "vllm.py")
+    vv = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = vv
+    spec.loader.exec_module(vv)
+    os.environ.update(HF_HUB_OFFLINE="1", VLLM_ALLOW_LONG_MAX_MODEL_LEN="1",
+                      VLLM_CACHE_ROOT=str(Path(src) / ".vllm-cache"))
+    os.environ["PYTHONPATH"] = os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])
+    if not vv.since(version, "0.11.1"):
+        os.environ["VLLM_USE_V1"] = "1"
+    if vv.since(version, "0.10.2") and not vv.since(version, "0.11.1"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    sys.path.insert(0, src)
+    w = vv.Worker(version, Path(config_root), [HD256_CASE["model"]])
+    import vllm.model_executor.models.config as hook
+    from vllm.platforms.interface import DeviceCapability
+
+    out = []
+    for cc in GPU_OF:
+        class OnThisGpu(type(w.platform)):
+            @classmethod
+            def get_device_capability(cls, device_id: int = 0):
+                return DeviceCapability(*cc)
+
+        hook.current_platform = OnThisGpu()
+        try:
+            out.append({"capability": f"{cc[0]}.{cc[1]}", "block_size": w.run(dict(HD256_CASE)).get("block_size")})
+        except Exception as e:  # reported, never compared
+            out.append({"capability": f"{cc[0]}.{cc[1]}", "error": f"{type(e).__name__}: {e}"[:300]})
+    print("RESULT " + json.dumps(out))
+
+
+def hybridplan_block(version: str, capability: str) -> int:
+    sys.path.insert(0, str(ROOT))
+    from hybridplan.engines.vllm.blocks import attention_block_size
+    from hybridplan.engines.vllm.releases import release
+    from hybridplan.engines.vllm.settings import VllmSettings
+    from hybridplan.loader import load_model
+    from hybridplan.scenario import Budget, DtypeChoice, Scenario
+
+    cc = tuple(int(p) for p in capability.split("."))
+    sc = Scenario(load_model(HD256_CASE["model"]), ctx=8192, tp=HD256_CASE["tp"], dtypes=DtypeChoice(kv="fp8"),
+                  engine="vllm", vllm=VllmSettings(release=release(version)),
+                  budget=Budget(gpu=GPU_OF[cc], gpu_mem=1))
+    return attention_block_size(sc, "none")[0]
+
+
+def run_before(releases: list[str], cache: Path, as_json: bool) -> tuple[list, int, list]:
+    import os
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    import yaml
+
+    rows, bad, failed = [], 0, []
+    with tempfile.TemporaryDirectory(prefix="hybridplan-backends-") as tmp:
+        doc = yaml.safe_load((ROOT / "model_specs" / "qwen3-next-80b-a3b.yaml").read_text())
+        (Path(tmp) / "models" / HD256_CASE["model"]).mkdir(parents=True)
+        (Path(tmp) / "models" / HD256_CASE["model"] / "config.json").write_text(json.dumps(doc["config"]))
+        for version in releases:
+            src = unpack(version, cache)
+            run = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--before-worker", version, str(src),
+                                  str(Path(tmp) / "models")], capture_output=True, text=True, cwd=tmp,
+                                 env=dict(os.environ))
+            line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if line is None:
+                failed.append(version)
+                print(f"vLLM {version}: the worker failed\n{(run.stdout + run.stderr)[-3000:]}", file=sys.stderr)
+                continue
+            for row in json.loads(line[len("RESULT "):]):
+                row["release"] = version
+                row["hybridplan"] = hybridplan_block(version, row["capability"])
+                row["match"] = row.get("block_size") == row["hybridplan"]
+                bad += not row["match"]
+                rows.append(row)
+                if not as_json:
+                    print(f"vLLM {version} {row['capability']:>4} Qwen3-Next TP 2 fp8 KV: block "
+                          f"{row.get('block_size', row.get('error'))} / hybridplan {row['hybridplan']}"
+                          f"{'' if row['match'] else '  MISMATCH'}")
+    return rows, bad, failed
+
+
 def unpack(version: str, cache: Path) -> Path:
     """The release's Python sources, unpacked once beside its wheel (the layout validation/vllm.py uses)."""
     dest = cache / f"vllm-{version}"
@@ -156,7 +255,23 @@ def main() -> int:
     ap.add_argument("--releases", nargs="+", default=list(RELEASES), metavar="X.Y.Z")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--before-0.20", dest="before", action="store_true",
+                    help="the hybrid config hook of 0.11.0-0.19.1 (--releases from those) instead")
+    ap.add_argument("--before-worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.before_worker:
+        here = Path(__file__).resolve().parent  # keep validation/vllm.py from shadowing the vllm package
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+        before_worker(*args.before_worker)
+        return 0
+    if args.before:
+        releases = [r for r in args.releases if r in BEFORE_RELEASES] or list(BEFORE_RELEASES)
+        rows, bad, failed = run_before(releases, args.cache_dir, args.json)
+        if args.json:
+            print(json.dumps({"rows": rows, "mismatches": bad, "failed": failed}, indent=1))
+        else:
+            print(f"total: {len(rows)} comparisons, {bad} mismatches, {len(failed)} releases failed")
+        return 0 if not bad and not failed else 1
     report, bad, failed = [], 0, []
     for version in args.releases:
         src = unpack(version, args.cache_dir)
