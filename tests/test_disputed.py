@@ -227,3 +227,23 @@ def test_gb10_log_block():
     also a multiple of 32, so this log agrees rather than decides)."""
     sc = scenario("qwen3.5-27b", 262144, minor="0.25.1", spec_tokens=3, budget=Budget(gpu="gb10", gpu_mem=1))
     assert attention_block_size(sc, "none")[0] == _logged_block("vllm-0.25.1-qwen3.8-27b-int4-mtp-gb10-1.log")
+
+
+@pytest.mark.parametrize("version, prefix, mode", [
+    # MambaModelConfig.verify_and_update_config: without prefix caching the mode becomes none ("Mamba cache mode is
+    # set to 'none' when prefix caching is disabled"); hybrids get no prefix caching with no flag until 0.27.1
+    # (vllm/engine/arg_utils.py default_prefix_caching), and it is on from 0.28.0, where `all` on LFM2 is align
+    ("0.20.0", "", "none"), ("0.20.0", ", 'enable_prefix_caching': True", "align"), ("0.28.0", "", "align"),
+])
+def test_mode_all_asked_in_the_args_follows_prefix_caching(run_cli, tmp_path, version, prefix, mode):
+    log = tmp_path / "lfm2.log"
+    log.write_text(f"INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version {version}\n"
+                   "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'LiquidAI/LFM2-1.2B', "
+                   f"'mamba_cache_mode': 'all'{prefix}}}\n"
+                   # LFM2-1.2B's padding in every mode but all (block 16: 32,768 B over an 8,192 B conv page)
+                   "INFO 01-01 00:00:01 [interface.py:1] Padding mamba page size by 300.00% to ensure that mamba "
+                   "page size and attention page size are exactly equal.\n")
+    code, out, err = run_cli("check-log", log, "--model", "lfm2-1.2b", "--json")
+    assert code == 0, err
+    got = next(st for st in json.loads(out)["settings"] if st["name"] == "mamba_cache_mode")
+    assert got["value"] == mode, got

@@ -193,10 +193,19 @@ def _mode(log: Log, s: Settings, rel: Release, spec, spec_tokens: int, notes: li
     if asked is not None:
         if rel.at_least("0.33.0") or rel.before("0.15.0"):
             notes.append(f"--mamba-cache-mode {asked} has no effect in vLLM {rel.version}")
-        elif prefix is False:
-            asked = "none"
+        elif not (prefix if prefix is not None else rel.prefix_caching_default(spec)):
+            # MambaModelConfig (vllm/model_executor/models/config.py) sets the mode to none when prefix caching is
+            # off, as it is with no flag for hybrids until 0.27.1
+            s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = "none", (
+                f"{asked} asked ({source}), none with prefix caching off (vLLM {rel.version}'s MambaModelConfig)")
+            return "none"
         else:
-            return rel.modes_for(spec, str(asked))[0]
+            run = rel.modes_for(spec, str(asked))[0]
+            if run != asked:  # `all` on a class without SupportsMambaPrefixCaching
+                s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = run, (
+                    f"{asked} asked ({source}), {run} for {spec.architecture} (vLLM {rel.version}'s "
+                    "MambaModelConfig)")
+            return run
     mode = rel.mode(spec, spec_tokens, None if prefix is None else bool(prefix))
     s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = mode, (
         f"vLLM {rel.version}'s choice with prefix caching {'on' if mode != 'none' else 'off'}")
