@@ -144,6 +144,10 @@ CHECK_LOG = (
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
         help="SGLang --mem-fraction-static (default: read from the log).")], None),
+    param("gpu_type", Annotated[Optional[str], option(
+        "--gpu-type", metavar="GPU",
+        help="The GPU the log ran on, by name (`hybridplan gpus`), where its lines do not say (vLLM's block unit "
+             "depends on it).")], None),
 )
 
 
@@ -250,6 +254,14 @@ def prefix(o: Options) -> None:
     show(prefix_sweep(sc, o.sweep, o.private), o, "sweep_view", "prefix_plot")
 
 
+def _gpu_key(name: str | None) -> str | None:
+    if name is None:
+        return None
+    from hybridplan.gpus import gpu
+
+    return gpu(name).key
+
+
 @command(app, CHECK_LOG, DTYPES, JSON, name="check-log", short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
@@ -275,7 +287,7 @@ def check_log(o: Options) -> None:
                      mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
                      max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
                      mem_fraction_static=o.mem_fraction, dtype=o.dtype, conv_dtype=o.conv_dtype,
-                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype)
+                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type))
     report = check(log, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)

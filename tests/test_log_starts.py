@@ -195,3 +195,20 @@ def test_dtype_flags_stand_in_for_an_excerpt_that_does_not_print_them(run_cli):
     code, d = _json(run_cli, SGLANG, "--kv-dtype", "fp8")
     kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
     assert kv["value"] == "fp8_e4m3" and kv["source"] == "flag"
+
+
+def test_gpu_type_names_the_gpu_a_log_does_not(run_cli):
+    # vLLM 0.13.0, Qwen3-Next at TP 2 with fp8 KV on two L40S: the logged block is 1,072 (548,864 B of GDN page /
+    # 512 B of attention per token, a multiple of 16). On a B200 the same start grows the block in 32s
+    # (FlashInfer with head size 256 on Blackwell, HybridAttentionMambaModelConfig 0.11.1–0.17.1):
+    # 32·cdiv(1,072, 32) = 1,088, so the logged figure no longer matches; the L40S reproduces it
+    log = LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log"
+    code, d = _json(run_cli, log, "--model", "qwen3-next", "--gpu-type", "l40s")
+    block = next(r for r in d["rows"] if r["figure"] == "attention block size")
+    cc = next(s for s in d["settings"] if s["name"] == "compute_capability")
+    assert code == 0 and block["predicted"] == "1072" and cc["value"] == "8.9"
+    code, d = _json(run_cli, log, "--model", "qwen3-next", "--gpu-type", "NVIDIA B200")
+    block = next(r for r in d["rows"] if r["figure"] == "attention block size")
+    assert code == 1 and (block["logged"], block["predicted"]) == ("1072", "1088")
+    code, _, err = run_cli("check-log", log, "--gpu-type", "h1000")
+    assert code == 2 and "h1000" in err

@@ -69,6 +69,8 @@ class LogGiven:
     conv_dtype: str | None = None
     ssm_dtype: str | None = None
     kv_dtype: str | None = None
+    #: the GPU by its hybridplan/gpus.py key (``--gpu-type``), for a log whose lines do not name it
+    gpu: str | None = None
 
 
 class Engine(Protocol):

@@ -136,7 +136,7 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
                         ("kv_cache_memory_bytes", given.kv_budget), ("num_speculative_tokens", given.spec_tokens),
                         ("max_num_seqs", given.max_num_seqs), ("dtype", given.dtype),
                         ("mamba_cache_dtype", given.conv_dtype), ("mamba_ssm_cache_dtype", given.ssm_dtype),
-                        ("kv_cache_dtype", given.kv_dtype)):
+                        ("kv_cache_dtype", given.kv_dtype), ("gpu", given.gpu)):
         s.put(name, value, "flag")
     for pattern in BANNER:
         if (f := log.last(pattern)) is not None:
@@ -279,6 +279,11 @@ def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     from hybridplan.engines.vllm.blocks import COMPUTE_CAPABILITY
     from hybridplan.gpus import gpu
 
+    if s.sources.get("gpu") == "flag":  # --gpu-type names the GPU: its capability, over any line
+        cc = COMPUTE_CAPABILITY.get(str(s.get("gpu")))
+        if cc is not None:
+            s.put("compute_capability", f"{cc[0]}.{cc[1]}", f"the {s.get('gpu')}'s (--gpu-type)")
+        return cc
     cc, f = None, None
     for pattern in CAPABILITY:
         if (f := log.last(pattern)) is not None:
