@@ -402,6 +402,10 @@ def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:
     from hybridplan.engines.sglang.context import context_length
     from hybridplan.engines.vllm.context import default_max_len
 
+    from hybridplan.scenario import ENGINE_CHOICES
+
+    if engine not in ENGINE_CHOICES:  # the Scenario's own refusal, before a context is looked for
+        raise PlanError(f"unknown engine {engine!r} (known: {', '.join(ENGINE_CHOICES)})")
     each = {"vllm": default_max_len(spec, vllm_rel), "sglang": context_length(spec)}
     return min(v for k, v in each.items() if engine in (k, "both"))
 

@@ -147,3 +147,58 @@ def test_non_object_config(tmp_path):
     p.write_text("[1, 2, 3]")
     with pytest.raises(PlanError, match="JSON object"):
         load_path(p)
+
+
+# --- property test: any mix of flag values answers, refuses in one line, or says it will not start -----------
+
+#: plausible and broken values per flag (the engines' own and hybridplan's spellings, out-of-range numbers)
+_FLAGS = {
+    "--ctx": ["0", "-1", "1", "8k", "128K", "1e9", "abc", "2.5k", "1048576"],
+    "--tp": ["0", "1", "2", "3", "1024", "x"],
+    "--pp": ["0", "1", "2", "3"],
+    "--dp": ["0", "1", "2"],
+    "--kv-budget": ["0", "1B", "40GiB", "1e30", "abc", "-5GiB"],
+    "--gpu-mem": ["0", "24GB", "80GiB", "1TB", "x"],
+    "--gpu-type": ["h100", "rtx4090", "NVIDIA H200", "l20", "nope"],
+    "--gpu-util": ["0", "0.5", "0.92", "1", "1.5", "x"],
+    "--max-num-seqs": ["0", "1", "100000", "x"],
+    "--max-running-requests": ["0", "1", "4096"],
+    "--mem-fraction-static": ["0", "0.5", "1.2"],
+    "--block-size": ["0", "1", "16", "17", "1024"],
+    "--page-size": ["0", "1", "16", "63"],
+    "--spec-tokens": ["0", "1", "7", "-1"],
+    "--dtype": ["auto", "bf16", "float32", "fp8", "x"],
+    "--kv-dtype": ["auto", "fp8", "fp8_e5m2", "nvfp4", "x"],
+    "--ssm-dtype": ["auto", "fp32", "bf16", "fp8"],
+    "--vllm-version": ["0.10.0", "0.15", "0.33", "9.9", "x"],
+    "--sglang-version": ["0.5.2", "0.5.23", "1.0", "x"],
+    "--mode": ["none", "align", "all", "x"],
+    "--engine": ["vllm", "sglang", "both", "x"],
+    "--weights": ["0", "1GiB", "500GiB"],
+    "--params": ["0", "8e9", "-1"],
+}
+_FIT_ONLY = {"--kv-budget", "--gpu-mem", "--gpu-type", "--gpu-util", "--max-num-seqs", "--max-running-requests",
+             "--mem-fraction-static", "--weights", "--params"}
+_MODELS = ["nemotron-h", "lfm2", "qwen3-next", "jamba", "llama-3-8b", "mamba-130m", "minimax-m1", "kimi-linear",
+           "granite-4.0-h", "zamba2", "qwen3.5"]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_FLAGS", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_flags_answer_or_refuse_in_one_line(run_cli, data):
+    command = data.draw(st.sampled_from(["fit", "size"]))
+    names = [f for f in _FLAGS if command == "fit" or f not in _FIT_ONLY]
+    chosen = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=5, unique=True))
+    argv = [command, data.draw(st.sampled_from(_MODELS))]
+    for flag in chosen:
+        argv += [flag, data.draw(st.sampled_from(_FLAGS[flag]))]
+    if command == "fit" and not _FIT_ONLY & set(chosen):
+        argv += ["--kv-budget", "40GiB"]
+    code, out, err = run_cli(*argv, "--json")
+    assert "internal error" not in err, argv
+    assert code in (0, 1, 2), argv
+    if code == 2:
+        assert out == "" and len(err.splitlines()) == 1 and err.startswith("hybridplan: error:"), (argv, err)
+    else:
+        json.loads(out)
