@@ -37,9 +37,14 @@ class Prompt:
 
     runs: tuple[tuple[object, int], ...] = ()
     tokens: tuple[int, ...] | None = None
+    #: the token count (computed once)
+    size: int = field(init=False, default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", len(self.tokens) if self.tokens is not None else sum(n for _, n in self.runs))
 
     def __len__(self) -> int:
-        return len(self.tokens) if self.tokens is not None else sum(n for _, n in self.runs)
+        return self.size
 
     def chunks(self, unit: int, stop: int | None = None) -> Iterator[object]:
         """The content of each full ``unit``-token piece, in order, up to ``stop`` tokens: what a block hash

@@ -501,81 +501,79 @@ class Cache:
         """Run the request step by step as the scheduler allocates for it (allocate_slots: first the Mamba
         blocks behind the computed tokens are freed, tail first, then each group's new blocks); False when a
         step finds too few blocks."""
-        r = self.r
         plan, steps = self._plan(req, look, keys)
         touched = {next(iter(self.slots[e])) for blocks in plan for _, _, how, e in blocks if how == "hit"}
-        # dry run: the blocks free at each step
-        avail = self.available - len(touched & self.queue.keys())
-        for allocs, frees in self._timeline(plan, steps):
-            avail += frees - allocs
-            if avail < 0:
-                return False
-        held = [[None] * len(blocks) for blocks in plan]
+        if not self._fits(plan, steps, self.available - len(touched & self.queue.keys())):
+            return False
+        B = self.r.block
+        held: list[list] = [[None] * len(blocks) for blocks in plan]
+        done: list[list[bool]] = [[False] * len(blocks) for blocks in plan]
+        todo, behind = [], []
         for g, blocks in enumerate(plan):
             for i, (_, _, how, entry) in enumerate(blocks):
                 if how == "hit":
                     held[g][i] = (self._touch(entry), entry)
-        done = [[False] * len(blocks) for blocks in plan]
-        for k, c in enumerate(steps[:-1] if len(steps) > 1 else steps):
+            todo.append(sorted((need, i) for i, (_, need, how, _) in enumerate(blocks) if how == "new"))
+            behind.append(sorted((idx, i) for i, (idx, _, _, _) in enumerate(blocks)) if self.groups[g] == "m" else [])
+        nxt = [0] * len(plan)  # the next block to allocate, per group
+        gone = [0] * len(plan)  # the next block to free, per Mamba group
+        for k in range(max(len(steps) - 1, 1)):
+            c = steps[k]
             end = steps[k + 1] if k + 1 < len(steps) else c
-            self._skip(plan, held, done, c)
-            for g, blocks in enumerate(plan):
-                for i, (_, need, how, entry) in enumerate(blocks):
-                    if how == "new" and held[g][i] is None and need <= end:
-                        slot = self._alloc()
-                        if entry is not None:
-                            self._cache(slot, entry)
-                        held[g][i] = (slot, entry)
-        for g, blocks in enumerate(plan):  # what no step reached (a request of one token)
-            for i, (_, _, how, entry) in enumerate(blocks):
-                if held[g][i] is None:
+            limit = (c - 1) // B
+            for g, order in enumerate(behind):  # remove_skipped_blocks, tail first
+                batch = []
+                while gone[g] < len(order) and order[gone[g]][0] < limit:
+                    i = order[gone[g]][1]
+                    gone[g] += 1
+                    if held[g][i] is not None and not done[g][i]:
+                        batch.append(i)
+                for i in reversed(batch):
+                    self._free(*held[g][i])
+                    done[g][i] = True
+            for g, order in enumerate(todo):
+                while nxt[g] < len(order) and order[nxt[g]][0] <= end:
+                    i = order[nxt[g]][1]
+                    nxt[g] += 1
+                    entry = plan[g][i][3]
                     slot = self._alloc()
                     if entry is not None:
                         self._cache(slot, entry)
                     held[g][i] = (slot, entry)
+        for g, order in enumerate(todo):  # what no step reached (a request of one token)
+            for _, i in order[nxt[g]:]:
+                entry = plan[g][i][3]
+                slot = self._alloc()
+                if entry is not None:
+                    self._cache(slot, entry)
+                held[g][i] = (slot, entry)
         self.running[req.index] = (held, done)
         self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
         return True
 
-    def _timeline(self, plan, steps) -> list[tuple[int, int]]:
-        """(blocks allocated, blocks freed before it) per step, for the dry run."""
-        out = []
-        got = [[how == "hit" for _, _, how, _ in blocks] for blocks in plan]
-        gone = [[False] * len(blocks) for blocks in plan]
-        for k, c in enumerate(steps[:-1] if len(steps) > 1 else steps):
+    def _fits(self, plan, steps, avail: int) -> bool:
+        """The dry run: at no step does the request take more blocks than are free."""
+        B = self.r.block
+        needs = [sorted(need for _, need, how, _ in blocks if how == "new") for blocks in plan]
+        idxs = [sorted(idx for idx, _, _, _ in blocks) if self.groups[g] == "m" else [] for g, blocks in
+                enumerate(plan)]
+        nxt = [0] * len(plan)
+        gone = [0] * len(plan)
+        for k in range(max(len(steps) - 1, 1)):
+            c = steps[k]
             end = steps[k + 1] if k + 1 < len(steps) else c
-            frees = 0
-            for g, blocks in enumerate(plan):
-                if self.groups[g] != "m":
-                    continue
-                for i, (idx, _, _, _) in enumerate(blocks):
-                    if got[g][i] and not gone[g][i] and idx < (c - 1) // self.r.block:
-                        gone[g][i] = True
-                        frees += 1
-            allocs = 0
-            for g, blocks in enumerate(plan):
-                for i, (_, need, how, _) in enumerate(blocks):
-                    if not got[g][i] and need <= end:
-                        got[g][i] = True
-                        allocs += 1
-            out.append((allocs, frees))
-        rest = sum(1 for g in got for x in g if not x)
-        if rest:
-            out.append((rest, 0))
-        return out
-
-    def _skip(self, plan, held, done, c: int) -> None:
-        """``remove_skipped_blocks``: each Mamba group frees its blocks behind the computed tokens, tail
-        first."""
-        for g, blocks in enumerate(plan):
-            if self.groups[g] != "m":
-                continue
-            behind = [i for i, (idx, _, _, _) in enumerate(blocks)
-                      if held[g][i] is not None and not done[g][i] and idx < (c - 1) // self.r.block]
-            for i in sorted(behind, key=lambda i: blocks[i][0], reverse=True):
-                slot, entry = held[g][i]
-                self._free(slot, entry)
-                done[g][i] = True
+            limit = (c - 1) // B
+            for g, order in enumerate(idxs):
+                while gone[g] < len(order) and order[gone[g]] < limit:
+                    avail += 1
+                    gone[g] += 1
+            for g, order in enumerate(needs):
+                while nxt[g] < len(order) and order[nxt[g]] <= end:
+                    nxt[g] += 1
+                    avail -= 1
+            if avail < 0:
+                return False
+        return avail - sum(len(o) - n for o, n in zip(needs, nxt)) >= 0
 
     def finish(self, req: Request) -> None:
         held, done = self.running.pop(req.index)
