@@ -9,7 +9,6 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from hybridplan.engines.common import floor_to
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.replay.loop import Policy, Run, replay
 from hybridplan.replay.settings import ReplaySettings
@@ -225,7 +224,9 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
                f"prompts diverge (median shared {x:,} tokens): the KV blocks match, the Mamba group has no state "
                "inside them, so the whole hit is dropped")
         if engine == "vllm" and mode == "align":
-            target = floor_to(x, B)
+            from hybridplan.engines.vllm.prefix_cache import chunk_ending_at_block
+
+            target = chunk_ending_at_block(x, B)
             rel = sc.vllm.release
             if rel.before("0.24.0"):
                 alt = rerun(vllm_version="0.24.0")

@@ -97,6 +97,14 @@ class Rules:
                 "shared_prefix_checkpoint": self.shared_prefix_checkpoint}
 
 
+def chunk_ending_at_block(shared: int, block: int) -> int:
+    """The --max-num-batched-tokens whose prefill chunks end on the last block boundary inside a shared prefix of
+    ``shared`` tokens, so that align mode saves a state there (align splits a prefill at block boundaries and
+    saves the state at each chunk's end, as ``stops`` below models it); 0 when the prefix is shorter than one
+    block."""
+    return floor_to(shared, block)
+
+
 def eagle(sc: Scenario) -> bool:
     """EAGLE-style drafting: a named EAGLE/MTP method, or speculative tokens with no method named."""
     m = sc.speculative.method
