@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
+from hybridplan.weights.families import Part
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
 _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
@@ -163,11 +165,36 @@ def _experts(parts: list, whole: ModelSpec) -> int | None:
     return router // (whole.hidden_size * layers)
 
 
+@lru_cache(maxsize=64)
+def _whole_weights(whole: ModelSpec, tp: int, dtype: str):
+    from hybridplan.weights import weights
+
+    return weights(whole, tp, dtype)
+
+
+@lru_cache(maxsize=8192)
+def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: object, lay: tuple) -> float:
+    """One part's bytes on one of ``ranks`` ranks (hybridplan/weights ``_bytes``), the same for every stage."""
+    from hybridplan.weights import _bytes, rank_params
+
+    return _bytes(p, rank_params(p, ranks, hidden), dbytes, q, *lay)
+
+
 def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
                      sharding: Sharding | None = None) -> tuple[int, str]:
     """The weights one rank of ``stage`` (the whole model where None) loads, and where the figure comes from: the
     whole model's parts (hybridplan/weights) in the stage's share, each split as ``sharding`` says (over ``tp``
-    where None); a checkpoint's exact figure scaled by the same shares."""
+    where None); a checkpoint's exact figure scaled by the same shares. Remembered per arguments: pricing a
+    quantized checkpoint's parts against its module list is slow, and `plan` asks for the same stage often."""
+    try:
+        return _stage_rank_bytes(whole, stage, tp, dtype, sharding)
+    except TypeError:  # an unhashable spec: priced afresh
+        return _stage_rank_bytes.__wrapped__(whole, stage, tp, dtype, sharding)
+
+
+@lru_cache(maxsize=512)
+def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
+                      sharding: Sharding | None = None) -> tuple[int, str]:
     from math import ceil
 
     from hybridplan.dtypes import size_of
@@ -195,6 +222,13 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
     except ImportError:
         lay = ()
     full = held = 0.0
+
+    def price(p: Part, ranks: int) -> float:
+        try:
+            return _price(p, ranks, hidden, dbytes, q, lay)
+        except TypeError:  # an unhashable scheme
+            return _bytes(p, rank_params(p, ranks, hidden), dbytes, q, *lay)
+
     for p in every:
         share = shares.get(p.section if p.section == "vision" else p.group)
         if p.group == "embedding":
@@ -202,12 +236,15 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
         if share is None:
             share = stage.layers / (len(decoder_layers(whole)) or 1)
         routed = p.group == "moe" and p.name.startswith("experts.")
-        b = _bytes(p, rank_params(p, sharding.ranks(p.group, p.name), hidden), dbytes, q, *lay)
+        b = price(p, sharding.ranks(p.group, p.name))
         if routed and experts:
             b *= ceil(experts / sharding.ep) / experts
-        full += _bytes(p, rank_params(p, tp, hidden), dbytes, q, *lay)
+        full += price(p, tp)
         held += share * b
-    w = weights(whole, tp, dtype)
+    try:
+        w = _whole_weights(whole, tp, dtype)
+    except TypeError:
+        w = weights(whole, tp, dtype)
     where = f"layers {stage.start}-{stage.end - 1}" if stage.layers != len(decoder_layers(whole)) else "all layers"
     if w.source == "config":
         return int(held), f"counted from the config, {where}"
