@@ -46,6 +46,8 @@ class Fields:
     """Typed, validated access to one config dict; remembers which class defaults it applied."""
 
     def __init__(self, raw: Mapping[str, Any], family: str) -> None:
+        if not isinstance(raw, Mapping):
+            raise PlanError(f"{family} config must be an object of fields, got {type(raw).__name__}")
         self.raw = raw
         self.family = family
         self.notes: list[str] = []
@@ -81,6 +83,20 @@ class Fields:
 
     def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
         return self.int(*keys, minimum=minimum) if self.has(*keys) else None
+
+    def count(self, *keys: str, default: int = 0) -> int:
+        """A whole number ≥ 0 that may be absent (experts, MTP layers, shared experts): ``default`` then, with no
+        note (the absence is the model's shape, not a class default)."""
+        return self.int(*keys, minimum=0) if self.has(*keys) else default
+
+    def int_list(self, *keys: str) -> list[int]:
+        """A list of whole numbers that may be absent (layer indices): empty then."""
+        if not self.has(*keys):
+            return []
+        key, value = self._lookup(keys, [])
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise PlanError(f"{self.family} config field {key!r} must be a list of integers, got {value!r}")
+        return value
 
     def list(self, *keys: str, default: Any = _REQUIRED) -> list:
         key, value = self._lookup(keys, default)

@@ -134,12 +134,20 @@ def test_mutated_configs_load_or_fail_cleanly(real_configs, data):
     from hybridplan.scenario import DtypeChoice
     from tests.helpers import footprint
 
+    from hybridplan.weights import weights
+
     for tp in (1, 2):
         try:
             fp = footprint(spec, tp=tp, dtypes=DtypeChoice())
         except PlanError:
             continue
         assert fp.state_bytes >= 0 and fp.kv_bytes_per_token >= 0
+        # the weights read more of the config than the caches do (experts, MTP layers, vision tower)
+        try:
+            w = weights(spec, tp, "bfloat16")
+        except PlanError:
+            continue
+        assert w.params > 0 and w.bytes > 0
 
 
 def test_non_object_config(tmp_path):

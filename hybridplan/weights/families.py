@@ -224,7 +224,7 @@ def nemotron_h(f: Fields, c: Count) -> None:
     c.norm("norm", "norm_f", h)
     _nemotron_layers(f, c, pattern)
     mtp = f.raw.get("mtp_hybrid_override_pattern")
-    if isinstance(mtp, str) and mtp and int(f.raw.get("num_nextn_predict_layers") or 0) > 0:
+    if isinstance(mtp, str) and mtp and f.count("num_nextn_predict_layers") > 0:
         m = Count(f, "mtp")
         m.linear("mtp", "eh_proj", 2 * h, h, 1, WHOLE)
         m.norm("mtp", "enorm, hnorm, final_layernorm", 3 * h)
@@ -260,14 +260,14 @@ def jamba(f: Fields, c: Count) -> None:
     h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
     period, offset = f.int("attn_layer_period", default=8), f.int("attn_layer_offset", default=4, minimum=0)
     e_period, e_offset = f.int("expert_layer_period", default=2), f.int("expert_layer_offset", default=1, minimum=0)
-    experts = int(f.raw.get("num_experts", 16) or 1)
+    experts = (f.count("num_experts", default=16) or 1)
     n_attn = sum(1 for i in range(n) if i % period == offset)
     n_moe = sum(1 for i in range(n) if experts > 1 and i % e_period == e_offset)
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "final_layernorm", h)
     c.norm("norm", "input_layernorm, pre_ff_layernorm", 2 * h, n)
     rank = f.raw.get("mamba_dt_rank", "auto")
-    rank = math.ceil(h / 16) if rank in ("auto", None) else int(rank)
+    rank = math.ceil(h / 16) if rank in ("auto", None) else f.int("mamba_dt_rank")
     mamba1(c, h, SSM1(int(f.number("mamba_expand", default=2) * h), f.int("mamba_d_state", default=16),
                       f.int("mamba_d_conv", default=4), rank, _flag(f, "mamba_conv_bias", True),
                       _flag(f, "mamba_proj_bias"), inner_norms=True), n - n_attn)
@@ -339,10 +339,10 @@ def granite_hybrid(f: Fields, c: Count) -> None:
     mamba2(c, h, _granite_ssm(f, h), n_m)
     att = f.int("num_attention_heads")
     attention(c, h, Attn(att, f.int("num_key_value_heads", default=8), h // att, _flag(f, "attention_bias")), n - n_m)
-    experts = int(f.raw.get("num_local_experts") or 0)
+    experts = f.count("num_local_experts")
     if experts:
         moe(c, h, Experts(experts, f.int("intermediate_size")), n)
-    shared = int(f.raw.get("shared_intermediate_size") or 0)
+    shared = f.count("shared_intermediate_size")
     if shared:
         gated_mlp(c, "mlp", h, shared, n)
 
@@ -364,7 +364,7 @@ def mamba_1(f: Fields, c: Count) -> None:
     embeddings(c, v, h, _tied(f, True))
     c.norm("norm", "norm_f, layer norms", h, n + 1)
     rank = f.raw.get("time_step_rank", "auto")
-    rank = math.ceil(h / 16) if rank in ("auto", None) else int(rank)
+    rank = math.ceil(h / 16) if rank in ("auto", None) else f.int("time_step_rank")
     mamba1(c, h, SSM1(f.int("intermediate_size", default=int(f.number("expand", default=2) * h)),
                       f.int("state_size", default=16), f.int("conv_kernel", default=4), rank,
                       _flag(f, "use_conv_bias", True), _flag(f, "use_bias")), n)
@@ -400,9 +400,8 @@ def lfm2(f: Fields, c: Count) -> None:
     ff = f.int("block_ff_dim", "intermediate_size")
     if f.raw.get("block_auto_adjust_ff_dim"):
         ff = int(2 * ff / 3)
-        mult = f.raw.get("block_ffn_dim_multiplier")
-        if mult:
-            ff = int(mult * ff)
+        if f.has("block_ffn_dim_multiplier"):
+            ff = int(f.number("block_ffn_dim_multiplier") * ff)
         multiple = f.int("block_multiple_of", default=256)
         ff = multiple * ((ff + multiple - 1) // multiple)
     gated_mlp(c, "mlp", h, ff, n)
@@ -443,7 +442,7 @@ def qwen_next(f: Fields, c: Count) -> None:
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm", h)
     _qwen_layers(f, c, (n, n_attn), list(range(n)))
-    mtp = int(f.raw.get("mtp_num_hidden_layers") or f.raw.get("num_nextn_predict_layers") or 0)
+    mtp = (f.count("mtp_num_hidden_layers") or f.count("num_nextn_predict_layers"))
     if mtp:
         m = Count(f, "mtp")
         m.linear("mtp", "fc", 2 * h, h, mtp, WHOLE)
@@ -462,14 +461,14 @@ def _qwen_layers(f: Fields, c: Count, counts: tuple[int, int], ids: list[int]) -
     heads = f.int("num_attention_heads")
     attention(c, h, Attn(heads, f.int("num_key_value_heads", default=2), f.int("head_dim", default=256),
                          gated=True, qk_norm=True), n_attn)
-    experts = int(f.raw.get("num_experts") or 0)
-    dense_ids = set(f.raw.get("mlp_only_layers") or [])
-    step = int(f.raw.get("decoder_sparse_step") or 1)
+    experts = f.count("num_experts")
+    dense_ids = set(f.int_list("mlp_only_layers"))
+    step = (f.count("decoder_sparse_step", default=1) or 1)
     n_moe = (n if not ids else sum(1 for i in ids if i not in dense_ids and (i + 1) % step == 0)) if experts else 0
     gated_mlp(c, "mlp", h, f.int("intermediate_size", default=0, minimum=0), n - n_moe)
     if n_moe:
         moe(c, h, Experts(experts, f.int("moe_intermediate_size"),
-                          shared=int(f.raw.get("shared_expert_intermediate_size") or 0), shared_gate=True), n_moe)
+                          shared=f.count("shared_expert_intermediate_size"), shared_gate=True), n_moe)
 
 
 def qwen_vision(vision: Mapping[str, Any], lm_hidden: int) -> Count:
@@ -514,7 +513,7 @@ def minimax(f: Fields, c: Count) -> None:
     c.linear("linear_attention", "out_proj", heads * hd, h, lin, ROW)
     c.norm("linear_attention", "norm", heads * hd, lin)
     moe(c, h, Experts(f.int("num_local_experts"), f.int("intermediate_size"),
-                      shared=int(f.raw.get("shared_intermediate_size") or 0)), n)
+                      shared=f.count("shared_intermediate_size")), n)
 
 
 def dense(f: Fields, c: Count) -> None:
@@ -535,7 +534,7 @@ def deepseek(f: Fields, c: Count) -> None:
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm", h)
     _deepseek_layers(f, c, n, first=0)
-    mtp = int(f.raw.get("num_nextn_predict_layers") or 0)
+    mtp = f.count("num_nextn_predict_layers")
     if mtp:
         m = Count(f, "mtp")
         m.linear("mtp", "eh_proj", 2 * h, h, mtp, WHOLE)
@@ -548,13 +547,13 @@ def _deepseek_layers(f: Fields, c: Count, n: int, first: int) -> None:
     h = f.int("hidden_size")
     c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
     _mla(f, c, n)
-    dense_n = int(f.raw.get("first_k_dense_replace") or 0)
-    experts = int(f.raw.get("n_routed_experts") or 0)
+    dense_n = f.count("first_k_dense_replace")
+    experts = f.count("n_routed_experts")
     n_dense = max(0, min(n, dense_n - first)) if experts else n
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), n_dense)
     if n - n_dense:
         inter = f.int("moe_intermediate_size")
-        moe(c, h, Experts(experts, inter, shared=inter * int(f.raw.get("n_shared_experts") or 0)), n - n_dense)
+        moe(c, h, Experts(experts, inter, shared=inter * f.count("n_shared_experts")), n - n_dense)
 
 
 def _mla(f: Fields, c: Count, n: int) -> None:
@@ -597,10 +596,10 @@ def kimi_linear(f: Fields, c: Count) -> None:
     c.norm("kda", "o_norm", hd, kda_n)
     c.linear("kda", "o_proj", p, h, kda_n, ROW)
     _mla(f, c, n - kda_n)
-    dense_n = min(n, int(f.raw.get("first_k_dense_replace") or 0))
+    dense_n = min(n, f.count("first_k_dense_replace"))
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), dense_n)
     experts, inter = f.int("num_experts"), f.int("moe_intermediate_size")
-    moe(c, h, Experts(experts, inter, shared=inter * int(f.raw.get("num_shared_experts") or 0)), n - dense_n)
+    moe(c, h, Experts(experts, inter, shared=inter * f.count("num_shared_experts")), n - dense_n)
     c.add("moe", "e_score_correction_bias", experts, n - dense_n)
 
 
