@@ -60,17 +60,16 @@ FILES = ("sglang/srt/configs/model_config.py", "sglang/srt/model_executor/model_
          "sglang/srt/model_executor/pool_configurator.py", "sglang/srt/speculative/dflash_utils.py")
 
 
-class _Anything:
-    """Whatever a cut-out piece imports and these checks do not reach: a class nothing is an instance of."""
-
-    def __getattr__(self, name):
-        return type(name, (), {})
+def _run(rel: str, nodes: list, ns: dict) -> dict:
+    """Run statements cut out of ``rel`` in the namespace ``ns`` (which they fill)."""
+    code = compile(ast.Module(body=nodes, type_ignores=[]), rel, "exec", flags=_FUTURE, dont_inherit=True)
+    exec(code, ns)  # noqa: S102
+    return ns
 
 
 class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Every ``sglang.*`` module a piece imports inside itself: a stub, unless given in ``given``."""
-
-    given: dict[str, dict] = {}
+    """Every ``sglang.*`` module a piece imports inside itself: a stub whose every name is a class nothing is an
+    instance of (the module of dflash_utils functions is put in ``sys.modules`` per release instead)."""
 
     def find_spec(self, name, path, target=None):
         if name == "sglang" or name.startswith("sglang."):
@@ -81,7 +80,6 @@ class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        module.__dict__.update(self.given.get(module.__name__, {}))
         module.__getattr__ = lambda attr: type(attr, (), {})
 
 
@@ -102,9 +100,7 @@ class Wheel:
         return rel in self.text
 
     def _exec(self, rel: str, nodes: list, env: dict) -> dict:
-        ns = {"__name__": __name__, **env}
-        exec(compile(ast.Module(body=nodes, type_ignores=[]), rel, "exec", flags=_FUTURE, dont_inherit=True), ns)  # noqa: S102
-        return ns
+        return _run(rel, nodes, {"__name__": __name__, **env})
 
     def _class(self, rel: str, cls: str) -> ast.ClassDef:
         return next(n for n in ast.walk(self.trees[rel]) if isinstance(n, ast.ClassDef) and n.name == cls)
@@ -125,11 +121,10 @@ class Wheel:
         ns = {"__name__": __name__, **env}
         for c in self.constants(rel):
             try:
-                exec(compile(ast.Module(body=[c], type_ignores=[]), rel, "exec", flags=_FUTURE, dont_inherit=True), ns)  # noqa: S102
+                _run(rel, [c], ns)
             except Exception:  # noqa: BLE001 — a name these checks do not need
                 pass
-        exec(compile(ast.Module(body=[node], type_ignores=[]), rel, "exec", flags=_FUTURE, dont_inherit=True), ns)  # noqa: S102
-        return ns[name]
+        return _run(rel, [node], ns)[name]
 
     def statements(self, rel: str, cls: str, method: str, keep, given: tuple[str, ...], env: dict):
         """The top-level statements of a method that ``keep`` accepts (by source), as a function of ``given``."""
