@@ -43,7 +43,8 @@ class FitReport:
             elif name == "vllm":
                 f = p.chosen
                 n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
-                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision)
+                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision,
+                                         lowered=not f.starts and p.refusal is None)
             else:
                 out[name] = sglang_command(self.sc, model, revision=self.revision)
         return out
