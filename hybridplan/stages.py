@@ -93,6 +93,19 @@ class Stage:
                 "layer_counts": self.spec.layer_counts}
 
 
+def bounds_of(parts: list[int], flag: str, num_layers: int) -> tuple[tuple[int, int], ...]:
+    """Each stage's [first, last) decoder layers from the layers each holds (an engine's split), refused where a
+    stage would hold none (``flag``: the engine's flag, for the message)."""
+    if min(parts) <= 0:
+        raise PlanError(f"{flag} {len(parts)} leaves a stage without layers (of {num_layers}: "
+                        f"{','.join(map(str, parts))})")
+    bounds, start = [], 0
+    for n in parts:
+        bounds.append((start, start + n))
+        start += n
+    return tuple(bounds)
+
+
 def stages(spec: ModelSpec, bounds: tuple[tuple[int, int], ...]) -> tuple[Stage, ...]:
     """The stages whose layer ranges are ``bounds`` (an engine's split), each a spec of its own layers."""
     layers = decoder_layers(spec)

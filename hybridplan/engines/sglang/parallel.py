@@ -28,7 +28,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS
-from hybridplan.stages import Sharding, Stage, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, stages
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.releases import Release
@@ -63,14 +63,7 @@ def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None,
     else:
         base, extra = divmod(num_layers, pp)
         parts = [base + (1 if rank >= pp - extra else 0) for rank in range(pp)]
-    if min(parts) <= 0:
-        raise PlanError(f"--pp-size {pp} leaves a stage without layers (of {num_layers}: "
-                        f"{','.join(map(str, parts))})")
-    bounds, start = [], 0
-    for n in parts:
-        bounds.append((start, start + n))
-        start += n
-    return tuple(bounds)
+    return bounds_of(parts, "--pp-size", num_layers)
 
 
 def every_layer_on_every_stage(sc: Scenario) -> bool:

@@ -26,7 +26,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
-from hybridplan.stages import Sharding, Stage, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, stages
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -78,14 +78,7 @@ def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) ->
         parts = [num_layers // pp] * pp
         for i in range(2, num_layers % pp + 2):
             parts[-i] += 1
-    if min(parts) <= 0:
-        raise PlanError(f"--pipeline-parallel-size {pp} leaves a stage without layers (of {num_layers}: "
-                        f"{','.join(map(str, parts))})")
-    bounds, start = [], 0
-    for n in parts:
-        bounds.append((start, start + n))
-        start += n
-    return tuple(bounds)
+    return bounds_of(parts, "--pipeline-parallel-size", num_layers)
 
 
 def _supported(rel: Release, ranges: tuple[tuple[str, str | None], ...]) -> bool:
