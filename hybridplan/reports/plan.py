@@ -91,7 +91,7 @@ def plan_view(r: PlanReport, *, exact: bool = False):
             labels = ", ".join(f"{x.layout.engine} {x.layout.label()}" for x in rs[:6]) + (
                 f" and {len(rs) - 6} more" if len(rs) > 6 else "")
             lines.append((f"{gpus} GPU{'s' * (gpus > 1)}", k, labels))
-        parts.append(Rows(("GPUs", "why", "layouts"), lines, title="Why fewer GPUs do not do", left=(0, 1, 2),
+        parts.append(Rows(("GPUs", "why", "layouts"), lines, title="Why fewer GPUs will not do", left=(0, 1, 2),
                           prose=(2,)))
         first = next((x for _, _, rs in why for x in rs if kind(x.reason) != "the weights do not fit"), None)
         if first is not None:
