@@ -93,6 +93,16 @@ class Stage:
                 "layer_counts": self.spec.layer_counts}
 
 
+def partition_parts(partition: tuple[int, ...], pp: int, num_layers: int, env: str) -> list[int]:
+    """The layers a stage each of an explicit partition (``env``: the engine's variable, VLLM_PP_LAYER_PARTITION
+    or SGLang's), checked as both engines' ``get_pp_indices`` check it, in their words."""
+    if len(partition) != pp:
+        raise PlanError(f"{env}: len(partitions)={len(partition)} does not match pp_size={pp}.")
+    if sum(partition) != num_layers:
+        raise PlanError(f"{env}: sum(partitions)={sum(partition)} does not match num_hidden_layers={num_layers}.")
+    return list(partition)
+
+
 def bounds_of(parts: list[int], flag: str, num_layers: int) -> tuple[tuple[int, int], ...]:
     """Each stage's [first, last) decoder layers from the layers each holds (an engine's split), refused where a
     stage would hold none (``flag``: the engine's flag, for the message)."""

@@ -389,14 +389,7 @@ def lfm2(f: Fields, c: Count) -> None:
     else:
         n = f.int("num_hidden_layers")
         n_attn = len(f.list("full_attn_idxs"))
-    embeddings(c, v, h, _tied(f, True))
-    c.norm("norm", "embedding_norm", h)
-    c.norm("norm", "operator_norm, ffn_norm", 2 * h, n)
-    c.linear("conv", "in_proj", h, 3 * h, n - n_attn)
-    c.add("conv", "conv", h * f.int("conv_L_cache", default=3), n - n_attn, How("column"))
-    c.linear("conv", "out_proj", h, h, n - n_attn, ROW)
-    heads = f.int("num_attention_heads")
-    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=8), h // heads, qk_norm=True), n_attn)
+    _lfm2_trunk(f, c, (h, v), n, n_attn)
     ff = f.int("block_ff_dim", "intermediate_size")
     if f.raw.get("block_auto_adjust_ff_dim"):
         ff = int(2 * ff / 3)
@@ -407,13 +400,10 @@ def lfm2(f: Fields, c: Count) -> None:
     gated_mlp(c, "mlp", h, ff, n)
 
 
-def lfm2_moe(f: Fields, c: Count) -> None:
-    """vllm/model_executor/models/lfm2_moe.py: LFM2's trunk (short convs and heads of ``hidden_size``), a gated
-    MLP of ``intermediate_size`` in the first ``num_dense_layers`` layers, then a router, the experts and, with
-    ``use_expert_bias``, the routing bias (``expert_bias``) a layer."""
-    h, v = f.int("hidden_size"), f.int("vocab_size")
-    types = f.list("layer_types")
-    n, n_attn = len(types), sum(1 for t in types if t == "full_attention")
+def _lfm2_trunk(f: Fields, c: Count, hidden_vocab: tuple[int, int], n: int, n_attn: int) -> None:
+    """What LFM2 and LFM2-MoE share: the embeddings and norms, the short convs (``hidden_size`` wide, of the
+    ``n - n_attn`` conv layers) and the attention of the ``n_attn`` others, with heads of ``hidden_size``."""
+    h, v = hidden_vocab
     embeddings(c, v, h, _tied(f, True))
     c.norm("norm", "embedding_norm", h)
     c.norm("norm", "operator_norm, ffn_norm", 2 * h, n)
@@ -422,6 +412,16 @@ def lfm2_moe(f: Fields, c: Count) -> None:
     c.linear("conv", "out_proj", h, h, n - n_attn, ROW)
     heads = f.int("num_attention_heads")
     attention(c, h, Attn(heads, f.int("num_key_value_heads", default=8), h // heads, qk_norm=True), n_attn)
+
+
+def lfm2_moe(f: Fields, c: Count) -> None:
+    """vllm/model_executor/models/lfm2_moe.py: LFM2's trunk (short convs and heads of ``hidden_size``), a gated
+    MLP of ``intermediate_size`` in the first ``num_dense_layers`` layers, then a router, the experts and, with
+    ``use_expert_bias``, the routing bias (``expert_bias``) a layer."""
+    h, v = f.int("hidden_size"), f.int("vocab_size")
+    types = f.list("layer_types")
+    n, n_attn = len(types), sum(1 for t in types if t == "full_attention")
+    _lfm2_trunk(f, c, (h, v), n, n_attn)
     dense_n = min(f.int("num_dense_layers", default=2, minimum=0), n)
     gated_mlp(c, "mlp", h, f.int("intermediate_size", default=7168), dense_n)
     experts = f.int("num_experts", default=32)

@@ -28,7 +28,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS
-from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.releases import Release
@@ -51,12 +51,7 @@ def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None,
     wheel 0.5.6-0.5.23) one leftover layer to each of the last ``n % pp`` stages; up to 0.5.5.post3 (0.5.2-0.5.5
     read) ``n // pp`` a stage and the last takes what is left."""
     if partition is not None:
-        if len(partition) != pp:
-            raise PlanError(f"{PARTITION_ENV}: len(partitions)={len(partition)} does not match pp_size={pp}.")
-        if sum(partition) != num_layers:
-            raise PlanError(f"{PARTITION_ENV}: sum(partitions)={sum(partition)} does not match "
-                            f"num_hidden_layers={num_layers}.")
-        parts = list(partition)
+        parts = partition_parts(partition, pp, num_layers, PARTITION_ENV)
     elif rel is not None and rel.before(SPREAD_LEFTOVER):
         base = num_layers // pp
         parts = [base] * (pp - 1) + [num_layers - base * (pp - 1)]

@@ -26,7 +26,7 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
-from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, stages
+from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -68,12 +68,7 @@ REFUSAL = ("Pipeline parallelism is not supported for this model. Supported mode
 def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...]:
     """Each stage's layers ``[start, end)`` as ``get_pp_indices`` gives them."""
     if partition is not None:
-        if len(partition) != pp:
-            raise PlanError(f"{PARTITION_ENV}: len(partitions)={len(partition)} does not match pp_size={pp}.")
-        if sum(partition) != num_layers:
-            raise PlanError(f"{PARTITION_ENV}: sum(partitions)={sum(partition)} does not match "
-                            f"num_hidden_layers={num_layers}.")
-        parts = list(partition)
+        parts = partition_parts(partition, pp, num_layers, PARTITION_ENV)
     else:
         parts = [num_layers // pp] * pp
         for i in range(2, num_layers % pp + 2):
