@@ -281,6 +281,7 @@ _RESAVE_SUFFIXES = ("awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a4", "fp8
                     "nvfp4", "mxfp4", "mxfp8", "fp4", "bnb", "bnb-4bit", "4bit", "8bit", "4-bit", "8-bit", "autoround",
                     "auto-round", "dynamic", "quantized", "modelopt", "text", "mlx", "hf", "bf16", "fp16", "mtp")
 _VARIANT_SUFFIXES = ("instruct", "thinking", "base", "chat", "it", "hf")
+_SIZE = re.compile(r"\d(?:\.\d+)?[bmt](?:$|[-_])")
 _CACHE_DIR = re.compile(r"models--([^/\\]+?)--([^/\\]+)")
 
 
@@ -321,12 +322,17 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
     by_name: dict[str, str] = {}
     for fn, doc in specs:
         source = str(doc.get("source") or "").lower()
-        keys = [fn[:-5], *(str(a).lower() for a in doc.get("aliases") or ()), source.split("/")[-1]]
+        keys = [fn[:-5], *(str(a).lower() for a in doc.get("aliases") or ()), source.split("/")[-1],
+                *(str(p).lower().split("/")[-1] for p in doc.get("post_trains") or ())]
         for key in keys:
             by_name.setdefault(key, fn)
         if source and source == hub_id:
             by_name.setdefault("\0" + source, fn)
-    for i, key in enumerate(["\0" + hub_id, *names]):
+    # a re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
+    # longest shipped name that starts it and names a size, so that a family name never stands for a sized model
+    sized = sorted((k for k in by_name if _SIZE.search(k) and names[-1].startswith((k + "-", k + "_"))),
+                   key=len, reverse=True)
+    for i, key in enumerate(["\0" + hub_id, *names, *sized]):
         fn = by_name.get(key)
         if fn is None:
             continue

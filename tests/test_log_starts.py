@@ -139,6 +139,24 @@ def test_the_log_finds_its_model_by_source_and_by_resave():
     assert spec.architecture == "Qwen3NextForCausalLM" and "re-save" in how
 
 
+def test_a_resave_with_an_unknown_ending_is_found_by_the_sized_name_that_starts_it():
+    # vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log serves rdtand/Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm,
+    # an ending no list knows: qwen3.6-35b-a3b starts the name and names a size, so it is the base
+    spec, how = load_logged_model("rdtand/Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm",
+                                  "Qwen3_5MoeForConditionalGeneration")
+    assert spec.name == "qwen3.6-35b-a3b" and "re-save" in how
+    # a family name names no size: "nemotron-h" (an alias of nemotron-h-8b) never stands for another Nemotron-H
+    with pytest.raises(PlanError, match="not a shipped spec"):
+        load_logged_model("someone/Nemotron-H-47B-Reasoning-128K", "NemotronHForCausalLM")
+
+
+def test_a_post_train_of_a_shipped_base_is_found_by_its_alias():
+    # Nemotron-Cascade-2-30B-A3B is post-trained from Nemotron-3-Nano-30B-A3B-Base (its model card); its NVFP4
+    # re-save is what vllm-0.19.0-nemotron-cascade-2-30b-nvfp4-wsl-2.log serves
+    spec, how = load_logged_model("chankhavu/Nemotron-Cascade-2-30B-A3B-NVFP4", "NemotronHForCausalLM")
+    assert spec.name == "nemotron-3-nano-30b-a3b" and "re-save" in how
+
+
 def test_a_spec_of_another_architecture_is_never_taken():
     # Qwen3-Next's name, but the log resolved a Nemotron-H architecture: no shipped spec matches both
     with pytest.raises(PlanError, match="NemotronHForCausalLM"):

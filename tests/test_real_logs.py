@@ -56,6 +56,14 @@ CASES = [
     # a ROCm build the thread calls 0.23.1, a patch not on PyPI: read as 0.23.0
     ("vllm-0.23.1-qwen3.8-27b-rx7900xt-1.log", ("--model", "qwen3.5-27b", "--vllm-version", "0.23.0", "--tp", "2"),
      ("max_num_seqs",)),
+    # a refusal at start: PP 2 with MTP, refused by 0.23.0 because the Qwen3_5MTP drafter lacks SupportsPP (raised
+    # from vllm/config/speculative.py _verify_args through vllm/config/model.py verify_with_parallel_config)
+    ("vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log", ("--model", "qwen3.6-27b"), ("start",)),
+    # an NVFP4 compressed-tensors checkpoint whose kv_cache_scheme makes the KV fp8 under kv_cache_dtype=auto (the
+    # attention page is half a bf16 one: block 1600, not 800); the checkpoint's config is not saved, so the
+    # resolved dtype is given: MTP 3 adds one attention layer (3 padding layers, 6.25 %)
+    ("vllm-0.25.1-qwen3.8-27b-nvfp4-mtp-gb10-1.log", ("--model", "qwen3.5-27b", "--kv-dtype", "fp8"),
+     ("attention block size", "mamba page padding %", "padding layers", "max concurrency", "KV cache size")),
     ("vllm-unknown-nemotron-3-super-120b-h100-1.log", ("--model", "nemotron-3-super-120b-a12b", "--tp", "2"),
      ("max_num_seqs",)),
     # SGLang: Qwen3.8-27B-FP8 (Qwen3_5ForConditionalGeneration, Qwen3.5-27B's shapes), --mem-fraction-static
@@ -154,27 +162,20 @@ CASES = [
 # logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
 # predicted, and the likely reason). /work/coord/logs_report.md has the table; move a log to CASES once it reconciles
 PENDING = {
-    "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log": (
-        ("--model", "qwen3.6-27b"),
-        "refusal not read (exit 2, nothing to check): --pipeline-parallel-size 2 with MTP is refused by vLLM 0.23.0 "
-        "vllm/config/speculative.py _verify_args (\"Pipeline parallelism is not supported for this model\")"),
-    "vllm-0.25.1-qwen3.8-27b-nvfp4-mtp-gb10-1.log": (
-        ("--model", "qwen3.5-27b"),
-        "quantized KV + speculative decoding: block logged 1600 vs 800 (kv_cache_dtype=auto, yet the attention page "
-        "is half a bf16 one: the NVFP4 compressed-tensors checkpoint's kv_cache_scheme makes the KV fp8, not read); "
-        "then padding layers 3, 6.25 % vs none (MTP draft attention layer); KV tokens 2,192,477 vs 1,205,862; "
-        "concurrency 8.36 vs 4.60"),
     "vllm-0.11.1rc2-granite-4.0-h-350m-strixhalo-1.log": (
         (),
         "model not shipped: ibm-granite/granite-4.0-h-350m (GraniteMoeHybridForCausalLM) has no spec and no saved "
         "config, exit 2; logged attention block 400 and padding 1.39 % to check once its config.json is found (the "
         "engine then faulted, no KV lines)"),
     "vllm-unknown-nemotron-3-nano-30b-nvfp4-rtx5080-rtx5070ti-1.log": (
-        ("--model", "nemotron-3-nano-30b-a3b", "--tp", "2", "--ctx", "131072", "--vllm-version", "0.13.0"),
-        "settings missing from the excerpt (it starts at model loading): no version, no kv_cache_dtype (fp8 in the "
-        "command) and no mamba_ssm_cache_dtype (Nemotron-3-Nano's config asks float32) reach check-log, which has no "
-        "flags for the two dtypes; padding layers 1, 4.35 % match, concurrency 6.17 vs 10.00 and KV tokens 183,744 vs"
-        " 280,864 with bf16 state and KV under 0.13.0 rules"),
+        ("--model", "nemotron-3-nano-30b-a3b-nvfp4", "--tp", "2", "--ctx", "131072", "--vllm-version", "0.13.0",
+         "--kv-dtype", "fp8"),
+        "the smaller worker's budget is not in the excerpt: read with the header's fp8 KV and the checkpoint's float32 "
+        "state (the excerpt starts at model loading, without the version), the padding layers 1, 4.35 % match, but "
+        "concurrency 6.17 and 183,744 tokens are 222 blocks (222 / 36 a request = 6.17; 222 // 5 groups · 4,176 = "
+        "183,744) where TP0's logged 4.02 GiB holds 673 blocks of 6,414,336 B; vLLM gives every worker the smallest "
+        "worker's count (v1/core/kv_cache_utils.py get_kv_cache_configs, 0.13.0), and the other card of this RTX "
+        "5080 + 5070 Ti pair does not print its budget"),
     "vllm-0.13.0-nemotron-3-nano-4b-fp8-unknown-1.log": (
         (),
         "model not shipped: nvidia/NVIDIA-Nemotron-3-Nano-4B-FP8 (NemotronHForCausalLM, ModelOpt FP8, fp8 KV, ssm "
@@ -186,11 +187,13 @@ PENDING = {
         "attention layers in the KV groups) has no readable config, so KV tokens 200,769 and concurrency 1.00x at "
         "200,000 are listed as not modelled (exit 0, no rows); give the z-lab Qwen3.6-27B-DFlash config to check them"),
     "sglang-unknown-qwen3.5-9b-2x24gb-1.log": (
-        ("--model", "qwen3.5-9b", "--tp", "2", "--mem-fraction-static", "0.8", "--sglang-version", "0.5.13"),
-        "the model (Qwen/Qwen3.5-9B, named only in a \"Found local HF snapshot\" line) is now shipped as qwen3.5-9b; "
-        "read with it, the per-slot sizes (conv 0.10, ssm 4.38, K and V 2.50 GB) and, under 0.5.9-0.5.13 rules, "
-        "max_running_requests 62 match, but the split is one slot off: max_mamba_cache_size 186 vs 187 and KV tokens "
-        "327,310 vs 328,234 (0.5.9-0.5.16), 184 and 324,978 from 0.5.17; the release is not in the excerpt"),
+        ("--tp", "2", "--mem-fraction-static", "0.8", "--sglang-version", "0.5.13"),
+        "the release is not in the excerpt (a source checkout of April 2026), and no release's split gives all three "
+        "figures: the model is found by its \"Found local HF snapshot\" line (qwen3.5-9b) and the per-slot sizes (conv "
+        "0.10, ssm 4.38, K and V 2.50 GB) match under every release; 0.5.9-0.5.13 give max_running_requests 62 but "
+        "max_mamba_cache_size 187 vs 186 and KV tokens 328,234 vs 327,310 (about 39 MB more rest memory than the "
+        "engine had); 0.5.17 gives 186 slots but 328,234 tokens and 37 requests; 0.5.18 on, 184 slots and 324,978 "
+        "tokens"),
     "sglang-0.5.6.post2-lfm2-700m-unknown-1.log": (
         (),
         "model not named to check-log (bench_one_batch prints no server_args) and not shipped: LiquidAI/LFM2-700M "
@@ -332,9 +335,9 @@ def test_check_log_finds_the_model_the_log_names(run_cli):
         assert code == 0 and d["ok"], (name, [r for r in d["rows"] if not r["ok"]])
         assert any(n.startswith("model ") for n in d["notes"]), d["notes"]  # says how it found the model
         found.append(name)
-    # the logs naming Qwen3-Next, Qwen3.6, Qwen3.5 and Granite-4.0-H checkpoints (by Hub id, local path or
-    # cache path) are found: at least those fifteen
-    assert len(found) >= 15, found
+    # the logs naming Qwen3-Next, Qwen3.6, Qwen3.5, Nemotron-Cascade-2 and Granite-4.0-H checkpoints (by Hub id,
+    # local path or cache path) are found: at least those twenty
+    assert len(found) >= 20, found
 
 
 def test_each_pending_log_is_named_in_validation_md_with_its_reason():
@@ -345,3 +348,25 @@ def test_each_pending_log_is_named_in_validation_md_with_its_reason():
     for name, (_, why) in PENDING.items():
         assert f"`{name}`: {' '.join(why.split())}" in section, name
     assert f"{len(CASES)} reconcile" in section
+
+
+def test_a_refused_start_is_a_figure_that_can_fail(run_cli):
+    # the same PP 2 + MTP start read as 0.30.0, whose Qwen3_5MTP implements SupportsPP (hybridplan/engines/vllm/
+    # parallel.py DRAFT_PP, from the wheels' qwen3_5_mtp.py): hybridplan predicts a start, the log shows a refusal
+    name = "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log"
+    code, d = _check(run_cli, name, "--model", "qwen3.6-27b")
+    assert code == 0 and [(r["figure"], r["predicted"]) for r in d["rows"]] == [("start", "refused")]
+    assert any("SupportsPP" in n for n in d["notes"])
+    code, d = _check(run_cli, name, "--model", "qwen3.6-27b", "--vllm-version", "0.30.0")
+    start = next(r for r in d["rows"] if r["figure"] == "start")
+    assert code == 1 and start["predicted"] == "starts"
+
+
+def test_sglang_finds_the_model_in_the_snapshot_line(run_cli):
+    # no server_args line in this excerpt: "Found local HF snapshot for Qwen/Qwen3.5-9B at …" (line 14, printed by
+    # sglang/srt/model_loader/weight_utils.py) names the repository, "Load weight end … type=…" the class
+    args, _ = PENDING["sglang-unknown-qwen3.5-9b-2x24gb-1.log"]
+    code, d = _check(run_cli, "sglang-unknown-qwen3.5-9b-2x24gb-1.log", *args)
+    model = next(x for x in d["settings"] if x["name"] == "model_path")
+    assert model["value"] == "Qwen/Qwen3.5-9B" and model["source"].startswith("line 14")
+    assert any(n.startswith("model Qwen/Qwen3.5-9B: qwen3.5-9b") for n in d["notes"])

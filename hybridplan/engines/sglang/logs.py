@@ -23,7 +23,7 @@ GB = 1 << 30
 ENGINE = "sglang"
 #: substrings one of which every line read here holds: a log is filtered by them before it is read
 KEYWORDS = ("server_args", "Mamba Cache is allocated", "KV Cache is allocated", "max_running_requests",
-            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end")
+            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end", "Found local HF snapshot")
 
 SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(.*)")
 _PAIR = re.compile(r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?\d[\d.e+-]*|"
@@ -48,6 +48,10 @@ CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state ca
 REDUCED = re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+)")
 NOT_ENOUGH = re.compile(r"Computed max_mamba_cache_size=(-?\d+) \(total_rest_memory=(-?[\d.]+) GB, "
                         r"mamba_cache_per_req=([\d.]+) MB\)")
+#: the weights' download step names the Hub repository where no server_args line is in the excerpt
+#: (sglang/srt/model_loader/weight_utils.py), and the loader's last line names the class it loaded
+SNAPSHOT = re.compile(r"Found local HF snapshot for (\S+?) at ")
+LOADED_TYPE = re.compile(r"Load weight end\..*?\btype=(\w+)")
 LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 LOAD_END = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
 NOT_MODELLED = (
@@ -113,6 +117,8 @@ def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[Settings
     rel = _version(log, given, as_dict, s, notes)
     for name in FIELDS:
         s.put(name, args.get(name), found.source if found else "")
+    if (f := log.last(SNAPSHOT)) is not None:
+        s.put("model_path", f[1], f.source)
     if (f := log.last(SCHED)) is not None:
         s.put("context_length", int(f[5]), f.source)
     return s, rel
@@ -135,7 +141,8 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
     if s.sources["model_path"] == "flag":
         spec = load_model(str(ref))
     else:
-        spec, how = load_logged_model(str(ref))
+        loaded = log.last(LOADED_TYPE)
+        spec, how = load_logged_model(str(ref), loaded[1] if loaded else None)
         notes.append(f"model {ref}: {spec.name}, {how}")
     rel.check_served(spec)
     ctx = s.get("context_length")

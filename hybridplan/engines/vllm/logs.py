@@ -30,7 +30,7 @@ KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len"
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
             "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=")
+            "arch=sm", "device_name=", "Error: ")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -73,6 +73,8 @@ CAPPED = re.compile(r"Capping cudagraph capture sizes from max (\d+) to (\d+) to
                     r"\((\d+) blocks available\)")
 ONE_REQUEST = re.compile(r"To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+) GiB "
                          r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)")
+#: the exception a start ended with (its last line, ``NotImplementedError: Pipeline parallelism is not supported …``)
+REFUSED = re.compile(r"(?:^|\s)([A-Z]\w*Error): (.+?)\s*$")
 #: figures the log may show that hybridplan does not predict: pattern, figure, reason
 NOT_MODELLED = (
     (re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"), "CUDA graph estimate (GiB)",
@@ -86,7 +88,7 @@ NOT_MODELLED = (
     (re.compile(r"Auto-fit max_model_len: reduced from \d+ to (\d+)"), "auto-fit max_model_len",
      "--max-model-len auto is not modelled: give the context"),
 )
-FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)
+FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST, REFUSED)
 #: the lines a start-up prints once each (the API server's banner, its arguments, the engine core's config): one
 #: printed again opens the next start in the same file (``logread.Log.starts``)
 OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default args: \{"),
@@ -95,7 +97,27 @@ OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default
 
 def present(log: Log) -> bool:
     """Does the log hold a figure this module checks?"""
-    return any(log.has(p) for p in (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST))
+    return any(log.has(p) for p in (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)) \
+        or (_refusal(log) is not None and any(log.has(p) for p in OPENERS))
+
+
+def _refusal(log: Log) -> Found | None:
+    """The error a start was refused with, where it is not a figure read on its own (the max_num_seqs and
+    one-request refusals are)."""
+    f = log.last(REFUSED)
+    if f is None or SEQS.search(f[2]) or "To serve at least one request" in f[2]:
+        return None
+    return f
+
+
+def _refusal_row(refused: Found, ours: str | None, notes: list[str]) -> Row:
+    """The start the engine refused beside hybridplan's verdict for the same settings: the same refusal when
+    hybridplan's reason quotes the engine's message."""
+    notes.append(f"the engine refused the start ({refused.source}): {refused[1]}: {refused[2]}")
+    if ours is None:
+        return Row(ENGINE, "start", "refused", "starts")
+    notes.append(f"hybridplan refuses it: {ours}")
+    return Row(ENGINE, "start", "refused", "refused" if refused[2].rstrip(".") in ours else "refused, another reason")
 
 
 def _args(log: Log) -> tuple[dict, Found | None]:
@@ -405,16 +427,32 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     """The log's figures beside the prediction for the settings it states (flags override them)."""
     notes: list[str] = []
     s = read_settings(log, given)
-    sc, rel, mode = scenario(log, s, notes)
+    refused = _refusal(log)
+    pp = int(s.get("pipeline_parallel_size") or 1)
+    name = str(s.get("model"))
+    try:
+        sc, rel, mode = scenario(log, s, notes)
+        name = sc.spec.name
+        if pp > 1:
+            from dataclasses import replace
+
+            from hybridplan.engines.vllm import parallel
+
+            parallel.check(replace(sc, pp=pp))
+    except PlanError as exc:
+        if refused is None:
+            raise
+        return LogCheck(name, s.listed(), (_refusal_row(refused, str(exc), notes),), (), tuple(notes))
     rows: list[Row] = []
     out: list[NotModelled] = []
-    pp = int(s.get("pipeline_parallel_size") or 1)
+    if refused is not None:
+        rows.append(_refusal_row(refused, None, notes))
     if pp > 1:
         for p in FIGURE_PATTERNS:
-            if (f := log.last(p)) is not None:
+            if p is not REFUSED and (f := log.last(p)) is not None:
                 out.append(NotModelled(ENGINE, p.pattern.split("(")[0].strip(), f[1],
                                        f"pipeline parallelism (PP {pp}) splits the layers over ranks"))
-        return LogCheck(sc.spec.name, s.listed(), (), tuple(out), tuple(notes))
+        return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
     fp, lay = footprint(sc), layout(sc, mode)
     if (f := log.last(SSM_DTYPE)) is not None:
         rows.append(Row(ENGINE, "SSM cache dtype", f[1], fp.dtypes.ssm))
