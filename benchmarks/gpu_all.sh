@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run: the kernel tests on the GPU, the kernel benchmark, then
-# `hybridplan profile` on three models (benchmarks/profile_gpu.sh). Results go to $OUT, else benchmarks/results/.
+# `hybridplan profile --save-calibration` on three models, each calibration checked against its own profile's
+# measured step (benchmarks/profile_gpu.sh, benchmarks/calibrated_step.py). Results go to $OUT, else benchmarks/results/.
 #
 #   benchmarks/gpu_all.sh [GPU_INDEX]
 #

@@ -53,6 +53,9 @@ print(f"{d['model']}: memory exact={m['exact']} predicted={m['predicted']['total
       f"| prefill {gbs(d['prefill']['measured']['bandwidth_bytes_per_s'])}")
 sys.exit(0 if m["exact"] else 1)
 PYEOF
+    # the calibrated prediction beside the profile's own measured decode step and prefill
+    "$PY" benchmarks/calibrated_step.py "$DEST/profile-$model.json" "$DEST/calibration-$model.json" --json \
+      >"$DEST/calibrated-step-$model.json" 2>>"$DEST/profile-$model.log" || status=1
   else
     status=1
     cat "$DEST/profile-$model.log" >&2

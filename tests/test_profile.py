@@ -13,6 +13,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import weakref  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -278,3 +279,27 @@ def test_command_module_loads_nothing_heavy():
             "heavy = [m for m in ('torch', 'triton', 'pynvml', 'numpy') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@needs_interpreter
+def test_the_cpu_pipeline_calibration_reproduces_its_own_step(profile_cli, tmp_path, capsys):
+    # benchmarks/profile_gpu.sh's path, on the interpreter: profile --save-calibration, then
+    # benchmarks/calibrated_step.py puts `speed --calibration`'s prediction for the profiled rows beside the
+    # measured step. The calibration splits each row's time once (bytes at the copy bandwidth, the rest per
+    # launch; the scans' FLOPs beyond their launches), so the prediction is the measurement up to the spread
+    # of the per-layer overhead about its median; the first calibration predicted twice the decode step here
+    cal = tmp_path / "cal.json"
+    code, out, err = profile_cli("nemotron-h", "--interpret", "--json", "--save-calibration", cal)
+    assert code == 0, err
+    report = tmp_path / "profile.json"
+    report.write_text(out)
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import calibrated_step
+
+    assert calibrated_step.main([str(report), str(cal), "--gpu-type", "h100", "--json"]) == 0
+    phases = {p["phase"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
+    assert set(phases) == {"decode", "prefill"}
+    for p in phases.values():
+        assert abs(p["error"]) < 0.05, p
+    assert calibrated_step.main([str(report), str(tmp_path / "none.json"), "--gpu-type", "h100"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -264,13 +264,14 @@ def test_calibration_from_a_profile(tmp_path):
     assert cal.prefill_tokens_per_s == pytest.approx(81_920)
     assert cal.on_gpu and cal.decode_bandwidth == 1.5e12
     eff = cal.efficiency(datasheet("h100"))
-    # 1.5 TB/s of the H100's 3,350 GB/s; 200 of its 989 bf16 TFLOP/s; weights keep the fitted fraction
-    assert eff.state_hbm == pytest.approx(1.5e12 / 3.35e12) and eff.scan == pytest.approx(200 / 989)
+    # the profile's split: the state's bytes at the 3.0 TB/s copy of the H100's 3,350 GB/s, each launch 5 µs;
+    # the scans at 200 of its 989 bf16 TFLOP/s (no prefill rows here: the phase's figure); weights keep the fit
+    assert eff.state_hbm == pytest.approx(3.0e12 / 3.35e12) and eff.scan == pytest.approx(200 / 989)
     assert eff.hbm == DEFAULT.hbm and eff.kernel_floor_graph_us == pytest.approx(5.0)
-    # state traffic at the measured bandwidth, weights at the fitted one
+    # state traffic at the copy bandwidth, weights at the fitted one
     kt = kind_time(Work("mamba2", 1, weight_bytes=1e9, state_bytes=1e9), datasheet("h100"),
                    replace(eff, kernel_floor_graph_us=0.0), "bf16", graphs=True)
-    assert kt.seconds == pytest.approx(1e9 / 1.5e12 + 1e9 / (3.35e12 * DEFAULT.hbm))
+    assert kt.seconds == pytest.approx(1e9 / 3.0e12 + 1e9 / (3.35e12 * DEFAULT.hbm))
     path = tmp_path / "cal.json"
     save(cal, path)
     assert load(path) == cal
@@ -279,6 +280,28 @@ def test_calibration_from_a_profile(tmp_path):
         load(path)
     with pytest.raises(PlanError):
         from_profile({"model": "x"})
+
+
+def test_the_calibrated_step_is_the_profiles_own(tmp_path):
+    """`speed --calibration` times the profile's rows as the profile measured them, the overhead counted once.
+    Two decode rows of 24 layers: 3 GB in 1 ms + 24 × 5 µs, and 1.5 GB in 0.5 ms + 24 × 7 µs at a 3.0 TB/s copy;
+    their overhead a layer is 5 and 7 µs, median 6: predicted 1 ms + 0.5 ms + 48 × 6 µs = 1.788 ms, the measured
+    sum (1.12 + 0.668 ms). A prefill row of 1e14 FLOPs in 0.5 s + 24 launches: 1e14 / (0.5 s) beyond them,
+    so it is predicted at its measured time. Timing the bytes at the achieved bandwidth (bytes over the whole
+    time) and adding the overhead on top, as the first calibration did, would predict 1.788 + 0.288 ms."""
+    from hybridplan.speed.calibration import check_profile, from_profile
+
+    rep = _fake_profile()
+    rep["decode"]["rows"] = [
+        {"kind": "mamba2", "layers": 24, "predicted": {"bytes": 3.0e9}, "measured": {"seconds": 1e-3 + 24 * 5e-6}},
+        {"kind": "mamba2", "layers": 24, "predicted": {"bytes": 1.5e9}, "measured": {"seconds": 5e-4 + 24 * 7e-6}}]
+    rep["prefill"]["rows"] = [{"kind": "mamba2", "layers": 24, "predicted": {"bytes": 1e6, "flops": 1e14},
+                               "measured": {"seconds": 0.5 + 24 * 6e-6}}]
+    cal = from_profile(rep)
+    assert cal.launch_us == pytest.approx(6.0) and cal.scan_tflops == pytest.approx(200.0)
+    dec, pre = check_profile(rep, cal, datasheet("h100"))
+    assert dec.measured_s == pytest.approx(1.788e-3) and dec.predicted_s == pytest.approx(1.788e-3)
+    assert pre.predicted_s == pytest.approx(pre.measured_s)
 
 
 def test_speed_command_calibration(tmp_path, capsys):
@@ -290,6 +313,7 @@ def test_speed_command_calibration(tmp_path, capsys):
     assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
                  "--concurrency", "4", "--calibration", str(path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["efficiency"]["state_hbm"] == pytest.approx(1.5e12 / 3.35e12)
+    assert d["efficiency"]["state_hbm"] == pytest.approx(3.0e12 / 3.35e12)  # the copy's, with 5 µs a launch
+    assert d["efficiency"]["kernel_floor_graph_us"] == pytest.approx(5.0)
     assert any("calibrated by a profile" in n for n in d["notes"])
     assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--calibration", str(tmp_path / "none.json")]) == 2

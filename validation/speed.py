@@ -179,6 +179,13 @@ def summary(rs: list[Row]) -> list[tuple[str, int, float, float, str]]:
         sel = [r for r in rs if group(r) == name]
         worst = max(sel, key=factor)
         out.append((name, len(sel), statistics.median(abs(r.error) for r in sel), factor(worst), worst.id))
+    # the "end to end": every figure a serving benchmark prints for a hybrid (output throughput, TTFT,
+    # TPOT) together, beside the per-figure rows above
+    sel = [r for r in rs if r.hybrid and r.kind == "bench"]
+    if sel:
+        worst = max(sel, key=factor)
+        out.append(("hybrid end to end (output, TPOT, TTFT together)", len(sel),
+                    statistics.median(abs(r.error) for r in sel), factor(worst), worst.id))
     return out
 
 
