@@ -269,8 +269,6 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
     # vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make (0.33.0): without EP the MoE's
     # TP is flattened across DP (tp_size = dp × tp); the attention and GDN layers stay split over the engine's tp.
     # Qwen3.5-397B at TP 2 × DP 2 holds the experts as TP 4 does and everything else as TP 2 does
-    from hybridplan.stages import Sharding
-
     spec = load_model("qwen3.5-397b-a17b")
     tp2 = stage_rank_bytes(spec, None, 2, "bfloat16")[0]
     tp4 = stage_rank_bytes(spec, None, 4, "bfloat16")[0]
@@ -281,8 +279,10 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
     ep = stage_rank_bytes(spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2,
                                                                                expert_parallel=True)))[0]
     assert ep == pytest.approx(dp, abs=4)
-    # over 3 ranks the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not a third
-    three = stage_rank_bytes(spec, None, 1, "bfloat16", Sharding(1, expert_tp=1, ep=3))[0]
+    # over 3 ranks (TP 1 × DP 3 with EP) the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not
+    # a third (determine_expert_map from 0.10.1: the first 512 % 3 = 2 ranks one more each)
+    three = stage_rank_bytes(spec, None, 1, "bfloat16",
+                             vllm_pp.sharding(scenario(spec, dp=3, expert_parallel=True)))[0]
     one = stage_rank_bytes(spec, None, 1, "bfloat16")[0]
     assert three == pytest.approx(one - _expert_bytes(spec, 1) * (1 - 171 / 512), abs=4)
 

@@ -203,14 +203,32 @@ def attention_tp(sc: Scenario) -> int:
 def sharding(sc: Scenario) -> Sharding:
     """One rank's weights: the attention and recurrent layers over the attention group, the dense MLPs and the
     LM head over all ``tp`` (``enable_dp_lm_head`` off), the routed experts dealt whole over ``--ep-size`` and
-    sliced over ``tp / ep``. The embedding: over the attention group where the model passes
-    ``use_attn_tp_group`` (qwen3_next.py, nemotron_h.py), whole where it passes ``enable_tp=False`` (qwen3_5.py)."""
+    sliced over ``tp / ep`` (sglang/srt/distributed/parallel_state.py ``moe_tp_size``). The embedding: over the
+    attention group where the model passes ``use_attn_tp_group`` (qwen3_next.py, nemotron_h.py), whole where it
+    passes ``enable_tp=False`` (qwen3_5.py). FusedMoE (layers/moe/fused_moe_triton/layer.py, 0.5.9-0.5.23) asserts
+    that ``ep`` divides the routed experts, each rank holding ``experts // ep``, and that ``tp / ep`` divides an
+    expert's intermediate size: refused here as it fails there."""
+    from hybridplan.stages import expert_shape
+
     if sc.ep_size > 1 and sc.tp % sc.ep_size:
         raise PlanError(f"SGLang refuses --ep-size {sc.ep_size} with --tp-size {sc.tp}: ep_size must divide tp_size")
     attn = attention_tp(sc)
     embedding = (1 if sc.spec.family == "Qwen3.5" else attn) if sc.dp_attention else None
-    return Sharding(attn, ffn_tp=sc.tp, expert_tp=sc.tp // sc.ep_size, ep=sc.ep_size, lm_head_tp=sc.tp,
-                    embedding_tp=embedding)
+    moe_tp = sc.tp // sc.ep_size
+    shape = expert_shape(sc.spec) if "moe" in sc.spec.ffn else None
+    held = None
+    if shape is not None:
+        where = "(FusedMoE, sglang/srt/layers/moe/fused_moe_triton/layer.py)"
+        if shape.experts % sc.ep_size:
+            raise PlanError(f"SGLang cannot deal {sc.spec.name}'s {shape.experts} routed experts over --ep-size "
+                            f"{sc.ep_size}: it asserts num_experts % moe_ep_size == 0 {where}")
+        if shape.intermediate % moe_tp:
+            raise PlanError(f"SGLang cannot slice {sc.spec.name}'s experts over {moe_tp} MoE TP ranks (tp_size "
+                            f"{sc.tp} / ep_size {sc.ep_size}): their intermediate size {shape.intermediate} is not a "
+                            f"multiple of it; it asserts intermediate_size % moe_tp_size == 0 {where}")
+        held = shape.experts // sc.ep_size if sc.ep_size > 1 else None
+    return Sharding(attn, ffn_tp=sc.tp, expert_tp=moe_tp, ep=sc.ep_size, lm_head_tp=sc.tp,
+                    embedding_tp=embedding, experts_held=held)
 
 
 def rank_memory(sc: Scenario) -> Waterfall:
