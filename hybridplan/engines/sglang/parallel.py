@@ -249,6 +249,41 @@ def rank_memory(sc: Scenario) -> Waterfall:
     return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
 
 
+#: from this release a DP-attention group keeps at least one of the requests asked for
+ONE_REQUEST_A_GROUP = "0.5.23"
+
+
+def requests_per_group(requested: int, dp: int, rel: Release) -> int:
+    """--max-running-requests under --enable-dp-attention: each of the ``dp`` attention groups keeps
+    ``requested // dp`` (model_runner.py and model_runner_kv_cache_mixin.py to 0.5.15, ``resolve_max_num_reqs`` in
+    mem_cache/kv_cache_configurator.py from 0.5.16), at least 1 from 0.5.23 (``max(1, …)``). Before 0.5.23 fewer
+    requests than groups leave a group none: 0.5.16-0.5.22 raise "Hybrid (mamba/linear-attention) state cache is
+    too small to serve any requests", earlier releases start with ``max_running_requests`` 0 and serve nothing:
+    refused here."""
+    share = requested // dp
+    if rel.at_least(ONE_REQUEST_A_GROUP):
+        return max(1, share)
+    if share < 1:
+        said = (" and raises \"Hybrid (mamba/linear-attention) state cache is too small to serve any requests\" "
+                "(mem_cache/kv_cache_configurator.py)" if rel.at_least("0.5.16") else
+                ", so no request can run (max_running_requests 0)")
+        raise PlanError(f"SGLang {rel.version} splits --max-running-requests {requested} over the {dp} DP-attention "
+                        f"groups as {requested} // {dp} = 0 a group{said}; give at least {dp}")
+    return share
+
+
+def state_slots_per_group(slots: int, dp: int) -> int:
+    """--max-mamba-cache-size under --enable-dp-attention: each attention group's state pool holds
+    ``slots // dp`` (handle_max_mamba_cache in model_executor/model_runner_kv_cache_mixin.py, 0.5.9;
+    ``_handle_max_mamba_cache``'s "mamba_pool.per_dp_shard" in mem_cache/kv_cache_configurator.py, 0.5.18 and
+    0.5.23: the releases validation/parallel_dp_ep.py runs). A share of none is refused: the pool would hold no
+    state."""
+    if slots // dp < 1:
+        raise PlanError(f"SGLang splits --max-mamba-cache-size {slots} over the {dp} DP-attention groups as "
+                        f"{slots} // {dp} = 0 state slots a group: no request can run; give at least {dp}")
+    return slots // dp
+
+
 @dataclass(frozen=True)
 class DataParallelFit(Fit):
     """`fit` on SGLang with --dp-size / --ep-size: one rank's figures (every rank alike), and the whole."""
@@ -313,8 +348,10 @@ def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
                              "mem_fraction_static")
         budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
     s = sc.sglang
-    if sc.dp_attention and s.max_running_requests is not None:  # split over the DP ranks (resolve_max_num_reqs)
-        s = replace(s, max_running_requests=max(1, s.max_running_requests // sc.dp))
+    if sc.dp_attention and s.max_running_requests is not None:
+        s = replace(s, max_running_requests=requests_per_group(s.max_running_requests, sc.dp, s.release))
+    if sc.dp_attention and s.max_mamba_cache_size is not None:
+        s = replace(s, max_mamba_cache_size=state_slots_per_group(s.max_mamba_cache_size, sc.dp))
     f = pool_fit(replace(sc, tp=attn, dp=1, dp_attention=False, ep_size=1, budget=budget, sglang=s))
     if isinstance(f, Shortfall):
         return f
