@@ -85,7 +85,9 @@ MOE_HYBRIDS = ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qw
 VLLM_TP = (1, 2, 4, 8)
 VLLM_DP = (1, 2, 3, 4, 6, 8, 16)
 SGLANG_TP = (2, 4, 8)
-SGLANG_RELEASES = ("0.5.9", "0.5.18", "0.5.23")
+#: 0.5.9 (the mixin), 0.5.15 (its last form), 0.5.16 (resolve_max_num_reqs in the configurator), 0.5.18 (the
+#: runtime context), 0.5.22 and 0.5.23 (at least one request a DP-attention group)
+SGLANG_RELEASES = ("0.5.9", "0.5.15", "0.5.16", "0.5.18", "0.5.22", "0.5.23")
 
 
 def _release_key(version: str) -> tuple:
@@ -358,7 +360,8 @@ class SglangParallel:
                "get_moe_expert_parallel_rank": lambda: self.p.moe_ep_rank,
                "get_moe_tensor_parallel_world_size": lambda: self.p.moe_tp_size,
                "get_moe_tensor_parallel_rank": lambda: self.p.moe_tp_rank,
-               "has_per_rank_fused_shared_slots": lambda n: False, "get_exec": get_exec}
+               "has_per_rank_fused_shared_slots": lambda n: False, "get_exec": get_exec,
+               "get_server_args": lambda: types.SimpleNamespace(ep_join_mode=None)}  # 0.5.16: no elastic EP
         return self.sg.part(rel, "FusedMoE", "__init__", env, start="self.moe_ep_size =",
                             stop="self.intermediate_size_per_partition = intermediate_size",
                             given=("num_experts", "num_fused_shared_experts", "intermediate_size"))

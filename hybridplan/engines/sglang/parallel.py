@@ -251,22 +251,23 @@ def rank_memory(sc: Scenario) -> Waterfall:
 
 #: from this release a DP-attention group keeps at least one of the requests asked for
 ONE_REQUEST_A_GROUP = "0.5.23"
+#: from this release a group left no request raises (model_runner_kv_cache_mixin.py, read in each wheel)
+RAISES_NO_REQUEST = "0.5.13"
 
 
 def requests_per_group(requested: int, dp: int, rel: Release) -> int:
     """--max-running-requests under --enable-dp-attention: each of the ``dp`` attention groups keeps
     ``requested // dp`` (model_runner.py and model_runner_kv_cache_mixin.py to 0.5.15, ``resolve_max_num_reqs`` in
     mem_cache/kv_cache_configurator.py from 0.5.16), at least 1 from 0.5.23 (``max(1, …)``). Before 0.5.23 fewer
-    requests than groups leave a group none: 0.5.16-0.5.22 raise "Hybrid (mamba/linear-attention) state cache is
-    too small to serve any requests", earlier releases start with ``max_running_requests`` 0 and serve nothing:
-    refused here."""
+    requests than groups leave a group none: 0.5.13-0.5.22 raise "Hybrid (mamba/linear-attention) state cache is
+    too small to serve any requests" (the mixin to 0.5.15, the configurator after), earlier releases start with
+    ``max_running_requests`` 0 and serve nothing: refused here."""
     share = requested // dp
     if rel.at_least(ONE_REQUEST_A_GROUP):
         return max(1, share)
     if share < 1:
-        said = (" and raises \"Hybrid (mamba/linear-attention) state cache is too small to serve any requests\" "
-                "(mem_cache/kv_cache_configurator.py)" if rel.at_least("0.5.16") else
-                ", so no request can run (max_running_requests 0)")
+        said = (" and raises \"Hybrid (mamba/linear-attention) state cache is too small to serve any requests\""
+                if rel.at_least(RAISES_NO_REQUEST) else ", so no request can run (max_running_requests 0)")
         raise PlanError(f"SGLang {rel.version} splits --max-running-requests {requested} over the {dp} DP-attention "
                         f"groups as {requested} // {dp} = 0 a group{said}; give at least {dp}")
     return share
