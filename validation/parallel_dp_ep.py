@@ -1,7 +1,7 @@
 """Compare hybridplan's data- and expert-parallel figures per rank with the engines' own code, run from the
 unpacked wheels on a CPU, for the shipped MoE hybrids each release serves.
 
-    python validation/parallel_dp_ep.py                       # vLLM: every release unpacked; SGLang 0.5.9, 0.5.18, 0.5.23
+    python validation/parallel_dp_ep.py     # vLLM: every release unpacked; SGLang: six releases (SGLANG_RELEASES)
     python validation/parallel_dp_ep.py --engine vllm --vllm-releases 0.10.0,0.33.0
     python validation/parallel_dp_ep.py --engine sglang --sglang-releases 0.5.18,0.5.23 [--json]
 
@@ -245,12 +245,12 @@ def check_vllm(version: str, root: Path, report: dict) -> None:
                         mtp = sh.ranks("moe", "experts.up")
                         # hybridplan sizes the most loaded rank; the least loaded is the even share or one less
                         ours.update(ep_size=sh.ep, moe_tp=mtp, experts_most=held,
-                                    experts_least=_least(rel, shape.experts, sh.ep),
+                                    experts_least=_least(shape.experts, sh.ep),
                                     expert_params_most=_expert_params(spec, mtp, held, shape.experts))
                     _compare(report, "experts", {"model": name, "tp": tp, "dp": dp, "ep": ep}, theirs, ours)
 
 
-def _least(rel, experts: int, ep: int) -> int:
+def _least(experts: int, ep: int) -> int:
     """The least loaded EP rank's experts: ``experts // ep`` (every rank but the last in 0.10.0, the ranks past
     the remainder from 0.10.1); all of them without EP."""
     return experts // ep if ep > 1 else experts
@@ -397,11 +397,13 @@ class SglangParallel:
         return me.get_num_kv_heads(tp)
 
 
-def _pool_case(vsg, rt, cfg, st, *, dp: int, budget: int, requested, fixed, r, arch: str):
+def _pool_case(engine: tuple, ask: dict, r):
     """The release's split and request count at the attention group's state, DP attention on (the mamba/full
     memory ratio hybridplan's default, as validation/sglang.py gives it)."""
     from hybridplan.engines.sglang.settings import SglangSettings as SglangSettingsDefault
 
+    vsg, rt, cfg, st, spec = engine
+    dp, budget, requested, fixed = ask["dp"], ask["budget"], ask["requested"], ask["fixed"]
     args = vsg.Args(radix_off=r.strategy == "off", strategy=r.strategy if r.strategy != "off" else "auto",
                     overlap=r.strategy != "no_buffer", requested=requested, fixed=fixed, draft=0,
                     page_size=r.page_size, full_memory_ratio=SglangSettingsDefault.full_memory_ratio)
@@ -417,7 +419,7 @@ def _pool_case(vsg, rt, cfg, st, *, dp: int, budget: int, requested, fixed, r, a
     rt.runner = with_dp
     try:
         return rt.run(cfg, st, budget=budget, ctx=r.ctx, cell=r.pool.fp.kv_bytes_per_token, args=args,
-                      multimodal_arch=arch)
+                      multimodal_arch=spec.architecture)
     finally:
         rt.runner = runner
 
@@ -485,8 +487,7 @@ def check_sglang(sp: SglangParallel, report: dict) -> None:
                         base = sglang_pp.fit_data_parallel(replace_budget(sc, Budget(kv_budget=budget)))
                         for requested in (None, 3, 100, 1000):
                             for fixed in (None, 500):
-                                _pools(report, (vsg, rt, cfg, st, spec), sc, base, budget=budget,
-                                       requested=requested, fixed=fixed)
+                                _pools(report, (vsg, rt, cfg, st, spec), sc, base, (budget, requested, fixed))
                 # the experts, every EP dividing TP
                 for ep in [e for e in range(1, tp + 1) if tp % e == 0]:
                     sp.set(tp, dp, ep)
@@ -512,14 +513,15 @@ def check_sglang(sp: SglangParallel, report: dict) -> None:
                     _compare(report, "experts", ecase, theirs, ours)
 
 
-def _pools(report: dict, engine: tuple, sc, base, *, budget: int, requested, fixed) -> None:
+def _pools(report: dict, engine: tuple, sc, base, ask: tuple) -> None:
     """One pool case: whether each starts, and where both do K, the KV tokens and the running requests."""
     from hybridplan.engines import sglang as hsg
     from hybridplan.engines.sglang import parallel as sglang_pp
     from hybridplan.errors import PlanError
     from hybridplan.scenario import Budget
 
-    vsg, rt, cfg, st, spec = engine
+    spec = engine[-1]
+    budget, requested, fixed = ask
     s = hsg.SglangSettings(release=sc.sglang.release, max_running_requests=requested, max_mamba_cache_size=fixed)
     case = {"model": spec.name, "tp": sc.tp, "dp": sc.dp, "budget_gib": budget // GiB, "requested": requested,
             "fixed": fixed}
@@ -530,8 +532,8 @@ def _pools(report: dict, engine: tuple, sc, base, *, budget: int, requested, fix
     except PlanError:
         r, ours = None, {"starts": False}
     try:
-        theirs = _pool_case(vsg, rt, cfg, st, dp=sc.dp, budget=budget, requested=requested, fixed=fixed,
-                            r=r or base, arch=spec.architecture)
+        theirs = _pool_case(engine, {"dp": sc.dp, "budget": budget, "requested": requested, "fixed": fixed},
+                            r or base)
         # as validation/sglang.py: a start that leaves no KV token or no request serves nothing
         theirs["starts"] = theirs["kv_tokens"] > 0 and theirs["max_running_requests"] > 0
     except (RuntimeError, ValueError) as exc:
