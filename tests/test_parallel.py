@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -467,3 +468,21 @@ def test_sglang_dp_attention_splits_the_requests_and_the_state_pool_per_group():
     with pytest.raises(PlanError, match="3 // 4 = 0 a group and raises .Hybrid"):
         sglang_pp.fit_data_parallel(replace(sc, sglang=replace(sc.sglang, release=scenario(
             "qwen3-next-80b-a3b", sglang_version="0.5.18").sglang.release)))
+
+
+def test_sglang_refuses_experts_its_ep_does_not_divide():
+    # layers/moe/fused_moe_triton/layer.py FusedMoE.__init__ (0.5.9-0.5.23) asserts that moe_ep_size divides the
+    # routed experts and deals experts // ep to each rank; vLLM deals them unevenly instead
+    # (fused_moe/expert_map_manager.py determine_expert_map, 0.33.0). Granite-4.0-H-Tiny with 60 experts, not 64:
+    # EP 8 does not divide them (SGLang fails), EP 4 holds 15 each; vLLM's 8 ranks hold 8,8,8,8,7,7,7,7
+    import yaml
+
+    from hybridplan.adapters import spec_from_config
+
+    root = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "model_specs" / "granite-4.0-h-tiny.yaml").read_text())["config"]
+    spec = spec_from_config({**config, "num_local_experts": 60}, name="granite-60")
+    with pytest.raises(PlanError, match="num_experts % moe_ep_size == 0"):
+        sglang_pp.sharding(scenario(spec, tp=8, ep_size=8, engine="sglang"))
+    assert sglang_pp.sharding(scenario(spec, tp=8, ep_size=4, engine="sglang")).experts_held == 15
+    assert vllm_pp.sharding(scenario(spec, tp=8, expert_parallel=True)).experts_held == 8
