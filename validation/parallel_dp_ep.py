@@ -424,6 +424,99 @@ def _pool_case(engine: tuple, ask: dict, r):
         rt.runner = runner
 
 
+def _pp_indices(sg):
+    """The release's own ``get_pp_indices`` (distributed/utils.py), no partition given."""
+    import os
+
+    env = {"os": types.SimpleNamespace(getenv=lambda key, default=None: default, environ=os.environ),
+           "envs": types.SimpleNamespace(SGLANG_PP_LAYER_PARTITION=types.SimpleNamespace(get=lambda: None)),
+           "logger": sg.log, "Tuple": tuple, "List": list}
+    return sg.functions("srt/distributed/utils.py", {"get_pp_indices"}, env)["get_pp_indices"]
+
+
+def _pp_case(engine: tuple, ask: dict, stage_cells: list[int]) -> dict:
+    """Every stage's split as the release computes it (its ``pp_size`` and ``get_pp_indices`` in place, the
+    whole model's config), each on its own KV cell; then the smallest token capacity (the all-reduce MIN, not
+    run) and the running requests the stage holding it resolves."""
+    vsg, rt, cfg, st, spec, indices = engine
+    runner = rt.runner
+    n_layers = ask["layers"]
+
+    def with_pp(*a, **k):
+        me = runner(*a, **k)
+        # to 0.5.15 the mixin reads pp_size only for its all-reduce MIN (torch.distributed), taken here instead
+        me.pp_size = ask["pp"] if rt.at_least("0.5.16") else 1
+        me.ps = types.SimpleNamespace(attn_dp_size=1, pp_size=ask["pp"])
+        me.model_config.num_hidden_layers = n_layers
+        return me
+
+    for fn in (rt.handle, getattr(rt, "requests", None)):
+        if fn is not None:
+            fn.__globals__["get_pp_indices"] = indices
+    rt.runner = with_pp
+    try:
+        out = []
+        for cell in stage_cells:
+            args = vsg.Args(radix_off=ask["strategy"] == "off",
+                            strategy=ask["strategy"] if ask["strategy"] != "off" else "auto",
+                            overlap=ask["strategy"] != "no_buffer", requested=ask["requested"], fixed=None,
+                            draft=0, page_size=1, full_memory_ratio=ask["ratio"])
+            out.append(rt.run(cfg, st, budget=ask["budget"], ctx=ask["ctx"], cell=cell, args=args,
+                              multimodal_arch=spec.architecture))
+    finally:
+        rt.runner = runner
+    least = min(range(len(out)), key=lambda i: out[i]["kv_tokens"])
+    return {"max_mamba_cache_size": [o["max_mamba_cache_size"] for o in out],
+            "kv_tokens": [o["kv_tokens"] for o in out], "min_kv_tokens": out[least]["kv_tokens"],
+            "max_running_requests": out[least]["max_running_requests"]}
+
+
+def check_sglang_pp(sp: SglangParallel, report: dict) -> None:
+    """PP 2 and 4 at TP 1, 40 GiB a stage, SGLang's request estimate and 100 requests."""
+    from hybridplan.engines import sglang as hsg
+    from hybridplan.engines.sglang import parallel as sglang_pp
+    from hybridplan.errors import PlanError
+    from hybridplan.loader import load_model
+    from hybridplan.scenario import Budget, Scenario
+    from hybridplan.stages import decoder_layers
+
+    vsg, sg = sp.vsg, sp.sg
+    rel = hsg.release(sp.version)
+    rt = vsg.Runtime(sg)
+    indices = _pp_indices(sg)
+    sp.set(1, 1, 1)
+    for name in MOE_HYBRIDS:
+        spec = load_model(name)
+        if not rel.serves(spec):
+            continue
+        cfg = sg.config(spec, vsg._raw_config(spec), 1)
+        st = sg.state(cfg)
+        for pp in (2, 4):
+            for requested in (None, 100):
+                settings = hsg.SglangSettings(release=rel, max_running_requests=requested)
+                sc = Scenario(spec, ctx=32768, pp=pp, engine="sglang", sglang=settings, allow_long_context=True,
+                              budget=Budget(kv_budget=40 * GiB))
+                case = {"model": name, "pp": pp, "requested": requested}
+                try:
+                    f = sglang_pp.fit(sc)
+                except PlanError as exc:
+                    report["refused"].append({**case, "hybridplan": str(exc)[:100]})
+                    continue
+                ours = {"max_mamba_cache_size": [q.fit.split.pool_size for q in f.stage_pools],
+                        "kv_tokens": [q.fit.kv_tokens for q in f.stage_pools], "min_kv_tokens": f.min_kv_tokens,
+                        "max_running_requests": f.max_running_requests}
+                ask = {"pp": pp, "layers": len(decoder_layers(spec)), "budget": 40 * GiB, "ctx": 32768,
+                       "requested": settings.requested(0), "strategy": f.strategy,
+                       "ratio": settings.full_memory_ratio}
+                try:
+                    theirs = _pp_case((vsg, rt, cfg, st, spec, indices), ask,
+                                      [q.fit.pool.fp.kv_bytes_per_token for q in f.stage_pools])
+                except (RuntimeError, ValueError) as exc:
+                    report["refused"].append({**case, "sglang": str(exc)[:100]})
+                    continue
+                _compare(report, "pp", case, theirs, ours)
+
+
 def check_sglang(sp: SglangParallel, report: dict) -> None:
     from hybridplan.engines import sglang as hsg
     from hybridplan.engines.sglang import parallel as sglang_pp
@@ -563,6 +656,7 @@ def run_sglang_release(src: Path, version: str) -> dict:
     sp = SglangParallel(vsg, src, version)
     report = {"compared": {}, "mismatches": [], "not_served": [], "refused": []}
     check_sglang(sp, report)
+    check_sglang_pp(sp, report)
     return report
 
 
