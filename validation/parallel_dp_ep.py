@@ -44,6 +44,11 @@ release in its own process (it imports its own ``sglang``), through validation/s
   the attention group's state, with the DP-attention size the release reads (``attn_dp_size``, ``dp_size``),
   for budgets of 20 and 60 GiB and ``--max-running-requests`` unset, 3, 100 and 1000.
 
+And PP 2 and 4 at TP 1 (40 GiB a stage, the request estimate and 100 requests): each stage's split with the
+release's ``pp_size`` and own ``get_pp_indices`` in ``_handle_max_mamba_cache`` (the largest stage's recurrent
+layers charged from 0.5.17), on that stage's KV cell, the smallest capacity kept (the all-reduce MIN is not run),
+against ``parallel.fit``'s stages.
+
 Compared with hybridplan/engines/sglang/parallel.py: ``attention_tp``, ``sharding`` (EP, MoE TP, the experts
 held, its refusals) and ``fit_data_parallel`` with the budget given (the state per request and per layer, the KV
 heads per rank, the state slots, KV tokens and running requests).
