@@ -157,8 +157,9 @@ def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
 class Sharding:
     """How one rank's weights split: ``tp`` ranks for the attention and recurrent layers, the norms and the
     embedding; ``ffn_tp`` for the dense MLPs and shared experts and ``lm_head_tp`` for the LM head (``tp`` where
-    None); the routed experts sliced over ``expert_tp`` ranks and dealt whole over ``ep`` ranks (the most loaded
-    rank holds ceil(experts / ep)). ``embedding_tp`` 1 replicates the embedding."""
+    None); the routed experts sliced over ``expert_tp`` ranks and dealt whole over ``ep`` ranks, the most loaded
+    rank holding ``experts_held`` of them (how an engine deals them is its rule: each engine's ``parallel.py``
+    ``sharding``; None with ``ep`` 1). ``embedding_tp`` 1 replicates the embedding."""
 
     tp: int
     ffn_tp: int | None = None
@@ -166,6 +167,7 @@ class Sharding:
     ep: int = 1
     lm_head_tp: int | None = None
     embedding_tp: int | None = None
+    experts_held: int | None = None
 
     def ranks(self, group: str, name: str) -> int:
         if group == "moe" and name.startswith("experts."):
@@ -186,6 +188,36 @@ def _experts(parts: list, whole: ModelSpec) -> int | None:
     if not router or not layers or not whole.hidden_size:
         return None
     return router // (whole.hidden_size * layers)
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    """A MoE layer's routed experts as the weights count them: how many, and each one's intermediate size (what
+    the engines' fused MoE slices over its TP ranks)."""
+
+    experts: int
+    intermediate: int
+
+
+@lru_cache(maxsize=64)
+def expert_shape(whole: ModelSpec) -> ExpertShape | None:
+    """The routed experts of ``whole`` from its counted parts (hybridplan/weights/families.py ``moe``): the router's
+    rows give the experts, ``experts.down`` (experts × intermediate × width, width the latent size where
+    ``fc1_latent_proj`` projects into one, else the hidden size) the intermediate size. None without experts or
+    a config."""
+    from hybridplan.weights.families import parts
+
+    if not whole.config_json:
+        return None
+    every = [p for p in parts(whole.architecture, json.loads(whole.config_json), whole.family) if p.section != "mtp"]
+    experts = _experts(every, whole)
+    layers = sum(1 for f in whole.ffn if f == "moe")
+    down = sum(p.params for p in every if p.group == "moe" and p.name == "experts.down")
+    if not experts or not down:
+        return None
+    latent = sum(p.params for p in every if p.group == "moe" and p.name == "fc1_latent_proj")
+    width = latent // (whole.hidden_size * layers) if latent else whole.hidden_size
+    return ExpertShape(experts, down // (experts * width * layers))
 
 
 @lru_cache(maxsize=64)
@@ -218,8 +250,6 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
 @lru_cache(maxsize=512)
 def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
                       sharding: Sharding | None = None) -> tuple[int, str]:
-    from math import ceil
-
     from hybridplan.dtypes import size_of
     from hybridplan.weights import _bytes, rank_params, weights
     from hybridplan.weights.families import parts
@@ -236,6 +266,8 @@ def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str
     experts = _experts(every, whole) if sharding.ep > 1 else None
     if sharding.ep > 1 and experts is None:
         raise PlanError(f"{whole.name} has no routed experts to split over expert-parallel ranks")
+    if sharding.ep > 1 and sharding.experts_held is None:
+        raise ValueError("an expert-parallel Sharding names the experts its most loaded rank holds (experts_held)")
     q = whole.quantization.weights_scheme() if whole.quantization is not None else None
     hidden, dbytes = whole.hidden_size or 1, size_of(dtype)
     try:  # the model's layer counts, which a per-layer ignore list of a quantized checkpoint is weighed by
@@ -261,7 +293,7 @@ def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str
         routed = p.group == "moe" and p.name.startswith("experts.")
         b = price(p, sharding.ranks(p.group, p.name))
         if routed and experts:
-            b *= ceil(experts / sharding.ep) / experts
+            b *= (sharding.experts_held if sharding.experts_held is not None else experts) / experts
         full += price(p, tp)
         held += share * b
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -269,8 +270,6 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
     # vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make (0.33.0): without EP the MoE's
     # TP is flattened across DP (tp_size = dp × tp); the attention and GDN layers stay split over the engine's tp.
     # Qwen3.5-397B at TP 2 × DP 2 holds the experts as TP 4 does and everything else as TP 2 does
-    from hybridplan.stages import Sharding
-
     spec = load_model("qwen3.5-397b-a17b")
     tp2 = stage_rank_bytes(spec, None, 2, "bfloat16")[0]
     tp4 = stage_rank_bytes(spec, None, 4, "bfloat16")[0]
@@ -281,8 +280,10 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
     ep = stage_rank_bytes(spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2,
                                                                                expert_parallel=True)))[0]
     assert ep == pytest.approx(dp, abs=4)
-    # over 3 ranks the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not a third
-    three = stage_rank_bytes(spec, None, 1, "bfloat16", Sharding(1, expert_tp=1, ep=3))[0]
+    # over 3 ranks (TP 1 × DP 3 with EP) the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not
+    # a third (determine_expert_map from 0.10.1: the first 512 % 3 = 2 ranks one more each)
+    three = stage_rank_bytes(spec, None, 1, "bfloat16",
+                             vllm_pp.sharding(scenario(spec, dp=3, expert_parallel=True)))[0]
     one = stage_rank_bytes(spec, None, 1, "bfloat16")[0]
     assert three == pytest.approx(one - _expert_bytes(spec, 1) * (1 - 171 / 512), abs=4)
 
@@ -379,3 +380,109 @@ def test_size_shows_each_ranks_weights_with_dp_and_ep(run_cli):
     want = stage_rank_bytes(spec, None, 8, model_dtype(spec, None), vllm_pp.sharding(sc))[0]
     assert code == 0 and d["stages"][0]["weights_bytes_per_rank"] == want
     assert want < d["weights"]["bytes_per_rank"]  # TP 8 alone holds an eighth of the experts, not a sixteenth
+
+
+# --- per rank, as the engines' own code gives it (validation/parallel_dp_ep.py runs it from the wheels) -------
+
+
+def test_vllm_expert_parallel_ranks_hold_what_determine_expert_map_deals():
+    # Granite-4.0-H-Small's 72 experts over TP 8 × DP 2 with --enable-expert-parallel: EP 16
+    # (fused_moe/config.py FusedMoEParallelConfig.make, ep_size = dp × tp). determine_expert_map, run per rank:
+    # 0.33.0 (fused_moe/expert_map_manager.py) deals 5,5,5,5,5,5,5,5,4,4,4,4,4,4,4,4 (72 % 16 = 8 ranks one more);
+    # 0.10.0 (fused_moe/layer.py) 4 to each of the first 15 and the remaining 12 to the last
+    new = vllm_pp.sharding(scenario("granite-4.0-h-small", tp=8, dp=2, expert_parallel=True))
+    old = vllm_pp.sharding(scenario("granite-4.0-h-small", tp=8, dp=2, expert_parallel=True, minor="0.10.0"))
+    assert (new.ep, new.expert_tp, new.experts_held) == (16, 1, 5)
+    assert (old.ep, old.experts_held) == (16, 12)
+    rel = scenario("qwen3-next-80b-a3b").vllm.release
+    assert vllm_pp.experts_held(512, 16, rel) == 32
+    assert vllm_pp.experts_held(512, 3, rel) == 171  # 512 = 3 × 170 + 2: the first two ranks hold 171
+
+
+def test_vllm_refuses_experts_its_fused_moe_cannot_slice():
+    # without EP the MoE's TP is dp × tp (FusedMoEParallelConfig.make flattens TP across DP), and FusedMoE asserts
+    # intermediate_size % tp_size == 0 (fused_moe/layer.py 0.10.0-0.23.0, fused_moe/config.py FusedMoEConfig from
+    # 0.24.0): Qwen3-Next's 512 over TP 1 × DP 3, Nemotron-3-Nano's 1856 over TP 8 × DP 16 (1856 = 128 × 14.5)
+    with pytest.raises(PlanError, match="intermediate size 512 is not a multiple"):
+        vllm_pp.check_moe(scenario("qwen3-next-80b-a3b", dp=3))
+    with pytest.raises(PlanError, match="intermediate size 1856"):
+        vllm_pp.check_moe(scenario("nemotron-3-nano-30b-a3b", tp=8, dp=16))
+    # dealt whole the experts are not sliced: 512 / 3 is no matter, nor 1856 at TP 8 × DP 8 (1856 = 64 × 29)
+    vllm_pp.check_moe(scenario("qwen3-next-80b-a3b", dp=3, expert_parallel=True))
+    vllm_pp.check_moe(scenario("nemotron-3-nano-30b-a3b", tp=8, dp=8))
+
+
+def test_sglang_dp_attention_rank_holds_its_groups_heads_and_state():
+    # SGLang 0.5.18 and 0.5.23, run from the wheels: compute_dp_attention_world_info (layers/dp_attention.py;
+    # 0.5.23 runtime_context.py derive_attn_tp_size) gives rank 7 of TP 8 / DP 4 attn_tp 2, attention group 3;
+    # configs/qwen3_next.py mamba2_cache_params at get_parallel().attn_tp_size 2: 36 GDN layers of 1,048,576 B SSM
+    # (16 value heads × 128 × 128 × fp32) and 24,576 B conv (4,096 channels × 3 × bf16), mamba_cache_per_req
+    # 38,633,472; configs/model_config.py get_num_kv_heads(2): 1 of its 2 KV heads
+    from hybridplan.engines.sglang.pool import per_request_bytes
+
+    for version in ("0.5.18", "0.5.23"):
+        sc = scenario("qwen3-next-80b-a3b", 32768, tp=8, dp=4, dp_attention=True, engine="sglang",
+                      sglang_version=version, budget=Budget(kv_budget=20 * GiB))
+        assert sglang_pp.attention_tp(sc) == 2
+        fp = sglang_pp.fit_data_parallel(sc).pool.fp
+        assert per_request_bytes(fp) == 38_633_472 and fp.ssm_bytes // 36 == 1_048_576 and fp.conv_bytes // 36 == 24_576
+        attn = [m for m in sc.spec.mixers if m.kind == "attention"]
+        assert fp.kv_bytes_per_token == len(attn) * 2 * 1 * attn[0].head_dim * 2  # one KV head a rank, K and V
+    # Nemotron-3-Super at TP 4 / DP 4: attn_tp 1, configs/nemotron_h.py: 40 Mamba-2 layers of 4,194,304 B SSM and
+    # 61,440 B conv, 170,229,760 B a request, both KV heads on every rank
+    sc = scenario("nemotron-3-super-120b-a12b", 32768, tp=4, dp=4, dp_attention=True, engine="sglang",
+                  sglang_version="0.5.23", budget=Budget(kv_budget=20 * GiB))
+    fp = sglang_pp.fit_data_parallel(sc).pool.fp
+    assert per_request_bytes(fp) == 170_229_760 and fp.ssm_bytes // 40 == 4_194_304
+
+
+def test_sglang_expert_parallel_rank_holds_experts_over_ep_sliced_over_tp_by_ep():
+    # layers/moe/fused_moe_triton/layer.py FusedMoE.__init__ (0.5.23), on runtime_context.py
+    # derive_parallel_widths' moe_tp_size = tp // ep: Qwen3.5-397B at TP 8, EP 4 holds 128 of 512 experts, each
+    # sliced 2 ways (512 of 1024 intermediate rows); Granite-4.0-H-Small at TP 8, EP 8 holds 9 of 72 whole
+    sh = sglang_pp.sharding(scenario("qwen3.5-397b-a17b", tp=8, ep_size=4, engine="sglang"))
+    assert (sh.ep, sh.expert_tp, sh.experts_held) == (4, 2, 128)
+    sh = sglang_pp.sharding(scenario("granite-4.0-h-small", tp=8, ep_size=8, engine="sglang"))
+    assert (sh.ep, sh.expert_tp, sh.experts_held) == (8, 1, 9)
+
+
+def test_sglang_dp_attention_splits_the_requests_and_the_state_pool_per_group():
+    # the release's own split and request count (validation/parallel_dp_ep.py, 0.5.18 and 0.5.23 alike):
+    # Qwen3-Next at TP 4 / DP 2, 20 GiB a rank: --max-mamba-cache-size 500 builds 500 // 2 = 250 slots a group
+    # (mem_cache/kv_cache_configurator.py _handle_max_mamba_cache, "mamba_pool.per_dp_shard"), 958,482 KV tokens
+    # (calculate_pool_sizes on hybridplan's KV cell, as the validation stands it in), and --max-running-requests
+    # 100 admits 50 a group (resolve_max_num_reqs: requested // attn_dp_size)
+    for version in ("0.5.18", "0.5.23"):
+        sc = scenario("qwen3-next-80b-a3b", 32768, tp=4, dp=2, dp_attention=True, engine="sglang",
+                      sglang_version=version, sglang=dict(max_running_requests=100, max_mamba_cache_size=500),
+                      budget=Budget(kv_budget=20 * GiB))
+        f = sglang_pp.fit_data_parallel(sc)
+        assert (f.split.pool_size, f.kv_tokens, f.max_running_requests) == (250, 958_482, 50)
+        assert f.total_requests == 100
+    # --max-running-requests 3 over DP 4: 0.5.23 keeps max(1, 3 // 4) = 1 a group; 0.5.18 gets 0 and raises
+    # "Hybrid (mamba/linear-attention) state cache is too small to serve any requests" (kv_cache_configurator.py)
+    few = dict(max_running_requests=3)
+    sc = scenario("qwen3-next-80b-a3b", 32768, tp=4, dp=4, dp_attention=True, engine="sglang", sglang=few,
+                  sglang_version="0.5.23", budget=Budget(kv_budget=20 * GiB))
+    assert sglang_pp.fit_data_parallel(sc).max_running_requests == 1
+    with pytest.raises(PlanError, match="3 // 4 = 0 a group and raises .Hybrid"):
+        sglang_pp.fit_data_parallel(replace(sc, sglang=replace(sc.sglang, release=scenario(
+            "qwen3-next-80b-a3b", sglang_version="0.5.18").sglang.release)))
+
+
+def test_sglang_refuses_experts_its_ep_does_not_divide():
+    # layers/moe/fused_moe_triton/layer.py FusedMoE.__init__ (0.5.9-0.5.23) asserts that moe_ep_size divides the
+    # routed experts and deals experts // ep to each rank; vLLM deals them unevenly instead
+    # (fused_moe/expert_map_manager.py determine_expert_map, 0.33.0). Granite-4.0-H-Tiny with 60 experts, not 64:
+    # EP 8 does not divide them (SGLang fails), EP 4 holds 15 each; vLLM's 8 ranks hold 8,8,8,8,7,7,7,7
+    import yaml
+
+    from hybridplan.adapters import spec_from_config
+
+    root = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "model_specs" / "granite-4.0-h-tiny.yaml").read_text())["config"]
+    spec = spec_from_config({**config, "num_local_experts": 60}, name="granite-60")
+    with pytest.raises(PlanError, match="num_experts % moe_ep_size == 0"):
+        sglang_pp.sharding(scenario(spec, tp=8, ep_size=8, engine="sglang"))
+    assert sglang_pp.sharding(scenario(spec, tp=8, ep_size=4, engine="sglang")).experts_held == 15
+    assert vllm_pp.sharding(scenario(spec, tp=8, expert_parallel=True)).experts_held == 8

@@ -52,7 +52,7 @@ extra buffer, and the radix strategy hybridplan resolves (from 0.5.6.post1 its o
 the config's layer type names that transformers 5.13 on renames (``Sglang.config``). Not run: ``ServerArgs``
 (what ``auto`` picks, the refusals, 48 requests by default under speculative decoding), ``MambaPool`` (the
 speculative buffers), the cell size, ``_profile_available_bytes`` from 0.5.16, the mem-fraction default; DP
-attention, PP, pages above 1 token.
+attention and PP (validation/parallel_dp_ep.py runs them), pages above 1 token.
 
 Exit status 0 when every figure matches, 1 on a mismatch, 2 when a release's code would not run on the stand-ins.
 """

@@ -203,14 +203,32 @@ def attention_tp(sc: Scenario) -> int:
 def sharding(sc: Scenario) -> Sharding:
     """One rank's weights: the attention and recurrent layers over the attention group, the dense MLPs and the
     LM head over all ``tp`` (``enable_dp_lm_head`` off), the routed experts dealt whole over ``--ep-size`` and
-    sliced over ``tp / ep``. The embedding: over the attention group where the model passes
-    ``use_attn_tp_group`` (qwen3_next.py, nemotron_h.py), whole where it passes ``enable_tp=False`` (qwen3_5.py)."""
+    sliced over ``tp / ep`` (sglang/srt/distributed/parallel_state.py ``moe_tp_size``). The embedding: over the
+    attention group where the model passes ``use_attn_tp_group`` (qwen3_next.py, nemotron_h.py), whole where it
+    passes ``enable_tp=False`` (qwen3_5.py). FusedMoE (layers/moe/fused_moe_triton/layer.py, 0.5.9-0.5.23) asserts
+    that ``ep`` divides the routed experts, each rank holding ``experts // ep``, and that ``tp / ep`` divides an
+    expert's intermediate size: refused here as it fails there."""
+    from hybridplan.stages import expert_shape
+
     if sc.ep_size > 1 and sc.tp % sc.ep_size:
         raise PlanError(f"SGLang refuses --ep-size {sc.ep_size} with --tp-size {sc.tp}: ep_size must divide tp_size")
     attn = attention_tp(sc)
     embedding = (1 if sc.spec.family == "Qwen3.5" else attn) if sc.dp_attention else None
-    return Sharding(attn, ffn_tp=sc.tp, expert_tp=sc.tp // sc.ep_size, ep=sc.ep_size, lm_head_tp=sc.tp,
-                    embedding_tp=embedding)
+    moe_tp = sc.tp // sc.ep_size
+    shape = expert_shape(sc.spec) if "moe" in sc.spec.ffn else None
+    held = None
+    if shape is not None:
+        where = "(FusedMoE, sglang/srt/layers/moe/fused_moe_triton/layer.py)"
+        if shape.experts % sc.ep_size:
+            raise PlanError(f"SGLang cannot deal {sc.spec.name}'s {shape.experts} routed experts over --ep-size "
+                            f"{sc.ep_size}: it asserts num_experts % moe_ep_size == 0 {where}")
+        if shape.intermediate % moe_tp:
+            raise PlanError(f"SGLang cannot slice {sc.spec.name}'s experts over {moe_tp} MoE TP ranks (tp_size "
+                            f"{sc.tp} / ep_size {sc.ep_size}): their intermediate size {shape.intermediate} is not a "
+                            f"multiple of it; it asserts intermediate_size % moe_tp_size == 0 {where}")
+        held = shape.experts // sc.ep_size if sc.ep_size > 1 else None
+    return Sharding(attn, ffn_tp=sc.tp, expert_tp=moe_tp, ep=sc.ep_size, lm_head_tp=sc.tp,
+                    embedding_tp=embedding, experts_held=held)
 
 
 def rank_memory(sc: Scenario) -> Waterfall:
@@ -229,6 +247,42 @@ def rank_memory(sc: Scenario) -> Waterfall:
     terms = tuple(weights if t.name == "weights" else t for t in whole.terms)
     left = whole.requested - sum(t.bytes for t in terms)
     return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
+
+
+#: from this release a DP-attention group keeps at least one of the requests asked for
+ONE_REQUEST_A_GROUP = "0.5.23"
+#: from this release a group left no request raises (model_runner_kv_cache_mixin.py, read in each wheel)
+RAISES_NO_REQUEST = "0.5.13"
+
+
+def requests_per_group(requested: int, dp: int, rel: Release) -> int:
+    """--max-running-requests under --enable-dp-attention: each of the ``dp`` attention groups keeps
+    ``requested // dp`` (model_runner.py and model_runner_kv_cache_mixin.py to 0.5.15, ``resolve_max_num_reqs`` in
+    mem_cache/kv_cache_configurator.py from 0.5.16), at least 1 from 0.5.23 (``max(1, …)``). Before 0.5.23 fewer
+    requests than groups leave a group none: 0.5.13-0.5.22 raise "Hybrid (mamba/linear-attention) state cache is
+    too small to serve any requests" (the mixin to 0.5.15, the configurator after), earlier releases start with
+    ``max_running_requests`` 0 and serve nothing: refused here."""
+    share = requested // dp
+    if rel.at_least(ONE_REQUEST_A_GROUP):
+        return max(1, share)
+    if share < 1:
+        said = (" and raises \"Hybrid (mamba/linear-attention) state cache is too small to serve any requests\""
+                if rel.at_least(RAISES_NO_REQUEST) else ", so no request can run (max_running_requests 0)")
+        raise PlanError(f"SGLang {rel.version} splits --max-running-requests {requested} over the {dp} DP-attention "
+                        f"groups as {requested} // {dp} = 0 a group{said}; give at least {dp}")
+    return share
+
+
+def state_slots_per_group(slots: int, dp: int) -> int:
+    """--max-mamba-cache-size under --enable-dp-attention: each attention group's state pool holds
+    ``slots // dp`` (handle_max_mamba_cache in model_executor/model_runner_kv_cache_mixin.py, 0.5.9;
+    ``_handle_max_mamba_cache``'s "mamba_pool.per_dp_shard" in mem_cache/kv_cache_configurator.py, 0.5.18 and
+    0.5.23: the releases validation/parallel_dp_ep.py runs). A share of none is refused: the pool would hold no
+    state."""
+    if slots // dp < 1:
+        raise PlanError(f"SGLang splits --max-mamba-cache-size {slots} over the {dp} DP-attention groups as "
+                        f"{slots} // {dp} = 0 state slots a group: no request can run; give at least {dp}")
+    return slots // dp
 
 
 @dataclass(frozen=True)
@@ -295,8 +349,10 @@ def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
                              "mem_fraction_static")
         budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
     s = sc.sglang
-    if sc.dp_attention and s.max_running_requests is not None:  # split over the DP ranks (resolve_max_num_reqs)
-        s = replace(s, max_running_requests=max(1, s.max_running_requests // sc.dp))
+    if sc.dp_attention and s.max_running_requests is not None:
+        s = replace(s, max_running_requests=requests_per_group(s.max_running_requests, sc.dp, s.release))
+    if sc.dp_attention and s.max_mamba_cache_size is not None:
+        s = replace(s, max_mamba_cache_size=state_slots_per_group(s.max_mamba_cache_size, sc.dp))
     f = pool_fit(replace(sc, tp=attn, dp=1, dp_attention=False, ep_size=1, budget=budget, sglang=s))
     if isinstance(f, Shortfall):
         return f

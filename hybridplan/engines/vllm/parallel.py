@@ -116,23 +116,57 @@ def check(sc: Scenario) -> None:
                         "(raised from vllm/config/speculative.py)")
 
 
+#: from this release the experts ``ep`` does not divide go one each to the first ``experts % ep`` ranks
+#: (``determine_expert_map``: vllm/model_executor/layers/fused_moe/layer.py 0.10.1-0.21.0, fused_moe/
+#: expert_map_manager.py from 0.22.0); in 0.10.0 the last rank took every expert left over
+EVEN_EXPERTS = "0.10.1"
+
+
+def experts_held(experts: int, ep: int, rel: Release) -> int:
+    """The routed experts the most loaded of ``ep`` expert-parallel ranks holds (``determine_expert_map``'s
+    ``local_num_experts``): ceil(experts / ep) from 0.10.1, the last rank's ``experts - (ep - 1) * (experts // ep)``
+    in 0.10.0."""
+    if ep <= 1:
+        return experts
+    if rel.before(EVEN_EXPERTS):
+        return experts - (ep - 1) * (experts // ep)
+    return -(-experts // ep)
+
+
 def sharding(sc: Scenario) -> Sharding:
     """How one rank's weights split (vllm/model_executor/layers/fused_moe/config.py ``FusedMoEParallelConfig.make``,
-    0.33.0): attention, recurrent layers and dense MLPs over the TP ranks of one engine; the fused MoE over all
-    ``dp × tp`` ranks, sliced (TP flattened across DP) or, with --enable-expert-parallel, dealt whole (EP of
-    ``dp × tp``)."""
+    the same 0.10.0-0.33.0 as validation/parallel_dp_ep.py runs it): attention, recurrent layers and dense MLPs over
+    the TP ranks of one engine; the fused MoE over all ``dp × tp`` ranks, sliced (TP flattened across DP) or, with
+    --enable-expert-parallel, dealt whole (EP of ``dp × tp``, the most loaded rank as ``experts_held`` says)."""
+    from hybridplan.stages import expert_shape
+
     world = sc.tp * sc.dp
     if sc.expert_parallel:
-        return Sharding(sc.tp, expert_tp=1, ep=world)
+        shape = expert_shape(sc.spec)
+        held = experts_held(shape.experts, world, sc.vllm.release) if shape is not None else None
+        return Sharding(sc.tp, expert_tp=1, ep=world, experts_held=held)
     return Sharding(sc.tp, expert_tp=world)
 
 
 def check_moe(sc: Scenario) -> None:
-    """--enable-expert-parallel on a model without experts: vllm/config/model.py ``_verify_with_expert_parallelism``."""
+    """--enable-expert-parallel on a model without experts: vllm/config/model.py ``_verify_with_expert_parallelism``;
+    an expert's intermediate size the MoE's TP ranks (``dp × tp`` without EP) do not divide: FusedMoE asserts
+    ``intermediate_size % tp_size == 0`` (fused_moe/layer.py 0.10.0-0.23.0, fused_moe/config.py from
+    0.24.0 to 0.33.0)."""
+    from hybridplan.stages import expert_shape
+
+    rel = sc.vllm.release
     if sc.expert_parallel and "moe" not in sc.spec.ffn:
-        raise PlanError(f"vLLM {sc.vllm.release.version} refuses --enable-expert-parallel for {sc.spec.name}: "
+        raise PlanError(f"vLLM {rel.version} refuses --enable-expert-parallel for {sc.spec.name}: "
                         "\"Number of experts in the model must be greater than 0 when expert parallelism is "
                         "enabled.\" (vllm/config/model.py)")
+    shape = expert_shape(sc.spec) if "moe" in sc.spec.ffn else None
+    moe_tp = 1 if sc.expert_parallel else sc.tp * sc.dp
+    if shape is not None and shape.intermediate % moe_tp:
+        raise PlanError(f"vLLM {rel.version} cannot build {sc.spec.name}'s fused MoE sliced over {moe_tp} ranks "
+                        f"(TP {sc.tp} × DP {sc.dp}): its experts' intermediate size {shape.intermediate} is not a "
+                        "multiple of it (FusedMoE asserts intermediate_size % tp_size == 0, "
+                        "vllm/model_executor/layers/fused_moe/); --enable-expert-parallel deals the experts whole")
 
 
 def pipeline(sc: Scenario) -> tuple[Stage, ...]:
