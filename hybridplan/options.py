@@ -105,7 +105,7 @@ def _dtypes(kind: str) -> Callable[[], list[str]]:
 
 Model = Annotated[str, typer.Argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
 Tp = Annotated[int, option("--tp", metavar="N", parser=count_value("--tp"),
-                           help="Tensor-parallel size; sizes are per rank. Refused where vLLM refuses it.")]
+                           help="Tensor-parallel size; sizes are per rank. Refused where the engines refuse it.")]
 Pp = Annotated[int, option("--pp", metavar="N", parser=count_value("--pp"),
                            help="Pipeline-parallel stages (vLLM --pipeline-parallel-size, SGLang --pp-size): each "
                                 "stage holds its own layers; sizes are per stage and rank.")]

@@ -25,9 +25,10 @@ LAYER_KINDS = RECURRENT_KINDS + ATTENTION_KINDS + FFN_KINDS
 
 
 def divide(numerator: int, tp: int, what: str) -> int:
-    """Exact division by the TP degree, as vLLM's ``divide()`` asserts; anything else is an invalid TP."""
+    """Exact division by the TP degree, as the engines' ``divide()`` asserts (vLLM and SGLang
+    distributed/utils.py); anything else is an invalid TP."""
     if numerator % tp:
-        raise PlanError(f"--tp {tp} does not divide {what} ({numerator}); vLLM refuses this TP")
+        raise PlanError(f"--tp {tp} does not divide {what} ({numerator}); both engines refuse this TP")
     return numerator // tp
 
 
@@ -70,7 +71,7 @@ class Mamba2:
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         if self.n_groups % tp and self.n_groups != 1:
             raise PlanError(f"--tp {tp} does not divide the Mamba-2 groups ({self.n_groups}), which are not 1; "
-                            "vLLM refuses this TP")
+                            "both engines refuse this TP")
         divide(self.intermediate, tp, "the Mamba-2 inner width")
         heads = divide(self.num_heads, tp, "the Mamba heads")
         return StateShapes(conv=(self.conv_channels(tp), self.conv_kernel - 1 + spec_tokens),
@@ -158,7 +159,7 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
         return divide(num_kv_heads, tp, "the KV heads")
     if tp % num_kv_heads:
         raise PlanError(f"--tp {tp} is not a multiple of the KV heads ({num_kv_heads}), so they cannot be "
-                        "replicated evenly; vLLM refuses this TP")
+                        "replicated evenly; both engines refuse this TP")
     return 1
 
 
