@@ -5,8 +5,10 @@ whole (vLLM --enable-expert-parallel; SGLang --ep-size, --enable-dp-attention) â
 (the model's, fp8), the SSM state dtype (the engine's default, bfloat16) and vLLM's Mamba cache mode (its
 default, none), sizes each with `fit`'s own engine code (hybridplan/engines/*/parallel.py, sizing.py, pool.py),
 and keeps those that start and hold the target: ``concurrency`` requests of ``ctx`` tokens at once, over
-all data-parallel engines. Plans rank by GPUs, then by margin (what they hold over the target). Layouts
-are tried from the fewest GPUs up; once ``best`` plans are found, larger layouts are not tried.
+all data-parallel engines. Plans rank by GPUs, then by margin (what they hold over the target) in steps of
+10 %, then by decode tokens/s per GPU at the target (hybridplan/speed/layout.py, the step model of `speed`;
+a layout it does not price ranks last in its step). Layouts are tried from the fewest GPUs up; once ``best``
+plans are found, larger layouts are not tried.
 
 Pure: no printing; ``progress`` is called with (layouts tried, layouts to try) where the caller wants it.
 """
@@ -91,6 +93,8 @@ class Plan:
     #: requests of the context all engines hold together
     holds: float
     target: int
+    #: decode tokens/s at the target (hybridplan.speed.layout.Rate); None where no datasheet is known
+    rate: object = None
 
     @property
     def margin(self) -> float:
@@ -100,10 +104,15 @@ class Plan:
     def per_engine(self) -> int:
         return ceil(self.target / self.layout.engines)
 
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        return self.rate.per_gpu if self.rate is not None else None  # type: ignore[attr-defined]
+
     def to_dict(self) -> dict:
         return {**self.layout.to_dict(), "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm,
                                                      "mode": self.variant.mode},
-                "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine}
+                "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine,
+                "decode": self.rate.to_dict() if self.rate is not None else None}  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,26 @@ def holds(lay: Layout, part: object, ctx: int) -> float:
     return lay.engines * min(part.max_running_requests, kv)  # type: ignore[attr-defined]
 
 
+def _rate(p: Plan) -> object:
+    """Decode tokens/s of the plan's layout at its target: each engine running its share of the requests, each
+    at the context (the speed model's per-rank step, hybridplan/speed/layout.py)."""
+    from hybridplan.speed.gpus import DATASHEETS
+    from hybridplan.speed.layout import decode_rate
+
+    g = DATASHEETS.get(str(p.scenario.budget.gpu))
+    if g is None:
+        return None
+    try:
+        return decode_rate(p.scenario, g, p.per_engine, p.scenario.ctx)
+    except PlanError:
+        return None
+
+
+def rank_key(p: Plan) -> tuple:
+    """Fewest GPUs, then the larger margin in 10 % steps, then the more decode tokens/s per GPU."""
+    return p.layout.gpus, -int(p.margin * 10 // 1), -(p.tokens_per_s_per_gpu or 0.0)
+
+
 def _fit(sc: Scenario, lay: Layout) -> object:
     from hybridplan import engines
 
@@ -268,6 +297,7 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
             first_reason = (f"holds at most {most:.1f} requests of {base.ctx:,} tokens, below {concurrency} "
                             f"(with the defaults: {first_reason})")
         rejected.append(Rejection(lay, first_reason, most))
-    plans.sort(key=lambda p: (p.layout.gpus, -p.margin))
+    plans = [replace(p, rate=_rate(p)) for p in plans]
+    plans.sort(key=rank_key)
     return PlanResult(base, concurrency, cap, tuple(plans[:best]), tuple(rejected), tried,
                       tuple(skipped.items()))

@@ -94,3 +94,18 @@ def test_sglang_plans_are_confirmed_by_fit(run_cli):
         assert code == 0, (cmd, ferr)
         f = json.loads(fout)
         assert f["ok"] and _holds(f) == pytest.approx(p["holds"]) and _holds(f) >= 64
+
+
+def test_plans_rank_by_gpus_then_margin_steps_then_decode_tokens_per_gpu(run_cli):
+    # the Qwen3.5-397B-A17B plans on 16 H100s: within a 10 % step of margin the more decode tokens/s per GPU
+    # (hybridplan/speed/layout.py) comes first; each plan's rate is the layout's own
+    code, out, err = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type",
+                             "h100", "--json")
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    keys = [(p["gpus"], -int(p["margin"] * 10 // 1), -p["decode"]["tokens_per_s_per_gpu"]) for p in plans]
+    assert keys == sorted(keys)
+    assert all(p["decode"]["gpus"] == p["gpus"] and p["decode"]["tokens_per_s"] > 0 for p in plans)
+    same = [p for p in plans if (p["gpus"], int(p["margin"] * 10 // 1)) == (plans[0]["gpus"],
+                                                                             int(plans[0]["margin"] * 10 // 1))]
+    assert len(same) >= 2  # the tie the rate breaks: TP 2 · PP 4 · DP 2 (+70 %) before TP 1 · PP 8 · DP 2 (+71 %)

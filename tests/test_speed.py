@@ -317,3 +317,79 @@ def test_speed_command_calibration(tmp_path, capsys):
     assert d["efficiency"]["kernel_floor_graph_us"] == pytest.approx(5.0)
     assert any("calibrated by a profile" in n for n in d["notes"])
     assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--calibration", str(tmp_path / "none.json")]) == 2
+
+
+# --- a whole layout's decode tokens/s (hybridplan/speed/layout.py) ------------------------------------------
+
+
+def _layout_sc(model: str, **kw):
+    from hybridplan.loader import load_model
+    from hybridplan.scenario import Scenario
+
+    return Scenario(load_model(model), ctx=32000, **kw)
+
+
+def test_pipeline_stages_share_the_whole_step():
+    """The stages of vLLM's split of Qwen3.5-397B-A17B at PP 4 (60 layers: 15, 15, 15, 15; its 45 GDN and 15
+    attention layers one attention in four) hold every layer kind's work once between them: their bytes and
+    FLOPs add up to the whole model's step, and only the last holds the LM head."""
+    from hybridplan.engines.vllm.parallel import pipeline
+    from hybridplan.speed.layout import stage_step
+    from hybridplan.speed.work import HEAD, decode_step
+
+    sc = _layout_sc("qwen3.5-397b-a17b", tp=2, pp=4)
+    whole = decode_step(sc, 16, 32000)
+    stages = pipeline(sc)
+    cut = [stage_step(whole, sc.spec, st.spec, st.last) for st in stages]
+    for attr in ("weight_bytes", "kv_bytes", "state_bytes", "flops"):
+        assert sum(c.total(attr) for c in cut) == pytest.approx(whole.total(attr))
+    assert [any(w.kind == HEAD for w in c.kinds) for c in cut] == [False, False, False, True]
+    assert sum(c.allreduces for c in cut) == whole.allreduces
+
+
+def test_pipeline_rate_is_the_slowest_stage_or_the_round():
+    """pp micro-batches of m = ⌈B / pp⌉ in flight: tokens/s = min(pp·m / Σ T_s, m / max T_s). Equal stages make
+    both pp·m / Σ T_s; and at PP 1 it is B over the one step."""
+    from hybridplan.engines.vllm.parallel import pipeline
+    from hybridplan.speed.layout import decode_rate, stage_step
+    from hybridplan.speed.model import step_time
+    from hybridplan.speed.work import decode_step
+
+    g = datasheet("h100")
+    sc = _layout_sc("qwen3.5-397b-a17b", tp=2, pp=4)
+    r = decode_rate(sc, g, 30, 32000)
+    m = 8  # ⌈30 / 4⌉
+    whole = decode_step(sc, m, 32000)
+    times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, tp=2).seconds for st in pipeline(sc)]
+    assert r.tokens_per_s == pytest.approx(min(4 * m / sum(times), m / max(times)))
+    assert r.round_s == pytest.approx(sum(times)) and r.gpus == 8
+    one = _layout_sc("qwen3.5-27b", tp=2)
+    assert decode_rate(one, g, 16, 32000).tokens_per_s == pytest.approx(
+        16 / step_time(decode_step(one, 16, 32000), g, tp=2).seconds)
+
+
+def test_vllm_data_parallel_reads_the_moe_across_its_ranks():
+    """vLLM DP 2 × TP 2: each engine decodes its own 16 requests, but the MoE is sliced over the 4 ranks: a rank
+    reads half of the TP-2 slice of the experts the 32 tokens together touch (hybridplan/engines/vllm/parallel.py
+    ``sharding``); the dense kinds are each engine's own, so a replica's."""
+    from hybridplan.speed.layout import _moe_across_dp
+    from hybridplan.speed.work import decode_step
+
+    sc = _layout_sc("qwen3.5-35b-a3b", tp=2, dp=2)
+    own = decode_step(sc, 16, 32000)
+    pooled = decode_step(sc, 32, 32000)
+    got = {w.kind: w for w in _moe_across_dp(sc, own, 16, 32000).kinds}
+    moe = {w.kind: w for w in pooled.kinds}["moe"]
+    assert got["moe"].weight_bytes == pytest.approx(moe.weight_bytes / 2)
+    assert got["moe"].flops == pytest.approx(moe.flops / 2)
+    assert got["gdn"] == {w.kind: w for w in own.kinds}["gdn"]
+
+
+def test_sglang_dp_attention_is_not_priced_and_says_why():
+    from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.speed.layout import decode_rate
+
+    sc = replace(_layout_sc("qwen3.5-35b-a3b", tp=4, dp=4, dp_attention=True), engine="sglang",
+                 sglang=SglangSettings())
+    r = decode_rate(sc, datasheet("h100"), 8, 32000)
+    assert r.tokens_per_s is None and r.gpus == 4 and "DP attention" in r.why

@@ -79,9 +79,13 @@ def plan_view(r: PlanReport, *, exact: bool = False):
         parts.append(Text(f"no layout of up to {res.max_gpus} GPUs starts and holds the target", style="bold"))
     else:
         rows = [(str(i + 1), p.layout.engine, f"{p.layout.gpus}", p.layout.label(), p.variant.label(),
-                 f"{p.holds:,.1f}", f"{100 * p.margin:+.0f} %") for i, p in enumerate(res.plans)]
-        parts.append(Rows(("#", "engine", "GPUs", "layout", "cache settings", "holds", "margin"), rows,
+                 f"{p.holds:,.1f}", f"{100 * p.margin:+.0f} %",
+                 "—" if p.tokens_per_s_per_gpu is None else f"{p.tokens_per_s_per_gpu:,.0f}")
+                for i, p in enumerate(res.plans)]
+        parts.append(Rows(("#", "engine", "GPUs", "layout", "cache settings", "holds", "margin", "tok/s/GPU"), rows,
                           title="Plans that start and hold the target, fewest GPUs first", left=(1, 3, 4)))
+        unpriced = {p.rate.why for p in res.plans if p.rate is not None and p.rate.why}
+        parts += [note(w) for w in sorted(unpriced)]
         for i, p in enumerate(res.plans):
             parts.append(_command(f"{i + 1}:", r.command(p)))
     why = r.why_not_fewer()
@@ -96,6 +100,10 @@ def plan_view(r: PlanReport, *, exact: bool = False):
         first = next((x for _, _, rs in why for x in rs if kind(x.reason) != "the weights do not fit"), None)
         if first is not None:
             parts.append(note(f"e.g. {first.layout.engine} {first.layout.label()}: {first.reason}"))
+    if res.plans:
+        parts.append(note("tok/s/GPU: decode output tokens/s per GPU with the target's requests running, each at "
+                          "the context (hybridplan speed's step model; plans within a 10 % step of margin rank by "
+                          "it)"))
     parts.append(note(f"{res.tried} layouts tried (TP 1-8 × PP × DP, experts sliced or dealt whole; per layout "
                       "the model's and fp8 KV, the default and bfloat16 SSM state, vLLM's default Mamba cache mode "
                       "and none); the commands start the engines with the figures shown: `hybridplan fit ... -- "
