@@ -6,6 +6,7 @@ This is the only module of the planner that reads files. Everything it returns i
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -41,20 +42,26 @@ def _specs_dir() -> Path:
 
 
 def _spec_documents() -> list[str]:
-    return sorted(p.name for p in _SPECS_DIR.glob("*.yaml"))
+    """The shipped specs' file names (``*.yaml``, as a glob would list them), sorted."""
+    return sorted(n for n in os.listdir(_SPECS_DIR) if n.endswith(".yaml") and not n.startswith("."))
+
+
+@lru_cache(maxsize=None)
+def _spec_text(filename: str) -> str:
+    """A shipped spec's text, read once: its header, its YAML and its context all come from it."""
+    with open(_specs_dir() / filename, encoding="utf-8") as f:
+        return f.read()
 
 
 @lru_cache(maxsize=None)
 def _spec_header(filename: str) -> tuple[str, ...]:
     """The name and aliases of a shipped spec, read from its top-level lines without parsing the rest."""
-    head = []
-    with open(_SPECS_DIR / filename, encoding="utf-8") as f:
-        for line in f:  # name and aliases come before the config, which is most of the file
-            if line.startswith("config:"):
-                break
-            head.append(line)
+    text = _spec_text(filename)
+    # name and aliases come before the config, which is most of the file: the lines up to the one opening it
+    end = text.find("\nconfig:")
+    head = "" if text.startswith("config:") else text if end < 0 else text[:end + 1]
     names = [filename[:-5]]
-    for key, value in _HEADER.findall("".join(head)):
+    for key, value in _HEADER.findall(head):
         parsed = _header_value(value)
         names.extend(parsed if isinstance(parsed, list) else [parsed])
     return tuple(str(n).lower() for n in names if n)
@@ -79,8 +86,7 @@ def _header_value(value: str) -> Any:
 
 @lru_cache(maxsize=None)
 def _read_spec_document(filename: str) -> dict:
-    text = (_specs_dir() / filename).read_text(encoding="utf-8")
-    doc = _safe_load(text)
+    doc = _safe_load(_spec_text(filename))
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise PlanError(f"shipped spec {filename} is malformed: it needs a 'config' mapping")
     return doc
@@ -113,7 +119,7 @@ def shipped_contexts(architecture: str) -> dict[str, int]:
     YAML: loading every spec would cost more than the command asking)."""
     out: dict[str, int] = {}
     for filename in _spec_documents():
-        text = (_SPECS_DIR / filename).read_text(encoding="utf-8")
+        text = _spec_text(filename)
         arch, n = _ARCH.search(text), _MAX_LEN.search(text)
         if arch is not None and n is not None and arch.group(1).strip() == architecture:
             out[_spec_header(filename)[0]] = int(n.group(1))
