@@ -100,6 +100,8 @@ def _key(version: str) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Release:
+    """One SGLang release, by its version string (0.5.x, with any rc or post suffix)."""
+
     version: str
 
     @property
