@@ -287,15 +287,16 @@ _RESAVE_SUFFIXES = ("awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a4", "fp8
                     "nvfp4", "mxfp4", "mxfp8", "fp4", "bnb", "bnb-4bit", "4bit", "8bit", "4-bit", "8-bit", "autoround",
                     "auto-round", "dynamic", "quantized", "modelopt", "text", "mlx", "hf", "bf16", "fp16", "mtp")
 _VARIANT_SUFFIXES = ("instruct", "thinking", "base", "chat", "it", "hf")
-_SIZE = re.compile(r"\d(?:\.\d+)?[bmt](?:$|[-_])")
-_CACHE_DIR = re.compile(r"models--([^/\\]+?)--([^/\\]+)")
+#: (patterns compiled on first use, by re's own cache: only check-log reads a logged name)
+_SIZE = r"\d(?:\.\d+)?[bmt](?:$|[-_])"
+_CACHE_DIR = r"models--([^/\\]+?)--([^/\\]+)"
 
 
 def _logged_names(ref: str) -> tuple[str, list[str]]:
     """A logged model reference (a Hub id, a local path, a Hugging Face cache path) as the Hub id it names, if
     any, and the candidate names to look up, most exact first."""
     text = ref.strip().rstrip("/\\")
-    if (m := _CACHE_DIR.search(text)) is not None:
+    if (m := re.search(_CACHE_DIR, text)) is not None:
         hub_id = f"{m.group(1)}/{m.group(2)}"
     else:
         parts = [p for p in re.split(r"[/\\]", text) if p]
@@ -336,7 +337,7 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
             by_name.setdefault("\0" + source, fn)
     # a re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
     # longest shipped name that starts it and names a size, so that a family name never stands for a sized model
-    sized = sorted((k for k in by_name if _SIZE.search(k) and names[-1].startswith((k + "-", k + "_"))),
+    sized = sorted((k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
                    key=len, reverse=True)
     for i, key in enumerate(["\0" + hub_id, *names, *sized]):
         fn = by_name.get(key)
