@@ -120,8 +120,11 @@ def shipped_contexts(architecture: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for filename in _spec_documents():
         text = _spec_text(filename)
-        arch, n = _ARCH.search(text), _MAX_LEN.search(text)
-        if arch is not None and n is not None and arch.group(1).strip() == architecture:
+        arch = _ARCH.search(text)
+        if arch is None or arch.group(1).strip() != architecture:
+            continue
+        n = _MAX_LEN.search(text)  # only in the specs of the architecture: the pattern scans the whole file
+        if n is not None:
             out[_spec_header(filename)[0]] = int(n.group(1))
     return out
 
