@@ -578,6 +578,15 @@ def context_fields(raw: Mapping[str, Any]) -> ContextFields:
     return ContextFields(lengths=lengths, rope=tuple(_rope_entries(raw)))
 
 
+def stated_quantization(config: Mapping[str, Any]) -> tuple[Any, str]:
+    """The quantization a config states, and where: its ``quantization_config``, else its text config's (None
+    when neither states one). hybridplan/weights/quant.py reads it."""
+    q, place = config.get("quantization_config"), "config.json"
+    if q is None and isinstance(config.get("text_config"), Mapping):
+        q, place = config["text_config"].get("quantization_config"), "config.json text_config"
+    return q, place
+
+
 def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
@@ -594,8 +603,11 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
     parts = adapter(f)
     if not parts["mixers"]:
         raise PlanError(f"{family} config describes no layers")
-    from hybridplan.weights.quant import read as read_quantization  # here: hybridplan.weights imports this module
+    quantization = None
+    if stated_quantization(config)[0] is not None:  # the quantization module loads only for a quantized model
+        from hybridplan.weights.quant import read as read_quantization  # here: hybridplan.weights imports this
 
+        quantization = read_quantization(config)
     return ModelSpec(
         name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
         ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
@@ -603,4 +615,4 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         chunk_size=parts["chunk"],
         config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
         aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str),
-        quantization=read_quantization(config))
+        quantization=quantization)

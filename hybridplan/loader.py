@@ -6,6 +6,7 @@ This is the only module of the planner that reads files. Everything it returns i
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import replace
 from functools import lru_cache
@@ -41,20 +42,26 @@ def _specs_dir() -> Path:
 
 
 def _spec_documents() -> list[str]:
-    return sorted(p.name for p in _SPECS_DIR.glob("*.yaml"))
+    """The shipped specs' file names (``*.yaml``, as a glob would list them), sorted."""
+    return sorted(n for n in os.listdir(_SPECS_DIR) if n.endswith(".yaml") and not n.startswith("."))
+
+
+@lru_cache(maxsize=None)
+def _spec_text(filename: str) -> str:
+    """A shipped spec's text, read once: its header, its YAML and its context all come from it."""
+    with open(_specs_dir() / filename, encoding="utf-8") as f:
+        return f.read()
 
 
 @lru_cache(maxsize=None)
 def _spec_header(filename: str) -> tuple[str, ...]:
     """The name and aliases of a shipped spec, read from its top-level lines without parsing the rest."""
-    head = []
-    with open(_SPECS_DIR / filename, encoding="utf-8") as f:
-        for line in f:  # name and aliases come before the config, which is most of the file
-            if line.startswith("config:"):
-                break
-            head.append(line)
+    text = _spec_text(filename)
+    # name and aliases come before the config, which is most of the file: the lines up to the one opening it
+    end = text.find("\nconfig:")
+    head = "" if text.startswith("config:") else text if end < 0 else text[:end + 1]
     names = [filename[:-5]]
-    for key, value in _HEADER.findall("".join(head)):
+    for key, value in _HEADER.findall(head):
         parsed = _header_value(value)
         names.extend(parsed if isinstance(parsed, list) else [parsed])
     return tuple(str(n).lower() for n in names if n)
@@ -79,8 +86,7 @@ def _header_value(value: str) -> Any:
 
 @lru_cache(maxsize=None)
 def _read_spec_document(filename: str) -> dict:
-    text = (_specs_dir() / filename).read_text(encoding="utf-8")
-    doc = _safe_load(text)
+    doc = _safe_load(_spec_text(filename))
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise PlanError(f"shipped spec {filename} is malformed: it needs a 'config' mapping")
     return doc
@@ -113,9 +119,12 @@ def shipped_contexts(architecture: str) -> dict[str, int]:
     YAML: loading every spec would cost more than the command asking)."""
     out: dict[str, int] = {}
     for filename in _spec_documents():
-        text = (_SPECS_DIR / filename).read_text(encoding="utf-8")
-        arch, n = _ARCH.search(text), _MAX_LEN.search(text)
-        if arch is not None and n is not None and arch.group(1).strip() == architecture:
+        text = _spec_text(filename)
+        arch = _ARCH.search(text)
+        if arch is None or arch.group(1).strip() != architecture:
+            continue
+        n = _MAX_LEN.search(text)  # only in the specs of the architecture: the pattern scans the whole file
+        if n is not None:
             out[_spec_header(filename)[0]] = int(n.group(1))
     return out
 
@@ -281,15 +290,16 @@ _RESAVE_SUFFIXES = ("awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a4", "fp8
                     "nvfp4", "mxfp4", "mxfp8", "fp4", "bnb", "bnb-4bit", "4bit", "8bit", "4-bit", "8-bit", "autoround",
                     "auto-round", "dynamic", "quantized", "modelopt", "text", "mlx", "hf", "bf16", "fp16", "mtp")
 _VARIANT_SUFFIXES = ("instruct", "thinking", "base", "chat", "it", "hf")
-_SIZE = re.compile(r"\d(?:\.\d+)?[bmt](?:$|[-_])")
-_CACHE_DIR = re.compile(r"models--([^/\\]+?)--([^/\\]+)")
+#: (patterns compiled on first use, by re's own cache: only check-log reads a logged name)
+_SIZE = r"\d(?:\.\d+)?[bmt](?:$|[-_])"
+_CACHE_DIR = r"models--([^/\\]+?)--([^/\\]+)"
 
 
 def _logged_names(ref: str) -> tuple[str, list[str]]:
     """A logged model reference (a Hub id, a local path, a Hugging Face cache path) as the Hub id it names, if
     any, and the candidate names to look up, most exact first."""
     text = ref.strip().rstrip("/\\")
-    if (m := _CACHE_DIR.search(text)) is not None:
+    if (m := re.search(_CACHE_DIR, text)) is not None:
         hub_id = f"{m.group(1)}/{m.group(2)}"
     else:
         parts = [p for p in re.split(r"[/\\]", text) if p]
@@ -330,7 +340,7 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
             by_name.setdefault("\0" + source, fn)
     # a re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
     # longest shipped name that starts it and names a size, so that a family name never stands for a sized model
-    sized = sorted((k for k in by_name if _SIZE.search(k) and names[-1].startswith((k + "-", k + "_"))),
+    sized = sorted((k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
                    key=len, reverse=True)
     for i, key in enumerate(["\0" + hub_id, *names, *sized]):
         fn = by_name.get(key)

@@ -78,6 +78,8 @@ class KVGroup:
 
 @dataclass(frozen=True)
 class Footprint:
+    """One sequence of a model as an engine caches it on one rank: its state groups and its KV groups."""
+
     model: str
     tp: int
     spec_tokens: int

@@ -548,11 +548,9 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
     """A command's arguments with engine flags (vLLM's and SGLang's own names, typed among hybridplan's) and a
     pasted engine line (after ``--``) turned into hybridplan's options (hybridplan/cmdline.py), for the parser
     to read and check as if typed; and the lines to say what was set aside. An unknown flag is refused here,
-    with the closest name among hybridplan's and the engines'."""
-    from hybridplan import cmdline
-
+    with the closest name among hybridplan's and the engines'. The engines' flag tables load only for a line
+    that has a flag the command does not own, or a pasted engine line."""
     own = _own_flags(cmd)
-    engine_names = cmdline.engine_flag_names()
     head, tail = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, None)
     out: list[str] = []
     engine_tokens: list[str] = []
@@ -569,16 +567,23 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
             if own[name] and "=" not in token and i + 1 < len(head):
                 i += 1
                 out.append(head[i])
-        elif name in engine_names or name.startswith("-O") or (
-                name.startswith("--no-") and "--" + name[5:] in engine_names):
+        else:
+            from hybridplan import cmdline
+
+            engine_names = cmdline.engine_flag_names()
+            if not (name in engine_names or name.startswith("-O") or (
+                    name.startswith("--no-") and "--" + name[5:] in engine_names)):
+                raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *engine_names])}")
             engine_tokens.append(token)
             if cmdline.takes_value(token) and i + 1 < len(head):
                 i += 1
                 engine_tokens.append(head[i])
-        else:
-            raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *engine_names])}")
         i += 1
-    lines = [cmdline.translate(engine_tokens, "either")] if engine_tokens else []
+    lines = []
+    if engine_tokens or tail is not None:
+        from hybridplan import cmdline
+
+        lines = [cmdline.translate(engine_tokens, "either")] if engine_tokens else []
     if tail is not None:
         if not tail:
             raise PlanError("nothing after --: paste the engine's command, e.g. -- vllm serve MODEL …")

@@ -80,6 +80,8 @@ class Mamba2:
 
 @dataclass(frozen=True)
 class Mamba1:
+    """Mamba-1 mixer: ``intermediate`` channels, each with a conv window and an SSM state of ``state_size``."""
+
     intermediate: int
     state_size: int
     conv_kernel: int
@@ -93,6 +95,9 @@ class Mamba1:
 
 @dataclass(frozen=True)
 class GatedDeltaNet:
+    """Gated DeltaNet (Qwen3-Next's linear attention): a short conv over q, k and v, and a (v × k) state per value
+    head."""
+
     num_k_heads: int
     num_v_heads: int
     head_k_dim: int
@@ -110,6 +115,8 @@ class GatedDeltaNet:
 
 @dataclass(frozen=True)
 class KimiDeltaAttention:
+    """Kimi Delta Attention (Kimi-Linear): a short conv over q, k and v, and a (d × d) state per head."""
+
     num_heads: int
     head_dim: int
     conv_kernel: int
@@ -125,6 +132,8 @@ class KimiDeltaAttention:
 
 @dataclass(frozen=True)
 class ShortConv:
+    """LFM2's short convolution over ``dim`` channels (kernel ``l_cache``): a conv state, no SSM state."""
+
     dim: int
     l_cache: int
     kind: str = field(default="short_conv", init=False)

@@ -31,7 +31,8 @@ def human_tokens(n: int | float | None) -> str:
     return f"{n:,.2f}" if isinstance(n, float) and not float(n).is_integer() else f"{int(n):,}"
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+#: a size as typed (compiled on first use, by re's own cache: most commands read no size)
+_SIZE = r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$"
 _SCALE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": KiB, "ki": KiB, "m": 1000**2, "mb": 1000**2, "mib": MiB,
           "mi": MiB, "g": 1000**3, "gb": 1000**3, "gib": GiB, "gi": GiB, "t": 1000**4, "tb": 1000**4, "tib": TiB,
           "ti": TiB}
@@ -47,7 +48,7 @@ MAX_COUNT = (1 << 31) - 1
 
 def parse_size(text: str, *, what: str, allow_zero: bool = False) -> int:
     """``80GiB``, ``141 GB``, ``40e9``-free plain bytes → bytes. GB means 10^9 bytes, GiB 2^30."""
-    m = _SIZE.match(str(text))
+    m = re.match(_SIZE, str(text), re.IGNORECASE)
     if not m or m.group(2) is not None and m.group(2).lower() not in _SCALE:
         raise PlanError(f"{what}: cannot read {text!r} as a size (e.g. 80GiB, 141GB, 42949672960)")
     value = float(m.group(1)) * _SCALE[(m.group(2) or "").lower()]

@@ -35,7 +35,9 @@ def _others(*needed: str) -> list[str]:
      ("hybridplan.engines.vllm.sizing", "hybridplan.engines.vllm.engine", "hybridplan.engines.sglang.pool",
       "hybridplan.crossover", "fractions", "hybridplan.render", "rich.console", "rich.table",
       # the engines' log and prefix pieces, the Hub client (a shipped name is no Hub id), a checkpoint reader
-      "hybridplan.engines.common", "hybridplan.hub", "hybridplan.weights.checkpoint", "logging", "socket")),
+      "hybridplan.engines.common", "hybridplan.hub", "hybridplan.weights.checkpoint", "logging", "socket",
+      # the engine-flag tables (no engine flag on the line), check-log's flags, a quantization (none stated)
+      "hybridplan.cmdline", "shlex", "hybridplan.engines.given", "hybridplan.weights.quant")),
     (("size", "nemotron-h", "--engine", "both", "--json"), ("size", "engines"),
      ("hybridplan.crossover", "hybridplan.render", "rich.console")),
     (("size", "nemotron-h"), ("size",), ("hybridplan.engines.sglang.pool", "hybridplan.crossover")),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -15,6 +14,7 @@ from hybridplan.errors import NotServed, PlanError
 
 if TYPE_CHECKING:
     from hybridplan.engines.common import LogCheck, Reuse
+    from hybridplan.engines.given import LogGiven
     from hybridplan.logread import Log
     from hybridplan.memory import Footprint
     from hybridplan.scenario import Scenario
@@ -47,30 +47,6 @@ class PrefixPart(Part, Protocol):
     def entries(self) -> list[tuple[str, str, Reuse]]:
         """(row label, what its grid is called, reuse) per row."""
         ...
-
-
-@dataclass(frozen=True)
-class LogGiven:
-    """What `check-log`'s flags say, overriding what the log says."""
-
-    model: str | None = None
-    tp: int | None = None
-    vllm_version: str | None = None
-    sglang_version: str | None = None
-    mode: str | None = None
-    ctx: int | None = None
-    kv_budget: int | None = None
-    spec_tokens: int | None = None
-    max_num_seqs: int | None = None
-    max_running_requests: int | None = None
-    mem_fraction_static: float | None = None
-    #: the dtype flags (model, conv state, SSM state, KV), for a log whose excerpt does not print them
-    dtype: str | None = None
-    conv_dtype: str | None = None
-    ssm_dtype: str | None = None
-    kv_dtype: str | None = None
-    #: the GPU by its hybridplan/gpus.py key (``--gpu-type``), for a log whose lines do not name it
-    gpu: str | None = None
 
 
 class Engine(Protocol):
@@ -153,6 +129,14 @@ def each(sc: Scenario, verb: Callable[[Engine], T]) -> tuple[dict[str, T], dict[
                 raise
             skipped[name] = str(exc)
     return parts, skipped
+
+
+def __getattr__(name: str):
+    if name == "LogGiven":  # check-log's alone: its class is built when that command asks for it
+        from hybridplan.engines.given import LogGiven
+
+        return LogGiven
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def none_left(skipped: dict[str, str], what: str) -> PlanError:

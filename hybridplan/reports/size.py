@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SizeReport:
+    """`size`'s report: the model's footprint beside the reference's at the scenario's context."""
+
     sc: Scenario
     ref: ModelSpec
     fp: Footprint

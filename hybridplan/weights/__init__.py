@@ -125,6 +125,8 @@ def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool
 
 @dataclass(frozen=True)
 class _Serving:
+    """How the weights are served: the TP degree, the dtype, whether the MTP layers load, and the model."""
+
     tp: int
     dtype: str
     mtp: bool

@@ -81,6 +81,8 @@ class Count:
 
 @dataclass(frozen=True)
 class Attn:
+    """An attention block's shapes, as its weights are counted."""
+
     heads: int
     kv: int
     head_dim: int
@@ -95,6 +97,8 @@ class Attn:
 
 @dataclass(frozen=True)
 class SSM2:
+    """A Mamba-2 block's shapes, as its weights are counted."""
+
     heads: int
     head_dim: int
     state: int
@@ -108,6 +112,8 @@ class SSM2:
 
 @dataclass(frozen=True)
 class SSM1:
+    """A Mamba-1 block's shapes, as its weights are counted."""
+
     inner: int
     state: int
     kernel: int
@@ -120,6 +126,8 @@ class SSM1:
 
 @dataclass(frozen=True)
 class Experts:
+    """A mixture-of-experts block's shapes (routed and shared experts), as its weights are counted."""
+
     experts: int
     inter: int
     gated: bool = True

@@ -196,10 +196,11 @@ def _kv_scheme(value: Any) -> KVScheme | None:
 
 
 def read(config: Mapping[str, Any], where: str | None = None) -> Quantization | None:
-    """The quantization a config states (``quantization_config``, else its text config's); None when none."""
-    q, place = config.get("quantization_config"), "config.json"
-    if q is None and isinstance(config.get("text_config"), Mapping):
-        q, place = config["text_config"].get("quantization_config"), "config.json text_config"
+    """The quantization a config states (``quantization_config``, else its text config's: hybridplan/adapters.py
+    ``stated_quantization``); None when none."""
+    from hybridplan.adapters import stated_quantization
+
+    q, place = stated_quantization(config)
     if q is None:
         return None
     return _read_cached(json.dumps(q, sort_keys=True, default=str), where or place)

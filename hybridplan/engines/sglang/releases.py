@@ -79,7 +79,8 @@ _NEMOTRON_MOE = "0.5.6"
 #: ``--disable-radix-cache``
 STRATEGIES = ("auto", "off", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 
-_VERSION = re.compile(r"v?0\.5\.(\d+)(rc\d+|\.post\d+)?(?:\.?dev[\w.]*)?(?:\+[\w.]*)?")
+#: a version as typed or logged (compiled on first use, by re's own cache: the default release needs none)
+_VERSION = r"v?0\.5\.(\d+)(rc\d+|\.post\d+)?(?:\.?dev[\w.]*)?(?:\+[\w.]*)?"
 
 
 @lru_cache(maxsize=64)
@@ -100,6 +101,8 @@ def _key(version: str) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Release:
+    """One SGLang release, by its version string (0.5.x, with any rc or post suffix)."""
+
     version: str
 
     @property
@@ -334,7 +337,7 @@ def release(version: str | None) -> Release:
     if version is None or version.strip() in ("0.5", "v0.5"):
         return DEFAULT
     v = version.strip()
-    m = _VERSION.fullmatch(v)
+    m = re.fullmatch(_VERSION, v)
     if not m:
         raise PlanError(f"unknown SGLang version {version!r} (known: {VERSIONS[0]} to {VERSIONS[-1]})")
     name = f"0.5.{m.group(1)}{m.group(2) or ''}"

@@ -18,6 +18,8 @@ SPEC_MAX_RUNNING_REQUESTS = 48
 
 @dataclass(frozen=True)
 class SglangSettings:
+    """The SGLang release and flags of a scenario (None: SGLang's own default for the model and GPU)."""
+
     release: Release = DEFAULT
     radix: str = "auto"
     #: the overlap scheduler (on unless ``--disable-overlap-schedule``)

@@ -41,7 +41,8 @@ _V0_ONLY = {"JambaForCausalLM": "0.10.1", "MambaForCausalLM": "0.10.1", "FalconM
 #: (not A100), else 256
 LARGE_GPU_BYTES = 70 * (1 << 30)
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?P<rest>.*)")
+#: a version as typed or logged (compiled on first use, by re's own cache: the newest release needs none)
+_VERSION = r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?P<rest>.*)"
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -238,7 +239,7 @@ def release(version: str | None) -> Release:
     the rules of the release it belongs to."""
     if version is None:
         return NEWEST
-    m = _VERSION.fullmatch(version.strip())
+    m = re.fullmatch(_VERSION, version.strip())
     if not m or m.group(1) != "0":
         raise PlanError(f"unknown vLLM version {version!r} (known: {VERSIONS[0]} to {VERSIONS[-1]})")
     minor = int(m.group(2))

@@ -13,6 +13,8 @@ GDN_BACKENDS = ("flashinfer", "triton")
 
 @dataclass(frozen=True)
 class VllmSettings:
+    """The vLLM release and flags of a scenario (None: vLLM's own default for the model and GPU)."""
+
     release: Release = NEWEST
     #: ``--mamba-cache-mode``; None = every mode of the release
     mode: str | None = None

@@ -1,0 +1,30 @@
+"""What `check-log`'s flags say (``LogGiven``), apart from the engines' verbs so that only check-log builds it;
+``hybridplan.engines.LogGiven`` names it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogGiven:
+    """What `check-log`'s flags say, overriding what the log says."""
+
+    model: str | None = None
+    tp: int | None = None
+    vllm_version: str | None = None
+    sglang_version: str | None = None
+    mode: str | None = None
+    ctx: int | None = None
+    kv_budget: int | None = None
+    spec_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_running_requests: int | None = None
+    mem_fraction_static: float | None = None
+    #: the dtype flags (model, conv state, SSM state, KV), for a log whose excerpt does not print them
+    dtype: str | None = None
+    conv_dtype: str | None = None
+    ssm_dtype: str | None = None
+    kv_dtype: str | None = None
+    #: the GPU by its hybridplan/gpus.py key (``--gpu-type``), for a log whose lines do not name it
+    gpu: str | None = None
