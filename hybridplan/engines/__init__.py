@@ -144,5 +144,5 @@ def none_left(skipped: dict[str, str], what: str) -> PlanError:
     return PlanError("; ".join(skipped.values()) or f"no engine to {what}")
 
 
-__all__ = ["Engine", "FitPart", "LogGiven", "LogPart", "NAMES", "Part", "PrefixPart", "each", "every", "get",
+__all__ = ["Engine", "FitPart", "LogGiven", "NAMES", "Part", "PrefixPart", "each", "every", "get",
            "none_left"]
