@@ -478,6 +478,24 @@ def deepseek(f: Fields) -> dict:
     return dict(mixers=[mla] * n, ffn=["moe" if moe and i >= dense else "mlp" for i in range(n)], chunk=None)
 
 
+def _qwen3_moe_layers(f: Fields) -> list[bool]:
+    """Which layers of a Qwen3-MoE config are sparse: every ``decoder_sparse_step``-th layer (counting from 1)
+    not named in ``mlp_only_layers`` (vllm/model_executor/models/qwen3_moe.py, Qwen3MoeDecoderLayer)."""
+    n = f.int("num_hidden_layers")
+    step = f.int("decoder_sparse_step", default=1)
+    dense = {int(i) for i in (f.raw.get("mlp_only_layers") or [])}
+    experts = _display_int(f.raw.get("num_experts")) > 0
+    return [experts and i not in dense and (i + 1) % step == 0 for i in range(n)]
+
+
+def qwen3_moe(f: Fields) -> dict:
+    """Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen3's attention in every layer, routed experts with no
+    shared expert in the sparse layers, Qwen3's dense MLP in the others."""
+    out = dense_attention(f)
+    out["ffn"] = ["moe" if m else "mlp" for m in _qwen3_moe_layers(f)]
+    return out
+
+
 Adapter = Callable[[Fields], dict]
 
 #: architecture name → (family label, adapter)
@@ -506,6 +524,7 @@ ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
     "MistralForCausalLM": ("Mistral", dense_attention),
     "Qwen2ForCausalLM": ("Qwen2", dense_attention),
     "Qwen3ForCausalLM": ("Qwen3", dense_attention),
+    "Qwen3MoeForCausalLM": ("Qwen3-MoE", qwen3_moe),
     "DeepseekV2ForCausalLM": ("DeepSeek", deepseek),
     "DeepseekV3ForCausalLM": ("DeepSeek", deepseek),
 }
@@ -522,7 +541,8 @@ MODEL_TYPES: dict[str, str] = {
     "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",
     "minimax": "MiniMaxForCausalLM", "minimax_m1": "MiniMaxM1ForCausalLM", "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+    "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 

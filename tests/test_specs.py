@@ -64,7 +64,8 @@ PROVENANCE = {
     "qwen3-1.7b": ("Qwen__Qwen3-1.7B.json", {}),
     "qwen3-8b": ("Qwen__Qwen3-8B.json", {}),
     "qwen3-32b": ("Qwen__Qwen3-32B.json", {}),
-    "qwen3-32b-fp8": ("Qwen__Qwen3-32B-FP8.json", {}),  # the 32B's config plus its fp8 quantization_config
+    "qwen3-32b-fp8": ("Qwen__Qwen3-32B-FP8.json", {}),
+    "qwen3-30b-a3b": ("Qwen__Qwen3-30B-A3B.json", {}),  # attention-only MoE beside Qwen3.5/3.6-35B-A3B  # the 32B's config plus its fp8 quantization_config
     "llama-3.3-70b-instruct": ("meta-llama__Llama-3.3-70B-Instruct.json", {}),
     "kimi-k2-instruct": ("moonshotai__Kimi-K2-Instruct.json", {}),  # DeepSeek-V3 layout, fp8 blocks
     "deepseek-r1": ("deepseek-ai__DeepSeek-R1.json", {}),  # the DeepSeek-V3 config but transformers_version

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hybridplan.adapters import Fields
+from hybridplan.adapters import Fields, _qwen3_moe_layers
 from hybridplan.errors import PlanError
 from hybridplan.spec import GatedDeltaNet
 
@@ -537,6 +537,23 @@ def dense(f: Fields, c: Count) -> None:
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), n, _flag(f, "mlp_bias"))
 
 
+def qwen3_moe(f: Fields, c: Count) -> None:
+    """Qwen3-MoE: Qwen3's attention (q/k norms, no bias) in every layer; a router and ``num_experts`` gated
+    experts of ``moe_intermediate_size`` in the sparse layers, Qwen3's MLP in the others (no shared expert)."""
+    h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    embeddings(c, v, h, _tied(f, False))
+    c.norm("norm", "norm", h)
+    c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
+    bias = _flag(f, "attention_bias")
+    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=heads), f.int("head_dim", default=h // heads),
+                         bias, qk_norm=True, out_bias=bias), n)
+    sparse = sum(_qwen3_moe_layers(f))
+    gated_mlp(c, "mlp", h, f.int("intermediate_size"), n - sparse)
+    if sparse:
+        moe(c, h, Experts(f.int("num_experts"), f.int("moe_intermediate_size")), sparse)
+
+
 def deepseek(f: Fields, c: Count) -> None:
     h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
     embeddings(c, v, h, _tied(f, False))
@@ -621,7 +638,8 @@ FAMILIES: dict[str, Callable[[Fields, Count], None]] = {
     "Qwen3_5MoeForConditionalGeneration": qwen_next, "Qwen3_5ForCausalLM": qwen_next,
     "Qwen3_5MoeForCausalLM": qwen_next, "MiniMaxText01ForCausalLM": minimax, "MiniMaxForCausalLM": minimax,
     "MiniMaxM1ForCausalLM": minimax, "LlamaForCausalLM": dense, "MistralForCausalLM": dense,
-    "Qwen2ForCausalLM": dense, "Qwen3ForCausalLM": dense, "DeepseekV2ForCausalLM": deepseek,
+    "Qwen2ForCausalLM": dense, "Qwen3ForCausalLM": dense, "Qwen3MoeForCausalLM": qwen3_moe,
+    "DeepseekV2ForCausalLM": deepseek,
     "DeepseekV3ForCausalLM": deepseek, "KimiLinearForCausalLM": kimi_linear,
 }
 #: multimodal classes whose checkpoint holds a vision tower the engine loads
