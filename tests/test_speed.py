@@ -393,3 +393,71 @@ def test_sglang_dp_attention_is_not_priced_and_says_why():
                  sglang=SglangSettings())
     r = decode_rate(sc, datasheet("h100"), 8, 32000)
     assert r.tokens_per_s is None and r.gpus == 4 and "DP attention" in r.why
+
+
+# --- the routed experts' grouped GEMM in a prefill (hybridplan/speed/model.py grouped_gemm_efficiency) ---------
+
+
+def test_qwen3_moe_parameters_from_its_config():
+    # Qwen/Qwen3-30B-A3B's config (tests/data/configs/Qwen__Qwen3-30B-A3B.json): hidden 2048, 48 layers, 32 q
+    # heads and 4 kv heads of 128, 128 experts of moe_intermediate 768, vocab 151,936, untied, no bias:
+    # embed + head 2·151936·2048; attention q 2048·4096 + k, v 2·2048·512 + o 4096·2048, and q/k norms 2·128;
+    # experts 128·3·2048·768 and the router 128·2048; the two layer norms 2·2048; the final norm 2048
+    from hybridplan.weights import weights
+
+    layer = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 128 * 3 * 2048 * 768 + 128 * 2048 + 2 * 2048
+    assert weights(load_model("qwen3-30b-a3b")).params == 2 * 151936 * 2048 + 48 * layer + 2048  # 30.53 B
+    assert experts(load_model("qwen3-30b-a3b")) == Experts(128, 8)
+
+
+def test_prefill_counts_the_routed_experts_flops_and_tokens_per_expert():
+    # Qwen3-30B-A3B, TP 2, a 4,096-token prompt: each token multiplies 8 of the 128 experts, each 3·2048·768
+    # parameters, split over 2 ranks, in 48 layers; the experts' GEMMs get 4096·8/128 = 256 tokens each
+    sc = Scenario(spec=load_model("qwen3-30b-a3b"), ctx=4096, tp=2)
+    moe = _kind(prefill_step(sc, 4096), "moe")
+    assert moe.routed_flops == pytest.approx(2.0 * 48 * 8 * 3 * 2048 * 768 / 2 * 4096)
+    assert moe.expert_tokens == 256
+    # the rest of the moe kind's FLOPs is its router (128·2048 a layer, not split by TP): counted once
+    assert moe.flops - moe.routed_flops == pytest.approx(2.0 * 48 * 128 * 2048 * 4096)
+    # a decode step's expert GEMVs are bounded by the weights they read, priced as before
+    assert _kind(decode_step(sc, 1, 4096), "moe").routed_flops == 0
+
+
+def test_grouped_gemm_efficiency_is_a_fixed_cost_in_tokens():
+    from hybridplan.speed.model import grouped_gemm_efficiency
+
+    eff = replace(DEFAULT, tensor=0.6, expert_tokens_half=200.0)
+    # m tokens take as long as a large matmul of m + m½: half the large-matmul fraction at m = m½, all of it
+    # far beyond, and (m + m½)/m times the time in between
+    assert grouped_gemm_efficiency(200.0, eff) == pytest.approx(0.3)
+    assert grouped_gemm_efficiency(1e9, eff) == pytest.approx(0.6)
+    assert grouped_gemm_efficiency(50.0, eff) == pytest.approx(0.6 * 50 / 250)
+
+
+def test_routed_flops_alone_take_the_grouped_gemm_fraction():
+    # the moe kind's tensor time: its non-routed FLOPs at `tensor`, its routed ones at tensor·m/(m + m½); with
+    # m½ = m the routed part takes twice its time at m½ = 0 and nothing else moves
+    g = datasheet("a100-40g")
+    w = Work("moe", 48, flops=3e12, routed_flops=2e12, expert_tokens=64.0)
+    peak = g.bf16_tflops * 1e12
+    plain = kind_time(w, g, replace(DEFAULT, tensor=0.5, expert_tokens_half=0.0), "bf16", True)
+    halved = kind_time(w, g, replace(DEFAULT, tensor=0.5, expert_tokens_half=64.0), "bf16", True)
+    assert plain.tensor_s == pytest.approx(3e12 / (peak * 0.5))
+    assert halved.tensor_s - plain.tensor_s == pytest.approx(2e12 / (peak * 0.5))
+
+
+def test_grouped_gemm_term_fitted_on_attention_moe_alone():
+    # the term's fixtures are attention-only MoE models marked fit; the dense fit's fixtures have no experts
+    from hybridplan.speed.model import FITTED_ON_DENSE, FITTED_ON_MOE
+
+    sys.path.insert(0, str(ROOT / "validation"))
+    import speed as validation
+
+    for f in FITTED_ON_MOE:
+        doc = json.loads((validation.DATA / f).read_text())
+        assert doc["fit"] and not doc["hybrid"]
+        spec = load_model(doc["model"])
+        assert experts(spec) is not None and not spec.recurrent
+    for f in FITTED_ON_DENSE:
+        doc = json.loads((validation.DATA / f).read_text())
+        assert experts(validation._model(doc["model"])) is None

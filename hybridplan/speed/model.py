@@ -36,6 +36,10 @@ class Efficiency:
     #: None: as ``hbm`` and ``tensor`` (only a profile measures them: hybridplan/speed/calibration.py)
     state_hbm: float | None = None
     scan: float | None = None
+    #: tokens per expert at which a routed expert's grouped GEMM in a prefill reaches half of ``tensor``: each
+    #: expert's GEMM of m tokens takes as long as a large matmul of m + this many tokens would (its fixed cost:
+    #: weight tiles loaded for few rows, partial tiles, the permute around it), see ``grouped_gemm_efficiency``
+    expert_tokens_half: float = 192.0
     #: µs a kernel takes at the least, replayed from a CUDA graph, and launched eagerly
     kernel_floor_graph_us: float = 1.0
     kernel_floor_eager_us: float = 6.0
@@ -53,10 +57,14 @@ class Efficiency:
 
 
 #: the fixtures (tests/data/speed/) the defaults were fitted on: attention-only models, never a hybrid. The
-#: search (validation/speed.py ``fit``) set hbm, kernel_floor_graph_us and step_overhead_us on their TPOTs, then
-#: tensor and prefill_overhead_us on their TTFTs; scalar, link, allreduce_us and the eager floor are not fitted
-#: (no attention fixture resolves them) and keep round values of the order published kernels reach.
-FITTED_ON: tuple[str, ...] = ("tt-143-qwen2.5-72b-2xh100.json", "pages-llama-3.1-8b-decode.json")
+#: search (validation/speed.py ``fit``) set hbm, kernel_floor_graph_us and step_overhead_us on the dense
+#: fixtures' TPOTs, then tensor and prefill_overhead_us on their TTFTs, then expert_tokens_half on the
+#: attention-only MoE fixtures' TTFTs (FITTED_ON_MOE) with the rest held; scalar, link, allreduce_us and the
+#: eager floor are not fitted (no attention fixture resolves them) and keep round values of the order published
+#: kernels reach.
+FITTED_ON_DENSE: tuple[str, ...] = ("tt-143-qwen2.5-72b-2xh100.json", "pages-llama-3.1-8b-decode.json")
+FITTED_ON_MOE: tuple[str, ...] = ("tt-340-qwen3-30b-a3b-a100.json",)
+FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 DEFAULT = Efficiency()
 
 
@@ -125,13 +133,23 @@ def tensor_peak(g: Datasheet, dtype: str) -> float:
     return _need(g.bf16_tflops, "bf16 tensor FLOP/s", g) * 1e12
 
 
+def grouped_gemm_efficiency(expert_tokens: float, eff: Efficiency) -> float:
+    """Tensor fraction a routed expert's GEMM of ``expert_tokens`` rows reaches in a prefill: a fixed cost worth
+    ``expert_tokens_half`` rows on top of the rows it has, so ``tensor`` · m / (m + m½); large m → ``tensor``."""
+    if expert_tokens <= 0:
+        return eff.tensor
+    return eff.tensor * expert_tokens / (expert_tokens + eff.expert_tokens_half)
+
+
 def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) -> KindTime:
     peak_bw = _need(g.hbm_gbps, "HBM bandwidth", g) * 1e9
     state_eff = eff.state_hbm if eff.state_hbm is not None else eff.hbm
     mem = (w.weight_bytes + w.kv_bytes) / (peak_bw * eff.hbm) + w.state_bytes / (peak_bw * state_eff)
     peak = tensor_peak(g, dtype)
     scan_eff = eff.scan if eff.scan is not None else eff.tensor
-    ten = w.flops / (peak * eff.tensor) + w.scan_flops / (peak * scan_eff)
+    # the routed experts' share of the FLOPs at the grouped GEMM's fraction, the rest at the large-matmul one
+    routed = w.routed_flops / (peak * grouped_gemm_efficiency(w.expert_tokens, eff)) if w.routed_flops else 0.0
+    ten = (w.flops - w.routed_flops) / (peak * eff.tensor) + routed + w.scan_flops / (peak * scan_eff)
     # a GPU whose datasheet names no fp32 figure: its recurrent fp32 work is not timed (Step notes say so)
     sca = w.scalar_flops / (g.fp32_tflops * 1e12 * eff.scalar) if w.scalar_flops and g.fp32_tflops else 0.0
     floor = (eff.kernel_floor_graph_us if graphs else eff.kernel_floor_eager_us) * 1e-6

@@ -61,6 +61,10 @@ class Work:
     kernels: int = 0
     #: tensor-core FLOPs of the chunked scans (SSD, the chunked delta rule), apart from the matmuls
     scan_flops: float = 0.0
+    #: the part of ``flops`` in the routed experts' grouped GEMMs of a prefill (counted in ``flops``, not beside
+    #: it), and the tokens each routed expert multiplies there on average, T·top_k/E
+    routed_flops: float = 0.0
+    expert_tokens: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -69,7 +73,8 @@ class Work:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "layers": self.layers, "weight_bytes": self.weight_bytes,
                 "kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes, "flops": self.flops,
-                "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels}
+                "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels,
+                "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens}
 
 
 @dataclass(frozen=True)
@@ -380,6 +385,12 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
                 scalar += n * scan.scalar_flops
                 st += n * scan.state_bytes
         launches = KERNELS.get(kind, 4) * (layers or 1) if kind != NORM else 0
-        out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches, scan_flops))
+        routed = m_tokens = 0.0
+        if kind == "moe" and ex is not None:
+            # each token goes through top_k of the E experts: the routed share of the FLOPs above, and the
+            # tokens one expert's GEMM gets on average
+            routed = 2.0 * rw.routed_params * (ex.top_k / ex.count) * total
+            m_tokens = total * ex.top_k / ex.count
+        out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches, scan_flops, routed, m_tokens))
     return Step("prefill", sequences, tokens, total, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
                 allreduce_bytes=float(total * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype)
