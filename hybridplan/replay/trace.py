@@ -213,8 +213,11 @@ def mooncake(path: Path) -> Iterator[Request]:
     is left of ``input_length``; equal ids are equal token blocks across requests."""
     index = 0
     for line, obj in _lines(path):
-        n = _int(obj, "input_length", path, line, low=1)
-        out = _int(obj, "output_length", path, line, required=False)
+        n, out = obj.get("input_length"), obj.get("output_length", 0)
+        if type(n) is not int or not 1 <= n <= MAX_PROMPT:  # noqa: E721 - the checks' own message otherwise
+            n = _int(obj, "input_length", path, line, low=1)
+        if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
+            out = _int(obj, "output_length", path, line, required=False)
         ids = obj.get("hash_ids")
         if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
             raise _bad(path, line, "'hash_ids' must be a list of integers")

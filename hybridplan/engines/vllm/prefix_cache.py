@@ -196,7 +196,7 @@ def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
 # --- the replay ----------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Lookup:
     """What one request found: the hit, the attention blocks' reach, and what stood in the way."""
 
@@ -231,7 +231,7 @@ class Cache:
         self.fresh = r.num_blocks - 1
         self.queue: OrderedDict[int, int | None] = OrderedDict()  # block → the entry it caches (None: uncached)
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
-        self._shift = max(len(self.groups) - 1, 1).bit_length()
+        self._shift = (len(self.groups) - 1).bit_length()  # one group: the entry is the key itself
         self._mask = (1 << self._shift) - 1
         # per group: key → the block caching it, or a list of the blocks, oldest first
         self.cached_in: list[dict[int, int | list[int]]] = [{} for _ in self.groups]
@@ -516,7 +516,8 @@ class Cache:
         offset = []
         for g, kind in enumerate(self.groups):
             offset.append(len(ents))
-            ents += [k << shift | g if k is not None else None for k in (attn if kind == "a" else mamba)]
+            mine = attn if kind == "a" else mamba
+            ents += mine if not shift else [k << shift | g if k is not None else None for k in mine]
         m_hits = [i for i, n in enumerate(need) if n is None]
         hits = [f for g, kind in enumerate(self.groups)
                 for f in (range(offset[g], offset[g] + hit_blocks) if kind == "a" else [offset[g] + i for i in m_hits])]
@@ -549,18 +550,24 @@ class Cache:
                     freed[i] = True
             a_stop = max(min((end - 1) // B + 1, nblocks), a_next)
             m_stop = bisect_right(m_needs, end, m_next)
-            taken = m_order[m_next:m_stop]
-            for i in taken:
-                held[i] = True
             if batch:
                 batch.reverse()
                 for g in self._mamba:
-                    events += [~(offset[g] + i) for i in batch]
-            for g, kind in enumerate(self.groups):
-                if kind == "a":
+                    o = offset[g]
+                    events += [~(o + i) for i in batch]
+            if m_stop > m_next:
+                taken = m_order[m_next:m_stop]
+                for i in taken:
+                    held[i] = True
+                for g, kind in enumerate(self.groups):
+                    o = offset[g]
+                    if kind == "a":
+                        events += range(o + a_next, o + a_stop)
+                    else:
+                        events += [o + i for i in taken]
+            elif a_stop > a_next:
+                for g in self._attn:
                     events += range(offset[g] + a_next, offset[g] + a_stop)
-                else:
-                    events += [offset[g] + i for i in taken]
             a_next, m_next = a_stop, m_stop
         for g, kind in enumerate(self.groups):  # what no step reached (a request of one token)
             if kind == "a":
