@@ -360,12 +360,24 @@ class Cache:
                 aligned = floor_to(end, B)
                 if aligned > pos or B <= r.chunk:
                     end = aligned
-            stops = [floor_to(pos, B) + B if pos % B else 0, last,
-                     tail if last < tail < L else 0,
-                     pos + floor_to(junction - pos, B) if pos < junction < end else 0]
-            if r.shared_prefix_checkpoint and pos < junction < end:
-                stops.append(pos + floor_to(junction - pos, r.unit))
-            end = min((s for s in stops if pos < s < end), default=end)
+            # the first of these inside the step ends it: the next block boundary (a step from inside a block),
+            # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint)
+            cut = end
+            if pos % B and pos < floor_to(pos, B) + B < cut:
+                cut = floor_to(pos, B) + B
+            if pos < last < cut:
+                cut = last
+            if last < tail < L and pos < tail < cut:
+                cut = tail
+            if pos < junction < end:
+                at = pos + floor_to(junction - pos, B)
+                if pos < at < cut:
+                    cut = at
+                if r.shared_prefix_checkpoint:
+                    at = pos + floor_to(junction - pos, r.unit)
+                    if pos < at < cut:
+                        cut = at
+            end = cut
             if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
                 break
             ends.append(end)
@@ -392,16 +404,23 @@ class Cache:
             out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
         return out
 
-    def kept(self, pos: int, req: Request, junction: int) -> bool:
-        """Whether retention keeps the state at ``pos`` (``reachable_block_mask``)."""
+    def reachable(self, req: Request, junction: int) -> set[int] | None:
+        """The positions retention always keeps a state at (``reachable_block_mask``): the replay boundary and the
+        junction; None when retention keeps every state."""
         r = self.r
         if r.retention is None:
-            return True
+            return None
         align = r.unit if r.unit < r.block else r.block
-        reachable = {floor_to(req.prompt_len - 1, align)}
+        out = {floor_to(req.prompt_len - 1, align)}
         if junction and r.junction_kept:
-            reachable.add(floor_to(junction, align))
-        if pos in reachable:
+            out.add(floor_to(junction, align))
+        return out
+
+    def kept(self, pos: int, reachable: set[int] | None) -> bool:
+        """Whether retention keeps the state at ``pos`` (``reachable`` from ``reachable``): every state when
+        dense, else those reachable and (an interval N) one every N tokens."""
+        r = self.r
+        if reachable is None or pos in reachable:
             return True
         if r.retention:
             per = r.retention // r.block
@@ -437,17 +456,26 @@ class Cache:
         ends = self.prefill_ends(req, hit, look.junction)
         states: dict[int, int] = {}
         if r.recurrent:
+            reachable = self.reachable(req, look.junction)
             for pos in self._state_positions(req, hit, ends):
                 if not 0 < pos // unit <= len(keys):
                     continue
                 k = keys[pos // unit - 1]
-                if self.kept(pos, req, look.junction):
+                if self.kept(pos, reachable):
                     states[pos] = k
                 else:
                     self.dropped_states.add(k)
-        # decoding, one token a step: only the steps that end in a new block or cross a boundary matter
-        steps = [hit, *ends, *sorted({c for c in (L + 1, kv_end) if L < c <= kv_end}
-                                     | {c for c in range(floor_to(L, B) + 1, kv_end + 1, B) if c > L})]
+        # decoding, one token a step: only the steps that end in a new block or cross a boundary matter (the
+        # first, each that starts a block, and the last)
+        steps = [hit, *ends]
+        if kv_end > L:
+            first = floor_to(L, B) + 1
+            decode = list(range(first if first > L else first + B, kv_end + 1, B))
+            if not decode or decode[0] != L + 1:
+                decode.insert(0, L + 1)
+            if decode[-1] != kv_end:
+                decode.append(kv_end)
+            steps += decode
         if unit == B:
             full = max(min(kv_end // B, len(keys)), 0)
             attn: list[int | None] = keys[:full] + [None] * (nblocks - full)
@@ -537,38 +565,47 @@ class Cache:
         held = [n is None for n in need]  # per Mamba block: held (a hit, or taken at an earlier step)
         freed = [False] * len(need)
         a_next, m_next, m_gone = hit_blocks, 0, 0
-        for k in range(max(len(steps) - 1, 1)):
+        n_index = len(m_index)
+        m_offsets = [offset[g] for g in self._mamba]
+        a_offsets = [offset[g] for g in self._attn]
+        kinds = [(offset[g], kind == "a") for g, kind in enumerate(self.groups)]
+        last_step = len(steps) - 1
+        for k in range(max(last_step, 1)):
             c = steps[k]
-            end = steps[k + 1] if k + 1 < len(steps) else c
-            limit = (c - 1) // B
-            batch = []  # remove_skipped_blocks, tail first
-            while m_gone < len(m_index) and m_index[m_gone] < limit:
-                i = m_behind[m_gone]
-                m_gone += 1
-                if held[i] and not freed[i]:
-                    batch.append(i)
-                    freed[i] = True
-            a_stop = max(min((end - 1) // B + 1, nblocks), a_next)
+            end = steps[k + 1] if k < last_step else c
+            if m_gone < n_index and m_index[m_gone] < (c - 1) // B:
+                limit = (c - 1) // B
+                batch = []  # remove_skipped_blocks, tail first
+                while m_gone < n_index and m_index[m_gone] < limit:
+                    i = m_behind[m_gone]
+                    m_gone += 1
+                    if held[i] and not freed[i]:
+                        batch.append(i)
+                        freed[i] = True
+                if batch:
+                    batch.reverse()
+                    for o in m_offsets:
+                        events += [~(o + i) for i in batch]
+            a_stop = (end - 1) // B + 1
+            if a_stop > nblocks:
+                a_stop = nblocks
+            if a_stop < a_next:
+                a_stop = a_next
             m_stop = bisect_right(m_needs, end, m_next)
-            if batch:
-                batch.reverse()
-                for g in self._mamba:
-                    o = offset[g]
-                    events += [~(o + i) for i in batch]
             if m_stop > m_next:
                 taken = m_order[m_next:m_stop]
                 for i in taken:
                     held[i] = True
-                for g, kind in enumerate(self.groups):
-                    o = offset[g]
-                    if kind == "a":
+                for o, is_attn in kinds:
+                    if is_attn:
                         events += range(o + a_next, o + a_stop)
                     else:
                         events += [o + i for i in taken]
+                m_next = m_stop
             elif a_stop > a_next:
-                for g in self._attn:
-                    events += range(offset[g] + a_next, offset[g] + a_stop)
-            a_next, m_next = a_stop, m_stop
+                for o in a_offsets:
+                    events += range(o + a_next, o + a_stop)
+            a_next = a_stop
         for g, kind in enumerate(self.groups):  # what no step reached (a request of one token)
             if kind == "a":
                 events += range(offset[g] + a_next, offset[g] + nblocks)
