@@ -18,7 +18,6 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 from hybridplan.errors import PlanError
@@ -95,11 +94,14 @@ class Prompt:
             return base
         if self.tokens is not None:
             return hash((base, self.tokens[q * unit:pos]))
-        starts, chains, keys_ = self._runs_index
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = self._runs_index()
+            object.__setattr__(self, "_index", index)
+        starts, chains, keys_ = index
         j = bisect_right(starts, pos - 1) - 1
         return hash((chains[j], keys_[j], pos - starts[j]))
 
-    @cached_property
     def _runs_index(self) -> tuple[list[int], list[int], list[object]]:
         """Each non-empty run's start, the chain of the runs before it, and its key (``unit_keys``'s chain)."""
         starts, chains, keys = [], [], []
@@ -151,11 +153,15 @@ class Request:
         return len(self.prompt)
 
     def with_output(self) -> Prompt:
-        """The prompt followed by its generated tokens (what decoding hashes), built once."""
-        return self._full
+        """The prompt followed by its generated tokens (what decoding hashes), built once (kept beside the
+        fields; functools.cached_property takes a lock on every read before Python 3.12)."""
+        full = self.__dict__.get("_full")
+        if full is None:
+            full = self._with_output()
+            object.__setattr__(self, "_full", full)
+        return full
 
-    @cached_property
-    def _full(self) -> Prompt:
+    def _with_output(self) -> Prompt:
         key = self.output_key if self.output_key is not None else ("out", self.index)
         if self.prompt.tokens is not None:
             base = hash(key) & 0x7FFFFFFF
@@ -193,16 +199,31 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _bad(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
-            except UnicodeDecodeError:
-                raise _bad(path, n, "not UTF-8 text") from None
+                # the fast path: the object from the line's first character, nothing after it but whitespace
+                # (json.loads alone costs twice as much); anything else through json.loads and its message
+                obj, end = _decode(text)
+                if end != len(text) and not text[end:].isspace():
+                    raise ValueError(text)
+            except ValueError:
+                obj = _loads(path, n, text)
             if not isinstance(obj, dict):
                 raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
             yield n, obj
             if n > MAX_REQUESTS:
                 raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+
+
+_decode = json.JSONDecoder().raw_decode
+
+
+def _loads(path: Path, n: int, text: str) -> object:
+    """A line through json.loads, its failure one error naming the line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError:
+        raise _bad(path, n, "not UTF-8 text") from None
 
 
 _INT = frozenset({int})
