@@ -93,36 +93,35 @@ class Ideal:
         own prompt and output remembered (one walk does both: what the walk reads at a run is never what it
         wrote at an earlier one)."""
         full = req.with_output()
-        runs = full.runs if full.tokens is None else ((t, 1) for t in full.tokens)
+        runs = iter(full.runs if full.tokens is None else ((t, 1) for t in full.tokens))
         lengths = self.lengths
+        get = lengths.get
         left = req.prompt_len  # the prompt's tokens still to match; the output's runs are only remembered
         node = n = 0
-        matching = True
-        for key, length in runs:
+        for key, length in runs:  # while the prompt matches an earlier one
             slot = hash((node, key))
-            have = lengths.get(slot)
+            have = get(slot)
             if have is None:
                 lengths[slot] = length
-                matching = False
-            elif type(have) is int:
-                if matching and left > 0:
-                    if have == length:
-                        n += length
-                    else:
-                        n += min(length, have)
-                        matching = False
-                if have != length:
-                    lengths[slot] = frozenset((have, length))
+            elif have == length or (type(have) is not int and length in have):
+                if left > 0:
+                    n += length
+                left -= length
+                node = hash((slot, length))
+                continue
             else:
-                if matching and left > 0:
-                    if length in have:
-                        n += length
-                    else:
-                        n += min(length, max(have))
-                        matching = False
-                if length not in have:
-                    lengths[slot] = have | {length}
-            left -= length
+                if left > 0:
+                    n += min(length, have if type(have) is int else max(have))
+                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
+            node = hash((slot, length))
+            break
+        for key, length in runs:  # the rest, remembered
+            slot = hash((node, key))
+            have = get(slot)
+            if have is None:
+                lengths[slot] = length
+            elif have != length and (type(have) is int or length not in have):
+                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
             node = hash((slot, length))
         return n
 

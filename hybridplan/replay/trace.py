@@ -75,7 +75,8 @@ class Prompt:
                 if n <= 0:
                     continue
                 stop_run = start + n
-                while end <= stop_run and end <= total:
+                lim = stop_run if stop_run < total else total
+                while end <= lim:
                     append(hash((chain, key, end - start)))
                     end += unit
                 if end > total:

@@ -634,6 +634,8 @@ class Cache:
         uncached_first = self.r.uncached_first
         slot, fresh, held_blocks, queued = self._next, self.fresh, self.held_blocks, self.queued_cached
         states, peak, evictions = self.states, self.peak_states, self.evictions
+        mamba = [kind == "m" for kind in groups]
+        evicted_state = self.evicted_states.add
         for f in events:
             if f < 0:
                 f = ~f
@@ -674,8 +676,8 @@ class Cache:
                         if len(holders) == 1:
                             mine[key] = holders[0]
                     evictions += 1
-                    if groups[g] == "m":
-                        self.evicted_states.add(key)
+                    if mamba[g]:
+                        evicted_state(key)
             held_blocks += 1
             entry = ents[f]
             if entry is not None:
