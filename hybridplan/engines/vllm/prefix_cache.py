@@ -323,7 +323,10 @@ class Cache:
         groups = [self.cached_in[g] for g in self._mamba]
         for u in range(reach, 0, -1):
             k = keys[u - 1]
-            if all(k in d for d in groups):
+            for d in groups:
+                if k not in d:
+                    break
+            else:  # every Mamba group holds the state
                 hit = u * r.unit
                 break
             evicted = evicted or k in self.evicted_states
@@ -555,8 +558,10 @@ class Cache:
         m_needs = [need[i] for i in m_order]
         m_behind = sorted(range(len(index)), key=index.__getitem__)
         m_index = [index[i] for i in m_behind]
-        if not self._fits(steps, hit_blocks, nblocks, m_needs, m_index,
-                          self.available - len(touched & self.queue.keys())):
+        avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
+        # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
+        if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
+                steps, hit_blocks, nblocks, m_needs, m_index, avail):
             return False
         slots: list[int | None] = [None] * len(ents)
         for f in hits:
