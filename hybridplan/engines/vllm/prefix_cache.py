@@ -549,9 +549,14 @@ class Cache:
             offset.append(len(ents))
             mine = attn if kind == "a" else mamba
             ents += mine if not shift else [k << shift | g if k is not None else None for k in mine]
-        m_hits = [i for i, n in enumerate(need) if n is None]
-        hits = [f for g, kind in enumerate(self.groups)
-                for f in (range(offset[g], offset[g] + hit_blocks) if kind == "a" else [offset[g] + i for i in m_hits])]
+        hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
+        if look.hit:
+            m_hit = bool(need) and need[0] is None
+            for g, kind in enumerate(self.groups):
+                if kind == "a":
+                    hits += range(offset[g], offset[g] + hit_blocks)
+                elif m_hit:
+                    hits.append(offset[g])
         touched = {self._oldest(ents[f]) for f in hits}
         # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
         m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
