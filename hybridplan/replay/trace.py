@@ -44,7 +44,8 @@ class Prompt:
     _keys: dict = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs]))
+        size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
+        object.__setattr__(self, "size", size)
 
     def __len__(self) -> int:
         return self.size
