@@ -77,6 +77,9 @@ class Prompt:
                     continue
                 stop_run = start + n
                 lim = stop_run if stop_run < total else total
+                if lim - end >= 2 * unit:  # many units in the run: one comprehension
+                    out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
+                    end += ((lim - end) // unit + 1) * unit
                 while end <= lim:
                     append(hash((chain, key, end - start)))
                     end += unit
