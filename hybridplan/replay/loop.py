@@ -13,7 +13,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hybridplan.replay.trace import Prompt, Request
+from hybridplan.replay.trace import Request
 
 #: why a request reused less than it shares with an earlier one
 REASONS = ("hit", "cold", "caching_off", "refused", "block_past_max_len", "before_first_checkpoint", "checkpoint_past_divergence",
@@ -61,42 +61,69 @@ class Run:
         return self.reused_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def add(self, o: Outcome) -> None:
-        self.requests += 1
-        self.prompt_tokens += o.prompt
-        self.reused_tokens += o.reused
-        self.reused_sq += o.reused * o.reused
-        self.with_hit += o.reused > 0
-        self.reasons[o.reason] += 1
+        self.count(o.prompt, o.reused, o.reason)
         if self.keep_outcomes:
             self.outcomes.append(o)
+
+    def count(self, prompt: int, reused: int, reason: str) -> None:
+        """One request's figures into the totals (``add`` without the per-request record)."""
+        self.requests += 1
+        self.prompt_tokens += prompt
+        self.reused_tokens += reused
+        self.reused_sq += reused * reused
+        self.with_hit += reused > 0
+        self.reasons[reason] += 1
 
 
 class Ideal:
     """A cache with no memory limit that resumes anywhere: the longest prefix a request shares with any earlier
-    one, to the token (a trie of the prompts' runs)."""
+    one, to the token. A trie of the prompts' runs kept flat: for each prefix of whole runs (known by a chained
+    hash, as the caches' keys are) and each run key that follows it, the lengths those runs have; one dict
+    entry per distinct (prefix, key), so a long trace of distinct prompts costs tens of bytes a run."""
 
     label = "ideal cache"
 
     def __init__(self) -> None:
-        self.root: dict = {}
+        #: hash((prefix, key)) → the lengths of the runs keyed ``key`` seen after ``prefix``: an int, or a
+        #: frozenset when there are several
+        self.lengths: dict[int, object] = {}
 
-    def shared(self, p: Prompt) -> int:
-        node, n = self.root, 0
-        for key, length in (p.runs if p.tokens is None else ((t, 1) for t in p.tokens)):
-            child = node.get((key, length))
-            if child is None:
-                n += min(length, node.get(("len", key), 0))
-                break
-            n += length
-            node = child
+    def visit(self, req: Request) -> int:
+        """The tokens of ``req``'s prompt shared with any earlier request's prompt and output, then ``req``'s
+        own prompt and output remembered (one walk does both: what the walk reads at a run is never what it
+        wrote at an earlier one)."""
+        full = req.with_output()
+        runs = iter(full.runs if full.tokens is None else ((t, 1) for t in full.tokens))
+        lengths = self.lengths
+        get = lengths.get
+        left = req.prompt_len  # the prompt's tokens still to match; the output's runs are only remembered
+        node = n = 0
+        for key, length in runs:  # while the prompt matches an earlier one
+            slot = hash((node, key))
+            have = get(slot)
+            if have is None:
+                lengths[slot] = length
+            elif have == length or (type(have) is not int and length in have):
+                if left > 0:
+                    n += length
+                left -= length
+                node = hash((slot, length))
+                continue
+            else:
+                if left > 0:
+                    n += min(length, have if type(have) is int else max(have))
+                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
+            node = hash((slot, length))
+            break
+        for key, length in runs:  # the rest, remembered
+            slot = hash((node, key))
+            have = get(slot)
+            if have is None:
+                lengths[slot] = length
+            elif have != length and (type(have) is int or length not in have):
+                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
+            node = hash((slot, length))
         return n
-
-    def insert(self, p: Prompt) -> None:
-        node = self.root
-        for key, length in (p.runs if p.tokens is None else ((t, 1) for t in p.tokens)):
-            lk = ("len", key)
-            node[lk] = max(node.get(lk, 0), length)
-            node = node.setdefault((key, length), {})
 
 
 def classify(look, req: Request, shared: int, block: int, max_len: int) -> str:
@@ -140,20 +167,22 @@ def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int
     runs = {p.label: Run(p.label, p.block, keep_outcomes=keep_outcomes) for p in policies}
     ideal_run = Run(Ideal.label, 1, keep_outcomes=keep_outcomes)
     flights: dict[str, deque] = {p.label: deque() for p in policies}
+    lanes = [(p, runs[p.label], flights[p.label]) for p in policies]
     for n, req in enumerate(requests, 1):
-        shared = min(ideal.shared(req.prompt), req.prompt_len - 1)
+        prompt_len = req.prompt_len
+        shared = min(ideal.visit(req), prompt_len - 1)
+        stop = prompt_len + req.output_len
         refused = None
-        for p in policies:
-            run, flight, cache = runs[p.label], flights[p.label], p.cache
-            if req.prompt_len >= p.max_len:
-                why = f"prompt of {req.prompt_len:,} tokens at or past max_model_len {p.max_len:,}"
+        for p, run, flight in lanes:
+            cache = p.cache
+            if prompt_len >= p.max_len:
+                why = f"prompt of {prompt_len:,} tokens at or past max_model_len {p.max_len:,}"
                 run.refused.append((req.index, why))
                 run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
                 refused = why
                 continue
             while len(flight) >= concurrency:
                 cache.finish(flight.popleft())
-            stop = req.prompt_len + req.output_len
             keys = cache.keys(req, stop)
             look = cache.lookup(req, keys)
             while not cache.admit(req, look, keys):
@@ -163,24 +192,27 @@ def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int
                 look = cache.lookup(req, keys)
             else:
                 flight.append(req)
-                run.add(Outcome(req.index, req.prompt_len, look.hit, look.attention_hit, shared,
-                                classify(look, req, shared, p.block, p.max_len)))
+                reason = classify(look, req, shared, p.block, p.max_len)
+                if keep_outcomes:
+                    run.add(Outcome(req.index, prompt_len, look.hit, look.attention_hit, shared, reason))
+                else:
+                    run.count(prompt_len, look.hit, reason)
                 continue
             why = "needs more blocks than the whole pool holds"
             run.refused.append((req.index, why))
             run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
         if refused is None or not policies:
-            ideal_run.add(Outcome(req.index, req.prompt_len, shared, shared, shared, "hit" if shared else "cold"))
+            if keep_outcomes:
+                ideal_run.add(Outcome(req.index, prompt_len, shared, shared, shared, "hit" if shared else "cold"))
+            else:
+                ideal_run.count(prompt_len, shared, "hit" if shared else "cold")
         else:
             ideal_run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
-        ideal.insert(req.with_output())
         if progress is not None:
             progress(n)
-    for p in policies:
-        flight = flights[p.label]
+    for p, run, flight in lanes:
         while flight:
             p.cache.finish(flight.popleft())
-        run = runs[p.label]
         run.evictions = p.cache.evictions
         run.peak_states = p.cache.peak_states
         run.peak_blocks = p.cache.peak_blocks

@@ -15,6 +15,7 @@ runs agree, which is all a prefix cache can see.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,50 +40,86 @@ class Prompt:
     tokens: tuple[int, ...] | None = None
     #: the token count (computed once)
     size: int = field(init=False, default=0, compare=False, repr=False)
+    #: the unit keys asked for, by (unit, stop): every policy with the same unit shares them
+    _keys: dict = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", len(self.tokens) if self.tokens is not None else sum(n for _, n in self.runs))
+        size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
+        object.__setattr__(self, "size", size)
 
     def __len__(self) -> int:
         return self.size
 
-    def chunks(self, unit: int, stop: int | None = None) -> Iterator[object]:
-        """The content of each full ``unit``-token piece, in order, up to ``stop`` tokens: what a block hash
-        is taken over (the chain to the earlier pieces is the caller's)."""
-        total = len(self) if stop is None else min(stop, len(self))
-        if self.tokens is not None:
-            for a in range(0, total - unit + 1, unit):
-                yield self.tokens[a:a + unit]
-            return
-        pieces: list[tuple[object, int, int]] = []
-        filled, done = 0, 0
-        for key, n in self.runs:
-            off = 0
-            while off < n and done + unit <= total:
-                take = min(n - off, unit - filled)
-                pieces.append((key, off, off + take))
-                off += take
-                filled += take
-                if filled == unit:
-                    yield tuple(pieces)
-                    pieces, filled = [], 0
-                    done += unit
-            if done + unit > total:
-                return
+    def unit_keys(self, unit: int, stop: int) -> list[int]:
+        """One key per full ``unit``-token piece up to ``stop`` tokens, each standing for all the tokens before
+        its end (a chained hash): two prompts get equal keys exactly as far as their first tokens agree.
+        Computed once per (unit, stop) and shared; the caller must not change the list.
 
-    def piece(self, a: int, b: int) -> object:
-        """The content of tokens ``a`` to ``b`` (hashable)."""
+        Runs: the key of a prefix is the hash of (the chain of the whole runs before the run it ends in, that
+        run's key, the tokens it takes of it), the chain being the same hash over the whole runs; so a prefix
+        is known by its runs cut at its end, which is the same as by its tokens. Token ids: a chain over the
+        pieces' ids."""
+        memo = self._keys.get((unit, stop))
+        if memo is not None:
+            return memo
+        total = min(stop, self.size)
+        out: list[int] = []
         if self.tokens is not None:
-            return self.tokens[a:b]
-        out, pos = [], 0
+            h, toks = 0, self.tokens
+            for a in range(0, total - unit + 1, unit):
+                h = hash((h, toks[a:a + unit]))
+                out.append(h)
+        else:
+            chain, start, end = 0, 0, unit
+            append = out.append
+            for key, n in self.runs:
+                if n <= 0:
+                    continue
+                stop_run = start + n
+                lim = stop_run if stop_run < total else total
+                if lim - end >= 2 * unit:  # many units in the run: one comprehension
+                    out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
+                    end += ((lim - end) // unit + 1) * unit
+                while end <= lim:
+                    append(hash((chain, key, end - start)))
+                    end += unit
+                if end > total:
+                    break
+                chain = hash((chain, key, n))
+                start = stop_run
+        self._keys[(unit, stop)] = out
+        return out
+
+    def point_key(self, pos: int, unit: int, keys: list[int]) -> int:
+        """The key of the first ``pos`` tokens (any position; at a multiple of ``unit`` the unit key itself), for a
+        state saved off the unit grid."""
+        q, t = divmod(pos, unit)
+        base = keys[q - 1] if q else 0
+        if not t:
+            return base
+        if self.tokens is not None:
+            return hash((base, self.tokens[q * unit:pos]))
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = self._runs_index()
+            object.__setattr__(self, "_index", index)
+        starts, chains, keys_ = index
+        j = bisect_right(starts, pos - 1) - 1
+        return hash((chains[j], keys_[j], pos - starts[j]))
+
+    def _runs_index(self) -> tuple[list[int], list[int], list[object]]:
+        """Each non-empty run's start, the chain of the runs before it, and its key (``unit_keys``'s chain)."""
+        starts, chains, keys = [], [], []
+        chain, start = 0, 0
         for key, n in self.runs:
-            lo, hi = max(a, pos), min(b, pos + n)
-            if lo < hi:
-                out.append((key, lo - pos, hi - pos))
-            pos += n
-            if pos >= b:
-                break
-        return tuple(out)
+            if n <= 0:
+                continue
+            starts.append(start)
+            chains.append(chain)
+            keys.append(key)
+            chain = hash((chain, key, n))
+            start += n
+        return starts, chains, keys
 
     def common_prefix(self, other: Prompt) -> int:
         """Tokens the two prompts share from the start (the ideal cache's reach)."""
@@ -121,7 +158,15 @@ class Request:
         return len(self.prompt)
 
     def with_output(self) -> Prompt:
-        """The prompt followed by its generated tokens (what decoding hashes)."""
+        """The prompt followed by its generated tokens (what decoding hashes), built once (kept beside the
+        fields; functools.cached_property takes a lock on every read before Python 3.12)."""
+        full = self.__dict__.get("_full")
+        if full is None:
+            full = self._with_output()
+            object.__setattr__(self, "_full", full)
+        return full
+
+    def _with_output(self) -> Prompt:
         key = self.output_key if self.output_key is not None else ("out", self.index)
         if self.prompt.tokens is not None:
             base = hash(key) & 0x7FFFFFFF
@@ -159,11 +204,13 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _bad(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
-            except UnicodeDecodeError:
-                raise _bad(path, n, "not UTF-8 text") from None
+                # the fast path: the object from the line's first character, nothing after it but whitespace
+                # (json.loads alone costs twice as much); anything else through json.loads and its message
+                obj, end = _decode(text)
+                if end != len(text) and not text[end:].isspace():
+                    raise ValueError(text)
+            except ValueError:
+                obj = _loads(path, n, text)
             if not isinstance(obj, dict):
                 raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
             yield n, obj
@@ -171,15 +218,34 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
                 raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
 
 
+_decode = json.JSONDecoder().raw_decode
+
+
+def _loads(path: Path, n: int, text: str) -> object:
+    """A line through json.loads, its failure one error naming the line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError:
+        raise _bad(path, n, "not UTF-8 text") from None
+
+
+_INT = frozenset({int})
+
+
 def mooncake(path: Path) -> Iterator[Request]:
     """A Mooncake trace: block ``i`` of ``hash_ids`` is tokens 512·i to 512·(i+1), the last one holding what
     is left of ``input_length``; equal ids are equal token blocks across requests."""
     index = 0
     for line, obj in _lines(path):
-        n = _int(obj, "input_length", path, line, low=1)
-        out = _int(obj, "output_length", path, line, required=False)
+        n, out = obj.get("input_length"), obj.get("output_length", 0)
+        if type(n) is not int or not 1 <= n <= MAX_PROMPT:  # noqa: E721 - the checks' own message otherwise
+            n = _int(obj, "input_length", path, line, low=1)
+        if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
+            out = _int(obj, "output_length", path, line, required=False)
         ids = obj.get("hash_ids")
-        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
             raise _bad(path, line, "'hash_ids' must be a list of integers")
         need = -(-n // MOONCAKE_BLOCK)
         if len(ids) != need:
@@ -188,8 +254,9 @@ def mooncake(path: Path) -> Iterator[Request]:
         t = obj.get("timestamp", 0)
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
-        runs = tuple((("mc", h), MOONCAKE_BLOCK) for h in ids[:-1]) + ((("mc", ids[-1]), n - MOONCAKE_BLOCK *
-                                                                        (need - 1)),)
+        runs = [(h, MOONCAKE_BLOCK) for h in ids]  # a block's id is its run's key (no other key in the trace is an int)
+        runs[-1] = (runs[-1][0], n - MOONCAKE_BLOCK * (need - 1))
+        runs = tuple(runs)
         yield Request(index, Prompt(runs=runs), out, float(t), f"line {line}")
         index += 1
 

@@ -132,17 +132,15 @@ class Cache:
         self.peak_blocks = 0
 
     def keys(self, req: Request, stop: int) -> list[int]:
-        out, h = [], 0
-        for chunk in req.with_output().chunks(self.r.grid, stop):
-            h = hash((h, chunk))
-            out.append(h)
-        return out
+        """Chained hashes of every full grid unit up to ``stop`` (``Prompt.unit_keys``, shared across policies)."""
+        return req.with_output().unit_keys(self.r.grid, stop)
 
     def _state_key(self, req: Request, keys: list[int], pos: int) -> tuple[int, int, object]:
-        q = pos // self.r.grid
+        """(the key of the grid point at or before ``pos``, the tokens past it, the key of the first ``pos``
+        tokens)."""
+        q, t = divmod(pos, self.r.grid)
         base = keys[q - 1] if q else 0
-        t = pos - q * self.r.grid
-        return base, t, hash((base, req.with_output().piece(q * self.r.grid, pos))) if t else base
+        return base, t, req.with_output().point_key(pos, self.r.grid, keys) if t else base
 
     # --- pools ----------------------------------------------------------------------------------------
 
@@ -227,34 +225,30 @@ class Cache:
         kv_end = req.prompt_len + max(req.output_len - 1, 0)
         hit_units = look.hit // r.grid
         held_kv = keys[:hit_units]
-        for k in held_kv:
-            self._hold_kv(k)
+        self._hold_all(held_kv)
         new_kv = max(req.prompt_len + req.output_len - hit_units * r.grid, 0)
         if req.prompt_len + req.output_len > r.kv_tokens:
-            for k in held_kv:
-                self._release_kv(k)
+            self._release_all(held_kv[::-1])  # in order
             return False
         if not self._evict_kv(new_kv) or not self._evict_state(r.slots_per_request):
-            for k in held_kv:
-                self._release_kv(k)
+            self._release_all(held_kv[::-1])  # in order
             return False
         self.kv_private += new_kv
         self.st_private += r.slots_per_request
-        mine_kv = list(held_kv)
-        moved = 0
         positions = [p for p in self.state_positions(req, look.hit, look.branching) if p <= kv_end]
         # what the tree keeps: no_buffer every computed token; extra_buffer only up to the last tracked state, the
         # KV past it is freed (mem_cache/mamba_radix_cache.py cache_finished_req)
         kv_limit = kv_end if r.strategy == "no_buffer" else max(positions, default=look.hit)
-        for q in range(hit_units, min(kv_limit // r.grid, len(keys))):
-            k = keys[q]
-            if k not in self.kv_cost:
-                self.kv_cost[k] = r.grid
-                self.kv_used += r.grid
-                moved += r.grid
-            self._hold_kv(k)
-            mine_kv.append(k)
-        moved = min(moved, new_kv)
+        mine_kv = keys[:max(min(kv_limit // r.grid, len(keys)), hit_units)]
+        kv_cost, grid = self.kv_cost, r.grid
+        inserted = 0
+        for k in mine_kv[hit_units:]:
+            if k not in kv_cost:
+                kv_cost[k] = grid
+                inserted += 1
+        self.kv_used += inserted * grid
+        self._hold_all(mine_kv[hit_units:])
+        moved = min(inserted * grid, new_kv)
         self.kv_private -= moved
         mine_st: list[object] = []
         if look.hit:
@@ -291,18 +285,26 @@ class Cache:
             self.states -= 1
             self.evicted_states.add(k)
 
-    def _hold_kv(self, k: int) -> None:
-        self.kv_lru.pop(k, None)
-        self.kv_held[k] = self.kv_held.get(k, 0) + 1
+    def _hold_all(self, ks: list[int]) -> None:
+        """Hold each KV unit (out of the LRU while held)."""
+        pop, held = self.kv_lru.pop, self.kv_held
+        get = held.get
+        for k in ks:
+            pop(k, None)
+            held[k] = get(k, 0) + 1
 
-    def _release_kv(self, k: int) -> None:
-        n = self.kv_held.get(k, 0) - 1
-        if n > 0:
-            self.kv_held[k] = n
-            return
-        self.kv_held.pop(k, None)
-        if k in self.kv_cost:
-            self.kv_lru[k] = self.kv_cost[k]
+    def _release_all(self, ks: list[int]) -> None:
+        """Release each KV unit, last first; one no one holds goes to the LRU's tail."""
+        held, cost, lru = self.kv_held, self.kv_cost, self.kv_lru
+        get = held.get
+        for k in reversed(ks):
+            n = get(k, 0) - 1
+            if n > 0:
+                held[k] = n
+                continue
+            held.pop(k, None)
+            if k in cost:
+                lru[k] = cost[k]
 
     def _hold_st(self, k: object) -> None:
         self.st_lru.pop(k, None)
@@ -319,8 +321,7 @@ class Cache:
 
     def finish(self, req: Request) -> None:
         kv, st, priv_kv, slots = self.running.pop(req.index)
-        for k in reversed(kv):
-            self._release_kv(k)
+        self._release_all(kv)
         for k in reversed(st):
             self._release_st(k)
         self.kv_private -= priv_kv

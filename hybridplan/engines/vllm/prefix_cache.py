@@ -30,6 +30,7 @@ request finds, and what the block pool evicts. Each rule names its release range
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -195,7 +196,7 @@ def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
 # --- the replay ----------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Lookup:
     """What one request found: the hit, the attention blocks' reach, and what stood in the way."""
 
@@ -216,119 +217,95 @@ class Cache:
     one pool; never-used blocks first, then the free queue from its head, a cached block popped there being
     evicted; a finished request frees each group's blocks tail first, group by group; a hit takes its blocks
     out of the queue. Several blocks may hold one hash (a prefix recomputed past a shorter Mamba hit): a lookup
-    finds the first."""
+    finds the first.
+
+    Kept lean, since a replay runs every block of every request through it: an allocation is a number (each
+    one new, so a block freed and taken again is a new number), a cached block is an int entry (the key
+    shifted left past the group index, or'ed with it), each group keeps key → its block (or the list of its
+    blocks, oldest first, when several hold the key), and a holder count is kept only for blocks held more
+    than once."""
 
     def __init__(self, r: Rules) -> None:
         self.r = r
         # block 0 is the null block that stands for a skipped position (block_pool.py ``null_block``)
         self.fresh = r.num_blocks - 1
-        self.queue: OrderedDict[int, tuple | None] = OrderedDict()  # slot → the entry it holds (None: uncached)
-        self.slots: dict[tuple, OrderedDict[int, None]] = {}  # entry → its slots, oldest first
-        self.refs: dict[int, int] = {}  # slot → holders
+        self.queue: OrderedDict[int, int | None] = OrderedDict()  # block → the entry it caches (None: uncached)
+        self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
+        self._shift = (len(self.groups) - 1).bit_length()  # one group: the entry is the key itself
+        self._mask = (1 << self._shift) - 1
+        # per group: key → the block caching it, or a list of the blocks, oldest first
+        self.cached_in: list[dict[int, int | list[int]]] = [{} for _ in self.groups]
+        self.refs: dict[int, int] = {}  # block → holders, for the blocks held more than once
         self._next = 0
         self.evictions = 0
         self.evicted_states: set[int] = set()
         self.dropped_states: set[int] = set()
-        self.running: dict[int, tuple[list[list[tuple[int, tuple | None]]], list[tuple[int, tuple | None]]]] = {}
+        self.running: dict[int, tuple[list[list[int | None]], list[list[bool]], list[list[int | None]]]] = {}
         self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
         self.held_blocks = 0
         self.queued_cached = 0
-        # with --prefix-match-unit: each hash unit → the attention entry (block or partial tail) holding it
-        self.units: dict[tuple[int, int], tuple] = {}
-        self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
+        # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
+        # holding it
+        self.units: list[dict[int, int]] = [{} for _ in self.groups]
+        self._first_mamba = self.groups.index("m") if "m" in self.groups else -1
+        self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
+        self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
 
     # --- keys -----------------------------------------------------------------------------------------
 
     def keys(self, req: Request, stop: int) -> list[int]:
-        """Chained hashes of every full hash unit of the request's tokens up to ``stop``."""
-        out, h = [], 0
-        for chunk in req.with_output().chunks(self.r.unit, stop):
-            h = hash((h, chunk))
-            out.append(h)
-        return out
+        """Chained hashes of every full hash unit of the request's tokens up to ``stop`` (``Prompt.unit_keys``:
+        computed once per request and unit, whichever policy asks)."""
+        return req.with_output().unit_keys(self.r.unit, stop)
 
     # --- the pool -------------------------------------------------------------------------------------
 
+    def _holds(self, entry: int | None) -> bool:
+        return entry is not None and (entry >> self._shift) in self.cached_in[entry & self._mask]
+
     def cached(self, kind: str, key: int) -> bool:
         if kind == "a" and self.r.unit < self.r.block:  # a hash unit inside a cached block (or partial tail)
-            return all(self.units.get((g, key)) in self.slots for g, k in enumerate(self.groups) if k == kind)
-        return all((kind, g, key) in self.slots for g, k in enumerate(self.groups) if k == kind)
+            return all(self._holds(self.units[g].get(key)) for g in self._attn)
+        return all(key in self.cached_in[g] for g in (self._attn if kind == "a" else self._mamba))
 
     @property
     def available(self) -> int:
         return self.fresh + len(self.queue)
 
-    def _alloc(self) -> int:
-        """One block: a never-used one, else the head of the free queue (evicting what it caches)."""
-        slot = self._next
-        self._next += 1
-        if self.fresh:
-            self.fresh -= 1
-        else:
-            old, entry = self.queue.popitem(last=False)
-            if entry is not None:
-                self.queued_cached -= 1
-                self._uncache(old, entry)
-                self.evictions += 1
-                if entry[0] == "m":
-                    self.evicted_states.add(entry[2])
-        self.refs[slot] = 1
-        self.held_blocks += 1
-        return slot
+    def _oldest(self, entry: int) -> int:
+        holders = self.cached_in[entry & self._mask][entry >> self._shift]
+        return holders if type(holders) is int else holders[0]
 
-    def _uncache(self, slot: int, entry: tuple) -> None:
-        holders = self.slots[entry]
-        del holders[slot]
-        if not holders:
-            del self.slots[entry]
-            if entry[0] == "m" and entry[1] == self._first_mamba:
-                self.states -= 1
-
-    @property
-    def _first_mamba(self) -> int:
-        return self.groups.index("m") if "m" in self.groups else -1
-
-    def _cache(self, slot: int, entry: tuple) -> None:
-        new = entry not in self.slots
-        self.slots.setdefault(entry, OrderedDict())[slot] = None
-        if new and entry[0] == "m" and entry[1] == self._first_mamba:
-            self.states += 1
-            self.peak_states = max(self.peak_states, self.states)
-
-    def _touch(self, entry: tuple) -> int:
-        slot = next(iter(self.slots[entry]))
+    def _touch(self, entry: int) -> int:
+        slot = self._oldest(entry)
         if slot in self.queue:
             del self.queue[slot]
             self.queued_cached -= 1
             self.held_blocks += 1
-        self.refs[slot] = self.refs.get(slot, 0) + 1
+        else:
+            self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
-
-    def _free(self, slot: int, entry: tuple | None) -> None:
-        n = self.refs.get(slot, 1) - 1
-        if n > 0:
-            self.refs[slot] = n
-            return
-        self.refs.pop(slot, None)
-        self.held_blocks -= 1
-        cached = entry is not None and slot in self.slots.get(entry, ())
-        if not cached and self.r.uncached_first:
-            self.fresh += 1
-            return
-        self.queue[slot] = entry if cached else None
-        self.queued_cached += cached
 
     # --- one request ----------------------------------------------------------------------------------
 
     def lookup(self, req: Request, keys: list[int]) -> Lookup:
         r = self.r
         per_block = r.block // r.unit
-        limit = (req.prompt_len - 1) // r.unit  # units a hit may cover
+        n = min((req.prompt_len - 1) // r.unit, len(keys))  # units a hit may cover
         a = 0
-        while a < min(limit, len(keys)) and self.cached("a", keys[a]):
-            a += 1
+        if r.unit < r.block:
+            while a < n and self.cached("a", keys[a]):
+                a += 1
+        elif len(self._attn) == 1:
+            mine = self.cached_in[self._attn[0]]
+            while a < n and keys[a] in mine:
+                a += 1
+        else:
+            groups = [self.cached_in[g] for g in self._attn]
+            while a < n and all(keys[a] in d for d in groups):
+                a += 1
         a_tokens = a * r.unit
         full_blocks = a // per_block
         if r.mamba_groups and r.mode == "none" and not r.attention_only:
@@ -343,13 +320,17 @@ class Cache:
             cut = True
         hit = 0
         evicted = dropped = False
+        groups = [self.cached_in[g] for g in self._mamba]
         for u in range(reach, 0, -1):
             k = keys[u - 1]
-            if self.cached("m", k):
+            for d in groups:
+                if k not in d:
+                    break
+            else:  # every Mamba group holds the state
                 hit = u * r.unit
                 break
-            evicted |= k in self.evicted_states
-            dropped |= k in self.dropped_states
+            evicted = evicted or k in self.evicted_states
+            dropped = dropped or k in self.dropped_states
         # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
         # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
@@ -382,12 +363,24 @@ class Cache:
                 aligned = floor_to(end, B)
                 if aligned > pos or B <= r.chunk:
                     end = aligned
-            stops = [floor_to(pos, B) + B if pos % B else 0, last,
-                     tail if last < tail < L else 0,
-                     pos + floor_to(junction - pos, B) if pos < junction < end else 0]
-            if r.shared_prefix_checkpoint and pos < junction < end:
-                stops.append(pos + floor_to(junction - pos, r.unit))
-            end = min((s for s in stops if pos < s < end), default=end)
+            # the first of these inside the step ends it: the next block boundary (a step from inside a block),
+            # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint)
+            cut = end
+            if pos % B and pos < floor_to(pos, B) + B < cut:
+                cut = floor_to(pos, B) + B
+            if pos < last < cut:
+                cut = last
+            if last < tail < L and pos < tail < cut:
+                cut = tail
+            if pos < junction < end:
+                at = pos + floor_to(junction - pos, B)
+                if pos < at < cut:
+                    cut = at
+                if r.shared_prefix_checkpoint:
+                    at = pos + floor_to(junction - pos, r.unit)
+                    if pos < at < cut:
+                        cut = at
+            end = cut
             if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
                 break
             ends.append(end)
@@ -398,6 +391,9 @@ class Cache:
         """Token positions (multiples of the block, or of the unit for a partial tail) where this request
         leaves a Mamba state, from ``start``: prefill step ends on a boundary, then decoding's block
         boundaries (not under EAGLE, whose steps move the state)."""
+        return self._state_positions(req, start, self.prefill_ends(req, start, junction))
+
+    def _state_positions(self, req: Request, start: int, ends: list[int]) -> list[int]:
         r = self.r
         L, B = req.prompt_len, r.block
         kv_end = L + max(req.output_len - 1, 0)
@@ -406,21 +402,28 @@ class Cache:
         if r.mode != "align":
             return []
         tail = floor_to(L, r.unit) if r.unit < B else 0
-        out = [e for e in self.prefill_ends(req, start, junction) if e % B == 0 or (r.unit < B and e == tail)]
+        out = [e for e in ends if e % B == 0 or (r.unit < B and e == tail)]
         if not r.eagle:
             out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
         return out
 
-    def kept(self, pos: int, req: Request, junction: int) -> bool:
-        """Whether retention keeps the state at ``pos`` (``reachable_block_mask``)."""
+    def reachable(self, req: Request, junction: int) -> set[int] | None:
+        """The positions retention always keeps a state at (``reachable_block_mask``): the replay boundary and the
+        junction; None when retention keeps every state."""
         r = self.r
         if r.retention is None:
-            return True
+            return None
         align = r.unit if r.unit < r.block else r.block
-        reachable = {floor_to(req.prompt_len - 1, align)}
+        out = {floor_to(req.prompt_len - 1, align)}
         if junction and r.junction_kept:
-            reachable.add(floor_to(junction, align))
-        if pos in reachable:
+            out.add(floor_to(junction, align))
+        return out
+
+    def kept(self, pos: int, reachable: set[int] | None) -> bool:
+        """Whether retention keeps the state at ``pos`` (``reachable`` from ``reachable``): every state when
+        dense, else those reachable and (an interval N) one every N tokens."""
+        r = self.r
+        if reachable is None or pos in reachable:
             return True
         if r.retention:
             per = r.retention // r.block
@@ -440,153 +443,291 @@ class Cache:
         return n
 
     def _plan(self, req: Request, look: Lookup, keys: list[int]):
-        """Per group, the request's blocks: (block index, needed once this many tokens are computed, "hit" or
-        "new", entry or None). A hit block is held from the start; private pages (align) sit at the end."""
+        """The request's steps (the computed tokens at each: the hit, its prefill step ends, then the decode
+        steps that end in a new block or cross a boundary) and its blocks, the same in every group of a kind:
+        attention, the key each block caches (None: none), block b held from the start when b is below the hit,
+        else needed once b·B + 1 tokens are computed; Mamba, per block its key, index (the block of the
+        request's tokens it stands for) and the computed tokens it is needed at (None: a hit, held from the
+        start). Registers the hash units of the attention blocks (--prefix-match-unit) and the states
+        retention drops."""
         r = self.r
-        B = r.block
-        per_block = B // r.unit
-        tokens = req.prompt_len + req.output_len
-        kv_end = req.prompt_len + max(req.output_len - 1, 0)
-        nblocks = cdiv(tokens, B)
-        hit_blocks = look.hit // B
+        B, unit = r.block, r.unit
+        L = req.prompt_len
+        kv_end = L + max(req.output_len - 1, 0)
+        nblocks = cdiv(L + req.output_len, B)
+        hit = look.hit
+        ends = self.prefill_ends(req, hit, look.junction)
         states: dict[int, int] = {}
         if r.recurrent:
-            for pos in self.state_positions(req, look.hit, look.junction):
-                if not 0 < pos // r.unit <= len(keys):
+            reachable = self.reachable(req, look.junction)
+            for pos in self._state_positions(req, hit, ends):
+                if not 0 < pos // unit <= len(keys):
                     continue
-                k = keys[pos // r.unit - 1]
-                if self.kept(pos, req, look.junction):
+                k = keys[pos // unit - 1]
+                if self.kept(pos, reachable):
                     states[pos] = k
                 else:
                     self.dropped_states.add(k)
-        late = 1 << 62
-        steps = [look.hit, *self.prefill_ends(req, look.hit, look.junction)]
-        # decoding, one token a step: only the steps that end in a new block or cross a boundary matter
-        L = req.prompt_len
-        steps += sorted({c for c in (L + 1, kv_end) if L < c <= kv_end}
-                        | {c for c in range(floor_to(L, B) + 1, kv_end + 1, B) if c > L})
-        ends = steps[1:]
-        # the state each block ends up holding (the last kept position inside it)
-        in_block = {(pos - 1) // B: k for pos, k in sorted(states.items())}
-        plan: list[list[tuple[int, int, str, tuple | None]]] = []
-        for g, kind in enumerate(self.groups):
-            blocks: list[tuple[int, int, str, tuple | None]] = []
-            if kind == "a":
-                tail = floor_to(req.prompt_len, r.unit) if r.unit < B else 0
-                for b in range(nblocks):
-                    full = (b + 1) * B <= kv_end and (b + 1) * per_block <= len(keys)
-                    end = (b + 1) * B if full else (tail if b * B < tail < (b + 1) * B else 0)
-                    entry = ("a", g, keys[end // r.unit - 1]) if end else None
-                    if entry is not None and r.unit < B:
-                        for u in range(b * per_block, end // r.unit):
-                            if self.units.get((g, keys[u])) not in self.slots:
-                                self.units[(g, keys[u])] = entry
-                    blocks.append((b, b * B + 1, "hit" if b < hit_blocks else "new", entry))
-            else:
-                if look.hit:
-                    blocks.append(((look.hit - 1) // B, 0, "hit", ("m", g, keys[look.hit // r.unit - 1])))
-                if r.mode == "all":
-                    for b in range(hit_blocks, nblocks):
-                        pos = (b + 1) * B
-                        blocks.append((b, b * B + 1, "new", ("m", g, states[pos]) if pos in states else None))
+        # decoding, one token a step: only the steps that end in a new block or cross a boundary matter (the
+        # first, each that starts a block, and the last)
+        steps = [hit, *ends]
+        if kv_end > L:
+            first = floor_to(L, B) + 1
+            decode = list(range(first if first > L else first + B, kv_end + 1, B))
+            if not decode or decode[0] != L + 1:
+                decode.insert(0, L + 1)
+            if decode[-1] != kv_end:
+                decode.append(kv_end)
+            steps += decode
+        if unit == B:
+            full = max(min(kv_end // B, len(keys)), 0)
+            attn: list[int | None] = keys[:full] + [None] * (nblocks - full)
+        else:
+            per_block = B // unit
+            tail = floor_to(L, unit)
+            attn = []
+            for b in range(nblocks):
+                if (b + 1) * B <= kv_end and (b + 1) * per_block <= len(keys):
+                    end = (b + 1) * B
                 else:
-                    # align: each step's state lands in the block holding its last token (a new block when the
-                    # step ends in one not yet allocated); that block is cached when the state sits on its
-                    # boundary and retention keeps it; the speculative (and prefill-checkpoint) blocks are held
-                    # to the end (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
-                    seen = {(look.hit - 1) // B} if look.hit else set()
-                    for e in ends:
-                        i = (e - 1) // B
-                        if i not in seen:
-                            seen.add(i)
-                            k = in_block.get(i)
-                            blocks.append((i, e, "new", ("m", g, k) if k is not None else None))
-                    blocks += [(late, 1, "new", None)] * max(r.mamba_pages - 2, 0)
-            plan.append(blocks)
-        return plan, steps
+                    end = tail if b * B < tail < (b + 1) * B else 0
+                attn.append(keys[end // unit - 1] if end else None)
+                if end:
+                    for g in self._attn:
+                        entry = attn[-1] << self._shift | g
+                        mine = self.units[g]
+                        for u in range(b * per_block, end // unit):
+                            if not self._holds(mine.get(keys[u])):
+                                mine[keys[u]] = entry
+        mamba: list[int | None] = []
+        index: list[int] = []
+        need: list[int | None] = []
+        if r.recurrent:
+            if hit:
+                mamba.append(keys[hit // unit - 1])
+                index.append((hit - 1) // B)
+                need.append(None)
+            if r.mode == "all":
+                for b in range(hit // B, nblocks):
+                    mamba.append(states.get((b + 1) * B))
+                    index.append(b)
+                    need.append(b * B + 1)
+            else:
+                # align: each step's state lands in the block holding its last token (a new block when the step
+                # ends in one not yet allocated); that block is cached when the state sits on its boundary and
+                # retention keeps it; the speculative (and prefill-checkpoint) blocks are held to the end
+                # (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
+                in_block = {(pos - 1) // B: k for pos, k in states.items()}  # the last kept state in each block
+                seen = {(hit - 1) // B} if hit else set()
+                for e in steps[1:]:
+                    i = (e - 1) // B
+                    if i not in seen:
+                        seen.add(i)
+                        mamba.append(in_block.get(i))
+                        index.append(i)
+                        need.append(e)
+                late = max(r.mamba_pages - 2, 0)
+                mamba += [None] * late
+                index += [1 << 62] * late
+                need += [1] * late
+        return steps, attn, (mamba, index, need)
 
     def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
         """Run the request step by step as the scheduler allocates for it (allocate_slots: first the Mamba
         blocks behind the computed tokens are freed, tail first, then each group's new blocks); False when a
-        step finds too few blocks."""
-        plan, steps = self._plan(req, look, keys)
-        touched = {next(iter(self.slots[e])) for blocks in plan for _, _, how, e in blocks if how == "hit"}
-        if not self._fits(plan, steps, self.available - len(touched & self.queue.keys())):
-            return False
+        step finds too few blocks. Which block is taken or freed when follows from the plan alone, so the steps
+        are laid out first as one sequence of takes and frees, then run against the pool."""
+        steps, attn, (mamba, index, need) = self._plan(req, look, keys)
         B = self.r.block
-        held: list[list] = [[None] * len(blocks) for blocks in plan]
-        done: list[list[bool]] = [[False] * len(blocks) for blocks in plan]
-        todo, behind = [], []
-        for g, blocks in enumerate(plan):
-            for i, (_, _, how, entry) in enumerate(blocks):
-                if how == "hit":
-                    held[g][i] = (self._touch(entry), entry)
-            todo.append(sorted((need, i) for i, (_, need, how, _) in enumerate(blocks) if how == "new"))
-            behind.append(sorted((idx, i) for i, (idx, _, _, _) in enumerate(blocks)) if self.groups[g] == "m" else [])
-        nxt = [0] * len(plan)  # the next block to allocate, per group
-        gone = [0] * len(plan)  # the next block to free, per Mamba group
-        for k in range(max(len(steps) - 1, 1)):
+        shift = self._shift
+        hit_blocks = look.hit // B
+        nblocks = len(attn)
+        # every group's blocks in one list: group g's block i at offset[g] + i
+        ents: list[int | None] = []
+        offset = []
+        for g, kind in enumerate(self.groups):
+            offset.append(len(ents))
+            mine = attn if kind == "a" else mamba
+            ents += mine if not shift else [k << shift | g if k is not None else None for k in mine]
+        hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
+        if look.hit:
+            m_hit = bool(need) and need[0] is None
+            for g, kind in enumerate(self.groups):
+                if kind == "a":
+                    hits += range(offset[g], offset[g] + hit_blocks)
+                elif m_hit:
+                    hits.append(offset[g])
+        touched = {self._oldest(ents[f]) for f in hits}
+        # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
+        m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
+        m_needs = [need[i] for i in m_order]
+        m_behind = sorted(range(len(index)), key=index.__getitem__)
+        m_index = [index[i] for i in m_behind]
+        avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
+        # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
+        if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
+                steps, hit_blocks, nblocks, m_needs, m_index, avail):
+            return False
+        slots: list[int | None] = [None] * len(ents)
+        for f in hits:
+            slots[f] = self._touch(ents[f])
+        events: list[int] = []  # f: take block f; ~f: free it
+        held = [n is None for n in need]  # per Mamba block: held (a hit, or taken at an earlier step)
+        freed = [False] * len(need)
+        a_next, m_next, m_gone = hit_blocks, 0, 0
+        n_index = len(m_index)
+        m_offsets = [offset[g] for g in self._mamba]
+        a_offsets = [offset[g] for g in self._attn]
+        kinds = [(offset[g], kind == "a") for g, kind in enumerate(self.groups)]
+        last_step = len(steps) - 1
+        for k in range(max(last_step, 1)):
             c = steps[k]
-            end = steps[k + 1] if k + 1 < len(steps) else c
-            limit = (c - 1) // B
-            for g, order in enumerate(behind):  # remove_skipped_blocks, tail first
-                batch = []
-                while gone[g] < len(order) and order[gone[g]][0] < limit:
-                    i = order[gone[g]][1]
-                    gone[g] += 1
-                    if held[g][i] is not None and not done[g][i]:
+            end = steps[k + 1] if k < last_step else c
+            if m_gone < n_index and m_index[m_gone] < (c - 1) // B:
+                limit = (c - 1) // B
+                batch = []  # remove_skipped_blocks, tail first
+                while m_gone < n_index and m_index[m_gone] < limit:
+                    i = m_behind[m_gone]
+                    m_gone += 1
+                    if held[i] and not freed[i]:
                         batch.append(i)
-                for i in reversed(batch):
-                    self._free(*held[g][i])
-                    done[g][i] = True
-            for g, order in enumerate(todo):
-                while nxt[g] < len(order) and order[nxt[g]][0] <= end:
-                    i = order[nxt[g]][1]
-                    nxt[g] += 1
-                    entry = plan[g][i][3]
-                    slot = self._alloc()
-                    if entry is not None:
-                        self._cache(slot, entry)
-                    held[g][i] = (slot, entry)
-        for g, order in enumerate(todo):  # what no step reached (a request of one token)
-            for _, i in order[nxt[g]:]:
-                entry = plan[g][i][3]
-                slot = self._alloc()
-                if entry is not None:
-                    self._cache(slot, entry)
-                held[g][i] = (slot, entry)
-        self.running[req.index] = (held, done)
+                        freed[i] = True
+                if batch:
+                    batch.reverse()
+                    for o in m_offsets:
+                        events += [~(o + i) for i in batch]
+            a_stop = (end - 1) // B + 1
+            if a_stop > nblocks:
+                a_stop = nblocks
+            if a_stop < a_next:
+                a_stop = a_next
+            m_stop = bisect_right(m_needs, end, m_next)
+            if m_stop > m_next:
+                taken = m_order[m_next:m_stop]
+                for i in taken:
+                    held[i] = True
+                for o, is_attn in kinds:
+                    if is_attn:
+                        events += range(o + a_next, o + a_stop)
+                    else:
+                        events += [o + i for i in taken]
+                m_next = m_stop
+            elif a_stop > a_next:
+                for o in a_offsets:
+                    events += range(o + a_next, o + a_stop)
+            a_next = a_stop
+        for g, kind in enumerate(self.groups):  # what no step reached (a request of one token)
+            if kind == "a":
+                events += range(offset[g] + a_next, offset[g] + nblocks)
+            else:
+                events += [offset[g] + i for i in m_order[m_next:]]
+        self._run(events, slots, ents)
+        # at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free
+        last: list[int] = []
+        for g, kind in enumerate(self.groups):
+            if kind == "a":
+                last += range(~(offset[g] + nblocks - 1), ~offset[g] + 1)
+            else:
+                last += [~(offset[g] + i) for i in range(len(need) - 1, -1, -1) if not freed[i]]
+        self.running[req.index] = (last, slots, ents)
         self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
         return True
 
-    def _fits(self, plan, steps, avail: int) -> bool:
-        """The dry run: at no step does the request take more blocks than are free."""
+    def _run(self, events: list[int], slots: list[int | None], ents: list[int | None]) -> None:
+        """Take (``f``) or free (``~f``) the request's blocks in order: a block is taken fresh, else from the head
+        of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
+        joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
+        entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
+        queue, cached_in, groups, refs = self.queue, self.cached_in, self.groups, self.refs
+        popitem = queue.popitem
+        shift, mask, first = self._shift, self._mask, self._first_mamba
+        uncached_first = self.r.uncached_first
+        slot, fresh, held_blocks, queued = self._next, self.fresh, self.held_blocks, self.queued_cached
+        states, peak, evictions = self.states, self.peak_states, self.evictions
+        mamba = [kind == "m" for kind in groups]
+        evicted_state = self.evicted_states.add
+        for f in events:
+            if f < 0:
+                f = ~f
+                held = slots[f]
+                if refs and held in refs:  # still held by another request
+                    n = refs[held]
+                    if n > 2:
+                        refs[held] = n - 1
+                    else:
+                        del refs[held]
+                    continue
+                held_blocks -= 1
+                entry = ents[f]
+                if entry is not None:
+                    queue[held] = entry
+                    queued += 1
+                elif uncached_first:
+                    fresh += 1
+                else:
+                    queue[held] = None
+                continue
+            if fresh:
+                fresh -= 1
+            else:  # the head of the free queue, evicting what it caches
+                old, entry = popitem(False)
+                if entry is not None:
+                    queued -= 1
+                    g = entry & mask
+                    key = entry >> shift
+                    mine = cached_in[g]
+                    holders = mine[key]
+                    if type(holders) is int:
+                        del mine[key]
+                        if g == first:
+                            states -= 1
+                    else:
+                        holders.remove(old)
+                        if len(holders) == 1:
+                            mine[key] = holders[0]
+                    evictions += 1
+                    if mamba[g]:
+                        evicted_state(key)
+            held_blocks += 1
+            entry = ents[f]
+            if entry is not None:
+                g = entry & mask
+                key = entry >> shift
+                mine = cached_in[g]
+                holders = mine.get(key)
+                if holders is None:
+                    mine[key] = slot
+                    if g == first:
+                        states += 1
+                        if states > peak:
+                            peak = states
+                elif type(holders) is int:
+                    mine[key] = [holders, slot]
+                else:
+                    holders.append(slot)
+            slots[f] = slot
+            slot += 1
+        self._next, self.fresh, self.held_blocks, self.queued_cached = slot, fresh, held_blocks, queued
+        self.states, self.peak_states, self.evictions = states, peak, evictions
+
+    def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
+              avail: int) -> bool:
+        """The dry run: at no step does the request take more blocks than are free (the attention groups' new
+        blocks b ≥ ``hit_blocks`` are needed at b·B + 1 tokens; the Mamba groups' at ``m_needs``, and each
+        Mamba block passed, whether held yet or not, counts as freed once the computed tokens are past it)."""
         B = self.r.block
-        needs = [sorted(need for _, need, how, _ in blocks if how == "new") for blocks in plan]
-        idxs = [sorted(idx for idx, _, _, _ in blocks) if self.groups[g] == "m" else [] for g, blocks in
-                enumerate(plan)]
-        nxt = [0] * len(plan)
-        gone = [0] * len(plan)
+        na, nm = len(self._attn), len(self._mamba)
+        new = na * (nblocks - hit_blocks) + nm * len(m_needs)
+        freed = 0
         for k in range(max(len(steps) - 1, 1)):
             c = steps[k]
             end = steps[k + 1] if k + 1 < len(steps) else c
-            limit = (c - 1) // B
-            for g, order in enumerate(idxs):
-                while gone[g] < len(order) and order[gone[g]] < limit:
-                    avail += 1
-                    gone[g] += 1
-            for g, order in enumerate(needs):
-                while nxt[g] < len(order) and order[nxt[g]] <= end:
-                    nxt[g] += 1
-                    avail -= 1
-            if avail < 0:
+            freed = nm * bisect_left(m_index, (c - 1) // B)
+            a_taken = min(max((end - 1) // B + 1 - hit_blocks, 0), nblocks - hit_blocks) if end >= 1 else 0
+            if avail + freed - na * a_taken - nm * bisect_right(m_needs, end) < 0:
                 return False
-        return avail - sum(len(o) - n for o, n in zip(needs, nxt)) >= 0
+        return avail + freed - new >= 0
 
     def finish(self, req: Request) -> None:
-        held, done = self.running.pop(req.index)
-        for g, mine in enumerate(held):  # group by group, each tail first (KVCacheManager.free)
-            for i in range(len(mine) - 1, -1, -1):
-                if not done[g][i]:
-                    slot, entry = mine[i]
-                    self._free(slot, entry)
+        last, slots, ents = self.running.pop(req.index)
+        self._run(last, slots, ents)
