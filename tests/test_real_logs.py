@@ -370,3 +370,20 @@ def test_sglang_finds_the_model_in_the_snapshot_line(run_cli):
     model = next(x for x in d["settings"] if x["name"] == "model_path")
     assert model["value"] == "Qwen/Qwen3.5-9B" and model["source"].startswith("line 14")
     assert any(n.startswith("model Qwen/Qwen3.5-9B: qwen3.5-9b") for n in d["notes"])
+
+
+def test_a_start_hybridplan_would_refuse_is_a_mismatch_not_an_error(run_cli, tmp_path):
+    # the PP 2 + MTP start of 0.23.0, its traceback cut and a KV line of a start that went on added (an invented
+    # continuation, to see the other side of the figure): hybridplan refuses those settings, so the row is
+    # "starts" logged against "refused" predicted, exit 1 with the reason in a note, not a one-line error
+    name = "vllm-0.23.0-qwen3.6-27b-nvfp4-mtp-2xrtx5060ti-4.log"
+    lines = (LOGS / name).read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if "Traceback" in line)
+    log = tmp_path / "went-on.log"
+    log.write_text("\n".join(lines[:cut] + ["(EngineCore pid=1) INFO 06-17 20:47:00 [kv_cache_utils.py:1291] GPU KV "
+                                            "cache size: 100,000 tokens"]) + "\n")
+    code, out, err = run_cli("check-log", log, "--model", "qwen3.6-27b", "--json")
+    d = json.loads(out)
+    start = next(r for r in d["rows"] if r["figure"] == "start")
+    assert code == 1 and (start["logged"], start["predicted"]) == ("starts", "refused")
+    assert any("SupportsPP" in n for n in d["notes"])

@@ -429,24 +429,26 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     s = read_settings(log, given)
     refused = _refusal(log)
     pp = int(s.get("pipeline_parallel_size") or 1)
-    name = str(s.get("model"))
-    try:
-        sc, rel, mode = scenario(log, s, notes)
-        name = sc.spec.name
-        if pp > 1:
-            from dataclasses import replace
-
-            from hybridplan.engines.vllm import parallel
-
-            parallel.check(replace(sc, pp=pp))
-    except PlanError as exc:
-        if refused is None:
-            raise
-        return LogCheck(name, s.listed(), (_refusal_row(refused, str(exc), notes),), (), tuple(notes))
+    sc, rel, mode = scenario(log, s, notes)  # a model not found, a bad setting: one line, exit 2, as ever
     rows: list[Row] = []
     out: list[NotModelled] = []
+    ours = None
+    if pp > 1:
+        from dataclasses import replace
+
+        from hybridplan.engines.vllm import parallel
+
+        try:  # what vLLM refuses at start with pipeline stages (hybridplan/engines/vllm/parallel.py ``check``)
+            parallel.check(replace(sc, pp=pp))
+        except PlanError as exc:
+            ours = str(exc)
     if refused is not None:
-        rows.append(_refusal_row(refused, None, notes))
+        rows.append(_refusal_row(refused, ours, notes))
+        if ours is not None:
+            return LogCheck(sc.spec.name, s.listed(), tuple(rows), (), tuple(notes))
+    elif ours is not None:  # the log went on to print figures: it started
+        rows.append(Row(ENGINE, "start", "starts", "refused"))
+        notes.append(f"hybridplan refuses it: {ours}")
     if pp > 1:
         for p in FIGURE_PATTERNS:
             if p is not REFUSED and (f := log.last(p)) is not None:
