@@ -327,3 +327,27 @@ def test_cli_text_view_and_diagnostics(run_cli):
     one_line_error(code, out, err, "no trace at")
     code, out, err = run_cli("replay", "synthetic", "qwen3.5-4b", "--shared", "100")
     one_line_error(code, out, err, "--kv-budget")
+
+
+def test_vllm_0_33_takes_the_prompt_checkpoint_inside_the_last_chunk():
+    """vLLM 0.33.0, Qwen3.5-4B align with FlashInfer's GDN (block 576): its GDN layers export the prompt's
+    checkpoint from inside a chunk (qwen_gdn_linear_attn.py: one prefill-checkpoint block, alignment the block).
+    A 1,700-token prompt's checkpoint is ⌊1699/576⌋·576 = 1152; its one chunk 0 → 1700 starts on a unit,
+    cdiv(1700, 576) − 2 = 1 > (0 − 1) // 576, 0 + 576 ≤ 1152 < 1700 and (1152 − 0) % 576 = 0: the scheduler
+    does not split the prefill there (scheduler.py ``use_internal_checkpoint``), and each Mamba group takes the
+    checkpoint's block (index 1) and the running state's (index 2), no third. vLLM 0.32.0 (GDN exports none)
+    splits at 1152 and takes one block a step. validation/replay.py runs both against the wheels."""
+    req = Request(0, Prompt(runs=((("p",), 1700),)), 8)
+    sc33 = scenario("qwen3.5-4b", 32768, minor=33)
+    r33 = vpc.rules(sc33, ReplaySettings(), "align", 40 * GiB)
+    c = vpc.Cache(r33)
+    keys = c.keys(req, 1708)
+    look = c.lookup(req, keys)
+    steps, _, (mamba, index, need) = c._plan(req, look, keys)
+    assert (r33.block, r33.checkpoint_align, r33.mamba_pages) == (576, 576, 3)
+    assert steps[:2] == [0, 1700] and c.internal_checkpoint(req, 0, 1700) == 1152
+    assert index == [1, 2] and need == [1700, 1700] and mamba[0] is not None  # the checkpoint is cached
+    r32 = vpc.rules(scenario("qwen3.5-4b", 32768, minor="0.32.0"), ReplaySettings(), "align", 40 * GiB)
+    c = vpc.Cache(r32)
+    steps, _, (mamba, index, need) = c._plan(req, c.lookup(req, c.keys(req, 1708)), c.keys(req, 1708))
+    assert r32.checkpoint_align is None and steps[:3] == [0, r32.block * (1699 // r32.block), 1700]

@@ -143,6 +143,7 @@ def hybridplan_side(version: str, model: str, mode: str, trace: str, budget: str
     return {"rules": {"block": rules.block, "num_blocks": rules.num_blocks, "attn_groups": rules.attn_groups,
                       "mamba_groups": rules.mamba_groups, "mode": mode, "chunk": rules.chunk, "max_model_len": ctx,
                       "checkpoint_blocks": max(extra, 0), "retention": rules.retention,
+                      "checkpoint_align": rules.checkpoint_align,
                       "group_order": list(rules.group_order)},
             "requests": reqs, "reused": [o.reused for o in runs[rules.label].outcomes]}
 
@@ -215,6 +216,11 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
         mspec = {"block_size": block, "shapes": ((1,),), "dtypes": (torch.float32,), "mamba_cache_mode": r["mode"]}
         if "num_prefill_checkpoint_blocks" in MambaSpec.__dataclass_fields__:
             mspec["num_prefill_checkpoint_blocks"] = r["checkpoint_blocks"]
+            if r["checkpoint_align"] is not None and "prefill_checkpoint_alignment" in MambaSpec.__dataclass_fields__:
+                # as the layers' get_kv_cache_spec set it (mamba_mixer2.py 1, from 0.32.0; qwen_gdn_linear_attn.py
+                # the prefix-cache grid for FlashInfer, 0.33.0): the scheduler then takes the prompt's checkpoint
+                # inside its last chunk instead of splitting the chunk there (hybridplan's Rules.checkpoint_align)
+                mspec["prefill_checkpoint_alignment"] = r["checkpoint_align"]
         groups = [KVCacheGroupSpec([f"mamba{i}"], MambaSpec(**mspec)) if kind == "m" else
                   KVCacheGroupSpec([f"attn{i}"], FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=1,
                                                                    dtype=torch.float32))

@@ -181,9 +181,17 @@ def recurrent_pages(sc: Scenario, kind: str, mode: str, block_size: int | None) 
         return 1 + spec_tokens
     if mode == "all":
         return cdiv(sc.ctx, block_size) + (spec_tokens if rel.at_least("0.22.0") else 0)
-    extra = int((kind == "mamba2" and rel.at_least("0.32.0"))
-                or (kind == "gdn" and rel.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"))
-    return 2 + spec_tokens + extra
+    return 2 + spec_tokens + int(prefill_checkpoint(sc, kind))
+
+
+def prefill_checkpoint(sc: Scenario, kind: str) -> bool:
+    """Does this recurrent layer export the prompt's checkpoint state from inside a prefill chunk in align mode
+    (``MambaSpec.num_prefill_checkpoint_blocks`` 1, one page more a request): Mamba-2 from 0.32.0
+    (mamba_mixer2.py ``get_kv_cache_spec``, alignment 1), FlashInfer's GDN in 0.33.0 (qwen_gdn_linear_attn.py,
+    alignment the prefix-cache grid)."""
+    rel = sc.vllm.release
+    return ((kind == "mamba2" and rel.at_least("0.32.0"))
+            or (kind == "gdn" and rel.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"))
 
 
 def attention_pages(sc: Scenario, window: int | None, block_size: int) -> int:

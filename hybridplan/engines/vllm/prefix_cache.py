@@ -33,6 +33,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
+from math import lcm
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import cdiv, floor_to
@@ -84,6 +85,10 @@ class Rules:
     #: retention keeps the shared-prefix junction's state too (``request.shared_prefix_boundary``, #47782):
     #: 0.26.0+; 0.24.0–0.25.x keep the replay boundary alone
     junction_kept: bool = True
+    #: align mode, layers that export the prompt's checkpoint from inside a chunk (blocks.py
+    #: ``prefill_checkpoint``): the scheduler's ``prefill_checkpoint_alignment``; None where they do not, and
+    #: the prefill is split at the checkpoint instead
+    checkpoint_align: int | None = None
 
     @property
     def recurrent(self) -> bool:
@@ -133,7 +138,7 @@ def retention(sc: Scenario, rs: ReplaySettings) -> tuple[int | None, str]:
 
 def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     """The rules ``mode`` runs with on this release, with the pool the budget buys."""
-    from hybridplan.engines.vllm.blocks import layout, recurrent_pages
+    from hybridplan.engines.vllm.blocks import layout, prefill_checkpoint, recurrent_pages
     from hybridplan.engines.vllm.dtypes import footprint
     from hybridplan.engines.vllm.sizing import capacity
 
@@ -171,12 +176,17 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
                             "cache.py)")
     fp = footprint(sc)
     pages = max((recurrent_pages(sc, g.kind, mode, block) for g in fp.state), default=0) if mode != "all" else 0
+    align = None
+    if mode == "align" and fp.state and all(prefill_checkpoint(sc, g.kind) for g in fp.state):
+        # the first Mamba group's alignment (scheduler.py): Mamba-2's 1; FlashInfer GDN's grid, the block, or with
+        # --prefix-match-unit lcm(unit, 64) (abstract.py get_mamba_prefill_checkpoint_grid, gdn_attn.py)
+        align = 1 if fp.state[0].kind == "mamba2" else (lcm(unit, 64) if unit < block else block)
     override = rs.num_gpu_blocks_override
     return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, sc.chunk, attn,
                  mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
                  rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
                  group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
-                 uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"))
+                 uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"), checkpoint_align=align)
 
 
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
@@ -359,18 +369,20 @@ class Cache:
         tail = floor_to(L, r.unit) if r.unit < B else 0
         while pos < L:
             end = min(pos + r.chunk, L)
+            inside = self.internal_checkpoint(req, pos, end)
             if end < L:
                 aligned = floor_to(end, B)
                 if aligned > pos or B <= r.chunk:
                     end = aligned
             # the first of these inside the step ends it: the next block boundary (a step from inside a block),
-            # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint)
+            # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint);
+            # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)
             cut = end
-            if pos % B and pos < floor_to(pos, B) + B < cut:
+            if pos % B and pos < floor_to(pos, B) + B < cut and not inside:
                 cut = floor_to(pos, B) + B
-            if pos < last < cut:
+            if pos < last < cut and not inside:
                 cut = last
-            if last < tail < L and pos < tail < cut:
+            if last < tail < L and pos < tail < cut and not inside:
                 cut = tail
             if pos < junction < end:
                 at = pos + floor_to(junction - pos, B)
@@ -386,6 +398,30 @@ class Cache:
             ends.append(end)
             pos = end
         return ends
+
+    def checkpoint_position(self, req: Request) -> int:
+        """The prompt's checkpoint (kv_cache_interface.py ``get_mamba_prefill_checkpoint_position``): the last
+        hash-unit boundary before its last token; EAGLE's block drop backs off one unit more."""
+        r, L = self.r, req.prompt_len
+        if r.eagle:
+            return max(floor_to(L, r.unit) - r.unit, 0)
+        return floor_to(L - 1, r.unit)
+
+    def internal_checkpoint(self, req: Request, start: int, end: int) -> int | None:
+        """Where a step from ``start`` to ``end`` (the chunk before any split) takes the prompt's checkpoint inside
+        it, as the scheduler decides (``_mamba_block_aligned_split``'s ``use_internal_checkpoint``, with
+        kv_cache_interface.py ``is_mamba_prefill_checkpoint_valid``): the last chunk, starting on a hash unit,
+        the checkpoint strictly inside it at least a unit in and on the alignment from its start, in a block
+        after the one it starts from. None where it does not (the step is split there instead)."""
+        r = self.r
+        align = r.checkpoint_align
+        if align is None or end < req.prompt_len or start % r.unit:
+            return None
+        cp = self.checkpoint_position(req)
+        if (cdiv(end, r.block) - 2 > (start - 1) // r.block and start + r.unit <= cp and start < cp < end
+                and (cp - start) % align == 0):
+            return cp
+        return None
 
     def state_positions(self, req: Request, start: int, junction: int) -> list[int]:
         """Token positions (multiples of the block, or of the unit for a partial tail) where this request
@@ -403,6 +439,10 @@ class Cache:
             return []
         tail = floor_to(L, r.unit) if r.unit < B else 0
         out = [e for e in ends if e % B == 0 or (r.unit < B and e == tail)]
+        for a, e in zip([start, *ends], ends):  # a checkpoint a step takes inside it
+            cp = self.internal_checkpoint(req, a, e)
+            if cp is not None and cp not in out:
+                out.append(cp)
         if not r.eagle:
             out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
         return out
@@ -519,14 +559,24 @@ class Cache:
                 # (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
                 in_block = {(pos - 1) // B: k for pos, k in states.items()}  # the last kept state in each block
                 seen = {(hit - 1) // B} if hit else set()
-                for e in steps[1:]:
+                for a, e in zip(steps, steps[1:]):
+                    cp = self.internal_checkpoint(req, a, e) if a < L else None
+                    if cp is not None:  # its own block, before the step's last (MambaManager checkpoint_idx)
+                        i = cdiv(e, B) - 2
+                        if i not in seen:
+                            seen.add(i)
+                            mamba.append(states.get(cp))
+                            index.append(i)
+                            need.append(e)
                     i = (e - 1) // B
                     if i not in seen:
                         seen.add(i)
                         mamba.append(in_block.get(i))
                         index.append(i)
                         need.append(e)
-                late = max(r.mamba_pages - 2, 0)
+                # the speculative blocks are held to the end; the prefill-checkpoint page is a block only where a
+                # step takes the checkpoint inside it (MambaManager ``_needs_internal_checkpoint``): the one above
+                late = max(r.mamba_pages - 2 - (r.checkpoint_align is not None), 0)
                 mamba += [None] * late
                 index += [1 << 62] * late
                 need += [1] * late
