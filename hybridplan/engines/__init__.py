@@ -99,6 +99,35 @@ class Engine(Protocol):
         ...
 
 
+class LogVerbs:
+    """The log verbs of an engine whose log rules live in ``hybridplan.engines.<name>.logs`` (its ``KEYWORDS``,
+    ``OPENERS``, ``FIGURE_PATTERNS``, ``present`` and ``check``), that module imported on first use."""
+
+    name: str
+
+    def _logs(self):
+        return import_module(f"hybridplan.engines.{self.name}.logs")
+
+    @property
+    def log_keywords(self) -> tuple[str, ...]:
+        return self._logs().KEYWORDS
+
+    @property
+    def log_openers(self) -> tuple[re.Pattern[str], ...]:
+        return self._logs().OPENERS
+
+    @property
+    def log_figures(self) -> tuple[re.Pattern[str], ...]:
+        return self._logs().FIGURE_PATTERNS
+
+    def log_present(self, log: Log) -> bool:
+        return self._logs().present(log)
+
+    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
+        """The settings the log states, its figures beside the prediction for them, and those not modelled."""
+        return self._logs().check(log, given)
+
+
 def get(name: str) -> Engine:
     if name not in NAMES:
         raise PlanError(f"unknown engine {name!r} (known: {', '.join(NAMES)})")

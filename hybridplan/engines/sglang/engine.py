@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hybridplan.engines import LogVerbs
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
-    from hybridplan.engines import LogGiven
-    from hybridplan.engines.common import LogCheck
     from hybridplan.engines.sglang.pool import Fit, PoolLayout
     from hybridplan.engines.sglang.radix import Prefix
-    from hybridplan.logread import Log
     from hybridplan.scenario import Scenario
 
 
-class SglangEngine:
+class SglangEngine(LogVerbs):
     name = "sglang"
     #: the line whose presence says a log is SGLang's (``logs.FIGURES``)
     looked_for = ('SGLang\'s "Mamba Cache is allocated"',)
@@ -50,35 +48,6 @@ class SglangEngine:
 
         self.check_served(sc)
         return prefix(sc, shared, prompt)
-
-    @property
-    def log_keywords(self) -> tuple[str, ...]:
-        from hybridplan.engines.sglang.logs import KEYWORDS
-
-        return KEYWORDS
-
-    @property
-    def log_openers(self) -> tuple:
-        from hybridplan.engines.sglang.logs import OPENERS
-
-        return OPENERS
-
-    @property
-    def log_figures(self) -> tuple:
-        from hybridplan.engines.sglang.logs import FIGURE_PATTERNS
-
-        return FIGURE_PATTERNS
-
-    def log_present(self, log: Log) -> bool:
-        from hybridplan.engines.sglang.logs import present
-
-        return present(log)
-
-    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
-        """The settings the log states, its figures beside the prediction for them, and those not modelled."""
-        from hybridplan.engines.sglang.logs import check
-
-        return check(log, given)
 
 
 ENGINE = SglangEngine()

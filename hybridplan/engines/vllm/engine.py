@@ -6,19 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.vllm.dtypes import footprint
+from hybridplan.engines import LogVerbs
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
-    from hybridplan.engines import LogGiven
-    from hybridplan.engines.common import LogCheck
     from hybridplan.engines.vllm.blocks import Pages
     from hybridplan.engines.vllm.prefix import Prefix
     from hybridplan.engines.vllm.sizing import Fit
-    from hybridplan.logread import Log
     from hybridplan.scenario import Scenario
 
 
-class VllmEngine:
+class VllmEngine(LogVerbs):
     name = "vllm"
     #: the lines whose presence says a log is vLLM's (``logs.FIGURES``)
     looked_for = ('vLLM\'s "Setting attention block size"', '"Padding mamba page size"', '"KV cache size"',
@@ -51,35 +49,6 @@ class VllmEngine:
 
         self.check_served(sc)
         return prefix(sc, shared, prompt)
-
-    @property
-    def log_keywords(self) -> tuple[str, ...]:
-        from hybridplan.engines.vllm.logs import KEYWORDS
-
-        return KEYWORDS
-
-    @property
-    def log_openers(self) -> tuple:
-        from hybridplan.engines.vllm.logs import OPENERS
-
-        return OPENERS
-
-    @property
-    def log_figures(self) -> tuple:
-        from hybridplan.engines.vllm.logs import FIGURE_PATTERNS
-
-        return FIGURE_PATTERNS
-
-    def log_present(self, log: Log) -> bool:
-        from hybridplan.engines.vllm.logs import present
-
-        return present(log)
-
-    def check_log(self, log: Log, given: LogGiven) -> LogCheck:
-        """The settings the log states, its figures beside the prediction for them, and those not modelled."""
-        from hybridplan.engines.vllm.logs import check
-
-        return check(log, given)
 
 
 ENGINE = VllmEngine()
