@@ -177,6 +177,18 @@ def before_worker(version: str, src: str, config_root: str) -> None:
     print("RESULT " + json.dumps(out))
 
 
+def worker_rows(version: str, cmd: list[str], failed: list[str], **run: object) -> list[dict] | None:
+    """The rows a worker prints on its ``RESULT`` line; None, the release listed in ``failed`` and the tail of its
+    output shown, where it prints none."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, **run)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        failed.append(version)
+        print(f"vLLM {version}: the worker failed\n{(proc.stdout + proc.stderr)[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(line[len("RESULT "):])
+
+
 def hybridplan_block(version: str, capability: str) -> int:
     sys.path.insert(0, str(ROOT))
     from hybridplan.engines.vllm.blocks import attention_block_size
@@ -206,15 +218,9 @@ def run_before(releases: list[str], cache: Path, as_json: bool) -> tuple[list, i
         (Path(tmp) / "models" / HD256_CASE["model"] / "config.json").write_text(json.dumps(doc["config"]))
         for version in releases:
             src = unpack(version, cache)
-            run = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--before-worker", version, str(src),
-                                  str(Path(tmp) / "models")], capture_output=True, text=True, cwd=tmp,
-                                 env=dict(os.environ))
-            line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if line is None:
-                failed.append(version)
-                print(f"vLLM {version}: the worker failed\n{(run.stdout + run.stderr)[-3000:]}", file=sys.stderr)
-                continue
-            for row in json.loads(line[len("RESULT "):]):
+            out = worker_rows(version, [sys.executable, str(Path(__file__).resolve()), "--before-worker", version,
+                                        str(src), str(Path(tmp) / "models")], failed, cwd=tmp, env=dict(os.environ))
+            for row in out or ():
                 row["release"] = version
                 row["hybridplan"] = hybridplan_block(version, row["capability"])
                 row["match"] = row.get("block_size") == row["hybridplan"]
@@ -275,14 +281,9 @@ def main() -> int:
     report, bad, failed = [], 0, []
     for version in args.releases:
         src = unpack(version, args.cache_dir)
-        run = subprocess.run([sys.executable, "-c", WORKER, str(src), json.dumps(CAPABILITIES)],
-                             capture_output=True, text=True, cwd="/tmp")
-        line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if line is None:
-            failed.append(version)
-            print(f"vLLM {version}: the worker failed\n{run.stderr[-2000:]}", file=sys.stderr)
-            continue
-        for row in json.loads(line[len("RESULT "):]):
+        out = worker_rows(version, [sys.executable, "-c", WORKER, str(src), json.dumps(CAPABILITIES)], failed,
+                          cwd="/tmp")
+        for row in out or ():
             row["release"] = version
             if row["backend"] is None:
                 row["match"] = False
