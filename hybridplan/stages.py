@@ -132,16 +132,9 @@ def stages(spec: ModelSpec, bounds: tuple[tuple[int, int], ...]) -> tuple[Stage,
     return tuple(out)
 
 
-def _kind_counts(spec: ModelSpec) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for k in [m.kind for m in spec.mixers] + list(spec.ffn):
-        counts[k] = counts.get(k, 0) + 1
-    return counts
-
-
 def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
     """Per weights group, the share of the whole model's part one stage holds."""
-    total, held = _kind_counts(whole), _kind_counts(stage.spec)
+    total, held = whole.layer_counts, stage.spec.layer_counts
     layers = len(decoder_layers(whole)) or 1
     shares: dict[str, float] = {}
     for group, kinds in _PART_KINDS.items():

@@ -53,16 +53,9 @@ def _scaled(w: Work, share: float) -> Work:
                    kernels=round(w.kernels * share))
 
 
-def _counts(spec) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k in [m.kind for m in spec.mixers] + list(spec.ffn):
-        out[k] = out.get(k, 0) + 1
-    return out
-
-
 def stage_step(step: Step, whole, stage_spec, last: bool) -> Step:
     """``step`` (the whole model's) cut to one stage's layers: each kind by the stage's share of its layers."""
-    total, held = _counts(whole), _counts(stage_spec)
+    total, held = whole.layer_counts, stage_spec.layer_counts
     layers = max(1, len(whole.mixers))
     share_layers = len(stage_spec.mixers) / layers
     kinds = []
