@@ -369,7 +369,7 @@ class Cache:
         tail = floor_to(L, r.unit) if r.unit < B else 0
         while pos < L:
             end = min(pos + r.chunk, L)
-            inside = self.internal_checkpoint(req, pos, end)
+            inside = r.checkpoint_align is not None and self.internal_checkpoint(req, pos, end) is not None
             if end < L:
                 aligned = floor_to(end, B)
                 if aligned > pos or B <= r.chunk:
@@ -439,10 +439,11 @@ class Cache:
             return []
         tail = floor_to(L, r.unit) if r.unit < B else 0
         out = [e for e in ends if e % B == 0 or (r.unit < B and e == tail)]
-        for a, e in zip([start, *ends], ends):  # a checkpoint a step takes inside it
-            cp = self.internal_checkpoint(req, a, e)
-            if cp is not None and cp not in out:
-                out.append(cp)
+        if r.checkpoint_align is not None:
+            for a, e in zip([start, *ends], ends):  # a checkpoint a step takes inside it
+                cp = self.internal_checkpoint(req, a, e)
+                if cp is not None and cp not in out:
+                    out.append(cp)
         if not r.eagle:
             out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
         return out
@@ -559,8 +560,9 @@ class Cache:
                 # (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
                 in_block = {(pos - 1) // B: k for pos, k in states.items()}  # the last kept state in each block
                 seen = {(hit - 1) // B} if hit else set()
+                inside = r.checkpoint_align is not None
                 for a, e in zip(steps, steps[1:]):
-                    cp = self.internal_checkpoint(req, a, e) if a < L else None
+                    cp = self.internal_checkpoint(req, a, e) if inside and a < L else None
                     if cp is not None:  # its own block, before the step's last (MambaManager checkpoint_idx)
                         i = cdiv(e, B) - 2
                         if i not in seen:
