@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from itertools import chain
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -338,11 +339,15 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
             by_name.setdefault(key, fn)
         if source and source == hub_id:
             by_name.setdefault("\0" + source, fn)
-    # a re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
-    # longest shipped name that starts it and names a size, so that a family name never stands for a sized model
-    sized = sorted((k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
-                   key=len, reverse=True)
-    for i, key in enumerate(["\0" + hub_id, *names, *sized]):
+
+    def sized():
+        """A re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
+        longest shipped name that starts it and names a size, so that a family name never stands for a sized
+        model; sought only once the exact names are not found."""
+        yield from sorted((k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
+                          key=len, reverse=True)
+
+    for i, key in enumerate(chain(["\0" + hub_id, *names], sized())):
         fn = by_name.get(key)
         if fn is None:
             continue
