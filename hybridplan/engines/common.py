@@ -4,13 +4,13 @@ a log check reports (settings with their source, figures beside their prediction
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from math import gcd
 
 from hybridplan.errors import PlanError
 
 
 from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
+from hybridplan.records import frozen
 
 
 def lcm(a: int, b: int) -> int:
@@ -37,7 +37,7 @@ def spaced(start: int, stop: int, step: int, what: str) -> range:
     return range(start, stop, step)
 
 
-@dataclass(frozen=True)
+@frozen
 class Reuse:
     """Prefix reuse on one engine. The second request finds only the first one's checkpoints; from the
     third on, requests also find the checkpoint the second left where the two diverged (the junction)."""
@@ -73,7 +73,7 @@ def last(pattern: re.Pattern, text: str):
     return found[-1] if found else None
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     """One figure of a log beside its prediction."""
 
@@ -91,7 +91,7 @@ class Row:
                 "ok": self.ok}
 
 
-@dataclass(frozen=True)
+@frozen
 class Setting:
     """A setting a log check ran with, and where it came from: a log line, a flag, or a default."""
 
@@ -125,7 +125,7 @@ class Settings:
         return tuple(Setting(self.engine, n, str(v), self.sources[n]) for n, v in self.values.items())
 
 
-@dataclass(frozen=True)
+@frozen
 class NotModelled:
     """A figure the log shows that hybridplan does not predict, and why."""
 
@@ -138,7 +138,7 @@ class NotModelled:
         return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "reason": self.reason}
 
 
-@dataclass(frozen=True)
+@frozen
 class Estimate:
     """A figure of the log beside hybridplan's estimate of it, which is not expected to be exact."""
 
@@ -164,7 +164,7 @@ class Estimate:
                 "error_pct": round(self.error_pct, 3), "within": self.within, "basis": self.basis}
 
 
-@dataclass(frozen=True)
+@frozen
 class LogCheck:
     """One engine's reading of a log: its settings, each figure beside its prediction, what it does not
     model, and how the figures were compared."""
@@ -188,7 +188,7 @@ def literal(text: str):
         return text.removeprefix("torch.")
 
 
-@dataclass(frozen=True)
+@frozen
 class Term:
     """One step of the memory waterfall: what it takes, and whether it is known or estimated."""
 
@@ -199,7 +199,7 @@ class Term:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Waterfall:
     """A GPU's memory from its total to the cache pool: ``total × utilization`` less each term."""
 
@@ -231,7 +231,7 @@ class Waterfall:
                           for t in (*self.before, *self.terms)]}
 
 
-@dataclass(frozen=True)
+@frozen
 class Shortfall:
     """`fit` on an engine whose weights and overheads leave nothing for its caches: it will not start."""
 

@@ -3,13 +3,13 @@ length or a sweep of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan import engines
 from hybridplan.errors import PlanError
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 #: the most points a sweep computes (a table, or a plot, of more says no more)
 MAX_SWEEP_POINTS = 2_000
@@ -17,7 +17,7 @@ MAX_SWEEP_POINTS = 2_000
 MAX_SWEEP_CHECKPOINTS = 2_000_000
 
 
-@dataclass(frozen=True)
+@frozen
 class PrefixReport:
     spec: ModelSpec
     shared: int
@@ -47,7 +47,7 @@ def prefix(sc: Scenario, shared: int, private: int) -> PrefixReport:
     return PrefixReport(sc.spec, shared, private, parts, tuple(skipped.items()))
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepReport:
     """Reuse as the shared length grows: a step function with a step at each checkpoint."""
 

@@ -4,19 +4,20 @@ reuses (mem_cache/unified_radix_cache.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to, lcm, spaced
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
 
-@dataclass(frozen=True)
+@frozen
 class Strategy:
     """The radix strategy a scenario runs and the state slots a request holds under it."""
 
@@ -98,7 +99,7 @@ def reuse(sc: Scenario, shared: int, prompt: int) -> Reuse:
                     prompt)
 
 
-@dataclass(frozen=True)
+@frozen
 class Prefix:
     rel: Release
     reuse: Reuse

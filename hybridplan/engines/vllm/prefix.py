@@ -6,13 +6,14 @@ vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split`` and kv_cache_inte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, floor_to, spaced
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.errors import NotServed
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -58,7 +59,7 @@ def reuse(sc: Scenario, shared: int, prompt: int) -> dict[str, Reuse]:
     return out
 
 
-@dataclass(frozen=True)
+@frozen
 class Prefix:
     """`prefix` on vLLM: reuse per mode."""
 
