@@ -31,6 +31,7 @@ from hybridplan.options import (
     Options,
     SglangVersion,
     command,
+    command_in,
     Flag,
     argument,
     count_value,
@@ -327,15 +328,11 @@ def gpus(o: Options) -> None:
     show(GpusReport(GPUS), o, "gpus_view")
 
 
-from hybridplan.profile.command import GROUPS as _PROFILE  # noqa: E402 - torch at run time
-from hybridplan.profile.command import profile as _profile  # noqa: E402
-
-command(app, *_PROFILE, short="Allocate the predicted pools on a GPU and time the kernels")(_profile)
-
-from hybridplan.replay.command import GROUPS as _REPLAY  # noqa: E402
-from hybridplan.replay.command import replay as _replay  # noqa: E402
-
-command(app, *_REPLAY, short="A trace through each engine's prefix cache: what each request reuses, and why")(_replay)
+# their modules (and options) load only when the command is built
+command_in(app, "hybridplan.profile.command:profile", engine_flags=True,
+           short="Allocate the predicted pools on a GPU and time the kernels")
+command_in(app, "hybridplan.replay.command:replay", engine_flags=True,
+           short="A trace through each engine's prefix cache: what each request reuses, and why")
 
 
 SPEED = (

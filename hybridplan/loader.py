@@ -210,14 +210,16 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
 
 
 #: the Hub's own addresses of a repository: ``https://huggingface.co/org/name`` (``/tree/REV`` …), ``hf.co/org/name``
-_HUB_URL = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
-                      r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?", re.IGNORECASE)
+#: (compiled on first use: only a name with one of the Hub's hosts in it is tried)
+_HUB_URL = (r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
+            r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?")
 
 
 def _from_url(ref: str, revision: str | None) -> tuple[str, str | None]:
     """A Hub address pasted from the browser as the Hub id it names (and the revision of a ``/tree/REV`` address);
     anything else unchanged."""
-    m = _HUB_URL.fullmatch(ref)
+    low = ref.lower()
+    m = re.fullmatch(_HUB_URL, ref, re.IGNORECASE) if "huggingface.co" in low or "hf.co" in low else None
     if m is None:
         return ref, revision
     repo_id, rev = f"{m.group(1)}/{m.group(2)}", m.group(3)

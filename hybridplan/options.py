@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Optional
@@ -51,6 +52,7 @@ class Decl:
         return typer.Argument(default, **kw)
 
 
+@lru_cache(maxsize=1)
 def _completing() -> bool:
     """Whether the shell asked for completions (click's _HYBRIDPLAN_COMPLETE)."""
     import os
@@ -400,12 +402,40 @@ def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = Non
 
         run.params = tuple(p for g in groups for p in g)  # type: ignore[attr-defined]
         run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-        takes_engine_flags = any(p[0] in ("tp", "ctx", "kv_dtype") for p in run.params)  # type: ignore[attr-defined]
         app.command(name=name or fn.__name__, short_help=short, cls=_Command,
-                    epilog=ENGINE_LINE_HELP if takes_engine_flags else None)(run)
+                    epilog=ENGINE_LINE_HELP if takes_engine_flags(run.params) else None)(run)  # type: ignore[attr-defined]
         return fn
 
     return register
+
+
+def takes_engine_flags(params: tuple[Param, ...]) -> bool:
+    """Whether a command's options include one an engine line sets, so its help tells how to paste one."""
+    return any(p[0] in ("tp", "ctx", "kv_dtype") for p in params)
+
+
+def command_in(app: typer.Typer, target: str, *, short: str, engine_flags: bool) -> None:
+    """Register the command ``module:function``, whose module holds its option groups as ``GROUPS``, without
+    importing the module: it is imported when the command is built (``signature``). ``engine_flags``: what
+    ``takes_engine_flags`` says of its options (tests/test_startup.py checks it)."""
+    module, _, name = target.partition(":")
+
+    def run(**values: Any) -> Any:
+        return run.fn(Options(**values))  # type: ignore[attr-defined]
+
+    run.__name__, run.target = name, target  # type: ignore[attr-defined]
+    app.command(name=name.replace("_", "-"), short_help=short, cls=_Command,
+                epilog=ENGINE_LINE_HELP if engine_flags else None)(run)
+
+
+def _import_command(run: Callable[..., Any]) -> None:
+    from importlib import import_module
+
+    module, _, name = run.target.partition(":")  # type: ignore[attr-defined]
+    mod = import_module(module)
+    run.fn = getattr(mod, name)  # type: ignore[attr-defined]
+    run.params = tuple(p for g in mod.GROUPS for p in g)  # type: ignore[attr-defined]
+    run.__doc__ = run.fn.__doc__  # type: ignore[attr-defined]
 
 
 def signature(run: Callable[..., Any]) -> None:
@@ -413,6 +443,8 @@ def signature(run: Callable[..., Any]) -> None:
     (once; the commands the CLI does not build never pay for theirs)."""
     if "__signature__" in run.__dict__:
         return
+    if not hasattr(run, "params"):
+        _import_command(run)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter(n, kind, default=a.decl.build(d), annotation=a.type) if isinstance(a, Flag)

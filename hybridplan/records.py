@@ -2,9 +2,9 @@
 
 ``@dataclass(frozen=True)`` writes the source of six to ten methods for each class and compiles it when the
 module is imported: on Python 3.11 about a millisecond a class, which on the `size` path alone (35 classes)
-was a third of the start-up above a bare ``import typer, rich, yaml`` (docs/startup.md). ``@frozen`` lets
-``dataclasses`` collect the fields (so ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass``
-work as on any dataclass) but asks it for no method, then gives the class ``__init__``, ``__repr__``,
+was a third of the start-up above a bare ``import typer, rich, yaml`` (docs/startup.md). ``@frozen`` collects
+the fields as ``dataclasses`` keeps them (so ``dataclasses.fields``, ``replace``, ``asdict`` and
+``is_dataclass`` work as on any dataclass), then gives the class ``__init__``, ``__repr__``,
 ``__eq__``, ``__hash__`` (and with ``order=True`` the orderings) built from closures over its fields, and
 the frozen ``__setattr__``/``__delattr__``. They behave as the generated ones do: positional or keyword
 arguments, defaults and default factories, ``init=False`` fields set to their default, ``__post_init__``
@@ -31,12 +31,7 @@ def frozen(cls: type | None = None, /, *, order: bool = False):
 
 
 def _make(cls: type, order: bool) -> type:
-    for base in cls.__mro__[1:-1]:
-        if dataclasses.is_dataclass(base) and not getattr(base, "__frozen_record__", False):
-            raise TypeError(f"{cls.__qualname__}: a frozen record cannot extend the dataclass {base.__qualname__}")
-    # fields only: no generated method (init, repr and eq off, so no hash either)
-    dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-    fields = [f for f in cls.__dict__["__dataclass_fields__"].values() if f._field_type is dataclasses._FIELD]
+    fields = _fields(cls)
     shown = tuple(f.name for f in fields if f.repr)
     compared = tuple(f.name for f in fields if f.compare)
     hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
@@ -73,6 +68,50 @@ def _make(cls: type, order: bool) -> type:
             setattr(cls, name, _ordering(key, op, name))
     cls.__frozen_record__ = True
     return cls
+
+
+def _fields(cls: type) -> list[dataclasses.Field]:
+    """The class's fields as ``dataclasses`` keeps them (``__dataclass_fields__``, so ``fields``, ``replace`` and
+    ``asdict`` read them), collected here: the bases' first, then each annotation of its own, its default or
+    ``field(...)`` as written. ``dataclasses`` itself would test every annotation for ClassVar and InitVar,
+    which records do not take, at a third of what it costs to make a record."""
+    found: dict[str, dataclasses.Field] = {}
+    for base in cls.__mro__[-1:0:-1]:
+        inherited = base.__dict__.get("__dataclass_fields__")
+        if inherited is not None:
+            if not base.__dict__.get("__frozen_record__"):
+                raise TypeError(f"{cls.__qualname__}: a frozen record cannot extend the dataclass "
+                                f"{base.__qualname__}")
+            found.update(inherited)
+    own = cls.__dict__
+    for name, kind in own.get("__annotations__", {}).items():
+        text = kind if isinstance(kind, str) else getattr(kind, "__name__", "")
+        if "ClassVar" in text or "InitVar" in text:
+            raise TypeError(f"{cls.__qualname__}.{name}: a frozen record takes no ClassVar or InitVar")
+        default = own.get(name, _MISSING)
+        f = default if isinstance(default, dataclasses.Field) else dataclasses.field(default=default)
+        if f.default is not _MISSING and f.default.__class__.__hash__ is None:
+            raise ValueError(f"{cls.__qualname__}.{name}: mutable default {type(f.default)} is not allowed: use "
+                             "default_factory")
+        f.name, f.type, f._field_type = name, kind, dataclasses._FIELD  # type: ignore[attr-defined]
+        if getattr(f, "kw_only", False) is _MISSING:
+            f.kw_only = False  # type: ignore[attr-defined]
+        found[name] = f
+        if f.default is _MISSING:
+            if isinstance(default, dataclasses.Field):
+                delattr(cls, name)
+        else:
+            setattr(cls, name, f.default)
+    fields = list(found.values())
+    optional = False
+    for f in fields:
+        if f.init:
+            if f.default is _MISSING and f.default_factory is _MISSING and optional:
+                raise TypeError(f"{cls.__qualname__}: non-default argument {f.name!r} follows default argument")
+            optional = optional or f.default is not _MISSING or f.default_factory is not _MISSING
+    cls.__dataclass_fields__ = found
+    cls.__match_args__ = tuple(f.name for f in fields if f.init)
+    return fields
 
 
 def _init(cls: type, fields: list[dataclasses.Field]):

@@ -85,6 +85,18 @@ def test_only_the_invoked_command_is_built(monkeypatch, capsys):
     capsys.readouterr()
 
 
+def test_a_command_registered_by_its_module_says_truly_whether_it_takes_engine_flags():
+    # profile and replay register without importing their modules (hybridplan/options.py command_in)
+    from hybridplan import cli, options
+
+    lazy = [c for c in cli.app.registered_commands if hasattr(c.callback, "target")]
+    assert {c.callback.target for c in lazy} == {"hybridplan.profile.command:profile",
+                                                 "hybridplan.replay.command:replay"}
+    for c in lazy:
+        options.signature(c.callback)
+        assert (c.epilog is not None) == options.takes_engine_flags(c.callback.params), c.name
+
+
 def test_the_spec_index_is_the_specs():
     # the loader reads the shipped specs' names, architectures and contexts from model_specs/index.json, not from
     # the 51 files; it must say what the files say (python scripts/specs_index.py rewrites it)
