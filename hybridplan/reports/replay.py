@@ -191,6 +191,10 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _requests(n: int) -> str:
+    return f"{n:,} request" + ("" if n == 1 else "s")
+
+
 def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[..., Run | None]) -> list[str]:
     """A miss in words: what stood in the way, the flag that changes it and by how much (a what-if replay where
     the trace is short enough)."""
@@ -200,16 +204,16 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
     grid = "block" if engine != "sglang" else "checkpoint grid"
     mode = rules.get("mode") or rules.get("strategy")
     if c.get("caching_off"):
-        out.append(f"{c['caching_off']} requests: prefix caching is off here ({mode}): no state is ever saved"
+        out.append(f"{_requests(c['caching_off'])}: prefix caching is off here ({mode}): no state is ever saved"
                    + ("; --mamba-cache-mode align (with --enable-prefix-caching) saves them" if engine == "vllm"
                       else "; --mamba-radix-cache-strategy extra_buffer (without --disable-radix-cache) saves them"))
     if c.get("block_past_max_len"):
-        out.append(f"{c['block_past_max_len']} requests: the {B:,}-token block is larger than max_model_len "
+        out.append(f"{_requests(c['block_past_max_len'])}: the {B:,}-token block is larger than max_model_len "
                    f"{sc.ctx:,}, so no prompt fills a block and prefix caching is inert (vllm#48401); "
                    "--mamba-cache-mode none frees the padding, or a larger --max-model-len makes blocks fill")
     if c.get("before_first_checkpoint"):
         x = _median(run, "before_first_checkpoint")
-        msg = (f"{c['before_first_checkpoint']} requests: the shared prefix (median {x:,} tokens) ends before the "
+        msg = (f"{_requests(c['before_first_checkpoint'])}: the shared prefix (median {x:,} tokens) ends before the "
                f"first {grid} boundary at {B:,} tokens, where the first state can be saved")
         if engine == "vllm" and mode != "attention-only":
             alt = _half_ssm_block(sc, mode)
@@ -221,7 +225,7 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
         out.append(msg)
     if c.get("checkpoint_past_divergence"):
         x = _median(run, "checkpoint_past_divergence")
-        msg = (f"{c['checkpoint_past_divergence']} requests: the earlier requests' states lie past where the "
+        msg = (f"{_requests(c['checkpoint_past_divergence'])}: the earlier requests' states lie past where the "
                f"prompts diverge (median shared {x:,} tokens): the KV blocks match, the Mamba group has no state "
                "inside them, so the whole hit is dropped")
         if engine == "vllm" and mode == "align":
@@ -245,12 +249,12 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
     if c.get("not_admitted_yet"):
         how = ("Marconi-style admission, #37898" if engine == "vllm" else
                "extra_buffer's branching point, mamba_branching_seqlen")
-        out.append(f"{c['not_admitted_yet']} requests: not admitted yet — the shared prefix was seen once, so this "
+        out.append(f"{_requests(c['not_admitted_yet'])}: not admitted yet — the shared prefix was seen once, so this "
                    "request saves a state where it branches off and the next request with the prefix reuses it "
                    f"({how}: the first hit is on the third sighting)")
     if c.get("retention"):
         alt = rerun(retention=B)
-        out.append(f"{c['retention']} requests: the state was computed but not kept under retention interval "
+        out.append(f"{_requests(c['retention'])}: the state was computed but not kept under retention interval "
                    f"{rules.get('retention_interval')} ({rules.get('retention_source')}); "
                    f"--prefix-cache-retention-interval {B} keeps one per block"
                    + (f": {_pct(alt.hit_rate)} hit rate" if alt else ""))
@@ -258,11 +262,11 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
         blocks = rules.get("num_gpu_blocks") or rules.get("mamba_pool_slots")
         flag = "--num-gpu-blocks-override" if engine != "sglang" else "--max-mamba-cache-size"
         alt = rerun(double=True)
-        out.append(f"{c['evicted']} requests: what they would have reused was evicted ({run.evictions:,} evictions "
+        out.append(f"{_requests(c['evicted'])}: what they would have reused was evicted ({run.evictions:,} evictions "
                    f"from a pool of {blocks:,}); {flag} {2 * blocks:,} (twice the memory)"
                    + (f" gives {_pct(alt.hit_rate)} hit rate" if alt else ""))
     if c.get("speculative"):
-        out.append(f"{c['speculative']} requests: speculative decoding moved the state — EAGLE/MTP drops the last "
+        out.append(f"{_requests(c['speculative'])}: speculative decoding moved the state — EAGLE/MTP drops the last "
                    f"block of the attention hit ({B:,} tokens) and the last prefill checkpoint moves a block earlier; "
                    "decoding's states are not block-aligned")
     if run.refused:
