@@ -4,14 +4,16 @@ the semantics.
 
 A policy is an object with ``keys(req, stop)``, ``lookup(req, keys)``, ``admit(req, lookup, keys)`` (False
 when its pool cannot hold the request now) and ``finish(req)``; the engines' live in
-hybridplan/engines/vllm/prefix_cache.py and hybridplan/engines/sglang/radix_cache.py, the ideal one here.
+hybridplan/engines/vllm/prefix_cache.py and hybridplan/engines/sglang/radix_cache.py, the ideal one here. The
+engines' caches are built from their rules (``Cache(r)``) and also say where they hold states along a request
+(``held_states(req)``: `prefix`'s checkpoints of the first request).
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hybridplan.replay.trace import Request
 
@@ -158,6 +160,11 @@ class Policy:
     cache: object
     block: int
     max_len: int
+
+    def renewed(self, max_len: int | None = None) -> Policy:
+        """The same rules over an empty cache (an engine's cache is built from its rules, ``r``), taking prompts
+        below ``max_len`` where given."""
+        return replace(self, cache=type(self.cache)(self.cache.r), max_len=self.max_len if max_len is None else max_len)
 
 
 def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,

@@ -162,6 +162,20 @@ class Cache:
             self.evicted_states.add(k)
         return self.st_used + self.st_private + need <= self.r.state_slots
 
+    def held_states(self, req: Request) -> list[int]:
+        """The positions along ``req``'s tokens at which the tree now holds a Mamba state (the states ``lookup``
+        searches: each grid point's tails whose key the state pool holds), in order."""
+        r = self.r
+        length = req.prompt_len + req.output_len
+        keys = self.keys(req, length)
+        out = []
+        for q in range(len(keys) + 1):
+            for t in self.tails.get(keys[q - 1] if q else 0, ()):
+                pos = q * r.grid + t
+                if 0 < pos <= length and self._state_key(req, keys, pos)[2] in self.st_cost:
+                    out.append(pos)
+        return sorted(out)
+
     # --- one request ----------------------------------------------------------------------------------
 
     def lookup(self, req: Request, keys: list[int]) -> Lookup:

@@ -149,7 +149,7 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     cap = capacity(sc, mode, kv_budget)
     attn = sum(1 for g in cap.groups if not g.recurrent)
     mamba = sum(1 for g in cap.groups if g.recurrent)
-    if not attn:
+    if not attn and mode != "none":  # mode none is what it runs: nothing cached, nothing reused
         raise NotServed(f"{sc.spec.name} has no attention layers: vLLM runs it without prefix caching")
     unit = block
     if rs.prefix_match_unit is not None:
@@ -297,6 +297,20 @@ class Cache:
         else:
             self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
+
+    def held_states(self, req: Request) -> list[int]:
+        """The positions along ``req``'s tokens at which this cache now holds what a later request resumes from:
+        each hash-unit boundary whose key every Mamba group caches (the pool's own entries, as ``lookup`` reads
+        them), or on a model with no recurrent group every attention group; none with prefix caching off
+        (mode none)."""
+        r = self.r
+        keys = self.keys(req, req.prompt_len + req.output_len)
+        if r.recurrent and r.mode == "none":
+            return []
+        if r.recurrent:
+            groups = [self.cached_in[g] for g in self._mamba]
+            return [(i + 1) * r.unit for i, k in enumerate(keys) if all(k in d for d in groups)]
+        return [(i + 1) * r.unit for i, k in enumerate(keys) if self.cached("a", k)]
 
     # --- one request ----------------------------------------------------------------------------------
 
