@@ -133,7 +133,7 @@ def test_a_model_without_attention_runs_mode_none_on_vllm(run_cli):
 
 @pytest.mark.parametrize("args,needle", [
     (("nemotron-h", "--shared", "9000", "--engine", "vllm"), "vLLM takes no 9,000-token prompt"),
-    (("llama-3-8b", "--shared", "1000000000", "--allow-long-context"), "replays at most 16,777,216"),
+    (("llama-3-8b", "--shared", "1000000000", "--allow-long-context"), "replays requests of at most 16,777,216"),
     (("llama-3-8b", "--shared", "1700000", "--allow-long-context"), "106,250 16-token blocks"),
     (("llama-3.1-70b", "--sweep", "0:130000:100", "--private", "100"), "more than 2,000,000"),
 ])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from hybridplan.replay.trace import Request
 
@@ -161,10 +161,10 @@ class Policy:
     block: int
     max_len: int
 
-    def renewed(self, max_len: int | None = None) -> Policy:
+    def renewed(self, max_len: int) -> Policy:
         """The same rules over an empty cache (an engine's cache is built from its rules, ``r``), taking prompts
-        below ``max_len`` where given."""
-        return replace(self, cache=type(self.cache)(self.cache.r), max_len=self.max_len if max_len is None else max_len)
+        below ``max_len``."""
+        return Policy(self.label, type(self.cache)(self.cache.r), self.block, max_len)
 
 
 def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,

@@ -83,8 +83,7 @@ def replayed(ln: Lanes, shared: int, private: int) -> dict[str, list[tuple[dict,
     replay for all of them)."""
     reqs = trace(shared, private)
     prompt = shared + private
-    mine = [(e, Policy(p.label, type(p.cache)(p.cache.r), p.block, prompt + OUTPUT + 1), rules)
-            for e, p, rules in ln.chosen]
+    mine = [(e, p.renewed(max_len=prompt + OUTPUT + 1), rules) for e, p, rules in ln.chosen]
     first: dict[str, list[int]] = {}
 
     def after(n: int) -> None:  # the first request has run: where its cache holds states
@@ -102,7 +101,7 @@ def replayed(ln: Lanes, shared: int, private: int) -> dict[str, list[tuple[dict,
 
 def _check_size(ln: Lanes, prompt: int) -> None:
     if prompt > MAX_PROMPT:
-        raise PlanError(f"a prompt of {prompt:,} tokens: hybridplan replays at most {MAX_PROMPT:,}")
+        raise PlanError(f"a prompt of {prompt:,} tokens: hybridplan replays requests of at most {MAX_PROMPT:,}")
     for _, p, _ in ln.chosen:
         if prompt // p.block > MAX_UNITS:
             raise PlanError(f"a {prompt:,}-token prompt spans {prompt // p.block:,} {p.block:,}-token blocks on "
@@ -121,6 +120,8 @@ def prefix(sc: Scenario, shared: int, private: int, ln: Lanes | None = None) -> 
         if not done:
             _check_size(ln, shared + private)
             done.update(replayed(ln, shared, private))
+        if engine not in done:
+            raise NotServed(f"no {engine} policy replays {sc.spec.name}")
         return done[engine]
 
     parts, skipped = engines.each(sc, lambda e: e.prefix(sc, shared + private, lambda: rows(e.name)))

@@ -150,7 +150,7 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
             modes = rel.modes_for(sc.spec, sc.vllm.mode) if sc.spec.recurrent else ("none",)
             for mode in modes:
                 r = vpc.rules(sc, rs, mode, budget)
-                r = replace(r, num_blocks=UNBOUNDED) if unbounded else r
+                r = vpc.unbounded(r, UNBOUNDED) if unbounded else r
                 label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
                 out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len), r.to_dict()))
         except NotServed as exc:
@@ -167,7 +167,7 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
             sc_s = sc if sc.budget.kv_budget is not None or sc.budget.gpu_mem is not None else replace(
                 sc, budget=replace(sc.budget, kv_budget=1 << 40))
             r = spc.rules(sc_s, rs)
-            r = replace(r, kv_tokens=UNBOUNDED, state_slots=UNBOUNDED) if unbounded else r
+            r = spc.unbounded(r, UNBOUNDED) if unbounded else r
             out.append(("sglang", Policy(r.label, spc.Cache(r), r.grid, r.max_model_len), r.to_dict()))
         except NotServed as exc:
             if sc.engine != "both":

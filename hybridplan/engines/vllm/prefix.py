@@ -41,7 +41,8 @@ def prefix(sc: Scenario, prompt: int, replayed: Callable[[], list[tuple[dict, Re
 
     if (why := refusal(replace(sc, ctx=prompt))) is not None:
         raise NotServed(f"vLLM takes no {prompt:,}-token prompt for {sc.spec.name}: {why}")
-    rows = {(rules["mode"] if sc.spec.recurrent else TRANSFORMER_ROW): r for rules, r in replayed()}
+    recurrent = bool(sc.spec.recurrent)
+    rows = {(rules["mode"] if recurrent else TRANSFORMER_ROW): r for rules, r in replayed()}
     if not sc.spec.attention:  # no attention layer, no block (the replay's pool counts in 16-token ones)
         rows = {m: replace(r, grid=None) for m, r in rows.items()}
     return Prefix(sc.vllm.release, rows)

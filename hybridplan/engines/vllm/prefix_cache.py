@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import lcm
 from typing import TYPE_CHECKING
 
@@ -187,6 +187,15 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
                  rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
                  group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
                  uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"), checkpoint_align=align)
+
+
+def unbounded(r: Rules, blocks: int) -> Rules:
+    """The same rules over a pool of ``blocks`` that never evicts (`prefix`: the geometry alone). Every group of
+    a kind takes and caches the same blocks (``Cache._plan``), and only eviction, which runs group by group, sets
+    them apart: with none, one group of each kind answers for them all, at a fraction of the work."""
+    kinds = tuple(dict.fromkeys(r.group_order or ("a",) * r.attn_groups + ("m",) * r.mamba_groups))
+    return replace(r, num_blocks=blocks, attn_groups=min(r.attn_groups, 1), mamba_groups=min(r.mamba_groups, 1),
+                   group_order=kinds)
 
 
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
