@@ -3,12 +3,11 @@
 
     python benchmarks/startup.py [--runs 21] [--limit 1.2] [--json] [--instructions]
 
-What it costs beyond the baseline is mostly Python building the command's classes: the 35 frozen dataclasses
-of the spec, the engines' settings, the scenario, the footprint, the weights and the report each exec six to
-ten generated methods at import, over half of the instructions above the baseline. The rest is declaring
-every command's options (typer.Option in Annotated aliases), typer turning the invoked command's options into
-click parameters (only that one is built: hybridplan/cli.py), loading the modules, reading the shipped specs'
-headers and two specs, and the JSON. Measured runs, step by step, are in docs/startup.md.
+What it costs beyond the baseline is mostly loading the modules the command uses, typer turning the invoked
+command's options into click parameters (only that one is built: hybridplan/cli.py), two YAML specs, the
+figures and the JSON. The command's classes are frozen records (hybridplan/records.py), which compile no
+generated methods, and the shipped specs' names come from model_specs/index.json. Measured runs, step by
+step, are in docs/startup.md.
 
 The package's bytecode is compiled first, as a wheel install does, so that both sides start from .pyc files.
 Runs both commands alternately (so drifts in machine load hit both alike), takes the median wall time of

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -31,6 +31,9 @@ from hybridplan.options import (
     Options,
     SglangVersion,
     command,
+    command_in,
+    Flag,
+    argument,
     count_value,
     ctx_option,
     number_value,
@@ -38,6 +41,7 @@ from hybridplan.options import (
     param,
     plot_option,
     scenario,
+    signature,
     size_option,
     tokens_option,
 )
@@ -100,51 +104,51 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 # --- options of one command ---------------------------------------------------------------------
 
 
-VS = (param("vs", Annotated[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
+VS = (param("vs", Flag[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
             "llama-3-8b"),)
-SLOTS = (param("slots", Annotated[int, option("--slots", metavar="N", parser=count_value("--slots"),
+SLOTS = (param("slots", Flag[int, option("--slots", metavar="N", parser=count_value("--slots"),
                                               help="Concurrent sequences in the state pool.")], 256),)
-SIZE_ENGINE = (param("engine", Annotated[Optional[str], option(
+SIZE_ENGINE = (param("engine", Flag[Optional[str], option(
     "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")], None),)
-ONE_SSM_DTYPE = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE",
+ONE_SSM_DTYPE = Flag[Optional[str], option("--ssm-dtype", metavar="DTYPE",
                                                 help="Only this SSM dtype (default: the engine default, fp32 and "
                                                      "bf16).")]
 PREFIX = (
     param("shared", tokens_option("--shared", "Tokens of the prefix two requests share."), None),
     param("private", tokens_option("--private", "Tokens after it that differ between the requests."), 0),
-    param("sweep", Annotated[Optional[str], option("--sweep", metavar="A:B:STEP",
+    param("sweep", Flag[Optional[str], option("--sweep", metavar="A:B:STEP",
                                                    help="Sweep the shared length from A to B tokens in steps of "
                                                         "STEP.")], None),
     param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
 CHECK_LOG = (
-    param("log", Annotated[Path, typer.Argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input).")]),
-    param("model", Annotated[Optional[str], option("--model", metavar="MODEL",
+    param("log", Flag[Path, argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input).")]),
+    param("model", Flag[Optional[str], option("--model", metavar="MODEL",
                                                    help="The model (default: read from the log).")], None),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
-    param("tp", Annotated[Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
+    param("tp", Flag[Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
                                                 help="Tensor-parallel size (default: read from the log).")], None),
-    param("vllm_version", Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
+    param("vllm_version", Flag[Optional[str], option("--vllm-version", metavar="VERSION",
                                                           help="vLLM release (default: read from the log).")], None),
     param("sglang_version", SglangVersion, None),
-    param("mode", Annotated[Optional[str], option("--mode", metavar="MODE",
+    param("mode", Flag[Optional[str], option("--mode", metavar="MODE",
                                                   help="vLLM mamba cache mode (default: read from the log).")], None),
     param("kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if "
                                                   "known"), None),
-    param("spec_tokens", Annotated[Optional[int], option(
+    param("spec_tokens", Flag[Optional[int], option(
         "--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
         help="Speculative tokens (default: read from the log).")], None),
-    param("max_num_seqs", Annotated[Optional[int], option(
+    param("max_num_seqs", Flag[Optional[int], option(
         "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
         help="vLLM --max-num-seqs (default: read from the log).")], None),
-    param("max_running_requests", Annotated[Optional[int], option(
+    param("max_running_requests", Flag[Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests (default: read from the log).")], None),
-    param("mem_fraction", Annotated[Optional[float], option(
+    param("mem_fraction", Flag[Optional[float], option(
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
         help="SGLang --mem-fraction-static (default: read from the log).")], None),
-    param("gpu_type", Annotated[Optional[str], option(
+    param("gpu_type", Flag[Optional[str], option(
         "--gpu-type", metavar="GPU",
         help="The GPU the log ran on, by name (`hybridplan gpus`), where its lines do not say (vLLM's block unit "
              "depends on it).")], None),
@@ -324,32 +328,28 @@ def gpus(o: Options) -> None:
     show(GpusReport(GPUS), o, "gpus_view")
 
 
-from hybridplan.profile.command import GROUPS as _PROFILE  # noqa: E402 - torch at run time
-from hybridplan.profile.command import profile as _profile  # noqa: E402
-
-command(app, *_PROFILE, short="Allocate the predicted pools on a GPU and time the kernels")(_profile)
-
-from hybridplan.replay.command import GROUPS as _REPLAY  # noqa: E402
-from hybridplan.replay.command import replay as _replay  # noqa: E402
-
-command(app, *_REPLAY, short="A trace through each engine's prefix cache: what each request reuses, and why")(_replay)
+# their modules (and options) load only when the command is built
+command_in(app, "hybridplan.profile.command:profile", engine_flags=True,
+           short="Allocate the predicted pools on a GPU and time the kernels")
+command_in(app, "hybridplan.replay.command:replay", engine_flags=True,
+           short="A trace through each engine's prefix cache: what each request reuses, and why")
 
 
 SPEED = (
     param("input", tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, "
                                             "or 1024)."), None),
     param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
-    param("concurrency", Annotated[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+    param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
                                                help="Requests in flight (bench --max-concurrency); the decode "
                                                     "table runs up to it.")], 64),
-    param("num_prompts", Annotated[Optional[int], option("--num-prompts", metavar="N",
+    param("num_prompts", Flag[Optional[int], option("--num-prompts", metavar="N",
                                                          parser=count_value("--num-prompts"),
                                                          help="Requests the benchmark sends (default 1000).")], None),
-    param("acceptance", Annotated[Optional[float], option(
+    param("acceptance", Flag[Optional[float], option(
         "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
         help="With --spec-tokens: the chance a proposed token is accepted.")], None),
     param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
-    param("calibration", Annotated[Optional[Path], option(
+    param("calibration", Flag[Optional[Path], option(
         "--calibration", metavar="FILE", help="A profile's measurements (hybridplan profile --save-calibration) "
                                               "in place of the fitted efficiencies where they say more.")], None),
 )
@@ -391,10 +391,10 @@ def speed(o: Options) -> None:
 
 
 PLAN = (
-    param("concurrency", Annotated[Optional[int], option(
+    param("concurrency", Flag[Optional[int], option(
         "--concurrency", metavar="N", parser=count_value("--concurrency"),
         help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")], None),
-    param("gpus", Annotated[Optional[int], option(
+    param("gpus", Flag[Optional[int], option(
         "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")], None),
 )
 
@@ -443,6 +443,8 @@ def _command_group(args: list[str]) -> Any:
     one = [c for c in every if name is not None
            and (c.name or typer.main.get_command_name(c.callback.__name__)) == name]  # type: ignore[union-attr]
     app.registered_commands = one or every
+    for c in app.registered_commands:
+        signature(c.callback)  # type: ignore[arg-type]
     try:
         return typer.main.get_command(app)
     finally:

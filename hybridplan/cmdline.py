@@ -20,9 +20,10 @@ import difflib
 import json
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 # --- the flags ------------------------------------------------------------------------------------------
 #
@@ -148,7 +149,7 @@ SGLANG_NO_FP8 = "SGLang's --kv-cache-dtype takes fp8_e4m3 or fp8_e5m2, not fp8 (
 O0_FROM = "0.12.0"
 
 
-@dataclass(frozen=True)
+@frozen
 class Line:
     """What a pasted line or an engine flag among hybridplan's says, in hybridplan's options."""
 
@@ -365,7 +366,7 @@ def engine_flag_names() -> set[str]:
 # --- the commands back ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Command:
     """A command line to run: environment variables, the program and its arguments."""
 

@@ -6,14 +6,14 @@ group, capped at its window). Crossovers are solved exactly in rationals, so 779
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
 
 from hybridplan.memory import Footprint
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Curve:
     """bytes(x) = constant + Σ slope·min(x, cap); cap None means uncapped."""
 
@@ -68,7 +68,7 @@ def first_whole_smaller(ref: Curve, hybrid: Curve, crossing: Fraction | None) ->
     return n
 
 
-@dataclass(frozen=True)
+@frozen
 class CrossoverRow:
     ssm_dtype: str
     state_bytes: int

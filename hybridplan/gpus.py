@@ -14,14 +14,14 @@ are the vendors' datasheet figures, kept for speed estimates.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from hybridplan.errors import PlanError, did_you_mean
+from hybridplan.records import frozen
 
 GiB, MiB = 1 << 30, 1 << 20
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     key: str
     name: str

@@ -35,7 +35,6 @@ _HERE = Path(__file__).resolve().parent
 #: installed, the specs ship as hybridplan.model_specs beside this module; in a checkout they sit at the top
 _SPECS_DIR = next((d for d in (_HERE / "model_specs", _HERE.parent / "model_specs") if d.is_dir()),
                   _HERE / "model_specs")
-_HEADER = re.compile(r"^(name|aliases):(.*)$", re.MULTILINE)
 
 
 def _specs_dir() -> Path:
@@ -52,37 +51,6 @@ def _spec_text(filename: str) -> str:
     """A shipped spec's text, read once: its header, its YAML and its context all come from it."""
     with open(_specs_dir() / filename, encoding="utf-8") as f:
         return f.read()
-
-
-@lru_cache(maxsize=None)
-def _spec_header(filename: str) -> tuple[str, ...]:
-    """The name and aliases of a shipped spec, read from its top-level lines without parsing the rest."""
-    text = _spec_text(filename)
-    # name and aliases come before the config, which is most of the file: the lines up to the one opening it
-    end = text.find("\nconfig:")
-    head = "" if text.startswith("config:") else text if end < 0 else text[:end + 1]
-    names = [filename[:-5]]
-    for key, value in _HEADER.findall(head):
-        parsed = _header_value(value)
-        names.extend(parsed if isinstance(parsed, list) else [parsed])
-    return tuple(str(n).lower() for n in names if n)
-
-
-#: a header value as the shipped specs write it: a name, or a flow list of names ([a, b]); anything else (quotes,
-#: YAML's own words) is left to the YAML loader, which costs as much as the rest of the start-up
-_NAME = r"[A-Za-z][A-Za-z0-9._-]*"
-_NAMES = re.compile(rf"\s*(?:({_NAME})|\[\s*((?:{_NAME}\s*,\s*)*(?:{_NAME})?)\s*\])\s*")
-_YAML_WORDS = frozenset({"null", "true", "false", "yes", "no", "on", "off", "y", "n"})
-
-
-def _header_value(value: str) -> Any:
-    m = _NAMES.fullmatch(value)
-    if m is None:
-        return _safe_load(value)
-    words = [m.group(1)] if m.group(1) else [w.strip() for w in m.group(2).split(",") if w.strip()]
-    if any(w.lower() in _YAML_WORDS for w in words):
-        return _safe_load(value)
-    return words[0] if m.group(1) else words
 
 
 @lru_cache(maxsize=None)
@@ -105,29 +73,46 @@ def _spec_from_document(doc: Any, origin: str) -> ModelSpec:
                             aliases=tuple(aliases))
 
 
+#: what the loader knows of every shipped spec before it loads one (``build_index``), kept beside the specs:
+#: reading 51 files for their names cost a tenth of a start (docs/startup.md); tests/test_startup.py keeps it
+#: equal to the specs, and ``python scripts/specs_index.py`` writes it
+INDEX = "index.json"
+
+
+def build_index() -> dict[str, dict]:
+    """Each shipped spec's file name → its names (the file's stem, its name, its aliases; lower case), its
+    architecture and its max_position_embeddings, from the specs themselves."""
+    out: dict[str, dict] = {}
+    for fn in _spec_documents():
+        spec = _spec_from_document(_read_spec_document(fn), fn)
+        names = [fn[:-5], spec.name, *spec.aliases]
+        out[fn] = {"names": list(dict.fromkeys(n.lower() for n in names if n)), "architecture": spec.architecture,
+                   "max_position_embeddings": spec.max_position_embeddings}
+    return out
+
+
+@lru_cache(maxsize=None)
+def _index() -> dict[str, dict]:
+    """The index beside the specs; built from them when it is missing, unreadable, or lists other files."""
+    try:
+        with open(os.path.join(_SPECS_DIR, INDEX), encoding="utf-8") as f:
+            index = json.load(f)
+    except (OSError, ValueError):
+        return build_index()
+    if not isinstance(index, dict) or sorted(index) != _spec_documents():
+        return build_index()
+    return index
+
+
 def shipped_names() -> dict[str, str]:
     """Every shipped name and alias (lower case) → the spec's file name."""
-    return {n: filename for filename in _spec_documents() for n in _spec_header(filename)}
-
-
-_ARCH = re.compile(r"^  architectures: \[([^\]\n]+)\]", re.MULTILINE)
-#: the config's own field, or its text_config's (a multimodal model's)
-_MAX_LEN = re.compile(r"^(?:  |    )max_position_embeddings: (\d+)$", re.MULTILINE)
+    return {n: filename for filename, entry in _index().items() for n in entry["names"]}
 
 
 def shipped_contexts(architecture: str) -> dict[str, int]:
-    """The shipped specs of one architecture → their max_position_embeddings, read from each file's text (no
-    YAML: loading every spec would cost more than the command asking)."""
-    out: dict[str, int] = {}
-    for filename in _spec_documents():
-        text = _spec_text(filename)
-        arch = _ARCH.search(text)
-        if arch is None or arch.group(1).strip() != architecture:
-            continue
-        n = _MAX_LEN.search(text)  # only in the specs of the architecture: the pattern scans the whole file
-        if n is not None:
-            out[_spec_header(filename)[0]] = int(n.group(1))
-    return out
+    """The shipped specs of one architecture → their max_position_embeddings (those that state one)."""
+    return {entry["names"][0]: entry["max_position_embeddings"] for entry in _index().values()
+            if entry["architecture"] == architecture and entry["max_position_embeddings"] is not None}
 
 
 def shipped_specs() -> list[ModelSpec]:
@@ -225,14 +210,16 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
 
 
 #: the Hub's own addresses of a repository: ``https://huggingface.co/org/name`` (``/tree/REV`` …), ``hf.co/org/name``
-_HUB_URL = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
-                      r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?", re.IGNORECASE)
+#: (compiled on first use: only a name with one of the Hub's hosts in it is tried)
+_HUB_URL = (r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
+            r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?")
 
 
 def _from_url(ref: str, revision: str | None) -> tuple[str, str | None]:
     """A Hub address pasted from the browser as the Hub id it names (and the revision of a ``/tree/REV`` address);
     anything else unchanged."""
-    m = _HUB_URL.fullmatch(ref)
+    low = ref.lower()
+    m = re.fullmatch(_HUB_URL, ref, re.IGNORECASE) if "huggingface.co" in low or "hf.co" in low else None
     if m is None:
         return ref, revision
     repo_id, rev = f"{m.group(1)}/{m.group(2)}", m.group(3)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 BLOCK = 1 << 22
 #: the most kept lines: the last ones win, as a setting printed twice counts as it was printed last
@@ -19,7 +19,7 @@ MAX_LINES = 50_000
 EXCERPT = 100
 
 
-@dataclass(frozen=True)
+@frozen
 class Line:
     no: int
     text: str
@@ -33,7 +33,7 @@ class Line:
         return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
 
 
-@dataclass(frozen=True)
+@frozen
 class Found:
     """A pattern's match and the line it is on."""
 
@@ -48,7 +48,7 @@ class Found:
         return f"line {self.line.no}: {self.line.excerpt}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Log:
     lines: tuple[Line, ...]
 

@@ -6,15 +6,15 @@ them on each GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
 from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
 from hybridplan.spec import RECURRENT_KINDS, ModelSpec, Shape
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheDtypes:
     """Resolved cache dtypes. ``ssm_by_kind`` overrides ``ssm`` for a mixer kind (KDA keeps fp32)."""
 
@@ -27,7 +27,7 @@ class CacheDtypes:
         return dict(self.ssm_by_kind).get(kind, self.ssm)
 
 
-@dataclass(frozen=True)
+@frozen
 class StateGroup:
     """Identical recurrent layers: ``count`` layers each holding one conv and/or one SSM tensor per sequence."""
 
@@ -55,7 +55,7 @@ class StateGroup:
         return self.count * self.bytes_per_layer
 
 
-@dataclass(frozen=True)
+@frozen
 class KVGroup:
     """Identical attention layers; a sliding window caps what each keeps at ``window`` tokens."""
 
@@ -76,7 +76,7 @@ class KVGroup:
         return self.count * self.bytes_per_token_per_layer
 
 
-@dataclass(frozen=True)
+@frozen
 class Footprint:
     """One sequence of a model as an engine caches it on one rank: its state groups and its KV groups."""
 

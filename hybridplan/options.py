@@ -1,8 +1,11 @@
 """The command-line options, each defined once, and the one place they become a ``Scenario``.
 
-Options are ``Annotated`` aliases, grouped as the commands share them. ``command`` gives a command the
-signature of the groups it names and hands it one ``Options`` value, so every command reads a flag the same
-way and no help text is written twice. Values are read when the line is parsed (a size, a token count, a
+Options are ``Flag[type, option(...)]`` declarations, grouped as the commands share them. ``command`` gives a
+command the groups it names and hands it one ``Options`` value, so every command reads a flag the same way
+and no help text is written twice. A declaration becomes typer's ``typer.Option(...)`` only when its command
+is built (``signature``): the CLI builds the one command it runs, and making every command's options up front
+cost a fifth of the start-up above a bare ``import typer`` (docs/startup.md). Shell completers are attached
+only when the shell asks for completions. Values are read when the line is parsed (a size, a token count, a
 fraction), so a bad one is refused before anything is computed.
 """
 
@@ -10,9 +13,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 import typer.core
@@ -30,12 +34,59 @@ SIZE_HELP = "GB means 10^9 bytes, GiB 2^30 bytes"
 Options = SimpleNamespace
 
 
-def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation)
+class Decl:
+    """``typer.Option(default, *decls, **kw)`` (or ``typer.Argument``), made when its command is built."""
+
+    __slots__ = ("make", "decls", "kw")
+
+    def __init__(self, make: str, decls: tuple[str, ...], kw: dict[str, Any]) -> None:
+        self.make, self.decls, self.kw = make, decls, kw
+
+    def build(self, default: Any) -> Any:
+        kw = self.kw
+        if "autocompletion" in kw and not _completing():  # typer reads each completer's signature
+            kw = {k: v for k, v in kw.items() if k != "autocompletion"}
+        default = ... if default is inspect.Parameter.empty else default
+        if self.make == "option":
+            return typer.Option(default, *self.decls, **kw)
+        return typer.Argument(default, **kw)
 
 
-def option(*decls: str, **kw: Any) -> Any:
-    return typer.Option(*decls, **kw)
+@lru_cache(maxsize=1)
+def _completing() -> bool:
+    """Whether the shell asked for completions (click's _HYBRIDPLAN_COMPLETE)."""
+    import os
+
+    return any(k.endswith("_COMPLETE") for k in os.environ)
+
+
+class Flag:
+    """``Flag[type, option(...)]``: an option's type and its declaration, made into typer's parameter when its
+    command is built."""
+
+    __slots__ = ("type", "decl")
+
+    def __init__(self, type_: Any, decl: Decl) -> None:
+        self.type, self.decl = type_, decl
+
+    def __class_getitem__(cls, args: tuple[Any, Decl]) -> Flag:
+        return cls(*args)
+
+
+#: a command's parameter: (name, its Flag or type, its default)
+Param = tuple
+
+
+def param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> Param:
+    return (name, annotation, default)
+
+
+def option(*decls: str, **kw: Any) -> Decl:
+    return Decl("option", decls, kw)
+
+
+def argument(**kw: Any) -> Decl:
+    return Decl("argument", (), kw)
 
 
 # --- values as the line is parsed -----------------------------------------------------------------
@@ -103,10 +154,10 @@ def _dtypes(kind: str) -> Callable[[], list[str]]:
 
 # --- the options ----------------------------------------------------------------------------------
 
-Model = Annotated[str, typer.Argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
-Tp = Annotated[int, option("--tp", metavar="N", parser=count_value("--tp"),
+Model = Flag[str, argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
+Tp = Flag[int, option("--tp", metavar="N", parser=count_value("--tp"),
                            help="Tensor-parallel size; sizes are per rank. Refused where the engines refuse it.")]
-Pp = Annotated[int, option("--pp", metavar="N", parser=count_value("--pp"),
+Pp = Flag[int, option("--pp", metavar="N", parser=count_value("--pp"),
                            help="Pipeline-parallel stages (vLLM --pipeline-parallel-size, SGLang --pp-size): each "
                                 "stage holds its own layers; sizes are per stage and rank.")]
 
@@ -122,92 +173,92 @@ def _layer_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-PpLayers = Annotated[Optional[str], option("--pp-layers", metavar="N,N,...",
+PpLayers = Flag[Optional[str], option("--pp-layers", metavar="N,N,...",
                                            help="The layers of each pipeline stage, as VLLM_PP_LAYER_PARTITION / "
                                                 "SGLANG_PP_LAYER_PARTITION give them; default: the engine's split.")]
-Dtype = Annotated[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
+Dtype = Flag[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
                                         help="Model dtype (vLLM --dtype); default: the config's.")]
-ConvDtype = Annotated[Optional[str], option("--conv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
+ConvDtype = Flag[Optional[str], option("--conv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
                                             help="Conv state dtype (vLLM --mamba-cache-dtype).")]
-SsmDtype = Annotated[Optional[str], option("--ssm-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
+SsmDtype = Flag[Optional[str], option("--ssm-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
                                            help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
-KvDtype = Annotated[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
+KvDtype = Flag[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
                                           help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
-SpecTokens = Annotated[int, option("--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
+SpecTokens = Flag[int, option("--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
                                    help="Speculative tokens (widen conv windows, add pages); vLLM's "
                                         "--speculative-config JSON and SGLang's --speculative-num-steps are read "
                                         "too.")]
 #: what an engine line names of its speculative decoding beside the token count (hybridplan/cmdline.py)
-SpecMethod = Annotated[Optional[str], option("--spec-method", metavar="METHOD", hidden=True,
+SpecMethod = Flag[Optional[str], option("--spec-method", metavar="METHOD", hidden=True,
                                              help="The speculative method (vLLM's method, SGLang's algorithm).")]
-SpecDraft = Annotated[Optional[str], option("--spec-draft", metavar="MODEL", hidden=True,
+SpecDraft = Flag[Optional[str], option("--spec-draft", metavar="MODEL", hidden=True,
                                             help="The draft model as the engine line names it.")]
-SpecConfig = Annotated[Optional[str], option("--speculative-config", metavar="JSON",
+SpecConfig = Flag[Optional[str], option("--speculative-config", metavar="JSON",
                                              help="vLLM --speculative-config: the method, its tokens and draft "
                                                   "(hybridplan/speculative.py reads it as vLLM does).")]
-EagleTopk = Annotated[Optional[int], option("--eagle-topk", metavar="K", hidden=True,
+EagleTopk = Flag[Optional[int], option("--eagle-topk", metavar="K", hidden=True,
                                             parser=count_value("--speculative-eagle-topk"),
                                             help="SGLang --speculative-eagle-topk.")]
-VllmVersion = Annotated[Optional[str], option("--vllm-version", metavar="VERSION",
+VllmVersion = Flag[Optional[str], option("--vllm-version", metavar="VERSION",
                                               autocompletion=_choices(_vllm_versions),
                                               help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
                                                    "its newest patch (default: 0.33.0).")]
-SglangVersion = Annotated[Optional[str], option("--sglang-version", metavar="VERSION",
+SglangVersion = Flag[Optional[str], option("--sglang-version", metavar="VERSION",
                                                 autocompletion=_choices(_sglang_versions),
                                                 help="SGLang release whose rules apply, 0.5.2 to 0.5.23 (default: "
                                                      "0.5.23).")]
-Mode = Annotated[Optional[str], option("--mode", metavar="MODE",
+Mode = Flag[Optional[str], option("--mode", metavar="MODE",
                                        autocompletion=_choices(lambda: ("none", "align", "all")),
                                        help="vLLM mamba cache mode: none, align or all (default: every mode).")]
-PrefixCaching = Annotated[Optional[bool], option(
+PrefixCaching = Flag[Optional[bool], option(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     help="vLLM prefix caching on or off: the mamba cache mode the release picks for it (default: the release's).")]
-BlockSize = Annotated[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
+BlockSize = Flag[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
                                             help="vLLM --block-size (the block only grows from it).")]
-GdnBackend = Annotated[str, option("--gdn-prefill-backend", metavar="BACKEND",
+GdnBackend = Flag[str, option("--gdn-prefill-backend", metavar="BACKEND",
                                    autocompletion=_choices(lambda: ("flashinfer", "triton")),
                                    help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
-Engine = Annotated[str, option("--engine", metavar="ENGINE",
+Engine = Flag[str, option("--engine", metavar="ENGINE",
                                autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
                                help="vllm, sglang or both.")]
-Radix = Annotated[str, option("--radix", metavar="STRATEGY",
+Radix = Flag[str, option("--radix", metavar="STRATEGY",
                               autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer",
                                                                "extra_buffer_lazy", "off")),
                               help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, "
                                    "extra_buffer_lazy, or off (--disable-radix-cache).")]
-PageSize = Annotated[int, option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
+PageSize = Flag[int, option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
                                  help="SGLang --page-size: tokens per KV page.")]
-NoOverlap = Annotated[bool, option("--disable-overlap-schedule",
+NoOverlap = Flag[bool, option("--disable-overlap-schedule",
                                    help="SGLang without its overlap scheduler (one extra_buffer slot fewer).")]
-DraftTokens = Annotated[Optional[int], option("--draft-tokens", metavar="N", parser=count_value("--draft-tokens"),
+DraftTokens = Flag[Optional[int], option("--draft-tokens", metavar="N", parser=count_value("--draft-tokens"),
                                               help="SGLang --speculative-num-draft-tokens (default: --spec-tokens "
                                                    "+ 1).")]
-SglangEnv = Annotated[Optional[list[str]], option("--sglang-env", metavar="NAME=VALUE",
+SglangEnv = Flag[Optional[list[str]], option("--sglang-env", metavar="NAME=VALUE",
                                                   help="An SGLang environment variable of its Mamba sizing: "
                                                        "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 (repeatable).")]
-Chunk = Annotated[int, option("--max-num-batched-tokens", metavar="TOKENS",
+Chunk = Flag[int, option("--max-num-batched-tokens", metavar="TOKENS",
                               parser=tokens_value("--max-num-batched-tokens"),
                               help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
                                    "--chunked-prefill-size).")]
-AllowLong = Annotated[bool, option("--allow-long-context",
+AllowLong = Flag[bool, option("--allow-long-context",
                                    help="Start with a context beyond the model's own maximum, as "
                                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and "
                                         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow.")]
-AsJson = Annotated[bool, option("--json", help="Print the result as JSON.")]
-Exact = Annotated[bool, option("--bytes", help="Show exact byte counts beside the readable units.")]
+AsJson = Flag[bool, option("--json", help="Print the result as JSON.")]
+Exact = Flag[bool, option("--bytes", help="Show exact byte counts beside the readable units.")]
 
 
 def tokens_option(flag: str, help: str) -> Any:
-    return Annotated[Optional[int], option(flag, metavar="TOKENS", parser=tokens_value(flag), help=help)]
+    return Flag[Optional[int], option(flag, metavar="TOKENS", parser=tokens_value(flag), help=help)]
 
 
 def ctx_option(help: str) -> Any:
-    return Annotated[Optional[int], option("--ctx", metavar="TOKENS", parser=tokens_value("--ctx"),
+    return Flag[Optional[int], option("--ctx", metavar="TOKENS", parser=tokens_value("--ctx"),
                                            help=f"{help} 131072, 128k (128,000) or 128K (131,072).")]
 
 
 def size_option(flag: str, help: str) -> Any:
-    return Annotated[Optional[int], option(flag, metavar="SIZE", parser=_size(flag), help=f"{help} ({SIZE_HELP}).")]
+    return Flag[Optional[int], option(flag, metavar="SIZE", parser=_size(flag), help=f"{help} ({SIZE_HELP}).")]
 
 
 #: the formats --plot writes (matplotlib's Agg backend, by the file's suffix)
@@ -227,16 +278,16 @@ def _plot_path(text: str) -> Path:
 
 
 def plot_option(help: str) -> Any:
-    return Annotated[Optional[Path], option("--plot", metavar="FILE.png", parser=_plot_path,
+    return Flag[Optional[Path], option("--plot", metavar="FILE.png", parser=_plot_path,
                                             help=f"{help} (.png, .svg or .pdf)")]
 
 
 # --- the groups commands share --------------------------------------------------------------------
 
-Revision = Annotated[Optional[str], option("--revision", metavar="REV",
+Revision = Flag[Optional[str], option("--revision", metavar="REV",
                                            help="With a Hugging Face Hub id: the branch, tag or commit to read.")]
 
-Quantization = Annotated[Optional[str], option("--quantization", metavar="METHOD", hidden=True,
+Quantization = Flag[Optional[str], option("--quantization", metavar="METHOD", hidden=True,
                                                help="The engines' --quantization: only the checkpoint's own "
                                                     "method is sized.")]
 
@@ -246,17 +297,17 @@ TP = (param("tp", Tp, 1),)
 #: pipeline stages: only for the commands that size them (size, fit)
 PP = (param("pp", Pp, 1), param("pp_layers", PpLayers, None))
 #: data and expert parallelism: only for the commands that size them (fit)
-DP = (param("dp", Annotated[int, option(
+DP = (param("dp", Flag[int, option(
           "--dp", metavar="N", parser=count_value("--dp"),
           help="Data-parallel ranks (vLLM --data-parallel-size: whole engines, their MoE layers over all data × "
                "tensor ranks; SGLang --dp-size: replicas, or attention groups with --enable-dp-attention).")], 1),
-      param("expert_parallel", Annotated[bool, option(
+      param("expert_parallel", Flag[bool, option(
           "--enable-expert-parallel", help="vLLM --enable-expert-parallel: the routed experts dealt whole over the "
                                            "data × tensor ranks.")], False),
-      param("ep_size", Annotated[int, option(
+      param("ep_size", Flag[int, option(
           "--ep-size", metavar="N", parser=count_value("--ep-size"),
           help="SGLang --ep-size: the routed experts dealt whole over N of the tensor ranks.")], 1),
-      param("dp_attention", Annotated[bool, option(
+      param("dp_attention", Flag[bool, option(
           "--enable-dp-attention", help="SGLang --enable-dp-attention: attention and recurrent layers data-parallel "
                                         "over --dp groups of --tp / --dp ranks, the MLP and MoE over all --tp.")],
             False))
@@ -282,20 +333,20 @@ def _gpus() -> list[str]:
 
 
 BUDGET = (
-    param("gpu_type", Annotated[Optional[str], option(
+    param("gpu_type", Flag[Optional[str], option(
         "--gpu-type", metavar="GPU", autocompletion=_choices(_gpus),
         help="The GPU by name (h100, h200, b200, a100-80g, l40s, rtx-4090 and more: `hybridplan gpus` lists them): "
              "its memory and the engines' defaults for it.")], None),
     param("gpu_mem", size_option("--gpu-mem", "GPU memory instead of --gpu-type, e.g. 141GB or 80GiB"), None),
     param("weights", size_option("--weights", "The model's weights over all ranks, each of --tp GPUs holding its "
                                              "share (default: counted from the config), e.g. 16GiB"), None),
-    param("params", Annotated[Optional[float], option(
+    param("params", Flag[Optional[float], option(
         "--params", metavar="N", parser=number_value("--params", 0, 1e14, "a parameter count"),
         help="Parameter count, e.g. 8.1e9: weights at the model dtype, split over --tp.")], None),
-    param("gpu_util", Annotated[Optional[float], option(
+    param("gpu_util", Flag[Optional[float], option(
         "--gpu-util", metavar="FRACTION", parser=number_value("--gpu-util", 0, 1, "vLLM's gpu_memory_utilization"),
         help="vLLM --gpu-memory-utilization (default: the release's).")], None),
-    param("overhead", Annotated[Optional[int], option(
+    param("overhead", Flag[Optional[int], option(
         "--overhead", metavar="SIZE", parser=_size("--overhead", allow_zero=True),
         help=f"Activations, CUDA graphs and non-torch memory as one figure, in place of each engine's estimate "
              f"({SIZE_HELP}).")], None),
@@ -303,24 +354,24 @@ BUDGET = (
                                                   "SGLang's memory to split); skips --gpu-mem"), None),
 )
 ADMISSION = (
-    param("max_num_seqs", Annotated[Optional[int], option(
+    param("max_num_seqs", Flag[Optional[int], option(
         "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
         help="vLLM --max-num-seqs to check (default: vLLM's default for the GPU).")], None),
-    param("enforce_eager", Annotated[bool, option(
+    param("enforce_eager", Flag[bool, option(
         "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs, so no graph memory to set aside.")], False),
-    param("o0", Annotated[bool, option("--o0", hidden=True, help="vLLM -O0 (CUDA graphs off from 0.12.0).")],
+    param("o0", Flag[bool, option("--o0", hidden=True, help="vLLM -O0 (CUDA graphs off from 0.12.0).")],
           False),
-    param("max_running_requests", Annotated[Optional[int], option(
+    param("max_running_requests", Flag[Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
         help="SGLang --max-running-requests to check.")], None),
-    param("max_mamba_cache_size", Annotated[Optional[int], option(
+    param("max_mamba_cache_size", Flag[Optional[int], option(
         "--max-mamba-cache-size", metavar="N", parser=count_value("--max-mamba-cache-size"),
         help="SGLang --max-mamba-cache-size (default: from the memory split).")], None),
-    param("full_memory_ratio", Annotated[float, option(
+    param("full_memory_ratio", Flag[float, option(
         "--mamba-full-memory-ratio", metavar="RATIO",
         parser=number_value("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
         help="SGLang's state/KV split.")], 0.9),
-    param("mem_fraction", Annotated[Optional[float], option(
+    param("mem_fraction", Flag[Optional[float], option(
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
         help="SGLang --mem-fraction-static (default: SGLang's for the GPU).")], None),
@@ -340,23 +391,65 @@ class _Command(typer.core.TyperCommand):
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
 
 
-def command(app: typer.Typer, *groups: tuple[inspect.Parameter, ...], name: str | None = None,
+def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = None,
             short: str | None = None) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
     """Register ``fn(o: Options)`` as a command whose options are ``groups``, in that order; ``short`` is its
-    line in the command list."""
+    line in the command list. typer reads the options when the command is built, after ``signature``."""
 
     def register(fn: Callable[[Options], Any]) -> Callable[[Options], Any]:
         def run(**values: Any) -> Any:
             return fn(Options(**values))
 
-        run.__signature__ = inspect.Signature([p for g in groups for p in g])  # type: ignore[attr-defined]
+        run.params = tuple(p for g in groups for p in g)  # type: ignore[attr-defined]
         run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-        takes_engine_flags = any(p.name in ("tp", "ctx", "kv_dtype") for g in groups for p in g)
         app.command(name=name or fn.__name__, short_help=short, cls=_Command,
-                    epilog=ENGINE_LINE_HELP if takes_engine_flags else None)(run)
+                    epilog=ENGINE_LINE_HELP if takes_engine_flags(run.params) else None)(run)  # type: ignore[attr-defined]
         return fn
 
     return register
+
+
+def takes_engine_flags(params: tuple[Param, ...]) -> bool:
+    """Whether a command's options include one an engine line sets, so its help tells how to paste one."""
+    return any(p[0] in ("tp", "ctx", "kv_dtype") for p in params)
+
+
+def command_in(app: typer.Typer, target: str, *, short: str, engine_flags: bool) -> None:
+    """Register the command ``module:function``, whose module holds its option groups as ``GROUPS``, without
+    importing the module: it is imported when the command is built (``signature``). ``engine_flags``: what
+    ``takes_engine_flags`` says of its options (tests/test_startup.py checks it)."""
+    module, _, name = target.partition(":")
+
+    def run(**values: Any) -> Any:
+        return run.fn(Options(**values))  # type: ignore[attr-defined]
+
+    run.__name__, run.target = name, target  # type: ignore[attr-defined]
+    app.command(name=name.replace("_", "-"), short_help=short, cls=_Command,
+                epilog=ENGINE_LINE_HELP if engine_flags else None)(run)
+
+
+def _import_command(run: Callable[..., Any]) -> None:
+    from importlib import import_module
+
+    module, _, name = run.target.partition(":")  # type: ignore[attr-defined]
+    mod = import_module(module)
+    run.fn = getattr(mod, name)  # type: ignore[attr-defined]
+    run.params = tuple(p for g in mod.GROUPS for p in g)  # type: ignore[attr-defined]
+    run.__doc__ = run.fn.__doc__  # type: ignore[attr-defined]
+
+
+def signature(run: Callable[..., Any]) -> None:
+    """Give a registered command the signature typer reads, each option as ``name: type = typer.Option(...)``
+    (once; the commands the CLI does not build never pay for theirs)."""
+    if "__signature__" in run.__dict__:
+        return
+    if not hasattr(run, "params"):
+        _import_command(run)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter(n, kind, default=a.decl.build(d), annotation=a.type) if isinstance(a, Flag)
+        else inspect.Parameter(n, kind, default=d, annotation=a)
+        for n, a, d in run.params])  # type: ignore[attr-defined]
 
 
 # --- options → Scenario ----------------------------------------------------------------------------

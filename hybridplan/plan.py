@@ -16,11 +16,12 @@ Pure: no printing; ``progress`` is called with (layouts tried, layouts to try) w
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from math import ceil
 
 from hybridplan.errors import PlanError
 from hybridplan.scenario import DtypeChoice, Scenario
+from hybridplan.records import frozen
 
 #: tensor-parallel degrees tried: one node's NVLink domain at most
 TP_DEGREES = (1, 2, 4, 8)
@@ -30,7 +31,7 @@ DP_DEGREES = (1, 2, 4, 8, 16)
 DEFAULT_MAX_GPUS = 64
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     """How the GPUs are split for one engine."""
 
@@ -69,7 +70,7 @@ class Layout:
                 "expert_parallel": self.expert_parallel, "ep_size": self.ep_size, "dp_attention": self.dp_attention}
 
 
-@dataclass(frozen=True)
+@frozen
 class Variant:
     """The cache settings a layout is tried with: None = the engine's default."""
 
@@ -83,7 +84,7 @@ class Variant:
         return ", ".join(said) or "defaults"
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     layout: Layout
     variant: Variant
@@ -115,7 +116,7 @@ class Plan:
                 "decode": self.rate.to_dict() if self.rate is not None else None}  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True)
+@frozen
 class Rejection:
     layout: Layout
     reason: str
@@ -126,7 +127,7 @@ class Rejection:
         return {**self.layout.to_dict(), "reason": self.reason, "best_holds": self.best_holds}
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanResult:
     base: Scenario
     concurrency: int

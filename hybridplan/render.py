@@ -8,7 +8,7 @@ import re
 import shutil
 import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Union
 
 from rich import box
@@ -19,6 +19,7 @@ from rich.text import Text
 
 from hybridplan.output import write
 from hybridplan.units import human_bytes, human_tokens
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.reports.check_log import CheckReport
@@ -84,7 +85,7 @@ def _len(cell: Cell) -> int:
     return max(cell_len(line) for line in _plain(cell).split("\n"))
 
 
-@dataclass(frozen=True)
+@frozen
 class Rows:
     """A table that never cuts a cell. Every column is kept as wide as its widest cell (headers wrap between
     words instead), except ``prose`` columns, which wrap. Where that is wider than the output, the columns

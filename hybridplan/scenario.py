@@ -8,12 +8,13 @@ Like vLLM's config object: frozen, built once at the edge, read everywhere, chan
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.errors import PlanError
 from hybridplan.spec import Mixer, ModelSpec
+from hybridplan.records import frozen
 
 #: ``--engine``: one engine or both
 ENGINE_CHOICES = ("vllm", "sglang", "both")
@@ -21,7 +22,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 FALLBACK_CTX = 131072
 
 
-@dataclass(frozen=True)
+@frozen
 class DtypeChoice:
     """The dtype flags a user typed (None = the engine's "auto")."""
 
@@ -39,7 +40,7 @@ SPECULATIVE_METHODS = ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp", "de
                        "extract_hidden_states", "custom_class", "dspark")
 
 
-@dataclass(frozen=True)
+@frozen
 class Speculative:
     """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
     method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
@@ -68,7 +69,7 @@ class Speculative:
         return self.num_tokens > 0
 
 
-@dataclass(frozen=True)
+@frozen
 class Budget:
     """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory (``gpu_mem``,
     or ``gpu`` by name) less the weights (``weights`` over all ranks, ``params`` at the model dtype, else counted
@@ -91,7 +92,7 @@ class Budget:
             raise PlanError(f"--params must be positive, got {self.params:g}")
 
 
-@dataclass(frozen=True)
+@frozen
 class Scenario:
     """A model served one way: the model, its tensor-parallel degree, the context per request, the dtype
     flags, speculative tokens, the engines asked for and their flags, and the memory budget."""

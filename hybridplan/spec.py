@@ -9,10 +9,11 @@ one tensor-parallel rank (``state_shapes``); attention mixers know their KV elem
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Union
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.weights.checkpoint import Checkpoint
@@ -35,7 +36,7 @@ def divide(numerator: int, tp: int, what: str) -> int:
 Shape = tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class StateShapes:
     """Per-sequence state of one recurrent layer on one rank. ``conv``/``ssm`` are None where absent."""
 
@@ -48,7 +49,7 @@ class StateShapes:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2:
     """Mamba-2 (SSD) mixer. ``intermediate`` is the inner width I as vLLM reads it for the family."""
 
@@ -78,7 +79,7 @@ class Mamba2:
                            ssm=(heads, self.head_dim, self.state_size))
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba1:
     """Mamba-1 mixer: ``intermediate`` channels, each with a conv window and an SSM state of ``state_size``."""
 
@@ -93,7 +94,7 @@ class Mamba1:
         return StateShapes(conv=(inner, self.conv_kernel - 1), ssm=(inner, self.state_size))
 
 
-@dataclass(frozen=True)
+@frozen
 class GatedDeltaNet:
     """Gated DeltaNet (Qwen3-Next's linear attention): a short conv over q, k and v, and a (v × k) state per value
     head."""
@@ -113,7 +114,7 @@ class GatedDeltaNet:
                            ssm=(v_heads, self.head_v_dim, self.head_k_dim))
 
 
-@dataclass(frozen=True)
+@frozen
 class KimiDeltaAttention:
     """Kimi Delta Attention (Kimi-Linear): a short conv over q, k and v, and a (d × d) state per head."""
 
@@ -130,7 +131,7 @@ class KimiDeltaAttention:
                            ssm=(heads, self.head_dim, self.head_dim))
 
 
-@dataclass(frozen=True)
+@frozen
 class ShortConv:
     """LFM2's short convolution over ``dim`` channels (kernel ``l_cache``): a conv state, no SSM state."""
 
@@ -143,7 +144,7 @@ class ShortConv:
                            ssm=None)
 
 
-@dataclass(frozen=True)
+@frozen
 class LinearAttention:
     """Lightning (linear) attention: a (d × d) state per head, no conv."""
 
@@ -172,7 +173,7 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     return 1
 
 
-@dataclass(frozen=True)
+@frozen
 class Attention:
     """Softmax attention with a per-token K and V. ``window`` set means a sliding-window layer."""
 
@@ -189,7 +190,7 @@ class Attention:
         return 2 * kv_heads_per_rank(self.num_heads, self.num_kv_heads, tp) * self.head_dim
 
 
-@dataclass(frozen=True)
+@frozen
 class MLA:
     """Multi-head latent attention: one compressed latent + rope key per token, replicated on every rank."""
 
@@ -209,7 +210,7 @@ AttentionMixer = Union[Attention, MLA]
 Mixer = Union[RecurrentMixer, AttentionMixer]
 
 
-@dataclass(frozen=True)
+@frozen
 class RopeScaling:
     """One RoPE scaling entry of a config (``rope_scaling``, or ``rope_parameters`` per layer type)."""
 
@@ -220,7 +221,7 @@ class RopeScaling:
     original: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextFields:
     """What a config says about the longest context: every length field it sets, in the order it sets them,
     and its RoPE scaling. How an engine derives its maximum from them is an engine rule."""
@@ -232,7 +233,7 @@ class ContextFields:
         return dict(self.lengths).get(key)
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelSpec:
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 

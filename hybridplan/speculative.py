@@ -26,13 +26,13 @@ layers (vllm/model_executor/models/qwen3_5_mtp.py, qwen3_next_mtp.py), Nemotron-
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hybridplan.errors import PlanError
 from hybridplan.scenario import Speculative
 from hybridplan.spec import MLA, Attention, Mixer, ModelSpec
+from hybridplan.records import frozen
 
 # --- vLLM -------------------------------------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN
                                      "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
 
 
-@dataclass(frozen=True)
+@frozen
 class SglangFlags:
     """SGLang's speculative flags as typed (None = not given)."""
 

@@ -16,12 +16,13 @@ the stage's share of the layers (the final norm, one hidden-size vector, goes wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
 from hybridplan.weights.families import Part
+from hybridplan.records import frozen
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
 _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
@@ -29,7 +30,7 @@ _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn
                "moe": ("moe",)}
 
 
-@dataclass(frozen=True)
+@frozen
 class Layer:
     """One decoder layer: its token mixers and FFN blocks (Falcon-H1 layers hold two mixers, a Nemotron-H
     layer one mixer or one FFN)."""
@@ -67,7 +68,7 @@ def decoder_layers(spec: ModelSpec) -> tuple[Layer, ...]:
                     "make decoder layers is not modelled, so its pipeline stages are not either")
 
 
-@dataclass(frozen=True)
+@frozen
 class Stage:
     """One pipeline stage: decoder layers ``[start, end)`` of the model, and the spec restricted to them."""
 
@@ -146,7 +147,7 @@ def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
     return shares
 
 
-@dataclass(frozen=True)
+@frozen
 class Sharding:
     """How one rank's weights split: ``tp`` ranks for the attention and recurrent layers, the norms and the
     embedding; ``ffn_tp`` for the dense MLPs and shared experts and ``lm_head_tp`` for the LM head (``tp`` where
@@ -183,7 +184,7 @@ def _experts(parts: list, whole: ModelSpec) -> int | None:
     return router // (whole.hidden_size * layers)
 
 
-@dataclass(frozen=True)
+@frozen
 class ExpertShape:
     """A MoE layer's routed experts as the weights count them: how many, and each one's intermediate size (what
     the engines' fused MoE slices over its TP ranks)."""

@@ -59,7 +59,8 @@ def parse_size(text: str, *, what: str, allow_zero: bool = False) -> int:
     return int(value)
 
 
-_TOKENS = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+#: a count with a suffix (compiled on first use: a plain number, the usual case, never needs it)
+_TOKENS = r"(\d+(?:\.\d+)?)([kKmMgGtT])"
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -69,7 +70,7 @@ def parse_count(text: str, *, what: str, limit: int = MAX_COUNT) -> int:
     (decimal, 128,000), ``128K`` (binary, 131,072), ``25.6k``; also ``131,072`` and ``1e9`` when whole.
     Zero and negative numbers are left for the caller to refuse with its own words."""
     value = str(text).strip().replace(",", "").replace("_", "")
-    m = _TOKENS.fullmatch(value)
+    m = None if value.isascii() and value.isdigit() else re.fullmatch(_TOKENS, value)
     try:
         if m and m.group(2) in _DECIMAL:  # as vLLM: the decimal product, truncated
             n = int(float(m.group(1)) * _DECIMAL[m.group(2)])

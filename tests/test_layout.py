@@ -73,6 +73,8 @@ def test_the_wheel_ships_every_package_and_spec():
             if "__pycache__" not in init.parts:
                 on_disk.add(init.parent)
     assert {source(p) for p in listed} == on_disk
-    assert cfg["package-data"]["hybridplan.model_specs"] == ["*.yaml"]
+    # the specs and the index the loader reads their names from (hybridplan/loader.py INDEX)
+    assert cfg["package-data"]["hybridplan.model_specs"] == ["*.yaml", "index.json"]
+    assert (ROOT / "model_specs" / "index.json").is_file()
     assert len(list((ROOT / "model_specs").glob("*.yaml"))) >= 17
 

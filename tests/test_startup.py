@@ -2,11 +2,13 @@
 no other command's report, no engine it does not ask for, and no rich console under --json. (How fast it
 starts is measured, not asserted: benchmarks/startup.py.)"""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 DATA = Path(__file__).parent / "data"
 GPU_STACK = ("torch", "triton", "pynvml", "numpy", "matplotlib", "hybridplan.kernels", "hybridplan.profile.pipeline",
@@ -85,26 +87,57 @@ def test_only_the_invoked_command_is_built(monkeypatch, capsys):
     capsys.readouterr()
 
 
-def test_spec_names_read_without_yaml_agree_with_yaml():
-    # the shipped specs' names and aliases are read from their header lines with a small parser (a YAML load per
-    # header costs as much as the rest of a start); for every shipped spec it gives what YAML gives
-    import yaml
+def test_a_command_registered_by_its_module_says_truly_whether_it_takes_engine_flags():
+    # profile and replay register without importing their modules (hybridplan/options.py command_in)
+    from hybridplan import cli, options
+
+    lazy = [c for c in cli.app.registered_commands if hasattr(c.callback, "target")]
+    assert {c.callback.target for c in lazy} == {"hybridplan.profile.command:profile",
+                                                 "hybridplan.replay.command:replay"}
+    for c in lazy:
+        options.signature(c.callback)
+        assert (c.epilog is not None) == options.takes_engine_flags(c.callback.params), c.name
+
+
+def test_the_spec_index_is_the_specs():
+    # the loader reads the shipped specs' names, architectures and contexts from model_specs/index.json, not from
+    # the 51 files; it must say what the files say (python scripts/specs_index.py rewrites it)
+    from hybridplan import loader
+
+    path = Path(loader._specs_dir()) / loader.INDEX
+    assert json.loads(path.read_text(encoding="utf-8")) == loader.build_index(), \
+        "model_specs/index.json differs from the specs: run python scripts/specs_index.py"
+    yaml_names = {n.lower(): fn for fn in loader._spec_documents()
+                  for doc in [yaml.safe_load((Path(loader._specs_dir()) / fn).read_text(encoding="utf-8"))]
+                  for n in [fn[:-5], doc.get("name"), *(doc.get("aliases") or [])] if n}
+    assert loader.shipped_names() == yaml_names
+
+
+def test_a_missing_or_stale_index_is_rebuilt(tmp_path, monkeypatch):
+    # an index that lists other files than the folder holds (a spec added without rewriting it), or none at
+    # all, is not trusted: the loader reads the specs instead
+    import shutil
 
     from hybridplan import loader
 
-    for fn in loader._spec_documents():
-        text = (loader._specs_dir() / fn).read_text(encoding="utf-8").split("\nconfig:")[0]
-        names = [fn[:-5]]
-        for _, value in loader._HEADER.findall(text):
-            parsed = yaml.safe_load(value)
-            names.extend(parsed if isinstance(parsed, list) else [parsed])
-        assert loader._spec_header(fn) == tuple(str(n).lower() for n in names if n), fn
-    for value, expected in ((" [a, b-c]", ["a", "b-c"]), (" x.y", "x.y"), (" []", []), (" null", None),
-                            (" 'q'", "q"), (" [yes]", [True])):
-        assert loader._header_value(value) == expected
+    specs = tmp_path / "specs"
+    shutil.copytree(loader._specs_dir(), specs)
+    (specs / "nemotron-h-8b.yaml").rename(specs / "renamed-8b.yaml")
+    monkeypatch.setattr(loader, "_SPECS_DIR", specs)
+    for clear in (loader._index, loader._spec_text, loader._read_spec_document):
+        clear.cache_clear()
+    try:
+        assert loader.shipped_names()["renamed-8b"] == "renamed-8b.yaml"
+        assert "nemotron-h-8b.yaml" not in loader.shipped_names().values()
+        (specs / loader.INDEX).unlink()
+        loader._index.cache_clear()
+        assert loader.shipped_names()["nemotron-h"] == "renamed-8b.yaml"
+    finally:
+        for clear in (loader._index, loader._spec_text, loader._read_spec_document):
+            clear.cache_clear()
 
 
-def test_spec_contexts_read_from_the_text_agree_with_the_specs():
+def test_spec_contexts_from_the_index_agree_with_the_specs():
     from hybridplan import loader
 
     specs = loader.shipped_specs()

@@ -4,10 +4,10 @@ a log check reports (settings with their source, figures beside their prediction
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from math import gcd
 
 from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
+from hybridplan.records import frozen
 
 
 def lcm(a: int, b: int) -> int:
@@ -18,7 +18,7 @@ def floor_to(n: int, unit: int) -> int:
     return n // unit * unit
 
 
-@dataclass(frozen=True)
+@frozen
 class Reuse:
     """Prefix reuse on one engine, as `prefix` replays it (hybridplan/reports/prefix.py): where the first request
     left states (``checkpoints``), what the second request reuses and computes, and what the third does (it
@@ -43,7 +43,7 @@ def last(pattern: re.Pattern, text: str):
     return found[-1] if found else None
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     """One figure of a log beside its prediction."""
 
@@ -61,7 +61,7 @@ class Row:
                 "ok": self.ok}
 
 
-@dataclass(frozen=True)
+@frozen
 class Setting:
     """A setting a log check ran with, and where it came from: a log line, a flag, or a default."""
 
@@ -95,7 +95,7 @@ class Settings:
         return tuple(Setting(self.engine, n, str(v), self.sources[n]) for n, v in self.values.items())
 
 
-@dataclass(frozen=True)
+@frozen
 class NotModelled:
     """A figure the log shows that hybridplan does not predict, and why."""
 
@@ -108,7 +108,7 @@ class NotModelled:
         return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "reason": self.reason}
 
 
-@dataclass(frozen=True)
+@frozen
 class Estimate:
     """A figure of the log beside hybridplan's estimate of it, which is not expected to be exact."""
 
@@ -134,7 +134,7 @@ class Estimate:
                 "error_pct": round(self.error_pct, 3), "within": self.within, "basis": self.basis}
 
 
-@dataclass(frozen=True)
+@frozen
 class LogCheck:
     """One engine's reading of a log: its settings, each figure beside its prediction, what it does not
     model, and how the figures were compared."""
@@ -158,7 +158,7 @@ def literal(text: str):
         return text.removeprefix("torch.")
 
 
-@dataclass(frozen=True)
+@frozen
 class Term:
     """One step of the memory waterfall: what it takes, and whether it is known or estimated."""
 
@@ -169,7 +169,7 @@ class Term:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Waterfall:
     """A GPU's memory from its total to the cache pool: ``total × utilization`` less each term."""
 
@@ -201,7 +201,7 @@ class Waterfall:
                           for t in (*self.before, *self.terms)]}
 
 
-@dataclass(frozen=True)
+@frozen
 class Shortfall:
     """`fit` on an engine whose weights and overheads leave nothing for its caches: it will not start."""
 

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+
+@frozen
 class LogGiven:
     """What `check-log`'s flags say, overriding what the log says."""
 

@@ -4,25 +4,25 @@ imported when the command runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Optional
 
-from hybridplan.options import DTYPES, MODEL, OUTPUT, Options, count_value, option, param, tokens_option
+from hybridplan.options import DTYPES, MODEL, OUTPUT, Flag, Options, count_value, option, param, tokens_option
 
 GROUPS = (
     MODEL,
-    (param("gpu", Annotated[Optional[int], option("--gpu", min=0, metavar="INDEX",
+    (param("gpu", Flag[Optional[int], option("--gpu", min=0, metavar="INDEX",
                                                   help="CUDA device index (default 0).")], None),
-     param("slots", Annotated[Optional[int], option("--slots", metavar="N", parser=count_value("--slots"),
+     param("slots", Flag[Optional[int], option("--slots", metavar="N", parser=count_value("--slots"),
                                                     help="Sequences in the state pool, all stepped at decode "
                                                          "(default 256; 4 with --interpret).")], None),
      param("ctx", tokens_option("--ctx", "Tokens of attention KV to allocate (default: the model's maximum; 64 "
                                          "with --interpret)."), None),
      param("tokens", tokens_option("--tokens", "Prefill length through the chunk scan (default 8192; 32 with "
                                                "--interpret)."), None),
-     param("interpret", Annotated[bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
+     param("interpret", Flag[bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
                                                                    "through the Triton interpreter, on the model "
                                                                    "shrunk to toy sizes.")], False),
-     param("save_calibration", Annotated[Optional[Path], option(
+     param("save_calibration", Flag[Optional[Path], option(
          "--save-calibration", metavar="FILE", help="Also write what was measured (decode bandwidth, scan prefill "
                                                     "throughput, copy bandwidth, launch overhead) for hybridplan "
                                                     "speed --calibration.")], None)),

@@ -6,13 +6,13 @@ tolerates a call the driver does not support (MIG slices, some virtual GPUs): th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from hybridplan.profile.arith import peak_bandwidth
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class NvmlReading:
     """One look at a device. Memory in bytes; ``memory_clock_mhz`` is the maximum memory clock."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hybridplan.engines import vllm
@@ -36,6 +35,7 @@ from hybridplan.profile.workload import (
 from hybridplan.scenario import DtypeChoice, Scenario, default_ctx, positive
 from hybridplan.spec import ModelSpec
 from hybridplan.units import human_bytes
+from hybridplan.records import frozen
 
 #: defaults of a GPU run
 GPU_SLOTS, GPU_TOKENS = 256, 8192
@@ -74,7 +74,7 @@ class _Arena:
         self.pools.clear()
 
 
-@dataclass(frozen=True)
+@frozen
 class ProfileRequest:
     """What `hybridplan profile` was asked: the model, where it runs, and its sizes (None: the defaults of a
     GPU run, or of an interpreter run on the model shrunk to toy sizes)."""

@@ -5,18 +5,18 @@ Nothing here imports torch: the pipeline fills these in, the renderer and the JS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.profile import arith
 from hybridplan.profile.workload import KernelPlan, TensorPlan, Workload
 from hybridplan.units import human_bytes
+from hybridplan.records import frozen
 
 SCHEMA_VERSION = 1
 
 CUDA, INTERPRETER = "cuda", "triton-interpreter"
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceReport:
     """The device and its bandwidth ceilings. ``free_bytes`` is read after the CUDA context exists, before
     any pool is allocated; ``peak_bandwidth`` comes from NVML, ``copy_bandwidth`` from a measured copy."""
@@ -61,7 +61,7 @@ class DeviceReport:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorReport:
     """One pool tensor: the planner's bytes beside what was allocated (``tensor.nbytes`` and the size of the
     storage behind it) and, on CUDA, the caching-allocator block that holds it."""
@@ -79,7 +79,7 @@ class TensorReport:
                              "allocator_block_bytes": self.block_bytes}}
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryReport:
     """Predicted pool bytes against the measured growth of every counter that could hold them.
 
@@ -185,7 +185,7 @@ class MemoryReport:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelResult:
     """A kernel row: the plan (modelled bytes, FLOPs), the measured seconds, and the ceilings it is set
     against (``ceiling``: measured copy bandwidth; ``peak``: NVML's theoretical figure)."""
@@ -233,7 +233,7 @@ class KernelResult:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class PhaseReport:
     """Decode step or prefill: its rows and their sum over the rows that ran."""
 
@@ -301,7 +301,7 @@ def run_notes(w: Workload, memory: MemoryReport) -> list[str]:
     return notes
 
 
-@dataclass(frozen=True)
+@frozen
 class ProfileReport:
     model: str
     workload: Workload

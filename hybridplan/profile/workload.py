@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from math import prod
 from typing import NamedTuple
 
@@ -22,6 +22,7 @@ from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
 from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba1, Mamba2, ModelSpec, kv_heads_per_rank
+from hybridplan.records import frozen
 
 #: state dtypes the kernels read and write
 KERNEL_DTYPES = ("float32", "bfloat16", "float16")
@@ -37,7 +38,7 @@ GDN_DECODE = "gated_delta_rule_update"
 MAMBA1_DECODE = "mamba1_state_update"
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorPlan:
     """One tensor the profile allocates. ``role`` is "state" or "kv"; ``group`` indexes Footprint.state/kv."""
 
@@ -65,7 +66,7 @@ class _Fields:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class ConvDims(_Fields):
     """The depthwise causal conv: ``dim`` channels, ``width`` taps (its state keeps the last width - 1)."""
 
@@ -73,7 +74,7 @@ class ConvDims(_Fields):
     width: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba2Dims(_Fields):
     """Mamba-2's SSM: state (nheads, headdim, dstate); B and C shared by heads in ``ngroups`` groups."""
 
@@ -83,7 +84,7 @@ class Mamba2Dims(_Fields):
     ngroups: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Mamba1Dims(_Fields):
     """Mamba-1's SSM: state (dim, dstate), a decay rate per state element."""
 
@@ -91,7 +92,7 @@ class Mamba1Dims(_Fields):
     dstate: int
 
 
-@dataclass(frozen=True)
+@frozen
 class GdnDims(_Fields):
     """Gated DeltaNet: state (v_heads, vdim, kdim); q and k have ``k_heads`` heads."""
 
@@ -101,7 +102,7 @@ class GdnDims(_Fields):
     kdim: int
 
 
-@dataclass(frozen=True)
+@frozen
 class StateDims(_Fields):
     """A recurrence no kernel here runs: only the shape of its per-slot state."""
 
@@ -111,14 +112,14 @@ class StateDims(_Fields):
 Dims = ConvDims | Mamba2Dims | Mamba1Dims | GdnDims | StateDims
 
 
-@dataclass(frozen=True)
+@frozen
 class Step(_Fields):
     """A decode step: one token for each of ``batch`` slots."""
 
     batch: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Prefill(_Fields):
     """A prefill of ``tokens`` tokens in ``seqs`` sequences; ``chunk`` for the chunked scan only."""
 
@@ -127,7 +128,7 @@ class Prefill(_Fields):
     chunk: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelPlan:
     """One row of the bandwidth tables: a kernel over every layer of one recurrent group.
 
@@ -158,7 +159,7 @@ class KernelPlan:
         return {**(self.launch.to_dict() if self.launch else {}), **self.dims.to_dict()}
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     spec: ModelSpec
     fp: Footprint
@@ -367,7 +368,7 @@ def activation_dtype(spec: ModelSpec, dtype: str | None, interpret: bool) -> str
     return name if name in KERNEL_DTYPES else "bfloat16"
 
 
-@dataclass(frozen=True)
+@frozen
 class Sizes:
     """What a profile is sized by: state slots, KV context, prefill tokens, the activation dtype, and the
     chunk of the prefill scan (None: the model's)."""

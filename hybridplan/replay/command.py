@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
+from typing import Optional
 
 from hybridplan.errors import PlanError
 from hybridplan.options import (
@@ -21,7 +19,9 @@ from hybridplan.options import (
     SPEC_TOKENS,
     TP,
     Chunk,
+    Flag,
     Options,
+    argument,
     count_value,
     ctx_option,
     option,
@@ -30,59 +30,59 @@ from hybridplan.options import (
     tokens_option,
 )
 
-TRACE = (param("trace", Annotated[str, typer.Argument(
+TRACE = (param("trace", Flag[str, argument(
     metavar="TRACE", help="A Mooncake trace (JSONL with hash_ids), a JSONL of prompt_token_ids, a synthetic "
                           "workload YAML, or the word synthetic to build one from --shared/--users/--turns/"
                           "--private/--output.")]),)
 
 REPLAY = (
-    param("fmt", Annotated[str, option("--format", metavar="FORMAT",
+    param("fmt", Flag[str, option("--format", metavar="FORMAT",
                                        help="auto, mooncake, tokens or synthetic (default: from the file).")], "auto"),
-    param("concurrency", Annotated[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+    param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
                                                help="Requests in flight at once (default 1: one after another).")],
           1),
-    param("limit", Annotated[Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
+    param("limit", Flag[Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
                                                    help="Replay only the first N requests.")], None),
-    param("retention", Annotated[Optional[int], option(
+    param("retention", Flag[Optional[int], option(
         "--prefix-cache-retention-interval", metavar="TOKENS", parser=count_value("--prefix-cache-retention-interval"),
         help="vLLM's retention interval for Mamba states (0.29+; VLLM_PREFIX_CACHE_RETENTION_INTERVAL in "
              "0.24-0.28); 0 keeps only the replay boundary and shared-prefix junctions.")], None),
-    param("match_unit", Annotated[Optional[int], option(
+    param("match_unit", Flag[Optional[int], option(
         "--prefix-match-unit", metavar="TOKENS", parser=count_value("--prefix-match-unit"),
         help="vLLM --prefix-match-unit (0.26+): hash every TOKENS tokens; must divide the block.")], None),
-    param("shared_ckpt", Annotated[bool, option(
+    param("shared_ckpt", Flag[bool, option(
         "--enable-mamba-shared-prefix-checkpoint",
         help="vLLM's shared-prefix checkpoint (0.31+; --enable-mamba-fine-grained-prefix-cache in 0.30).")], False),
-    param("blocks_override", Annotated[Optional[int], option(
+    param("blocks_override", Flag[Optional[int], option(
         "--num-gpu-blocks-override", metavar="N", parser=count_value("--num-gpu-blocks-override"),
         help="vLLM's block count instead of the budget's.")], None),
-    param("max_total_tokens", Annotated[Optional[int], option(
+    param("max_total_tokens", Flag[Optional[int], option(
         "--max-total-tokens", metavar="N", parser=count_value("--max-total-tokens"),
         help="SGLang's KV pool tokens instead of the split's.")], None),
-    param("states_per_path", Annotated[int, option(
+    param("states_per_path", Flag[int, option(
         "--mamba-max-states-per-path", metavar="N",
         help="SGLang --mamba-max-states-per-path (-1: unlimited).")], -1),
-    param("int8_ckpt", Annotated[bool, option("--enable-int8-mamba-checkpoint",
+    param("int8_ckpt", Flag[bool, option("--enable-int8-mamba-checkpoint",
                                               help="SGLang's int8 Mamba checkpoints (twice the cached states).")],
           False),
     param("shared", tokens_option("--shared", "synthetic: tokens of the system prompt every request shares."), None),
-    param("users", Annotated[int, option("--users", metavar="N", parser=count_value("--users"),
+    param("users", Flag[int, option("--users", metavar="N", parser=count_value("--users"),
                                          help="synthetic: users.")], 1),
-    param("turns", Annotated[int, option("--turns", metavar="N", parser=count_value("--turns"),
+    param("turns", Flag[int, option("--turns", metavar="N", parser=count_value("--turns"),
                                          help="synthetic: turns per user.")], 1),
     param("private", tokens_option("--private", "synthetic: each turn's own tokens."), None),
     param("output", tokens_option("--output", "synthetic: tokens each request generates."), None),
-    param("order", Annotated[str, option("--order", metavar="ORDER",
+    param("order", Flag[str, option("--order", metavar="ORDER",
                                          help="synthetic: round-robin (every user's turn 1, then turn 2...) or "
                                               "user-by-user.")], "round-robin"),
-    param("no_history", Annotated[bool, option("--no-history",
+    param("no_history", Flag[bool, option("--no-history",
                                                help="synthetic: a turn's prompt does not repeat the earlier turns.")],
           False),
     param("plot", plot_option("Write the hit rate against --plot-over to this file."), None),
-    param("plot_over", Annotated[str, option("--plot-over", metavar="WHAT",
+    param("plot_over", Flag[str, option("--plot-over", metavar="WHAT",
                                              help="budget (multiples of the one given) or block (vLLM --block-size "
                                                   "multiples).")], "budget"),
-    param("no_requests", Annotated[bool, option("--no-requests", help="--json without the per-request list.")],
+    param("no_requests", Flag[bool, option("--no-requests", help="--json without the per-request list.")],
           False),
 )
 

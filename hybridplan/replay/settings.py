@@ -3,12 +3,12 @@ flags. Frozen, built once at the edge beside the ``Scenario``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class ReplaySettings:
     #: requests in flight at once (1: one after another)
     concurrency: int = 1

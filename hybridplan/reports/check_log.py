@@ -6,7 +6,6 @@ override what the log says."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan import engines
 from hybridplan.engines import LogGiven
@@ -14,13 +13,14 @@ from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
 from hybridplan.errors import PlanError
 from hybridplan.logread import Log
 from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.records import frozen
 
 NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Setting attention block size\", \"Padding "
            "mamba page size\", \"KV cache size\", \"Maximum concurrency\" and \"max_num_seqs … exceeds\", and SGLang's "
            "\"Mamba Cache is allocated\", \"KV Cache is allocated\" and max_running_requests lines)")
 
 
-@dataclass(frozen=True)
+@frozen
 class StartCheck:
     """One start-up of the log: the lines it spans, and its settings, figures and notes, never mixed with
     another start's. ``error`` says why a start could not be checked (its figures are then not compared)."""
@@ -53,7 +53,7 @@ class StartCheck:
                 "not_modelled": [n.to_dict() for n in self.not_modelled], "notes": list(self.notes)}
 
 
-@dataclass(frozen=True)
+@frozen
 class CheckReport:
     """Every start of the log. ``ok`` when every start that could be checked matches; the top-level JSON lists
     each start's rows with its index, so a figure is always read with its own start."""

@@ -3,7 +3,7 @@ reference, for each SSM dtype, and a ladder of contexts 1K … 1M."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines import vllm
@@ -13,6 +13,7 @@ from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.reports.size import reference
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:  # the exact-rational crossover machinery is imported only by `crossover`
     from fractions import Fraction
@@ -31,7 +32,7 @@ def _exact(x: Fraction | None) -> dict | None:
     return {"value": float(x), "fraction": f"{x.numerator}/{x.denominator}" if x.denominator != 1 else str(x)}
 
 
-@dataclass(frozen=True)
+@frozen
 class CrossoverReport:
     spec: ModelSpec
     ref: ModelSpec

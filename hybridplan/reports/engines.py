@@ -3,13 +3,13 @@ SGLang's MambaPool)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan import engines
 from hybridplan.scenario import Scenario
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineReport:
     parts: dict[str, engines.Part]
     skipped: tuple[tuple[str, str], ...] = ()

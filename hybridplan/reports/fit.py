@@ -3,7 +3,6 @@ with the flags given, and the command that starts it with those figures (hybridp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from pathlib import Path
 
@@ -11,9 +10,10 @@ from hybridplan import engines
 from hybridplan.cmdline import Command, sglang_command, vllm_command
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class FitReport:
     sc: Scenario
     parts: dict[str, engines.FitPart]

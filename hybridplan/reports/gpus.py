@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.gpus import Gpu
 from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class GpusReport:
     gpus: tuple[Gpu, ...]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelsReport:
     specs: tuple[ModelSpec, ...]
 

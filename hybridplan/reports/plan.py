@@ -4,13 +4,13 @@ layouts on fewer GPUs fail."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.plan import Plan, PlanResult, Rejection
 from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class PlanReport:
     result: PlanResult
     model_ref: str | None = None

@@ -10,8 +10,6 @@ reuse (the third also finds what the second left where it branched off)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hybridplan import engines
 from hybridplan.engines.common import Reuse
 from hybridplan.errors import NotServed, PlanError
@@ -21,6 +19,7 @@ from hybridplan.replay.trace import MAX_PROMPT, Synthetic
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 #: the most points a sweep computes (a table, or a plot, of more says no more)
 MAX_SWEEP_POINTS = 2_000
@@ -36,7 +35,7 @@ REQUESTS = 3
 OUTPUT = 1
 
 
-@dataclass(frozen=True)
+@frozen
 class PrefixReport:
     spec: ModelSpec
     shared: int
@@ -57,7 +56,7 @@ class PrefixReport:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class Lanes:
     """The replay policies of a scenario's engines and modes (the attention-only baseline left out), built once
     for every point of a sweep, and the engines skipped with the reason."""
@@ -130,7 +129,7 @@ def prefix(sc: Scenario, shared: int, private: int, ln: Lanes | None = None) -> 
     return PrefixReport(sc.spec, shared, private, parts, tuple(skipped.items()))
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepReport:
     """Reuse as the shared length grows: a step function with a step at each checkpoint."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.replay.loop import Policy, Run, replay
@@ -16,6 +16,7 @@ from hybridplan.replay.trace import Request
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 #: the most requests a what-if replay (a diagnostic's "by how much") reruns
 WHAT_IF_LIMIT = 20_000
@@ -25,7 +26,7 @@ _NO_WORK = ("embedding", "lm_head", "norm", "vision", "mtp")
 MAX_LISTED = 1_000_000
 
 
-@dataclass(frozen=True)
+@frozen
 class Flops:
     """Prefill FLOPs per token from the config's counted weights: 2 per weight a token passes through (MoE
     experts scaled by the active share), plus attention's scores and values, 4·heads·head_dim per attention
@@ -65,7 +66,7 @@ def flops(spec: ModelSpec) -> Flops:
     return Flops(2.0 * params, float(attn), note)
 
 
-@dataclass(frozen=True)
+@frozen
 class Row:
     engine: str
     label: str
@@ -86,7 +87,7 @@ class Row:
                 "rules": self.rules, "diagnostics": list(self.diagnostics)}
 
 
-@dataclass(frozen=True)
+@frozen
 class ReplayReport:
     spec: ModelSpec
     trace: str

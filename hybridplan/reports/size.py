@@ -3,7 +3,7 @@ model at the same context, and a pool of state slots."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines import vllm
@@ -12,13 +12,14 @@ from hybridplan.memory import Footprint
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.reports.engines import EngineReport
     from hybridplan.weights import Weights
 
 
-@dataclass(frozen=True)
+@frozen
 class SizeReport:
     """`size`'s report: the model's footprint beside the reference's at the scenario's context."""
 

@@ -3,7 +3,6 @@ bounds each figure per layer kind, and what a serving benchmark of the workload 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.errors import PlanError
 from hybridplan.reports import SCHEMA_VERSION
@@ -13,6 +12,7 @@ from hybridplan.speed.calibration import Calibration
 from hybridplan.speed.gpus import Datasheet, datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import decode_step
+from hybridplan.records import frozen
 
 
 def batch_sizes(top: int) -> tuple[int, ...]:
@@ -24,7 +24,7 @@ def batch_sizes(top: int) -> tuple[int, ...]:
     return (*out, top)
 
 
-@dataclass(frozen=True)
+@frozen
 class SpeedReport:
     sc: Scenario
     gpu: Datasheet

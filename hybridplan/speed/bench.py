@@ -21,7 +21,7 @@ per-request list. Speculative decoding with an acceptance rate a and k proposed 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from math import ceil, floor
 from statistics import median
 
@@ -30,12 +30,13 @@ from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import decode_step, prefill_step
+from hybridplan.records import frozen
 
 #: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
 DEFAULT_PROMPTS = 1000
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     input: int
     output: int
@@ -58,7 +59,7 @@ class Workload:
         return self.num_prompts or DEFAULT_PROMPTS
 
 
-@dataclass(frozen=True)
+@frozen
 class Bench:
     workload: Workload
     engine: str

@@ -22,19 +22,20 @@ profile of the recurrent kernels does not measure.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from statistics import median
 
 from hybridplan.errors import PlanError
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, tensor_peak
+from hybridplan.records import frozen
 
 #: the calibration file's version (2: ``scan_tflops``, and the state traffic at the copy bandwidth)
 CALIBRATION_VERSION = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class Calibration:
     device: str
     #: "cuda", or "triton-interpreter" (the CPU pipeline: figures of no GPU)
@@ -132,7 +133,7 @@ def load(path: Path) -> Calibration:
         raise PlanError(f"--calibration {path}: {exc}") from None
 
 
-@dataclass(frozen=True)
+@frozen
 class PhaseCheck:
     """One phase of a profile (its decode step over every slot, or its prefill) against `speed`'s calibrated
     prediction for the same rows: each row's bytes and FLOPs timed as ``speed`` times a layer kind's work."""

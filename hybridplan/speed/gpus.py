@@ -14,12 +14,12 @@ is the datasheet's total (both directions) per GPU; a ring all-reduce moves data
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Datasheet:
     key: str
     #: HBM (or GDDR/LPDDR) bandwidth, GB/s (10^9 B/s)

@@ -17,16 +17,17 @@ same per-rank step model as `speed` (hybridplan/speed/work.py, model.py). Pure f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from math import ceil
 
 from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, step_time
 from hybridplan.speed.work import HEAD, NORM, Step, Work, decode_step
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Rate:
     """Decode output tokens/s of every engine of a layout together, at a batch and context; None where the
     layout is not priced, with the reason."""

@@ -9,18 +9,19 @@ so a hybrid's figures are a prediction, not a fit (validation/speed.py, docs/VAL
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.work import Step, Work
+from hybridplan.records import frozen
 
 #: what bounds a layer kind's time
 BOUNDS = ("weights", "KV reads", "state reads and writes", "FLOPs", "fp32 FLOPs", "launch overhead",
           "communication", "step overhead")
 
 
-@dataclass(frozen=True)
+@frozen
 class Efficiency:
     """Achieved over peak, and the fixed costs, as one engine on one GPU reaches them."""
 
@@ -68,7 +69,7 @@ FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 DEFAULT = Efficiency()
 
 
-@dataclass(frozen=True)
+@frozen
 class KindTime:
     kind: str
     seconds: float
@@ -90,7 +91,7 @@ class KindTime:
         return d
 
 
-@dataclass(frozen=True)
+@frozen
 class StepTime:
     step: Step
     kinds: tuple[KindTime, ...]

@@ -11,7 +11,7 @@ here recounts a tensor.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from math import prod
 
@@ -26,6 +26,7 @@ from hybridplan.weights import _bytes as _part_bytes  # the one pricing rule of 
 from hybridplan.weights import rank_params, weights
 from hybridplan.weights.families import parts
 from hybridplan.weights.quant import scheme
+from hybridplan.records import frozen
 
 #: the layer kinds a step is split into, beside the mixer and FFN kinds of hybridplan/spec.py
 HEAD, NORM, SHARED = "lm_head", "norms", "shared"
@@ -45,7 +46,7 @@ _GROUP_KIND = {"mlp": "mlp", "moe": "moe", "gdn": "gdn", "kda": "kda", "linear_a
                "conv": "short_conv", "shared": SHARED, "lm_head": HEAD, "norm": NORM}
 
 
-@dataclass(frozen=True)
+@frozen
 class Work:
     """One layer kind's share of a step on one rank."""
 
@@ -77,7 +78,7 @@ class Work:
                 "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens}
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """A step's work: per layer kind, plus the TP all-reduces (``allreduces`` of ``allreduce_bytes`` each)."""
 
@@ -99,7 +100,7 @@ class Step:
 # --- the model's static figures -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Experts:
     """Routed experts: ``count`` per MoE layer, ``top_k`` of them per token."""
 
@@ -120,7 +121,7 @@ def experts(spec: ModelSpec) -> Experts | None:
     return Experts(e, k) if e > 1 and k else None
 
 
-@dataclass(frozen=True)
+@frozen
 class RankWeights:
     """One rank's weight bytes and parameters per layer kind; ``routed`` the routed experts' share of
     ``moe`` (read in proportion to the experts a step touches)."""

@@ -11,7 +11,6 @@ small vectors whole on every rank.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import size_of
@@ -19,6 +18,7 @@ from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import ModelSpec
 from hybridplan.weights.families import Part, parts
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoint reader nor the schemes
     from hybridplan.weights.checkpoint import Checkpoint
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoi
 VOCAB_PADDING = 64
 
 
-@dataclass(frozen=True)
+@frozen
 class Weights:
     """What a start loads: ``params`` and ``bytes`` over all ranks, ``bytes_per_rank`` on one GPU."""
 
@@ -77,7 +77,7 @@ _KINDS = {"gdn": ("gdn",), "attention": ("attention", "sliding_attention", "mla"
           "mlp": ("mlp",), "moe": ("moe",)}
 
 
-@dataclass(frozen=True)
+@frozen
 class _Layers:
     """How many decoder layers the model has, and how many of each kind (to weigh a per-layer ignore list)."""
 
@@ -123,7 +123,7 @@ def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool
     return _from_checkpoint(ckpt, counted, _Serving(tp, dtype, mtp, spec))
 
 
-@dataclass(frozen=True)
+@frozen
 class _Serving:
     """How the weights are served: the TP degree, the dtype, whether the MTP layers load, and the model."""
 

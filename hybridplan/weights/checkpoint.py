@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import re
 import struct
-from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 from typing import Any, Iterable
+
+from hybridplan.records import frozen
 
 #: a header longer than this is not a safetensors header (the format caps it at 100 MB)
 MAX_HEADER = 100_000_000
@@ -24,7 +25,7 @@ _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _MTP = re.compile(r"(?:^|\.)mtp[._]")
 
 
-@dataclass(frozen=True)
+@frozen
 class Checkpoint:
     """What a checkpoint holds, and where it was read: parameters and bytes outside its MTP layers, and in them
     (None where the source does not say: an index gives totals only, MTP layers included)."""

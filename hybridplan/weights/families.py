@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from hybridplan.adapters import Fields, _qwen3_moe_layers
 from hybridplan.errors import PlanError
 from hybridplan.spec import GatedDeltaNet
+from hybridplan.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Part:
     """One tensor kind, summed over the layers that hold it."""
 
@@ -38,7 +38,7 @@ class Part:
     section: str = "model"  # model, mtp, vision
 
 
-@dataclass(frozen=True)
+@frozen
 class How:
     """How a linear layer splits over the ranks, whether it has a bias, and the heads or groups it is made of
     (replicated where the ranks outnumber them)."""
@@ -79,7 +79,7 @@ class Count:
 # --- shared blocks ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class Attn:
     """An attention block's shapes, as its weights are counted."""
 
@@ -95,7 +95,7 @@ class Attn:
     out: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class SSM2:
     """A Mamba-2 block's shapes, as its weights are counted."""
 
@@ -110,7 +110,7 @@ class SSM2:
     gated_norm: bool = True
 
 
-@dataclass(frozen=True)
+@frozen
 class SSM1:
     """A Mamba-1 block's shapes, as its weights are counted."""
 
@@ -124,7 +124,7 @@ class SSM1:
     inner_norms: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class Experts:
     """A mixture-of-experts block's shapes (routed and shared experts), as its weights are counted."""
 

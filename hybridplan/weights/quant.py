@@ -30,12 +30,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 
 #: the checkpoint's module names (after ``…layers.N.``) that each counted part (hybridplan/weights/families.py,
@@ -69,7 +70,7 @@ def _matches(name: str, pattern: str) -> bool:
     return fnmatchcase(name, pattern) or name == pattern or name.startswith(pattern + ".")
 
 
-@dataclass(frozen=True)
+@frozen
 class Scheme:
     """``bytes_per_param``: a quantized weight with its share of the scales and zero points."""
 
@@ -128,7 +129,7 @@ class Scheme:
         return [tuple(p.format(i=i) + f for p in _LAYER_PREFIXES for f in frags) for i in range(max(layers, 1))]
 
 
-@dataclass(frozen=True)
+@frozen
 class KVScheme:
     """A ``kv_cache_scheme`` object (compressed-tensors' and ModelOpt's newer config.json layout)."""
 
@@ -142,7 +143,7 @@ class KVScheme:
         return f"{kind}{self.num_bits}" if self.num_bits else kind
 
 
-@dataclass(frozen=True)
+@frozen
 class Quantization:
     """The checkpoint's quantization as its files state it; which engine release honours what is an engine rule
     (hybridplan/engines/vllm/dtypes.py, hybridplan/engines/sglang/dtypes.py)."""

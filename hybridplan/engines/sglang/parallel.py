@@ -21,7 +21,7 @@ sglang/srt/models/qwen3_5.py): PP saved no memory, and each stage here holds the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Shortfall, Term, Waterfall
@@ -29,6 +29,7 @@ from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS
 from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.releases import Release
@@ -98,7 +99,7 @@ def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
     return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
 
 
-@dataclass(frozen=True)
+@frozen
 class StagePools:
     """One stage's split: its R, its state pool and its KV pool."""
 
@@ -112,7 +113,7 @@ class StagePools:
                 "weights_bytes": f.memory.term("weights") if f.memory else None}
 
 
-@dataclass(frozen=True)
+@frozen
 class PipelineFit(Fit):
     """`fit` on SGLang with pipeline stages: the binding stage's figures, and every stage's."""
 
@@ -285,7 +286,7 @@ def state_slots_per_group(slots: int, dp: int) -> int:
     return slots // dp
 
 
-@dataclass(frozen=True)
+@frozen
 class DataParallelFit(Fit):
     """`fit` on SGLang with --dp-size / --ep-size: one rank's figures (every rank alike), and the whole."""
 

@@ -9,7 +9,7 @@ on); the request count: managers/tp_worker.py and model_runner.py (to 0.5.9), ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
 from hybridplan.spec import ATTENTION_KINDS, ModelSpec
 from hybridplan.units import human_bytes
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario
@@ -88,7 +89,7 @@ def per_request_bytes(fp: Footprint) -> int:
     return fp.state_bytes
 
 
-@dataclass(frozen=True)
+@frozen
 class Pool:
     """``MambaPool``: one tensor per state kind, ``(layers, size + 1, *shape)``; one row is padding."""
 
@@ -123,7 +124,7 @@ class Pool:
         return line
 
 
-@dataclass(frozen=True)
+@frozen
 class SpecBuffers:
     """The per-draft-token buffers beside the pool under speculative decoding: ``(layers, S + 1, D, *shape)``
     for SSM and conv states. S is the pool size until 0.5.6.post2 and max_running_requests from 0.5.7; from
@@ -177,7 +178,7 @@ def estimate(kv_tokens: int, context_len: int) -> int:
     return max(min(int(kv_tokens / context_len * 512), high), low)
 
 
-@dataclass(frozen=True)
+@frozen
 class Split:
     """R divided: the pool's size K, the speculative buffers reserved, and what the KV pool gets."""
 
@@ -292,7 +293,7 @@ def request_cap(pool_size: int, slots_per_request: int) -> int:
     return pool_size // slots_per_request
 
 
-@dataclass(frozen=True)
+@frozen
 class Admission:
     """max_running_requests, by the band of ``Release.requests``:
 
@@ -365,7 +366,7 @@ def cap_log(n: int, k: int, ratio: int) -> str:
             "or halve the state size with --mamba-ssm-dtype bfloat16.")
 
 
-@dataclass(frozen=True)
+@frozen
 class PoolLayout:
     """`size --engine sglang`: a MambaPool of ``--slots`` slots and what it admits."""
 
@@ -400,7 +401,7 @@ def layout(sc: Scenario) -> PoolLayout:
                       checkpoint_grid(sc.spec, rel, page_size(sc, strat)))
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """`fit` on SGLang: the memory split between the two pools and the requests it admits."""
 

@@ -6,19 +6,20 @@ three-request trace."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse, lcm
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
 
-@dataclass(frozen=True)
+@frozen
 class Strategy:
     """The radix strategy a scenario runs and the state slots a request holds under it."""
 
@@ -71,7 +72,7 @@ def checkpoint_grid(spec: ModelSpec, rel: Release, page_size: int = 1, tree_page
     return lcm(max(chunk, page_size), tree_page)
 
 
-@dataclass(frozen=True)
+@frozen
 class Prefix:
     rel: Release
     reuse: Reuse

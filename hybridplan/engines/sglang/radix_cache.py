@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import floor_to, lcm
 from hybridplan.errors import NotServed, PlanError
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.replay.settings import ReplaySettings
@@ -43,7 +44,7 @@ TRACK_INTERVAL = 256
 CAP_FLAGS_SINCE = "0.5.18"
 
 
-@dataclass(frozen=True)
+@frozen
 class Rules:
     label: str
     version: str

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 #: every 0.5.x release on PyPI (there is no final 0.5.0); the first ones have no Mamba pool
 EARLY = ("0.5.0rc0", "0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2rc0",
@@ -99,7 +99,7 @@ def _key(version: str) -> tuple[int, int, int]:
     return (int(patch), 2, int(post)) if post is not None else (int(patch), 1, 0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Release:
     """One SGLang release, by its version string (0.5.x, with any rc or post suffix)."""
 

@@ -11,13 +11,13 @@ least one Mamba page: 16·cdiv(4,255,744, 16·4,096) = 1040.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import cdiv, lcm
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.memory import Footprint
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -69,7 +69,7 @@ def mamba_page(fp: Footprint) -> int:
     return max((g.bytes_per_layer for g in fp.state), default=0)
 
 
-@dataclass(frozen=True)
+@frozen
 class Layout:
     """The page layout of one mode: block size, page bytes and the lines vLLM logs about them."""
 
@@ -211,7 +211,7 @@ def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:
 
 
 
-@dataclass(frozen=True)
+@frozen
 class ModePages:
     """One mode's layout and what one request pins in it."""
 
@@ -229,7 +229,7 @@ class ModePages:
                 "kv_bytes_per_request": self.kv_pages_per_request * lay.page_bytes, "logs": list(lay.logs)}
 
 
-@dataclass(frozen=True)
+@frozen
 class Pages:
     """`size --engine vllm`: pages and padding per mode."""
 

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -25,7 +25,7 @@ FALLBACK = 2048
 ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
-@dataclass(frozen=True)
+@frozen
 class MaxLen:
     """vLLM's derived maximum: the value (a float once a RoPE factor applies, as vLLM prints it) and the key
     it came from; ``None`` when the config names no length."""

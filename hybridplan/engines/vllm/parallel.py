@@ -19,7 +19,7 @@ model. Up to 0.10.2 each stage grouped its own layers (``get_kv_cache_config`` p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Shortfall, Term, Waterfall
@@ -27,6 +27,7 @@ from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
 from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -250,7 +251,7 @@ def _group_layers(sc: Scenario, cap: Capacity) -> list[list[int]]:
     return dealt
 
 
-@dataclass(frozen=True)
+@frozen
 class StageCache:
     """One stage's cache: its budget, the layers of each global group it holds, and the blocks it buys."""
 
@@ -278,7 +279,7 @@ class StageCache:
                 "weights_bytes": self.memory.term("weights") if self.memory else None}
 
 
-@dataclass(frozen=True)
+@frozen
 class StagedCapacity(Capacity):
     """The capacity the engine core settles on: the scheduler's groups, the binding stage's budget and bytes per
     block (so ``num_blocks`` is the smallest of all stages'), and every stage's own start-up check."""
@@ -358,7 +359,7 @@ def _gib_text(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-@dataclass(frozen=True)
+@frozen
 class PipelineFit(Fit):
     """`fit` on vLLM at ``--pipeline-parallel-size`` > 1: the engine's figures (those of the stage that binds)
     and every stage's own."""
@@ -447,7 +448,7 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
                        dp=sc.dp, expert_parallel=sc.expert_parallel)
 
 
-@dataclass(frozen=True)
+@frozen
 class StageSize:
     """`size --pp`: what one stage keeps per sequence (vLLM's dtype rules) and the weights one of its ranks loads."""
 

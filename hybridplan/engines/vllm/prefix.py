@@ -5,12 +5,13 @@ take."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Reuse
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.errors import NotServed
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 TRANSFORMER_ROW = "prefix_caching"
 
 
-@dataclass(frozen=True)
+@frozen
 class Prefix:
     """`prefix` on vLLM: reuse per mode."""
 

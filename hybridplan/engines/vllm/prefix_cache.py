@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import cdiv, floor_to
 from hybridplan.errors import NotServed, PlanError
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.replay.settings import ReplaySettings
@@ -50,7 +51,7 @@ EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "qwen3_next_mtp", "deepseek
 ATTENTION_BLOCK = 16
 
 
-@dataclass(frozen=True)
+@frozen
 class Rules:
     """The prefix-cache rules of one release and mode, resolved from the scenario."""
 

@@ -6,10 +6,10 @@ the patch. Paths are those of the vLLM wheels; docs/engines.md lists the rules b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
+from hybridplan.records import frozen
 
 #: every vLLM release on PyPI from 0.10.0 on (there are no post releases)
 VERSIONS = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0",
@@ -49,7 +49,7 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
-@dataclass(frozen=True, order=True)
+@frozen(order=True)
 class Release:
     """One vLLM release, as ``(0, minor, patch[, sub])``."""
 

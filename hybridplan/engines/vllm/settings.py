@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 
 #: GDN prefill backends vLLM can pick (vllm/v1/attention/backends/gdn_attn.py, 0.33)
 GDN_BACKENDS = ("flashinfer", "triton")
 
 
-@dataclass(frozen=True)
+@frozen
 class VllmSettings:
     """The vLLM release and flags of a scenario (None: vLLM's own default for the model and GPU)."""
 

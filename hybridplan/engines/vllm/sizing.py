@@ -7,7 +7,7 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Shortfall, Waterfall, cdiv
@@ -23,6 +23,7 @@ from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
+from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 GiB = 1 << 30
 
 
-@dataclass(frozen=True)
+@frozen
 class CacheGroup:
     """A KV cache group: ``layers`` layers of one kind; every block holds one page of each."""
 
@@ -45,7 +46,7 @@ class CacheGroup:
     draft: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class Bucket:
     """Layers of one KV cache spec (vLLM groups layers by spec equality): ``block`` as for ``CacheGroup``."""
 
@@ -177,7 +178,7 @@ def cache_groups(fp: Footprint, rel: Release = NEWEST,
     return size, tuple(groups)
 
 
-@dataclass(frozen=True)
+@frozen
 class Capacity:
     layout: Layout
     group_size: int
@@ -352,7 +353,7 @@ def available_kv_memory_log(budget: int, rel: Release = NEWEST) -> str:
     return f"Available KV cache memory: {_gib(budget, rel)} GiB"
 
 
-@dataclass(frozen=True)
+@frozen
 class ModeFit:
     """One mode's capacity at the budget, and whether ``max_num_seqs`` sequences start."""
 
@@ -382,7 +383,7 @@ class ModeFit:
                 "logs": list(c.layout.logs) + list(c.logs)}
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """`fit` on vLLM: the budget, and per mode what it holds; the verdict is the mode the start runs in."""
 
