@@ -234,7 +234,7 @@ def fit(o: Options) -> None:
          short="How much of a shared prefix a later request reuses")
 def prefix(o: Options) -> None:
     """How much of a shared prefix a second request reuses: a recurrent state is reusable only where a
-    checkpoint was saved.
+    checkpoint was saved. A replay of three requests that share the prefix, through replay's policies.
 
     Examples:
 

@@ -398,7 +398,7 @@ def test_size_engine_json_contract(run_cli):
     assert sg["max_running_requests"] == 51 and sg["per_request_bytes"] == 102_137_856
 
 
-# --- prefix reuse (docs/engines.md §4) ------------------------------------------------------------------
+# --- prefix reuse (docs/engines.md §4): `prefix` replays three requests (tests/test_prefix.py) ----------------
 
 
 @pytest.mark.parametrize("shared,private,reused,computed", [
@@ -408,6 +408,7 @@ def test_size_engine_json_contract(run_cli):
     (1280, 0, 0, 1280),  # a whole cached prompt still recomputes its last token, here its only block
 ])
 def test_prefix_examples_all_mode(shared, private, reused, computed):
+    # 0.28 `all` (dense retention through 0.28.0): a state at every full 1280-token block
     r = prefix(scenario("nemotron-h", minor=28, engine="vllm", vllm=dict(mode="all")), shared, private)
     x = r.parts["vllm"].modes["all"]
     assert x.grid == 1280 and (x.reused_tokens, x.computed_tokens) == (reused, computed)
@@ -517,12 +518,18 @@ def test_prefix_later_requests_reuse_the_junction():
 
 
 def test_align_chunk_ends_are_checkpoints():
-    # a 20,000-token prompt with 8,192-token chunks and B = 1040: chunks end at floor(8192/1040)·1040 = 7280,
-    # 14,560, then the last boundary floor(19,999/1040)·1040 = 19,760 (0.33)
-    assert vllm.checkpoints("align", 1040, 20_000, 8192, 33) == (7280, 14560, 19760)
-    # through 0.31 the last boundary is floor(L/B)·B: for L = 20,800 = 20·1040 that is L itself
-    assert vllm.checkpoints("align", 1040, 20_800, 8192, 28)[-1] == 20_800
-    assert vllm.checkpoints("align", 1040, 20_800, 8192, 33)[-1] == 19_760
+    # 0.28 (dense retention), a 20,000-token prompt with 8,192-token chunks and B = 1040: chunks end at
+    # floor(8192/1040)·1040 = 7280, 14,560, then the last boundary floor(20,000/1040)·1040 = 19,760
+    def align(minor, prompt):
+        sc = scenario("nemotron-h", minor=minor, engine="vllm", allow_long_context=True)
+        return prefix(sc, prompt, 0).parts["vllm"].modes["align"].checkpoints
+
+    assert align(28, 20_000) == (7280, 14560, 19760)
+    # through 0.31 the last boundary is floor(L/B)·B: for L = 20,800 = 20·1040 that is L itself; from 0.32
+    # floor((L − 1)/B)·B = 19,760 (kv_cache_interface.py get_mamba_prefill_checkpoint_position), and retention 0
+    # (0.29.0+) keeps only that boundary (tests/test_prefix.py)
+    assert align(28, 20_800)[-1] == 20_800
+    assert align(33, 20_800) == (19_760,)
 
 
 def test_both_engines_skip_the_one_that_does_not_serve(run_cli):

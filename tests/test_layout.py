@@ -25,15 +25,19 @@ def _functions() -> list[tuple[Path, ast.FunctionDef]]:
     ("default_max_num_seqs", "hybridplan/engines/vllm/releases.py"),
     ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
     ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
-    ("junction", None),  # where a second request saves its state: one per engine
-    ("checkpoints", None),  # where the first request saves states: one per engine
+    # where a cache holds states along a request (`prefix`'s checkpoints of the first request): one per engine's
+    # replay cache, and no analytic copy of where states land (`checkpoints`) or of the junction a second request
+    # saves (`junction`) beside the replay's rules: `prefix` replays its trace through those caches
+    ("held_states", ("hybridplan/engines/sglang/radix_cache.py", "hybridplan/engines/vllm/prefix_cache.py")),
+    ("checkpoints", ()),
+    ("junction", ()),
 ])
 def test_each_rule_is_defined_once(name, home):
     where = [str(p) for p, f in _functions() if f.name == name]
-    if home is not None:
+    if isinstance(home, str):
         assert where == [home]
     else:
-        assert sorted(where) == ["hybridplan/engines/sglang/radix.py", "hybridplan/engines/vllm/prefix.py"]
+        assert sorted(where) == list(home)
 
 
 def test_reports_hold_no_engine_rule():

@@ -49,8 +49,10 @@ def _others(*needed: str) -> list[str]:
      ("hybridplan.crossover", "hybridplan.engines.vllm.prefix", "rich.console")),
     (("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "vllm", "--json"), ("fit",),
      ("hybridplan.engines.sglang.pool", "hybridplan.engines.sglang.engine")),
+    # prefix replays through replay's policies, whose rules take the cache groups from the engines' sizing; no
+    # crossover maths, no replay rendering, no rich console under --json
     (("prefix", "nemotron-h", "--shared", "4000", "--json"), ("prefix",),
-     ("hybridplan.engines.vllm.sizing", "hybridplan.engines.sglang.pool", "rich.console")),
+     ("hybridplan.crossover", "hybridplan.render_replay", "rich.console")),
     (("check-log", str(DATA / "vllm-0.23-nemotron-h.log"), "--json"), ("check_log",),
      ("hybridplan.crossover", "rich.console")),
     (("models", "--json"), ("models",), ("hybridplan.engines.vllm.dtypes", "rich.console")),

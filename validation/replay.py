@@ -88,6 +88,9 @@ def traces() -> dict:
                                                          group_size=1, group_shared=2000, history=False,
                                                          order="round-robin").requests()), 32768),
         "mooncake-conversation": (moon, 131072),
+        # `prefix`'s trace (hybridplan/reports/prefix.py): three requests, a shared prefix, one output token
+        "prefix-4000-200": (lambda: Synthetic(shared=4000, users=3, private=200, output=1).requests(), 32768),
+        "prefix-10000-5000": (lambda: Synthetic(shared=10000, users=3, private=5000, output=1).requests(), 32768),
     }
 
 

@@ -71,8 +71,9 @@ class Engine(Protocol):
         """What the budget holds and whether the engine starts."""
         ...
 
-    def prefix(self, sc: Scenario, shared: int, prompt: int) -> PrefixPart:
-        """Where checkpoints land and what a request sharing ``shared`` of its ``prompt`` tokens reuses."""
+    def prefix(self, sc: Scenario, prompt: int, replayed: Callable[[], list[tuple[dict, Reuse]]]) -> PrefixPart:
+        """`prefix`'s part: the reuse ``replayed()`` gives for each of this engine's replay policies (its rules'
+        dict and the reuse), once the engine takes a ``prompt``-token prompt (``NotServed`` where it does not)."""
         ...
 
     @property

@@ -6,9 +6,6 @@ from __future__ import annotations
 import re
 from math import gcd
 
-from hybridplan.errors import PlanError
-
-
 from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
 from hybridplan.records import frozen
 
@@ -21,26 +18,11 @@ def floor_to(n: int, unit: int) -> int:
     return n // unit * unit
 
 
-#: the most checkpoints hybridplan lists for one request
-MAX_CHECKPOINTS = 100_000
-
-
-def spaced(start: int, stop: int, step: int, what: str) -> range:
-    """Positions ``start, start + step, …`` below ``stop``, refused when there are more than can be listed."""
-    n = len(range(start, stop, step))
-    if n > MAX_CHECKPOINTS:
-        from hybridplan.units import article
-
-        raise PlanError(f"{article(f'{stop:,}')} {stop:,}-token prompt would leave {n:,} checkpoints ({what}); "
-                        "hybridplan lists at most "
-                        f"{MAX_CHECKPOINTS:,}: shorten the prompt or lengthen the chunk")
-    return range(start, stop, step)
-
-
 @frozen
 class Reuse:
-    """Prefix reuse on one engine. The second request finds only the first one's checkpoints; from the
-    third on, requests also find the checkpoint the second left where the two diverged (the junction)."""
+    """Prefix reuse on one engine, as `prefix` replays it (hybridplan/reports/prefix.py): where the first request
+    left states (``checkpoints``), what the second request reuses and computes, and what the third does (it
+    also finds what the second left where it branched off)."""
 
     grid: int | None
     checkpoints: tuple[int, ...]
@@ -49,22 +31,10 @@ class Reuse:
     later_reused_tokens: int
     later_computed_tokens: int
 
-    @classmethod
-    def of(cls, grid: int | None, checkpoints: tuple[int, ...], junction: int, shared: int, prompt: int) -> Reuse:
-        """A prompt of ``prompt`` tokens whose first ``shared`` were seen before: it resumes from the deepest
-        checkpoint inside the shared part that still leaves one token to compute."""
-        hit = _hit(checkpoints, shared, prompt)
-        later = max(hit, _hit((junction,), shared, prompt)) if junction else hit
-        return cls(grid, checkpoints, hit, prompt - hit, later, prompt - later)
-
     def to_dict(self, grid_key: str) -> dict:
         return {grid_key: self.grid, "checkpoints": list(self.checkpoints), "reused_tokens": self.reused_tokens,
                 "computed_tokens": self.computed_tokens, "later_reused_tokens": self.later_reused_tokens,
                 "later_computed_tokens": self.later_computed_tokens}
-
-
-def _hit(checkpoints, shared: int, prompt: int) -> int:
-    return max((c for c in checkpoints if c <= shared and c <= prompt - 1), default=0)
 
 
 def last(pattern: re.Pattern, text: str):

@@ -4,7 +4,9 @@ the semantics.
 
 A policy is an object with ``keys(req, stop)``, ``lookup(req, keys)``, ``admit(req, lookup, keys)`` (False
 when its pool cannot hold the request now) and ``finish(req)``; the engines' live in
-hybridplan/engines/vllm/prefix_cache.py and hybridplan/engines/sglang/radix_cache.py, the ideal one here.
+hybridplan/engines/vllm/prefix_cache.py and hybridplan/engines/sglang/radix_cache.py, the ideal one here. The
+engines' caches are built from their rules (``Cache(r)``) and also say where they hold states along a request
+(``held_states(req)``: `prefix`'s checkpoints of the first request).
 """
 
 from __future__ import annotations
@@ -158,6 +160,11 @@ class Policy:
     cache: object
     block: int
     max_len: int
+
+    def renewed(self, max_len: int) -> Policy:
+        """The same rules over an empty cache (an engine's cache is built from its rules, ``r``), taking prompts
+        below ``max_len``."""
+        return Policy(self.label, type(self.cache)(self.cache.r), self.block, max_len)
 
 
 def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,

@@ -129,22 +129,29 @@ def _need_budget(sc: Scenario, rs: ReplaySettings) -> None:
                         "--num-gpu-blocks-override and --max-total-tokens with --max-mamba-cache-size)")
 
 
-def policies(sc: Scenario, rs: ReplaySettings) -> tuple[list[tuple[str, Policy, dict]], dict[str, str]]:
+#: blocks, tokens and state slots of a pool that never evicts (``policies(unbounded=True)``)
+UNBOUNDED = 1 << 50
+
+
+def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple[list[tuple[str, Policy, dict]],
+                                                                                 dict[str, str]]:
     """(engine, policy, rules) for every engine and mode the scenario asks for, the attention-only baseline, and
-    the engines skipped with the reason."""
+    the engines skipped with the reason. ``unbounded``: every pool holds all it is given (nothing is evicted, no
+    budget is asked for), the geometry alone deciding what is reused (`prefix`)."""
     from hybridplan.engines.vllm import prefix_cache as vpc
 
     out: list[tuple[str, Policy, dict]] = []
     skipped: dict[str, str] = {}
-    budget = None
+    budget = UNBOUNDED if unbounded else None
     if sc.wants("vllm"):
         try:
             rel = sc.vllm.release
             rel.check_served(sc.spec)
-            budget = _vllm_budget(sc, rs)
+            budget = budget or _vllm_budget(sc, rs)
             modes = rel.modes_for(sc.spec, sc.vllm.mode) if sc.spec.recurrent else ("none",)
             for mode in modes:
                 r = vpc.rules(sc, rs, mode, budget)
+                r = vpc.unbounded(r, UNBOUNDED) if unbounded else r
                 label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
                 out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len), r.to_dict()))
         except NotServed as exc:
@@ -155,10 +162,13 @@ def policies(sc: Scenario, rs: ReplaySettings) -> tuple[list[tuple[str, Policy, 
         from hybridplan.engines.sglang import radix_cache as spc
 
         try:
-            _need_budget(sc, rs) if not (rs.max_total_tokens and sc.sglang.max_mamba_cache_size) else None
+            sc.sglang.release.check_served(sc.spec)  # before its strategy rules, which take a served model
+            if not (unbounded or rs.max_total_tokens and sc.sglang.max_mamba_cache_size):
+                _need_budget(sc, rs)
             sc_s = sc if sc.budget.kv_budget is not None or sc.budget.gpu_mem is not None else replace(
                 sc, budget=replace(sc.budget, kv_budget=1 << 40))
             r = spc.rules(sc_s, rs)
+            r = spc.unbounded(r, UNBOUNDED) if unbounded else r
             out.append(("sglang", Policy(r.label, spc.Cache(r), r.grid, r.max_model_len), r.to_dict()))
         except NotServed as exc:
             if sc.engine != "both":

@@ -4,7 +4,8 @@
 - ``releases``: which release, the models it serves, its radix strategies and slots, the band of each rule;
 - ``settings``: the SGLang flags of a scenario;
 - ``pool``: the state dtypes, the MambaPool, the speculative buffers, the split, the request cap;
-- ``radix``: the strategy a scenario runs, where states are checkpointed and what a later request reuses;
+- ``radix``: the strategy a scenario runs, the grid states are checkpointed on, `prefix`'s part and refusal;
+- ``radix_cache``: the radix-cache policy `replay` and `prefix` run;
 - ``logs``: the start-up log read back;
 - ``engine``: the verbs of the ``Engine`` protocol.
 
@@ -20,7 +21,7 @@ _HOME = {
     "GB": "pool", "Admission": "pool", "Pool": "pool", "SpecBuffers": "pool", "Split": "pool", "Strategy": "radix",
     "cache_dtypes": "pool", "cap_log": "pool", "estimate": "pool", "footprint": "pool", "kv_tokens": "pool",
     "per_request_bytes": "pool", "request_cap": "pool", "split": "pool", "strategy": "radix",
-    "checkpoint_grid": "radix", "checkpoints": "radix",
+    "checkpoint_grid": "radix",
     "ENGINE": "engine",
 }
 __all__ = sorted(_HOME)

@@ -9,6 +9,9 @@ from hybridplan.engines import LogVerbs
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hybridplan.engines.common import Reuse
     from hybridplan.engines.sglang.pool import Fit, PoolLayout
     from hybridplan.engines.sglang.radix import Prefix
     from hybridplan.scenario import Scenario
@@ -43,11 +46,11 @@ class SglangEngine(LogVerbs):
             return parallel.fit_data_parallel(sc) if sc.dp > 1 or sc.ep_size > 1 else parallel.fit(sc)
         return fit(sc)
 
-    def prefix(self, sc: Scenario, shared: int, prompt: int) -> Prefix:
+    def prefix(self, sc: Scenario, prompt: int, replayed: Callable[[], list[tuple[dict, Reuse]]]) -> Prefix:
         from hybridplan.engines.sglang.radix import prefix
 
         self.check_served(sc)
-        return prefix(sc, shared, prompt)
+        return prefix(sc, prompt, replayed)
 
 
 ENGINE = SglangEngine()

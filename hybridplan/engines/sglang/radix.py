@@ -1,13 +1,15 @@
 """SGLang's radix cache for hybrids: the strategy a scenario runs (``Release.strategy`` and the rules that
-involve other flags), the state slots it holds, where states are checkpointed and what a later request
-reuses (mem_cache/unified_radix_cache.py)."""
+involve other flags), the state slots it holds, the grid states are checkpointed on (mem_cache/
+unified_radix_cache.py), and `prefix`'s part: what the radix policy (radix_cache.py) reuses over its
+three-request trace."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import Reuse, floor_to, lcm, spaced
+from hybridplan.engines.common import Reuse, lcm
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
@@ -58,8 +60,6 @@ def page_size(sc: Scenario, strat: Strategy) -> int:
     return sc.sglang.page_size
 
 
-#: decode tracking interval (``mamba_track_interval``)
-TRACK_INTERVAL = 256
 #: the checkpoint chunk of models whose config names none, and of every model before 0.5.13
 #: (``FLA_CHUNK_SIZE``)
 FALLBACK_GRID = 64
@@ -70,33 +70,6 @@ def checkpoint_grid(spec: ModelSpec, rel: Release, page_size: int = 1, tree_page
     mamba_chunk_size from 0.5.13 and 64 before (``mamba_cache_chunk_size``)."""
     chunk = (spec.chunk_size or FALLBACK_GRID) if rel.chunk_from_config else FALLBACK_GRID
     return lcm(max(chunk, page_size), tree_page)
-
-
-def checkpoints(strat: str, grid: int, prompt: int, chunk: int) -> tuple[int, ...]:
-    """Where the first request leaves states in the radix tree (mem_cache/unified_radix_cache.py
-    ``checkpoint_into_tree``): extra_buffer, one per prefill chunk at the chunk's last grid point; no_buffer,
-    every chunk end and the prompt's end; off, nothing."""
-    if strat == "off":
-        return ()
-    starts = spaced(0, prompt, chunk, f"one per {chunk}-token prefill chunk")
-    if strat == "no_buffer":
-        ends = {min(s + chunk, prompt) for s in starts}
-    else:
-        ends = {s + floor_to(min(chunk, prompt - s), grid) for s in starts}
-    return tuple(sorted(c for c in ends if c > 0))
-
-
-def junction(strat: str, grid: int, shared: int, prompt: int) -> int:
-    """extra_buffer: the second request records its branch point, grid-floored, and saves a state there."""
-    return floor_to(min(shared, prompt - 1), grid) if strat == "extra_buffer" else 0
-
-
-def reuse(sc: Scenario, shared: int, prompt: int) -> Reuse:
-    chosen = strategy(sc)
-    grid = checkpoint_grid(sc.spec, sc.sglang.release, page_size(sc, chosen))
-    strat = chosen.name
-    return Reuse.of(grid, checkpoints(strat, grid, prompt, sc.chunk), junction(strat, grid, shared, prompt), shared,
-                    prompt)
 
 
 @frozen
@@ -111,10 +84,13 @@ class Prefix:
         return {"version": self.rel.version, **self.reuse.to_dict("grid")}
 
 
-def prefix(sc: Scenario, shared: int, prompt: int) -> Prefix:
-    """Reuse under the scenario's strategy; a prompt beyond the model's context is one SGLang does not take."""
+def prefix(sc: Scenario, prompt: int, replayed: Callable[[], list[tuple[dict, Reuse]]]) -> Prefix:
+    """The reuse ``replayed()`` gives under the scenario's strategy (radix_cache.py's policy, over `prefix`'s
+    three-request trace: hybridplan/reports/prefix.py); a prompt beyond the model's context is one SGLang does not
+    take."""
     from hybridplan.engines.sglang.context import refusal
 
     if (why := refusal(replace(sc, ctx=prompt))) is not None:
         raise NotServed(f"SGLang takes no {prompt:,}-token prompt for {sc.spec.name}: {why}")
-    return Prefix(sc.sglang.release, reuse(sc, shared, prompt))
+    ((_, reuse),) = replayed()
+    return Prefix(sc.sglang.release, reuse)

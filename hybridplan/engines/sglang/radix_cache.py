@@ -26,7 +26,7 @@ Each rule names its release range and SGLang's file.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import floor_to, lcm
@@ -90,6 +90,11 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
     name = strat.name
     return Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, sc.chunk, kv, slots, strat.ratio,
                  rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
+
+
+def unbounded(r: Rules, size: int) -> Rules:
+    """The same rules over pools of ``size`` KV tokens and state slots that never evict (`prefix`)."""
+    return replace(r, kv_tokens=size, state_slots=size)
 
 
 @dataclass
@@ -163,18 +168,35 @@ class Cache:
             self.evicted_states.add(k)
         return self.st_used + self.st_private + need <= self.r.state_slots
 
+    def held_states(self, req: Request) -> list[int]:
+        """The positions along ``req``'s tokens at which the tree now holds a Mamba state (the states ``lookup``
+        searches: each grid point's tails whose key the state pool holds), in order."""
+        r = self.r
+        length = req.prompt_len + req.output_len
+        keys = self.keys(req, length)
+        out = []
+        for q in range(len(keys) + 1):
+            for t in self.tails.get(keys[q - 1] if q else 0, ()):
+                pos = q * r.grid + t
+                if 0 < pos <= length and self._state_key(req, keys, pos)[2] in self.st_cost:
+                    out.append(pos)
+        return sorted(out)
+
     # --- one request ----------------------------------------------------------------------------------
 
     def lookup(self, req: Request, keys: list[int]) -> Lookup:
         r = self.r
         cap = req.prompt_len - 1
-        m = 0
-        while m < min(cap // r.grid, len(keys)) and keys[m] in self.kv_cost:
+        m, most, cost = 0, min(cap // r.grid, len(keys)), self.kv_cost
+        while m < most and keys[m] in cost:
             m += 1
         hit, evicted = 0, False
+        tails = self.tails
         for q in range(m, -1, -1):
-            base = keys[q - 1] if q else 0
-            for t in sorted(self.tails.get(base, ()), reverse=True):
+            here = tails.get(keys[q - 1] if q else 0)
+            if not here:
+                continue
+            for t in sorted(here, reverse=True):
                 pos = q * r.grid + t
                 if pos > cap or pos == 0:
                     continue

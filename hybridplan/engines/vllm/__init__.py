@@ -8,7 +8,8 @@ Every rule is a pure function of a ``Scenario`` and names the releases it holds 
 - ``dtypes``: the cache dtypes under "auto", and one sequence's footprint;
 - ``blocks``: block size, page padding, pages per request;
 - ``sizing``: cache groups, blocks, concurrency, the token figure, the budget and the start-up check;
-- ``prefix``: where checkpoints land and what a later request reuses;
+- ``prefix``: `prefix`'s part (its reuse per mode, replayed through ``prefix_cache``'s policy) and its refusal;
+- ``prefix_cache``: the prefix-cache policy `replay` and `prefix` run;
 - ``logs``: the start-up log read back;
 - ``engine``: the verbs of the ``Engine`` protocol.
 
@@ -28,7 +29,6 @@ _HOME = {
     "CacheGroup": "sizing", "Capacity": "sizing", "available_kv_memory_log": "sizing",
     "cache_groups": "sizing", "capacity": "sizing", "kv_budget": "sizing", "requested_memory": "memory",
     "memory": "memory",
-    "checkpoints": "prefix",
     "ENGINE": "engine",
 }
 __all__ = sorted(_HOME)

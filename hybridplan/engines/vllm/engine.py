@@ -10,6 +10,9 @@ from hybridplan.engines import LogVerbs
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hybridplan.engines.common import Reuse
     from hybridplan.engines.vllm.blocks import Pages
     from hybridplan.engines.vllm.prefix import Prefix
     from hybridplan.engines.vllm.sizing import Fit
@@ -44,11 +47,11 @@ class VllmEngine(LogVerbs):
             return parallel.fit(sc)
         return fit(sc)
 
-    def prefix(self, sc: Scenario, shared: int, prompt: int) -> Prefix:
+    def prefix(self, sc: Scenario, prompt: int, replayed: Callable[[], list[tuple[dict, Reuse]]]) -> Prefix:
         from hybridplan.engines.vllm.prefix import prefix
 
         self.check_served(sc)
-        return prefix(sc, shared, prompt)
+        return prefix(sc, prompt, replayed)
 
 
 ENGINE = VllmEngine()

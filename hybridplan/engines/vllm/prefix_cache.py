@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import lcm
 from typing import TYPE_CHECKING
 
@@ -150,7 +150,7 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     cap = capacity(sc, mode, kv_budget)
     attn = sum(1 for g in cap.groups if not g.recurrent)
     mamba = sum(1 for g in cap.groups if g.recurrent)
-    if not attn:
+    if not attn and mode != "none":  # mode none is what it runs: nothing cached, nothing reused
         raise NotServed(f"{sc.spec.name} has no attention layers: vLLM runs it without prefix caching")
     unit = block
     if rs.prefix_match_unit is not None:
@@ -188,6 +188,15 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
                  rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
                  group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
                  uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"), checkpoint_align=align)
+
+
+def unbounded(r: Rules, blocks: int) -> Rules:
+    """The same rules over a pool of ``blocks`` that never evicts (`prefix`: the geometry alone). Every group of
+    a kind takes and caches the same blocks (``Cache._plan``), and only eviction, which runs group by group, sets
+    them apart: with none, one group of each kind answers for them all, at a fraction of the work."""
+    kinds = tuple(dict.fromkeys(r.group_order or ("a",) * r.attn_groups + ("m",) * r.mamba_groups))
+    return replace(r, num_blocks=blocks, attn_groups=min(r.attn_groups, 1), mamba_groups=min(r.mamba_groups, 1),
+                   group_order=kinds)
 
 
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
@@ -298,6 +307,20 @@ class Cache:
         else:
             self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
+
+    def held_states(self, req: Request) -> list[int]:
+        """The positions along ``req``'s tokens at which this cache now holds what a later request resumes from:
+        each hash-unit boundary whose key every Mamba group caches (the pool's own entries, as ``lookup`` reads
+        them), or on a model with no recurrent group every attention group; none with prefix caching off
+        (mode none)."""
+        r = self.r
+        keys = self.keys(req, req.prompt_len + req.output_len)
+        if r.recurrent and r.mode == "none":
+            return []
+        if r.recurrent:
+            groups = [self.cached_in[g] for g in self._mamba]
+            return [(i + 1) * r.unit for i, k in enumerate(keys) if all(k in d for d in groups)]
+        return [(i + 1) * r.unit for i, k in enumerate(keys) if self.cached("a", k)]
 
     # --- one request ----------------------------------------------------------------------------------
 
