@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -255,7 +257,23 @@ def prefix(o: Options) -> None:
             raise PlanError("--plot draws a sweep: give --sweep A:B:STEP as well")
         show(prefix_report(sc, o.shared, o.private), o, "prefix_view")
         return
-    show(prefix_sweep(sc, o.sweep, o.private), o, "sweep_view", "prefix_plot")
+    with _progress_bar("replaying the sweep") as tick:
+        report = prefix_sweep(sc, o.sweep, o.private, tick)
+    show(report, o, "sweep_view", "prefix_plot")
+
+
+@contextmanager
+def _progress_bar(what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """``tick(done, total)`` for a rich progress bar on stderr, on a terminal only (None elsewhere)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _gpu_key(name: str | None) -> str | None:

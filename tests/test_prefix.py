@@ -139,3 +139,13 @@ def test_a_model_without_attention_runs_mode_none_on_vllm(run_cli):
 ])
 def test_prefix_refusals_are_one_line(run_cli, args, needle):
     one_line_error(*run_cli("prefix", *args), needle)
+
+
+def test_a_sweep_reports_its_progress_point_by_point():
+    # the sweep is a replay per point (seconds for 2,000 long ones): the command shows a bar from these ticks
+    from hybridplan.reports.prefix import prefix_sweep
+
+    ticks: list[tuple[int, int]] = []
+    report = prefix_sweep(scenario("nemotron-h", ctx=8192), "0:3000:1000", 200, lambda d, t: ticks.append((d, t)))
+    assert ticks == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [p.shared for p in report.points] == [0, 1000, 2000, 3000]

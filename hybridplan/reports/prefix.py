@@ -10,6 +10,8 @@ reuse (the third also finds what the second left where it branched off)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hybridplan import engines
 from hybridplan.engines.common import Reuse
 from hybridplan.errors import NotServed, PlanError
@@ -163,11 +165,18 @@ def parse_sweep(text: str) -> range:
     return range(a, b + 1, step)
 
 
-def prefix_sweep(sc: Scenario, sweep: str, private: int) -> SweepReport:
+def prefix_sweep(sc: Scenario, sweep: str, private: int,
+                 progress: Callable[[int, int], None] | None = None) -> SweepReport:
+    """``prefix`` at every shared length of ``sweep``; ``progress(done, total)`` after each point."""
     shared = [n for n in parse_sweep(sweep) if n + private > 0]
     ln = lanes(sc)
     units = sum((n + private) // p.block for n in shared for _, p, _ in ln.chosen)
     if units > MAX_SWEEP_UNITS:
         raise PlanError(f"--sweep {sweep} with {private:,} private tokens would replay {units:,} blocks (vLLM) and "
                         f"grid points (SGLang), more than {MAX_SWEEP_UNITS:,}: sweep shorter prompts or fewer steps")
-    return SweepReport(sc.spec, private, tuple(prefix(sc, n, private, ln) for n in shared))
+    points = []
+    for n in shared:
+        points.append(prefix(sc, n, private, ln))
+        if progress is not None:
+            progress(len(points), len(shared))
+    return SweepReport(sc.spec, private, tuple(points))
