@@ -149,3 +149,17 @@ def test_a_sweep_reports_its_progress_point_by_point():
     report = prefix_sweep(scenario("nemotron-h", ctx=8192), "0:3000:1000", 200, lambda d, t: ticks.append((d, t)))
     assert ticks == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert [p.shared for p in report.points] == [0, 1000, 2000, 3000]
+
+
+def test_an_align_start_vllm_refuses_is_skipped_with_its_reason_the_other_modes_run():
+    # vLLM 0.17.0-0.26 refuses align with a block wider than --max-num-batched-tokens (vllm/config/vllm.py
+    # validate_block_size; hybridplan/engines/vllm/sizing.py block_problem): nemotron-h's align block is 1,040
+    # tokens, over a 512-token chunk. 0.27.0 dropped the check, so align runs there.
+    from hybridplan.reports.prefix import prefix as prefix_report
+
+    refused = prefix_report(scenario("nemotron-h", minor=26, chunk=512, engine="vllm"), 4000, 200)
+    assert set(refused.parts["vllm"].modes) == {"none", "all"}
+    (label, why), = refused.skipped
+    assert label == "vLLM 0.26.0 align" and "block_size (1040) must be <= max_num_batched_tokens (512)" in why
+    later = prefix_report(scenario("nemotron-h", minor=27, chunk=512, engine="vllm"), 4000, 200)
+    assert "align" in later.parts["vllm"].modes and not later.skipped

@@ -128,7 +128,8 @@ def prefix(sc: Scenario, shared: int, private: int, ln: Lanes | None = None) -> 
     parts, skipped = engines.each(sc, lambda e: e.prefix(sc, shared + private, lambda: rows(e.name)))
     if not parts:
         raise engines.none_left(skipped, "model")
-    return PrefixReport(sc.spec, shared, private, parts, tuple(skipped.items()))
+    modes = tuple((k, v) for k, v in ln.skipped.items() if k not in engines.NAMES)  # a mode the engine refuses
+    return PrefixReport(sc.spec, shared, private, parts, tuple(skipped.items()) + modes)
 
 
 @frozen

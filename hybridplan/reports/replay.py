@@ -149,11 +149,19 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
             rel.check_served(sc.spec)
             budget = budget or _vllm_budget(sc, rs)
             modes = rel.modes_for(sc.spec, sc.vllm.mode) if sc.spec.recurrent else ("none",)
+            refused: dict[str, str] = {}  # a mode vLLM would not start with (the others still run)
             for mode in modes:
-                r = vpc.rules(sc, rs, mode, budget)
+                try:
+                    r = vpc.rules(sc, rs, mode, budget)
+                except NotServed as exc:
+                    refused[mode] = str(exc)
+                    continue
                 r = vpc.unbounded(r, UNBOUNDED) if unbounded else r
                 label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
                 out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len), r.to_dict()))
+            if len(refused) == len(modes):
+                raise NotServed("; ".join(refused.values()))
+            skipped.update((f"vLLM {rel.version} {m}", why) for m, why in refused.items())
         except NotServed as exc:
             if sc.engine != "both":
                 raise

@@ -148,6 +148,8 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     lay = layout(sc, mode)
     block = lay.block_size or ATTENTION_BLOCK
     cap = capacity(sc, mode, kv_budget)
+    if cap.block_problem is not None:  # 0.17.0–0.26: align refuses a block wider than the chunk (sizing.py)
+        raise NotServed(f"vLLM {rel.version} does not start in {mode} mode: {cap.block_problem}")
     attn = sum(1 for g in cap.groups if not g.recurrent)
     mamba = sum(1 for g in cap.groups if g.recurrent)
     if not attn and mode != "none":  # mode none is what it runs: nothing cached, nothing reused
