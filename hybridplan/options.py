@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 import typer.core
 
+from hybridplan import startup
 from hybridplan.errors import PlanError
 from hybridplan.units import MAX_COUNT, MAX_TOKENS, parse_count, parse_size
 
@@ -398,6 +399,7 @@ def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = Non
 
     def register(fn: Callable[[Options], Any]) -> Callable[[Options], Any]:
         def run(**values: Any) -> Any:
+            startup.resume()
             return fn(Options(**values))
 
         run.params = tuple(p for g in groups for p in g)  # type: ignore[attr-defined]
@@ -421,6 +423,7 @@ def command_in(app: typer.Typer, target: str, *, short: str, engine_flags: bool)
     module, _, name = target.partition(":")
 
     def run(**values: Any) -> Any:
+        startup.resume()
         return run.fn(Options(**values))  # type: ignore[attr-defined]
 
     run.__name__, run.target = name, target  # type: ignore[attr-defined]

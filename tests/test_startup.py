@@ -145,3 +145,33 @@ def test_spec_contexts_from_the_index_agree_with_the_specs():
         expected = {s.name: s.max_position_embeddings for s in specs
                     if s.architecture == arch and s.max_position_embeddings}
         assert loader.shipped_contexts(arch) == expected, arch
+
+
+def test_the_cycle_collector_is_paused_only_while_the_command_line_starts():
+    # hybridplan/startup.py: the console script pauses it before importing anything and the command's own work
+    # runs with it on again, start-up's objects frozen out of its walks; the planner as a library never pauses it
+    code = ("import gc, sys\n"
+            "import hybridplan.reports.size as size_report\n"
+            "real = size_report.size\n"
+            "def spy(*a, **k):\n"
+            "    print('during', gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)\n"
+            "    return real(*a, **k)\n"
+            "size_report.size = spy\n"
+            "import hybridplan.cli\n"
+            "print('library', gc.isenabled(), file=sys.stderr)\n"
+            "from hybridplan.__main__ import main\n"
+            "sys.argv = ['hybridplan', 'size', 'nemotron-h', '--json']\n"
+            "try:\n"
+            "    main()\n"
+            "except SystemExit as exc:\n"
+            "    print('after', gc.isenabled(), exc.code, file=sys.stderr)\n")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.split("\n")
+    assert [line for line in err if line] == ["library True", "during True True", "after True 0"]
+
+    from hybridplan import startup
+
+    code = ("import gc\nfrom hybridplan import startup\ngc.disable()\nstartup.pause()\nstartup.resume()\n"
+            "print(gc.isenabled())\n")  # a process that turned it off keeps it off
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+    assert startup._paused is False
