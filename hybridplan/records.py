@@ -10,8 +10,9 @@ the frozen ``__setattr__``/``__delattr__``. They behave as the generated ones do
 arguments, defaults and default factories, ``init=False`` fields set to their default, ``__post_init__``
 called last, equality and hash over the ``compare`` fields, instances immutable.
 
-An instance is built a few times slower than a generated ``__init__`` builds one (about 2 µs against 0.5),
-which nothing on a start-up path notices; the classes a replay makes per request stay plain dataclasses.
+An instance takes about twice as long to build as with a generated ``__init__`` (3.7 µs against 2.0 for five
+fields, two of them given, on this project's two-core machine), which nothing on a start-up path notices; the
+classes a replay makes per request stay plain dataclasses.
 """
 
 from __future__ import annotations
