@@ -81,21 +81,22 @@ class Prompt:
         else:
             chain, start, end = 0, 0, unit
             append = out.append
+            many = 2 * unit
             for key, n in self.runs:
-                if n <= 0:
-                    continue
                 stop_run = start + n
-                lim = stop_run if stop_run < total else total
-                if lim - end >= 2 * unit:  # many units in the run: one comprehension
-                    out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
-                    end += ((lim - end) // unit + 1) * unit
-                while end <= lim:
-                    append(hash((chain, key, end - start)))
-                    end += unit
-                if end > total:
-                    break
-                chain = hash((chain, key, n))
-                start = stop_run
+                if end <= stop_run:  # a unit ends in the run (or at its end)
+                    lim = stop_run if stop_run < total else total
+                    if lim - end >= many:  # many units in the run: one comprehension
+                        out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
+                        end += ((lim - end) // unit + 1) * unit
+                    while end <= lim:
+                        append(hash((chain, key, end - start)))
+                        end += unit
+                    if end > total:
+                        break
+                if n > 0:
+                    chain = hash((chain, key, n))
+                    start = stop_run
         self._keys[(unit, stop)] = out
         return out
 

@@ -254,13 +254,15 @@ class Cache:
         self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
-        self.held_blocks = 0
-        self.queued_cached = 0
+        #: blocks in the free queue that cache nothing (before 0.24.0 only): every other block not fresh is held
+        #: or caches an entry, which ``peak_blocks`` counts
+        self.uncached_queued = 0
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
         self.units: list[dict[int, int]] = [{} for _ in self.groups]
         self._first_mamba = self.groups.index("m") if "m" in self.groups else -1
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
+        self._is_mamba = [k == "m" for k in self.groups]
         self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
 
     # --- keys -----------------------------------------------------------------------------------------
@@ -292,8 +294,6 @@ class Cache:
         slot = self._oldest(entry)
         if slot in self.queue:
             del self.queue[slot]
-            self.queued_cached -= 1
-            self.held_blocks += 1
         else:
             self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
@@ -682,7 +682,8 @@ class Cache:
             else:
                 last += [~(offset[g] + i) for i in range(len(need) - 1, -1, -1) if not freed[i]]
         self.running[req.index] = (last, slots, ents)
-        self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
+        # the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue
+        self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
         return True
 
     def _run(self, events: list[int], slots: list[int | None], ents: list[int | None]) -> None:
@@ -690,13 +691,13 @@ class Cache:
         of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
         joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
         entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
-        queue, cached_in, groups, refs = self.queue, self.cached_in, self.groups, self.refs
+        queue, cached_in, refs = self.queue, self.cached_in, self.refs
         popitem = queue.popitem
         shift, mask, first = self._shift, self._mask, self._first_mamba
         uncached_first = self.r.uncached_first
-        slot, fresh, held_blocks, queued = self._next, self.fresh, self.held_blocks, self.queued_cached
+        slot, fresh, uncached = self._next, self.fresh, self.uncached_queued
         states, peak, evictions = self.states, self.peak_states, self.evictions
-        mamba = [kind == "m" for kind in groups]
+        mamba = self._is_mamba
         evicted_state = self.evicted_states.add
         for f in events:
             if f < 0:
@@ -709,57 +710,52 @@ class Cache:
                     else:
                         del refs[held]
                     continue
-                held_blocks -= 1
                 entry = ents[f]
                 if entry is not None:
                     queue[held] = entry
-                    queued += 1
                 elif uncached_first:
                     fresh += 1
                 else:
                     queue[held] = None
+                    uncached += 1
                 continue
             if fresh:
                 fresh -= 1
             else:  # the head of the free queue, evicting what it caches
                 old, entry = popitem(False)
-                if entry is not None:
-                    queued -= 1
+                if entry is None:
+                    uncached -= 1
+                else:
                     g = entry & mask
                     key = entry >> shift
                     mine = cached_in[g]
-                    holders = mine[key]
+                    holders = mine.pop(key)
                     if type(holders) is int:
-                        del mine[key]
                         if g == first:
                             states -= 1
-                    else:
+                    else:  # others still cache the key (the dicts are only looked up: where it sits is no matter)
                         holders.remove(old)
-                        if len(holders) == 1:
-                            mine[key] = holders[0]
+                        mine[key] = holders if len(holders) > 1 else holders[0]
                     evictions += 1
                     if mamba[g]:
                         evicted_state(key)
-            held_blocks += 1
             entry = ents[f]
             if entry is not None:
                 g = entry & mask
                 key = entry >> shift
-                mine = cached_in[g]
-                holders = mine.get(key)
-                if holders is None:
-                    mine[key] = slot
+                holders = cached_in[g].setdefault(key, slot)
+                if holders is slot:  # the key new to the group (a block number is never seen twice)
                     if g == first:
                         states += 1
                         if states > peak:
                             peak = states
                 elif type(holders) is int:
-                    mine[key] = [holders, slot]
+                    cached_in[g][key] = [holders, slot]
                 else:
                     holders.append(slot)
             slots[f] = slot
             slot += 1
-        self._next, self.fresh, self.held_blocks, self.queued_cached = slot, fresh, held_blocks, queued
+        self._next, self.fresh, self.uncached_queued = slot, fresh, uncached
         self.states, self.peak_states, self.evictions = states, peak, evictions
 
     def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
