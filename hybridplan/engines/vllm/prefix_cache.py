@@ -31,7 +31,7 @@ request finds, and what the block pool evicts. Each rule names its release range
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
 from math import lcm
 from typing import TYPE_CHECKING
@@ -239,7 +239,13 @@ class Cache:
         self.r = r
         # block 0 is the null block that stands for a skipped position (block_pool.py ``null_block``)
         self.fresh = r.num_blocks - 1
-        self.queue: OrderedDict[int, int | None] = OrderedDict()  # block → the entry it caches (None: uncached)
+        # the free queue: block → the entry it caches (None: uncached), and its order, oldest first, as a deque the
+        # blocks are appended to as they are freed; a hit taking a block out of the queue leaves its place in the
+        # deque behind, counted in ``_stale`` and skipped when it comes to the head (a block freed again after it
+        # has a later place): an OrderedDict costs twice as much a block
+        self.queue: dict[int, int | None] = {}
+        self._order: deque[int] = deque()
+        self._stale: dict[int, int] = {}
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
         self._shift = (len(self.groups) - 1).bit_length()  # one group: the entry is the key itself
         self._mask = (1 << self._shift) - 1
@@ -264,6 +270,8 @@ class Cache:
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
         self._is_mamba = [k == "m" for k in self.groups]
         self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
+        self._attn_dicts = [self.cached_in[g] for g in self._attn]
+        self._mamba_dicts = [self.cached_in[g] for g in self._mamba]
 
     # --- keys -----------------------------------------------------------------------------------------
 
@@ -294,6 +302,7 @@ class Cache:
         slot = self._oldest(entry)
         if slot in self.queue:
             del self.queue[slot]
+            self._stale[slot] = self._stale.get(slot, 0) + 1
         else:
             self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
@@ -313,7 +322,7 @@ class Cache:
             while a < n and keys[a] in mine:
                 a += 1
         else:
-            groups = [self.cached_in[g] for g in self._attn]
+            groups = self._attn_dicts
             while a < n and all(keys[a] in d for d in groups):
                 a += 1
         a_tokens = a * r.unit
@@ -330,7 +339,7 @@ class Cache:
             cut = True
         hit = 0
         evicted = dropped = False
-        groups = [self.cached_in[g] for g in self._mamba]
+        groups = self._mamba_dicts
         for u in range(reach, 0, -1):
             k = keys[u - 1]
             for d in groups:
@@ -595,12 +604,14 @@ class Cache:
         hit_blocks = look.hit // B
         nblocks = len(attn)
         # every group's blocks in one list: group g's block i at offset[g] + i
-        ents: list[int | None] = []
         offset = []
-        for g, kind in enumerate(self.groups):
-            offset.append(len(ents))
-            mine = attn if kind == "a" else mamba
-            ents += mine if not shift else [k << shift | g if k is not None else None for k in mine]
+        n_ents = 0
+        for kind in self.groups:
+            offset.append(n_ents)
+            n_ents += nblocks if kind == "a" else len(mamba)
+        ents: list[int | None] = attn if not shift else [
+            k << shift | g if k is not None else None
+            for g, kind in enumerate(self.groups) for k in (attn if kind == "a" else mamba)]
         hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
         if look.hit:
             m_hit = bool(need) and need[0] is None
@@ -609,7 +620,7 @@ class Cache:
                     hits += range(offset[g], offset[g] + hit_blocks)
                 elif m_hit:
                     hits.append(offset[g])
-        touched = {self._oldest(ents[f]) for f in hits}
+        touched = {self._oldest(ents[f]) for f in hits} if hits else None
         # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
         m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
         m_needs = [need[i] for i in m_order]
@@ -628,9 +639,10 @@ class Cache:
         freed = [False] * len(need)
         a_next, m_next, m_gone = hit_blocks, 0, 0
         n_index = len(m_index)
-        m_offsets = [offset[g] for g in self._mamba]
-        a_offsets = [offset[g] for g in self._attn]
-        kinds = [(offset[g], kind == "a") for g, kind in enumerate(self.groups)]
+        m_offsets, a_offsets, kinds = [], [], []
+        for g, kind in enumerate(self.groups):
+            (a_offsets if kind == "a" else m_offsets).append(offset[g])
+            kinds.append((offset[g], kind == "a"))
         last_step = len(steps) - 1
         for k in range(max(last_step, 1)):
             c = steps[k]
@@ -646,8 +658,7 @@ class Cache:
                         freed[i] = True
                 if batch:
                     batch.reverse()
-                    for o in m_offsets:
-                        events += [~(o + i) for i in batch]
+                    events += [~(o + i) for o in m_offsets for i in batch]
             a_stop = (end - 1) // B + 1
             if a_stop > nblocks:
                 a_stop = nblocks
@@ -661,6 +672,8 @@ class Cache:
                 for o, is_attn in kinds:
                     if is_attn:
                         events += range(o + a_next, o + a_stop)
+                    elif len(taken) == 1:
+                        events.append(o + taken[0])
                     else:
                         events += [o + i for i in taken]
                 m_next = m_stop
@@ -676,11 +689,12 @@ class Cache:
         self._run(events, slots, ents)
         # at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free
         last: list[int] = []
+        kept = [i for i in range(len(need) - 1, -1, -1) if not freed[i]]
         for g, kind in enumerate(self.groups):
             if kind == "a":
                 last += range(~(offset[g] + nblocks - 1), ~offset[g] + 1)
             else:
-                last += [~(offset[g] + i) for i in range(len(need) - 1, -1, -1) if not freed[i]]
+                last += map((-1 - offset[g]).__sub__, kept)  # ~(offset + i)
         self.running[req.index] = (last, slots, ents)
         # the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue
         self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
@@ -691,8 +705,8 @@ class Cache:
         of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
         joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
         entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
-        queue, cached_in, refs = self.queue, self.cached_in, self.refs
-        popitem = queue.popitem
+        queue, cached_in, refs, stale = self.queue, self.cached_in, self.refs, self._stale
+        pop, popleft, append = queue.pop, self._order.popleft, self._order.append
         shift, mask, first = self._shift, self._mask, self._first_mamba
         uncached_first = self.r.uncached_first
         slot, fresh, uncached = self._next, self.fresh, self.uncached_queued
@@ -713,16 +727,25 @@ class Cache:
                 entry = ents[f]
                 if entry is not None:
                     queue[held] = entry
+                    append(held)
                 elif uncached_first:
                     fresh += 1
                 else:
                     queue[held] = None
+                    append(held)
                     uncached += 1
                 continue
             if fresh:
                 fresh -= 1
             else:  # the head of the free queue, evicting what it caches
-                old, entry = popitem(False)
+                old = popleft()
+                while stale and old in stale:  # a place left by a hit
+                    if stale[old] > 1:
+                        stale[old] -= 1
+                    else:
+                        del stale[old]
+                    old = popleft()
+                entry = pop(old)
                 if entry is None:
                     uncached -= 1
                 else:
