@@ -225,7 +225,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
         for n, text in enumerate(fh, 1):  # noqa: B007 - n is the line number past the loop too
             if len(text) > MAX_LINE:
                 raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
-            if not text.strip():
+            if text.isspace():  # (a line read is never empty)
                 continue
             try:
                 # the fast path: the object from the line's first character, nothing after it but whitespace

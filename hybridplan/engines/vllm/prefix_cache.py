@@ -230,10 +230,10 @@ class Cache:
     finds the first.
 
     Kept lean, since a replay runs every block of every request through it: an allocation is a number (each
-    one new, so a block freed and taken again is a new number), a cached block is an int entry (the key
-    shifted left past the group index, or'ed with it), each group keeps key → its block (or the list of its
-    blocks, oldest first, when several hold the key), and a holder count is kept only for blocks held more
-    than once."""
+    one new, so a block freed and taken again is a new number), a cached block is an entry (its group, its
+    key; a tuple, which unpacks for a fraction of the cost of packing both in one int), each group keeps key →
+    its block (or the list of its blocks, oldest first, when several hold the key), and a holder count is kept
+    only for blocks held more than once."""
 
     def __init__(self, r: Rules) -> None:
         self.r = r
@@ -243,12 +243,10 @@ class Cache:
         # blocks are appended to as they are freed; a hit taking a block out of the queue leaves its place in the
         # deque behind, counted in ``_stale`` and skipped when it comes to the head (a block freed again after it
         # has a later place): an OrderedDict costs twice as much a block
-        self.queue: dict[int, int | None] = {}
+        self.queue: dict[int, tuple[int, int] | None] = {}
         self._order: deque[int] = deque()
         self._stale: dict[int, int] = {}
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
-        self._shift = (len(self.groups) - 1).bit_length()  # one group: the entry is the key itself
-        self._mask = (1 << self._shift) - 1
         # per group: key → the block caching it, or a list of the blocks, oldest first
         self.cached_in: list[dict[int, int | list[int]]] = [{} for _ in self.groups]
         self.refs: dict[int, int] = {}  # block → holders, for the blocks held more than once
@@ -256,7 +254,7 @@ class Cache:
         self.evictions = 0
         self.evicted_states: set[int] = set()
         self.dropped_states: set[int] = set()
-        self.running: dict[int, tuple[list[list[int | None]], list[list[bool]], list[list[int | None]]]] = {}
+        self.running: dict[int, tuple[list[int], list[int | None], list[tuple[int, int] | None]]] = {}
         self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
@@ -265,7 +263,7 @@ class Cache:
         self.uncached_queued = 0
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
-        self.units: list[dict[int, int]] = [{} for _ in self.groups]
+        self.units: list[dict[int, tuple[int, int]]] = [{} for _ in self.groups]
         self._first_mamba = self.groups.index("m") if "m" in self.groups else -1
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
         self._is_mamba = [k == "m" for k in self.groups]
@@ -282,8 +280,8 @@ class Cache:
 
     # --- the pool -------------------------------------------------------------------------------------
 
-    def _holds(self, entry: int | None) -> bool:
-        return entry is not None and (entry >> self._shift) in self.cached_in[entry & self._mask]
+    def _holds(self, entry: tuple[int, int] | None) -> bool:
+        return entry is not None and entry[1] in self.cached_in[entry[0]]
 
     def cached(self, kind: str, key: int) -> bool:
         if kind == "a" and self.r.unit < self.r.block:  # a hash unit inside a cached block (or partial tail)
@@ -294,11 +292,11 @@ class Cache:
     def available(self) -> int:
         return self.fresh + len(self.queue)
 
-    def _oldest(self, entry: int) -> int:
-        holders = self.cached_in[entry & self._mask][entry >> self._shift]
+    def _oldest(self, entry: tuple[int, int]) -> int:
+        holders = self.cached_in[entry[0]][entry[1]]
         return holders if type(holders) is int else holders[0]
 
-    def _touch(self, entry: int) -> int:
+    def _touch(self, entry: tuple[int, int]) -> int:
         slot = self._oldest(entry)
         if slot in self.queue:
             del self.queue[slot]
@@ -544,7 +542,7 @@ class Cache:
                 attn.append(keys[end // unit - 1] if end else None)
                 if end:
                     for g in self._attn:
-                        entry = attn[-1] << self._shift | g
+                        entry = (g, attn[-1])
                         mine = self.units[g]
                         for u in range(b * per_block, end // unit):
                             if not self._holds(mine.get(keys[u])):
@@ -600,7 +598,6 @@ class Cache:
         are laid out first as one sequence of takes and frees, then run against the pool."""
         steps, attn, (mamba, index, need) = self._plan(req, look, keys)
         B = self.r.block
-        shift = self._shift
         hit_blocks = look.hit // B
         nblocks = len(attn)
         # every group's blocks in one list: group g's block i at offset[g] + i
@@ -609,9 +606,8 @@ class Cache:
         for kind in self.groups:
             offset.append(n_ents)
             n_ents += nblocks if kind == "a" else len(mamba)
-        ents: list[int | None] = attn if not shift else [
-            k << shift | g if k is not None else None
-            for g, kind in enumerate(self.groups) for k in (attn if kind == "a" else mamba)]
+        ents: list[tuple[int, int] | None] = [(g, k) if k is not None else None for g, kind in enumerate(self.groups)
+                                              for k in (attn if kind == "a" else mamba)]
         hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
         if look.hit:
             m_hit = bool(need) and need[0] is None
@@ -700,14 +696,14 @@ class Cache:
         self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
         return True
 
-    def _run(self, events: list[int], slots: list[int | None], ents: list[int | None]) -> None:
+    def _run(self, events: list[int], slots: list[int | None], ents: list[tuple[int, int] | None]) -> None:
         """Take (``f``) or free (``~f``) the request's blocks in order: a block is taken fresh, else from the head
         of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
         joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
         entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
         queue, cached_in, refs, stale = self.queue, self.cached_in, self.refs, self._stale
         pop, popleft, append = queue.pop, self._order.popleft, self._order.append
-        shift, mask, first = self._shift, self._mask, self._first_mamba
+        first = self._first_mamba
         uncached_first = self.r.uncached_first
         slot, fresh, uncached = self._next, self.fresh, self.uncached_queued
         states, peak, evictions = self.states, self.peak_states, self.evictions
@@ -749,8 +745,7 @@ class Cache:
                 if entry is None:
                     uncached -= 1
                 else:
-                    g = entry & mask
-                    key = entry >> shift
+                    g, key = entry
                     mine = cached_in[g]
                     holders = mine.pop(key)
                     if type(holders) is int:
@@ -764,8 +759,7 @@ class Cache:
                         evicted_state(key)
             entry = ents[f]
             if entry is not None:
-                g = entry & mask
-                key = entry >> shift
+                g, key = entry
                 holders = cached_in[g].setdefault(key, slot)
                 if holders is slot:  # the key new to the group (a block number is never seen twice)
                     if g == first:
