@@ -688,9 +688,9 @@ class Cache:
         kept = [i for i in range(len(need) - 1, -1, -1) if not freed[i]]
         for g, kind in enumerate(self.groups):
             if kind == "a":
-                last += range(offset[g] + nblocks - 1, offset[g] - 1, -1)
+                last += range(~(offset[g] + nblocks - 1), ~offset[g] + 1)
             else:
-                last += map(offset[g].__add__, kept)
+                last += map((-1 - offset[g]).__sub__, kept)  # ~(offset + i)
         self.running[req.index] = (last, slots, ents)
         # the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue
         self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
@@ -794,28 +794,5 @@ class Cache:
         return avail + freed - new >= 0
 
     def finish(self, req: Request) -> None:
-        """Free what the request still holds, in the order ``admit`` left: ``_run``'s frees, in a loop of their
-        own."""
         last, slots, ents = self.running.pop(req.index)
-        queue, refs, append = self.queue, self.refs, self._order.append
-        fresh = self.fresh
-        for f in last:
-            held = slots[f]
-            if refs and held in refs:  # still held by another request
-                n = refs[held]
-                if n > 2:
-                    refs[held] = n - 1
-                else:
-                    del refs[held]
-                continue
-            entry = ents[f]
-            if entry is not None:
-                queue[held] = entry
-                append(held)
-            elif self.r.uncached_first:
-                fresh += 1
-            else:
-                queue[held] = None
-                append(held)
-                self.uncached_queued += 1
-        self.fresh = fresh
+        self._run(last, slots, ents)
