@@ -130,9 +130,12 @@ def test_vllm_40696_prompts_under_one_block_never_hit():
 
 def test_vllm_48401_block_larger_than_max_model_len_is_inert():
     """vllm#48401 (Nemotron-3-Super, vLLM main 0.23.1rc1.dev): block 8320; at max_model_len 4096 no prompt
-    fills a block, 0 hits; at 16384 the shared prefix hits."""
+    fills a block, 0 hits; at 16384 the shared prefix hits. 0.23 starts align only with max_num_batched_tokens
+    at least the block (vllm/config/vllm.py validate_block_size, called by vllm/v1/engine/core.py), so the
+    report's start had one: 16384, the LLM class's default on a GPU of 70 GiB and more (its RTX PRO 6000 has 96;
+    vllm/engine/arg_utils.py)."""
     work = Synthetic(shared=3000, users=6, private=500, output=1)
-    sc = scenario("nemotron-3-super-120b-a12b", 4096, minor=23)
+    sc = scenario("nemotron-3-super-120b-a12b", 4096, minor=23, chunk=16384)
     run, _, r = vllm_run(sc, "align", work.requests(), budget=60 * GiB)
     assert r.block == 8320 and run.with_hit == 0 and run.reasons["block_past_max_len"] == 5
     work = Synthetic(shared=9000, users=6, private=500, output=1)

@@ -117,12 +117,11 @@ class Ideal:
                 lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
             node = hash((slot, length))
             break
+        remember = lengths.setdefault
         for key, length in runs:  # the rest, remembered
             slot = hash((node, key))
-            have = get(slot)
-            if have is None:
-                lengths[slot] = length
-            elif have != length and (type(have) is int or length not in have):
+            have = remember(slot, length)
+            if have != length and (type(have) is int or length not in have):
                 lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
             node = hash((slot, length))
         return n

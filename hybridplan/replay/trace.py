@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from itertools import repeat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,14 @@ class Prompt:
         size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
         object.__setattr__(self, "size", size)
 
+    @classmethod
+    def of_runs(cls, runs: tuple[tuple[object, int], ...], size: int) -> Prompt:
+        """``Prompt(runs=runs)`` whose token count the caller knows (``size``, the runs' lengths summed), built
+        without the dataclass's per-field ``object.__setattr__`` (a trace makes two a request)."""
+        p = object.__new__(cls)
+        object.__setattr__(p, "__dict__", {"runs": runs, "tokens": None, "size": size, "_keys": {}})
+        return p
+
     def __len__(self) -> int:
         return self.size
 
@@ -72,21 +81,22 @@ class Prompt:
         else:
             chain, start, end = 0, 0, unit
             append = out.append
+            many = 2 * unit
             for key, n in self.runs:
-                if n <= 0:
-                    continue
                 stop_run = start + n
-                lim = stop_run if stop_run < total else total
-                if lim - end >= 2 * unit:  # many units in the run: one comprehension
-                    out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
-                    end += ((lim - end) // unit + 1) * unit
-                while end <= lim:
-                    append(hash((chain, key, end - start)))
-                    end += unit
-                if end > total:
-                    break
-                chain = hash((chain, key, n))
-                start = stop_run
+                if end <= stop_run:  # a unit ends in the run (or at its end)
+                    lim = stop_run if stop_run < total else total
+                    if lim - end >= many:  # many units in the run: one comprehension
+                        out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
+                        end += ((lim - end) // unit + 1) * unit
+                    while end <= lim:
+                        append(hash((chain, key, end - start)))
+                        end += unit
+                    if end > total:
+                        break
+                if n > 0:
+                    chain = hash((chain, key, n))
+                    start = stop_run
         self._keys[(unit, stop)] = out
         return out
 
@@ -152,10 +162,21 @@ class Request:
     origin: str = ""
     #: what the generated tokens are, so that a later turn that quotes them shares them
     output_key: object = None
+    #: the prompt's tokens (``len(prompt)``, kept as a field: every policy reads it several times a request)
+    prompt_len: int = field(init=False, default=0, compare=False, repr=False)
 
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_len", len(self.prompt))
+
+    @classmethod
+    def of(cls, index: int, prompt: Prompt, output_len: int, arrival: float, origin: str) -> Request:
+        """``Request(index, prompt, output_len, arrival, origin)``, built without the dataclass's per-field
+        ``object.__setattr__`` (one a line of a trace)."""
+        r = object.__new__(cls)
+        object.__setattr__(r, "__dict__", {"index": index, "prompt": prompt, "output_len": output_len,
+                                          "arrival": arrival, "origin": origin, "output_key": None,
+                                          "prompt_len": prompt.size})
+        return r
 
     def with_output(self) -> Prompt:
         """The prompt followed by its generated tokens (what decoding hashes), built once (kept beside the
@@ -171,7 +192,10 @@ class Request:
         if self.prompt.tokens is not None:
             base = hash(key) & 0x7FFFFFFF
             return Prompt(tokens=self.prompt.tokens + tuple(-(base + j) - 1 for j in range(self.output_len)))
-        return Prompt(runs=self.prompt.runs + (((key, 0), self.output_len),) if self.output_len else self.prompt.runs)
+        prompt = self.prompt
+        if not self.output_len:
+            return Prompt.of_runs(prompt.runs, prompt.size)
+        return Prompt.of_runs(prompt.runs + (((key, 0), self.output_len),), prompt.size + self.output_len)
 
 
 def _bad(path: Path, line: int, why: str) -> PlanError:
@@ -201,7 +225,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
         for n, text in enumerate(fh, 1):  # noqa: B007 - n is the line number past the loop too
             if len(text) > MAX_LINE:
                 raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
-            if not text.strip():
+            if text.isspace():  # (a line read is never empty)
                 continue
             try:
                 # the fast path: the object from the line's first character, nothing after it but whitespace
@@ -254,10 +278,9 @@ def mooncake(path: Path) -> Iterator[Request]:
         t = obj.get("timestamp", 0)
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
-        runs = [(h, MOONCAKE_BLOCK) for h in ids]  # a block's id is its run's key (no other key in the trace is an int)
-        runs[-1] = (runs[-1][0], n - MOONCAKE_BLOCK * (need - 1))
-        runs = tuple(runs)
-        yield Request(index, Prompt(runs=runs), out, float(t), f"line {line}")
+        # a block's id is its run's key (no other key in the trace is an int)
+        runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], n - MOONCAKE_BLOCK * (need - 1)))
+        yield Request.of(index, Prompt.of_runs(runs, n), out, float(t), f"line {line}")
         index += 1
 
 

@@ -31,7 +31,7 @@ request finds, and what the block pool evicts. Each rule names its release range
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass, replace
 from math import lcm
 from typing import TYPE_CHECKING
@@ -242,19 +242,23 @@ class Cache:
     finds the first.
 
     Kept lean, since a replay runs every block of every request through it: an allocation is a number (each
-    one new, so a block freed and taken again is a new number), a cached block is an int entry (the key
-    shifted left past the group index, or'ed with it), each group keeps key → its block (or the list of its
-    blocks, oldest first, when several hold the key), and a holder count is kept only for blocks held more
-    than once."""
+    one new, so a block freed and taken again is a new number), a cached block is an entry (its group, its
+    key; a tuple, which unpacks for a fraction of the cost of packing both in one int), each group keeps key →
+    its block (or the list of its blocks, oldest first, when several hold the key), and a holder count is kept
+    only for blocks held more than once."""
 
     def __init__(self, r: Rules) -> None:
         self.r = r
         # block 0 is the null block that stands for a skipped position (block_pool.py ``null_block``)
         self.fresh = r.num_blocks - 1
-        self.queue: OrderedDict[int, int | None] = OrderedDict()  # block → the entry it caches (None: uncached)
+        # the free queue: block → the entry it caches (None: uncached), and its order, oldest first, as a deque the
+        # blocks are appended to as they are freed; a hit taking a block out of the queue leaves its place in the
+        # deque behind, counted in ``_stale`` and skipped when it comes to the head (a block freed again after it
+        # has a later place): an OrderedDict costs twice as much a block
+        self.queue: dict[int, tuple[int, int] | None] = {}
+        self._order: deque[int] = deque()
+        self._stale: dict[int, int] = {}
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
-        self._shift = (len(self.groups) - 1).bit_length()  # one group: the entry is the key itself
-        self._mask = (1 << self._shift) - 1
         # per group: key → the block caching it, or a list of the blocks, oldest first
         self.cached_in: list[dict[int, int | list[int]]] = [{} for _ in self.groups]
         self.refs: dict[int, int] = {}  # block → holders, for the blocks held more than once
@@ -262,18 +266,22 @@ class Cache:
         self.evictions = 0
         self.evicted_states: set[int] = set()
         self.dropped_states: set[int] = set()
-        self.running: dict[int, tuple[list[list[int | None]], list[list[bool]], list[list[int | None]]]] = {}
+        self.running: dict[int, tuple[list[int], list[int | None], list[tuple[int, int] | None]]] = {}
         self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
-        self.held_blocks = 0
-        self.queued_cached = 0
+        #: blocks in the free queue that cache nothing (before 0.24.0 only): every other block not fresh is held
+        #: or caches an entry, which ``peak_blocks`` counts
+        self.uncached_queued = 0
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
-        self.units: list[dict[int, int]] = [{} for _ in self.groups]
+        self.units: list[dict[int, tuple[int, int]]] = [{} for _ in self.groups]
         self._first_mamba = self.groups.index("m") if "m" in self.groups else -1
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
+        self._is_mamba = [k == "m" for k in self.groups]
         self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
+        self._attn_dicts = [self.cached_in[g] for g in self._attn]
+        self._mamba_dicts = [self.cached_in[g] for g in self._mamba]
 
     # --- keys -----------------------------------------------------------------------------------------
 
@@ -284,8 +292,8 @@ class Cache:
 
     # --- the pool -------------------------------------------------------------------------------------
 
-    def _holds(self, entry: int | None) -> bool:
-        return entry is not None and (entry >> self._shift) in self.cached_in[entry & self._mask]
+    def _holds(self, entry: tuple[int, int] | None) -> bool:
+        return entry is not None and entry[1] in self.cached_in[entry[0]]
 
     def cached(self, kind: str, key: int) -> bool:
         if kind == "a" and self.r.unit < self.r.block:  # a hash unit inside a cached block (or partial tail)
@@ -296,16 +304,15 @@ class Cache:
     def available(self) -> int:
         return self.fresh + len(self.queue)
 
-    def _oldest(self, entry: int) -> int:
-        holders = self.cached_in[entry & self._mask][entry >> self._shift]
+    def _oldest(self, entry: tuple[int, int]) -> int:
+        holders = self.cached_in[entry[0]][entry[1]]
         return holders if type(holders) is int else holders[0]
 
-    def _touch(self, entry: int) -> int:
+    def _touch(self, entry: tuple[int, int]) -> int:
         slot = self._oldest(entry)
         if slot in self.queue:
             del self.queue[slot]
-            self.queued_cached -= 1
-            self.held_blocks += 1
+            self._stale[slot] = self._stale.get(slot, 0) + 1
         else:
             self.refs[slot] = self.refs.get(slot, 1) + 1
         return slot
@@ -339,7 +346,7 @@ class Cache:
             while a < n and keys[a] in mine:
                 a += 1
         else:
-            groups = [self.cached_in[g] for g in self._attn]
+            groups = self._attn_dicts
             while a < n and all(keys[a] in d for d in groups):
                 a += 1
         a_tokens = a * r.unit
@@ -356,7 +363,7 @@ class Cache:
             cut = True
         hit = 0
         evicted = dropped = False
-        groups = [self.cached_in[g] for g in self._mamba]
+        groups = self._mamba_dicts
         for u in range(reach, 0, -1):
             k = keys[u - 1]
             for d in groups:
@@ -561,7 +568,7 @@ class Cache:
                 attn.append(keys[end // unit - 1] if end else None)
                 if end:
                     for g in self._attn:
-                        entry = attn[-1] << self._shift | g
+                        entry = (g, attn[-1])
                         mine = self.units[g]
                         for u in range(b * per_block, end // unit):
                             if not self._holds(mine.get(keys[u])):
@@ -617,16 +624,16 @@ class Cache:
         are laid out first as one sequence of takes and frees, then run against the pool."""
         steps, attn, (mamba, index, need) = self._plan(req, look, keys)
         B = self.r.block
-        shift = self._shift
         hit_blocks = look.hit // B
         nblocks = len(attn)
         # every group's blocks in one list: group g's block i at offset[g] + i
-        ents: list[int | None] = []
         offset = []
-        for g, kind in enumerate(self.groups):
-            offset.append(len(ents))
-            mine = attn if kind == "a" else mamba
-            ents += mine if not shift else [k << shift | g if k is not None else None for k in mine]
+        n_ents = 0
+        for kind in self.groups:
+            offset.append(n_ents)
+            n_ents += nblocks if kind == "a" else len(mamba)
+        ents: list[tuple[int, int] | None] = [(g, k) if k is not None else None for g, kind in enumerate(self.groups)
+                                              for k in (attn if kind == "a" else mamba)]
         hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
         if look.hit:
             m_hit = bool(need) and need[0] is None
@@ -635,7 +642,7 @@ class Cache:
                     hits += range(offset[g], offset[g] + hit_blocks)
                 elif m_hit:
                     hits.append(offset[g])
-        touched = {self._oldest(ents[f]) for f in hits}
+        touched = {self._oldest(ents[f]) for f in hits} if hits else None
         # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
         m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
         m_needs = [need[i] for i in m_order]
@@ -654,9 +661,10 @@ class Cache:
         freed = [False] * len(need)
         a_next, m_next, m_gone = hit_blocks, 0, 0
         n_index = len(m_index)
-        m_offsets = [offset[g] for g in self._mamba]
-        a_offsets = [offset[g] for g in self._attn]
-        kinds = [(offset[g], kind == "a") for g, kind in enumerate(self.groups)]
+        m_offsets, a_offsets, kinds = [], [], []
+        for g, kind in enumerate(self.groups):
+            (a_offsets if kind == "a" else m_offsets).append(offset[g])
+            kinds.append((offset[g], kind == "a"))
         last_step = len(steps) - 1
         for k in range(max(last_step, 1)):
             c = steps[k]
@@ -672,8 +680,7 @@ class Cache:
                         freed[i] = True
                 if batch:
                     batch.reverse()
-                    for o in m_offsets:
-                        events += [~(o + i) for i in batch]
+                    events += [~(o + i) for o in m_offsets for i in batch]
             a_stop = (end - 1) // B + 1
             if a_stop > nblocks:
                 a_stop = nblocks
@@ -687,6 +694,8 @@ class Cache:
                 for o, is_attn in kinds:
                     if is_attn:
                         events += range(o + a_next, o + a_stop)
+                    elif len(taken) == 1:
+                        events.append(o + taken[0])
                     else:
                         events += [o + i for i in taken]
                 m_next = m_stop
@@ -702,27 +711,29 @@ class Cache:
         self._run(events, slots, ents)
         # at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free
         last: list[int] = []
+        kept = [i for i in range(len(need) - 1, -1, -1) if not freed[i]]
         for g, kind in enumerate(self.groups):
             if kind == "a":
                 last += range(~(offset[g] + nblocks - 1), ~offset[g] + 1)
             else:
-                last += [~(offset[g] + i) for i in range(len(need) - 1, -1, -1) if not freed[i]]
+                last += map((-1 - offset[g]).__sub__, kept)  # ~(offset + i)
         self.running[req.index] = (last, slots, ents)
-        self.peak_blocks = max(self.peak_blocks, self.held_blocks + self.queued_cached)
+        # the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue
+        self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
         return True
 
-    def _run(self, events: list[int], slots: list[int | None], ents: list[int | None]) -> None:
+    def _run(self, events: list[int], slots: list[int | None], ents: list[tuple[int, int] | None]) -> None:
         """Take (``f``) or free (``~f``) the request's blocks in order: a block is taken fresh, else from the head
         of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
         joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
         entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
-        queue, cached_in, groups, refs = self.queue, self.cached_in, self.groups, self.refs
-        popitem = queue.popitem
-        shift, mask, first = self._shift, self._mask, self._first_mamba
+        queue, cached_in, refs, stale = self.queue, self.cached_in, self.refs, self._stale
+        pop, popleft, append = queue.pop, self._order.popleft, self._order.append
+        first = self._first_mamba
         uncached_first = self.r.uncached_first
-        slot, fresh, held_blocks, queued = self._next, self.fresh, self.held_blocks, self.queued_cached
+        slot, fresh, uncached = self._next, self.fresh, self.uncached_queued
         states, peak, evictions = self.states, self.peak_states, self.evictions
-        mamba = [kind == "m" for kind in groups]
+        mamba = self._is_mamba
         evicted_state = self.evicted_states.add
         for f in events:
             if f < 0:
@@ -735,57 +746,59 @@ class Cache:
                     else:
                         del refs[held]
                     continue
-                held_blocks -= 1
                 entry = ents[f]
                 if entry is not None:
                     queue[held] = entry
-                    queued += 1
+                    append(held)
                 elif uncached_first:
                     fresh += 1
                 else:
                     queue[held] = None
+                    append(held)
+                    uncached += 1
                 continue
             if fresh:
                 fresh -= 1
             else:  # the head of the free queue, evicting what it caches
-                old, entry = popitem(False)
-                if entry is not None:
-                    queued -= 1
-                    g = entry & mask
-                    key = entry >> shift
+                old = popleft()
+                while stale and old in stale:  # a place left by a hit
+                    if stale[old] > 1:
+                        stale[old] -= 1
+                    else:
+                        del stale[old]
+                    old = popleft()
+                entry = pop(old)
+                if entry is None:
+                    uncached -= 1
+                else:
+                    g, key = entry
                     mine = cached_in[g]
-                    holders = mine[key]
+                    holders = mine.pop(key)
                     if type(holders) is int:
-                        del mine[key]
                         if g == first:
                             states -= 1
-                    else:
+                    else:  # others still cache the key (the dicts are only looked up: where it sits is no matter)
                         holders.remove(old)
-                        if len(holders) == 1:
-                            mine[key] = holders[0]
+                        mine[key] = holders if len(holders) > 1 else holders[0]
                     evictions += 1
                     if mamba[g]:
                         evicted_state(key)
-            held_blocks += 1
             entry = ents[f]
             if entry is not None:
-                g = entry & mask
-                key = entry >> shift
-                mine = cached_in[g]
-                holders = mine.get(key)
-                if holders is None:
-                    mine[key] = slot
+                g, key = entry
+                holders = cached_in[g].setdefault(key, slot)
+                if holders is slot:  # the key new to the group (a block number is never seen twice)
                     if g == first:
                         states += 1
                         if states > peak:
                             peak = states
                 elif type(holders) is int:
-                    mine[key] = [holders, slot]
+                    cached_in[g][key] = [holders, slot]
                 else:
                     holders.append(slot)
             slots[f] = slot
             slot += 1
-        self._next, self.fresh, self.held_blocks, self.queued_cached = slot, fresh, held_blocks, queued
+        self._next, self.fresh, self.uncached_queued = slot, fresh, uncached
         self.states, self.peak_states, self.evictions = states, peak, evictions
 
     def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
