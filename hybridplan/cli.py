@@ -109,32 +109,32 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 VS = (param("vs", Flag[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
             "llama-3-8b"),)
 SLOTS = (param("slots", Flag[int, option("--slots", metavar="N", parser=count_value("--slots"),
-                                              help="Concurrent sequences in the state pool.")], 256),)
+                                         help="Concurrent sequences in the state pool.")], 256),)
 SIZE_ENGINE = (param("engine", Flag[Optional[str], option(
     "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")], None),)
 ONE_SSM_DTYPE = Flag[Optional[str], option("--ssm-dtype", metavar="DTYPE",
-                                                help="Only this SSM dtype (default: the engine default, fp32 and "
-                                                     "bf16).")]
+                                           help="Only this SSM dtype (default: the engine default, fp32 and "
+                                                "bf16).")]
 PREFIX = (
     param("shared", tokens_option("--shared", "Tokens of the prefix two requests share."), None),
     param("private", tokens_option("--private", "Tokens after it that differ between the requests."), 0),
     param("sweep", Flag[Optional[str], option("--sweep", metavar="A:B:STEP",
-                                                   help="Sweep the shared length from A to B tokens in steps of "
-                                                        "STEP.")], None),
+                                              help="Sweep the shared length from A to B tokens in steps of "
+                                                   "STEP.")], None),
     param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
 CHECK_LOG = (
     param("log", Flag[Path, argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input).")]),
     param("model", Flag[Optional[str], option("--model", metavar="MODEL",
-                                                   help="The model (default: read from the log).")], None),
+                                              help="The model (default: read from the log).")], None),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
     param("tp", Flag[Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
-                                                help="Tensor-parallel size (default: read from the log).")], None),
+                                           help="Tensor-parallel size (default: read from the log).")], None),
     param("vllm_version", Flag[Optional[str], option("--vllm-version", metavar="VERSION",
-                                                          help="vLLM release (default: read from the log).")], None),
+                                                     help="vLLM release (default: read from the log).")], None),
     param("sglang_version", SglangVersion, None),
     param("mode", Flag[Optional[str], option("--mode", metavar="MODE",
-                                                  help="vLLM mamba cache mode (default: read from the log).")], None),
+                                             help="vLLM mamba cache mode (default: read from the log).")], None),
     param("kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if "
                                                   "known"), None),
     param("spec_tokens", Flag[Optional[int], option(
@@ -358,11 +358,11 @@ SPEED = (
                                             "or 1024)."), None),
     param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
     param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
-                                               help="Requests in flight (bench --max-concurrency); the decode "
-                                                    "table runs up to it.")], 64),
+                                          help="Requests in flight (bench --max-concurrency); the decode "
+                                               "table runs up to it.")], 64),
     param("num_prompts", Flag[Optional[int], option("--num-prompts", metavar="N",
-                                                         parser=count_value("--num-prompts"),
-                                                         help="Requests the benchmark sends (default 1000).")], None),
+                                                    parser=count_value("--num-prompts"),
+                                                    help="Requests the benchmark sends (default 1000).")], None),
     param("acceptance", Flag[Optional[float], option(
         "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
         help="With --spec-tokens: the chance a proposed token is accepted.")], None),

@@ -157,10 +157,10 @@ def _dtypes(kind: str) -> Callable[[], list[str]]:
 
 Model = Flag[str, argument(help=MODEL_HELP, metavar="MODEL", autocompletion=_complete_model)]
 Tp = Flag[int, option("--tp", metavar="N", parser=count_value("--tp"),
-                           help="Tensor-parallel size; sizes are per rank. Refused where the engines refuse it.")]
+                      help="Tensor-parallel size; sizes are per rank. Refused where the engines refuse it.")]
 Pp = Flag[int, option("--pp", metavar="N", parser=count_value("--pp"),
-                           help="Pipeline-parallel stages (vLLM --pipeline-parallel-size, SGLang --pp-size): each "
-                                "stage holds its own layers; sizes are per stage and rank.")]
+                      help="Pipeline-parallel stages (vLLM --pipeline-parallel-size, SGLang --pp-size): each "
+                           "stage holds its own layers; sizes are per stage and rank.")]
 
 
 def _layer_counts(text: str) -> tuple[int, ...]:
@@ -175,76 +175,76 @@ def _layer_counts(text: str) -> tuple[int, ...]:
 
 
 PpLayers = Flag[Optional[str], option("--pp-layers", metavar="N,N,...",
-                                           help="The layers of each pipeline stage, as VLLM_PP_LAYER_PARTITION / "
-                                                "SGLANG_PP_LAYER_PARTITION give them; default: the engine's split.")]
+                                      help="The layers of each pipeline stage, as VLLM_PP_LAYER_PARTITION / "
+                                           "SGLANG_PP_LAYER_PARTITION give them; default: the engine's split.")]
 Dtype = Flag[Optional[str], option("--dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("model")),
-                                        help="Model dtype (vLLM --dtype); default: the config's.")]
+                                   help="Model dtype (vLLM --dtype); default: the config's.")]
 ConvDtype = Flag[Optional[str], option("--conv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
-                                            help="Conv state dtype (vLLM --mamba-cache-dtype).")]
+                                       help="Conv state dtype (vLLM --mamba-cache-dtype).")]
 SsmDtype = Flag[Optional[str], option("--ssm-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("state")),
-                                           help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
+                                      help="SSM state dtype (vLLM --mamba-ssm-cache-dtype).")]
 KvDtype = Flag[Optional[str], option("--kv-dtype", metavar="DTYPE", autocompletion=_choices(_dtypes("kv")),
-                                          help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
+                                     help="Attention KV dtype (vLLM --kv-cache-dtype), e.g. fp8.")]
 SpecTokens = Flag[int, option("--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
-                                   help="Speculative tokens (widen conv windows, add pages); vLLM's "
-                                        "--speculative-config JSON and SGLang's --speculative-num-steps are read "
-                                        "too.")]
+                              help="Speculative tokens (widen conv windows, add pages); vLLM's "
+                                   "--speculative-config JSON and SGLang's --speculative-num-steps are read "
+                                   "too.")]
 #: what an engine line names of its speculative decoding beside the token count (hybridplan/cmdline.py)
 SpecMethod = Flag[Optional[str], option("--spec-method", metavar="METHOD", hidden=True,
-                                             help="The speculative method (vLLM's method, SGLang's algorithm).")]
+                                        help="The speculative method (vLLM's method, SGLang's algorithm).")]
 SpecDraft = Flag[Optional[str], option("--spec-draft", metavar="MODEL", hidden=True,
-                                            help="The draft model as the engine line names it.")]
+                                       help="The draft model as the engine line names it.")]
 SpecConfig = Flag[Optional[str], option("--speculative-config", metavar="JSON",
-                                             help="vLLM --speculative-config: the method, its tokens and draft "
-                                                  "(hybridplan/speculative.py reads it as vLLM does).")]
+                                        help="vLLM --speculative-config: the method, its tokens and draft "
+                                             "(hybridplan/speculative.py reads it as vLLM does).")]
 EagleTopk = Flag[Optional[int], option("--eagle-topk", metavar="K", hidden=True,
-                                            parser=count_value("--speculative-eagle-topk"),
-                                            help="SGLang --speculative-eagle-topk.")]
+                                       parser=count_value("--speculative-eagle-topk"),
+                                       help="SGLang --speculative-eagle-topk.")]
 VllmVersion = Flag[Optional[str], option("--vllm-version", metavar="VERSION",
-                                              autocompletion=_choices(_vllm_versions),
-                                              help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
-                                                   "its newest patch (default: 0.33.0).")]
+                                         autocompletion=_choices(_vllm_versions),
+                                         help="vLLM release whose rules apply, 0.10.0 to 0.33.0; a minor means "
+                                              "its newest patch (default: 0.33.0).")]
 SglangVersion = Flag[Optional[str], option("--sglang-version", metavar="VERSION",
-                                                autocompletion=_choices(_sglang_versions),
-                                                help="SGLang release whose rules apply, 0.5.2 to 0.5.23 (default: "
-                                                     "0.5.23).")]
+                                           autocompletion=_choices(_sglang_versions),
+                                           help="SGLang release whose rules apply, 0.5.2 to 0.5.23 (default: "
+                                                "0.5.23).")]
 Mode = Flag[Optional[str], option("--mode", metavar="MODE",
-                                       autocompletion=_choices(lambda: ("none", "align", "all")),
-                                       help="vLLM mamba cache mode: none, align or all (default: every mode).")]
+                                  autocompletion=_choices(lambda: ("none", "align", "all")),
+                                  help="vLLM mamba cache mode: none, align or all (default: every mode).")]
 PrefixCaching = Flag[Optional[bool], option(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     help="vLLM prefix caching on or off: the mamba cache mode the release picks for it (default: the release's).")]
 BlockSize = Flag[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
-                                            help="vLLM --block-size (the block only grows from it).")]
+                                       help="vLLM --block-size (the block only grows from it).")]
 GdnBackend = Flag[str, option("--gdn-prefill-backend", metavar="BACKEND",
-                                   autocompletion=_choices(lambda: ("flashinfer", "triton")),
-                                   help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
+                              autocompletion=_choices(lambda: ("flashinfer", "triton")),
+                              help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
 Engine = Flag[str, option("--engine", metavar="ENGINE",
-                               autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
-                               help="vllm, sglang or both.")]
+                          autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
+                          help="vllm, sglang or both.")]
 Radix = Flag[str, option("--radix", metavar="STRATEGY",
-                              autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer",
-                                                               "extra_buffer_lazy", "off")),
-                              help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, "
-                                   "extra_buffer_lazy, or off (--disable-radix-cache).")]
+                         autocompletion=_choices(lambda: ("auto", "no_buffer", "extra_buffer",
+                                                          "extra_buffer_lazy", "off")),
+                         help="SGLang --mamba-radix-cache-strategy: auto, no_buffer, extra_buffer, "
+                              "extra_buffer_lazy, or off (--disable-radix-cache).")]
 PageSize = Flag[int, option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
-                                 help="SGLang --page-size: tokens per KV page.")]
+                            help="SGLang --page-size: tokens per KV page.")]
 NoOverlap = Flag[bool, option("--disable-overlap-schedule",
-                                   help="SGLang without its overlap scheduler (one extra_buffer slot fewer).")]
+                              help="SGLang without its overlap scheduler (one extra_buffer slot fewer).")]
 DraftTokens = Flag[Optional[int], option("--draft-tokens", metavar="N", parser=count_value("--draft-tokens"),
-                                              help="SGLang --speculative-num-draft-tokens (default: --spec-tokens "
-                                                   "+ 1).")]
+                                         help="SGLang --speculative-num-draft-tokens (default: --spec-tokens "
+                                              "+ 1).")]
 SglangEnv = Flag[Optional[list[str]], option("--sglang-env", metavar="NAME=VALUE",
-                                                  help="An SGLang environment variable of its Mamba sizing: "
-                                                       "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 (repeatable).")]
+                                             help="An SGLang environment variable of its Mamba sizing: "
+                                                  "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 (repeatable).")]
 Chunk = Flag[int, option("--max-num-batched-tokens", metavar="TOKENS",
-                              parser=tokens_value("--max-num-batched-tokens"),
-                              help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
-                                   "--chunked-prefill-size).")]
+                         parser=tokens_value("--max-num-batched-tokens"),
+                         help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
+                              "--chunked-prefill-size).")]
 AllowLong = Flag[bool, option("--allow-long-context",
-                                   help="Start with a context beyond the model's own maximum, as "
-                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and "
-                                        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow.")]
+                              help="Start with a context beyond the model's own maximum, as "
+                                   "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and "
+                                   "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allow.")]
 AsJson = Flag[bool, option("--json", help="Print the result as JSON.")]
 Exact = Flag[bool, option("--bytes", help="Show exact byte counts beside the readable units.")]
 
@@ -255,7 +255,7 @@ def tokens_option(flag: str, help: str) -> Any:
 
 def ctx_option(help: str) -> Any:
     return Flag[Optional[int], option("--ctx", metavar="TOKENS", parser=tokens_value("--ctx"),
-                                           help=f"{help} 131072, 128k (128,000) or 128K (131,072).")]
+                                      help=f"{help} 131072, 128k (128,000) or 128K (131,072).")]
 
 
 def size_option(flag: str, help: str) -> Any:
@@ -280,17 +280,17 @@ def _plot_path(text: str) -> Path:
 
 def plot_option(help: str) -> Any:
     return Flag[Optional[Path], option("--plot", metavar="FILE.png", parser=_plot_path,
-                                            help=f"{help} (.png, .svg or .pdf)")]
+                                       help=f"{help} (.png, .svg or .pdf)")]
 
 
 # --- the groups commands share --------------------------------------------------------------------
 
 Revision = Flag[Optional[str], option("--revision", metavar="REV",
-                                           help="With a Hugging Face Hub id: the branch, tag or commit to read.")]
+                                      help="With a Hugging Face Hub id: the branch, tag or commit to read.")]
 
 Quantization = Flag[Optional[str], option("--quantization", metavar="METHOD", hidden=True,
-                                               help="The engines' --quantization: only the checkpoint's own "
-                                                    "method is sized.")]
+                                          help="The engines' --quantization: only the checkpoint's own "
+                                               "method is sized.")]
 
 MODEL = (param("model", Model, "nemotron-h"), param("revision", Revision, None),
          param("quantization", Quantization, None))

@@ -37,12 +37,12 @@ TRACE = (param("trace", Flag[str, argument(
 
 REPLAY = (
     param("fmt", Flag[str, option("--format", metavar="FORMAT",
-                                       help="auto, mooncake, tokens or synthetic (default: from the file).")], "auto"),
+                                  help="auto, mooncake, tokens or synthetic (default: from the file).")], "auto"),
     param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
-                                               help="Requests in flight at once (default 1: one after another).")],
+                                          help="Requests in flight at once (default 1: one after another).")],
           1),
     param("limit", Flag[Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
-                                                   help="Replay only the first N requests.")], None),
+                                              help="Replay only the first N requests.")], None),
     param("retention", Flag[Optional[int], option(
         "--prefix-cache-retention-interval", metavar="TOKENS", parser=count_value("--prefix-cache-retention-interval"),
         help="vLLM's retention interval for Mamba states (0.29+; VLLM_PREFIX_CACHE_RETENTION_INTERVAL in "
@@ -63,25 +63,25 @@ REPLAY = (
         "--mamba-max-states-per-path", metavar="N",
         help="SGLang --mamba-max-states-per-path (-1: unlimited).")], -1),
     param("int8_ckpt", Flag[bool, option("--enable-int8-mamba-checkpoint",
-                                              help="SGLang's int8 Mamba checkpoints (twice the cached states).")],
+                                         help="SGLang's int8 Mamba checkpoints (twice the cached states).")],
           False),
     param("shared", tokens_option("--shared", "synthetic: tokens of the system prompt every request shares."), None),
     param("users", Flag[int, option("--users", metavar="N", parser=count_value("--users"),
-                                         help="synthetic: users.")], 1),
+                                    help="synthetic: users.")], 1),
     param("turns", Flag[int, option("--turns", metavar="N", parser=count_value("--turns"),
-                                         help="synthetic: turns per user.")], 1),
+                                    help="synthetic: turns per user.")], 1),
     param("private", tokens_option("--private", "synthetic: each turn's own tokens."), None),
     param("output", tokens_option("--output", "synthetic: tokens each request generates."), None),
     param("order", Flag[str, option("--order", metavar="ORDER",
-                                         help="synthetic: round-robin (every user's turn 1, then turn 2...) or "
-                                              "user-by-user.")], "round-robin"),
+                                    help="synthetic: round-robin (every user's turn 1, then turn 2...) or "
+                                         "user-by-user.")], "round-robin"),
     param("no_history", Flag[bool, option("--no-history",
-                                               help="synthetic: a turn's prompt does not repeat the earlier turns.")],
+                                          help="synthetic: a turn's prompt does not repeat the earlier turns.")],
           False),
     param("plot", plot_option("Write the hit rate against --plot-over to this file."), None),
     param("plot_over", Flag[str, option("--plot-over", metavar="WHAT",
-                                             help="budget (multiples of the one given) or block (vLLM --block-size "
-                                                  "multiples).")], "budget"),
+                                        help="budget (multiples of the one given) or block (vLLM --block-size "
+                                             "multiples).")], "budget"),
     param("no_requests", Flag[bool, option("--no-requests", help="--json without the per-request list.")],
           False),
 )
