@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from itertools import chain
 from dataclasses import replace
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 

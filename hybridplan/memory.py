@@ -10,8 +10,8 @@ from math import prod
 
 from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
-from hybridplan.spec import RECURRENT_KINDS, ModelSpec, Shape
 from hybridplan.records import frozen
+from hybridplan.spec import RECURRENT_KINDS, ModelSpec, Shape
 
 
 @frozen

@@ -20,8 +20,8 @@ from dataclasses import field, replace
 from math import ceil
 
 from hybridplan.errors import PlanError
-from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.records import frozen
+from hybridplan.scenario import DtypeChoice, Scenario
 
 #: tensor-parallel degrees tried: one node's NVLink domain at most
 TP_DEGREES = (1, 2, 4, 8)

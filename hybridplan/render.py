@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from hybridplan.output import write
-from hybridplan.units import human_bytes, human_tokens
 from hybridplan.records import frozen
+from hybridplan.units import human_bytes, human_tokens
 
 if TYPE_CHECKING:
     from hybridplan.reports.check_log import CheckReport

@@ -13,8 +13,8 @@ from dataclasses import field
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.errors import PlanError
-from hybridplan.spec import Mixer, ModelSpec
 from hybridplan.records import frozen
+from hybridplan.spec import Mixer, ModelSpec
 
 #: ``--engine``: one engine or both
 ENGINE_CHOICES = ("vllm", "sglang", "both")

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.scenario import Speculative
 from hybridplan.spec import MLA, Attention, Mixer, ModelSpec
-from hybridplan.records import frozen
 
 # --- vLLM -------------------------------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ from dataclasses import replace
 from functools import lru_cache
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
 from hybridplan.weights.families import Part
-from hybridplan.records import frozen
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
 _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),

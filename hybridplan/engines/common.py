@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from math import gcd
 
-from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
 from hybridplan.records import frozen
+from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
 
 
 def lcm(a: int, b: int) -> int:

@@ -32,10 +32,10 @@ from hybridplan.profile.workload import (
     activation_dtype,
     plan_workload,
 )
+from hybridplan.records import frozen
 from hybridplan.scenario import DtypeChoice, Scenario, default_ctx, positive
 from hybridplan.spec import ModelSpec
 from hybridplan.units import human_bytes
-from hybridplan.records import frozen
 
 #: defaults of a GPU run
 GPU_SLOTS, GPU_TOKENS = 256, 8192

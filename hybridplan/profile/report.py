@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from hybridplan.profile import arith
 from hybridplan.profile.workload import KernelPlan, TensorPlan, Workload
-from hybridplan.units import human_bytes
 from hybridplan.records import frozen
+from hybridplan.units import human_bytes
 
 SCHEMA_VERSION = 1
 

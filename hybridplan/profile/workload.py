@@ -21,8 +21,8 @@ from hybridplan.dtypes import parse_dtype, size_of
 from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
-from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba1, Mamba2, ModelSpec, kv_heads_per_rank
 from hybridplan.records import frozen
+from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba1, Mamba2, ModelSpec, kv_heads_per_rank
 
 #: state dtypes the kernels read and write
 KERNEL_DTYPES = ("float32", "bfloat16", "float16")

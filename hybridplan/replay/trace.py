@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from itertools import repeat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 from hybridplan.errors import PlanError

@@ -12,8 +12,8 @@ from hybridplan.engines import LogGiven
 from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
 from hybridplan.errors import PlanError
 from hybridplan.logread import Log
-from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.records import frozen
+from hybridplan.reports import SCHEMA_VERSION
 
 NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Setting attention block size\", \"Padding "
            "mamba page size\", \"KV cache size\", \"Maximum concurrency\" and \"max_num_seqs … exceeds\", and SGLang's "

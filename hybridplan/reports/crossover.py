@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
+from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.reports.size import reference
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:  # the exact-rational crossover machinery is imported only by `crossover`
     from fractions import Fraction

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 from hybridplan import engines
-from hybridplan.scenario import Scenario
 from hybridplan.records import frozen
+from hybridplan.scenario import Scenario
 
 
 @frozen

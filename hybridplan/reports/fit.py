@@ -8,9 +8,9 @@ from pathlib import Path
 
 from hybridplan import engines
 from hybridplan.cmdline import Command, sglang_command, vllm_command
+from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
-from hybridplan.records import frozen
 
 
 @frozen

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 from hybridplan.gpus import Gpu
-from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.records import frozen
+from hybridplan.reports import SCHEMA_VERSION
 
 
 @frozen

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
+from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.spec import ModelSpec
-from hybridplan.records import frozen
 
 
 @frozen

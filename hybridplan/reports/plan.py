@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 from hybridplan.plan import Plan, PlanResult, Rejection
-from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.records import frozen
+from hybridplan.reports import SCHEMA_VERSION
 
 
 @frozen

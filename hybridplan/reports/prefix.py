@@ -15,13 +15,13 @@ from collections.abc import Callable
 from hybridplan import engines
 from hybridplan.engines.common import Reuse
 from hybridplan.errors import NotServed, PlanError
+from hybridplan.records import frozen
 from hybridplan.replay.loop import Policy, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import MAX_PROMPT, Synthetic
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
-from hybridplan.records import frozen
 
 #: the most points a sweep computes (a table, or a plot, of more says no more)
 MAX_SWEEP_POINTS = 2_000

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from hybridplan.errors import NotServed, PlanError
+from hybridplan.records import frozen
 from hybridplan.replay.loop import Policy, Run, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Request
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
-from hybridplan.records import frozen
 
 #: the most requests a what-if replay (a diagnostic's "by how much") reruns
 WHAT_IF_LIMIT = 20_000

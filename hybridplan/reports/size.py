@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
+from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import ModelSpec
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.reports.engines import EngineReport

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
@@ -12,7 +13,6 @@ from hybridplan.speed.calibration import Calibration
 from hybridplan.speed.gpus import Datasheet, datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import decode_step
-from hybridplan.records import frozen
 
 
 def batch_sizes(top: int) -> tuple[int, ...]:

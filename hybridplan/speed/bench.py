@@ -26,11 +26,11 @@ from math import ceil, floor
 from statistics import median
 
 from hybridplan.errors import NotServed, PlanError
+from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import decode_step, prefill_step
-from hybridplan.records import frozen
 
 #: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
 DEFAULT_PROMPTS = 1000

@@ -27,9 +27,9 @@ from pathlib import Path
 from statistics import median
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, tensor_peak
-from hybridplan.records import frozen
 
 #: the calibration file's version (2: ``scan_tflops``, and the state traffic at the copy bandwidth)
 CALIBRATION_VERSION = 2

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
+from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, step_time
 from hybridplan.speed.work import HEAD, NORM, Step, Work, decode_step
-from hybridplan.records import frozen
 
 
 @frozen

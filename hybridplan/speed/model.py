@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.work import Step, Work
-from hybridplan.records import frozen
 
 #: what bounds a layer kind's time
 BOUNDS = ("weights", "KV reads", "state reads and writes", "FLOPs", "fp32 FLOPs", "launch overhead",

@@ -23,10 +23,10 @@ from hybridplan.memory import Footprint
 from hybridplan.scenario import Scenario
 from hybridplan.spec import MLA, Attention, GatedDeltaNet, KimiDeltaAttention, Mamba1, Mamba2, ModelSpec
 from hybridplan.weights import _bytes as _part_bytes  # the one pricing rule of a part (quantization included)
+from hybridplan.records import frozen
 from hybridplan.weights import rank_params, weights
 from hybridplan.weights.families import parts
 from hybridplan.weights.quant import scheme
-from hybridplan.records import frozen
 
 #: the layer kinds a step is split into, beside the mixer and FFN kinds of hybridplan/spec.py
 HEAD, NORM, SHARED = "lm_head", "norms", "shared"

@@ -14,11 +14,11 @@ import json
 from typing import TYPE_CHECKING
 
 from hybridplan.dtypes import size_of
+from hybridplan.records import frozen
 from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import ModelSpec
 from hybridplan.weights.families import Part, parts
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoint reader nor the schemes
     from hybridplan.weights.checkpoint import Checkpoint

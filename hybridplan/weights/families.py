@@ -20,8 +20,8 @@ from typing import Any
 
 from hybridplan.adapters import Fields, _qwen3_moe_layers
 from hybridplan.errors import PlanError
-from hybridplan.spec import GatedDeltaNet
 from hybridplan.records import frozen
+from hybridplan.spec import GatedDeltaNet
 
 
 @frozen

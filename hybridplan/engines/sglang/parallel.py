@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
+from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS
 from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.releases import Release

@@ -21,9 +21,9 @@ from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
+from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS, ModelSpec
 from hybridplan.units import human_bytes
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from hybridplan.engines.common import Reuse, lcm
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.spec import ModelSpec
 from hybridplan.records import frozen
+from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario

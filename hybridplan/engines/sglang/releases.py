@@ -11,8 +11,8 @@ import re
 from functools import lru_cache
 
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.spec import ModelSpec
 from hybridplan.records import frozen
+from hybridplan.spec import ModelSpec
 
 #: every 0.5.x release on PyPI (there is no final 0.5.0); the first ones have no Mamba pool
 EARLY = ("0.5.0rc0", "0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2rc0",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.vllm.releases import NEWEST, Release
-from hybridplan.spec import ModelSpec
 from hybridplan.records import frozen
+from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario

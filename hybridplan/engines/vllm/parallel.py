@@ -26,8 +26,8 @@ from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
-from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 from hybridplan.records import frozen
+from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario

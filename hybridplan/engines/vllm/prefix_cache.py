@@ -327,7 +327,7 @@ class Cache:
         if r.recurrent and r.mode == "none":
             return []
         if r.recurrent:
-            groups = [self.cached_in[g] for g in self._mamba]
+            groups = self._mamba_dicts
             return [(i + 1) * r.unit for i, k in enumerate(keys) if all(k in d for d in groups)]
         return [(i + 1) * r.unit for i, k in enumerate(keys) if self.cached("a", k)]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.spec import ModelSpec
 from hybridplan.records import frozen
+from hybridplan.spec import ModelSpec
 
 #: every vLLM release on PyPI from 0.10.0 on (there are no post releases)
 VERSIONS = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0",
