@@ -30,8 +30,6 @@ request finds, and what the block pool evicts. Each rule names its release range
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections import deque
 from dataclasses import dataclass, replace
 from math import lcm
 from typing import TYPE_CHECKING
@@ -235,53 +233,34 @@ class Lookup:
 
 
 class Cache:
-    """vLLM's block pool for one release and mode (vllm/v1/core/block_pool.py): every group's blocks come from
-    one pool; never-used blocks first, then the free queue from its head, a cached block popped there being
-    evicted; a finished request frees each group's blocks tail first, group by group; a hit takes its blocks
-    out of the queue. Several blocks may hold one hash (a prefix recomputed past a shorter Mamba hit): a lookup
-    finds the first.
-
-    Kept lean, since a replay runs every block of every request through it: an allocation is a number (each
-    one new, so a block freed and taken again is a new number), a cached block is an entry (its group, its
-    key; a tuple, which unpacks for a fraction of the cost of packing both in one int), each group keeps key →
-    its block (or the list of its blocks, oldest first, when several hold the key), and a holder count is kept
-    only for blocks held more than once."""
+    """vLLM's prefix cache for one release and mode: its rules (``r``) over a block pool
+    (hybridplan/engines/vllm/block_pool.py). The rules find what a request resumes from (``lookup``) and plan
+    its blocks (``_plan``: what each caches and when it is needed); the pool runs the plan."""
 
     def __init__(self, r: Rules) -> None:
+        from hybridplan.engines.vllm.block_pool import BlockPool
+
         self.r = r
-        # block 0 is the null block that stands for a skipped position (block_pool.py ``null_block``)
-        self.fresh = r.num_blocks - 1
-        # the free queue: block → the entry it caches (None: uncached), and its order, oldest first, as a deque the
-        # blocks are appended to as they are freed; a hit taking a block out of the queue leaves its place in the
-        # deque behind, counted in ``_stale`` and skipped when it comes to the head (a block freed again after it
-        # has a later place): an OrderedDict costs twice as much a block
-        self.queue: dict[int, tuple[int, int] | None] = {}
-        self._order: deque[int] = deque()
-        self._stale: dict[int, int] = {}
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
-        # per group: key → the block caching it, or a list of the blocks, oldest first
-        self.cached_in: list[dict[int, int | list[int]]] = [{} for _ in self.groups]
-        self.refs: dict[int, int] = {}  # block → holders, for the blocks held more than once
-        self._next = 0
-        self.evictions = 0
-        self.evicted_states: set[int] = set()
+        self.pool = BlockPool(r.num_blocks, "".join(self.groups), r.uncached_first, r.block)
         self.dropped_states: set[int] = set()
-        self.running: dict[int, tuple[list[int], list[int | None], list[tuple[int, int] | None]]] = {}
-        self.states = 0
-        self.peak_states = 0
-        self.peak_blocks = 0
-        #: blocks in the free queue that cache nothing (before 0.24.0 only): every other block not fresh is held
-        #: or caches an entry, which ``peak_blocks`` counts
-        self.uncached_queued = 0
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
         self.units: list[dict[int, tuple[int, int]]] = [{} for _ in self.groups]
-        self._first_mamba = self.groups.index("m") if "m" in self.groups else -1
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
-        self._is_mamba = [k == "m" for k in self.groups]
         self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
-        self._attn_dicts = [self.cached_in[g] for g in self._attn]
-        self._mamba_dicts = [self.cached_in[g] for g in self._mamba]
+
+    @property
+    def evictions(self) -> int:
+        return self.pool.evictions
+
+    @property
+    def peak_states(self) -> int:
+        return self.pool.peak_states
+
+    @property
+    def peak_blocks(self) -> int:
+        return self.pool.peak_blocks
 
     # --- keys -----------------------------------------------------------------------------------------
 
@@ -290,32 +269,16 @@ class Cache:
         computed once per request and unit, whichever policy asks)."""
         return req.with_output().unit_keys(self.r.unit, stop)
 
-    # --- the pool -------------------------------------------------------------------------------------
+    # --- what the pool caches ----------------------------------------------------------------------
 
     def _holds(self, entry: tuple[int, int] | None) -> bool:
-        return entry is not None and entry[1] in self.cached_in[entry[0]]
+        return entry is not None and self.pool.has(entry[0], entry[1])
 
     def cached(self, kind: str, key: int) -> bool:
         if kind == "a" and self.r.unit < self.r.block:  # a hash unit inside a cached block (or partial tail)
             return all(self._holds(self.units[g].get(key)) for g in self._attn)
-        return all(key in self.cached_in[g] for g in (self._attn if kind == "a" else self._mamba))
-
-    @property
-    def available(self) -> int:
-        return self.fresh + len(self.queue)
-
-    def _oldest(self, entry: tuple[int, int]) -> int:
-        holders = self.cached_in[entry[0]][entry[1]]
-        return holders if type(holders) is int else holders[0]
-
-    def _touch(self, entry: tuple[int, int]) -> int:
-        slot = self._oldest(entry)
-        if slot in self.queue:
-            del self.queue[slot]
-            self._stale[slot] = self._stale.get(slot, 0) + 1
-        else:
-            self.refs[slot] = self.refs.get(slot, 1) + 1
-        return slot
+        has = self.pool.has
+        return all(has(g, key) for g in (self._attn if kind == "a" else self._mamba))
 
     def held_states(self, req: Request) -> list[int]:
         """The positions along ``req``'s tokens at which this cache now holds what a later request resumes from:
@@ -327,8 +290,7 @@ class Cache:
         if r.recurrent and r.mode == "none":
             return []
         if r.recurrent:
-            groups = self._mamba_dicts
-            return [(i + 1) * r.unit for i, k in enumerate(keys) if all(k in d for d in groups)]
+            return [(i + 1) * r.unit for i, k in enumerate(keys) if self.cached("m", k)]
         return [(i + 1) * r.unit for i, k in enumerate(keys) if self.cached("a", k)]
 
     # --- one request ----------------------------------------------------------------------------------
@@ -341,14 +303,8 @@ class Cache:
         if r.unit < r.block:
             while a < n and self.cached("a", keys[a]):
                 a += 1
-        elif len(self._attn) == 1:
-            mine = self.cached_in[self._attn[0]]
-            while a < n and keys[a] in mine:
-                a += 1
         else:
-            groups = self._attn_dicts
-            while a < n and all(keys[a] in d for d in groups):
-                a += 1
+            a = self.pool.prefix(self._attn, keys, n)
         a_tokens = a * r.unit
         full_blocks = a // per_block
         if r.mamba_groups and r.mode == "none" and not r.attention_only:
@@ -361,19 +317,12 @@ class Cache:
         if r.eagle and reach:
             reach = max(reach - per_block, 0)
             cut = True
-        hit = 0
-        evicted = dropped = False
-        groups = self._mamba_dicts
-        for u in range(reach, 0, -1):
-            k = keys[u - 1]
-            for d in groups:
-                if k not in d:
-                    break
-            else:  # every Mamba group holds the state
-                hit = u * r.unit
-                break
-            evicted = evicted or k in self.evicted_states
-            dropped = dropped or k in self.dropped_states
+        # the last unit whose state every Mamba group holds, and what stood in the way past it
+        u = self.pool.last_held(self._mamba, keys, reach)
+        hit = u * r.unit
+        missed = keys[u:reach]
+        evicted = any(map(self.pool.evicted, missed))
+        dropped = not self.dropped_states.isdisjoint(missed)
         # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
         # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
@@ -618,207 +567,9 @@ class Cache:
         return steps, attn, (mamba, index, need)
 
     def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
-        """Run the request step by step as the scheduler allocates for it (allocate_slots: first the Mamba
-        blocks behind the computed tokens are freed, tail first, then each group's new blocks); False when a
-        step finds too few blocks. Which block is taken or freed when follows from the plan alone, so the steps
-        are laid out first as one sequence of takes and frees, then run against the pool."""
-        steps, attn, (mamba, index, need) = self._plan(req, look, keys)
-        B = self.r.block
-        hit_blocks = look.hit // B
-        nblocks = len(attn)
-        # every group's blocks in one list: group g's block i at offset[g] + i
-        offset = []
-        n_ents = 0
-        for kind in self.groups:
-            offset.append(n_ents)
-            n_ents += nblocks if kind == "a" else len(mamba)
-        ents: list[tuple[int, int] | None] = [(g, k) if k is not None else None for g, kind in enumerate(self.groups)
-                                              for k in (attn if kind == "a" else mamba)]
-        hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
-        if look.hit:
-            m_hit = bool(need) and need[0] is None
-            for g, kind in enumerate(self.groups):
-                if kind == "a":
-                    hits += range(offset[g], offset[g] + hit_blocks)
-                elif m_hit:
-                    hits.append(offset[g])
-        touched = {self._oldest(ents[f]) for f in hits} if hits else None
-        # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
-        m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
-        m_needs = [need[i] for i in m_order]
-        m_behind = sorted(range(len(index)), key=index.__getitem__)
-        m_index = [index[i] for i in m_behind]
-        avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
-        # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
-        if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
-                steps, hit_blocks, nblocks, m_needs, m_index, avail):
-            return False
-        slots: list[int | None] = [None] * len(ents)
-        for f in hits:
-            slots[f] = self._touch(ents[f])
-        events: list[int] = []  # f: take block f; ~f: free it
-        held = [n is None for n in need]  # per Mamba block: held (a hit, or taken at an earlier step)
-        freed = [False] * len(need)
-        a_next, m_next, m_gone = hit_blocks, 0, 0
-        n_index = len(m_index)
-        m_offsets, a_offsets, kinds = [], [], []
-        for g, kind in enumerate(self.groups):
-            (a_offsets if kind == "a" else m_offsets).append(offset[g])
-            kinds.append((offset[g], kind == "a"))
-        last_step = len(steps) - 1
-        for k in range(max(last_step, 1)):
-            c = steps[k]
-            end = steps[k + 1] if k < last_step else c
-            if m_gone < n_index and m_index[m_gone] < (c - 1) // B:
-                limit = (c - 1) // B
-                batch = []  # remove_skipped_blocks, tail first
-                while m_gone < n_index and m_index[m_gone] < limit:
-                    i = m_behind[m_gone]
-                    m_gone += 1
-                    if held[i] and not freed[i]:
-                        batch.append(i)
-                        freed[i] = True
-                if batch:
-                    batch.reverse()
-                    events += [~(o + i) for o in m_offsets for i in batch]
-            a_stop = (end - 1) // B + 1
-            if a_stop > nblocks:
-                a_stop = nblocks
-            if a_stop < a_next:
-                a_stop = a_next
-            m_stop = bisect_right(m_needs, end, m_next)
-            if m_stop > m_next:
-                taken = m_order[m_next:m_stop]
-                for i in taken:
-                    held[i] = True
-                for o, is_attn in kinds:
-                    if is_attn:
-                        events += range(o + a_next, o + a_stop)
-                    elif len(taken) == 1:
-                        events.append(o + taken[0])
-                    else:
-                        events += [o + i for i in taken]
-                m_next = m_stop
-            elif a_stop > a_next:
-                for o in a_offsets:
-                    events += range(o + a_next, o + a_stop)
-            a_next = a_stop
-        for g, kind in enumerate(self.groups):  # what no step reached (a request of one token)
-            if kind == "a":
-                events += range(offset[g] + a_next, offset[g] + nblocks)
-            else:
-                events += [offset[g] + i for i in m_order[m_next:]]
-        self._run(events, slots, ents)
-        # at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free
-        last: list[int] = []
-        kept = [i for i in range(len(need) - 1, -1, -1) if not freed[i]]
-        for g, kind in enumerate(self.groups):
-            if kind == "a":
-                last += range(~(offset[g] + nblocks - 1), ~offset[g] + 1)
-            else:
-                last += map((-1 - offset[g]).__sub__, kept)  # ~(offset + i)
-        self.running[req.index] = (last, slots, ents)
-        # the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue
-        self.peak_blocks = max(self.peak_blocks, self.r.num_blocks - 1 - self.fresh - self.uncached_queued)
-        return True
-
-    def _run(self, events: list[int], slots: list[int | None], ents: list[tuple[int, int] | None]) -> None:
-        """Take (``f``) or free (``~f``) the request's blocks in order: a block is taken fresh, else from the head
-        of the free queue, evicting what it caches, then caches its own entry; a freed block held by no one else
-        joins the queue's tail if it caches an entry (a block held is never evicted, so it still caches the
-        entry it was taken or hit for), else (0.24.0+) goes back among the fresh ones."""
-        queue, cached_in, refs, stale = self.queue, self.cached_in, self.refs, self._stale
-        pop, popleft, append = queue.pop, self._order.popleft, self._order.append
-        first = self._first_mamba
-        uncached_first = self.r.uncached_first
-        slot, fresh, uncached = self._next, self.fresh, self.uncached_queued
-        states, peak, evictions = self.states, self.peak_states, self.evictions
-        mamba = self._is_mamba
-        evicted_state = self.evicted_states.add
-        for f in events:
-            if f < 0:
-                f = ~f
-                held = slots[f]
-                if refs and held in refs:  # still held by another request
-                    n = refs[held]
-                    if n > 2:
-                        refs[held] = n - 1
-                    else:
-                        del refs[held]
-                    continue
-                entry = ents[f]
-                if entry is not None:
-                    queue[held] = entry
-                    append(held)
-                elif uncached_first:
-                    fresh += 1
-                else:
-                    queue[held] = None
-                    append(held)
-                    uncached += 1
-                continue
-            if fresh:
-                fresh -= 1
-            else:  # the head of the free queue, evicting what it caches
-                old = popleft()
-                while stale and old in stale:  # a place left by a hit
-                    if stale[old] > 1:
-                        stale[old] -= 1
-                    else:
-                        del stale[old]
-                    old = popleft()
-                entry = pop(old)
-                if entry is None:
-                    uncached -= 1
-                else:
-                    g, key = entry
-                    mine = cached_in[g]
-                    holders = mine.pop(key)
-                    if type(holders) is int:
-                        if g == first:
-                            states -= 1
-                    else:  # others still cache the key (the dicts are only looked up: where it sits is no matter)
-                        holders.remove(old)
-                        mine[key] = holders if len(holders) > 1 else holders[0]
-                    evictions += 1
-                    if mamba[g]:
-                        evicted_state(key)
-            entry = ents[f]
-            if entry is not None:
-                g, key = entry
-                holders = cached_in[g].setdefault(key, slot)
-                if holders is slot:  # the key new to the group (a block number is never seen twice)
-                    if g == first:
-                        states += 1
-                        if states > peak:
-                            peak = states
-                elif type(holders) is int:
-                    cached_in[g][key] = [holders, slot]
-                else:
-                    holders.append(slot)
-            slots[f] = slot
-            slot += 1
-        self._next, self.fresh, self.uncached_queued = slot, fresh, uncached
-        self.states, self.peak_states, self.evictions = states, peak, evictions
-
-    def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
-              avail: int) -> bool:
-        """The dry run: at no step does the request take more blocks than are free (the attention groups' new
-        blocks b ≥ ``hit_blocks`` are needed at b·B + 1 tokens; the Mamba groups' at ``m_needs``, and each
-        Mamba block passed, whether held yet or not, counts as freed once the computed tokens are past it)."""
-        B = self.r.block
-        na, nm = len(self._attn), len(self._mamba)
-        new = na * (nblocks - hit_blocks) + nm * len(m_needs)
-        freed = 0
-        for k in range(max(len(steps) - 1, 1)):
-            c = steps[k]
-            end = steps[k + 1] if k + 1 < len(steps) else c
-            freed = nm * bisect_left(m_index, (c - 1) // B)
-            a_taken = min(max((end - 1) // B + 1 - hit_blocks, 0), nblocks - hit_blocks) if end >= 1 else 0
-            if avail + freed - na * a_taken - nm * bisect_right(m_needs, end) < 0:
-                return False
-        return avail + freed - new >= 0
+        """The request's plan run against the pool (``BlockPool.admit``); False when a step finds too few
+        blocks."""
+        return self.pool.admit(req.index, look.hit, self._plan(req, look, keys))
 
     def finish(self, req: Request) -> None:
-        last, slots, ents = self.running.pop(req.index)
-        self._run(last, slots, ents)
+        self.pool.finish(req.index)

@@ -1,0 +1,1041 @@
+/* vLLM's block pool as `replay` runs it: the C build of PyPool (hybridplan/engines/vllm/block_pool.py, the
+ * reference, whose docstrings say what each step does and why). The two are kept equal step for step, so a
+ * change to one is a change to both; tests/test_block_pool.py replays traces through both and compares every
+ * figure.
+ *
+ * The state is PyPool's, in C: every key is a Python hash (never -1), every block number and request index is
+ * >= 0, so -1 marks an empty cell in every table.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+#define EMPTY ((i64)-1)
+#define NONE ((i64)-1)
+
+/* ---- a table: i64 key -> two i64 values, open addressing, linear probing, backward-shift deletion ---- */
+
+typedef struct {
+    i64 key, v1, v2;
+} Cell;
+
+typedef struct {
+    Cell *cells;
+    size_t cap, n; /* cap a power of two */
+} Table;
+
+static inline size_t mix(i64 key) {
+    uint64_t x = (uint64_t)key;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return (size_t)x;
+}
+
+static int table_init(Table *t, size_t cap) {
+    t->cap = cap;
+    t->n = 0;
+    t->cells = (Cell *)malloc(cap * sizeof(Cell));
+    if (!t->cells) return -1;
+    for (size_t i = 0; i < cap; i++) t->cells[i].key = EMPTY;
+    return 0;
+}
+
+static void table_free(Table *t) {
+    free(t->cells);
+    t->cells = NULL;
+    t->cap = t->n = 0;
+}
+
+static inline Cell *table_find(const Table *t, i64 key) {
+    size_t mask = t->cap - 1, i = mix(key) & mask;
+    for (;;) {
+        Cell *c = &t->cells[i];
+        if (c->key == key) return c;
+        if (c->key == EMPTY) return NULL;
+        i = (i + 1) & mask;
+    }
+}
+
+static int table_grow(Table *t) {
+    Cell *old = t->cells;
+    size_t old_cap = t->cap;
+    if (table_init(t, old_cap * 2) < 0) {
+        t->cells = old;
+        t->cap = old_cap;
+        return -1;
+    }
+    size_t mask = t->cap - 1;
+    for (size_t j = 0; j < old_cap; j++) {
+        if (old[j].key == EMPTY) continue;
+        size_t i = mix(old[j].key) & mask;
+        while (t->cells[i].key != EMPTY) i = (i + 1) & mask;
+        t->cells[i] = old[j];
+        t->n++;
+    }
+    free(old);
+    return 0;
+}
+
+/* the cell of ``key``, made (values 0, *fresh = 1) when absent; NULL when out of memory */
+static Cell *table_slot(Table *t, i64 key, int *fresh) {
+    if ((t->n + 1) * 2 > t->cap && table_grow(t) < 0) return NULL;
+    size_t mask = t->cap - 1, i = mix(key) & mask;
+    for (;;) {
+        Cell *c = &t->cells[i];
+        if (c->key == key) {
+            *fresh = 0;
+            return c;
+        }
+        if (c->key == EMPTY) {
+            c->key = key;
+            c->v1 = c->v2 = 0;
+            t->n++;
+            *fresh = 1;
+            return c;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static void table_remove(Table *t, Cell *c) {
+    size_t mask = t->cap - 1, i = (size_t)(c - t->cells), j = i;
+    t->n--;
+    for (;;) {
+        j = (j + 1) & mask;
+        Cell *d = &t->cells[j];
+        if (d->key == EMPTY) break;
+        size_t home = mix(d->key) & mask;
+        /* d may move to i when its home is not in (i, j] cyclically */
+        if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+            t->cells[i] = *d;
+            i = j;
+        }
+    }
+    t->cells[i].key = EMPTY;
+}
+
+/* ---- a deque of block numbers (the free queue's order) ---- */
+
+typedef struct {
+    i64 *items;
+    size_t head, len, cap; /* cap a power of two */
+} Deque;
+
+static int deque_push(Deque *q, i64 v) {
+    if (q->len == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 1024;
+        i64 *items = (i64 *)malloc(cap * sizeof(i64));
+        if (!items) return -1;
+        for (size_t k = 0; k < q->len; k++) items[k] = q->items[(q->head + k) & (q->cap - 1)];
+        free(q->items);
+        q->items = items;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->items[(q->head + q->len) & (q->cap - 1)] = v;
+    q->len++;
+    return 0;
+}
+
+static inline i64 deque_popleft(Deque *q) {
+    i64 v = q->items[q->head];
+    q->head = (q->head + 1) & (q->cap - 1);
+    q->len--;
+    return v;
+}
+
+/* ---- the blocks a running request holds (PyPool.running's value) ---- */
+
+typedef struct {
+    i64 n_last, n_ents;
+    i64 *last;  /* the frees at its end */
+    i64 *slots; /* per entry: its block (-1: none) */
+    i64 *keys;  /* per entry: its key */
+    int *group; /* per entry: its group (-1: the block caches nothing) */
+} Running;
+
+static void running_free(Running *r) {
+    if (!r) return;
+    free(r->last);
+    free(r->slots);
+    free(r->keys);
+    free(r->group);
+    free(r);
+}
+
+/* ---- several blocks holding one key (a list in PyPool), rare: cached's v2 > 0 then, v1 the index here ---- */
+
+typedef struct {
+    i64 *slots;
+    i64 n, cap;
+} Holders;
+
+typedef struct {
+    PyObject_HEAD
+    i64 num_blocks, block, fresh, next, evictions, states, peak_states, peak_blocks, uncached_queued;
+    int uncached_first, n_groups, first_mamba;
+    char *kinds; /* per group: 'a' or 'm' */
+    Table queue;  /* block -> (key, group + 1; 0: uncached) */
+    Deque order;
+    Table stale;  /* block -> places left by hits */
+    Table refs;   /* block -> holders, for blocks held more than once */
+    Table *cached; /* per group: key -> (block, 0) or (index in holders, 1) */
+    Table evicted; /* Mamba keys ever evicted */
+    Table running; /* request -> Running * */
+    Holders *holders;
+    i64 n_holders, cap_holders, free_holders; /* free_holders: a free list through slots == NULL, n = next */
+} Pool;
+
+static i64 floordiv(i64 a, i64 b) {
+    i64 q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+/* ---- cached keys ---- */
+
+static inline i64 oldest(Pool *p, int g, i64 key, int *ok) {
+    Cell *c = table_find(&p->cached[g], key);
+    if (!c) {
+        *ok = 0;
+        return NONE;
+    }
+    *ok = 1;
+    return c->v2 ? p->holders[c->v1].slots[0] : c->v1;
+}
+
+static i64 holders_new(Pool *p, i64 a, i64 b) {
+    i64 h;
+    if (p->free_holders >= 0) {
+        h = p->free_holders;
+        p->free_holders = p->holders[h].n;
+    } else {
+        if (p->n_holders == p->cap_holders) {
+            i64 cap = p->cap_holders ? p->cap_holders * 2 : 64;
+            Holders *hs = (Holders *)realloc(p->holders, (size_t)cap * sizeof(Holders));
+            if (!hs) return -1;
+            p->holders = hs;
+            p->cap_holders = cap;
+        }
+        h = p->n_holders++;
+    }
+    Holders *x = &p->holders[h];
+    x->slots = (i64 *)malloc(4 * sizeof(i64));
+    if (!x->slots) return -1;
+    x->cap = 4;
+    x->slots[0] = a;
+    x->slots[1] = b;
+    x->n = 2;
+    return h;
+}
+
+static void holders_release(Pool *p, i64 h) {
+    free(p->holders[h].slots);
+    p->holders[h].slots = NULL;
+    p->holders[h].n = p->free_holders;
+    p->free_holders = h;
+}
+
+/* key now cached by ``slot`` in group g (dict.setdefault, then the list) */
+static int cache_key(Pool *p, int g, i64 key, i64 slot) {
+    int fresh;
+    Cell *c = table_slot(&p->cached[g], key, &fresh);
+    if (!c) return -1;
+    if (fresh) {
+        c->v1 = slot;
+        c->v2 = 0;
+        if (g == p->first_mamba) {
+            p->states++;
+            if (p->states > p->peak_states) p->peak_states = p->states;
+        }
+        return 0;
+    }
+    if (!c->v2) {
+        i64 h = holders_new(p, c->v1, slot);
+        if (h < 0) return -1;
+        c->v1 = h;
+        c->v2 = 1;
+        return 0;
+    }
+    Holders *x = &p->holders[c->v1];
+    if (x->n == x->cap) {
+        i64 *s = (i64 *)realloc(x->slots, (size_t)(x->cap * 2) * sizeof(i64));
+        if (!s) return -1;
+        x->slots = s;
+        x->cap *= 2;
+    }
+    x->slots[x->n++] = slot;
+    return 0;
+}
+
+/* block ``old``, caching key in group g, evicted */
+static int uncache_key(Pool *p, int g, i64 key, i64 old) {
+    Cell *c = table_find(&p->cached[g], key);
+    if (!c) {
+        PyErr_SetString(PyExc_RuntimeError, "block pool: an evicted block's key is not cached");
+        return -1;
+    }
+    if (!c->v2) {
+        table_remove(&p->cached[g], c);
+        if (g == p->first_mamba) p->states--;
+        return 0;
+    }
+    Holders *x = &p->holders[c->v1];
+    i64 k = 0;
+    while (k < x->n && x->slots[k] != old) k++;
+    if (k < x->n) {
+        memmove(&x->slots[k], &x->slots[k + 1], (size_t)(x->n - k - 1) * sizeof(i64));
+        x->n--;
+    }
+    if (x->n == 1) {
+        i64 only = x->slots[0], h = c->v1;
+        holders_release(p, h);
+        c->v1 = only;
+        c->v2 = 0;
+    }
+    return 0;
+}
+
+static int count_add(Table *t, i64 key, i64 start) {
+    int fresh;
+    Cell *c = table_slot(t, key, &fresh);
+    if (!c) return -1;
+    c->v1 = fresh ? start + 1 : c->v1 + 1;
+    return 0;
+}
+
+/* ---- running the takes and frees ---- */
+
+static int run_events(Pool *p, const i64 *events, i64 n, i64 *slots, const i64 *keys, const int *group) {
+    for (i64 e = 0; e < n; e++) {
+        i64 f = events[e];
+        if (f < 0) {
+            f = ~f;
+            i64 held = slots[f];
+            if (p->refs.n) {
+                Cell *r = table_find(&p->refs, held);
+                if (r) { /* still held by another request */
+                    if (r->v1 > 2)
+                        r->v1--;
+                    else
+                        table_remove(&p->refs, r);
+                    continue;
+                }
+            }
+            int fresh;
+            if (group[f] >= 0) {
+                Cell *q = table_slot(&p->queue, held, &fresh);
+                if (!q || deque_push(&p->order, held) < 0) return -1;
+                q->v1 = keys[f];
+                q->v2 = group[f] + 1;
+            } else if (p->uncached_first) {
+                p->fresh++;
+            } else {
+                Cell *q = table_slot(&p->queue, held, &fresh);
+                if (!q || deque_push(&p->order, held) < 0) return -1;
+                q->v1 = 0;
+                q->v2 = 0;
+                p->uncached_queued++;
+            }
+            continue;
+        }
+        if (p->fresh) {
+            p->fresh--;
+        } else { /* the head of the free queue, evicting what it caches */
+            i64 old;
+            for (;;) {
+                if (!p->order.len) {
+                    PyErr_SetString(PyExc_RuntimeError, "block pool: a block was taken from an empty free queue");
+                    return -1;
+                }
+                old = deque_popleft(&p->order);
+                if (!p->stale.n) break;
+                Cell *s = table_find(&p->stale, old);
+                if (!s) break;
+                if (s->v1 > 1)
+                    s->v1--;
+                else
+                    table_remove(&p->stale, s);
+            }
+            Cell *q = table_find(&p->queue, old);
+            if (!q) {
+                PyErr_SetString(PyExc_RuntimeError, "block pool: the free queue's head is not queued");
+                return -1;
+            }
+            i64 key = q->v1, g = q->v2 - 1;
+            table_remove(&p->queue, q);
+            if (g < 0) {
+                p->uncached_queued--;
+            } else {
+                if (uncache_key(p, (int)g, key, old) < 0) return -1;
+                p->evictions++;
+                if (p->kinds[g] == 'm') {
+                    int fresh;
+                    if (!table_slot(&p->evicted, key, &fresh)) return -1;
+                }
+            }
+        }
+        if (group[f] >= 0 && cache_key(p, group[f], keys[f], p->next) < 0) return -1;
+        slots[f] = p->next++;
+    }
+    return 0;
+}
+
+/* ---- conversions ---- */
+
+/* a list of ints (None -> NONE) into a fresh array; NULL with an exception set */
+static i64 *ints_of(PyObject *list, Py_ssize_t *n, const char *what) {
+    if (!PyList_Check(list)) {
+        PyErr_Format(PyExc_TypeError, "block pool: %s must be a list", what);
+        return NULL;
+    }
+    *n = PyList_GET_SIZE(list);
+    i64 *out = (i64 *)malloc((size_t)(*n ? *n : 1) * sizeof(i64));
+    if (!out) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *x = PyList_GET_ITEM(list, i);
+        if (x == Py_None) {
+            out[i] = NONE;
+            continue;
+        }
+        long long v = PyLong_AsLongLong(x);
+        if (v == -1 && PyErr_Occurred()) {
+            free(out);
+            return NULL;
+        }
+        out[i] = (i64)v;
+    }
+    return out;
+}
+
+static i64 *keys_of(PyObject *list, Py_ssize_t *n) { return ints_of(list, n, "keys"); }
+
+/* a stable sort of 0..n-1 by key[] (merge sort) */
+static void sort_by(i64 *idx, i64 *tmp, const i64 *key, i64 n) {
+    if (n < 2) return;
+    i64 h = n / 2;
+    sort_by(idx, tmp, key, h);
+    sort_by(idx + h, tmp, key, n - h);
+    i64 a = 0, b = h, k = 0;
+    while (a < h && b < n) tmp[k++] = key[idx[b]] < key[idx[a]] ? idx[b++] : idx[a++];
+    while (a < h) tmp[k++] = idx[a++];
+    while (b < n) tmp[k++] = idx[b++];
+    memcpy(idx, tmp, (size_t)n * sizeof(i64));
+}
+
+static i64 bisect_left(const i64 *a, i64 n, i64 x) {
+    i64 lo = 0, hi = n;
+    while (lo < hi) {
+        i64 mid = (lo + hi) / 2;
+        if (a[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static i64 bisect_right(const i64 *a, i64 lo, i64 n, i64 x) {
+    i64 hi = n;
+    while (lo < hi) {
+        i64 mid = (lo + hi) / 2;
+        if (x < a[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* ---- admit ---- */
+
+typedef struct { /* what one admit allocates, freed together */
+    i64 *steps, *attn, *mamba, *index, *need, *ents_key, *slots, *m_order, *m_needs, *m_behind, *m_index, *tmp;
+    i64 *events, *last, *offset;
+    int *ents_group;
+    char *held, *freed;
+} Work;
+
+static void work_free(Work *w) {
+    free(w->steps); free(w->attn); free(w->mamba); free(w->index); free(w->need); free(w->ents_key);
+    free(w->slots); free(w->m_order); free(w->m_needs); free(w->m_behind); free(w->m_index); free(w->tmp);
+    free(w->events); free(w->last); free(w->offset); free(w->ents_group); free(w->held); free(w->freed);
+}
+
+typedef struct {
+    i64 *a;
+    i64 n, cap;
+} Vec;
+
+static int vec_push(Vec *v, i64 x) {
+    if (v->n == v->cap) {
+        i64 cap = v->cap ? v->cap * 2 : 256;
+        i64 *a = (i64 *)realloc(v->a, (size_t)cap * sizeof(i64));
+        if (!a) return -1;
+        v->a = a;
+        v->cap = cap;
+    }
+    v->a[v->n++] = x;
+    return 0;
+}
+
+static int fits(Pool *p, const Work *w, i64 n_steps, i64 hit_blocks, i64 nblocks, i64 n_needs, i64 n_index,
+                i64 avail, i64 na, i64 nm) {
+    i64 B = p->block, new_blocks = na * (nblocks - hit_blocks) + nm * n_needs, freed = 0;
+    i64 rounds = n_steps - 1 > 1 ? n_steps - 1 : 1;
+    for (i64 k = 0; k < rounds; k++) {
+        i64 c = w->steps[k], end = k + 1 < n_steps ? w->steps[k + 1] : c;
+        freed = nm * bisect_left(w->m_index, n_index, floordiv(c - 1, B));
+        i64 a_taken = 0;
+        if (end >= 1) {
+            a_taken = floordiv(end - 1, B) + 1 - hit_blocks;
+            if (a_taken < 0) a_taken = 0;
+            if (a_taken > nblocks - hit_blocks) a_taken = nblocks - hit_blocks;
+        }
+        if (avail + freed - na * a_taken - nm * bisect_right(w->m_needs, 0, n_needs, end) < 0) return 0;
+    }
+    return avail + freed - new_blocks >= 0;
+}
+
+static PyObject *Pool_admit(Pool *p, PyObject *args) {
+    long long request;
+    long long hit;
+    PyObject *plan;
+    if (!PyArg_ParseTuple(args, "LLO", &request, &hit, &plan)) return NULL;
+    PyObject *steps_o, *attn_o, *mamba_part, *mamba_o, *index_o, *need_o;
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 3) {
+        PyErr_SetString(PyExc_TypeError, "block pool: a plan is (steps, attn, (mamba, index, need))");
+        return NULL;
+    }
+    steps_o = PyTuple_GET_ITEM(plan, 0);
+    attn_o = PyTuple_GET_ITEM(plan, 1);
+    mamba_part = PyTuple_GET_ITEM(plan, 2);
+    if (!PyTuple_Check(mamba_part) || PyTuple_GET_SIZE(mamba_part) != 3) {
+        PyErr_SetString(PyExc_TypeError, "block pool: a plan is (steps, attn, (mamba, index, need))");
+        return NULL;
+    }
+    mamba_o = PyTuple_GET_ITEM(mamba_part, 0);
+    index_o = PyTuple_GET_ITEM(mamba_part, 1);
+    need_o = PyTuple_GET_ITEM(mamba_part, 2);
+
+    Work w;
+    memset(&w, 0, sizeof w);
+    Vec ev = {0}, last = {0};
+    PyObject *result = NULL;
+    Py_ssize_t n_steps, nblocks, n_mamba, n_index_l, n_need;
+    i64 B = p->block;
+    if (!(w.steps = ints_of(steps_o, &n_steps, "steps")) || !(w.attn = keys_of(attn_o, &nblocks)) ||
+        !(w.mamba = keys_of(mamba_o, &n_mamba)) || !(w.index = ints_of(index_o, &n_index_l, "index")) ||
+        !(w.need = ints_of(need_o, &n_need, "need")))
+        goto done;
+    if (!n_steps) {
+        PyErr_SetString(PyExc_ValueError, "block pool: a plan has at least one step");
+        goto done;
+    }
+    if (n_index_l != n_mamba || n_need != n_mamba) {
+        PyErr_SetString(PyExc_ValueError, "block pool: the Mamba blocks' keys, indexes and needs differ in length");
+        goto done;
+    }
+    i64 hit_blocks = floordiv(hit, B);
+    int G = p->n_groups;
+    i64 na = 0, nm = 0;
+    w.offset = (i64 *)malloc((size_t)(G + 1) * sizeof(i64));
+    if (!w.offset) goto nomem;
+    i64 n_ents = 0;
+    for (int g = 0; g < G; g++) {
+        w.offset[g] = n_ents;
+        if (p->kinds[g] == 'a') {
+            n_ents += nblocks;
+            na++;
+        } else {
+            n_ents += n_mamba;
+            nm++;
+        }
+    }
+    size_t ne = (size_t)(n_ents ? n_ents : 1), nmb = (size_t)(n_mamba ? n_mamba : 1);
+    w.ents_key = (i64 *)malloc(ne * sizeof(i64));
+    w.ents_group = (int *)malloc(ne * sizeof(int));
+    w.slots = (i64 *)malloc(ne * sizeof(i64));
+    w.m_order = (i64 *)malloc(nmb * sizeof(i64));
+    w.m_needs = (i64 *)malloc(nmb * sizeof(i64));
+    w.m_behind = (i64 *)malloc(nmb * sizeof(i64));
+    w.m_index = (i64 *)malloc(nmb * sizeof(i64));
+    w.tmp = (i64 *)malloc(nmb * sizeof(i64));
+    w.held = (char *)malloc(nmb);
+    w.freed = (char *)malloc(nmb);
+    if (!w.ents_key || !w.ents_group || !w.slots || !w.m_order || !w.m_needs || !w.m_behind || !w.m_index ||
+        !w.tmp || !w.held || !w.freed)
+        goto nomem;
+    for (int g = 0; g < G; g++) {
+        const i64 *src = p->kinds[g] == 'a' ? w.attn : w.mamba;
+        i64 len = p->kinds[g] == 'a' ? nblocks : n_mamba, o = w.offset[g];
+        for (i64 i = 0; i < len; i++) {
+            w.ents_key[o + i] = src[i] == NONE ? 0 : src[i];
+            w.ents_group[o + i] = src[i] == NONE ? -1 : g;
+            w.slots[o + i] = NONE;
+        }
+    }
+    /* the blocks a hit holds from the start: attention's below it, Mamba's first */
+    i64 n_touched = 0, n_touched_queued = 0;
+    i64 *touched = NULL;
+    i64 n_hits_max = hit ? na * hit_blocks + nm : 0;
+    i64 *hits = NULL;
+    i64 n_hits = 0;
+    if (n_hits_max) {
+        hits = (i64 *)malloc((size_t)n_hits_max * sizeof(i64));
+        touched = (i64 *)malloc((size_t)n_hits_max * sizeof(i64));
+        if (!hits || !touched) {
+            free(hits);
+            free(touched);
+            goto nomem;
+        }
+        int m_hit = n_mamba > 0 && w.need[0] == NONE;
+        for (int g = 0; g < G; g++) {
+            if (p->kinds[g] == 'a') {
+                for (i64 i = 0; i < hit_blocks; i++) hits[n_hits++] = w.offset[g] + i;
+            } else if (m_hit) {
+                hits[n_hits++] = w.offset[g];
+            }
+        }
+        for (i64 h = 0; h < n_hits; h++) {
+            i64 f = hits[h];
+            int ok;
+            if (w.ents_group[f] < 0) {
+                PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block caches nothing");
+                free(hits);
+                free(touched);
+                goto done;
+            }
+            i64 s = oldest(p, w.ents_group[f], w.ents_key[f], &ok);
+            if (!ok) {
+                PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block's key is not cached");
+                free(hits);
+                free(touched);
+                goto done;
+            }
+            int seen = 0;
+            for (i64 t = 0; t < n_touched; t++) seen |= touched[t] == s;
+            if (!seen) {
+                touched[n_touched++] = s;
+                if (table_find(&p->queue, s)) n_touched_queued++;
+            }
+        }
+        free(touched);
+    }
+    /* the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed */
+    i64 n_needs = 0;
+    for (i64 i = 0; i < n_mamba; i++)
+        if (w.need[i] != NONE) w.m_order[n_needs++] = i;
+    sort_by(w.m_order, w.tmp, w.need, n_needs);
+    for (i64 k = 0; k < n_needs; k++) w.m_needs[k] = w.need[w.m_order[k]];
+    for (i64 i = 0; i < n_mamba; i++) w.m_behind[i] = i;
+    sort_by(w.m_behind, w.tmp, w.index, n_mamba);
+    for (i64 k = 0; k < n_mamba; k++) w.m_index[k] = w.index[w.m_behind[k]];
+    i64 avail = p->fresh + (i64)p->queue.n - n_touched_queued;
+    if (avail < na * (nblocks - hit_blocks) + nm * n_needs &&
+        !fits(p, &w, n_steps, hit_blocks, nblocks, n_needs, n_mamba, avail, na, nm)) {
+        free(hits);
+        result = Py_False;
+        Py_INCREF(result);
+        goto done;
+    }
+    for (i64 h = 0; h < n_hits; h++) { /* touch each hit block */
+        i64 f = hits[h];
+        int ok;
+        i64 s = oldest(p, w.ents_group[f], w.ents_key[f], &ok);
+        Cell *q = table_find(&p->queue, s);
+        if (q) {
+            table_remove(&p->queue, q);
+            if (count_add(&p->stale, s, 0) < 0) {
+                free(hits);
+                goto nomem;
+            }
+        } else if (count_add(&p->refs, s, 1) < 0) {
+            free(hits);
+            goto nomem;
+        }
+        w.slots[f] = s;
+    }
+    free(hits);
+    /* the steps, laid out as takes (f) and frees (~f) */
+    for (i64 i = 0; i < n_mamba; i++) {
+        w.held[i] = w.need[i] == NONE;
+        w.freed[i] = 0;
+    }
+    i64 a_next = hit_blocks, m_next = 0, m_gone = 0, last_step = n_steps - 1;
+    i64 rounds = last_step > 1 ? last_step : 1;
+    for (i64 k = 0; k < rounds; k++) {
+        i64 c = w.steps[k], end = k < last_step ? w.steps[k + 1] : c;
+        i64 limit = floordiv(c - 1, B);
+        if (m_gone < n_mamba && w.m_index[m_gone] < limit) {
+            i64 nb = 0; /* remove_skipped_blocks: the batch, then tail first in each Mamba group */
+            while (m_gone < n_mamba && w.m_index[m_gone] < limit) {
+                i64 i = w.m_behind[m_gone++];
+                if (w.held[i] && !w.freed[i]) {
+                    w.tmp[nb++] = i;
+                    w.freed[i] = 1;
+                }
+            }
+            for (int g = 0; g < G; g++) {
+                if (p->kinds[g] != 'm') continue;
+                for (i64 b = nb - 1; b >= 0; b--)
+                    if (vec_push(&ev, ~(w.offset[g] + w.tmp[b])) < 0) goto nomem;
+            }
+        }
+        i64 a_stop = floordiv(end - 1, B) + 1;
+        if (a_stop > nblocks) a_stop = nblocks;
+        if (a_stop < a_next) a_stop = a_next;
+        i64 m_stop = bisect_right(w.m_needs, m_next, n_needs, end);
+        if (m_stop > m_next) {
+            for (i64 t = m_next; t < m_stop; t++) w.held[w.m_order[t]] = 1;
+            for (int g = 0; g < G; g++) {
+                i64 o = w.offset[g];
+                if (p->kinds[g] == 'a') {
+                    for (i64 b = a_next; b < a_stop; b++)
+                        if (vec_push(&ev, o + b) < 0) goto nomem;
+                } else {
+                    for (i64 t = m_next; t < m_stop; t++)
+                        if (vec_push(&ev, o + w.m_order[t]) < 0) goto nomem;
+                }
+            }
+            m_next = m_stop;
+        } else if (a_stop > a_next) {
+            for (int g = 0; g < G; g++) {
+                if (p->kinds[g] != 'a') continue;
+                for (i64 b = a_next; b < a_stop; b++)
+                    if (vec_push(&ev, w.offset[g] + b) < 0) goto nomem;
+            }
+        }
+        a_next = a_stop;
+    }
+    for (int g = 0; g < G; g++) { /* what no step reached (a request of one token) */
+        i64 o = w.offset[g];
+        if (p->kinds[g] == 'a') {
+            for (i64 b = a_next; b < nblocks; b++)
+                if (vec_push(&ev, o + b) < 0) goto nomem;
+        } else {
+            for (i64 t = m_next; t < n_needs; t++)
+                if (vec_push(&ev, o + w.m_order[t]) < 0) goto nomem;
+        }
+    }
+    if (run_events(p, ev.a, ev.n, w.slots, w.ents_key, w.ents_group) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    /* at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free */
+    for (int g = 0; g < G; g++) {
+        i64 o = w.offset[g];
+        if (p->kinds[g] == 'a') {
+            for (i64 b = nblocks - 1; b >= 0; b--)
+                if (vec_push(&last, ~(o + b)) < 0) goto nomem;
+        } else {
+            for (i64 i = n_mamba - 1; i >= 0; i--)
+                if (!w.freed[i] && vec_push(&last, ~(o + i)) < 0) goto nomem;
+        }
+    }
+    Running *r = (Running *)calloc(1, sizeof(Running));
+    if (!r) goto nomem;
+    r->n_last = last.n;
+    r->last = last.a;
+    last.a = NULL;
+    r->n_ents = n_ents;
+    r->slots = w.slots;
+    r->keys = w.ents_key;
+    r->group = w.ents_group;
+    w.slots = NULL;
+    w.ents_key = NULL;
+    w.ents_group = NULL;
+    int fresh;
+    Cell *rc = table_slot(&p->running, (i64)request, &fresh);
+    if (!rc) {
+        running_free(r);
+        goto nomem;
+    }
+    if (!fresh) running_free((Running *)(intptr_t)rc->v1);
+    rc->v1 = (i64)(intptr_t)r;
+    /* the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue */
+    i64 used = p->num_blocks - 1 - p->fresh - p->uncached_queued;
+    if (used > p->peak_blocks) p->peak_blocks = used;
+    result = Py_True;
+    Py_INCREF(result);
+    goto done;
+nomem:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+done:
+    work_free(&w);
+    free(ev.a);
+    free(last.a);
+    return result;
+}
+
+static PyObject *Pool_finish(Pool *p, PyObject *arg) {
+    long long request = PyLong_AsLongLong(arg);
+    if (request == -1 && PyErr_Occurred()) return NULL;
+    Cell *c = table_find(&p->running, (i64)request);
+    if (!c) {
+        PyErr_Format(PyExc_KeyError, "block pool: request %lld is not running", request);
+        return NULL;
+    }
+    Running *r = (Running *)(intptr_t)c->v1;
+    table_remove(&p->running, c);
+    int rc = run_events(p, r->last, r->n_last, r->slots, r->keys, r->group);
+    running_free(r);
+    if (rc < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---- what a lookup reads ---- */
+
+static int group_of(Pool *p, PyObject *o) {
+    long g = PyLong_AsLong(o);
+    if (g == -1 && PyErr_Occurred()) return -1;
+    if (g < 0 || g >= p->n_groups) {
+        PyErr_Format(PyExc_IndexError, "block pool: no group %ld", g);
+        return -1;
+    }
+    return (int)g;
+}
+
+static PyObject *Pool_has(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "has(group, key)");
+        return NULL;
+    }
+    int g = group_of(p, args[0]);
+    if (g < 0) return NULL;
+    long long key = PyLong_AsLongLong(args[1]);
+    if (key == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(table_find(&p->cached[g], (i64)key) != NULL);
+}
+
+static PyObject *Pool_evicted(Pool *p, PyObject *arg) {
+    long long key = PyLong_AsLongLong(arg);
+    if (key == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(table_find(&p->evicted, (i64)key) != NULL);
+}
+
+/* groups and keys of prefix / last_held; returns the group count, -1 on error */
+static int groups_of(Pool *p, PyObject *list, int *out) {
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) > p->n_groups) {
+        PyErr_SetString(PyExc_TypeError, "block pool: groups must be a list of group indexes");
+        return -1;
+    }
+    int n = (int)PyList_GET_SIZE(list);
+    for (int i = 0; i < n; i++)
+        if ((out[i] = group_of(p, PyList_GET_ITEM(list, i))) < 0) return -1;
+    return n;
+}
+
+static inline int all_hold(Pool *p, const int *gs, int ng, PyObject *k, int *err) {
+    long long key = PyLong_AsLongLong(k);
+    if (key == -1 && PyErr_Occurred()) {
+        *err = 1;
+        return 0;
+    }
+    for (int i = 0; i < ng; i++)
+        if (!table_find(&p->cached[gs[i]], (i64)key)) return 0;
+    return 1;
+}
+
+static PyObject *Pool_prefix(Pool *p, PyObject *args) {
+    PyObject *groups, *keys;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOn", &groups, &keys, &n)) return NULL;
+    int gs[64];
+    if (p->n_groups > 64) {
+        PyErr_SetString(PyExc_ValueError, "block pool: more than 64 groups");
+        return NULL;
+    }
+    int ng = groups_of(p, groups, gs);
+    if (ng < 0) return NULL;
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "block pool: keys must be a list");
+        return NULL;
+    }
+    if (n > PyList_GET_SIZE(keys)) n = PyList_GET_SIZE(keys);
+    Py_ssize_t a = 0;
+    int err = 0;
+    while (a < n && all_hold(p, gs, ng, PyList_GET_ITEM(keys, a), &err)) a++;
+    if (err) return NULL;
+    return PyLong_FromSsize_t(a);
+}
+
+static PyObject *Pool_last_held(Pool *p, PyObject *args) {
+    PyObject *groups, *keys;
+    Py_ssize_t reach;
+    if (!PyArg_ParseTuple(args, "OOn", &groups, &keys, &reach)) return NULL;
+    int gs[64];
+    if (p->n_groups > 64) {
+        PyErr_SetString(PyExc_ValueError, "block pool: more than 64 groups");
+        return NULL;
+    }
+    int ng = groups_of(p, groups, gs);
+    if (ng < 0) return NULL;
+    if (!PyList_Check(keys) || reach > PyList_GET_SIZE(keys)) {
+        PyErr_SetString(PyExc_TypeError, "block pool: keys must be a list of at least reach keys");
+        return NULL;
+    }
+    int err = 0;
+    for (Py_ssize_t u = reach; u > 0; u--) {
+        if (all_hold(p, gs, ng, PyList_GET_ITEM(keys, u - 1), &err)) return PyLong_FromSsize_t(u);
+        if (err) return NULL;
+    }
+    return PyLong_FromLong(0);
+}
+
+/* ---- the type ---- */
+
+static void Pool_dealloc(Pool *p) {
+    if (p->running.cells) {
+        for (size_t i = 0; i < p->running.cap; i++)
+            if (p->running.cells[i].key != EMPTY) running_free((Running *)(intptr_t)p->running.cells[i].v1);
+    }
+    table_free(&p->queue);
+    table_free(&p->stale);
+    table_free(&p->refs);
+    table_free(&p->evicted);
+    table_free(&p->running);
+    if (p->cached) {
+        for (int g = 0; g < p->n_groups; g++) table_free(&p->cached[g]);
+        free(p->cached);
+    }
+    for (i64 h = 0; h < p->n_holders; h++) free(p->holders[h].slots);
+    free(p->holders);
+    free(p->order.items);
+    free(p->kinds);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static int Pool_init(Pool *p, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"num_blocks", "groups", "uncached_first", "block", NULL};
+    long long num_blocks, block;
+    const char *groups;
+    Py_ssize_t n_groups;
+    int uncached_first;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ls#pL", names, &num_blocks, &groups, &n_groups, &uncached_first,
+                                     &block))
+        return -1;
+    if (p->kinds) {
+        PyErr_SetString(PyExc_RuntimeError, "block pool: already made");
+        return -1;
+    }
+    if (num_blocks < 1 || block < 1) {
+        PyErr_SetString(PyExc_ValueError, "block pool: num_blocks and block must be at least 1");
+        return -1;
+    }
+    p->num_blocks = num_blocks;
+    p->block = block;
+    p->fresh = num_blocks - 1;
+    p->uncached_first = uncached_first;
+    p->n_groups = (int)n_groups;
+    p->first_mamba = -1;
+    p->free_holders = -1;
+    p->kinds = (char *)malloc((size_t)n_groups + 1);
+    p->cached = (Table *)calloc((size_t)(n_groups ? n_groups : 1), sizeof(Table));
+    if (!p->kinds || !p->cached) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        if (groups[g] != 'a' && groups[g] != 'm') {
+            PyErr_SetString(PyExc_ValueError, "block pool: groups are 'a' (attention) or 'm' (Mamba)");
+            return -1;
+        }
+        p->kinds[g] = groups[g];
+        if (groups[g] == 'm' && p->first_mamba < 0) p->first_mamba = (int)g;
+        if (table_init(&p->cached[g], 1024) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    p->kinds[n_groups] = 0;
+    if (table_init(&p->queue, 1024) < 0 || table_init(&p->stale, 64) < 0 || table_init(&p->refs, 64) < 0 ||
+        table_init(&p->evicted, 1024) < 0 || table_init(&p->running, 64) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Pool_available(Pool *p, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(p->fresh + (i64)p->queue.n);
+}
+
+static PyObject *Pool_groups(Pool *p, void *closure) {
+    (void)closure;
+    return PyUnicode_FromStringAndSize(p->kinds, p->n_groups);
+}
+
+static PyMemberDef Pool_members[] = {
+    {"num_blocks", T_LONGLONG, offsetof(Pool, num_blocks), READONLY, "blocks, with the null block"},
+    {"block", T_LONGLONG, offsetof(Pool, block), READONLY, "the scheduler block, in tokens"},
+    {"fresh", T_LONGLONG, offsetof(Pool, fresh), READONLY, "blocks never used yet"},
+    {"evictions", T_LONGLONG, offsetof(Pool, evictions), READONLY, "cached blocks evicted"},
+    {"states", T_LONGLONG, offsetof(Pool, states), READONLY, "keys the first Mamba group caches now"},
+    {"peak_states", T_LONGLONG, offsetof(Pool, peak_states), READONLY, "the most states cached at once"},
+    {"peak_blocks", T_LONGLONG, offsetof(Pool, peak_blocks), READONLY, "the most blocks held or caching at once"},
+    {"uncached_queued", T_LONGLONG, offsetof(Pool, uncached_queued), READONLY,
+     "blocks in the free queue caching nothing (before 0.24.0)"},
+    {NULL}};
+
+static PyGetSetDef Pool_getset[] = {{"available", (getter)Pool_available, NULL, "fresh and queued blocks", NULL},
+                                    {"groups", (getter)Pool_groups, NULL, "the groups' kinds", NULL},
+                                    {NULL}};
+
+static PyMethodDef Pool_methods[] = {
+    {"has", (PyCFunction)(void (*)(void))Pool_has, METH_FASTCALL, "has(group, key): a block of group caches key"},
+    {"prefix", (PyCFunction)Pool_prefix, METH_VARARGS,
+     "prefix(groups, keys, n): how many of the first n keys every group caches, from the left"},
+    {"last_held", (PyCFunction)Pool_last_held, METH_VARARGS,
+     "last_held(groups, keys, reach): the last u <= reach whose key keys[u - 1] every group caches (0: none)"},
+    {"evicted", (PyCFunction)Pool_evicted, METH_O, "evicted(key): a Mamba block caching key was evicted"},
+    {"admit", (PyCFunction)Pool_admit, METH_VARARGS, "admit(request, hit, plan): run the plan; False if it does not fit"},
+    {"finish", (PyCFunction)Pool_finish, METH_O, "finish(request): free what it still holds"},
+    {NULL}};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hybridplan.engines.vllm._block_pool.BlockPool",
+    .tp_basicsize = sizeof(Pool),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "vLLM's block pool in C: BlockPool(num_blocks, groups, uncached_first, block), as PyPool",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Pool_init,
+    .tp_dealloc = (destructor)Pool_dealloc,
+    .tp_methods = Pool_methods,
+    .tp_members = Pool_members,
+    .tp_getset = Pool_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_block_pool",
+    .m_doc = "vLLM's block pool in C (hybridplan/engines/vllm/block_pool.py)",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__block_pool(void) {
+    if (PyType_Ready(&PoolType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&PoolType);
+    if (PyModule_AddObject(m, "BlockPool", (PyObject *)&PoolType) < 0) {
+        Py_DECREF(&PoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,103 @@
+"""The replay's vLLM block pool has two builds, the reference in Python (``PyPool``) and the same in C
+(``BlockPool``, hybridplan/engines/vllm/_block_pool.c); every replay runs the C one where it was built. They
+must agree on every figure: the same requests through the same rules, once over each pool, give the same reuse,
+reasons, refusals, evictions and peaks, request by request. The traces are random prompts built from a few
+shared segments (so that they hit, miss, part inside blocks and evict), over pools small enough to evict and to
+make requests wait or be refused."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridplan.engines.vllm import block_pool
+from hybridplan.engines.vllm import prefix_cache as vpc
+from hybridplan.replay.loop import Policy, replay
+from hybridplan.replay.settings import ReplaySettings
+from hybridplan.replay.trace import Prompt, Request
+from tests.helpers import GiB, scenario
+
+#: (model, release minor, mode, the replay's settings): every pool path (align and all; hits that pin blocks
+#: in the queue and blocks held twice; uncached blocks queued before 0.24.0 and reused first after; several
+#: Mamba groups; hash units finer than the block)
+RULES = [
+    ("qwen3.5-4b", 23, "align", {}),
+    ("qwen3.5-4b", 29, "align", {}),
+    ("qwen3.5-4b", 29, "align", {"retention_interval": 1056}),
+    ("qwen3.5-4b", 26, "align", {"prefix_match_unit": 16}),
+    ("qwen3.5-4b", 33, "align", {}),
+    ("nemotron-h-8b", 27, "all", {}),
+]
+
+#: the segments prompts are made of: (key, tokens)
+SEGMENTS = [("sys", 1600), ("doc", 1100), ("a", 530), ("b", 60), ("c", 1056), ("d", 7)]
+
+
+def _trace(shapes: list[tuple[list[int], int]]) -> list[Request]:
+    """One request per shape: its segments (a segment's tokens may be cut short) and its output tokens."""
+    out = []
+    for i, (parts, output) in enumerate(shapes):
+        runs = tuple((SEGMENTS[p % len(SEGMENTS)][0], SEGMENTS[p % len(SEGMENTS)][1] - p // len(SEGMENTS))
+                     for p in parts)
+        out.append(Request(i, Prompt(runs=runs + ((("own", i), 40 + i),)), output))
+    return out
+
+
+def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, pool) -> dict:
+    model, minor, mode, given_rs = rule
+    rs = ReplaySettings(concurrency=concurrency, num_gpu_blocks_override=blocks, **given_rs)
+    r = vpc.rules(scenario(model, 32768, minor=minor), rs, mode, 40 * GiB)
+    cache = vpc.Cache(r)
+    cache.pool = pool(r.num_blocks, "".join(cache.groups), r.uncached_first, r.block)
+    runs, _ = replay([Policy(r.label, cache, r.block, r.max_model_len)], trace, concurrency)
+    run = runs[r.label]
+    return {"outcomes": [(o.index, o.reused, o.attention_hit, o.reason) for o in run.outcomes],
+            "refused": run.refused, "evictions": run.evictions, "peak_states": run.peak_states,
+            "peak_blocks": run.peak_blocks, "states": cache.pool.states, "available": cache.pool.available}
+
+
+def test_the_c_pool_is_built():
+    """The install compiles it (pyproject.toml ``ext-modules``); a replay falls back to the Python pool only
+    where no C compiler was at hand, which this environment has."""
+    assert block_pool.BlockPool is not block_pool.PyPool, "the C block pool was not built: is a C compiler there?"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=st.sampled_from(RULES),
+       shapes=st.lists(st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4),
+                                 st.integers(0, 700)), min_size=3, max_size=14),
+       blocks=st.sampled_from([None, 14, 24, 40]), concurrency=st.integers(1, 3))
+def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
+    trace = _trace(shapes)
+    assert _figures(rule, trace, blocks, concurrency, block_pool.BlockPool) == _figures(
+        rule, trace, blocks, concurrency, block_pool.PyPool)
+
+
+@pytest.mark.parametrize("pool", [block_pool.PyPool, block_pool.BlockPool], ids=["python", "c"])
+def test_the_pool_evicts_the_least_recently_freed_block(pool):
+    """Three blocks and one attention group (block 16): request 0 caches keys 1, 2 in blocks it frees tail
+    first (2, then 1); request 1 takes two new blocks: the one never used, then the queue's head, which evicts
+    key 2 (freed first), not key 1."""
+    p = pool(4, "a", True, 16)
+    assert p.admit(0, 0, ([0, 32], [1, 2], ([], [], [])))
+    p.finish(0)
+    assert p.available == 3 and p.has(0, 1) and p.has(0, 2)
+    assert p.admit(1, 0, ([0, 32], [7, 8], ([], [], [])))
+    assert p.evictions == 1 and p.has(0, 1) and not p.has(0, 2)
+    assert p.prefix([0], [7, 8, 9], 3) == 2 and p.last_held([0], [1, 5, 6], 3) == 1
+    # a request needing more blocks than are free is not admitted, and takes nothing
+    assert not p.admit(2, 0, ([0, 64], [3, 4, 5, 6], ([], [], [])))
+    assert p.available == 1 and p.evictions == 1
+
+
+def test_the_c_pool_refuses_a_malformed_plan():
+    p = block_pool.BlockPool(10, "am", True, 16)
+    with pytest.raises(TypeError):
+        p.admit(0, 0, ([0, 16], [1], [None]))
+    with pytest.raises(ValueError):
+        p.admit(0, 0, ([0, 16], [1], ([None], [0, 1], [1])))
+    with pytest.raises(KeyError):
+        p.finish(5)
+    with pytest.raises(ValueError):
+        block_pool.BlockPool(10, "ax", True, 16)
