@@ -64,6 +64,29 @@ def test_malformed_mooncake_line_is_one_error(run_cli, tmp_path, line, needle):
     one_line_error(code, out, err, needle)
 
 
+def test_lines_read_alike_with_orjson_and_json(tmp_path, monkeypatch):
+    """A trace's lines go through orjson where it is installed, else json: what orjson refuses and json takes
+    (NaN, 1e400, a lone surrogate) or neither takes gets json's answer, and a line with an integer past 64 bits
+    (which orjson would read as a float) is json's, so the two read every line alike."""
+    from hybridplan.replay import trace
+
+    assert trace._fast_loads() is not None  # the dependency is installed here: the fast path is what runs
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"a": 1, "b": [1, 2]}  \n\n{"a": NaN}\n{"a": 123456789012345678901234567890}\n'
+                 '{"a": "\\u00e9", "a": 2}\n{"a": [18446744073709551616, -9223372036854775809, 1e400]}\n'
+                 '{"a": "\\ud800", "b": 18446744073709551615}\n')
+    fast = [(n, repr(obj)) for n, obj in trace._lines(t)]
+    monkeypatch.setattr(trace, "_fast_loads", lambda: None)
+    assert fast == [(n, repr(obj)) for n, obj in trace._lines(t)]
+    assert [n for n, _ in fast] == [1, 3, 4, 5, 6, 7]
+    for text, needle in (('{"a": 1} x', "line 1: not JSON"), ("[1]", "line 1: a JSON object was expected")):
+        t.write_text(text + "\n")
+        for loads in (trace._fast_loads, lambda: None):
+            monkeypatch.setattr(trace, "_fast_loads", loads)
+            with pytest.raises(trace.PlanError, match=needle):
+                list(trace._lines(t))
+
+
 def test_malformed_token_line_names_its_line(run_cli, tmp_path):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"prompt_token_ids": [1, 2, 3], "output_len": 2}\n\n{"prompt_token_ids": [1, "x"]}\n')

@@ -15,6 +15,7 @@ runs agree, which is all a prefix cache can see.
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -220,6 +221,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
         fh = path.open(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+    fast = _fast_loads()
     with fh:
         n = 0
         for n, text in enumerate(fh, 1):  # noqa: B007 - n is the line number past the loop too
@@ -228,11 +230,16 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
             if text.isspace():  # (a line read is never empty)
                 continue
             try:
-                # the fast path: the object from the line's first character, nothing after it but whitespace
-                # (json.loads alone costs twice as much); anything else through json.loads and its message
-                obj, end = _decode(text)
-                if end != len(text) and not text[end:].isspace():
-                    raise ValueError(text)
+                # the fast path: orjson, which is strict JSON and reads an integer past 64 bits as a float (so a
+                # line with a number of 19 digits or more is json's), else the object from the line's first
+                # character, nothing after it but whitespace (json.loads alone costs twice as much); anything
+                # else, or what orjson refuses, through json.loads and its message
+                if fast is not None and not _long_number(text):
+                    obj = fast(text)
+                else:
+                    obj, end = _decode(text)
+                    if end != len(text) and not text[end:].isspace():
+                        raise ValueError(text)
             except ValueError:
                 obj = _loads(path, n, text)
             if not isinstance(obj, dict):
@@ -243,6 +250,18 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
 
 
 _decode = json.JSONDecoder().raw_decode
+
+
+_long_number = re.compile(r"\d{19}").search
+
+
+def _fast_loads():
+    """orjson's ``loads`` (a quarter of json's time on a Mooncake line), or None where it is not installed."""
+    try:
+        from orjson import loads
+    except ImportError:
+        return None
+    return loads
 
 
 def _loads(path: Path, n: int, text: str) -> object:
