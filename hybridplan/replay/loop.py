@@ -77,7 +77,7 @@ class Run:
         self.reasons[reason] += 1
 
 
-class Ideal:
+class PyIdeal:
     """A cache with no memory limit that resumes anywhere: the longest prefix a request shares with any earlier
     one, to the token. A trie of the prompts' runs kept flat: for each prefix of whole runs (known by a chained
     hash, as the caches' keys are) and each run key that follows it, the lengths those runs have; one dict
@@ -125,6 +125,29 @@ class Ideal:
                 lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
             node = hash((slot, length))
         return n
+
+
+class NativeIdeal:
+    """The ideal cache in C (hybridplan/replay/_speedups.c ``Ideal``): ``PyIdeal``'s answers, from a radix tree
+    of the requests' runs that keeps 16 bytes a run."""
+
+    label = PyIdeal.label
+
+    def __init__(self) -> None:
+        from hybridplan.replay._speedups import Ideal as Tree
+
+        self._tree = Tree()
+
+    def visit(self, req: Request) -> int:
+        full = req.with_output()
+        return self._tree.visit(full.runs, full.tokens, req.prompt_len)
+
+
+try:
+    from hybridplan.replay import _speedups  # noqa: F401 - built where a C compiler was at hand
+    Ideal: type = NativeIdeal
+except ImportError:
+    Ideal = PyIdeal
 
 
 def classify(look, req: Request, shared: int, block: int, max_len: int) -> str:

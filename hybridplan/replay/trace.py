@@ -15,7 +15,6 @@ runs agree, which is all a prefix cache can see.
 from __future__ import annotations
 
 import json
-import re
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +22,11 @@ from itertools import repeat
 from pathlib import Path
 
 from hybridplan.errors import PlanError
+
+try:  # the chained hashes in C (hybridplan/replay/_speedups.c): the same values, a fraction of the time
+    from hybridplan.replay import _speedups as _native
+except ImportError:  # no C compiler where it was installed
+    _native = None
 
 #: tokens per ``hash_ids`` entry in the Mooncake traces (kvcache-ai/Mooncake FAST25-release/README.md)
 MOONCAKE_BLOCK = 512
@@ -66,9 +70,8 @@ class Prompt:
         Computed once per (unit, stop) and shared; the caller must not change the list.
 
         Runs: the key of a prefix is the hash of (the chain of the whole runs before the run it ends in, that
-        run's key, the tokens it takes of it), the chain being the same hash over the whole runs; so a prefix
-        is known by its runs cut at its end, which is the same as by its tokens. Token ids: a chain over the
-        pieces' ids."""
+        run's key, the tokens it takes of it), the chain being ``chains``; so a prefix is known by its runs cut
+        at its end, which is the same as by its tokens. Token ids: a chain over the pieces' ids."""
         memo = self._keys.get((unit, stop))
         if memo is not None:
             return memo
@@ -79,11 +82,13 @@ class Prompt:
             for a in range(0, total - unit + 1, unit):
                 h = hash((h, toks[a:a + unit]))
                 out.append(h)
+        elif _native is not None:
+            out = _native.unit_keys(self.runs, self.chains(), unit, total)
         else:
-            chain, start, end = 0, 0, unit
+            start, end = 0, unit
             append = out.append
             many = 2 * unit
-            for key, n in self.runs:
+            for (key, n), chain in zip(self.runs, self.chains()):
                 stop_run = start + n
                 if end <= stop_run:  # a unit ends in the run (or at its end)
                     lim = stop_run if stop_run < total else total
@@ -95,11 +100,27 @@ class Prompt:
                         end += unit
                     if end > total:
                         break
-                if n > 0:
-                    chain = hash((chain, key, n))
-                    start = stop_run
+                start = stop_run
         self._keys[(unit, stop)] = out
         return out
+
+    def chains(self) -> list[int]:
+        """0, then after each run the chain of the runs so far: hash((chain, key, length)) over each run with
+        tokens (a run of none changes nothing); a token-id prompt's tokens are runs of one token each. Computed
+        once; the caller must not change the list."""
+        memo = self.__dict__.get("_chains")
+        if memo is None:
+            if _native is not None:
+                memo = _native.chains(self.runs) if self.tokens is None else _native.token_chains(self.tokens)
+            else:
+                memo, chain = [0], 0
+                append = memo.append
+                for key, n in (self.runs if self.tokens is None else zip(self.tokens, repeat(1))):
+                    if n:
+                        chain = hash((chain, key, n))
+                    append(chain)
+            object.__setattr__(self, "_chains", memo)
+        return memo
 
     def point_key(self, pos: int, unit: int, keys: list[int]) -> int:
         """The key of the first ``pos`` tokens (any position; at a multiple of ``unit`` the unit key itself), for a
@@ -216,7 +237,8 @@ def _int(obj: dict, key: str, path: Path, line: int, *, low: int = 0, required: 
     return v
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+def _lines(path: Path) -> Iterator[tuple[int, dict, str | None]]:
+    """Each line's number and object, and its text where orjson read it (None where json did)."""
     try:
         fh = path.open(encoding="utf-8")
     except OSError as exc:
@@ -229,13 +251,15 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
                 raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
             if text.isspace():  # (a line read is never empty)
                 continue
+            seen = None
             try:
-                # the fast path: orjson, which is strict JSON and reads an integer past 64 bits as a float (so a
-                # line with a number of 19 digits or more is json's), else the object from the line's first
+                # the fast path: orjson, strict JSON (it reads an integer past 64 bits as a float: ``_records``
+                # reads a line again by json when its check fails), else the object from the line's first
                 # character, nothing after it but whitespace (json.loads alone costs twice as much); anything
                 # else, or what orjson refuses, through json.loads and its message
-                if fast is not None and not _long_number(text):
+                if fast is not None:
                     obj = fast(text)
+                    seen = text
                 else:
                     obj, end = _decode(text)
                     if end != len(text) and not text[end:].isspace():
@@ -244,15 +268,27 @@ def _lines(path: Path) -> Iterator[tuple[int, dict]]:
                 obj = _loads(path, n, text)
             if not isinstance(obj, dict):
                 raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
-            yield n, obj
+            yield n, obj, seen
             if n > MAX_REQUESTS:
                 raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
 
 
+def _records(path: Path, make) -> Iterator[Request]:
+    """Each line's request, ``make(obj, path, line, index)``. A line orjson read whose check fails is read again
+    by json and checked once more, so that an integer past 64 bits is json's integer, not orjson's float."""
+    index = 0
+    for line, obj, text in _lines(path):
+        try:
+            req = make(obj, path, line, index)
+        except PlanError:
+            if text is None:
+                raise
+            req = make(_loads(path, line, text), path, line, index)
+        yield req
+        index += 1
+
+
 _decode = json.JSONDecoder().raw_decode
-
-
-_long_number = re.compile(r"\d{19}").search
 
 
 def _fast_loads():
@@ -280,45 +316,47 @@ _INT = frozenset({int})
 def mooncake(path: Path) -> Iterator[Request]:
     """A Mooncake trace: block ``i`` of ``hash_ids`` is tokens 512·i to 512·(i+1), the last one holding what
     is left of ``input_length``; equal ids are equal token blocks across requests."""
-    index = 0
-    for line, obj in _lines(path):
-        n, out = obj.get("input_length"), obj.get("output_length", 0)
-        if type(n) is not int or not 1 <= n <= MAX_PROMPT:  # noqa: E721 - the checks' own message otherwise
-            n = _int(obj, "input_length", path, line, low=1)
-        if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
-            out = _int(obj, "output_length", path, line, required=False)
-        ids = obj.get("hash_ids")
-        if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
-            raise _bad(path, line, "'hash_ids' must be a list of integers")
-        need = -(-n // MOONCAKE_BLOCK)
-        if len(ids) != need:
-            raise _bad(path, line, f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per "
-                                   f"{MOONCAKE_BLOCK}-token block")
-        t = obj.get("timestamp", 0)
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
-        # a block's id is its run's key (no other key in the trace is an int)
-        runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], n - MOONCAKE_BLOCK * (need - 1)))
-        yield Request.of(index, Prompt.of_runs(runs, n), out, float(t), f"line {line}")
-        index += 1
+    return _records(path, _mooncake_line)
+
+
+def _mooncake_line(obj: dict, path: Path, line: int, index: int) -> Request:
+    n, out = obj.get("input_length"), obj.get("output_length", 0)
+    if type(n) is not int or not 1 <= n <= MAX_PROMPT:  # noqa: E721 - the checks' own message otherwise
+        n = _int(obj, "input_length", path, line, low=1)
+    if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
+        out = _int(obj, "output_length", path, line, required=False)
+    ids = obj.get("hash_ids")
+    if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
+        raise _bad(path, line, "'hash_ids' must be a list of integers")
+    need = -(-n // MOONCAKE_BLOCK)
+    if len(ids) != need:
+        raise _bad(path, line, f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per "
+                               f"{MOONCAKE_BLOCK}-token block")
+    t = obj.get("timestamp", 0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
+    # a block's id is its run's key (no other key in the trace is an int)
+    runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], n - MOONCAKE_BLOCK * (need - 1)))
+    return Request.of(index, Prompt.of_runs(runs, n), out, float(t), f"line {line}")
 
 
 def token_lists(path: Path) -> Iterator[Request]:
     """A JSONL of ``{"prompt_token_ids": [...], "output_len": N}`` (``arrival`` optional)."""
-    index = 0
-    for line, obj in _lines(path):
-        ids = obj.get("prompt_token_ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) and
-                                                           t >= 0 for t in ids):
-            raise _bad(path, line, "'prompt_token_ids' must be a non-empty list of token ids (integers ≥ 0)")
-        if len(ids) > MAX_PROMPT:
-            raise _bad(path, line, f"{len(ids):,} prompt tokens: more than {MAX_PROMPT:,}")
-        out = _int(obj, "output_len", path, line, required=False)
-        t = obj.get("arrival", index)
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise _bad(path, line, f"'arrival' must be a number, got {t!r}")
-        yield Request(index, Prompt(tokens=tuple(ids)), out, float(t), f"line {line}")
-        index += 1
+    return _records(path, _token_line)
+
+
+def _token_line(obj: dict, path: Path, line: int, index: int) -> Request:
+    ids = obj.get("prompt_token_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) and
+                                                       t >= 0 for t in ids):
+        raise _bad(path, line, "'prompt_token_ids' must be a non-empty list of token ids (integers ≥ 0)")
+    if len(ids) > MAX_PROMPT:
+        raise _bad(path, line, f"{len(ids):,} prompt tokens: more than {MAX_PROMPT:,}")
+    out = _int(obj, "output_len", path, line, required=False)
+    t = obj.get("arrival", index)
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise _bad(path, line, f"'arrival' must be a number, got {t!r}")
+    return Request(index, Prompt(tokens=tuple(ids)), out, float(t), f"line {line}")
 
 
 # --- synthetic workloads ------------------------------------------------------------------------------
@@ -419,7 +457,7 @@ def detect(path: Path) -> str:
     """The format of a trace file: YAML → synthetic; JSONL by the first object's keys."""
     if path.suffix.lower() in (".yaml", ".yml"):
         return "synthetic"
-    for line, obj in _lines(path):
+    for line, obj, _ in _lines(path):
         if "hash_ids" in obj:
             return "mooncake"
         if "prompt_token_ids" in obj:

@@ -1,0 +1,97 @@
+"""The replay's trace-side native code (hybridplan/replay/_speedups.c) against its Python twins: the chained
+hashes of a prompt's runs must be Python's own hash values (``Prompt.chains`` and ``Prompt.unit_keys`` with the
+C module set aside), and the ideal cache must give what a brute force gives: the longest run of tokens a
+prompt shares from its start with any earlier request's prompt and output, a run (key, n) being the n tokens
+(key, 0) … (key, n − 1) and a token id itself."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridplan.replay import loop, trace
+from hybridplan.replay.trace import Prompt, Request
+
+KEYS = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 6), st.sampled_from(["sys", "doc", ""]),
+                 st.tuples(st.just("out"), st.integers(0, 3)))
+#: runs of a few thousand tokens at most (the unit keys are one a unit), and runs past 2**61 for the chains
+RUNS = st.lists(st.tuples(KEYS, st.sampled_from([0, 1, 7, 512, 530])), max_size=12).map(tuple)
+HUGE_RUNS = st.tuples(RUNS, st.tuples(KEYS, st.sampled_from([(1 << 61) - 1, 1 << 61, (1 << 61) + 5]))).map(
+    lambda x: (*x[0], x[1]))
+
+
+def _python(prompt: Prompt, unit: int, stop: int) -> tuple[list[int], list[int]]:
+    """The chains and unit keys of a fresh copy of ``prompt`` with the C module set aside."""
+    native, trace._native = trace._native, None
+    try:
+        copy = Prompt(runs=prompt.runs, tokens=prompt.tokens)
+        return copy.chains(), copy.unit_keys(unit, stop)
+    finally:
+        trace._native = native
+
+
+def test_the_native_code_is_built():
+    """The install compiles it (pyproject.toml ``ext-modules``); the Python twins run only where no C compiler
+    was at hand, which this environment has."""
+    assert trace._native is not None, "hybridplan/replay/_speedups.c was not built: is a C compiler there?"
+    assert loop.Ideal is loop.NativeIdeal
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=RUNS, unit=st.sampled_from([1, 16, 528]), stop=st.integers(0, 8000))
+def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
+    prompt = Prompt(runs=runs)
+    assert (prompt.chains(), prompt.unit_keys(unit, stop)) == _python(prompt, unit, stop)
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs=HUGE_RUNS)
+def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
+    """A length past 2**61 − 1, where Python hashes an int modulo it, and units of 2**60 tokens."""
+    prompt = Prompt(runs=runs)
+    assert (prompt.chains(), prompt.unit_keys(1 << 60, 1 << 62)) == _python(prompt, 1 << 60, 1 << 62)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tokens=st.lists(st.integers(0, 1 << 62), min_size=1, max_size=40).map(tuple))
+def test_token_chains_are_pythons_own_hashes(tokens):
+    prompt = Prompt(tokens=tokens)
+    assert prompt.chains() == _python(prompt, 16, 40)[0]
+
+
+def _tokens(p: Prompt) -> list:
+    return list(p.tokens) if p.tokens is not None else [(k, j) for k, n in p.runs for j in range(n)]
+
+
+def _brute(reqs: list[Request]) -> list[int]:
+    seen, out = [], []
+    for r in reqs:
+        mine = _tokens(r.prompt)
+        best = 0
+        for other in seen:
+            n = 0
+            for a, b in zip(mine, other):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        out.append(best)
+        seen.append(_tokens(r.with_output()))
+    return out
+
+
+SMALL_RUNS = st.lists(st.tuples(st.sampled_from(["a", "b", 7, ("x", 1)]), st.sampled_from([0, 1, 2, 3, 5, 8])),
+                      min_size=1, max_size=6).map(tuple)
+PROMPTS = st.one_of(SMALL_RUNS.map(lambda r: Prompt(runs=r)),
+                    st.lists(st.integers(1, 3), min_size=1, max_size=12).map(lambda t: Prompt(tokens=tuple(t))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompts=st.lists(st.tuples(PROMPTS, st.sampled_from([0, 0, 2, 3])), min_size=1, max_size=12))
+def test_both_ideal_caches_equal_the_brute_force(prompts):
+    """Equal keys with other lengths, runs of no tokens, prompts inside others, outputs quoted by nobody."""
+    reqs = [Request(i, p, out) for i, (p, out) in enumerate((p, o) for p, o in prompts if len(p))]
+    want = _brute(reqs)
+    for kind in (loop.NativeIdeal, loop.PyIdeal):
+        cache = kind()
+        assert [cache.visit(r) for r in reqs] == want, kind.__name__
