@@ -15,10 +15,10 @@ runs agree, which is all a prefix cache can see.
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, repeat
 from pathlib import Path
 
 from hybridplan.errors import PlanError
@@ -65,9 +65,8 @@ class Prompt:
         Computed once per (unit, stop) and shared; the caller must not change the list.
 
         Runs: the key of a prefix is the hash of (the chain of the whole runs before the run it ends in, that
-        run's key, the tokens it takes of it), the chain being the same hash over the whole runs; so a prefix
-        is known by its runs cut at its end, which is the same as by its tokens. Token ids: a chain over the
-        pieces' ids."""
+        run's key, the tokens it takes of it), the chain being ``chains``; so a prefix is known by its runs cut
+        at its end, which is the same as by its tokens. Token ids: a chain over the pieces' ids."""
         memo = self._keys.get((unit, stop))
         if memo is not None:
             return memo
@@ -79,10 +78,13 @@ class Prompt:
                 h = hash((h, toks[a:a + unit]))
                 out.append(h)
         else:
-            chain, start, end = 0, 0, unit
+            # the chains are ``chains``'s, made once and shared with the ideal cache (a loop over the unit ends
+            # instead, each one's run found by bisection and the keys hashed through map/zip, was measured slower
+            # on the Mooncake trace, with about one unit a run)
+            start, end = 0, unit
             append = out.append
             many = 2 * unit
-            for key, n in self.runs:
+            for (key, n), chain in zip(self.runs, self.chains()):
                 stop_run = start + n
                 if end <= stop_run:  # a unit ends in the run (or at its end)
                     lim = stop_run if stop_run < total else total
@@ -94,11 +96,37 @@ class Prompt:
                         end += unit
                     if end > total:
                         break
-                if n > 0:
-                    chain = hash((chain, key, n))
-                    start = stop_run
+                start = stop_run
         self._keys[(unit, stop)] = out
         return out
+
+    def chains(self) -> list[int]:
+        """Per run, the chain of the whole runs before it, and last the chain of all the runs: 0, then
+        hash((chain, key, length)) over each run with tokens (a run of none changes nothing). A token-id
+        prompt's tokens are runs of one token each. Computed once (with ``pairs``); the caller must not change
+        the list."""
+        memo = self.__dict__.get("_chains")
+        return memo if memo is not None else self._chain()[0]
+
+    def pairs(self) -> list[int]:
+        """The runs with tokens as interleaved (the chain after the run, its length): the ideal cache's path
+        (hybridplan/replay/loop.py ``Ideal``). Computed once, in the same pass as ``chains``."""
+        memo = self.__dict__.get("_pairs")
+        return memo if memo is not None else self._chain()[1]
+
+    def _chain(self) -> tuple[list[int], list[int]]:
+        """``chains`` and ``pairs`` in one pass over the runs, kept beside the fields."""
+        chains, pairs, chain = [0], [], 0
+        append, put = chains.append, pairs.append
+        for key, n in (self.runs if self.tokens is None else zip(self.tokens, repeat(1))):
+            if n:
+                chain = hash((chain, key, n))
+                put(chain)
+                put(n)
+            append(chain)
+        object.__setattr__(self, "_chains", chains)
+        object.__setattr__(self, "_pairs", pairs)
+        return chains, pairs
 
     def point_key(self, pos: int, unit: int, keys: list[int]) -> int:
         """The key of the first ``pos`` tokens (any position; at a multiple of ``unit`` the unit key itself), for a
@@ -109,27 +137,20 @@ class Prompt:
             return base
         if self.tokens is not None:
             return hash((base, self.tokens[q * unit:pos]))
-        index = self.__dict__.get("_index")
-        if index is None:
-            index = self._runs_index()
-            object.__setattr__(self, "_index", index)
-        starts, chains, keys_ = index
-        j = bisect_right(starts, pos - 1) - 1
+        ends, starts, chains, keys_ = self._runs_index()
+        j = bisect_left(ends, pos)
         return hash((chains[j], keys_[j], pos - starts[j]))
 
-    def _runs_index(self) -> tuple[list[int], list[int], list[object]]:
-        """Each non-empty run's start, the chain of the runs before it, and its key (``unit_keys``'s chain)."""
-        starts, chains, keys = [], [], []
-        chain, start = 0, 0
-        for key, n in self.runs:
-            if n <= 0:
-                continue
-            starts.append(start)
-            chains.append(chain)
-            keys.append(key)
-            chain = hash((chain, key, n))
-            start += n
-        return starts, chains, keys
+    def _runs_index(self) -> tuple[list[int], list[int], list[int], tuple[object, ...]]:
+        """Each run's end and start (in tokens), the chain of the runs before it (``chains``) and its key, made
+        once: position ``pos`` > 0 ends in run ``bisect_left(ends, pos)``."""
+        index = self.__dict__.get("_index")
+        if index is None:
+            keys, lens = zip(*self.runs) if self.runs else ((), ())
+            ends = list(accumulate(lens))
+            index = ends, [0, *ends[:-1]], self.chains(), keys
+            object.__setattr__(self, "_index", index)
+        return index
 
     def common_prefix(self, other: Prompt) -> int:
         """Tokens the two prompts share from the start (the ideal cache's reach)."""
