@@ -11,9 +11,12 @@ engines' caches are built from their rules (``Cache(r)``) and also say where the
 
 from __future__ import annotations
 
+import gc
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from struct import Struct
 
 from hybridplan.replay.trace import Request
 
@@ -79,53 +82,122 @@ class Run:
 
 class PyIdeal:
     """A cache with no memory limit that resumes anywhere: the longest prefix a request shares with any earlier
-    one, to the token. A trie of the prompts' runs kept flat: for each prefix of whole runs (known by a chained
-    hash, as the caches' keys are) and each run key that follows it, the lengths those runs have; one dict
-    entry per distinct (prefix, key), so a long trace of distinct prompts costs tens of bytes a run."""
+    one, to the token.
+
+    A radix tree of the requests' runs (prompt and output), path-compressed and kept flat. A run is known by the
+    chain after it (``Prompt.chains``: a hash of the whole runs up to its end, so equal exactly when the prefixes
+    up to there are, hash collisions aside, as for the caches' keys) and by its length. An edge is one request's
+    runs from a branch point on, as bytes of (chain after, length) int64 pairs (``Prompt.pairs``), until a later
+    request parts from it; it is found by its first chain, which names both where it starts and its first run.
+    A request follows the edges a slice at a time, splits the one it parts from (the head keeps its place; the
+    rest and the request's own remaining runs start at the split point) and adds only its runs past that point.
+    So a trace of distinct prompts costs one edge a request and 16 bytes a run, where a dict entry a run cost
+    about a hundred.
+
+    What chains alone cannot tell is a run with an earlier one's key and another length (the first min of the
+    two lengths are shared): ``lengths`` keeps, per (branch point, key) of an edge's first run, the longest such
+    run; the rest cut off at a split is checked against the parting request's key with one hash, and when the
+    keys differ its length is kept in ``cut`` for a later request to check the same way."""
 
     label = "ideal cache"
 
     def __init__(self) -> None:
-        #: hash((prefix, key)) → the lengths of the runs keyed ``key`` seen after ``prefix``: an int, or a
-        #: frozenset when there are several
-        self.lengths: dict[int, object] = {}
+        #: the chain after an edge's first run → the edge
+        self.edges: dict[int, bytes] = {}
+        #: hash((branch point, key)) → the longest first run with that key of the edges starting there whose key
+        #: is known (the requests' own remaining runs; a rest cut off whose key matched)
+        self.lengths: dict[int, int] = {}
+        #: split point → the length of the first run of the rest cut off there, when its key is not known
+        self.cut: dict[int, int] = {}
 
     def visit(self, req: Request) -> int:
         """The tokens of ``req``'s prompt shared with any earlier request's prompt and output, then ``req``'s
-        own prompt and output remembered (one walk does both: what the walk reads at a run is never what it
-        wrote at an earlier one)."""
+        own prompt and output remembered."""
         full = req.with_output()
-        runs = iter(full.runs if full.tokens is None else ((t, 1) for t in full.tokens))
-        lengths = self.lengths
-        get = lengths.get
-        left = req.prompt_len  # the prompt's tokens still to match; the output's runs are only remembered
-        node = n = 0
-        for key, length in runs:  # while the prompt matches an earlier one
-            slot = hash((node, key))
-            have = get(slot)
-            if have is None:
-                lengths[slot] = length
-            elif have == length or (type(have) is not int and length in have):
-                if left > 0:
-                    n += length
-                left -= length
-                node = hash((slot, length))
+        pairs = full.pairs()
+        if full.tokens is not None:  # a token is a run of one (keyed by its id)
+            runs, prompt_end = tuple(zip(full.tokens, repeat(1))), 2 * req.prompt_len
+        else:
+            runs, prompt_end = full.runs, 2 * len(req.prompt.runs)
+            if len(pairs) != 2 * len(runs):  # runs of no tokens are no part of a prefix
+                runs = [run for run in runs if run[1]]
+                prompt_end = 2 * sum(1 for run in req.prompt.runs if run[1])
+        seq = _pack(pairs)
+        edges = self.edges
+        n = node = i = 0  # i: where the request's pairs are matched up to (an index into pairs, 8 bytes an entry)
+        end = len(pairs)
+        while i < end:
+            first = pairs[i]
+            edge = edges.get(first)
+            if edge is None:  # no earlier run like this one here: the rest is the request's own
+                key, length = runs[i >> 1][0], pairs[i + 1]
+                slot = hash((node, key))
+                lengths = self.lengths
+                have = lengths.get(slot, 0)
+                if length > have:
+                    lengths[slot] = length
+                cut = self.cut.get(node)
+                if cut is not None and cut > have and hash((node, key, cut)) in edges:
+                    have = cut
+                if have and i < prompt_end:
+                    n += min(length, have)
+                edges[first] = seq[8 * i:] if i else seq
+                break
+            m = _common(edge, seq, 8 * i, min(len(edge), 8 * (end - i))) >> 3
+            if i < prompt_end:
+                n += sum(pairs[i + 1:min(i + m, prompt_end):2])
+            i += m
+            node = pairs[i - 2]
+            if 8 * m == len(edge):  # on from the branch point at its end
                 continue
+            if i == end:  # the request ends along the edge
+                break
+            other_first, other = _PAIR.unpack_from(edge, 8 * m)
+            edges[first] = edge[:8 * m]
+            edges[other_first] = edge[8 * m:]
+            edges[pairs[i]] = seq[8 * i:]
+            key, length = runs[i >> 1][0], pairs[i + 1]
+            if hash((node, key, other)) == other_first:  # the same key, another length
+                if i < prompt_end:
+                    n += min(length, other)
+                self.lengths[hash((node, key))] = max(length, other)
             else:
-                if left > 0:
-                    n += min(length, have if type(have) is int else max(have))
-                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
-            node = hash((slot, length))
+                self.lengths[hash((node, key))] = length
+                self.cut[node] = other
             break
-        remember = lengths.setdefault
-        for key, length in runs:  # the rest, remembered
-            slot = hash((node, key))
-            have = remember(slot, length)
-            if have != length and (type(have) is int or length not in have):
-                lengths[slot] = frozenset((have, length)) if type(have) is int else have | {length}
-            node = hash((slot, length))
         return n
 
+
+#: one (chain, length) pair of an edge
+_PAIR = Struct("=qq")
+#: a packer by count of values (a few hundred counts in a trace; emptied past 4096)
+_packers: dict[int, Struct] = {}
+
+
+def _pack(values: list[int]) -> bytes:
+    """``values`` as int64s in the machine's order, one call (array('q', values) converts each value through
+    PyArg_Parse, about twice the cost)."""
+    packer = _packers.get(len(values))
+    if packer is None:
+        if len(_packers) >= 4096:
+            _packers.clear()
+        packer = _packers[len(values)] = Struct(f"={len(values)}q")
+    return packer.pack(*values)
+
+
+def _common(edge: bytes, seq: bytes, at: int, limit: int) -> int:
+    """How many of ``edge``'s first ``limit`` bytes equal ``seq``'s from ``at``, in whole pairs (16 bytes); the
+    first pair is known equal. Compared a slice at a time: the whole, then halving."""
+    if edge[:limit] == seq[at:at + limit]:
+        return limit
+    lo, hi = 16, limit  # equal up to lo, not up to hi
+    while hi - lo > 16:
+        mid = lo + ((hi - lo) >> 5 << 4)
+        if edge[lo:mid] == seq[at + lo:at + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 class NativeIdeal:
     """The ideal cache in C (hybridplan/replay/_speedups.c ``Ideal``): ``PyIdeal``'s answers, from a radix tree
@@ -191,7 +263,21 @@ class Policy:
 
 def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,
            progress: Callable[[int], None] | None = None) -> tuple[dict[str, Run], Run]:
-    """Every policy over the same requests, and the ideal cache beside them."""
+    """Every policy over the same requests, and the ideal cache beside them. Python's cycle collector is paused
+    meanwhile (and resumed after, if it was running): the replay makes millions of objects, none of them in a
+    reference cycle (requests, prompts, their keys, the caches' dicts and tuples, the tree's bytes), so they are
+    freed by reference counting alone while the collector's passes over them cost a tenth of the time."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        return _replay(policies, requests, concurrency, keep_outcomes, progress)
+    finally:
+        if running:
+            gc.enable()
+
+
+def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: int, keep_outcomes: bool,
+            progress: Callable[[int], None] | None) -> tuple[dict[str, Run], Run]:
     ideal = Ideal()
     runs = {p.label: Run(p.label, p.block, keep_outcomes=keep_outcomes) for p in policies}
     ideal_run = Run(Ideal.label, 1, keep_outcomes=keep_outcomes)

@@ -15,10 +15,10 @@ runs agree, which is all a prefix cache can see.
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, repeat
 from pathlib import Path
 
 from hybridplan.errors import PlanError
@@ -85,6 +85,9 @@ class Prompt:
         elif _native is not None:
             out = _native.unit_keys(self.runs, self.chains(), unit, total)
         else:
+            # the chains are ``chains``'s, made once and shared with the ideal cache (a loop over the unit ends
+            # instead, each one's run found by bisection and the keys hashed through map/zip, was measured slower
+            # on the Mooncake trace, with about one unit a run)
             start, end = 0, unit
             append = out.append
             many = 2 * unit
@@ -122,6 +125,19 @@ class Prompt:
             object.__setattr__(self, "_chains", memo)
         return memo
 
+    def pairs(self) -> list[int]:
+        """The runs with tokens as interleaved (the chain after the run, its length): the path of the ideal
+        cache's Python twin (hybridplan/replay/loop.py ``PyIdeal``). Computed once."""
+        memo = self.__dict__.get("_pairs")
+        if memo is None:
+            lens = [n for _, n in self.runs] if self.tokens is None else repeat(1, len(self.tokens))
+            memo = []
+            for after, n in zip(self.chains()[1:], lens):
+                if n:
+                    memo += (after, n)
+            object.__setattr__(self, "_pairs", memo)
+        return memo
+
     def point_key(self, pos: int, unit: int, keys: list[int]) -> int:
         """The key of the first ``pos`` tokens (any position; at a multiple of ``unit`` the unit key itself), for a
         state saved off the unit grid."""
@@ -131,27 +147,20 @@ class Prompt:
             return base
         if self.tokens is not None:
             return hash((base, self.tokens[q * unit:pos]))
-        index = self.__dict__.get("_index")
-        if index is None:
-            index = self._runs_index()
-            object.__setattr__(self, "_index", index)
-        starts, chains, keys_ = index
-        j = bisect_right(starts, pos - 1) - 1
+        ends, starts, chains, keys_ = self._runs_index()
+        j = bisect_left(ends, pos)
         return hash((chains[j], keys_[j], pos - starts[j]))
 
-    def _runs_index(self) -> tuple[list[int], list[int], list[object]]:
-        """Each non-empty run's start, the chain of the runs before it, and its key (``unit_keys``'s chain)."""
-        starts, chains, keys = [], [], []
-        chain, start = 0, 0
-        for key, n in self.runs:
-            if n <= 0:
-                continue
-            starts.append(start)
-            chains.append(chain)
-            keys.append(key)
-            chain = hash((chain, key, n))
-            start += n
-        return starts, chains, keys
+    def _runs_index(self) -> tuple[list[int], list[int], list[int], tuple[object, ...]]:
+        """Each run's end and start (in tokens), the chain of the runs before it (``chains``) and its key, made
+        once: position ``pos`` > 0 ends in run ``bisect_left(ends, pos)``."""
+        index = self.__dict__.get("_index")
+        if index is None:
+            keys, lens = zip(*self.runs) if self.runs else ((), ())
+            ends = list(accumulate(lens))
+            index = ends, [0, *ends[:-1]], self.chains(), keys
+            object.__setattr__(self, "_index", index)
+        return index
 
     def common_prefix(self, other: Prompt) -> int:
         """Tokens the two prompts share from the start (the ideal cache's reach)."""
