@@ -11,7 +11,8 @@ at a time as `replay` reads a trace. On it:
 
 - hybridplan, the vLLM 0.29 align policy alone (one row), ``--requests`` requests: the seconds, then the
   peak of Python's traced memory in a second run (tracing slows Python down many times over, so it is kept
-  out of the timing);
+  out of the timing; it sees Python's objects only, not what the native code of the pool and the ideal cache
+  holds: the long run's resident size counts everything);
 - hybridplan, every row `replay` shows (both vLLM modes, SGLang, both baselines), ``--every-requests``;
 - vLLM's own Scheduler and KVCacheManager from the unpacked wheel (validation/replay.py's worker, in a
   subprocess, so it needs the validation environment) over the first ``--vllm-requests`` of the same
@@ -179,7 +180,7 @@ def main() -> int:
         capped = hybridplan_rate(capped_trace, args.release, args.model, every_row=False, traced=False)
         every = hybridplan_rate(small, args.release, args.model, every_row=True, traced=False)
         print(f"hybridplan, vLLM {args.release} align alone: {one['requests']:,} requests in {one['seconds']:.2f} s "
-              f"({rate(one):,.0f}/s), peak {one['peak_traced_bytes'] / MiB:.1f} MiB traced", flush=True)
+              f"({rate(one):,.0f}/s), peak {one['peak_traced_bytes'] / MiB:.1f} MiB of Python objects traced", flush=True)
         print(f"hybridplan, every row (vLLM modes, SGLang, baselines): {every['requests']:,} requests in "
               f"{every['seconds']:.2f} s ({rate(every):,.0f}/s)", flush=True)
         print(f"hybridplan, the same with outputs capped at {cap} tokens as on vLLM's side: "
