@@ -25,7 +25,8 @@ request finds, and what the block pool evicts. Each rule names its release range
   ``capacity``) or ``--num-gpu-blocks-override``; a cached block is evicted least recently freed first, a
   finished request freeing its blocks tail first, group by group; from 0.24.0 a freed block that caches
   nothing is reused before any cached block is evicted (``free_blocks`` prepends it), before 0.24.0 it waits
-  in the queue with the others.
+  in the queue with the others. The pool itself is hybridplan/engines/vllm/block_pool.py (in C where built):
+  the rules here plan each request's blocks and the pool runs the plan.
 """
 
 from __future__ import annotations
