@@ -355,19 +355,6 @@ static i64 bisect_right(const i64 *a, i64 lo, i64 n, i64 x) {
 
 /* ---- admit ---- */
 
-typedef struct { /* what one admit allocates, freed together */
-    i64 *steps, *attn, *mamba, *index, *need, *ents_key, *slots, *m_order, *m_needs, *m_behind, *m_index, *tmp;
-    i64 *events, *last, *offset;
-    int *ents_group;
-    char *held, *freed;
-} Work;
-
-static void work_free(Work *w) {
-    free(w->steps); free(w->attn); free(w->mamba); free(w->index); free(w->need); free(w->ents_key);
-    free(w->slots); free(w->m_order); free(w->m_needs); free(w->m_behind); free(w->m_index); free(w->tmp);
-    free(w->events); free(w->last); free(w->offset); free(w->ents_group); free(w->held); free(w->freed);
-}
-
 typedef struct {
     i64 *a;
     i64 n, cap;
@@ -385,223 +372,219 @@ static int vec_push(Vec *v, i64 x) {
     return 0;
 }
 
-static int fits(Pool *p, const Work *w, i64 n_steps, i64 hit_blocks, i64 nblocks, i64 n_needs, i64 n_index,
-                i64 avail, i64 na, i64 nm) {
-    i64 B = p->block, new_blocks = na * (nblocks - hit_blocks) + nm * n_needs, freed = 0;
-    i64 rounds = n_steps - 1 > 1 ? n_steps - 1 : 1;
+/* one admit's plan and what is worked out from it (PyPool.admit's locals), freed together */
+typedef struct {
+    Py_ssize_t n_steps, nblocks, n_mamba;
+    i64 hit, hit_blocks, n_ents, na, nm, n_needs, n_hits;
+    i64 *steps, *attn, *mamba, *index, *need; /* the plan; None is NONE */
+    i64 *offset;                              /* per group, its first entry */
+    i64 *ents_key, *slots;                    /* per entry: its key, its block (NONE: not taken yet) */
+    int *ents_group;                          /* per entry: its group, -1 where the block caches nothing */
+    i64 *m_order, *m_needs, *m_behind, *m_index, *tmp, *hits;
+    char *held, *freed;
+    Vec events, last;
+} Work;
+
+static void work_free(Work *w) {
+    free(w->steps); free(w->attn); free(w->mamba); free(w->index); free(w->need); free(w->offset);
+    free(w->ents_key); free(w->slots); free(w->ents_group); free(w->m_order); free(w->m_needs);
+    free(w->m_behind); free(w->m_index); free(w->tmp); free(w->hits); free(w->held); free(w->freed);
+    free(w->events.a); free(w->last.a);
+}
+
+static int plan_error(void) {
+    PyErr_SetString(PyExc_TypeError, "block pool: a plan is (steps, attn, (mamba, index, need))");
+    return -1;
+}
+
+/* the plan read into w, every group's entries laid out one after another, and the Mamba blocks' orders */
+static int read_plan(Pool *p, PyObject *plan, Work *w) {
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 3) return plan_error();
+    PyObject *mamba_part = PyTuple_GET_ITEM(plan, 2);
+    if (!PyTuple_Check(mamba_part) || PyTuple_GET_SIZE(mamba_part) != 3) return plan_error();
+    Py_ssize_t n_index, n_need;
+    if (!(w->steps = ints_of(PyTuple_GET_ITEM(plan, 0), &w->n_steps, "steps")) ||
+        !(w->attn = keys_of(PyTuple_GET_ITEM(plan, 1), &w->nblocks)) ||
+        !(w->mamba = keys_of(PyTuple_GET_ITEM(mamba_part, 0), &w->n_mamba)) ||
+        !(w->index = ints_of(PyTuple_GET_ITEM(mamba_part, 1), &n_index, "index")) ||
+        !(w->need = ints_of(PyTuple_GET_ITEM(mamba_part, 2), &n_need, "need")))
+        return -1;
+    if (!w->n_steps) {
+        PyErr_SetString(PyExc_ValueError, "block pool: a plan has at least one step");
+        return -1;
+    }
+    if (n_index != w->n_mamba || n_need != w->n_mamba) {
+        PyErr_SetString(PyExc_ValueError, "block pool: the Mamba blocks' keys, indexes and needs differ in length");
+        return -1;
+    }
+    int G = p->n_groups;
+    w->hit_blocks = floordiv(w->hit, p->block);
+    if (!(w->offset = (i64 *)malloc((size_t)(G + 1) * sizeof(i64)))) return -1;
+    for (int g = 0; g < G; g++) {
+        w->offset[g] = w->n_ents;
+        if (p->kinds[g] == 'a') {
+            w->n_ents += w->nblocks;
+            w->na++;
+        } else {
+            w->n_ents += w->n_mamba;
+            w->nm++;
+        }
+    }
+    size_t ne = (size_t)(w->n_ents ? w->n_ents : 1), nmb = (size_t)(w->n_mamba ? w->n_mamba : 1);
+    w->ents_key = (i64 *)malloc(ne * sizeof(i64));
+    w->ents_group = (int *)malloc(ne * sizeof(int));
+    w->slots = (i64 *)malloc(ne * sizeof(i64));
+    w->m_order = (i64 *)malloc(nmb * sizeof(i64));
+    w->m_needs = (i64 *)malloc(nmb * sizeof(i64));
+    w->m_behind = (i64 *)malloc(nmb * sizeof(i64));
+    w->m_index = (i64 *)malloc(nmb * sizeof(i64));
+    w->tmp = (i64 *)malloc(nmb * sizeof(i64));
+    w->held = (char *)malloc(nmb);
+    w->freed = (char *)malloc(nmb);
+    if (!w->ents_key || !w->ents_group || !w->slots || !w->m_order || !w->m_needs || !w->m_behind ||
+        !w->m_index || !w->tmp || !w->held || !w->freed)
+        return -1;
+    for (int g = 0; g < G; g++) {
+        const i64 *src = p->kinds[g] == 'a' ? w->attn : w->mamba;
+        i64 len = p->kinds[g] == 'a' ? w->nblocks : w->n_mamba, o = w->offset[g];
+        for (i64 i = 0; i < len; i++) {
+            w->ents_key[o + i] = src[i] == NONE ? 0 : src[i];
+            w->ents_group[o + i] = src[i] == NONE ? -1 : g;
+            w->slots[o + i] = NONE;
+        }
+    }
+    /* the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed */
+    for (i64 i = 0; i < w->n_mamba; i++)
+        if (w->need[i] != NONE) w->m_order[w->n_needs++] = i;
+    sort_by(w->m_order, w->tmp, w->need, w->n_needs);
+    for (i64 k = 0; k < w->n_needs; k++) w->m_needs[k] = w->need[w->m_order[k]];
+    for (i64 i = 0; i < w->n_mamba; i++) w->m_behind[i] = i;
+    sort_by(w->m_behind, w->tmp, w->index, w->n_mamba);
+    for (i64 k = 0; k < w->n_mamba; k++) w->m_index[k] = w->index[w->m_behind[k]];
+    return 0;
+}
+
+/* the blocks a hit holds from the start (attention's below it, Mamba's first) into w->hits; the count of
+ * the distinct blocks they are that sit in the free queue, or -1 with an exception set */
+static i64 hits_of(Pool *p, Work *w) {
+    if (!w->hit) return 0;
+    i64 most = w->na * w->hit_blocks + w->nm;
+    if (!most) return 0;
+    i64 *touched = (i64 *)malloc((size_t)most * sizeof(i64));
+    if (!(w->hits = (i64 *)malloc((size_t)most * sizeof(i64))) || !touched) {
+        free(touched);
+        PyErr_NoMemory();
+        return -1;
+    }
+    int m_hit = w->n_mamba > 0 && w->need[0] == NONE;
+    for (int g = 0; g < p->n_groups; g++) {
+        if (p->kinds[g] == 'a') {
+            for (i64 i = 0; i < w->hit_blocks; i++) w->hits[w->n_hits++] = w->offset[g] + i;
+        } else if (m_hit) {
+            w->hits[w->n_hits++] = w->offset[g];
+        }
+    }
+    i64 n_touched = 0, queued = 0;
+    for (i64 h = 0; h < w->n_hits; h++) {
+        i64 f = w->hits[h];
+        int ok = 0;
+        i64 s = w->ents_group[f] < 0 ? NONE : oldest(p, w->ents_group[f], w->ents_key[f], &ok);
+        if (!ok) {
+            free(touched);
+            PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block caches nothing the pool holds");
+            return -1;
+        }
+        int seen = 0;
+        for (i64 t = 0; t < n_touched; t++) seen |= touched[t] == s;
+        if (!seen) {
+            touched[n_touched++] = s;
+            queued += table_find(&p->queue, s) != NULL;
+        }
+    }
+    free(touched);
+    return queued;
+}
+
+/* the dry run: at no step does the request take more blocks than are free */
+static int fits(Pool *p, const Work *w, i64 avail) {
+    i64 B = p->block, na = w->na, nm = w->nm, freed = 0;
+    i64 new_blocks = na * (w->nblocks - w->hit_blocks) + nm * w->n_needs;
+    i64 rounds = w->n_steps - 1 > 1 ? w->n_steps - 1 : 1;
     for (i64 k = 0; k < rounds; k++) {
-        i64 c = w->steps[k], end = k + 1 < n_steps ? w->steps[k + 1] : c;
-        freed = nm * bisect_left(w->m_index, n_index, floordiv(c - 1, B));
+        i64 c = w->steps[k], end = k + 1 < w->n_steps ? w->steps[k + 1] : c;
+        freed = nm * bisect_left(w->m_index, w->n_mamba, floordiv(c - 1, B));
         i64 a_taken = 0;
         if (end >= 1) {
-            a_taken = floordiv(end - 1, B) + 1 - hit_blocks;
+            a_taken = floordiv(end - 1, B) + 1 - w->hit_blocks;
             if (a_taken < 0) a_taken = 0;
-            if (a_taken > nblocks - hit_blocks) a_taken = nblocks - hit_blocks;
+            if (a_taken > w->nblocks - w->hit_blocks) a_taken = w->nblocks - w->hit_blocks;
         }
-        if (avail + freed - na * a_taken - nm * bisect_right(w->m_needs, 0, n_needs, end) < 0) return 0;
+        if (avail + freed - na * a_taken - nm * bisect_right(w->m_needs, 0, w->n_needs, end) < 0) return 0;
     }
     return avail + freed - new_blocks >= 0;
 }
 
-static PyObject *Pool_admit(Pool *p, PyObject *args) {
-    long long request;
-    long long hit;
-    PyObject *plan;
-    if (!PyArg_ParseTuple(args, "LLO", &request, &hit, &plan)) return NULL;
-    PyObject *steps_o, *attn_o, *mamba_part, *mamba_o, *index_o, *need_o;
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 3) {
-        PyErr_SetString(PyExc_TypeError, "block pool: a plan is (steps, attn, (mamba, index, need))");
-        return NULL;
-    }
-    steps_o = PyTuple_GET_ITEM(plan, 0);
-    attn_o = PyTuple_GET_ITEM(plan, 1);
-    mamba_part = PyTuple_GET_ITEM(plan, 2);
-    if (!PyTuple_Check(mamba_part) || PyTuple_GET_SIZE(mamba_part) != 3) {
-        PyErr_SetString(PyExc_TypeError, "block pool: a plan is (steps, attn, (mamba, index, need))");
-        return NULL;
-    }
-    mamba_o = PyTuple_GET_ITEM(mamba_part, 0);
-    index_o = PyTuple_GET_ITEM(mamba_part, 1);
-    need_o = PyTuple_GET_ITEM(mamba_part, 2);
-
-    Work w;
-    memset(&w, 0, sizeof w);
-    Vec ev = {0}, last = {0};
-    PyObject *result = NULL;
-    Py_ssize_t n_steps, nblocks, n_mamba, n_index_l, n_need;
-    i64 B = p->block;
-    if (!(w.steps = ints_of(steps_o, &n_steps, "steps")) || !(w.attn = keys_of(attn_o, &nblocks)) ||
-        !(w.mamba = keys_of(mamba_o, &n_mamba)) || !(w.index = ints_of(index_o, &n_index_l, "index")) ||
-        !(w.need = ints_of(need_o, &n_need, "need")))
-        goto done;
-    if (!n_steps) {
-        PyErr_SetString(PyExc_ValueError, "block pool: a plan has at least one step");
-        goto done;
-    }
-    if (n_index_l != n_mamba || n_need != n_mamba) {
-        PyErr_SetString(PyExc_ValueError, "block pool: the Mamba blocks' keys, indexes and needs differ in length");
-        goto done;
-    }
-    i64 hit_blocks = floordiv(hit, B);
-    int G = p->n_groups;
-    i64 na = 0, nm = 0;
-    w.offset = (i64 *)malloc((size_t)(G + 1) * sizeof(i64));
-    if (!w.offset) goto nomem;
-    i64 n_ents = 0;
-    for (int g = 0; g < G; g++) {
-        w.offset[g] = n_ents;
-        if (p->kinds[g] == 'a') {
-            n_ents += nblocks;
-            na++;
-        } else {
-            n_ents += n_mamba;
-            nm++;
-        }
-    }
-    size_t ne = (size_t)(n_ents ? n_ents : 1), nmb = (size_t)(n_mamba ? n_mamba : 1);
-    w.ents_key = (i64 *)malloc(ne * sizeof(i64));
-    w.ents_group = (int *)malloc(ne * sizeof(int));
-    w.slots = (i64 *)malloc(ne * sizeof(i64));
-    w.m_order = (i64 *)malloc(nmb * sizeof(i64));
-    w.m_needs = (i64 *)malloc(nmb * sizeof(i64));
-    w.m_behind = (i64 *)malloc(nmb * sizeof(i64));
-    w.m_index = (i64 *)malloc(nmb * sizeof(i64));
-    w.tmp = (i64 *)malloc(nmb * sizeof(i64));
-    w.held = (char *)malloc(nmb);
-    w.freed = (char *)malloc(nmb);
-    if (!w.ents_key || !w.ents_group || !w.slots || !w.m_order || !w.m_needs || !w.m_behind || !w.m_index ||
-        !w.tmp || !w.held || !w.freed)
-        goto nomem;
-    for (int g = 0; g < G; g++) {
-        const i64 *src = p->kinds[g] == 'a' ? w.attn : w.mamba;
-        i64 len = p->kinds[g] == 'a' ? nblocks : n_mamba, o = w.offset[g];
-        for (i64 i = 0; i < len; i++) {
-            w.ents_key[o + i] = src[i] == NONE ? 0 : src[i];
-            w.ents_group[o + i] = src[i] == NONE ? -1 : g;
-            w.slots[o + i] = NONE;
-        }
-    }
-    /* the blocks a hit holds from the start: attention's below it, Mamba's first */
-    i64 n_touched = 0, n_touched_queued = 0;
-    i64 *touched = NULL;
-    i64 n_hits_max = hit ? na * hit_blocks + nm : 0;
-    i64 *hits = NULL;
-    i64 n_hits = 0;
-    if (n_hits_max) {
-        hits = (i64 *)malloc((size_t)n_hits_max * sizeof(i64));
-        touched = (i64 *)malloc((size_t)n_hits_max * sizeof(i64));
-        if (!hits || !touched) {
-            free(hits);
-            free(touched);
-            goto nomem;
-        }
-        int m_hit = n_mamba > 0 && w.need[0] == NONE;
-        for (int g = 0; g < G; g++) {
-            if (p->kinds[g] == 'a') {
-                for (i64 i = 0; i < hit_blocks; i++) hits[n_hits++] = w.offset[g] + i;
-            } else if (m_hit) {
-                hits[n_hits++] = w.offset[g];
-            }
-        }
-        for (i64 h = 0; h < n_hits; h++) {
-            i64 f = hits[h];
-            int ok;
-            if (w.ents_group[f] < 0) {
-                PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block caches nothing");
-                free(hits);
-                free(touched);
-                goto done;
-            }
-            i64 s = oldest(p, w.ents_group[f], w.ents_key[f], &ok);
-            if (!ok) {
-                PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block's key is not cached");
-                free(hits);
-                free(touched);
-                goto done;
-            }
-            int seen = 0;
-            for (i64 t = 0; t < n_touched; t++) seen |= touched[t] == s;
-            if (!seen) {
-                touched[n_touched++] = s;
-                if (table_find(&p->queue, s)) n_touched_queued++;
-            }
-        }
-        free(touched);
-    }
-    /* the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed */
-    i64 n_needs = 0;
-    for (i64 i = 0; i < n_mamba; i++)
-        if (w.need[i] != NONE) w.m_order[n_needs++] = i;
-    sort_by(w.m_order, w.tmp, w.need, n_needs);
-    for (i64 k = 0; k < n_needs; k++) w.m_needs[k] = w.need[w.m_order[k]];
-    for (i64 i = 0; i < n_mamba; i++) w.m_behind[i] = i;
-    sort_by(w.m_behind, w.tmp, w.index, n_mamba);
-    for (i64 k = 0; k < n_mamba; k++) w.m_index[k] = w.index[w.m_behind[k]];
-    i64 avail = p->fresh + (i64)p->queue.n - n_touched_queued;
-    if (avail < na * (nblocks - hit_blocks) + nm * n_needs &&
-        !fits(p, &w, n_steps, hit_blocks, nblocks, n_needs, n_mamba, avail, na, nm)) {
-        free(hits);
-        result = Py_False;
-        Py_INCREF(result);
-        goto done;
-    }
-    for (i64 h = 0; h < n_hits; h++) { /* touch each hit block */
-        i64 f = hits[h];
+/* the hit's blocks taken out of the free queue, or held once more */
+static int touch_hits(Pool *p, Work *w) {
+    for (i64 h = 0; h < w->n_hits; h++) {
+        i64 f = w->hits[h];
         int ok;
-        i64 s = oldest(p, w.ents_group[f], w.ents_key[f], &ok);
+        i64 s = oldest(p, w->ents_group[f], w->ents_key[f], &ok);
         Cell *q = table_find(&p->queue, s);
         if (q) {
             table_remove(&p->queue, q);
-            if (count_add(&p->stale, s, 0) < 0) {
-                free(hits);
-                goto nomem;
-            }
+            if (count_add(&p->stale, s, 0) < 0) return -1;
         } else if (count_add(&p->refs, s, 1) < 0) {
-            free(hits);
-            goto nomem;
+            return -1;
         }
-        w.slots[f] = s;
+        w->slots[f] = s;
     }
-    free(hits);
-    /* the steps, laid out as takes (f) and frees (~f) */
-    for (i64 i = 0; i < n_mamba; i++) {
-        w.held[i] = w.need[i] == NONE;
-        w.freed[i] = 0;
+    return 0;
+}
+
+/* the steps laid out as one sequence of takes (f) and frees (~f) */
+static int lay_out(Pool *p, Work *w) {
+    i64 B = p->block;
+    int G = p->n_groups;
+    Vec *ev = &w->events;
+    for (i64 i = 0; i < w->n_mamba; i++) {
+        w->held[i] = w->need[i] == NONE;
+        w->freed[i] = 0;
     }
-    i64 a_next = hit_blocks, m_next = 0, m_gone = 0, last_step = n_steps - 1;
+    i64 a_next = w->hit_blocks, m_next = 0, m_gone = 0, last_step = w->n_steps - 1;
     i64 rounds = last_step > 1 ? last_step : 1;
     for (i64 k = 0; k < rounds; k++) {
-        i64 c = w.steps[k], end = k < last_step ? w.steps[k + 1] : c;
+        i64 c = w->steps[k], end = k < last_step ? w->steps[k + 1] : c;
         i64 limit = floordiv(c - 1, B);
-        if (m_gone < n_mamba && w.m_index[m_gone] < limit) {
+        if (m_gone < w->n_mamba && w->m_index[m_gone] < limit) {
             i64 nb = 0; /* remove_skipped_blocks: the batch, then tail first in each Mamba group */
-            while (m_gone < n_mamba && w.m_index[m_gone] < limit) {
-                i64 i = w.m_behind[m_gone++];
-                if (w.held[i] && !w.freed[i]) {
-                    w.tmp[nb++] = i;
-                    w.freed[i] = 1;
+            while (m_gone < w->n_mamba && w->m_index[m_gone] < limit) {
+                i64 i = w->m_behind[m_gone++];
+                if (w->held[i] && !w->freed[i]) {
+                    w->tmp[nb++] = i;
+                    w->freed[i] = 1;
                 }
             }
             for (int g = 0; g < G; g++) {
                 if (p->kinds[g] != 'm') continue;
                 for (i64 b = nb - 1; b >= 0; b--)
-                    if (vec_push(&ev, ~(w.offset[g] + w.tmp[b])) < 0) goto nomem;
+                    if (vec_push(ev, ~(w->offset[g] + w->tmp[b])) < 0) return -1;
             }
         }
         i64 a_stop = floordiv(end - 1, B) + 1;
-        if (a_stop > nblocks) a_stop = nblocks;
+        if (a_stop > w->nblocks) a_stop = w->nblocks;
         if (a_stop < a_next) a_stop = a_next;
-        i64 m_stop = bisect_right(w.m_needs, m_next, n_needs, end);
+        i64 m_stop = bisect_right(w->m_needs, m_next, w->n_needs, end);
         if (m_stop > m_next) {
-            for (i64 t = m_next; t < m_stop; t++) w.held[w.m_order[t]] = 1;
+            for (i64 t = m_next; t < m_stop; t++) w->held[w->m_order[t]] = 1;
             for (int g = 0; g < G; g++) {
-                i64 o = w.offset[g];
+                i64 o = w->offset[g];
                 if (p->kinds[g] == 'a') {
                     for (i64 b = a_next; b < a_stop; b++)
-                        if (vec_push(&ev, o + b) < 0) goto nomem;
+                        if (vec_push(ev, o + b) < 0) return -1;
                 } else {
                     for (i64 t = m_next; t < m_stop; t++)
-                        if (vec_push(&ev, o + w.m_order[t]) < 0) goto nomem;
+                        if (vec_push(ev, o + w->m_order[t]) < 0) return -1;
                 }
             }
             m_next = m_stop;
@@ -609,69 +592,85 @@ static PyObject *Pool_admit(Pool *p, PyObject *args) {
             for (int g = 0; g < G; g++) {
                 if (p->kinds[g] != 'a') continue;
                 for (i64 b = a_next; b < a_stop; b++)
-                    if (vec_push(&ev, w.offset[g] + b) < 0) goto nomem;
+                    if (vec_push(ev, w->offset[g] + b) < 0) return -1;
             }
         }
         a_next = a_stop;
     }
     for (int g = 0; g < G; g++) { /* what no step reached (a request of one token) */
-        i64 o = w.offset[g];
+        i64 o = w->offset[g];
         if (p->kinds[g] == 'a') {
-            for (i64 b = a_next; b < nblocks; b++)
-                if (vec_push(&ev, o + b) < 0) goto nomem;
+            for (i64 b = a_next; b < w->nblocks; b++)
+                if (vec_push(ev, o + b) < 0) return -1;
         } else {
-            for (i64 t = m_next; t < n_needs; t++)
-                if (vec_push(&ev, o + w.m_order[t]) < 0) goto nomem;
+            for (i64 t = m_next; t < w->n_needs; t++)
+                if (vec_push(ev, o + w->m_order[t]) < 0) return -1;
         }
-    }
-    if (run_events(p, ev.a, ev.n, w.slots, w.ents_key, w.ents_group) < 0) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
     }
     /* at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free */
     for (int g = 0; g < G; g++) {
-        i64 o = w.offset[g];
+        i64 o = w->offset[g];
         if (p->kinds[g] == 'a') {
-            for (i64 b = nblocks - 1; b >= 0; b--)
-                if (vec_push(&last, ~(o + b)) < 0) goto nomem;
+            for (i64 b = w->nblocks - 1; b >= 0; b--)
+                if (vec_push(&w->last, ~(o + b)) < 0) return -1;
         } else {
-            for (i64 i = n_mamba - 1; i >= 0; i--)
-                if (!w.freed[i] && vec_push(&last, ~(o + i)) < 0) goto nomem;
+            for (i64 i = w->n_mamba - 1; i >= 0; i--)
+                if (!w->freed[i] && vec_push(&w->last, ~(o + i)) < 0) return -1;
         }
     }
+    return 0;
+}
+
+/* what the request holds till it finishes, kept by its index (the arrays move out of w) */
+static int keep_running(Pool *p, Work *w, i64 request) {
     Running *r = (Running *)calloc(1, sizeof(Running));
-    if (!r) goto nomem;
-    r->n_last = last.n;
-    r->last = last.a;
-    last.a = NULL;
-    r->n_ents = n_ents;
-    r->slots = w.slots;
-    r->keys = w.ents_key;
-    r->group = w.ents_group;
-    w.slots = NULL;
-    w.ents_key = NULL;
-    w.ents_group = NULL;
+    if (!r) return -1;
+    *r = (Running){w->last.n, w->n_ents, w->last.a, w->slots, w->ents_key, w->ents_group};
+    w->last.a = NULL;
+    w->slots = w->ents_key = NULL;
+    w->ents_group = NULL;
     int fresh;
-    Cell *rc = table_slot(&p->running, (i64)request, &fresh);
-    if (!rc) {
+    Cell *c = table_slot(&p->running, request, &fresh);
+    if (!c) {
         running_free(r);
-        goto nomem;
+        return -1;
     }
-    if (!fresh) running_free((Running *)(intptr_t)rc->v1);
-    rc->v1 = (i64)(intptr_t)r;
-    /* the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue */
-    i64 used = p->num_blocks - 1 - p->fresh - p->uncached_queued;
-    if (used > p->peak_blocks) p->peak_blocks = used;
-    result = Py_True;
+    if (!fresh) running_free((Running *)(intptr_t)c->v1);
+    c->v1 = (i64)(intptr_t)r;
+    return 0;
+}
+
+static PyObject *Pool_admit(Pool *p, PyObject *args) {
+    long long request, hit;
+    PyObject *plan, *result = NULL;
+    if (!PyArg_ParseTuple(args, "LLO", &request, &hit, &plan)) return NULL;
+    Work w;
+    memset(&w, 0, sizeof w);
+    w.hit = (i64)hit;
+    if (read_plan(p, plan, &w) < 0) goto fail;
+    i64 queued = hits_of(p, &w);
+    if (queued < 0) goto fail;
+    i64 avail = p->fresh + (i64)p->queue.n - queued;
+    /* the dry run can only fail when the free blocks are fewer than the new ones (frees only add) */
+    if (avail < w.na * (w.nblocks - w.hit_blocks) + w.nm * w.n_needs && !fits(p, &w, avail)) {
+        result = Py_False;
+    } else {
+        if (touch_hits(p, &w) < 0 || lay_out(p, &w) < 0 ||
+            run_events(p, w.events.a, w.events.n, w.slots, w.ents_key, w.ents_group) < 0 ||
+            keep_running(p, &w, (i64)request) < 0)
+            goto fail;
+        /* the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue */
+        i64 used = p->num_blocks - 1 - p->fresh - p->uncached_queued;
+        if (used > p->peak_blocks) p->peak_blocks = used;
+        result = Py_True;
+    }
     Py_INCREF(result);
-    goto done;
-nomem:
-    if (!PyErr_Occurred()) PyErr_NoMemory();
-done:
     work_free(&w);
-    free(ev.a);
-    free(last.a);
     return result;
+fail:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    work_free(&w);
+    return NULL;
 }
 
 static PyObject *Pool_finish(Pool *p, PyObject *arg) {
