@@ -63,7 +63,7 @@ def test_the_c_pool_is_built():
     assert block_pool.BlockPool is not block_pool.PyPool, "the C block pool was not built: is a C compiler there?"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rule=st.sampled_from(RULES),
        shapes=st.lists(st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4),
                                  st.integers(0, 700)), min_size=3, max_size=14),
