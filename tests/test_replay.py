@@ -388,3 +388,18 @@ def test_vllm_0_33_takes_the_prompt_checkpoint_inside_the_last_chunk():
     c = vpc.Cache(r32)
     steps, _, (mamba, index, need) = c._plan(req, c.lookup(req, c.keys(req, 1708)), c.keys(req, 1708))
     assert r32.checkpoint_align is None and steps[:3] == [0, r32.block * (1699 // r32.block), 1700]
+
+
+def test_fast_constructors_make_what_the_dataclasses_make():
+    """``Prompt.of_runs`` and ``Request.of`` fill an instance's fields directly (one a trace line, for speed):
+    they must set every field the dataclasses declare, to the values the dataclasses' own constructors give, so
+    a field added to either class without them fails here."""
+    from dataclasses import fields
+
+    runs = ((7, 512), (8, 100))
+    fast, slow = Prompt.of_runs(runs, 612), Prompt(runs=runs)
+    assert {f.name for f in fields(Prompt)} <= fast.__dict__.keys()
+    assert all(getattr(fast, f.name) == getattr(slow, f.name) for f in fields(Prompt))
+    fast_r, slow_r = Request.of(3, fast, 9, 1.5, "line 4"), Request(3, slow, 9, 1.5, "line 4")
+    assert {f.name for f in fields(Request)} <= fast_r.__dict__.keys()
+    assert all(getattr(fast_r, f.name) == getattr(slow_r, f.name) for f in fields(Request))
