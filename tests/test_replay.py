@@ -113,6 +113,13 @@ def test_synthetic_yaml_errors(run_cli, tmp_path):
     y.write_text("shared: 100\nusers: [1\n")
     code, out, err = run_cli("replay", y, "qwen3.5-4b", "--kv-budget", "4GiB")
     one_line_error(code, out, err, "not YAML")
+    # a prompt past the reader's bound, 2**24 tokens: 10**19 shared tokens; 9 turns of 2,000,000 with history
+    for text in ("shared: 10000000000000000000\nusers: 2\n", "private: 2000000\nturns: 9\n"):
+        y.write_text(text)
+        code, out, err = run_cli("replay", y, "qwen3.5-4b", "--kv-budget", "4GiB")
+        one_line_error(code, out, err, "synthetic workload: a prompt of", "at most 16,777,216")
+    # without history each turn's prompt is its own 2,000,000 tokens: taken
+    assert len(next(Synthetic(private=2_000_000, turns=9, history=False).requests()).prompt) == 2_000_000
 
 
 def test_token_lists_hash_like_runs():

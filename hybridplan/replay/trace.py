@@ -408,6 +408,12 @@ class Synthetic:
                             f"{MAX_REQUESTS:,}")
         if self.shared + self.private + self.group_shared == 0:
             raise PlanError("synthetic workload: every prompt would be empty (give shared or private tokens)")
+        extra = max((x for x in self.private_extra if isinstance(x, int)), default=0)
+        turns = self.turns if self.history else 1  # the longest prompt: the last turn's, with its extra tokens
+        longest = self.shared + self.group_shared + turns * self.private + extra + (turns - 1) * self.output
+        if longest > MAX_PROMPT or self.output > MAX_PROMPT:
+            raise PlanError(f"synthetic workload: a prompt of {longest:,} tokens and {self.output:,} output "
+                            f"tokens; at most {MAX_PROMPT:,} each")
 
     def requests(self) -> Iterator[Request]:
         pairs = ([(u, t) for t in range(self.turns) for u in range(self.users)] if self.order == "round-robin"
