@@ -9,7 +9,7 @@
  * A chain step is Python's hash((chain, key, length)). Python hashes a tuple by folding its items' hashes
  * with xxHash's primes (Objects/tupleobject.c ``tuplehash``, unchanged from 3.8 to 3.13), and an int as its
  * value modulo the Mersenne prime 2**61 - 1 with its sign (Objects/longobject.c ``long_hash``; -1 becomes -2).
- * The fold is done here on the items' hashes directly; tests/test_chains.py holds every value equal to
+ * The fold is done here on the items' hashes directly; tests/test_speedups.py holds every value equal to
  * Python's own hash.
  */
 #define PY_SSIZE_T_CLEAN

@@ -40,6 +40,7 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
 
 if TYPE_CHECKING:
+    from hybridplan.engines.vllm.block_pool import Pool
     from hybridplan.replay.settings import ReplaySettings
     from hybridplan.replay.trace import Request
     from hybridplan.scenario import Scenario
@@ -243,7 +244,7 @@ class Cache:
 
         self.r = r
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
-        self.pool = BlockPool(r.num_blocks, "".join(self.groups), r.uncached_first, r.block)
+        self.pool: Pool = BlockPool(r.num_blocks, "".join(self.groups), r.uncached_first, r.block)
         self.dropped_states: set[int] = set()
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
