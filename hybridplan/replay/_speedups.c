@@ -65,21 +65,31 @@ static int run_of(PyObject *run, i64 *key_hash, i64 *length) {
     return 0;
 }
 
-/* chains(runs): 0, then after each run the chain of the runs so far (a run of no tokens changes nothing) */
-static PyObject *chains(PyObject *module, PyObject *runs) {
-    (void)module;
-    if (!PyTuple_Check(runs)) {
-        PyErr_SetString(PyExc_TypeError, "chains(runs): runs must be a tuple");
+/* item j of a prompt as a run: a (key, length) run, or (by_token) a token id, a run of one token */
+static int item_of(PyObject *seq, Py_ssize_t j, int by_token, i64 *key_hash, i64 *length) {
+    if (!by_token) return run_of(PyTuple_GET_ITEM(seq, j), key_hash, length);
+    Py_hash_t h = PyObject_Hash(PyTuple_GET_ITEM(seq, j));
+    if (h == -1) return -1;
+    *key_hash = (i64)h;
+    *length = 1;
+    return 0;
+}
+
+/* 0, then after each run (or token) the chain of the runs so far (a run of no tokens changes nothing) */
+static PyObject *chains_of(PyObject *seq, int by_token) {
+    if (!PyTuple_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, by_token ? "token_chains(tokens): tokens must be a tuple"
+                                                  : "chains(runs): runs must be a tuple");
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(runs);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n + 1);
     if (!out) return NULL;
     i64 chain = 0;
     for (Py_ssize_t j = 0; j <= n; j++) {
         if (j) {
             i64 kh, len;
-            if (run_of(PyTuple_GET_ITEM(runs, j - 1), &kh, &len) < 0) goto fail;
+            if (item_of(seq, j - 1, by_token, &kh, &len) < 0) goto fail;
             if (len) chain = tuple3_hash(int_hash(chain), kh, int_hash(len));
         }
         PyObject *c = PyLong_FromLongLong(chain);
@@ -92,31 +102,16 @@ fail:
     return NULL;
 }
 
-/* token_chains(tokens): the same over token ids, each a run of one token */
+/* chains(runs) */
+static PyObject *chains(PyObject *module, PyObject *runs) {
+    (void)module;
+    return chains_of(runs, 0);
+}
+
+/* token_chains(tokens): the same over token ids */
 static PyObject *token_chains(PyObject *module, PyObject *tokens) {
     (void)module;
-    if (!PyTuple_Check(tokens)) {
-        PyErr_SetString(PyExc_TypeError, "token_chains(tokens): tokens must be a tuple");
-        return NULL;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(tokens);
-    PyObject *out = PyList_New(n + 1);
-    if (!out) return NULL;
-    i64 chain = 0;
-    for (Py_ssize_t j = 0; j <= n; j++) {
-        if (j) {
-            Py_hash_t h = PyObject_Hash(PyTuple_GET_ITEM(tokens, j - 1));
-            if (h == -1) goto fail;
-            chain = tuple3_hash(int_hash(chain), (i64)h, 1);
-        }
-        PyObject *c = PyLong_FromLongLong(chain);
-        if (!c) goto fail;
-        PyList_SET_ITEM(out, j, c);
-    }
-    return out;
-fail:
-    Py_DECREF(out);
-    return NULL;
+    return chains_of(tokens, 1);
 }
 
 static PyObject *unit_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -286,14 +281,7 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
     i64 runs_n = 0, chain = 0;
     for (Py_ssize_t j = 0; j < total; j++) {
         i64 kh, len;
-        if (by_token) {
-            Py_hash_t h = PyObject_Hash(PyTuple_GET_ITEM(seq, j));
-            if (h == -1) goto fail;
-            kh = (i64)h;
-            len = 1;
-        } else if (run_of(PyTuple_GET_ITEM(seq, j), &kh, &len) < 0) {
-            goto fail;
-        }
+        if (item_of(seq, j, by_token, &kh, &len) < 0) goto fail;
         if (len <= 0) continue; /* no tokens: no part of a prefix */
         i64 slot = mix2(chain, kh);
         chains[runs_n] = chain;

@@ -745,21 +745,30 @@ static inline int all_hold(Pool *p, const int *gs, int ng, PyObject *k, int *err
     return 1;
 }
 
-static PyObject *Pool_prefix(Pool *p, PyObject *args) {
-    PyObject *groups, *keys;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &groups, &keys, &n)) return NULL;
-    int gs[64];
+/* prefix's and last_held's arguments (groups, keys, a count): the groups into gs (at most 64), their count,
+ * or -1 with an exception set */
+static int lookup_args(Pool *p, PyObject *args, int *gs, PyObject **keys, Py_ssize_t *n) {
+    PyObject *groups;
+    if (!PyArg_ParseTuple(args, "OOn", &groups, keys, n)) return -1;
     if (p->n_groups > 64) {
         PyErr_SetString(PyExc_ValueError, "block pool: more than 64 groups");
-        return NULL;
+        return -1;
     }
     int ng = groups_of(p, groups, gs);
-    if (ng < 0) return NULL;
-    if (!PyList_Check(keys)) {
+    if (ng < 0) return -1;
+    if (!PyList_Check(*keys)) {
         PyErr_SetString(PyExc_TypeError, "block pool: keys must be a list");
-        return NULL;
+        return -1;
     }
+    return ng;
+}
+
+static PyObject *Pool_prefix(Pool *p, PyObject *args) {
+    PyObject *keys;
+    Py_ssize_t n;
+    int gs[64];
+    int ng = lookup_args(p, args, gs, &keys, &n);
+    if (ng < 0) return NULL;
     if (n > PyList_GET_SIZE(keys)) n = PyList_GET_SIZE(keys);
     Py_ssize_t a = 0;
     int err = 0;
@@ -769,17 +778,12 @@ static PyObject *Pool_prefix(Pool *p, PyObject *args) {
 }
 
 static PyObject *Pool_last_held(Pool *p, PyObject *args) {
-    PyObject *groups, *keys;
+    PyObject *keys;
     Py_ssize_t reach;
-    if (!PyArg_ParseTuple(args, "OOn", &groups, &keys, &reach)) return NULL;
     int gs[64];
-    if (p->n_groups > 64) {
-        PyErr_SetString(PyExc_ValueError, "block pool: more than 64 groups");
-        return NULL;
-    }
-    int ng = groups_of(p, groups, gs);
+    int ng = lookup_args(p, args, gs, &keys, &reach);
     if (ng < 0) return NULL;
-    if (!PyList_Check(keys) || reach > PyList_GET_SIZE(keys)) {
+    if (reach > PyList_GET_SIZE(keys)) {
         PyErr_SetString(PyExc_TypeError, "block pool: keys must be a list of at least reach keys");
         return NULL;
     }
