@@ -1,12 +1,14 @@
-"""The ideal cache (hybridplan/replay/loop.py ``Ideal``) and the prompt's chained keys (hybridplan/replay/trace.py
+"""The ideal cache (hybridplan/replay/loop.py: ``NativeIdeal``, the C one a replay uses where it was built, and
+its Python twin ``PyIdeal``) and the prompt's chained keys (hybridplan/replay/trace.py
 ``Prompt.chains``, ``unit_keys``, ``point_key``) against their definitions, written out the slow way."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridplan.replay.loop import Ideal
+from hybridplan.replay.loop import NativeIdeal, PyIdeal
 from hybridplan.replay.trace import Prompt, Request
 
 
@@ -38,7 +40,9 @@ def _brute(reqs: list[Request]) -> list[int]:
     return out
 
 
-_KEYS = st.sampled_from(["a", "b", "c", ("reply", 0)])
+_KEYS = st.sampled_from(["a", "b", "c", 7, ("reply", 0)])
+#: both builds of the ideal cache, held to the same definition
+BOTH = pytest.mark.parametrize("Ideal", [NativeIdeal, PyIdeal], ids=["c", "python"])
 _RUN = st.tuples(_KEYS, st.integers(0, 4))
 
 
@@ -77,21 +81,24 @@ def _token_trace(draw) -> list[Request]:
     return reqs
 
 
+@BOTH
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(_run_trace(), _token_trace()))
-def test_ideal_is_the_longest_prefix_shared_with_any_earlier_request(reqs):
+@given(reqs=st.one_of(_run_trace(), _token_trace()))
+def test_ideal_is_the_longest_prefix_shared_with_any_earlier_request(Ideal, reqs):
     ideal = Ideal()
     assert [ideal.visit(r) for r in reqs] == _brute(reqs)
 
 
-def test_ideal_zero_length_run_changes_nothing():
+@BOTH
+def test_ideal_zero_length_run_changes_nothing(Ideal):
     """A run of no tokens is no token: (a, 2) (z, 0) (b, 1) and (a, 2) (b, 1) are the same three tokens."""
     ideal = Ideal()
     ideal.visit(Request(0, Prompt(runs=(("a", 2), ("z", 0), ("b", 1))), 0))
     assert ideal.visit(Request(1, Prompt(runs=(("a", 2), ("b", 1), ("c", 1))), 0)) == 3
 
 
-def test_ideal_same_key_other_length_shares_the_shorter():
+@BOTH
+def test_ideal_same_key_other_length_shares_the_shorter(Ideal):
     """A run keyed b of 3 tokens and one of 5 share their first 3; the tree meets it at a branch point (a later
     run after a split) and inside an edge."""
     ideal = Ideal()
