@@ -5,8 +5,18 @@
 #ifndef HYBRIDPLAN_TABLE_H
 #define HYBRIDPLAN_TABLE_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* a Python int as a 64-bit value (for the files that include Python.h): PyLong_AsLong where long is 64 bits,
+ * since it reads the digits directly, where PyLong_AsLongLong takes a value of more than one digit (every hash)
+ * through a byte array at a few times the cost; both raise OverflowError past 64 bits */
+#if LONG_MAX == INT64_MAX
+#define AS_I64(x) PyLong_AsLong(x)
+#else
+#define AS_I64(x) PyLong_AsLongLong(x)
+#endif
 
 typedef int64_t i64;
 #define EMPTY ((i64)-1)

@@ -75,9 +75,9 @@ def test_lines_read_alike_with_orjson_and_json(tmp_path, monkeypatch):
     t = tmp_path / "t.jsonl"
     t.write_text('{"a": 1, "b": [1, 2]}  \n\n{"a": NaN}\n{"a": "\\u00e9", "a": 2}\n{"a": 1e400}\n'
                  '{"a": "\\ud800", "b": 18446744073709551615}\n')
-    fast = [(n, repr(obj)) for n, obj, _ in trace._lines(t)]
+    fast = [(n, repr(obj)) for n, obj in trace._lines(t)]
     monkeypatch.setattr(trace, "_fast_loads", lambda: None)
-    assert fast == [(n, repr(obj)) for n, obj, _ in trace._lines(t)]
+    assert fast == [(n, repr(obj)) for n, obj in trace._lines(t)]
     assert [n for n, _ in fast] == [1, 3, 4, 5, 6]
     monkeypatch.undo()
     big = 1 << 64

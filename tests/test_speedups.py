@@ -56,3 +56,27 @@ def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
 def test_token_chains_are_pythons_own_hashes(tokens):
     prompt = Prompt(tokens=tokens)
     assert prompt.chains() == _python(prompt, 16, 40)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.booleans(), st.just(1.0)), min_size=1,
+                    max_size=6),
+       tail=st.integers(1, 512))
+def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
+    """``block_runs`` builds a Mooncake line's runs, (id, 512) a hash id and the rest of the prompt last; an id
+    that is not exactly an int (a bool, a float) is the same one error line either way."""
+    obj = {"input_length": 512 * (len(ids) - 1) + tail, "output_length": 3, "hash_ids": ids}
+    seen = []
+    for native in (trace._native, None):
+        saved, trace._native = trace._native, native
+        try:
+            seen.append(trace._mooncake_line(obj, trace.Path("t.jsonl"), 7, 0).prompt.runs)
+        except trace.PlanError as exc:
+            seen.append(str(exc))
+        finally:
+            trace._native = saved
+    assert seen[0] == seen[1]
+    if all(type(i) is int for i in ids):
+        assert seen[0] == (*((i, 512) for i in ids[:-1]), (ids[-1], tail))
+    else:
+        assert seen[0] == "t.jsonl: line 7: 'hash_ids' must be a list of integers"

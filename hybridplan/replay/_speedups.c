@@ -2,6 +2,7 @@
  *
  * - the chained hashes of a prompt's runs: the same values as hybridplan/replay/trace.py's ``Prompt.chains``
  *   and ``Prompt.unit_keys``, computed without making a tuple per hash;
+ * - a Mooncake line's runs (``block_runs``), as hybridplan/replay/trace.py's ``_mooncake_line`` makes them;
  * - the ideal cache (``Ideal``): the same answers as hybridplan/replay/loop.py's ``PyIdeal``.
  *
  * Chains and unit keys:
@@ -58,7 +59,7 @@ static int run_of(PyObject *run, i64 *key_hash, i64 *length) {
     }
     Py_hash_t h = PyObject_Hash(PyTuple_GET_ITEM(run, 0));
     if (h == -1) return -1;
-    long long n = PyLong_AsLongLong(PyTuple_GET_ITEM(run, 1));
+    long long n = AS_I64(PyTuple_GET_ITEM(run, 1));
     if (n == -1 && PyErr_Occurred()) return -1;
     *key_hash = (i64)h;
     *length = (i64)n;
@@ -114,53 +115,49 @@ static PyObject *token_chains(PyObject *module, PyObject *tokens) {
     return chains_of(tokens, 1);
 }
 
+/* unit_keys(runs, unit, total): Prompt.unit_keys over runs, the chain before each run folded as it goes; the
+ * list is made for total // unit keys (the caller's total is at most the runs' tokens) and cut to those found */
 static PyObject *unit_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "unit_keys(runs, chains, unit, total)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "unit_keys(runs, unit, total)");
         return NULL;
     }
-    PyObject *runs = args[0], *chain_list = args[1];
-    long long unit = PyLong_AsLongLong(args[2]), total = PyLong_AsLongLong(args[3]);
+    PyObject *runs = args[0];
+    long long unit = AS_I64(args[1]), total = AS_I64(args[2]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyTuple_Check(runs) || !PyList_Check(chain_list) || PyList_GET_SIZE(chain_list) < PyTuple_GET_SIZE(runs)) {
-        PyErr_SetString(PyExc_TypeError, "unit_keys: runs a tuple, chains a list of at least one chain a run");
+    if (!PyTuple_Check(runs)) {
+        PyErr_SetString(PyExc_TypeError, "unit_keys: runs must be a tuple");
         return NULL;
     }
     if (unit < 1) {
         PyErr_SetString(PyExc_ValueError, "unit_keys: the unit must be at least 1");
         return NULL;
     }
-    PyObject *out = PyList_New(0);
+    Py_ssize_t n = PyTuple_GET_SIZE(runs), count = total >= unit ? (Py_ssize_t)(total / unit) : 0, got = 0;
+    PyObject *out = PyList_New(count);
     if (!out) return NULL;
-    i64 start = 0, end = unit;
-    Py_ssize_t n = PyTuple_GET_SIZE(runs);
-    for (Py_ssize_t j = 0; j < n; j++) {
+    i64 start = 0, end = unit, chain = 0; /* chain: of the whole runs before run j */
+    for (Py_ssize_t j = 0; j < n && end <= total; j++) {
         i64 kh, len;
         if (run_of(PyTuple_GET_ITEM(runs, j), &kh, &len) < 0) goto fail;
         if (len < 0 || len > ((i64)1 << 62) - start) {
             PyErr_SetString(PyExc_OverflowError, "unit_keys: a prompt of 2**62 tokens or more");
             goto fail;
         }
-        i64 stop_run = start + len;
-        if (end <= stop_run) { /* a unit ends in the run (or at its end) */
-            long long chain = PyLong_AsLongLong(PyList_GET_ITEM(chain_list, j));
-            if (chain == -1 && PyErr_Occurred()) goto fail;
-            i64 ch = int_hash((i64)chain), lim = stop_run < total ? stop_run : total;
-            for (; end <= lim; end += unit) {
-                PyObject *k = PyLong_FromLongLong(tuple3_hash(ch, kh, int_hash(end - start)));
-                if (!k || PyList_Append(out, k) < 0) {
-                    Py_XDECREF(k);
-                    goto fail;
-                }
-                Py_DECREF(k);
-            }
-            if (end > total) break;
+        i64 stop_run = start + len, ch = int_hash(chain), lim = stop_run < total ? stop_run : total;
+        for (; end <= lim; end += unit) { /* the units that end in this run (or at its end) */
+            PyObject *k = PyLong_FromLongLong(tuple3_hash(ch, kh, int_hash(end - start)));
+            if (!k) goto fail;
+            PyList_SET_ITEM(out, got++, k);
         }
+        if (len) chain = tuple3_hash(ch, kh, int_hash(len));
         start = stop_run;
     }
+    if (got < count && PyList_SetSlice(out, got, count, NULL) < 0) goto fail; /* total past the runs' end */
     return out;
 fail:
+    /* the cells not yet set are NULL, which a list's deallocation skips */
     Py_DECREF(out);
     return NULL;
 }
@@ -171,13 +168,39 @@ static PyObject *hash3(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "hash3(a, key, c): hash((a, key, c)) of two ints and a key");
         return NULL;
     }
-    long long a = PyLong_AsLongLong(args[0]), c = PyLong_AsLongLong(args[2]);
+    long long a = AS_I64(args[0]), c = AS_I64(args[2]);
     if (PyErr_Occurred()) return NULL;
     Py_hash_t kh = PyObject_Hash(args[1]);
     if (kh == -1) return NULL;
     return PyLong_FromLongLong(tuple3_hash(int_hash((i64)a), (i64)kh, int_hash((i64)c)));
 }
 
+
+/* block_runs(ids, block, last): a Mooncake line's runs, (id, block) for each hash id and (the last id, last);
+ * None when an id is not exactly an int (a bool, a float: the caller names the line). ids a non-empty list. */
+static PyObject *block_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_GET_SIZE(args[0]) || !PyLong_Check(args[1]) ||
+        !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "block_runs(ids, block, last): a non-empty list and two ints");
+        return NULL;
+    }
+    PyObject *ids = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (!PyLong_CheckExact(PyList_GET_ITEM(ids, j))) Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *run = PyTuple_Pack(2, PyList_GET_ITEM(ids, j), j + 1 < n ? args[1] : args[2]);
+        if (!run) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, j, run);
+    }
+    return out;
+}
 
 /* ---- the ideal cache ----
  *
@@ -262,7 +285,7 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     PyObject *runs = args[0], *tokens = args[1];
-    long long prompt_len = PyLong_AsLongLong(args[2]);
+    long long prompt_len = AS_I64(args[2]);
     if (prompt_len == -1 && PyErr_Occurred()) return NULL;
     int by_token = tokens != Py_None;
     PyObject *seq = by_token ? tokens : runs;
@@ -403,8 +426,10 @@ static PyMethodDef methods[] = {
     {"chains", (PyCFunction)chains, METH_O, "chains(runs): 0, then the chain of the runs after each run"},
     {"token_chains", (PyCFunction)token_chains, METH_O, "token_chains(tokens): chains over runs of one token"},
     {"unit_keys", (PyCFunction)(void (*)(void))unit_keys, METH_FASTCALL,
-     "unit_keys(runs, chains, unit, total): one key per full unit up to total tokens"},
+     "unit_keys(runs, unit, total): one key per full unit up to total tokens"},
     {"hash3", (PyCFunction)(void (*)(void))hash3, METH_FASTCALL, "hash3(a, key, c): hash((a, key, c))"},
+    {"block_runs", (PyCFunction)(void (*)(void))block_runs, METH_FASTCALL,
+     "block_runs(ids, block, last): a Mooncake line's runs; None when an id is not an int"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

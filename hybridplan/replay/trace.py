@@ -58,7 +58,7 @@ class Prompt:
         """``Prompt(runs=runs)`` whose token count the caller knows (``size``, the runs' lengths summed), built
         without the dataclass's per-field ``object.__setattr__`` (a trace makes two a request)."""
         p = object.__new__(cls)
-        object.__setattr__(p, "__dict__", {"runs": runs, "tokens": None, "size": size, "_keys": {}})
+        p.__dict__.update(runs=runs, tokens=None, size=size, _keys={})
         return p
 
     def __len__(self) -> int:
@@ -83,7 +83,7 @@ class Prompt:
                 h = hash((h, toks[a:a + unit]))
                 out.append(h)
         elif _native is not None:
-            out = _native.unit_keys(self.runs, self.chains(), unit, total)
+            out = _native.unit_keys(self.runs, unit, total)
         else:
             # the chains are ``chains``'s, made once and shared with the ideal cache (a loop over the unit ends
             # instead, each one's run found by bisection and the keys hashed through map/zip, was measured slower
@@ -204,9 +204,8 @@ class Request:
         """``Request(index, prompt, output_len, arrival, origin)``, built without the dataclass's per-field
         ``object.__setattr__`` (one a line of a trace)."""
         r = object.__new__(cls)
-        object.__setattr__(r, "__dict__", {"index": index, "prompt": prompt, "output_len": output_len,
-                                          "arrival": arrival, "origin": origin, "output_key": None,
-                                          "prompt_len": prompt.size})
+        r.__dict__.update(index=index, prompt=prompt, output_len=output_len, arrival=arrival, origin=origin,
+                          output_key=None, prompt_len=prompt.size)
         return r
 
     def with_output(self) -> Prompt:
@@ -246,26 +245,27 @@ def _int(obj: dict, key: str, path: Path, line: int, *, low: int = 0, required: 
     return v
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict, str | None]]:
-    """Each line's number and object, and its text where orjson read it (None where json did)."""
+def _records(path: Path, make) -> Iterator:
+    """Each line's request, ``make(obj, path, line, index)``, the object read by orjson where it is installed.
+    orjson reads an integer past 64 bits as a float, so a line whose check fails (``make`` raising PlanError) is
+    read again by json and checked once more: such an integer is then json's integer."""
     try:
         fh = path.open(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
     fast = _fast_loads()
+    index = 0
     with fh:
-        n = 0
-        for n, text in enumerate(fh, 1):  # noqa: B007 - n is the line number past the loop too
+        for n, text in enumerate(fh, 1):
             if len(text) > MAX_LINE:
                 raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
             if text.isspace():  # (a line read is never empty)
                 continue
             seen = None
             try:
-                # the fast path: orjson, strict JSON (it reads an integer past 64 bits as a float: ``_records``
-                # reads a line again by json when its check fails), else the object from the line's first
-                # character, nothing after it but whitespace (json.loads alone costs twice as much); anything
-                # else, or what orjson refuses, through json.loads and its message
+                # the fast path: orjson, strict JSON, else the object from the line's first character, nothing
+                # after it but whitespace (json.loads alone costs twice as much); anything else, or what orjson
+                # refuses, through json.loads and its message
                 if fast is not None:
                     obj = fast(text)
                     seen = text
@@ -277,24 +277,21 @@ def _lines(path: Path) -> Iterator[tuple[int, dict, str | None]]:
                 obj = _loads(path, n, text)
             if not isinstance(obj, dict):
                 raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
-            yield n, obj, seen
+            try:
+                req = make(obj, path, n, index)
+            except PlanError:
+                if seen is None:
+                    raise
+                req = make(_loads(path, n, seen), path, n, index)
+            yield req
+            index += 1
             if n > MAX_REQUESTS:
                 raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
 
 
-def _records(path: Path, make) -> Iterator[Request]:
-    """Each line's request, ``make(obj, path, line, index)``. A line orjson read whose check fails is read again
-    by json and checked once more, so that an integer past 64 bits is json's integer, not orjson's float."""
-    index = 0
-    for line, obj, text in _lines(path):
-        try:
-            req = make(obj, path, line, index)
-        except PlanError:
-            if text is None:
-                raise
-            req = make(_loads(path, line, text), path, line, index)
-        yield req
-        index += 1
+def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """Each line's number and object."""
+    return _records(path, lambda obj, path, line, index: (line, obj))
 
 
 _decode = json.JSONDecoder().raw_decode
@@ -335,17 +332,26 @@ def _mooncake_line(obj: dict, path: Path, line: int, index: int) -> Request:
     if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
         out = _int(obj, "output_length", path, line, required=False)
     ids = obj.get("hash_ids")
-    if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
-        raise _bad(path, line, "'hash_ids' must be a list of integers")
     need = -(-n // MOONCAKE_BLOCK)
-    if len(ids) != need:
+    if type(ids) is not list or len(ids) != need:  # noqa: E721
+        if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
+            raise _bad(path, line, "'hash_ids' must be a list of integers")
         raise _bad(path, line, f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per "
                                f"{MOONCAKE_BLOCK}-token block")
     t = obj.get("timestamp", 0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
+    if type(t) is not int and type(t) is not float:  # noqa: E721 - bool is no time
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
     # a block's id is its run's key (no other key in the trace is an int)
-    runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], n - MOONCAKE_BLOCK * (need - 1)))
+    last = n - MOONCAKE_BLOCK * (need - 1)
+    if _native is not None:
+        runs = _native.block_runs(ids, MOONCAKE_BLOCK, last)
+    elif _INT.issuperset(map(type, ids)):
+        runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], last))
+    else:
+        runs = None
+    if runs is None:
+        raise _bad(path, line, "'hash_ids' must be a list of integers")
     return Request.of(index, Prompt.of_runs(runs, n), out, float(t), f"line {line}")
 
 
@@ -472,7 +478,7 @@ def detect(path: Path) -> str:
     """The format of a trace file: YAML → synthetic; JSONL by the first object's keys."""
     if path.suffix.lower() in (".yaml", ".yml"):
         return "synthetic"
-    for line, obj, _ in _lines(path):
+    for line, obj in _lines(path):
         if "hash_ids" in obj:
             return "mooncake"
         if "prompt_token_ids" in obj:

@@ -304,7 +304,7 @@ static i64 *ints_of(PyObject *list, Py_ssize_t *n, const char *what) {
             out[i] = NONE;
             continue;
         }
-        long long v = PyLong_AsLongLong(x);
+        long long v = AS_I64(x);
         if (v == -1 && PyErr_Occurred()) {
             free(out);
             return NULL;
@@ -674,7 +674,7 @@ fail:
 }
 
 static PyObject *Pool_finish(Pool *p, PyObject *arg) {
-    long long request = PyLong_AsLongLong(arg);
+    long long request = AS_I64(arg);
     if (request == -1 && PyErr_Occurred()) return NULL;
     Cell *c = table_find(&p->running, (i64)request);
     if (!c) {
@@ -711,13 +711,13 @@ static PyObject *Pool_has(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     }
     int g = group_of(p, args[0]);
     if (g < 0) return NULL;
-    long long key = PyLong_AsLongLong(args[1]);
+    long long key = AS_I64(args[1]);
     if (key == -1 && PyErr_Occurred()) return NULL;
     return PyBool_FromLong(table_find(&p->cached[g], (i64)key) != NULL);
 }
 
 static PyObject *Pool_evicted(Pool *p, PyObject *arg) {
-    long long key = PyLong_AsLongLong(arg);
+    long long key = AS_I64(arg);
     if (key == -1 && PyErr_Occurred()) return NULL;
     return PyBool_FromLong(table_find(&p->evicted, (i64)key) != NULL);
 }
@@ -735,7 +735,7 @@ static int groups_of(Pool *p, PyObject *list, int *out) {
 }
 
 static inline int all_hold(Pool *p, const int *gs, int ng, PyObject *k, int *err) {
-    long long key = PyLong_AsLongLong(k);
+    long long key = AS_I64(k);
     if (key == -1 && PyErr_Occurred()) {
         *err = 1;
         return 0;

@@ -251,6 +251,9 @@ class Cache:
         self.units: list[dict[int, tuple[int, int]]] = [{} for _ in self.groups]
         self._attn = [g for g, k in enumerate(self.groups) if k == "a"]
         self._mamba = [g for g, k in enumerate(self.groups) if k == "m"]
+        # read for every request: resolved once (``Rules.recurrent`` is a property)
+        self._recurrent = r.recurrent
+        self._align = r.recurrent and r.mode == "align"
 
     @property
     def evictions(self) -> int:
@@ -299,75 +302,86 @@ class Cache:
 
     def lookup(self, req: Request, keys: list[int]) -> Lookup:
         r = self.r
-        per_block = r.block // r.unit
-        n = min((req.prompt_len - 1) // r.unit, len(keys))  # units a hit may cover
+        unit, B = r.unit, r.block
+        per_block = B // unit
+        n = (req.prompt_len - 1) // unit  # units a hit may cover
+        if n > len(keys):
+            n = len(keys)
         a = 0
-        if r.unit < r.block:
+        if unit < B:
             while a < n and self.cached("a", keys[a]):
                 a += 1
         else:
             a = self.pool.prefix(self._attn, keys, n)
-        a_tokens = a * r.unit
+        a_tokens = a * unit
         full_blocks = a // per_block
-        if r.mamba_groups and r.mode == "none" and not r.attention_only:
+        if not self._recurrent:
+            return Lookup(full_blocks * B if unit == B else a_tokens, a_tokens)
+        if r.mode == "none":  # a hybrid in mode none: prefix caching off
             return Lookup(0, a_tokens, off=True)
-        if not r.recurrent:
-            return Lookup(full_blocks * r.block if r.unit == r.block else a_tokens, a_tokens)
         # the attention group's hit is whole blocks unless matched finer; EAGLE drops its last block
-        reach = a if r.unit < r.block else full_blocks * per_block
+        reach = a if unit < B else full_blocks * per_block
         cut = False
         if r.eagle and reach:
             reach = max(reach - per_block, 0)
             cut = True
         # the last unit whose state every Mamba group holds, and what stood in the way past it
         u = self.pool.last_held(self._mamba, keys, reach)
-        hit = u * r.unit
-        missed = keys[u:reach]
-        evicted = any(map(self.pool.evicted, missed))
-        dropped = not self.dropped_states.isdisjoint(missed)
+        hit = u * unit
+        evicted = dropped = False
+        if u < reach and not hit:
+            missed = keys[u:reach]
+            evicted = any(map(self.pool.evicted, missed))
+            dropped = not self.dropped_states.isdisjoint(missed)
         # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
         # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
-        if r.marconi and full_blocks * r.block - hit >= r.block and (
+        if r.marconi and full_blocks * B - hit >= B and (
                 r.mode == "align" or (r.retention is not None and r.junction_kept)):
-            junction = full_blocks * r.block
-        return Lookup(hit, a_tokens, evicted and not hit, dropped and not hit, cut, junction)
+            junction = full_blocks * B
+        return Lookup(hit, a_tokens, evicted, dropped, cut, junction)
 
     def prefill_ends(self, req: Request, start: int, junction: int) -> list[int]:
         """Where each prefill step of the request ends (``_mamba_block_aligned_split`` in align; chunks of
         ``--max-num-batched-tokens`` otherwise)."""
         r = self.r
-        L, B = req.prompt_len, r.block
-        ends: list[int] = []
-        pos = start
-        if r.mode != "align" or not r.recurrent:
-            while pos < L:
-                pos = min(pos + r.chunk, L)
-                ends.append(pos)
-            return ends
+        L, B, chunk = req.prompt_len, r.block, r.chunk
+        if start >= L:
+            return []
+        if not self._align:  # chunks of --max-num-batched-tokens, the last one what is left
+            return [*range(start + chunk, L, chunk), L]
         # the last cacheable boundary: floor(L/B)·B up to 0.31, floor((L − 1)/B)·B from 0.32
         # (kv_cache_interface.py get_mamba_prefill_checkpoint_position); EAGLE backs off one block (0.16+)
-        last = floor_to(L - 1 if r.last_minus_one and not r.eagle else L, B)
+        last = (L - 1 if r.last_minus_one and not r.eagle else L) // B * B
         if r.eagle:
             last = max(last - B, 0)
-        tail = floor_to(L, r.unit) if r.unit < B else 0
+        tail = L // r.unit * r.unit if r.unit < B else 0
+        if not last < tail < L:
+            tail = 0
+        checkpoints = r.checkpoint_align is not None
+        ends: list[int] = []
+        pos = start
         while pos < L:
-            end = min(pos + r.chunk, L)
-            inside = r.checkpoint_align is not None and self.internal_checkpoint(req, pos, end) is not None
-            if end < L:
-                aligned = floor_to(end, B)
-                if aligned > pos or B <= r.chunk:
+            end = pos + chunk
+            if end >= L:
+                end = L
+                inside = checkpoints and self.internal_checkpoint(req, pos, end) is not None
+            else:  # inside: only a step to the prompt's end takes the checkpoint inside it
+                inside = False
+                aligned = end // B * B
+                if aligned > pos or B <= chunk:
                     end = aligned
             # the first of these inside the step ends it: the next block boundary (a step from inside a block),
             # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint);
             # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)
             cut = end
-            if pos % B and pos < floor_to(pos, B) + B < cut and not inside:
-                cut = floor_to(pos, B) + B
-            if pos < last < cut and not inside:
-                cut = last
-            if last < tail < L and pos < tail < cut and not inside:
-                cut = tail
+            if not inside:
+                if pos % B and pos // B * B + B < cut:
+                    cut = pos // B * B + B
+                if pos < last < cut:
+                    cut = last
+                if pos < tail < cut:
+                    cut = tail
             if pos < junction < end:
                 at = pos + floor_to(junction - pos, B)
                 if pos < at < cut:
@@ -416,20 +430,23 @@ class Cache:
     def _state_positions(self, req: Request, start: int, ends: list[int]) -> list[int]:
         r = self.r
         L, B = req.prompt_len, r.block
-        kv_end = L + max(req.output_len - 1, 0)
+        kv_end = L + req.output_len - 1 if req.output_len else L
         if r.mode == "all":
-            return list(range(floor_to(start, B) + B, kv_end + 1, B))
+            return list(range(start // B * B + B, kv_end + 1, B))
         if r.mode != "align":
             return []
-        tail = floor_to(L, r.unit) if r.unit < B else 0
-        out = [e for e in ends if e % B == 0 or (r.unit < B and e == tail)]
+        if r.unit < B:  # and a partial tail
+            tail = L // r.unit * r.unit
+            out = [e for e in ends if not e % B or e == tail]
+        else:
+            out = [e for e in ends if not e % B]
         if r.checkpoint_align is not None:
             for a, e in zip([start, *ends], ends):  # a checkpoint a step takes inside it
                 cp = self.internal_checkpoint(req, a, e)
                 if cp is not None and cp not in out:
                     out.append(cp)
         if not r.eagle:
-            out.extend(range(floor_to(L, B) + B, kv_end + 1, B))
+            out += range(L // B * B + B, kv_end + 1, B)
         return out
 
     def reachable(self, req: Request, junction: int) -> set[int] | None:
@@ -477,35 +494,39 @@ class Cache:
         retention drops."""
         r = self.r
         B, unit = r.block, r.unit
-        L = req.prompt_len
-        kv_end = L + max(req.output_len - 1, 0)
-        nblocks = cdiv(L + req.output_len, B)
+        L, out = req.prompt_len, req.output_len
+        kv_end = L + out - 1 if out else L
+        nblocks = -(-(L + out) // B)
+        n_keys = len(keys)
         hit = look.hit
         ends = self.prefill_ends(req, hit, look.junction)
         states: dict[int, int] = {}
-        if r.recurrent:
+        if self._recurrent:
             reachable = self.reachable(req, look.junction)
+            kept, dropped = self.kept, self.dropped_states
             for pos in self._state_positions(req, hit, ends):
-                if not 0 < pos // unit <= len(keys):
-                    continue
-                k = keys[pos // unit - 1]
-                if self.kept(pos, reachable):
-                    states[pos] = k
-                else:
-                    self.dropped_states.add(k)
+                q = pos // unit
+                if 0 < q <= n_keys:
+                    if kept(pos, reachable):
+                        states[pos] = keys[q - 1]
+                    else:
+                        dropped.add(keys[q - 1])
         # decoding, one token a step: only the steps that end in a new block or cross a boundary matter (the
         # first, each that starts a block, and the last)
         steps = [hit, *ends]
         if kv_end > L:
-            first = floor_to(L, B) + 1
-            decode = list(range(first if first > L else first + B, kv_end + 1, B))
-            if not decode or decode[0] != L + 1:
-                decode.insert(0, L + 1)
-            if decode[-1] != kv_end:
-                decode.append(kv_end)
-            steps += decode
+            first = L // B * B + 1  # the first step to start a block
+            if first <= L:
+                first += B
+            if first != L + 1:
+                steps.append(L + 1)
+            steps += range(first, kv_end + 1, B)
+            if steps[-1] != kv_end:
+                steps.append(kv_end)
         if unit == B:
-            full = max(min(kv_end // B, len(keys)), 0)
+            full = kv_end // B
+            if full > n_keys:
+                full = n_keys
             attn: list[int | None] = keys[:full] + [None] * (nblocks - full)
         else:
             per_block = B // unit
@@ -527,7 +548,7 @@ class Cache:
         mamba: list[int | None] = []
         index: list[int] = []
         need: list[int | None] = []
-        if r.recurrent:
+        if self._recurrent:
             if hit:
                 mamba.append(keys[hit // unit - 1])
                 index.append((hit - 1) // B)
@@ -543,23 +564,32 @@ class Cache:
                 # retention keeps it; the speculative (and prefill-checkpoint) blocks are held to the end
                 # (single_type_kv_cache_manager.py MambaManager.allocate_new_blocks)
                 in_block = {(pos - 1) // B: k for pos, k in states.items()}  # the last kept state in each block
-                seen = {(hit - 1) // B} if hit else set()
-                inside = r.checkpoint_align is not None
-                for a, e in zip(steps, steps[1:]):
-                    cp = self.internal_checkpoint(req, a, e) if inside and a < L else None
-                    if cp is not None:  # its own block, before the step's last (MambaManager checkpoint_idx)
-                        i = cdiv(e, B) - 2
-                        if i not in seen:
-                            seen.add(i)
-                            mamba.append(states.get(cp))
+                if r.checkpoint_align is None:  # the steps rise, so each block is new once past the last one
+                    last = (hit - 1) // B if hit else -1
+                    for e in steps[1:]:
+                        i = (e - 1) // B
+                        if i > last:
+                            last = i
+                            mamba.append(in_block.get(i))
                             index.append(i)
                             need.append(e)
-                    i = (e - 1) // B
-                    if i not in seen:
-                        seen.add(i)
-                        mamba.append(in_block.get(i))
-                        index.append(i)
-                        need.append(e)
+                else:
+                    seen = {(hit - 1) // B} if hit else set()
+                    for a, e in zip(steps, steps[1:]):
+                        cp = self.internal_checkpoint(req, a, e) if a < L else None
+                        if cp is not None:  # its own block, before the step's last (MambaManager checkpoint_idx)
+                            i = cdiv(e, B) - 2
+                            if i not in seen:
+                                seen.add(i)
+                                mamba.append(states.get(cp))
+                                index.append(i)
+                                need.append(e)
+                        i = (e - 1) // B
+                        if i not in seen:
+                            seen.add(i)
+                            mamba.append(in_block.get(i))
+                            index.append(i)
+                            need.append(e)
                 # the speculative blocks are held to the end; the prefill-checkpoint page is a block only where a
                 # step takes the checkpoint inside it (MambaManager ``_needs_internal_checkpoint``): the one above
                 late = max(r.mamba_pages - 2 - (r.checkpoint_align is not None), 0)
