@@ -4,6 +4,9 @@ changes none of them (a speed-up, a refactor).
     python benchmarks/replay_fingerprint.py --write before.json     # on the code before
     python benchmarks/replay_fingerprint.py --compare before.json   # on the code after: exit 1 on a difference
 
+``--only`` takes some of the configurations by name; with ``HYBRIDPLAN_PURE=1`` the replay's compiled modules
+run from their Python source (tests/test_compiled.py compares the two builds so).
+
 The replays: 21 configurations (Qwen3.5-4B on vLLM 0.23, 0.24, 0.26, 0.29, 0.31, 0.33 with every mode the
 release has; retention 1056, --prefix-match-unit 16 and 48, MTP, the shared-prefix checkpoint, tight block pools,
 concurrency 2-4, max_model_len 4096; Nemotron-H-8B in all mode; SGLang 0.5.9 and 0.5.23 no_buffer and
@@ -113,11 +116,13 @@ def build(cfg: dict):
     return sc
 
 
-def fingerprint() -> dict:
+def fingerprint(only: set[str] | None = None) -> dict:
     result = {}
     with tempfile.TemporaryDirectory(prefix="hybridplan-fingerprint-") as tmp:
         write_traces(Path(tmp))
         for name, cfg, rsk in CONFIGS:
+            if only is not None and name not in only:
+                continue
             sc = build(cfg)
             rs = ReplaySettings(**rsk)
             for tname, f in traces(Path(tmp)).items():
@@ -132,8 +137,15 @@ def main() -> int:
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, metavar="FILE")
     group.add_argument("--compare", type=Path, metavar="FILE")
+    ap.add_argument("--only", metavar="NAMES", help="comma-separated configuration names (all by default)")
     args = ap.parse_args()
-    now = fingerprint()
+    only = None
+    if args.only:
+        only = set(args.only.split(","))
+        unknown = only - {name for name, _, _ in CONFIGS}
+        if unknown:
+            ap.error(f"unknown configurations: {', '.join(sorted(unknown))}")
+    now = fingerprint(only)
     if args.write:
         args.write.write_text(json.dumps(now, sort_keys=True))
         print(f"{len(now)} replays written to {args.write}")
