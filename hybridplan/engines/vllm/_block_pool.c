@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,15 +56,84 @@ typedef struct {
     i64 *slots; /* per entry: its block (-1: none) */
     i64 *keys;  /* per entry: its key */
     int *group; /* per entry: its group (-1: the block caches nothing) */
-} Running;
+} Running;    /* one allocation: the arrays follow the struct */
 
-static void running_free(Running *r) {
-    if (!r) return;
-    free(r->last);
-    free(r->slots);
-    free(r->keys);
-    free(r->group);
-    free(r);
+static void running_free(Running *r) { free(r); }
+
+/* ---- scratch memory for one admit: taken from chunks kept from one admit to the next ---- */
+
+typedef struct Chunk {
+    struct Chunk *next;
+    size_t cap, used;
+    max_align_t data[];
+} Chunk;
+
+typedef struct {
+    Chunk *head;
+} Arena;
+
+/* n bytes (aligned for an i64), or NULL */
+static void *arena_take(Arena *a, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    Chunk *c = a->head;
+    if (!c || c->used + n > c->cap) {
+        size_t cap = n > 65536 ? n : 65536;
+        Chunk *d = (Chunk *)malloc(sizeof(Chunk) + cap);
+        if (!d) return NULL;
+        d->next = c;
+        d->cap = cap;
+        d->used = 0;
+        a->head = c = d;
+    }
+    void *out = (char *)c->data + c->used;
+    c->used += n;
+    return out;
+}
+
+/* everything taken given back; one chunk as large as all of them kept for the next admit */
+static void arena_reset(Arena *a) {
+    Chunk *c = a->head;
+    if (!c) return;
+    if (!c->next) {
+        c->used = 0;
+        return;
+    }
+    size_t cap = 0;
+    while (c) {
+        Chunk *next = c->next;
+        cap += c->cap;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+    if (arena_take(a, cap)) a->head->used = 0;
+}
+
+static void arena_free(Arena *a) {
+    for (Chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    a->head = NULL;
+}
+
+/* ---- a growing array of i64 ---- */
+
+typedef struct {
+    i64 *a;
+    i64 n, cap;
+} Vec;
+
+static int vec_push(Vec *v, i64 x) {
+    if (v->n == v->cap) {
+        i64 cap = v->cap ? v->cap * 2 : 256;
+        i64 *a = (i64 *)realloc(v->a, (size_t)cap * sizeof(i64));
+        if (!a) return -1;
+        v->a = a;
+        v->cap = cap;
+    }
+    v->a[v->n++] = x;
+    return 0;
 }
 
 /* ---- several blocks holding one key (a list in PyPool), rare: cached's v2 > 0 then, v1 the index here ---- */
@@ -87,6 +157,8 @@ typedef struct {
     Table running; /* request -> Running * */
     Holders *holders;
     i64 n_holders, cap_holders, free_holders; /* free_holders: a free list through slots == NULL, n = next */
+    Arena arena;                              /* an admit's scratch arrays */
+    Vec events, last;                         /* an admit's takes and frees, their room kept */
 } Pool;
 
 static i64 floordiv(i64 a, i64 b) {
@@ -286,14 +358,14 @@ static int run_events(Pool *p, const i64 *events, i64 n, i64 *slots, const i64 *
 
 /* ---- conversions ---- */
 
-/* a list of ints (None -> NONE) into a fresh array; NULL with an exception set */
-static i64 *ints_of(PyObject *list, Py_ssize_t *n, const char *what) {
+/* a list of ints (None -> NONE) into an array from the arena; NULL with an exception set */
+static i64 *ints_of(Arena *a, PyObject *list, Py_ssize_t *n, const char *what) {
     if (!PyList_Check(list)) {
         PyErr_Format(PyExc_TypeError, "block pool: %s must be a list", what);
         return NULL;
     }
     *n = PyList_GET_SIZE(list);
-    i64 *out = (i64 *)malloc((size_t)(*n ? *n : 1) * sizeof(i64));
+    i64 *out = (i64 *)arena_take(a, (size_t)(*n ? *n : 1) * sizeof(i64));
     if (!out) {
         PyErr_NoMemory();
         return NULL;
@@ -305,16 +377,11 @@ static i64 *ints_of(PyObject *list, Py_ssize_t *n, const char *what) {
             continue;
         }
         long long v = AS_I64(x);
-        if (v == -1 && PyErr_Occurred()) {
-            free(out);
-            return NULL;
-        }
+        if (v == -1 && PyErr_Occurred()) return NULL;
         out[i] = (i64)v;
     }
     return out;
 }
-
-static i64 *keys_of(PyObject *list, Py_ssize_t *n) { return ints_of(list, n, "keys"); }
 
 /* a stable sort of 0..n-1 by key[] (merge sort) */
 static void sort_by(i64 *idx, i64 *tmp, const i64 *key, i64 n) {
@@ -355,24 +422,8 @@ static i64 bisect_right(const i64 *a, i64 lo, i64 n, i64 x) {
 
 /* ---- admit ---- */
 
-typedef struct {
-    i64 *a;
-    i64 n, cap;
-} Vec;
-
-static int vec_push(Vec *v, i64 x) {
-    if (v->n == v->cap) {
-        i64 cap = v->cap ? v->cap * 2 : 256;
-        i64 *a = (i64 *)realloc(v->a, (size_t)cap * sizeof(i64));
-        if (!a) return -1;
-        v->a = a;
-        v->cap = cap;
-    }
-    v->a[v->n++] = x;
-    return 0;
-}
-
-/* one admit's plan and what is worked out from it (PyPool.admit's locals), freed together */
+/* one admit's plan and what is worked out from it (PyPool.admit's locals): arrays from the pool's arena, the
+ * takes and frees in the pool's vectors */
 typedef struct {
     Py_ssize_t n_steps, nblocks, n_mamba;
     i64 hit, hit_blocks, n_ents, na, nm, n_needs, n_hits;
@@ -385,11 +436,17 @@ typedef struct {
     Vec events, last;
 } Work;
 
-static void work_free(Work *w) {
-    free(w->steps); free(w->attn); free(w->mamba); free(w->index); free(w->need); free(w->offset);
-    free(w->ents_key); free(w->slots); free(w->ents_group); free(w->m_order); free(w->m_needs);
-    free(w->m_behind); free(w->m_index); free(w->tmp); free(w->hits); free(w->held); free(w->freed);
-    free(w->events.a); free(w->last.a);
+static void work_start(Pool *p, Work *w) {
+    memset(w, 0, sizeof *w);
+    w->events = p->events;
+    w->last = p->last;
+    w->events.n = w->last.n = 0;
+}
+
+static void work_done(Pool *p, Work *w) {
+    p->events = w->events;
+    p->last = w->last;
+    arena_reset(&p->arena);
 }
 
 static int plan_error(void) {
@@ -403,11 +460,12 @@ static int read_plan(Pool *p, PyObject *plan, Work *w) {
     PyObject *mamba_part = PyTuple_GET_ITEM(plan, 2);
     if (!PyTuple_Check(mamba_part) || PyTuple_GET_SIZE(mamba_part) != 3) return plan_error();
     Py_ssize_t n_index, n_need;
-    if (!(w->steps = ints_of(PyTuple_GET_ITEM(plan, 0), &w->n_steps, "steps")) ||
-        !(w->attn = keys_of(PyTuple_GET_ITEM(plan, 1), &w->nblocks)) ||
-        !(w->mamba = keys_of(PyTuple_GET_ITEM(mamba_part, 0), &w->n_mamba)) ||
-        !(w->index = ints_of(PyTuple_GET_ITEM(mamba_part, 1), &n_index, "index")) ||
-        !(w->need = ints_of(PyTuple_GET_ITEM(mamba_part, 2), &n_need, "need")))
+    Arena *a = &p->arena;
+    if (!(w->steps = ints_of(a, PyTuple_GET_ITEM(plan, 0), &w->n_steps, "steps")) ||
+        !(w->attn = ints_of(a, PyTuple_GET_ITEM(plan, 1), &w->nblocks, "keys")) ||
+        !(w->mamba = ints_of(a, PyTuple_GET_ITEM(mamba_part, 0), &w->n_mamba, "keys")) ||
+        !(w->index = ints_of(a, PyTuple_GET_ITEM(mamba_part, 1), &n_index, "index")) ||
+        !(w->need = ints_of(a, PyTuple_GET_ITEM(mamba_part, 2), &n_need, "need")))
         return -1;
     if (!w->n_steps) {
         PyErr_SetString(PyExc_ValueError, "block pool: a plan has at least one step");
@@ -419,7 +477,7 @@ static int read_plan(Pool *p, PyObject *plan, Work *w) {
     }
     int G = p->n_groups;
     w->hit_blocks = floordiv(w->hit, p->block);
-    if (!(w->offset = (i64 *)malloc((size_t)(G + 1) * sizeof(i64)))) return -1;
+    if (!(w->offset = (i64 *)arena_take(a, (size_t)(G + 1) * sizeof(i64)))) return -1;
     for (int g = 0; g < G; g++) {
         w->offset[g] = w->n_ents;
         if (p->kinds[g] == 'a') {
@@ -431,16 +489,16 @@ static int read_plan(Pool *p, PyObject *plan, Work *w) {
         }
     }
     size_t ne = (size_t)(w->n_ents ? w->n_ents : 1), nmb = (size_t)(w->n_mamba ? w->n_mamba : 1);
-    w->ents_key = (i64 *)malloc(ne * sizeof(i64));
-    w->ents_group = (int *)malloc(ne * sizeof(int));
-    w->slots = (i64 *)malloc(ne * sizeof(i64));
-    w->m_order = (i64 *)malloc(nmb * sizeof(i64));
-    w->m_needs = (i64 *)malloc(nmb * sizeof(i64));
-    w->m_behind = (i64 *)malloc(nmb * sizeof(i64));
-    w->m_index = (i64 *)malloc(nmb * sizeof(i64));
-    w->tmp = (i64 *)malloc(nmb * sizeof(i64));
-    w->held = (char *)malloc(nmb);
-    w->freed = (char *)malloc(nmb);
+    w->ents_key = (i64 *)arena_take(a, ne * sizeof(i64));
+    w->ents_group = (int *)arena_take(a, ne * sizeof(int));
+    w->slots = (i64 *)arena_take(a, ne * sizeof(i64));
+    w->m_order = (i64 *)arena_take(a, nmb * sizeof(i64));
+    w->m_needs = (i64 *)arena_take(a, nmb * sizeof(i64));
+    w->m_behind = (i64 *)arena_take(a, nmb * sizeof(i64));
+    w->m_index = (i64 *)arena_take(a, nmb * sizeof(i64));
+    w->tmp = (i64 *)arena_take(a, nmb * sizeof(i64));
+    w->held = (char *)arena_take(a, nmb);
+    w->freed = (char *)arena_take(a, nmb);
     if (!w->ents_key || !w->ents_group || !w->slots || !w->m_order || !w->m_needs || !w->m_behind ||
         !w->m_index || !w->tmp || !w->held || !w->freed)
         return -1;
@@ -470,9 +528,8 @@ static i64 hits_of(Pool *p, Work *w) {
     if (!w->hit) return 0;
     i64 most = w->na * w->hit_blocks + w->nm;
     if (!most) return 0;
-    i64 *touched = (i64 *)malloc((size_t)most * sizeof(i64));
-    if (!(w->hits = (i64 *)malloc((size_t)most * sizeof(i64))) || !touched) {
-        free(touched);
+    i64 *touched = (i64 *)arena_take(&p->arena, (size_t)most * sizeof(i64));
+    if (!(w->hits = (i64 *)arena_take(&p->arena, (size_t)most * sizeof(i64))) || !touched) {
         PyErr_NoMemory();
         return -1;
     }
@@ -490,7 +547,6 @@ static i64 hits_of(Pool *p, Work *w) {
         int ok = 0;
         i64 s = w->ents_group[f] < 0 ? NONE : oldest(p, w->ents_group[f], w->ents_key[f], &ok);
         if (!ok) {
-            free(touched);
             PyErr_SetString(PyExc_RuntimeError, "block pool: a hit block caches nothing the pool holds");
             return -1;
         }
@@ -501,7 +557,6 @@ static i64 hits_of(Pool *p, Work *w) {
             queued += table_find(&p->queue, s) != NULL;
         }
     }
-    free(touched);
     return queued;
 }
 
@@ -621,14 +676,17 @@ static int lay_out(Pool *p, Work *w) {
     return 0;
 }
 
-/* what the request holds till it finishes, kept by its index (the arrays move out of w) */
+/* what the request holds till it finishes, kept by its index (copied out of w, in one allocation) */
 static int keep_running(Pool *p, Work *w, i64 request) {
-    Running *r = (Running *)calloc(1, sizeof(Running));
+    size_t nl = (size_t)w->last.n, ne = (size_t)w->n_ents;
+    Running *r = (Running *)malloc(sizeof(Running) + (nl + 2 * ne) * sizeof(i64) + ne * sizeof(int));
     if (!r) return -1;
-    *r = (Running){w->last.n, w->n_ents, w->last.a, w->slots, w->ents_key, w->ents_group};
-    w->last.a = NULL;
-    w->slots = w->ents_key = NULL;
-    w->ents_group = NULL;
+    i64 *arrays = (i64 *)(r + 1);
+    *r = (Running){(i64)nl, (i64)ne, arrays, arrays + nl, arrays + nl + ne, (int *)(arrays + nl + 2 * ne)};
+    if (nl) memcpy(r->last, w->last.a, nl * sizeof(i64));
+    memcpy(r->slots, w->slots, ne * sizeof(i64));
+    memcpy(r->keys, w->ents_key, ne * sizeof(i64));
+    memcpy(r->group, w->ents_group, ne * sizeof(int));
     int fresh;
     Cell *c = table_slot(&p->running, request, &fresh);
     if (!c) {
@@ -645,7 +703,7 @@ static PyObject *Pool_admit(Pool *p, PyObject *args) {
     PyObject *plan, *result = NULL;
     if (!PyArg_ParseTuple(args, "LLO", &request, &hit, &plan)) return NULL;
     Work w;
-    memset(&w, 0, sizeof w);
+    work_start(p, &w);
     w.hit = (i64)hit;
     if (read_plan(p, plan, &w) < 0) goto fail;
     i64 queued = hits_of(p, &w);
@@ -665,11 +723,11 @@ static PyObject *Pool_admit(Pool *p, PyObject *args) {
         result = Py_True;
     }
     Py_INCREF(result);
-    work_free(&w);
+    work_done(p, &w);
     return result;
 fail:
     if (!PyErr_Occurred()) PyErr_NoMemory();
-    work_free(&w);
+    work_done(p, &w);
     return NULL;
 }
 
@@ -815,6 +873,9 @@ static void Pool_dealloc(Pool *p) {
     free(p->holders);
     free(p->order.items);
     free(p->kinds);
+    arena_free(&p->arena);
+    free(p->events.a);
+    free(p->last.a);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
