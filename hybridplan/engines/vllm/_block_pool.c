@@ -17,6 +17,8 @@
 #include "../../_table.h"
 
 #define NONE ((i64)-1)
+#define EVICTED 1
+#define DROPPED 2
 
 /* ---- a deque of block numbers (the free queue's order) ---- */
 
@@ -153,7 +155,7 @@ typedef struct {
     Table stale;  /* block -> places left by hits */
     Table refs;   /* block -> holders, for blocks held more than once */
     Table *cached; /* per group: key -> (block, 0) or (index in holders, 1) */
-    Table evicted; /* Mamba keys ever evicted */
+    Table marks;   /* Mamba keys ever evicted (v1 bit EVICTED) or dropped by the rules (bit DROPPED) */
     Table running; /* request -> Running * */
     Holders *holders;
     i64 n_holders, cap_holders, free_holders; /* free_holders: a free list through slots == NULL, n = next */
@@ -279,6 +281,15 @@ static int count_add(Table *t, i64 key, i64 start) {
     return 0;
 }
 
+/* a Mamba key noted evicted or dropped */
+static int mark(Pool *p, i64 key, i64 bit) {
+    int fresh;
+    Cell *c = table_slot(&p->marks, key, &fresh);
+    if (!c) return -1;
+    c->v1 |= bit;
+    return 0;
+}
+
 /* ---- running the takes and frees ---- */
 
 static int run_events(Pool *p, const i64 *events, i64 n, i64 *slots, const i64 *keys, const int *group) {
@@ -344,10 +355,7 @@ static int run_events(Pool *p, const i64 *events, i64 n, i64 *slots, const i64 *
             } else {
                 if (uncache_key(p, (int)g, key, old) < 0) return -1;
                 p->evictions++;
-                if (p->kinds[g] == 'm') {
-                    int fresh;
-                    if (!table_slot(&p->evicted, key, &fresh)) return -1;
-                }
+                if (p->kinds[g] == 'm' && mark(p, key, EVICTED) < 0) return -1;
             }
         }
         if (group[f] >= 0 && cache_key(p, group[f], keys[f], p->next) < 0) return -1;
@@ -774,10 +782,33 @@ static PyObject *Pool_has(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     return PyBool_FromLong(table_find(&p->cached[g], (i64)key) != NULL);
 }
 
-static PyObject *Pool_evicted(Pool *p, PyObject *arg) {
+static PyObject *Pool_drop(Pool *p, PyObject *arg) {
     long long key = AS_I64(arg);
     if (key == -1 && PyErr_Occurred()) return NULL;
-    return PyBool_FromLong(table_find(&p->evicted, (i64)key) != NULL);
+    if (mark(p, (i64)key, DROPPED) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_lost(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "lost(keys, start, stop): a list and two indexes");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(args[0]), start = PyLong_AsSsize_t(args[1]), stop = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (start < 0 || stop < 0) {
+        PyErr_SetString(PyExc_ValueError, "lost: the indexes must be at least 0");
+        return NULL;
+    }
+    if (stop > n) stop = n;
+    i64 bits = 0;
+    for (Py_ssize_t i = start; i < stop && bits != (EVICTED | DROPPED); i++) {
+        long long key = AS_I64(PyList_GET_ITEM(args[0], i));
+        if (key == -1 && PyErr_Occurred()) return NULL;
+        Cell *c = table_find(&p->marks, (i64)key);
+        if (c) bits |= c->v1;
+    }
+    return Py_BuildValue("(OO)", bits & EVICTED ? Py_True : Py_False, bits & DROPPED ? Py_True : Py_False);
 }
 
 /* groups and keys of prefix / last_held; returns the group count, -1 on error */
@@ -863,7 +894,7 @@ static void Pool_dealloc(Pool *p) {
     table_free(&p->queue);
     table_free(&p->stale);
     table_free(&p->refs);
-    table_free(&p->evicted);
+    table_free(&p->marks);
     table_free(&p->running);
     if (p->cached) {
         for (int g = 0; g < p->n_groups; g++) table_free(&p->cached[g]);
@@ -923,7 +954,7 @@ static int Pool_init(Pool *p, PyObject *args, PyObject *kwds) {
     }
     p->kinds[n_groups] = 0;
     if (table_init(&p->queue, 1024) < 0 || table_init(&p->stale, 64) < 0 || table_init(&p->refs, 64) < 0 ||
-        table_init(&p->evicted, 1024) < 0 || table_init(&p->running, 64) < 0) {
+        table_init(&p->marks, 1024) < 0 || table_init(&p->running, 64) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -962,7 +993,9 @@ static PyMethodDef Pool_methods[] = {
      "prefix(groups, keys, n): how many of the first n keys every group caches, from the left"},
     {"last_held", (PyCFunction)Pool_last_held, METH_VARARGS,
      "last_held(groups, keys, reach): the last u <= reach whose key keys[u - 1] every group caches (0: none)"},
-    {"evicted", (PyCFunction)Pool_evicted, METH_O, "evicted(key): a Mamba block caching key was evicted"},
+    {"drop", (PyCFunction)Pool_drop, METH_O, "drop(key): a Mamba state the rules did not keep"},
+    {"lost", (PyCFunction)(void (*)(void))Pool_lost, METH_FASTCALL,
+     "lost(keys, start, stop): whether any of keys[start:stop] was evicted from a Mamba block, and dropped"},
     {"admit", (PyCFunction)Pool_admit, METH_VARARGS, "admit(request, hit, plan): run the plan; False if it does not fit"},
     {"finish", (PyCFunction)Pool_finish, METH_O, "finish(request): free what it still holds"},
     {NULL}};

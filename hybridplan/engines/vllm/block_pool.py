@@ -38,7 +38,8 @@ class Pool(Protocol):
     def has(self, group: int, key: int) -> bool: ...
     def prefix(self, groups: list[int], keys: list[int], n: int) -> int: ...
     def last_held(self, groups: list[int], keys: list[int], reach: int) -> int: ...
-    def evicted(self, key: int) -> bool: ...
+    def drop(self, key: int) -> None: ...
+    def lost(self, keys: list[int], start: int, stop: int) -> tuple[bool, bool]: ...
     def admit(self, request: int, hit: int, plan: Plan) -> bool: ...
     def finish(self, request: int) -> None: ...
 
@@ -72,6 +73,8 @@ class PyPool:
         self._next = 0
         self.evictions = 0
         self.evicted_states: set[int] = set()
+        #: the Mamba keys whose states the rules did not keep (retention), for a lookup to tell why it missed
+        self.dropped_states: set[int] = set()
         self.running: dict[int, tuple[list[int], list[int | None], list[tuple[int, int] | None]]] = {}
         self.states = 0
         self.peak_states = 0
@@ -115,9 +118,15 @@ class PyPool:
                 return u
         return 0
 
-    def evicted(self, key: int) -> bool:
-        """Whether a Mamba block caching ``key`` was ever evicted."""
-        return key in self.evicted_states
+    def drop(self, key: int) -> None:
+        """A Mamba state at ``key`` that the rules did not keep (it was computed, not cached)."""
+        self.dropped_states.add(key)
+
+    def lost(self, keys: list[int], start: int, stop: int) -> tuple[bool, bool]:
+        """Whether a Mamba block caching any of ``keys[start:stop]`` was ever evicted, and whether any of them was
+        dropped (``drop``)."""
+        missed = keys[start:stop]
+        return not self.evicted_states.isdisjoint(missed), not self.dropped_states.isdisjoint(missed)
 
     @property
     def available(self) -> int:

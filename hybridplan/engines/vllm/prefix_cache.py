@@ -245,7 +245,6 @@ class Cache:
         self.r = r
         self.groups = r.group_order or (("a",) * r.attn_groups + ("m",) * r.mamba_groups)
         self.pool: Pool = BlockPool(r.num_blocks, "".join(self.groups), r.uncached_first, r.block)
-        self.dropped_states: set[int] = set()
         # with --prefix-match-unit: per group, each hash unit → the attention entry (block or partial tail)
         # holding it
         self.units: list[dict[int, tuple[int, int]]] = [{} for _ in self.groups]
@@ -330,9 +329,7 @@ class Cache:
         hit = u * unit
         evicted = dropped = False
         if u < reach and not hit:
-            missed = keys[u:reach]
-            evicted = any(map(self.pool.evicted, missed))
-            dropped = not self.dropped_states.isdisjoint(missed)
+            evicted, dropped = self.pool.lost(keys, u, reach)
         # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
         # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
@@ -490,8 +487,8 @@ class Cache:
         attention, the key each block caches (None: none), block b held from the start when b is below the hit,
         else needed once b·B + 1 tokens are computed; Mamba, per block its key, index (the block of the
         request's tokens it stands for) and the computed tokens it is needed at (None: a hit, held from the
-        start). Registers the hash units of the attention blocks (--prefix-match-unit) and the states
-        retention drops."""
+        start). Registers the hash units of the attention blocks (--prefix-match-unit), and notes with the pool
+        the states retention drops (``Pool.drop``, for a later lookup's diagnosis)."""
         r = self.r
         B, unit = r.block, r.unit
         L, out = req.prompt_len, req.output_len
@@ -503,14 +500,14 @@ class Cache:
         states: dict[int, int] = {}
         if self._recurrent:
             reachable = self.reachable(req, look.junction)
-            kept, dropped = self.kept, self.dropped_states
+            kept, drop = self.kept, self.pool.drop
             for pos in self._state_positions(req, hit, ends):
                 q = pos // unit
                 if 0 < q <= n_keys:
                     if kept(pos, reachable):
                         states[pos] = keys[q - 1]
                     else:
-                        dropped.add(keys[q - 1])
+                        drop(keys[q - 1])
         # decoding, one token a step: only the steps that end in a new block or cross a boundary matter (the
         # first, each that starts a block, and the last)
         steps = [hit, *ends]
