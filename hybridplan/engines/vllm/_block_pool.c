@@ -706,10 +706,14 @@ static int keep_running(Pool *p, Work *w, i64 request) {
     return 0;
 }
 
-static PyObject *Pool_admit(Pool *p, PyObject *args) {
-    long long request, hit;
-    PyObject *plan, *result = NULL;
-    if (!PyArg_ParseTuple(args, "LLO", &request, &hit, &plan)) return NULL;
+static PyObject *Pool_admit(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "admit(request, hit, plan)");
+        return NULL;
+    }
+    long long request = AS_I64(args[0]), hit = AS_I64(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *plan = args[2], *result = NULL;
     Work w;
     work_start(p, &w);
     w.hit = (i64)hit;
@@ -836,9 +840,15 @@ static inline int all_hold(Pool *p, const int *gs, int ng, PyObject *k, int *err
 
 /* prefix's and last_held's arguments (groups, keys, a count): the groups into gs (at most 64), their count,
  * or -1 with an exception set */
-static int lookup_args(Pool *p, PyObject *args, int *gs, PyObject **keys, Py_ssize_t *n) {
-    PyObject *groups;
-    if (!PyArg_ParseTuple(args, "OOn", &groups, keys, n)) return -1;
+static int lookup_args(Pool *p, PyObject *const *args, Py_ssize_t nargs, int *gs, PyObject **keys, Py_ssize_t *n) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "block pool: (groups, keys, a count) expected");
+        return -1;
+    }
+    PyObject *groups = args[0];
+    *keys = args[1];
+    *n = PyLong_AsSsize_t(args[2]);
+    if (*n == -1 && PyErr_Occurred()) return -1;
     if (p->n_groups > 64) {
         PyErr_SetString(PyExc_ValueError, "block pool: more than 64 groups");
         return -1;
@@ -852,11 +862,11 @@ static int lookup_args(Pool *p, PyObject *args, int *gs, PyObject **keys, Py_ssi
     return ng;
 }
 
-static PyObject *Pool_prefix(Pool *p, PyObject *args) {
+static PyObject *Pool_prefix(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *keys;
     Py_ssize_t n;
     int gs[64];
-    int ng = lookup_args(p, args, gs, &keys, &n);
+    int ng = lookup_args(p, args, nargs, gs, &keys, &n);
     if (ng < 0) return NULL;
     if (n > PyList_GET_SIZE(keys)) n = PyList_GET_SIZE(keys);
     Py_ssize_t a = 0;
@@ -866,11 +876,11 @@ static PyObject *Pool_prefix(Pool *p, PyObject *args) {
     return PyLong_FromSsize_t(a);
 }
 
-static PyObject *Pool_last_held(Pool *p, PyObject *args) {
+static PyObject *Pool_last_held(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *keys;
     Py_ssize_t reach;
     int gs[64];
-    int ng = lookup_args(p, args, gs, &keys, &reach);
+    int ng = lookup_args(p, args, nargs, gs, &keys, &reach);
     if (ng < 0) return NULL;
     if (reach > PyList_GET_SIZE(keys)) {
         PyErr_SetString(PyExc_TypeError, "block pool: keys must be a list of at least reach keys");
@@ -989,14 +999,14 @@ static PyGetSetDef Pool_getset[] = {{"available", (getter)Pool_available, NULL, 
 
 static PyMethodDef Pool_methods[] = {
     {"has", (PyCFunction)(void (*)(void))Pool_has, METH_FASTCALL, "has(group, key): a block of group caches key"},
-    {"prefix", (PyCFunction)Pool_prefix, METH_VARARGS,
+    {"prefix", (PyCFunction)(void (*)(void))Pool_prefix, METH_FASTCALL,
      "prefix(groups, keys, n): how many of the first n keys every group caches, from the left"},
-    {"last_held", (PyCFunction)Pool_last_held, METH_VARARGS,
+    {"last_held", (PyCFunction)(void (*)(void))Pool_last_held, METH_FASTCALL,
      "last_held(groups, keys, reach): the last u <= reach whose key keys[u - 1] every group caches (0: none)"},
     {"drop", (PyCFunction)Pool_drop, METH_O, "drop(key): a Mamba state the rules did not keep"},
     {"lost", (PyCFunction)(void (*)(void))Pool_lost, METH_FASTCALL,
      "lost(keys, start, stop): whether any of keys[start:stop] was evicted from a Mamba block, and dropped"},
-    {"admit", (PyCFunction)Pool_admit, METH_VARARGS, "admit(request, hit, plan): run the plan; False if it does not fit"},
+    {"admit", (PyCFunction)(void (*)(void))Pool_admit, METH_FASTCALL, "admit(request, hit, plan): run the plan; False if it does not fit"},
     {"finish", (PyCFunction)Pool_finish, METH_O, "finish(request): free what it still holds"},
     {NULL}};
 
