@@ -20,7 +20,11 @@ at a time as `replay` reads a trace. On it:
   which makes vLLM's side faster, not slower; and hybridplan over the ``--requests`` with outputs capped
   alike, for the ratio at the same work;
 - ``--long`` requests (a million by default; 0 skips it) through the one policy in a subprocess of its own,
-  progress on stderr: the wall and CPU seconds and the process's peak resident memory.
+  ``--long-runs`` times (three by default: a shared machine's speed moves from run to run), progress on
+  stderr: the wall and CPU seconds and the process's peak resident memory of each run.
+
+The report says which build ran: the replay's modules compiled by Cython or from their source
+(hybridplan/_compiled.py; ``HYBRIDPLAN_PURE=1`` for the source), and the native code or its Python twins.
 
 The figures go to stdout and to benchmarks/results/replay.json.
 """
@@ -60,6 +64,17 @@ def write_trace(path: Path, n: int, max_output: int | None = None) -> None:
             if max_output is not None:
                 rec["output_length"] = min(rec["output_length"], max_output)
             fh.write(json.dumps(rec) + "\n")
+
+
+def build() -> dict:
+    """Which build of the replay runs: each compiled module's, and the native code's."""
+    from hybridplan import _compiled
+    from hybridplan.engines.vllm import block_pool
+    from hybridplan.replay import loop, trace
+
+    return {"compiled": {n: _compiled.is_compiled(n) for n in _compiled.MODULES},
+            "native": {"block pool": block_pool.BlockPool is not block_pool.PyPool,
+                       "hashes": trace._native is not None, "ideal cache": loop.Ideal is loop.NativeIdeal}}
 
 
 def _policies(release: str, model: str, every_row: bool):
@@ -156,6 +171,7 @@ def main() -> int:
     ap.add_argument("--every-requests", type=int, default=2_000)
     ap.add_argument("--vllm-requests", type=int, default=300)
     ap.add_argument("--long", type=int, default=1_000_000, help="requests of the end-to-end run (0: none)")
+    ap.add_argument("--long-runs", type=int, default=3, help="times the end-to-end run is made")
     ap.add_argument("--release", default="0.29.0")
     ap.add_argument("--model", default="qwen3.5-4b")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
@@ -167,7 +183,8 @@ def main() -> int:
     rate = lambda x: x["requests"] / x["seconds"]  # noqa: E731
     report: dict = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores, {platform.machine()}",
                     "python": platform.python_version(), "release": args.release, "model": args.model,
-                    "trace": "tests/data/traces/mooncake-conversation-300.jsonl cycled, hash ids renamed per cycle"}
+                    "trace": "tests/data/traces/mooncake-conversation-300.jsonl cycled, hash ids renamed per cycle",
+                    "build": build()}
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.jsonl"
         write_trace(trace, max(args.requests, args.every_requests))
@@ -201,13 +218,16 @@ def main() -> int:
             write_trace(big, args.long)
             print(f"{args.long:,}-request trace written in {time.perf_counter() - t:.0f} s "
                   f"({big.stat().st_size / MiB:,.0f} MiB); replaying it:", file=sys.stderr, flush=True)
-            done = subprocess.run([sys.executable, __file__, "--long-worker", str(big), "--release", args.release,
-                                   "--model", args.model], check=True, stdout=subprocess.PIPE, text=True)
-            long = json.loads(done.stdout)
-            report["long"] = long
-            print(f"hybridplan, vLLM {args.release} align alone, {long['requests']:,} requests read from the file: "
-                  f"{long['seconds']:,.0f} s ({long['requests'] / long['seconds']:,.0f}/s; {long['cpu_seconds']:,.0f} "
-                  f"CPU s), max RSS {long['max_rss_bytes'] / MiB:,.0f} MiB")
+            report["long"] = []
+            for _ in range(args.long_runs):
+                done = subprocess.run([sys.executable, __file__, "--long-worker", str(big), "--release",
+                                       args.release, "--model", args.model], check=True, stdout=subprocess.PIPE,
+                                      text=True)
+                long = json.loads(done.stdout)
+                report["long"].append(long)
+                print(f"hybridplan, vLLM {args.release} align alone, {long['requests']:,} requests read from the "
+                      f"file: {long['seconds']:,.0f} s ({long['requests'] / long['seconds']:,.0f}/s; "
+                      f"{long['cpu_seconds']:,.0f} CPU s), max RSS {long['max_rss_bytes'] / MiB:,.0f} MiB", flush=True)
     if not args.no_write:
         RESULTS.parent.mkdir(exist_ok=True)
         RESULTS.write_text(json.dumps(report, indent=2) + "\n")
