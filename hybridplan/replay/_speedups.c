@@ -210,13 +210,10 @@ static PyObject *block_runs(PyObject *module, PyObject *const *args, Py_ssize_t 
  * Two runs after the same prefix with the same key share their first min(lengths) tokens; with the same
  * length too, the prefixes after them are equal.
  *
- * A radix tree: an edge is the runs of one request from a branch point on, as (slot, length) pairs. An edge is
- * found by its first run's slot, which names both the branch point it starts from and that run's key (``firsts``:
- * slot -> the edges whose first run has it, a list through ``next``, more than one only where runs of one key and
- * several lengths start there). So a lookup is one probe whatever the number of edges at a branch point (the
- * trace's first runs all start at the root). A request follows the edges while its runs equal theirs; where it
- * parts from one, the edge is split there (its head keeps the pairs before, the rest is found by its own first
- * slot; the pairs are shared, never copied) and the request's own remaining runs become a new edge. So a trace of
+ * A radix tree: an edge is the runs of one request from a node (a chain) on, as (slot, length) pairs; a node's
+ * edges are a list (``next``). A request follows the edges while its runs equal theirs; where it parts from
+ * one, the edge is split there (its head keeps the pairs before, the rest starts the new node, the pairs are
+ * shared, never copied) and the request's own remaining runs become a new edge beside the rest. So a trace of
  * distinct prompts costs one array a request, 16 bytes a run. Nothing is ever forgotten.
  */
 
@@ -233,21 +230,19 @@ static inline i64 mix2(i64 a, i64 b) {
 typedef struct {
     i64 *pairs; /* slot, length, slot, length, ... (into a request's array; shared by the pieces of a split) */
     i64 runs;
-    i64 next;   /* the next edge whose first run has the same slot, -1: none */
+    i64 next;   /* the next edge from the same node, -1: none */
     int owns;   /* its pairs start an allocation (a split's rest points inside one) */
 } Edge;
 
 typedef struct {
     PyObject_HEAD
-    Table firsts; /* a first run's slot -> the first of the edges starting with it */
+    Table nodes; /* chain -> its first edge */
     Edge *edges;
     i64 n_edges, cap_edges;
-    i64 bytes;    /* the pairs' bytes */
-    i64 *work;    /* a visit's pairs (kept from one visit to the next) */
-    i64 cap_work;
+    i64 bytes;   /* the pairs' bytes */
 } Ideal;
 
-static i64 edge_new(Ideal *t, i64 *pairs, i64 runs, int owns) {
+static i64 edge_new(Ideal *t, i64 *pairs, i64 runs, i64 next, int owns) {
     if (t->n_edges == t->cap_edges) {
         i64 cap = t->cap_edges ? t->cap_edges * 2 : 1024;
         Edge *e = (Edge *)realloc(t->edges, (size_t)cap * sizeof(Edge));
@@ -255,25 +250,30 @@ static i64 edge_new(Ideal *t, i64 *pairs, i64 runs, int owns) {
         t->edges = e;
         t->cap_edges = cap;
     }
-    int fresh;
-    Cell *c = table_slot(&t->firsts, pairs[0], &fresh);
-    if (!c) return -1;
-    t->edges[t->n_edges] = (Edge){pairs, runs, fresh ? -1 : c->v1, owns};
-    c->v1 = t->n_edges;
+    t->edges[t->n_edges] = (Edge){pairs, runs, next, owns};
     return t->n_edges++;
 }
 
-/* the request's runs from i on, a new edge */
-static int add_tail(Ideal *t, const i64 *pairs, i64 i, i64 runs) {
+/* the request's runs from i on, a new edge first among node's */
+static int add_tail(Ideal *t, i64 node, const i64 *pairs, i64 i, i64 runs) {
     i64 n = runs - i;
     i64 *mine = (i64 *)malloc((size_t)(2 * n) * sizeof(i64));
     if (!mine) return -1;
     memcpy(mine, pairs + 2 * i, (size_t)(2 * n) * sizeof(i64));
-    if (edge_new(t, mine, n, 1) < 0) {
+    t->bytes += 2 * n * (i64)sizeof(i64);
+    int fresh;
+    Cell *c = table_slot(&t->nodes, node, &fresh);
+    if (!c) {
         free(mine);
         return -1;
     }
-    t->bytes += 2 * n * (i64)sizeof(i64);
+    i64 e = edge_new(t, mine, n, fresh ? -1 : c->v1, 1);
+    if (e < 0) {
+        free(mine);
+        return -1;
+    }
+    c = table_find(&t->nodes, node);
+    c->v1 = e;
     return 0;
 }
 
@@ -294,20 +294,20 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     Py_ssize_t total = PyTuple_GET_SIZE(seq);
-    if (2 * (i64)total > t->cap_work) {
-        i64 cap = 2 * (i64)total > 2 * t->cap_work ? 2 * (i64)total : 2 * t->cap_work;
-        i64 *w = (i64 *)realloc(t->work, (size_t)cap * sizeof(i64));
-        if (!w) return PyErr_NoMemory();
-        t->work = w;
-        t->cap_work = cap;
+    i64 *pairs = (i64 *)malloc((size_t)(2 * (total ? total : 1)) * sizeof(i64));
+    i64 *chains = (i64 *)malloc((size_t)(total + 1) * sizeof(i64)); /* the chain before each run */
+    if (!pairs || !chains) {
+        free(pairs);
+        free(chains);
+        return PyErr_NoMemory();
     }
-    i64 *pairs = t->work;
     i64 runs_n = 0, chain = 0;
     for (Py_ssize_t j = 0; j < total; j++) {
         i64 kh, len;
-        if (item_of(seq, j, by_token, &kh, &len) < 0) return NULL;
+        if (item_of(seq, j, by_token, &kh, &len) < 0) goto fail;
         if (len <= 0) continue; /* no tokens: no part of a prefix */
         i64 slot = mix2(chain, kh);
+        chains[runs_n] = chain;
         pairs[2 * runs_n] = slot;
         pairs[2 * runs_n + 1] = len;
         runs_n++;
@@ -315,11 +315,12 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
     }
     i64 shared = 0, pos = 0, i = 0;
     while (i < runs_n) {
-        i64 slot = pairs[2 * i], len = pairs[2 * i + 1];
-        Cell *c = table_find(&t->firsts, slot);
+        i64 node = chains[i], slot = pairs[2 * i], len = pairs[2 * i + 1];
+        Cell *c = table_find(&t->nodes, node);
         i64 match = -1, other = 0;
         for (i64 e = c ? c->v1 : -1; e >= 0; e = t->edges[e].next) {
             const Edge *x = &t->edges[e];
+            if (x->pairs[0] != slot) continue;
             if (x->pairs[1] == len) {
                 match = e;
                 break;
@@ -328,7 +329,7 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
         }
         if (match < 0) { /* nothing like this run here; an earlier run of its key and another length shares */
             if (other && pos < prompt_len) shared += len < other ? len : other;
-            if (add_tail(t, pairs, i, runs_n) < 0) return PyErr_NoMemory();
+            if (add_tail(t, node, pairs, i, runs_n) < 0) goto nomem;
             break;
         }
         Edge *x = &t->edges[match];
@@ -345,27 +346,43 @@ static PyObject *Ideal_visit(Ideal *t, PyObject *const *args, Py_ssize_t nargs) 
             continue;
         }
         if (i + k == runs_n) break; /* the request ends along the edge */
-        /* part at k: the rest of the edge and the request's own runs start there */
+        /* part at k: the rest of the edge and the request's own runs start a node there */
+        i64 at = chains[i + k];
         if (x->pairs[2 * k] == pairs[2 * (i + k)] && pos < prompt_len) { /* the same key, another length */
             i64 a = x->pairs[2 * k + 1], b = pairs[2 * (i + k) + 1];
             shared += a < b ? a : b;
         }
-        i64 *rest = x->pairs + 2 * k, rest_runs = x->runs - k;
+        i64 rest = edge_new(t, x->pairs + 2 * k, x->runs - k, -1, 0);
+        if (rest < 0) goto nomem;
+        x = &t->edges[match]; /* (edge_new may move the edges) */
         x->runs = k;
-        if (edge_new(t, rest, rest_runs, 0) < 0 || add_tail(t, pairs, i + k, runs_n) < 0) return PyErr_NoMemory();
+        int fresh;
+        Cell *n = table_slot(&t->nodes, at, &fresh);
+        if (!n) goto nomem;
+        if (!fresh) t->edges[rest].next = n->v1; /* (a node inside an edge has no edges: a hash collision) */
+        n->v1 = rest;
+        if (add_tail(t, at, pairs, i + k, runs_n) < 0) goto nomem;
         break;
     }
+    free(pairs);
+    free(chains);
     return PyLong_FromLongLong(shared);
+nomem:
+    PyErr_NoMemory();
+fail:
+    free(pairs);
+    free(chains);
+    return NULL;
 }
 
 static int Ideal_init(Ideal *t, PyObject *args, PyObject *kwds) {
     static char *names[] = {NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "", names)) return -1;
-    if (t->firsts.cells) {
+    if (t->nodes.cells) {
         PyErr_SetString(PyExc_RuntimeError, "ideal cache: already made");
         return -1;
     }
-    if (table_init(&t->firsts, 1024) < 0) {
+    if (table_init(&t->nodes, 1024) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -373,18 +390,16 @@ static int Ideal_init(Ideal *t, PyObject *args, PyObject *kwds) {
 }
 
 static void Ideal_dealloc(Ideal *t) {
-    table_free(&t->firsts);
+    table_free(&t->nodes);
     for (i64 e = 0; e < t->n_edges; e++)
         if (t->edges[e].owns) free(t->edges[e].pairs);
     free(t->edges);
-    free(t->work);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
 static PyObject *Ideal_bytes(Ideal *t, void *closure) {
     (void)closure;
-    return PyLong_FromLongLong(t->bytes + (i64)(t->firsts.cap * sizeof(Cell)) + t->cap_edges * (i64)sizeof(Edge) +
-                              t->cap_work * (i64)sizeof(i64));
+    return PyLong_FromLongLong(t->bytes + (i64)(t->nodes.cap * sizeof(Cell)) + t->cap_edges * (i64)sizeof(Edge));
 }
 
 static PyMethodDef Ideal_methods[] = {
