@@ -36,11 +36,14 @@ def compiled() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # a build without build isolation and without Cython: the Python alone
         return []
-    exts = [Extension(path[:-3].replace("/", "."), [path], optional=True) for path in COMPILED]
+    exts = [Extension(path[:-3].replace("/", "."), [path]) for path in COMPILED]
     # Python's semantics exactly: annotations are not C types, ints stay Python ints
-    return cythonize(exts, build_dir="build/cython", quiet=True,
-                     compiler_directives={"language_level": 3, "annotation_typing": False, "binding": True,
-                                          "emit_code_comments": False})
+    built = cythonize(exts, build_dir="build/cython", quiet=True,
+                      compiler_directives={"language_level": 3, "annotation_typing": False, "binding": True,
+                                           "emit_code_comments": False})
+    for ext in built:  # (cythonize makes new extensions, which do not keep `optional`)
+        ext.optional = True
+    return built
 
 
 setup(ext_modules=NATIVE + compiled())
