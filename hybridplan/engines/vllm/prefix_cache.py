@@ -349,10 +349,10 @@ class Cache:
             return [*range(start + chunk, L, chunk), L]
         # the last cacheable boundary: floor(L/B)·B up to 0.31, floor((L − 1)/B)·B from 0.32
         # (kv_cache_interface.py get_mamba_prefill_checkpoint_position); EAGLE backs off one block (0.16+)
-        last = (L - 1 if r.last_minus_one and not r.eagle else L) // B * B
+        last = floor_to(L - 1 if r.last_minus_one and not r.eagle else L, B)
         if r.eagle:
             last = max(last - B, 0)
-        tail = L // r.unit * r.unit if r.unit < B else 0
+        tail = floor_to(L, r.unit) if r.unit < B else 0
         if not last < tail < L:
             tail = 0
         checkpoints = r.checkpoint_align is not None
@@ -365,7 +365,7 @@ class Cache:
                 inside = checkpoints and self.internal_checkpoint(req, pos, end) is not None
             else:  # inside: only a step to the prompt's end takes the checkpoint inside it
                 inside = False
-                aligned = end // B * B
+                aligned = floor_to(end, B)
                 if aligned > pos or B <= chunk:
                     end = aligned
             # the first of these inside the step ends it: the next block boundary (a step from inside a block),
@@ -373,8 +373,8 @@ class Cache:
             # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)
             cut = end
             if not inside:
-                if pos % B and pos // B * B + B < cut:
-                    cut = pos // B * B + B
+                if pos % B and floor_to(pos, B) + B < cut:
+                    cut = floor_to(pos, B) + B
                 if pos < last < cut:
                     cut = last
                 if pos < tail < cut:
@@ -429,11 +429,11 @@ class Cache:
         L, B = req.prompt_len, r.block
         kv_end = L + req.output_len - 1 if req.output_len else L
         if r.mode == "all":
-            return list(range(start // B * B + B, kv_end + 1, B))
+            return list(range(floor_to(start, B) + B, kv_end + 1, B))
         if r.mode != "align":
             return []
         if r.unit < B:  # and a partial tail
-            tail = L // r.unit * r.unit
+            tail = floor_to(L, r.unit)
             out = [e for e in ends if not e % B or e == tail]
         else:
             out = [e for e in ends if not e % B]
@@ -443,7 +443,7 @@ class Cache:
                 if cp is not None and cp not in out:
                     out.append(cp)
         if not r.eagle:
-            out += range(L // B * B + B, kv_end + 1, B)
+            out += range(floor_to(L, B) + B, kv_end + 1, B)
         return out
 
     def reachable(self, req: Request, junction: int) -> set[int] | None:
@@ -493,7 +493,7 @@ class Cache:
         B, unit = r.block, r.unit
         L, out = req.prompt_len, req.output_len
         kv_end = L + out - 1 if out else L
-        nblocks = -(-(L + out) // B)
+        nblocks = cdiv(L + out, B)
         n_keys = len(keys)
         hit = look.hit
         ends = self.prefill_ends(req, hit, look.junction)
@@ -512,7 +512,7 @@ class Cache:
         # first, each that starts a block, and the last)
         steps = [hit, *ends]
         if kv_end > L:
-            first = L // B * B + 1  # the first step to start a block
+            first = floor_to(L, B) + 1  # the first step to start a block
             if first <= L:
                 first += B
             if first != L + 1:
