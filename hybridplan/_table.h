@@ -25,6 +25,17 @@ typedef struct {
     i64 key, v1, v2;
 } Cell;
 
+/* an array of ``*cap`` items of ``size`` bytes, ``n`` of them used, with room for one more: the same array, or
+ * one moved with its capacity doubled (from ``first`` when it has none) when it is full; NULL when out of memory,
+ * the array and ``*cap`` then as they were */
+static inline void *room_for_one(void *items, i64 n, i64 *cap, size_t size, i64 first) {
+    if (n < *cap) return items;
+    i64 grown = *cap ? *cap * 2 : first;
+    void *moved = realloc(items, (size_t)grown * size);
+    if (moved) *cap = grown;
+    return moved;
+}
+
 typedef struct {
     Cell *cells;
     size_t cap, n; /* cap a power of two */

@@ -162,20 +162,6 @@ fail:
     return NULL;
 }
 
-static PyObject *hash3(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "hash3(a, key, c): hash((a, key, c)) of two ints and a key");
-        return NULL;
-    }
-    long long a = AS_I64(args[0]), c = AS_I64(args[2]);
-    if (PyErr_Occurred()) return NULL;
-    Py_hash_t kh = PyObject_Hash(args[1]);
-    if (kh == -1) return NULL;
-    return PyLong_FromLongLong(tuple3_hash(int_hash((i64)a), (i64)kh, int_hash((i64)c)));
-}
-
-
 /* block_runs(ids, block, last): a Mooncake line's runs, (id, block) for each hash id and (the last id, last);
  * None when an id is not exactly an int (a bool, a float: the caller names the line). ids a non-empty list. */
 static PyObject *block_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -243,13 +229,9 @@ typedef struct {
 } Ideal;
 
 static i64 edge_new(Ideal *t, i64 *pairs, i64 runs, i64 next, int owns) {
-    if (t->n_edges == t->cap_edges) {
-        i64 cap = t->cap_edges ? t->cap_edges * 2 : 1024;
-        Edge *e = (Edge *)realloc(t->edges, (size_t)cap * sizeof(Edge));
-        if (!e) return -1;
-        t->edges = e;
-        t->cap_edges = cap;
-    }
+    Edge *e = (Edge *)room_for_one(t->edges, t->n_edges, &t->cap_edges, sizeof(Edge), 1024);
+    if (!e) return -1;
+    t->edges = e;
     t->edges[t->n_edges] = (Edge){pairs, runs, next, owns};
     return t->n_edges++;
 }
@@ -427,7 +409,6 @@ static PyMethodDef methods[] = {
     {"token_chains", (PyCFunction)token_chains, METH_O, "token_chains(tokens): chains over runs of one token"},
     {"unit_keys", (PyCFunction)(void (*)(void))unit_keys, METH_FASTCALL,
      "unit_keys(runs, unit, total): one key per full unit up to total tokens"},
-    {"hash3", (PyCFunction)(void (*)(void))hash3, METH_FASTCALL, "hash3(a, key, c): hash((a, key, c))"},
     {"block_runs", (PyCFunction)(void (*)(void))block_runs, METH_FASTCALL,
      "block_runs(ids, block, last): a Mooncake line's runs; None when an id is not an int"},
     {NULL, NULL, 0, NULL}};

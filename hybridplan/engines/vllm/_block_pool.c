@@ -127,13 +127,9 @@ typedef struct {
 } Vec;
 
 static int vec_push(Vec *v, i64 x) {
-    if (v->n == v->cap) {
-        i64 cap = v->cap ? v->cap * 2 : 256;
-        i64 *a = (i64 *)realloc(v->a, (size_t)cap * sizeof(i64));
-        if (!a) return -1;
-        v->a = a;
-        v->cap = cap;
-    }
+    i64 *a = (i64 *)room_for_one(v->a, v->n, &v->cap, sizeof(i64), 256);
+    if (!a) return -1;
+    v->a = a;
     v->a[v->n++] = x;
     return 0;
 }
@@ -187,13 +183,9 @@ static i64 holders_new(Pool *p, i64 a, i64 b) {
         h = p->free_holders;
         p->free_holders = p->holders[h].n;
     } else {
-        if (p->n_holders == p->cap_holders) {
-            i64 cap = p->cap_holders ? p->cap_holders * 2 : 64;
-            Holders *hs = (Holders *)realloc(p->holders, (size_t)cap * sizeof(Holders));
-            if (!hs) return -1;
-            p->holders = hs;
-            p->cap_holders = cap;
-        }
+        Holders *hs = (Holders *)room_for_one(p->holders, p->n_holders, &p->cap_holders, sizeof(Holders), 64);
+        if (!hs) return -1;
+        p->holders = hs;
         h = p->n_holders++;
     }
     Holders *x = &p->holders[h];
@@ -235,12 +227,9 @@ static int cache_key(Pool *p, int g, i64 key, i64 slot) {
         return 0;
     }
     Holders *x = &p->holders[c->v1];
-    if (x->n == x->cap) {
-        i64 *s = (i64 *)realloc(x->slots, (size_t)(x->cap * 2) * sizeof(i64));
-        if (!s) return -1;
-        x->slots = s;
-        x->cap *= 2;
-    }
+    i64 *s = (i64 *)room_for_one(x->slots, x->n, &x->cap, sizeof(i64), 4);
+    if (!s) return -1;
+    x->slots = s;
     x->slots[x->n++] = slot;
     return 0;
 }
