@@ -58,7 +58,7 @@ def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, p
 
 
 def test_the_c_pool_is_built():
-    """The install compiles it (pyproject.toml ``ext-modules``); a replay falls back to the Python pool only
+    """The install compiles it (setup.py); a replay falls back to the Python pool only
     where no C compiler was at hand, which this environment has."""
     assert block_pool.BlockPool is not block_pool.PyPool, "the C block pool was not built: is a C compiler there?"
 

@@ -12,7 +12,7 @@ engines' caches are built from their rules (``Cache(r)``) and also say where the
 from __future__ import annotations
 
 import gc
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -37,9 +37,10 @@ class Outcome:
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
-    """One policy over the whole trace."""
+    """One policy over the whole trace (slotted, and ``reasons`` a plain dict: ``count`` runs for every request
+    and policy, and a Counter's item update costs as much as the rest of it)."""
 
     label: str
     block: int
@@ -48,7 +49,8 @@ class Run:
     reused_tokens: int = 0
     with_hit: int = 0
     refused: list[tuple[int, str]] = field(default_factory=list)
-    reasons: Counter = field(default_factory=Counter)
+    #: requests by reason (``REASONS``), the reasons met only
+    reasons: dict[str, int] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     #: Σ reused² (for the attention FLOPs saved: they grow with the position)
     reused_sq: int = 0
@@ -74,10 +76,12 @@ class Run:
         """One request's figures into the totals (``add`` without the per-request record)."""
         self.requests += 1
         self.prompt_tokens += prompt
-        self.reused_tokens += reused
-        self.reused_sq += reused * reused
-        self.with_hit += reused > 0
-        self.reasons[reason] += 1
+        if reused:
+            self.reused_tokens += reused
+            self.reused_sq += reused * reused
+            self.with_hit += 1
+        reasons = self.reasons
+        reasons[reason] = reasons.get(reason, 0) + 1
 
 
 class PyIdeal:

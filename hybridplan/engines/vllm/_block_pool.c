@@ -4,7 +4,16 @@
  * figure.
  *
  * The state is PyPool's, in C: every key is a Python hash (never -1), every block number and request index is
- * >= 0, so -1 marks an empty cell in every table.
+ * >= 0, so -1 marks an empty cell in every table. Two differences of form, none of result:
+ *
+ * - PyPool gives every take a new number; here a block keeps its number from one holder to the next (the block
+ *   evicted at the queue's head is the one taken, a block freed caching nothing waits on a stack of spare
+ *   numbers), so the numbers stay below num_blocks and what PyPool keeps in dicts by number (the free queue's
+ *   entries, the places hits left in its order, the holders of blocks held twice) is one array indexed by
+ *   block;
+ * - the keys noted evicted or dropped wait in a short list and go into their table in batches, each cell
+ *   fetched ahead of its insertion (the table outgrows the CPU's caches on a long trace, and one insertion at
+ *   a time waits on memory at each); a lookup's ``lost`` empties the list first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -141,17 +150,37 @@ typedef struct {
     i64 n, cap;
 } Holders;
 
+/* ---- a block, by its number ---- */
+
+typedef struct {
+    i64 key;     /* in the free queue: the key it caches */
+    int group;   /* in the free queue: its group + 1 (0: it caches nothing) */
+    int queued;  /* in the free queue */
+    i64 stale;   /* places in the queue's order left by hits */
+    i64 extra;   /* holders past the first */
+} Block;
+
+/* the keys noted evicted or dropped, waiting for the marks table */
+#define PENDING 256
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(addr) __builtin_prefetch((addr), 1)
+#else
+#define PREFETCH(addr) ((void)0)
+#endif
+
 typedef struct {
     PyObject_HEAD
-    i64 num_blocks, block, fresh, next, evictions, states, peak_states, peak_blocks, uncached_queued;
+    i64 num_blocks, block, fresh, next, evictions, states, peak_states, peak_blocks, uncached_queued, queued;
     int uncached_first, n_groups, first_mamba;
     char *kinds; /* per group: 'a' or 'm' */
-    Table queue;  /* block -> (key, group + 1; 0: uncached) */
-    Deque order;
-    Table stale;  /* block -> places left by hits */
-    Table refs;   /* block -> holders, for blocks held more than once */
+    Block *blocks; /* by number, the first ``next`` in use (numbers are given out from 0 up) */
+    i64 cap_blocks;
+    Vec spare;     /* numbers of blocks freed caching nothing (0.24.0+), taken before new ones */
+    Deque order;   /* the free queue's order */
     Table *cached; /* per group: key -> (block, 0) or (index in holders, 1) */
     Table marks;   /* Mamba keys ever evicted (v1 bit EVICTED) or dropped by the rules (bit DROPPED) */
+    i64 pending[PENDING], pending_bits[PENDING];
+    int n_pending;
     Table running; /* request -> Running * */
     Holders *holders;
     i64 n_holders, cap_holders, free_holders; /* free_holders: a free list through slots == NULL, n = next */
@@ -262,21 +291,38 @@ static int uncache_key(Pool *p, int g, i64 key, i64 old) {
     return 0;
 }
 
-static int count_add(Table *t, i64 key, i64 start) {
-    int fresh;
-    Cell *c = table_slot(t, key, &fresh);
-    if (!c) return -1;
-    c->v1 = fresh ? start + 1 : c->v1 + 1;
+/* the waiting marks into their table: room made first, then each cell fetched a few insertions ahead */
+static int flush_marks(Pool *p) {
+    Table *t = &p->marks;
+    int n = p->n_pending;
+    p->n_pending = 0;
+    while ((t->n + (size_t)n + 1) * 2 > t->cap)
+        if (table_grow(t) < 0) return -1;
+    size_t mask = t->cap - 1;
+    for (int k = 0; k < n; k++) {
+        if (k + 8 < n) PREFETCH(&t->cells[mix(p->pending[k + 8]) & mask]);
+        int fresh;
+        Cell *c = table_slot(t, p->pending[k], &fresh);
+        c->v1 |= p->pending_bits[k];
+    }
     return 0;
 }
 
 /* a Mamba key noted evicted or dropped */
-static int mark(Pool *p, i64 key, i64 bit) {
-    int fresh;
-    Cell *c = table_slot(&p->marks, key, &fresh);
-    if (!c) return -1;
-    c->v1 |= bit;
+static inline int mark(Pool *p, i64 key, i64 bit) {
+    if (p->n_pending == PENDING && flush_marks(p) < 0) return -1;
+    p->pending[p->n_pending] = key;
+    p->pending_bits[p->n_pending++] = bit;
     return 0;
+}
+
+/* a new block number, its entry zeroed */
+static i64 new_number(Pool *p) {
+    Block *b = (Block *)room_for_one(p->blocks, p->next, &p->cap_blocks, sizeof(Block), 1024);
+    if (!b) return -1;
+    p->blocks = b;
+    memset(&b[p->next], 0, sizeof(Block));
+    return p->next++;
 }
 
 /* ---- running the takes and frees ---- */
@@ -286,69 +332,65 @@ static int run_events(Pool *p, const i64 *events, i64 n, i64 *slots, const i64 *
         i64 f = events[e];
         if (f < 0) {
             f = ~f;
-            i64 held = slots[f];
-            if (p->refs.n) {
-                Cell *r = table_find(&p->refs, held);
-                if (r) { /* still held by another request */
-                    if (r->v1 > 2)
-                        r->v1--;
-                    else
-                        table_remove(&p->refs, r);
-                    continue;
-                }
+            Block *b = &p->blocks[slots[f]];
+            if (b->extra) { /* still held by another request */
+                b->extra--;
+                continue;
             }
-            int fresh;
             if (group[f] >= 0) {
-                Cell *q = table_slot(&p->queue, held, &fresh);
-                if (!q || deque_push(&p->order, held) < 0) return -1;
-                q->v1 = keys[f];
-                q->v2 = group[f] + 1;
+                if (deque_push(&p->order, slots[f]) < 0) return -1;
+                b = &p->blocks[slots[f]];
+                b->key = keys[f];
+                b->group = group[f] + 1;
+                b->queued = 1;
+                p->queued++;
             } else if (p->uncached_first) {
+                if (vec_push(&p->spare, slots[f]) < 0) return -1;
                 p->fresh++;
             } else {
-                Cell *q = table_slot(&p->queue, held, &fresh);
-                if (!q || deque_push(&p->order, held) < 0) return -1;
-                q->v1 = 0;
-                q->v2 = 0;
+                if (deque_push(&p->order, slots[f]) < 0) return -1;
+                b->key = 0;
+                b->group = 0;
+                b->queued = 1;
+                p->queued++;
                 p->uncached_queued++;
             }
             continue;
         }
+        i64 slot;
         if (p->fresh) {
             p->fresh--;
+            slot = p->spare.n ? p->spare.a[--p->spare.n] : new_number(p);
+            if (slot < 0) return -1;
         } else { /* the head of the free queue, evicting what it caches */
-            i64 old;
+            Block *b;
             for (;;) {
                 if (!p->order.len) {
                     PyErr_SetString(PyExc_RuntimeError, "block pool: a block was taken from an empty free queue");
                     return -1;
                 }
-                old = deque_popleft(&p->order);
-                if (!p->stale.n) break;
-                Cell *s = table_find(&p->stale, old);
-                if (!s) break;
-                if (s->v1 > 1)
-                    s->v1--;
-                else
-                    table_remove(&p->stale, s);
+                slot = deque_popleft(&p->order);
+                b = &p->blocks[slot];
+                if (!b->stale) break;
+                b->stale--;
             }
-            Cell *q = table_find(&p->queue, old);
-            if (!q) {
+            if (!b->queued) {
                 PyErr_SetString(PyExc_RuntimeError, "block pool: the free queue's head is not queued");
                 return -1;
             }
-            i64 key = q->v1, g = q->v2 - 1;
-            table_remove(&p->queue, q);
+            i64 key = b->key, g = b->group - 1;
+            b->queued = 0;
+            p->queued--;
             if (g < 0) {
                 p->uncached_queued--;
             } else {
-                if (uncache_key(p, (int)g, key, old) < 0) return -1;
+                if (uncache_key(p, (int)g, key, slot) < 0) return -1;
                 p->evictions++;
                 if (p->kinds[g] == 'm' && mark(p, key, EVICTED) < 0) return -1;
             }
         }
-        if (group[f] >= 0 && cache_key(p, group[f], keys[f], p->next) < 0) return -1;
-        slots[f] = p->next++;
+        if (group[f] >= 0 && cache_key(p, group[f], keys[f], slot) < 0) return -1;
+        slots[f] = slot;
     }
     return 0;
 }
@@ -551,7 +593,7 @@ static i64 hits_of(Pool *p, Work *w) {
         for (i64 t = 0; t < n_touched; t++) seen |= touched[t] == s;
         if (!seen) {
             touched[n_touched++] = s;
-            queued += table_find(&p->queue, s) != NULL;
+            queued += p->blocks[s].queued;
         }
     }
     return queued;
@@ -582,12 +624,13 @@ static int touch_hits(Pool *p, Work *w) {
         i64 f = w->hits[h];
         int ok;
         i64 s = oldest(p, w->ents_group[f], w->ents_key[f], &ok);
-        Cell *q = table_find(&p->queue, s);
-        if (q) {
-            table_remove(&p->queue, q);
-            if (count_add(&p->stale, s, 0) < 0) return -1;
-        } else if (count_add(&p->refs, s, 1) < 0) {
-            return -1;
+        Block *b = &p->blocks[s];
+        if (b->queued) {
+            b->queued = 0;
+            p->queued--;
+            b->stale++;
+        } else {
+            b->extra++;
         }
         w->slots[f] = s;
     }
@@ -709,7 +752,7 @@ static PyObject *Pool_admit(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     if (read_plan(p, plan, &w) < 0) goto fail;
     i64 queued = hits_of(p, &w);
     if (queued < 0) goto fail;
-    i64 avail = p->fresh + (i64)p->queue.n - queued;
+    i64 avail = p->fresh + p->queued - queued;
     /* the dry run can only fail when the free blocks are fewer than the new ones (frees only add) */
     if (avail < w.na * (w.nblocks - w.hit_blocks) + w.nm * w.n_needs && !fits(p, &w, avail)) {
         result = Py_False;
@@ -775,10 +818,16 @@ static PyObject *Pool_has(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     return PyBool_FromLong(table_find(&p->cached[g], (i64)key) != NULL);
 }
 
-static PyObject *Pool_drop(Pool *p, PyObject *arg) {
-    long long key = AS_I64(arg);
-    if (key == -1 && PyErr_Occurred()) return NULL;
-    if (mark(p, (i64)key, DROPPED) < 0) return PyErr_NoMemory();
+static PyObject *Pool_drop(Pool *p, PyObject *keys) {
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "drop(keys): a list of keys");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        long long key = AS_I64(PyList_GET_ITEM(keys, i));
+        if (key == -1 && PyErr_Occurred()) return NULL;
+        if (mark(p, (i64)key, DROPPED) < 0) return PyErr_NoMemory();
+    }
     Py_RETURN_NONE;
 }
 
@@ -794,6 +843,7 @@ static PyObject *Pool_lost(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     if (stop > n) stop = n;
+    if (p->n_pending && flush_marks(p) < 0) return PyErr_NoMemory();
     i64 bits = 0;
     for (Py_ssize_t i = start; i < stop && bits != (EVICTED | DROPPED); i++) {
         long long key = AS_I64(PyList_GET_ITEM(args[0], i));
@@ -890,9 +940,8 @@ static void Pool_dealloc(Pool *p) {
         for (size_t i = 0; i < p->running.cap; i++)
             if (p->running.cells[i].key != EMPTY) running_free((Running *)(intptr_t)p->running.cells[i].v1);
     }
-    table_free(&p->queue);
-    table_free(&p->stale);
-    table_free(&p->refs);
+    free(p->blocks);
+    free(p->spare.a);
     table_free(&p->marks);
     table_free(&p->running);
     if (p->cached) {
@@ -952,8 +1001,7 @@ static int Pool_init(Pool *p, PyObject *args, PyObject *kwds) {
         }
     }
     p->kinds[n_groups] = 0;
-    if (table_init(&p->queue, 1024) < 0 || table_init(&p->stale, 64) < 0 || table_init(&p->refs, 64) < 0 ||
-        table_init(&p->marks, 1024) < 0 || table_init(&p->running, 64) < 0) {
+    if (table_init(&p->marks, 1024) < 0 || table_init(&p->running, 64) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -962,7 +1010,7 @@ static int Pool_init(Pool *p, PyObject *args, PyObject *kwds) {
 
 static PyObject *Pool_available(Pool *p, void *closure) {
     (void)closure;
-    return PyLong_FromLongLong(p->fresh + (i64)p->queue.n);
+    return PyLong_FromLongLong(p->fresh + p->queued);
 }
 
 static PyObject *Pool_groups(Pool *p, void *closure) {
@@ -992,7 +1040,7 @@ static PyMethodDef Pool_methods[] = {
      "prefix(groups, keys, n): how many of the first n keys every group caches, from the left"},
     {"last_held", (PyCFunction)(void (*)(void))Pool_last_held, METH_FASTCALL,
      "last_held(groups, keys, reach): the last u <= reach whose key keys[u - 1] every group caches (0: none)"},
-    {"drop", (PyCFunction)Pool_drop, METH_O, "drop(key): a Mamba state the rules did not keep"},
+    {"drop", (PyCFunction)Pool_drop, METH_O, "drop(keys): the Mamba states the rules did not keep"},
     {"lost", (PyCFunction)(void (*)(void))Pool_lost, METH_FASTCALL,
      "lost(keys, start, stop): whether any of keys[start:stop] was evicted from a Mamba block, and dropped"},
     {"admit", (PyCFunction)(void (*)(void))Pool_admit, METH_FASTCALL, "admit(request, hit, plan): run the plan; False if it does not fit"},

@@ -446,30 +446,27 @@ class Cache:
             out += range(floor_to(L, B) + B, kv_end + 1, B)
         return out
 
-    def reachable(self, req: Request, junction: int) -> set[int] | None:
-        """The positions retention always keeps a state at (``reachable_block_mask``): the replay boundary and the
-        junction; None when retention keeps every state."""
+    def retained(self, req: Request, junction: int, positions: list[int]) -> tuple[list[int], list[int]]:
+        """``positions`` split into the states retention keeps and those it drops (``reachable_block_mask``):
+        every state when dense (no interval, or one under two blocks); else the replay boundary's (prompt − 1,
+        floored to the hash unit or the block) and the junction's, and with an interval N one every N tokens."""
         r = self.r
-        if r.retention is None:
-            return None
-        align = r.unit if r.unit < r.block else r.block
-        out = {floor_to(req.prompt_len - 1, align)}
+        B = r.block
+        if r.retention is None or 0 < r.retention < 2 * B:
+            return positions, []
+        per = r.retention // B
+        align = r.unit if r.unit < B else B
+        always = {floor_to(req.prompt_len - 1, align)}
         if junction and r.junction_kept:
-            out.add(floor_to(junction, align))
-        return out
-
-    def kept(self, pos: int, reachable: set[int] | None) -> bool:
-        """Whether retention keeps the state at ``pos`` (``reachable`` from ``reachable``): every state when
-        dense, else those reachable and (an interval N) one every N tokens."""
-        r = self.r
-        if reachable is None or pos in reachable:
-            return True
-        if r.retention:
-            per = r.retention // r.block
-            if per <= 1:
-                return True
-            return pos % r.block == 0 and (pos // r.block) % per == 0
-        return False
+            always.add(floor_to(junction, align))
+        kept: list[int] = []
+        dropped: list[int] = []
+        for pos in positions:
+            if pos in always or (per and pos % B == 0 and pos // B % per == 0):
+                kept.append(pos)
+            else:
+                dropped.append(pos)
+        return kept, dropped
 
     def blocks_needed(self, req: Request) -> int:
         """Blocks one request pins when nothing is reused: its attention blocks in every attention group, and
@@ -499,15 +496,14 @@ class Cache:
         ends = self.prefill_ends(req, hit, look.junction)
         states: dict[int, int] = {}
         if self._recurrent:
-            reachable = self.reachable(req, look.junction)
-            kept, drop = self.kept, self.pool.drop
-            for pos in self._state_positions(req, hit, ends):
+            kept, dropped = self.retained(req, look.junction, self._state_positions(req, hit, ends))
+            for pos in kept:
                 q = pos // unit
                 if 0 < q <= n_keys:
-                    if kept(pos, reachable):
-                        states[pos] = keys[q - 1]
-                    else:
-                        drop(keys[q - 1])
+                    states[pos] = keys[q - 1]
+            lost = [keys[pos // unit - 1] for pos in dropped if 0 < pos // unit <= n_keys]
+            if lost:
+                self.pool.drop(lost)
         # decoding, one token a step: only the steps that end in a new block or cross a boundary matter (the
         # first, each that starts a block, and the last)
         steps = [hit, *ends]
@@ -589,10 +585,11 @@ class Cache:
                             need.append(e)
                 # the speculative blocks are held to the end; the prefill-checkpoint page is a block only where a
                 # step takes the checkpoint inside it (MambaManager ``_needs_internal_checkpoint``): the one above
-                late = max(r.mamba_pages - 2 - (r.checkpoint_align is not None), 0)
-                mamba += [None] * late
-                index += [1 << 62] * late
-                need += [1] * late
+                late = r.mamba_pages - 2 - (r.checkpoint_align is not None)
+                if late > 0:
+                    mamba += [None] * late
+                    index += [1 << 62] * late
+                    need += [1] * late
         return steps, attn, (mamba, index, need)
 
     def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
