@@ -135,12 +135,21 @@ typedef struct {
     i64 n, cap;
 } Vec;
 
-static int vec_push(Vec *v, i64 x) {
+static int vec_grow_push(Vec *v, i64 x) {
     i64 *a = (i64 *)room_for_one(v->a, v->n, &v->cap, sizeof(i64), 256);
     if (!a) return -1;
     v->a = a;
     v->a[v->n++] = x;
     return 0;
+}
+
+/* x at the end (inline while there is room: an admit pushes every take and free of its plan) */
+static inline int vec_push(Vec *v, i64 x) {
+    if (v->n < v->cap) {
+        v->a[v->n++] = x;
+        return 0;
+    }
+    return vec_grow_push(v, x);
 }
 
 /* ---- several blocks holding one key (a list in PyPool), rare: cached's v2 > 0 then, v1 the index here ---- */
