@@ -101,3 +101,23 @@ def test_the_c_pool_refuses_a_malformed_plan():
         p.finish(5)
     with pytest.raises(ValueError):
         block_pool.BlockPool(10, "ax", True, 16)
+
+
+@pytest.mark.parametrize("pool", [block_pool.PyPool, block_pool.BlockPool], ids=["python", "c"])
+def test_evicted_and_dropped_keys_are_told_apart_past_a_batch(pool):
+    """The C pool notes the keys evicted or dropped in batches of 256 (_block_pool.c ``PENDING``); ``lost`` sees
+    every one, whether its batch was written out or still waits. A pool of 4 blocks, one Mamba group (block 16):
+    request r caches its state in a new block (key 10_000 + r) and drops 2 keys (r, -r - 1); each take past the
+    first three evicts the oldest state. After 400 requests, 800 drops and 396 evictions have been noted (more
+    than a batch), and the keys of the first, middle and last requests read as each was noted."""
+    p = pool(5, "m", True, 16)
+    for r in range(400):
+        p.drop([r, -r - 1])
+        # one Mamba block caching key 10_000 + r, taken at the first step, freed at the end
+        assert p.admit(r, 0, ([0, 16], [], ([10_000 + r], [0], [16])))
+        p.finish(r)
+    assert p.evictions == 396
+    assert p.lost([10_000, 10_200, 10_395, 10_396, 10_399], 0, 5) == (True, False)  # evicted: the first 396
+    assert p.lost([10_396, 10_399], 0, 2) == (False, False)  # still cached
+    assert p.lost([0, 199, -400], 0, 3) == (False, True)
+    assert p.lost([10_001, 399], 0, 2) == (True, True) and p.lost([5, 6], 1, 1) == (False, False)
