@@ -312,6 +312,7 @@ static int flush_marks(Pool *p) {
         if (k + 8 < n) PREFETCH(&t->cells[mix(p->pending[k + 8]) & mask]);
         int fresh;
         Cell *c = table_slot(t, p->pending[k], &fresh);
+        if (!c) return -1; /* (not reached: the room was made above) */
         c->v1 |= p->pending_bits[k];
     }
     return 0;
