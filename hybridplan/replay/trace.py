@@ -57,9 +57,7 @@ class Prompt:
     def of_runs(cls, runs: tuple[tuple[object, int], ...], size: int) -> Prompt:
         """``Prompt(runs=runs)`` whose token count the caller knows (``size``, the runs' lengths summed), built
         without the dataclass's per-field ``object.__setattr__`` (a trace makes two a request)."""
-        p = object.__new__(cls)
-        p.__dict__.update(runs=runs, tokens=None, size=size, _keys={})
-        return p
+        return _instance(cls, {"runs": runs, "tokens": None, "size": size, "_keys": {}})
 
     def __len__(self) -> int:
         return self.size
@@ -202,11 +200,11 @@ class Request:
     @classmethod
     def of(cls, index: int, prompt: Prompt, output_len: int, arrival: float, origin: str) -> Request:
         """``Request(index, prompt, output_len, arrival, origin)``, built without the dataclass's per-field
-        ``object.__setattr__`` (one a line of a trace)."""
-        r = object.__new__(cls)
-        r.__dict__.update(index=index, prompt=prompt, output_len=output_len, arrival=arrival, origin=origin,
-                          output_key=None, prompt_len=prompt.size)
-        return r
+        ``object.__setattr__`` (one a line of a trace), its prompt with the output (``with_output``) made with it:
+        every replay asks for it."""
+        return _instance(cls, {"index": index, "prompt": prompt, "output_len": output_len, "arrival": arrival,
+                               "origin": origin, "output_key": None, "prompt_len": prompt.size,
+                               "_full": _followed(prompt, ("out", index), output_len)})
 
     def with_output(self) -> Prompt:
         """The prompt followed by its generated tokens (what decoding hashes), built once (kept beside the
@@ -218,14 +216,30 @@ class Request:
         return full
 
     def _with_output(self) -> Prompt:
-        key = self.output_key if self.output_key is not None else ("out", self.index)
-        if self.prompt.tokens is not None:
-            base = hash(key) & 0x7FFFFFFF
-            return Prompt(tokens=self.prompt.tokens + tuple(-(base + j) - 1 for j in range(self.output_len)))
-        prompt = self.prompt
-        if not self.output_len:
-            return Prompt.of_runs(prompt.runs, prompt.size)
-        return Prompt.of_runs(prompt.runs + (((key, 0), self.output_len),), prompt.size + self.output_len)
+        return _followed(self.prompt, self.output_key if self.output_key is not None else ("out", self.index),
+                         self.output_len)
+
+
+def _followed(prompt: Prompt, key: object, n: int) -> Prompt:
+    """``prompt`` followed by ``n`` generated tokens known by ``key`` (a run ``((key, 0), n)``; for token ids, ids
+    of their own below 0)."""
+    if prompt.tokens is not None:
+        base = hash(key) & 0x7FFFFFFF
+        return Prompt(tokens=prompt.tokens + tuple(-(base + j) - 1 for j in range(n)))
+    if not n:
+        return Prompt.of_runs(prompt.runs, prompt.size)
+    return Prompt.of_runs(prompt.runs + (((key, 0), n),), prompt.size + n)
+
+
+def _py_instance(cls: type, fields: dict) -> object:
+    """An instance of ``cls`` with ``fields`` as its attributes, ``__init__`` not called (``_speedups.instance``'s
+    twin)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+_instance = _native.instance if _native is not None else _py_instance
 
 
 def _bad(path: Path, line: int, why: str) -> PlanError:
