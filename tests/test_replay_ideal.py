@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from hybridplan.replay.loop import NativeIdeal, PyIdeal
 from hybridplan.replay.trace import Prompt, Request
+from tests.helpers import native
 
 
 def _tokens(p: Prompt) -> list:
@@ -42,7 +43,8 @@ def _brute(reqs: list[Request]) -> list[int]:
 
 _KEYS = st.sampled_from(["a", "b", "c", 7, ("reply", 0)])
 #: both builds of the ideal cache, held to the same definition
-BOTH = pytest.mark.parametrize("Ideal", [NativeIdeal, PyIdeal], ids=["c", "python"])
+BOTH = pytest.mark.parametrize("Ideal", [pytest.param(NativeIdeal, marks=native("hybridplan.replay._speedups")),
+                                          PyIdeal], ids=["c", "python"])
 _RUN = st.tuples(_KEYS, st.integers(0, 4))
 
 

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from hybridplan.replay import loop, trace
 from hybridplan.replay.trace import Prompt
+from tests.helpers import assert_native_built, native
+
+C = native("hybridplan.replay._speedups")
 
 KEYS = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 6), st.sampled_from(["sys", "doc", ""]),
                  st.tuples(st.just("out"), st.integers(0, 3)))
@@ -30,13 +33,15 @@ def _python(prompt: Prompt, unit: int, stop: int) -> tuple[list[int], list[int]]
         trace._native = native
 
 
-def test_the_native_code_is_built():
-    """The install compiles it (pyproject.toml ``ext-modules``); the Python twins run only where no C compiler
-    was at hand, which this environment has."""
-    assert trace._native is not None, "hybridplan/replay/_speedups.c was not built: is a C compiler there?"
+def test_the_native_code_is_built_and_used():
+    """The install compiles it (setup.py) where a C compiler is at hand, and a replay then uses it; CI requires
+    it (HYBRIDPLAN_REQUIRE_NATIVE=1)."""
+    assert_native_built("hybridplan.replay._speedups")
+    assert trace._native is not None
     assert loop.Ideal is loop.NativeIdeal
 
 
+@C
 @settings(max_examples=300, deadline=None)
 @given(runs=RUNS, unit=st.sampled_from([1, 16, 528]), stop=st.integers(0, 8000))
 def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
@@ -44,6 +49,7 @@ def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
     assert (prompt.chains(), prompt.unit_keys(unit, stop)) == _python(prompt, unit, stop)
 
 
+@C
 @settings(max_examples=100, deadline=None)
 @given(runs=HUGE_RUNS)
 def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
@@ -52,6 +58,7 @@ def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
     assert (prompt.chains(), prompt.unit_keys(1 << 60, 1 << 62)) == _python(prompt, 1 << 60, 1 << 62)
 
 
+@C
 @settings(max_examples=100, deadline=None)
 @given(tokens=st.lists(st.integers(0, 1 << 62), min_size=1, max_size=40).map(tuple))
 def test_token_chains_are_pythons_own_hashes(tokens):
@@ -59,6 +66,7 @@ def test_token_chains_are_pythons_own_hashes(tokens):
     assert prompt.chains() == _python(prompt, 16, 40)[0]
 
 
+@C
 @settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.booleans(), st.just(1.0)), min_size=1,
                     max_size=6),
@@ -83,6 +91,7 @@ def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
         assert seen[0] == "t.jsonl: line 7: 'hash_ids' must be a list of integers"
 
 
+@C
 def test_a_mooncake_lines_request_is_the_one_python_makes():
     """``_speedups.instance`` makes a trace line's Request and Prompts without their ``__init__``; the records are
     equal, field for field and with their prompt and output, to those the Python twin (``_py_instance``) and the
