@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridplan.replay.loop import NativeIdeal, PyIdeal
-from hybridplan.replay.trace import Prompt, Request
+from hybridplan.replay.trace import Prompt, Request, step
 from tests.helpers import native
 
 
@@ -116,22 +116,22 @@ def test_ideal_same_key_other_length_shares_the_shorter(Ideal):
 
 
 def _chain(runs) -> int:
-    """The chain of whole runs, as the ``unit_keys`` docstring defines it: hash((chain, key, length)) over the
+    """The chain of whole runs, as the ``unit_keys`` docstring defines it: ``step(chain, key, length)`` over the
     runs with tokens, from 0."""
     c = 0
     for k, n in runs:
         if n:
-            c = hash((c, k, n))
+            c = step(c, k, n)
     return c
 
 
 def _prefix_key(runs, pos: int) -> int:
-    """The key of a prompt's first ``pos`` tokens (``pos`` > 0): hash((chain of the whole runs before the run
+    """The key of a prompt's first ``pos`` tokens (``pos`` > 0): ``step``(chain of the whole runs before the run
     it ends in, that run's key, the tokens it takes of it))."""
     start = 0
     for j, (k, n) in enumerate(runs):
         if n and start < pos <= start + n:
-            return hash((_chain(runs[:j]), k, pos - start))
+            return step(_chain(runs[:j]), k, pos - start)
         start += n
     raise AssertionError(pos)
 

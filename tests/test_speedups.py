@@ -1,6 +1,6 @@
 """The replay's trace-side native code (hybridplan/replay/_speedups.c) against its Python twins: the chained
-hashes of a prompt's runs must be Python's own hash values (``Prompt.chains`` and ``Prompt.unit_keys`` with the
-C module set aside). The C ideal cache is held to its definition beside its Python twin in
+keys of a prompt's runs must be the twin's values (``Prompt.chains`` and ``Prompt.unit_keys`` with the C module
+set aside), and the twin must be its definition (trace.py ``step``). The C ideal cache is held to its definition beside its Python twin in
 tests/test_replay_ideal.py."""
 
 from __future__ import annotations
@@ -41,10 +41,34 @@ def test_the_native_code_is_built_and_used():
     assert loop.Ideal is loop.NativeIdeal
 
 
+def test_a_fold_is_splitmix64s_finaliser():
+    """``_fold(n, 0)`` is splitmix64's n-th output from seed 0 (the state advanced by φ n times, then finalised):
+    0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f in the reference splitmix64.c (S. Vigna,
+    prng.di.unimi.it)."""
+    assert [trace._fold(n, 0) for n in (1, 2, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=RUNS)
+def test_the_python_twin_is_the_definition(runs):
+    """A chain is ``step`` over the runs with tokens, in order (a run of none changes nothing); every key is a
+    signed 64-bit int and never -1 (the native tables' empty mark)."""
+    twin = _python(Prompt(runs=runs), 16, 4000)[0]
+    chain, want = 0, [0]
+    for key, n in runs:
+        if n:
+            x = trace._fold(trace._fold(chain, hash(key)), n)
+            chain = x - (1 << 64) if x >= 1 << 63 else x
+            chain = -2 if chain == -1 else chain
+        want.append(chain)
+    assert twin == want
+    assert all(-(1 << 63) <= c < 1 << 63 and c != -1 for c in twin)
+
+
 @C
 @settings(max_examples=300, deadline=None)
 @given(runs=RUNS, unit=st.sampled_from([1, 16, 528]), stop=st.integers(0, 8000))
-def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
+def test_chains_and_unit_keys_are_the_python_twins(runs, unit, stop):
     prompt = Prompt(runs=runs)
     assert (prompt.chains(), prompt.unit_keys(unit, stop)) == _python(prompt, unit, stop)
 
@@ -52,8 +76,8 @@ def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
 @C
 @settings(max_examples=100, deadline=None)
 @given(runs=HUGE_RUNS)
-def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
-    """A length past 2**61 − 1, where Python hashes an int modulo it, and units of 2**60 tokens."""
+def test_chains_of_runs_past_2_61_are_the_python_twins(runs):
+    """Lengths past 2**61 − 1 and units of 2**60 tokens."""
     prompt = Prompt(runs=runs)
     assert (prompt.chains(), prompt.unit_keys(1 << 60, 1 << 62)) == _python(prompt, 1 << 60, 1 << 62)
 
@@ -61,7 +85,7 @@ def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
 @C
 @settings(max_examples=100, deadline=None)
 @given(tokens=st.lists(st.integers(0, 1 << 62), min_size=1, max_size=40).map(tuple))
-def test_token_chains_are_pythons_own_hashes(tokens):
+def test_token_chains_are_the_python_twins(tokens):
     prompt = Prompt(tokens=tokens)
     assert prompt.chains() == _python(prompt, 16, 40)[0]
 
