@@ -326,6 +326,18 @@ SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "a
 ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
 ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
+#: what `fit` and `plan` write for a deployment (hybridplan/deploy.py)
+EMIT = (param("emit", Flag[Optional[str], option(
+            "--emit", metavar="FORMAT",
+            help="Write the chosen start as a deployment file: vllm-config (for vllm serve --config), "
+                 "sglang-config (for sglang.launch_server --config) or k8s (a ConfigMap, a Deployment or, past "
+                 "one node, a LeaderWorkerSet, and a Service). To stdout, or into --out.")], None),
+        param("out", Flag[Optional[Path], option(
+            "--out", metavar="DIR", help="With --emit: the folder to write the files into (made if missing).")],
+            None),
+        param("gpus_per_node", Flag[int, option(
+            "--gpus-per-node", metavar="N", parser=count_value("--gpus-per-node"),
+            help="With --emit k8s: GPUs one node offers (default 8); a replica past it spans nodes.")], 8))
 OUTPUT = (*JSON, param("exact", Exact, False))
 def _gpus() -> list[str]:
     from hybridplan.gpus import GPUS

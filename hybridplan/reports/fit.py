@@ -49,6 +49,25 @@ class FitReport:
                 out[name] = sglang_command(self.sc, model, revision=self.revision)
         return out
 
+    def targets(self, gpus_per_node: int = 8) -> dict:
+        """Per engine that starts, what `--emit` writes down (hybridplan/deploy.py ``Target``): its command, its
+        release, its layout, and the figures predicted for it, for the files' headers."""
+        from hybridplan.deploy import Target
+
+        from importlib import import_module
+
+        sc, out = self.sc, {}
+        for name, cmd in self.commands().items():
+            part = self.parts[name]
+            if cmd is None or not part.starts:
+                continue
+            rel = sc.vllm.release if name == "vllm" else sc.sglang.release
+            coupled = not import_module(f"hybridplan.engines.{name}.deploy").dp_replicas(sc)
+            out[name] = Target(name, rel, cmd, sc.spec.name, tp=sc.tp, pp=sc.pp, dp=sc.dp, dp_coupled=coupled,
+                               figures=tuple(f"predicted: {line}" for line in _logs(part)),
+                               gpus_per_node=gpus_per_node)
+        return out
+
     def flags(self) -> dict[str, str]:
         return {name: "—" if c is None else str(c) for name, c in self.commands().items()}
 
@@ -63,6 +82,15 @@ class FitReport:
             d["skipped"] = dict(self.skipped)
         d.update((name, p.to_dict()) for name, p in self.parts.items())
         return d
+
+
+def _logs(part) -> list[str]:
+    """The start-up lines an engine is predicted to print (the figures a deployment file came from)."""
+    chosen = getattr(part, "chosen", None)
+    if chosen is not None:
+        return list(chosen.to_dict().get("logs", ()))
+    logs = getattr(part, "logs", ())
+    return list(logs() if callable(logs) else logs)
 
 
 def budget_notes(sc: Scenario) -> tuple[str, ...]:
