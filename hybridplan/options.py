@@ -480,15 +480,15 @@ def budget(o: Options) -> Budget:
     from hybridplan.scenario import Budget
 
     gpu_type, gpu_mem = getattr(o, "gpu_type", None), getattr(o, "gpu_mem", None)
-    key = None
+    key = note = None
     if gpu_type is not None:
-        from hybridplan.gpus import gpu
+        from hybridplan.gpus import resolve
 
         if gpu_mem is not None:
             raise PlanError("give --gpu-type or --gpu-mem, not both")
-        g = gpu(gpu_type)
+        g, note = resolve(gpu_type)
         key, gpu_mem = g.key, g.total
-    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
+    return Budget(gpu_mem=gpu_mem, gpu=key, gpu_note=note, **_given(o, _BUDGET))
 
 
 def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:

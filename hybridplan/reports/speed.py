@@ -83,6 +83,8 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
     notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "
              f"({g.sheet})",
              *cal_notes, *b.notes]
+    if sc.budget.gpu_note:
+        notes.insert(0, sc.budget.gpu_note)
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
     return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes))
