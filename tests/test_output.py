@@ -98,3 +98,37 @@ def test_a_closed_pipe_exits_quietly():
         p.stdout.close()
         assert p.wait(timeout=60) == 0
         assert p.stderr.read() == b""
+
+
+# --- "Available KV cache memory" as each release prints it (issue 28, item 14) -----------------------------------
+
+_AVAILABLE_LOGS = sorted(p for d in ("logs", "memlogs") for p in (DATA / d).glob("vllm-0.*.log")
+                         if "Available KV cache memory: " in p.read_text(errors="replace"))
+
+
+@pytest.mark.parametrize("log", _AVAILABLE_LOGS, ids=lambda p: p.name)
+def test_available_kv_cache_memory_is_printed_as_the_logs_print_it(log):
+    # vllm/v1/worker/gpu_worker.py prints "%.2f" up to 0.13.0 (0.11.x's 2.30 GiB in
+    # vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log) and format_gib, str(round(GiB, 2)), from 0.14.0
+    # (0.25.1's 35.2 GiB, 0.19.1's 40.0 GiB): every such line of every dated log, re-made from its own figure
+    import re
+
+    from hybridplan.engines.vllm.releases import release
+    from hybridplan.engines.vllm.sizing import available_kv_memory_log
+
+    rel = release(log.name.split("-")[1])
+    lines = re.findall(r"Available KV cache memory: -?[\d.]+ GiB", log.read_text(errors="replace"))
+    assert lines
+    for line in lines:
+        gib = float(line.split(": ")[1].split()[0])
+        assert available_kv_memory_log(round(gib * (1 << 30)), rel) == line, (log.name, rel.version)
+
+
+def test_two_decimals_before_0_14_one_where_round_drops_the_zero_after():
+    from hybridplan.engines.vllm.releases import release
+    from hybridplan.engines.vllm.sizing import available_kv_memory_log
+
+    b = round(2.30 * (1 << 30))
+    # the issue's 2.30 GiB: "%.2f" in vllm 0.13.0's gpu_worker.py; format_gib's round() in 0.33.0's
+    assert available_kv_memory_log(b, release("0.13.0")) == "Available KV cache memory: 2.30 GiB"
+    assert available_kv_memory_log(b, release("0.33.0")) == "Available KV cache memory: 2.3 GiB"
