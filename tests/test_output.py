@@ -132,3 +132,24 @@ def test_two_decimals_before_0_14_one_where_round_drops_the_zero_after():
     # the issue's 2.30 GiB: "%.2f" in vllm 0.13.0's gpu_worker.py; format_gib's round() in 0.33.0's
     assert available_kv_memory_log(b, release("0.13.0")) == "Available KV cache memory: 2.30 GiB"
     assert available_kv_memory_log(b, release("0.33.0")) == "Available KV cache memory: 2.3 GiB"
+
+
+# --- speed --engine both: each engine's benchmark, labelled (issue 28, item 13) ----------------------------------
+
+def test_speed_under_both_engines_prints_both_benchmarks(run_cli):
+    argv = ("speed", "nemotron-h", "--gpu-type", "h100", "--concurrency", "300")
+    code, out, err = run_cli(*argv, "--engine", "both")
+    assert code == 0, err
+    assert "vLLM benchmark (vllm bench serve figures)" in out
+    assert "SGLang benchmark (sglang.bench_serving figures)" in out
+    _, js, _ = run_cli(*argv, "--engine", "both", "--json")
+    both = json.loads(js)["benches"]
+    assert [b["engine"] for b in both] == ["vllm", "sglang"]
+    # each is the benchmark that engine alone gives: --engine both adds the other, it does not change either
+    for b in both:
+        _, one, _ = run_cli(*argv, "--engine", b["engine"], "--json")
+        alone = json.loads(one)
+        assert alone["benches"] == [alone["bench"]] and alone["bench"] == b
+    # the two engines admit different numbers at once (vLLM's blocks, SGLang's max_running_requests), so the
+    # figures differ: a second copy of one engine's table would not
+    assert both[0]["running"] != both[1]["running"]
