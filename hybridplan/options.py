@@ -403,6 +403,38 @@ class _Command(typer.core.TyperCommand):
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, its examples continued with a backslash where the terminal is narrower than them (copied,
+        each runs as written)."""
+        original = self.help
+        self.help = examples_wrapped(original) if original else original
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.help = original
+
+
+#: the columns help text is indented by where it is shown (typer's rich help)
+_HELP_INDENT = 2
+
+
+def examples_wrapped(text: str) -> str:
+    """A docstring whose example lines (``hybridplan …``) wider than the terminal are broken between words with a
+    shell continuation; other lines as they are."""
+    from hybridplan.output import words, wrap_command
+    from hybridplan.render import UNWRAPPED, width
+
+    cols = min(width(), UNWRAPPED) - _HELP_INDENT
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        if body.startswith("hybridplan ") and len(line) > cols:
+            out += wrap_command(words(body), cols, indent, indent + "    ")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
 
 def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = None,
             short: str | None = None) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
@@ -492,15 +524,15 @@ def budget(o: Options) -> Budget:
     from hybridplan.scenario import Budget
 
     gpu_type, gpu_mem = getattr(o, "gpu_type", None), getattr(o, "gpu_mem", None)
-    key = None
+    key = note = None
     if gpu_type is not None:
-        from hybridplan.gpus import gpu
+        from hybridplan.gpus import resolve
 
         if gpu_mem is not None:
             raise PlanError("give --gpu-type or --gpu-mem, not both")
-        g = gpu(gpu_type)
+        g, note = resolve(gpu_type)
         key, gpu_mem = g.key, g.total
-    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
+    return Budget(gpu_mem=gpu_mem, gpu=key, gpu_note=note, **_given(o, _BUDGET))
 
 
 def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:

@@ -190,8 +190,13 @@ def _height(renderable: RenderableType, width: int) -> int | None:
 
 
 def log_line(line: str, prefix: str = "  ") -> Text:
-    """An engine's own log line: never wrapped, so it reads (and greps) as the engine prints it."""
-    return Text(f"{prefix}{line}", style="dim", no_wrap=True, overflow="ignore")
+    """An engine's own log line, as the engine prints it: whole on one line into a pipe or a file (it greps as
+    the engine's), and on a terminal narrower than it broken at spaces only, never inside a flag or a number,
+    the rest indented under it."""
+    from hybridplan.output import wrap_words
+
+    return Text("\n".join(wrap_words(line, min(width(), UNWRAPPED), prefix)), style="dim", no_wrap=True,
+                overflow="ignore")
 
 
 def labelled(label: str, text: str | Text, style: str | None = None) -> Table:
@@ -482,27 +487,14 @@ def _command(label: str, cmd) -> Text:
         return Text(f"{label} — (the weights leave nothing for the caches)")
     import shlex
 
+    from hybridplan.output import wrap_command
+
     words = [*cmd.env, *(shlex.quote(a) for a in cmd.argv)]
     one = f"{label} {' '.join(words)}"
     cols = min(width(), UNWRAPPED)
     if len(one) <= cols:
         return Text(one, no_wrap=True, overflow="ignore")
-    groups: list[str] = []
-    for w in words:  # a flag with its value, the program with its model
-        if groups and not w.startswith("-") and (groups[-1].startswith("-") and " " not in groups[-1]
-                                                 or not groups[-1].startswith("-") and "=" not in groups[-1]):
-            groups[-1] += " " + w
-        else:
-            groups.append(w)
-    lines, line = [label], "  "
-    for g in groups:
-        if len(line) > 2 and len(line) + 1 + len(g) + 2 > cols:
-            lines.append(line + " \\")
-            line = "    " + g
-        else:
-            line = line + ("" if line.strip() == "" else " ") + g
-    lines.append(line)
-    return Text("\n".join(lines), no_wrap=True, overflow="ignore")
+    return Text("\n".join([label, *wrap_command(words, cols)]), no_wrap=True, overflow="ignore")
 
 
 def fit_view(r: FitReport, *, exact: bool = False) -> Group:

@@ -81,6 +81,8 @@ class Budget:
     gpu_mem: int | None = None
     #: the GPU by name (hybridplan/gpus.py), which also sets the engines' defaults for it
     gpu: str | None = None
+    #: what the name typed left open, where it named one card of several (a bare ``a100``: hybridplan/gpus.py)
+    gpu_note: str | None = None
     weights: int | None = None
     params: float | None = None
     overhead: int | None = None

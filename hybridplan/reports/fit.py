@@ -98,7 +98,7 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
     b = sc.budget
     if b.kv_budget is not None:
         return ()
-    notes = []
+    notes = [b.gpu_note] if b.gpu_note else []
     if b.gpu is not None:
         from hybridplan.gpus import gpu
 
