@@ -85,6 +85,10 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
     hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
     --json runs)."""
+    from hybridplan.api import Captured, capturing
+
+    if capturing.get():  # a call of hybridplan.api: the report goes back to it, nothing is shown
+        raise Captured(report)
     plot: Path | None = getattr(o, "plot", None)
     if plot is not None:
         from hybridplan import plots
