@@ -210,3 +210,44 @@ def test_any_flags_answer_or_refuse_in_one_line(run_cli, data):
         assert out == "" and len(err.splitlines()) == 1 and err.startswith("hybridplan: error:"), (argv, err)
     else:
         json.loads(out)
+
+
+# --- issue 28 item 6: one engine's refusal is that engine's verdict, the other engine still answers ---------
+
+
+def test_one_engines_refusal_keeps_the_others_table(run_cli):
+    # RTX 4090, --mem-fraction-static 0.667: SGLang's split R is 0.667·(total − CUDA context) − weights, 217 MiB
+    # (the waterfall); from 0.5.17 the padding row is counted, K = ⌊(R·0.9/1.9 − per)/per⌋ with one Nemotron-H
+    # state 97.41 MiB: ⌊(102.8 − 97.41) MiB / 97.41 MiB⌋ = 0, and SGLang stops with its RuntimeError (the same
+    # line as tests/data/logs/sglang-0.5.17-qwen3.8-27b-fp8-mi355x-3.log). vLLM starts on that GPU all the same.
+    argv = ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--mem-fraction-static", "0.667")
+    code, out, err = run_cli(*argv)
+    assert code == 1 and not err
+    assert "GPU KV cache size:" in out  # vLLM's table is there
+    assert "verdict: SGLang will not start; vLLM starts with these settings" in out
+    assert "Not enough GPU memory for hybrid (mamba/linear-attention) state cache" in out
+    assert "max_mamba_cache_size=0" in out
+    code, js, _ = run_cli(*argv, "--json")
+    d = json.loads(js)
+    assert code == 1 and not d["ok"] and d["sglang"]["starts"] is False
+    assert d["sglang"]["refused"].startswith("Not enough GPU memory") and d["vllm"]["modes"]
+    # at 0.68 the split keeps one slot (⌊(247.5 − 97.41) / 97.41⌋ = 1), which admits no request of 5 slots: the
+    # same verdict line, reached the other way
+    code, out, _ = run_cli(*argv[:-1], "0.68")
+    assert code == 1 and "verdict: SGLang will not start; vLLM starts with these settings" in out
+    # asked alone, the refusal is SGLang's verdict (exit 1), not bad input
+    code, out, err = run_cli(*argv, "--engine", "sglang")
+    assert code == 1 and not err and "verdict: will not start" in out and "max_mamba_cache_size=0" in out
+
+
+def test_both_engines_refusing_are_named(run_cli):
+    # 0.01 GiB of KV: one Nemotron-H state slot is 97.41 MiB, so neither engine holds a request
+    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "0.01GiB")
+    assert code == 1 and not err and "verdict: vLLM and SGLang will not start" in out
+    assert "To serve at least one request with the model's max seq len (8192)" in out
+
+
+def test_bad_input_for_both_engines_stays_exit_2(run_cli):
+    # Nemotron-H-8B's 32 attention heads and 8 KV heads: --tp 3 divides neither, for either engine
+    one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--tp", "3"),
+                   "--tp 3 does not divide")

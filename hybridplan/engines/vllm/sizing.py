@@ -21,7 +21,7 @@ from hybridplan.engines.vllm.blocks import (
 from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
-from hybridplan.errors import PlanError
+from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import Footprint
 from hybridplan.records import frozen
 
@@ -130,7 +130,7 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
         same[1] = replace(same[1], layers=same[1].layers + g.count)
     common = max([page, *own_pages.values()])
     if common > page and fp.state and rel.before(PAD_MAMBA_PAGE):
-        raise PlanError(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
+        raise Refused(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
                         f"{block} tokens) is larger than the Mamba page ({page:,} B), which grows with its block no "
                         f"more (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py; vLLM {PAD_MAMBA_PAGE} "
                         "pads the Mamba page to it)")
@@ -141,7 +141,7 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
             out[i][1] = replace(out[i][1], block=block * (common // own))
         elif not rel.at_least(PAD_ATTENTION_PAGE):
             whose = "the draft's" if out[i][1].draft else "the target's"
-            raise PlanError(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
+            raise Refused(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
                             "layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
                             f"({own:,} B against {common:,} B; unify_kv_cache_spec_page_size, "
                             "vllm/v1/core/kv_cache_utils.py)")
