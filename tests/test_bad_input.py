@@ -251,3 +251,34 @@ def test_bad_input_for_both_engines_stays_exit_2(run_cli):
     # Nemotron-H-8B's 32 attention heads and 8 KV heads: --tp 3 divides neither, for either engine
     one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--tp", "3"),
                    "--tp 3 does not divide")
+
+
+# --- issue 28 item 8: a trace that is not text, and a budget that holds no block --------------------------
+
+
+def test_binary_trace_is_one_line(run_cli, tmp_path):
+    p = tmp_path / "trace.jsonl"
+    p.write_bytes(bytes(range(128, 256)) * 8)  # no newline, and 0x80 is no UTF-8 start byte
+    one_line_error(*run_cli("replay", p, "--kv-budget", "40GiB"), f"{p}: line 1: not UTF-8 text")
+    # the text reader decodes a chunk ahead: the line named is still the first that is not UTF-8
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n'
+    p.write_bytes((good * 3).encode() + b"\xff\xfe\n" + good.encode())
+    one_line_error(*run_cli("replay", p, "--kv-budget", "40GiB"), f"{p}: line 4: not UTF-8 text")
+    y = tmp_path / "workload.yaml"
+    y.write_bytes(b"users: 4\n\xff\n")
+    one_line_error(*run_cli("replay", y, "--kv-budget", "40GiB"), "not a text file (not UTF-8)")
+
+
+def test_replay_on_a_budget_without_one_block(run_cli):
+    # 0.01 GiB of KV: one Nemotron-H request of 8,192 tokens needs one Mamba page and its attention blocks, over
+    # 0.2 GiB; vLLM refuses to start in its own words (check_enough_kv_cache_memory, vllm 0.33.0
+    # vllm/v1/core/kv_cache_planning.py), SGLang with its state-cache RuntimeError; asked alone, that is the answer
+    trace = "tests/data/traces/mooncake-conversation-300.jsonl"
+    code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB", "--engine", "vllm")
+    one_line_error(code, out, err, "vLLM 0.33.0 will not start in none mode",
+                   "To serve at least one request with the model's max seq len (8192)")
+    # both engines asked: each skipped with its refusal, the baseline and the ideal cache still replayed
+    code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB")
+    assert code == 0 and "internal error" not in err
+    assert 'vllm: skipped — vLLM 0.33.0 will not start in none mode: "To serve at least one request' in out
+    assert 'sglang: skipped — SGLang 0.5.23 will not start: "Not enough GPU memory for hybrid' in out

@@ -285,15 +285,23 @@ class Capacity:
                     f"({self.batched_tokens}).")
         return None
 
+    @property
+    def memory_problem(self) -> str | None:
+        """vLLM's refusal when one request of max_model_len needs more than the budget (check_enough_kv_cache_memory:
+        vllm/v1/core/kv_cache_utils.py, in kv_cache_planning.py from 0.33.0), in its words; None when it fits."""
+        if self.request_bytes <= self.kv_budget:
+            return None
+        whose = seq_len_owner(self.rel)
+        return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
+                f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
+                f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
+
     def problem(self, max_num_seqs: int) -> str | None:
         """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
         if self.block_problem:
             return self.block_problem
-        if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
-            whose = seq_len_owner(self.rel)
-            return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
-                    f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
-                    f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
+        if self.memory_problem:
+            return self.memory_problem
         if self.max_concurrency < 1:
             return (f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, "
                     f"only {self.num_blocks} fit")
