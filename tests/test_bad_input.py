@@ -282,3 +282,12 @@ def test_replay_on_a_budget_without_one_block(run_cli):
     assert code == 0 and "internal error" not in err
     assert 'vllm: skipped — vLLM 0.33.0 will not start in none mode: "To serve at least one request' in out
     assert 'sglang: skipped — SGLang 0.5.23 will not start: "Not enough GPU memory for hybrid' in out
+
+
+def test_nemotron_h_without_its_pattern_names_the_pattern(run_cli, tmp_path, nemotron_cfg):
+    # issue 28 item 16: vLLM builds Nemotron-H's layers from config.hybrid_override_pattern
+    # (vllm/model_executor/models/nemotron_h.py, 0.33.0); the list form is the fallback, not the field to name
+    del nemotron_cfg["hybrid_override_pattern"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(nemotron_cfg))
+    one_line_error(*run_cli("size", p), "missing the needed field 'hybrid_override_pattern'")
