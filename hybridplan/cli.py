@@ -42,6 +42,7 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
+    said,
     scenario,
     signature,
     size_option,
@@ -515,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
+    notes += said()  # the default MODEL taken (hybridplan/options.py)
     if code in (0, 1):
         for line in notes:
             sys.stderr.write(f"hybridplan: {line}\n")

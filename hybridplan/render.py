@@ -314,7 +314,7 @@ def crossover_view(r: CrossoverReport, *, exact: bool = False) -> Group:
 
 
 def gpus_view(r, *, exact: bool = False) -> Rows:
-    return Rows(("gpu", "name", "memory", "as", "source"),
+    return Rows(("gpu", "name", "memory", "from", "source"),
                 [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
                  for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
                 optional=(4,))
