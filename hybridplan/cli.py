@@ -211,7 +211,8 @@ def crossover(o: Options) -> None:
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
-    Exit code 0 when the engine(s) will start with these settings, 1 when not (the verdict line says why).
+    Exit code 0 when the engine(s) will start with these settings, 1 when at least one does not (the verdict
+    line names which, and each one's reason).
 
     Examples:
 

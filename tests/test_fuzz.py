@@ -251,7 +251,7 @@ def engine_line(draw) -> list[str]:
     return env + head + path + draw(engine_words(_SGLANG_FLAGS))
 
 
-@fuzz(60)
+@fuzz(40)
 @given(data=st.data())
 def test_pasted_command_lines_answer_or_refuse_in_one_line(cli, data):
     line = data.draw(engine_line())
