@@ -43,6 +43,7 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
+    said,
     scenario,
     signature,
     size_option,
@@ -215,7 +216,8 @@ def crossover(o: Options) -> None:
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
-    Exit code 0 when the engine(s) will start with these settings, 1 when not (the verdict line says why).
+    Exit code 0 when the engine(s) will start with these settings, 1 when at least one does not (the verdict
+    line names which, and each one's reason).
 
     Examples:
 
@@ -550,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
+    notes += said()  # the default MODEL taken (hybridplan/options.py)
     if code in (0, 1):
         for line in notes:
             sys.stderr.write(f"hybridplan: {line}\n")

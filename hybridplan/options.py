@@ -618,6 +618,34 @@ def _check_quantization(o: Options, spec: Any) -> None:
                         f"({own or 'not quantized'}); give --weights with the quantized size")
 
 
+#: what reading the options had to say (the default MODEL taken): the CLI writes it on stderr after the output,
+#: beside the pasted engine command's notes (cli.main ``said``)
+_SAID: list[str] = []
+
+
+def said() -> list[str]:
+    """The notes so far, emptied."""
+    out = _SAID[:]
+    _SAID.clear()
+    return out
+
+
+def note_default_model(model: str) -> None:
+    """Say that MODEL was not given and ``model``, its default, is sized (read from the running command's
+    context: a MODEL typed, even the default's name, or taken from a pasted engine command, is given)."""
+    try:  # typer 0.28 carries its own click (pyproject pins typer 0.28)
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+        from click.core import ParameterSource
+
+    ctx = get_current_context(silent=True)
+    if ctx is None or "model" not in ctx.params or ctx.get_parameter_source("model") is not ParameterSource.DEFAULT:
+        return
+    _SAID.append(f"note: no MODEL given: the default, {model}")
+
+
 def scenario(o: Options) -> Scenario:
     """The scenario the options describe."""
     from hybridplan.engines.sglang.releases import release as sglang_release
@@ -628,6 +656,7 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.scenario import DtypeChoice, Scenario
 
     spec = load_model(o.model, getattr(o, "revision", None))
+    note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)
     _check_quantization(o, spec)
     engine = getattr(o, "engine", None) or "both"
     vrel = vllm_release(getattr(o, "vllm_version", None))

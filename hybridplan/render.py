@@ -319,7 +319,7 @@ def crossover_view(r: CrossoverReport, *, exact: bool = False) -> Group:
 
 
 def gpus_view(r, *, exact: bool = False) -> Rows:
-    return Rows(("gpu", "name", "memory", "as", "source"),
+    return Rows(("gpu", "name", "memory", "from", "source"),
                 [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
                  for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
                 optional=(4,))
@@ -509,11 +509,13 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     if b.kv_budget is None and b.gpu_mem is not None:
         parts.append(Text(f"GPU memory {_gb(b.gpu_mem)}", style="dim"))
     from hybridplan.engines.common import Shortfall
+    from hybridplan.reports.fit import Refusal
 
     for name, part in r.parts.items():
-        if isinstance(part, Shortfall):
-            parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank", part.cache_label,
-                                    part.factor_label, exact)
+        if isinstance(part, (Shortfall, Refusal)):
+            if part.memory is not None:
+                parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank",
+                                        part.cache_label, part.factor_label, exact)
         else:
             parts += _FIT_VIEWS[name](part, exact)
     for engine, cmd in r.commands().items():
@@ -521,7 +523,7 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     if r.verdict_ok:
         parts.append(Text("verdict: starts with these settings", style="bold green"))
     else:
-        parts.append(Text("verdict: will not start", style="bold red"))
+        parts.append(Text(f"verdict: {r.verdict}", style="bold red"))
         parts.extend(labelled("  -", p, style="red") for p in (r.problems or ["no request fits"]))
     parts.extend(_notes(r.notes))
     parts.extend(_skipped(r.skipped))
