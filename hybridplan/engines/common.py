@@ -183,6 +183,8 @@ class Waterfall:
     before: tuple[Term, ...] = ()
     #: how the utilization was chosen, where the engine chose it
     factor_note: str = ""
+    #: what loads later, out of the memory the utilization leaves (SGLang: the speculative draft worker's weights)
+    after: tuple[Term, ...] = ()
 
     def term(self, name: str) -> int:
         return sum(t.bytes for t in (*self.before, *self.terms) if t.name == name)
@@ -198,7 +200,9 @@ class Waterfall:
                 "non_torch_bytes": self.term("non-torch"), "cudagraph_bytes": self.term("CUDA graphs"),
                 "kv_budget_bytes": self.cache_bytes, "estimated": self.estimated,
                 "terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
-                          for t in (*self.before, *self.terms)]}
+                          for t in (*self.before, *self.terms)],
+                "after_terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
+                                for t in self.after]}
 
 
 @frozen
