@@ -251,3 +251,13 @@ def test_model_free_methods_load_no_drafter(method):
     spec = load_model("qwen3.6-35b-a3b")
     sp = speculative_from_vllm({"method": method, "num_speculative_tokens": 2}, spec)
     assert drafter(_vllm(spec, sp)) is None
+
+
+def test_one_mtp_drafter_for_both_engines():
+    # --speculative-config '{"method":"mtp",…}' sizes SGLang as NEXTN (hybridplan/cmdline.py VLLM_TO_SGLANG), and a
+    # NEXTN line read for vLLM is its MTP: the same layer's 1,689,281,536 B either way
+    spec = load_model("qwen3.6-35b-a3b")
+    mtp = speculative_from_vllm({"method": "mtp", "num_speculative_tokens": 3}, spec)
+    assert sglang_drafter(_sglang(spec, replace(mtp, num_tokens=4))).bytes == 2 * QWEN36_MTP
+    nextn = speculative_from_sglang(SglangFlags("NEXTN", num_steps=3), spec, "0.5.23")
+    assert drafter(_vllm(spec, replace(nextn, num_tokens=3))).bytes == 2 * QWEN36_MTP

@@ -128,7 +128,9 @@ def drafter(sc: Scenario) -> Term | None:
         return None
     dtype = model_dtype(sc.spec, sc.dtypes.dtype)
     if sp.draft is None or sp.draft is sc.spec or sp.draft_ref == sc.spec.source:
-        if sp.method != "eagle" or not sp.layers:
+        # NEXTN is EAGLE on the target's own layers; a vLLM MTP method given to both engines is NEXTN here
+        # (hybridplan/cmdline.py VLLM_TO_SGLANG)
+        if not (sp.method in ("eagle", "nextn") or sp.method.endswith("mtp")) or not sp.layers:
             return None
         params, size = mtp_rank_bytes(sc.spec, sc.tp, dtype)
         return Term("drafter weights", size, "counted", f"the target's MTP layers (NEXTN), {params / 1e9:.2f}B "

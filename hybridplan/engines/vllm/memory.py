@@ -147,7 +147,8 @@ def drafter(sc: Scenario) -> Term | None:
     if not sp.active or sp.method is None:
         return None
     dtype = model_dtype(sc.spec, sc.dtypes.dtype)
-    if sp.method in _MTP:
+    # SGLang's NEXTN read for both engines is EAGLE on the target's own MTP layers: vLLM's MTP
+    if sp.method in _MTP or (sp.method in ("eagle", "nextn") and sp.draft is None and sp.layers):
         params, size = mtp_rank_bytes(sc.spec, sc.tp, dtype)
         if not params:
             return None
