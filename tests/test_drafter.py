@@ -261,3 +261,32 @@ def test_one_mtp_drafter_for_both_engines():
     assert sglang_drafter(_sglang(spec, replace(mtp, num_tokens=4))).bytes == 2 * QWEN36_MTP
     nextn = speculative_from_sglang(SglangFlags("NEXTN", num_steps=3), spec, "0.5.23")
     assert drafter(_vllm(spec, replace(nextn, num_tokens=3))).bytes == 2 * QWEN36_MTP
+
+
+def test_dflash_draft_counted_shape_by_shape(tmp_path):
+    # a five-layer Qwen3 DFlash draft for Qwen3.6-27B (the fields vLLM's qwen3_dflash.py reads: hidden 5,120, 32
+    # query and 8 KV heads of 128, intermediate 17,408, the target's vocabulary of 248,320, no target_layer_ids):
+    #   norms: 2·5,120 a layer · 5, the final norm and hidden_norm 2·5,120                 61,440
+    #   attention a layer: q 5,120·4,096, k and v 2·5,120·1,024, o 4,096·5,120, q/k norms 256
+    #                      = 52,429,056, · 5                                          262,145,280
+    #   MLP a layer: gate_up 5,120·34,816, down 17,408·5,120 = 267,386,880, · 5     1,336,934,400
+    #   fc over the hidden states of 5 target layers (num_hidden_layers without target_layer_ids):
+    #      5·5,120·5,120                                                              131,072,000
+    #   total                                                                       1,730,213,120
+    # its embedding and its head (draft_vocab_size = the target's vocabulary) are the target's
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 5,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408,
+           "vocab_size": 248320, "max_position_embeddings": 262144, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    target = load_model("qwen3.6-27b")
+    sp = speculative_from_vllm({"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 5}, target,
+                               "0.20.2")
+    term = drafter(_vllm(target, sp, "0.20.2"))
+    assert term.bytes == 2 * 1_730_213_120 and "LM head shared" in term.note
+    # with target_layer_ids naming 6 target layers the fc takes 6 hidden states: 5,120·5,120 more
+    (tmp_path / "six").mkdir()
+    (tmp_path / "six" / "config.json").write_text(json.dumps({**cfg, "dflash_config": {"target_layer_ids":
+                                                                                      [1, 12, 23, 34, 45, 56]}}))
+    sp = speculative_from_vllm({"method": "dflash", "model": str(tmp_path / "six"), "num_speculative_tokens": 5},
+                               target, "0.20.2")
+    assert drafter(_vllm(target, sp, "0.20.2")).bytes == 2 * (1_730_213_120 + 5120 * 5120)
