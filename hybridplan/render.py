@@ -445,8 +445,8 @@ def _sglang_fit(g, exact: bool = False) -> list:
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 
-_MARKS = {"weights": "█", "drafter weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒", "overhead": "▒",
-          "CUDA context": "▒", "reserve": "▒"}
+_MARKS = {"weights": "█", "drafter weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒",
+          "overhead": "▒", "CUDA context": "▒", "reserve": "▒"}
 
 
 def _bar(w, width: int = 60) -> Text:

@@ -196,7 +196,10 @@ class Waterfall:
     def to_dict(self) -> dict:
         return {"gpu_bytes": self.gpu_bytes, "utilization": self.utilization, "utilization_note": self.factor_note,
                 "requested_bytes": self.requested,
-                "weights_bytes": self.term("weights"), "activation_bytes": self.term("activation"),
+                "weights_bytes": self.term("weights"),
+                "drafter_weights_bytes": sum(t.bytes for t in (*self.terms, *self.after)
+                                             if t.name == "drafter weights"),
+                "activation_bytes": self.term("activation"),
                 "non_torch_bytes": self.term("non-torch"), "cudagraph_bytes": self.term("CUDA graphs"),
                 "kv_budget_bytes": self.cache_bytes, "estimated": self.estimated,
                 "terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
