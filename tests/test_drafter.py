@@ -290,3 +290,22 @@ def test_dflash_draft_counted_shape_by_shape(tmp_path):
     sp = speculative_from_vllm({"method": "dflash", "model": str(tmp_path / "six"), "num_speculative_tokens": 5},
                                target, "0.20.2")
     assert drafter(_vllm(target, sp, "0.20.2")).bytes == 2 * (1_730_213_120 + 5120 * 5120)
+
+
+@pytest.mark.parametrize("argv", [
+    ("qwen3.6-35b-a3b", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm", "--json", "--speculative-config",
+     '{"method":"mtp","num_speculative_tokens":2}'),
+    ("--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.6-35B-A3B", "--max-model-len", "8192",
+     "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'),
+])
+def test_the_issues_command_both_spellings(run_cli, argv):
+    # issue 28's reproduction, as options and as a pasted engine line: the drafter is its own term of the
+    # memory, and the budget is the plain start's less the layer's 1,689,281,536 B
+    code, out, err = run_cli("fit", *argv)
+    assert code in (0, 1), err
+    mem = json.loads(out)["vllm"]["memory"]
+    assert mem["drafter_weights_bytes"] == 2 * QWEN36_MTP
+    code, out, _ = run_cli("fit", "qwen3.6-35b-a3b", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm", "--json")
+    plain = json.loads(out)["vllm"]["memory"]
+    assert plain["drafter_weights_bytes"] == 0 and plain["weights_bytes"] == mem["weights_bytes"]
+    assert plain["kv_budget_bytes"] - mem["kv_budget_bytes"] == 2 * QWEN36_MTP
