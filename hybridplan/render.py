@@ -450,8 +450,8 @@ def _sglang_fit(g, exact: bool = False) -> list:
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 
-_MARKS = {"weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒", "overhead": "▒",
-          "CUDA context": "▒", "reserve": "▒"}
+_MARKS = {"weights": "█", "drafter weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒",
+          "overhead": "▒", "CUDA context": "▒", "reserve": "▒"}
 
 
 def _bar(w, width: int = 60) -> Text:
@@ -461,7 +461,7 @@ def _bar(w, width: int = 60) -> Text:
     used = 0
     for t in (*w.before, *w.terms):
         n = round(width * t.bytes / total)
-        text.append(_MARKS.get(t.name, "▒") * n, style="cyan" if t.name == "weights" else "yellow")
+        text.append(_MARKS.get(t.name, "▒") * n, style="cyan" if t.name in ("weights", "drafter weights") else "yellow")
         used += n
     n = max(0, min(width - used, round(width * w.cache_bytes / total)))
     text.append("░" * n, style="green")
@@ -477,7 +477,8 @@ def waterfall_view(w, title: str, cache_label: str, factor_label: str, exact: bo
     rows = [("GPU total", _b(w.gpu_bytes, exact), "" if exact else f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
             (f"× {factor_label} {float(w.utilization)!r}", _b(w.requested, exact), w.factor_note),
             *(row(t) for t in w.terms),
-            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B")]
+            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B"),
+            *((f"  then − {t.name}", _b(t.bytes, exact), t.note) for t in getattr(w, "after", ()))]
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
 
 

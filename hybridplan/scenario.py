@@ -45,7 +45,9 @@ class Speculative:
     """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
     method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
     own MTP layers draft) and for n-gram (no model). ``num_tokens`` equals ``Scenario.spec_tokens``; how each
-    engine sizes the draft's KV and state is an engine rule."""
+    engine sizes the draft's KV and state, and which of the drafter's weights it loads beside the target's
+    (``drafter`` in hybridplan/engines/*/memory.py: the MTP layers of ``spec``, or ``draft``'s), is an engine
+    rule."""
 
     method: str | None = None
     num_tokens: int = 0

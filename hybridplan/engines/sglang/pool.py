@@ -663,5 +663,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
 
         water = memory(sc)
     draft = draft_kv_note(rel, sc, fp, admission.kv_tokens)
+    from hybridplan.engines.sglang.memory import drafter_shortfall
+
     return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-               refusal(sc), water, draft)
+               refusal(sc) or drafter_shortfall(water), water, draft)

@@ -432,8 +432,11 @@ class Fit:
     @property
     def logs(self) -> tuple[str, ...]:
         """The memory lines vLLM prints before the cache lines."""
-        weights = self.memory.term("weights") if self.memory else 0
-        loading = (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ()
+        # the drafter loads inside the same measurement (hybridplan/engines/vllm/memory.py ``drafter``)
+        drafter = self.memory.term("drafter weights") if self.memory else 0
+        weights = (self.memory.term("weights") + drafter) if self.memory else 0
+        loading = (("Loading drafter model...",) if drafter else ()) + (
+            (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ())
         return loading + (available_kv_memory_log(self.budget, self.rel),)
 
     def to_dict(self) -> dict:
