@@ -6,7 +6,8 @@ imported) and parses them with ``ast``:
 
 - vLLM: ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args`` / ``AsyncEngineArgs.add_cli_args``), the config
   dataclasses whose fields ``get_kwargs`` turns into flags (``vllm/config.py`` or ``vllm/config/*.py``), the
-  frontend's (``vllm/entrypoints/openai/cli_args.py``, ``vllm/entrypoints/common/cli_args.py``), and
+  frontend's (``vllm/entrypoints/openai/cli_args.py`` to 0.28, ``vllm/entrypoints/launchers/cli_args.py``
+  0.29-0.32, ``vllm/entrypoints/common/cli_args.py`` 0.33), and
   ``FlexibleArgumentParser`` (``vllm/utils/__init__.py`` or ``vllm/utils/argparse_utils.py``) for how it
   rewrites a line before argparse reads it;
 - SGLang: ``sglang/srt/server_args.py`` (``ServerArgs.add_cli_args`` and ``prepare_server_args``).
@@ -93,7 +94,8 @@ def _wanted(engine: str, name: str) -> bool:
         return name == "sglang/srt/server_args.py" or (name.startswith("sglang/srt/arg_groups/")
                                                         and name.endswith(".py"))
     return (name in ("vllm/config.py", "vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
-                     "vllm/entrypoints/common/cli_args.py", "vllm/utils/__init__.py",
+                     "vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/launchers/cli_args.py",
+                     "vllm/utils/__init__.py",
                      "vllm/utils/argparse_utils.py")
             or (name.startswith("vllm/config/") and name.endswith(".py")))
 
@@ -293,6 +295,9 @@ def sglang_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
 
 
 def _put(flags: dict[str, dict], opts: list[str], entry: dict) -> None:
+    opts = [o for o in opts if o.startswith("-")]
+    if not opts:
+        return  # a positional (vllm serve's model_tag)
     longs = [o for o in opts if o.startswith("--")]
     key = longs[0] if longs else opts[0]
     entry = {"names": sorted(o for o in opts if o != key), **entry}
@@ -542,7 +547,7 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
 
     for fname, tree in trees.items():
         if fname not in ("vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
-                         "vllm/entrypoints/common/cli_args.py"):
+                         "vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/launchers/cli_args.py"):
             continue
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

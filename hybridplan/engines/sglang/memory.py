@@ -126,8 +126,19 @@ def memory(sc: Scenario) -> Waterfall:
     before = b.gpu_mem - context.bytes
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
     requested = int(before * fraction)
+    weights, source = offloaded(weights, source, b.cpu_offload)
     terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead)"))
     left = requested - sum(t.bytes for t in terms)
     return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how)
+
+
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: SGLang's offloader (python/sglang/srt/utils/offloader.py OffloaderV1, 0.5.x) copies
+    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"

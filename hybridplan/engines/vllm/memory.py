@@ -116,6 +116,7 @@ def memory(sc: Scenario) -> Waterfall:
     util = sc.vllm.gpu_util if sc.vllm.gpu_util is not None else rel.gpu_memory_utilization
     requested = requested_memory(b.gpu_mem, util, rel)
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
+    weights, source = offloaded(weights, source, b.cpu_offload)
     terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead): activations, non-torch, graphs"))
@@ -127,3 +128,13 @@ def memory(sc: Scenario) -> Waterfall:
         nvswitch = gpu(b.gpu).nvswitch if b.gpu else True
         terms += overheads(rel, sc.tp, seqs, _vocab(sc), sc.vllm.enforce_eager, nvswitch)
     return Waterfall(b.gpu_mem, util, requested, tuple(terms), requested - sum(t.bytes for t in terms))
+
+
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: vLLM's UVA offloader (vllm/model_executor/models/utils.py maybe_offload_to_cpu to 0.2x, vllm/model_executor/offloader/uva.py in 0.33) copies
+    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
