@@ -390,8 +390,8 @@ class Parser:
 
     @property
     def prog(self) -> str:
-        return f"vllm serve (vLLM {self.version})" if self.engine == "vllm" else \
-            f"launch_server (SGLang {self.version})"
+        return f"vLLM {self.version} (vllm serve)" if self.engine == "vllm" else \
+            f"SGLang {self.version} (launch_server)"
 
 
 def _versions(engine: str) -> tuple[str, ...]:
@@ -496,7 +496,7 @@ def _dotted(tokens: list[str], p: Parser) -> list[str]:
             key, eq, value = arg.partition("=")
             if not eq:
                 if i + 1 >= len(tokens):
-                    raise PlanError(f"{p.prog}: error: {key} needs a value")
+                    raise PlanError(f"{p.prog}: {key} needs a value")
                 value, skip = tokens[i + 1], True
             append = key.endswith("+")
             flag, *keys = key.rstrip("+").split(".")
@@ -542,14 +542,14 @@ def _match(name: str, p: Parser, abbrev: bool) -> tuple[Flag | None, str, str | 
         if len(flags) == 1:
             return p.flags[hits[0]], hits[0], None
         if len(hits) > 1:
-            raise PlanError(f"{p.prog}: error: ambiguous option: {name} could match {', '.join(hits)}")
+            raise PlanError(f"{p.prog}: ambiguous option: {name} could match {', '.join(hits)}")
     return None, name, None
 
 
 def _check_choice(p: Parser, f: Flag, opt: str, value: str) -> None:
     if f.choices and value not in f.choices:
         choices = ", ".join(repr(c) for c in f.choices)
-        raise PlanError(f"{p.prog}: error: argument {'/'.join(f.names)}: invalid choice: {value!r} "
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: invalid choice: {value!r} "
                         f"(choose from {choices})")
 
 
@@ -558,7 +558,7 @@ def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str
     takes = "bool" if opt.startswith("--no-") and f.takes == "bool" else f.takes
     if takes in ("switch", "bool"):
         if attached is not None:
-            raise PlanError(f"{p.prog}: error: argument {'/'.join(f.names)}: ignored explicit argument "
+            raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: ignored explicit argument "
                             f"{attached!r}")
         return [], i + 1
     if attached is not None:
@@ -574,9 +574,9 @@ def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str
         i = j
     if not values and takes != "optional" and f.nargs not in ("*", "?"):
         want = "one argument" if takes == "value" else "at least one argument"
-        raise PlanError(f"{p.prog}: error: argument {'/'.join(f.names)}: expected {want} ({opt} needs a value)")
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: expected {want} ({opt} needs a value)")
     if isinstance(f.nargs, int) and len(values) != f.nargs:
-        raise PlanError(f"{p.prog}: error: argument {'/'.join(f.names)}: expected {f.nargs} arguments")
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: expected {f.nargs} arguments")
     for v in values:
         _check_choice(p, f, opt, v)
     return values, i
@@ -585,10 +585,10 @@ def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str
 def _unknown(name: str, p: Parser, ours: set[str]) -> PlanError:
     engine = _name(p.engine)
     if name in ours:
-        return PlanError(f"{p.prog}: error: unrecognized arguments: {name} (it is hybridplan's, not {engine}'s: "
+        return PlanError(f"{p.prog}: unrecognized arguments: {name} (it is hybridplan's, not {engine}'s: "
                          "give it before --)")
     known = [n for n in p.flags if n.startswith("--")]
-    return PlanError(f"{p.prog}: error: unrecognized arguments: {name}{closest(name, known)}")
+    return PlanError(f"{p.prog}: unrecognized arguments: {name}{closest(name, known)}")
 
 
 def _apply(engine: str, f: Flag, opt: str, values: list[str], shown: str, out: dict) -> bool:
@@ -645,7 +645,7 @@ def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], 
                 out["model"] = token  # vllm serve MODEL
                 i += 1
                 continue
-            raise PlanError(f"{p.prog}: error: unrecognized arguments: {token} (a value without its flag?)")
+            raise PlanError(f"{p.prog}: unrecognized arguments: {token} (a value without its flag?)")
         f, opt, attached = _match(token, p, abbrev)
         if f is None:
             raise _unknown(token.split("=", 1)[0], p, ours)
