@@ -320,3 +320,153 @@ def test_the_program_of_a_pasted_line(line, engine):
 def test_a_line_that_is_not_an_engine_start_is_refused(line):
     with pytest.raises(PlanError, match="give the engine's command"):
         translate(line)
+
+
+# --- read as the engines' own parsers read them (issue 28, items 4, 5, 9) ---------------------------------------
+
+
+def _same_vllm(run_cli, a: tuple[str, ...], b: tuple[str, ...]) -> dict:
+    x, _ = _fit(run_cli, "--gpu-type", "h100", "--", *a)
+    y, _ = _fit(run_cli, "--gpu-type", "h100", "--", *b)
+    assert _vllm_figures(x) == _vllm_figures(y), (a, b)
+    return x
+
+
+NEMO = "nvidia/Nemotron-H-8B-Base-8K"
+
+
+def test_vllm_spellings_its_parser_accepts(run_cli):
+    # FlexibleArgumentParser turns the underscores of --max_model_len into dashes; argparse reads -tp=4 and
+    # --flag=value; allow_abbrev (never turned off, flags.json "parser") takes a unique prefix
+    plain = ("vllm", "serve", NEMO, "--max-model-len", "4096", "--tensor-parallel-size", "2",
+             "--gpu-memory-utilization", "0.8")
+    _same_vllm(run_cli, plain, ("vllm", "serve", NEMO, "--max_model_len", "4096", "-tp=2",
+                                "--gpu_memory_utilization=0.8"))
+    _same_vllm(run_cli, plain, ("vllm", "serve", NEMO, "--max-model", "4096", "-tp", "2", "--gpu-memory-util",
+                                "0.8"))
+    # JSON flags key by key, as FlexibleArgumentParser folds them
+    spec = '{"method": "mtp", "num_speculative_tokens": 2}'
+    _same_vllm(run_cli, ("vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "-tp", "4", "--max-model-len", "32k",
+                         "--speculative-config", spec),
+               ("vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "-tp", "4", "--max-model-len", "32k",
+                "--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens=2"))
+
+
+def test_sglang_takes_a_unique_prefix(run_cli):
+    # issue 28 item 4: --speculative-algo is a prefix of --speculative-algorithm alone; argparse accepts it
+    # (python/sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(), allow_abbrev left on)
+    line = ("python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp", "4",
+            "--context-length", "32000")
+    full, _ = _fit(run_cli, "--gpu-type", "h100", "--", *line, "--speculative-algorithm", "NEXTN",
+                   "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                   "--speculative-num-draft-tokens", "3")
+    short, _ = _fit(run_cli, "--gpu-type", "h100", "--", *line, "--speculative-algo", "NEXTN",
+                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", "3")
+    assert _sglang_figures(short) == _sglang_figures(full)
+    # a prefix of several is refused as argparse refuses it
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", *line, "--speculative-num", "2"),
+                   "ambiguous option: --speculative-num could match", "--speculative-num-steps",
+                   "--speculative-num-draft-tokens")
+
+
+def test_flags_by_the_release_asked():
+    # --mamba-scheduler-strategy: 0.5.7-0.5.19 (a deprecated alias from 0.5.14), gone from 0.5.20's
+    # server_args (hybridplan/engines/sglang/flags.json, from the wheels)
+    line = ["sglang", "serve", "--model-path", "m", "--mamba-scheduler-strategy", "no_buffer"]
+    assert translate(line, versions={"sglang": "0.5.13"}).argv == ["--radix", "no_buffer"]
+    with pytest.raises(PlanError, match=r"SGLang 0\.5\.20 \(launch_server\): unrecognized arguments: "
+                                        "--mamba-scheduler-strategy"):
+        translate(line, versions={"sglang": "0.5.20"})
+    with pytest.raises(PlanError, match="unrecognized arguments: --mamba-scheduler-strategy"):
+        translate(line, versions={"sglang": "0.5.6"})
+    # vLLM up to 0.11.0 refuses --model with `vllm serve` (vllm/utils/__init__.py FlexibleArgumentParser)
+    with pytest.raises(PlanError, match="positional argument"):
+        translate(["vllm", "serve", "--model", "m"], versions={"vllm": "0.10.2"})
+    assert translate(["vllm", "serve", "--model", "m"], versions={"vllm": "0.20.0"}).model == "m"
+
+
+def test_choices_and_values_as_argparse_checks_them():
+    with pytest.raises(PlanError, match=r"argument --kv-cache-dtype: invalid choice: 'fp9'"):
+        translate(["vllm", "serve", "m", "--kv-cache-dtype", "fp9"], versions={"vllm": "0.20.0"})
+    with pytest.raises(PlanError, match="expected one argument"):
+        translate(["vllm", "serve", "m", "--max-num-seqs", "--enforce-eager"])
+    with pytest.raises(PlanError, match="ignored explicit argument"):
+        translate(["sglang", "serve", "--model-path", "m", "--trust-remote-code=yes"])
+
+
+def test_cpu_offload_moves_weights_off_the_gpu(run_cli):
+    # vLLM and SGLang copy int(gb * 1024**3) bytes of the layers' parameters to the CPU
+    # (vllm/config/offload.py, sglang/srt/utils/offloader.py): the weights on the GPU are that much less
+    argv = ("nemotron-h", "--gpu-type", "h100", "--ctx", "8192")
+    base, _ = _fit(run_cli, *argv)
+    off, _ = _fit(run_cli, *argv, "--cpu-offload-gb", "2.5")
+
+    def weights(d, engine):
+        return next(t["bytes"] for t in d[engine]["memory"]["terms"] if t["name"] == "weights")
+
+    for engine in ("vllm", "sglang"):
+        assert weights(base, engine) - weights(off, engine) == int(2.5 * 1024**3)
+        assert off["commands"][engine]["argv"][-2:] == ["--cpu-offload-gb", "2.5"]
+    pasted, _ = _fit(run_cli, "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", NEMO,
+                     "--context-length", "8192", "--cpu-offload-gb", "2.5")
+    assert _sglang_figures(pasted) == _sglang_figures(off)
+
+
+def test_compilation_levels_are_listed_not_taken_silently(run_cli):
+    # issue 28 item 9: -O3, -O 3 and --compilation-config keep CUDA graphs on, which is the one graph estimate
+    # hybridplan has (hybridplan/engines/vllm/memory.py): the same figures, each listed with the reason
+    plain = ("vllm", "serve", NEMO, "--max-model-len", "8192")
+    for extra in (("-O3",), ("-O", "3"), ("-O=2",), ("--compilation-config", '{"mode": 3}')):
+        code, out, err = run_cli("fit", "--gpu-type", "h100", "--json", "--", *plain, *extra)
+        assert code in (0, 1)
+        assert "ignored:" in err and "CUDA-graph estimate" in err, extra
+    _same_vllm(run_cli, plain, (*plain, "-O3"))
+    # cudagraph_mode NONE is graphs off, as --enforce-eager
+    _same_vllm(run_cli, (*plain, "--enforce-eager"), (*plain, "--compilation-config.cudagraph_mode", "NONE"))
+    # -O.3 is --optimization-level .3 in 0.33 (vllm/utils/argparse_utils.py), no level
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", *plain, "-O.3"), "levels are 0, 1, 2 and 3")
+
+
+def test_sglang_schedule_conservativeness_is_listed():
+    line = translate(["sglang", "serve", "--model-path", "m", "--schedule-conservativeness", "0.3"])
+    assert line.ignored == ("--schedule-conservativeness 0.3",)
+    assert "no effect on the pools" in line.why[0]
+    assert line.kept == (("sglang", ("--schedule-conservativeness", "0.3"), "--schedule-conservativeness"),)
+
+
+def test_a_flag_hybridplan_does_not_model_is_refused():
+    with pytest.raises(PlanError, match="--kv-offloading-size: KV offloading"):
+        translate(["vllm", "serve", "m", "--kv-offloading-size", "8"])
+    with pytest.raises(PlanError, match="--enable-hierarchical-cache: hybridplan does not model"):
+        translate(["sglang", "serve", "--model-path", "m", "--enable-hierarchical-cache"])
+
+
+def test_kimi_linear_round_trip_keeps_trust_remote_code(run_cli):
+    # issue 28 item 5: the printed command keeps every flag given, so pasted back it loads the model (Kimi-Linear
+    # ships its modelling code: --trust-remote-code) and gives the same table
+    line = ("vllm", "serve", "moonshotai/Kimi-Linear-48B-A3B-Instruct", "--trust-remote-code", "--tensor-parallel-size",
+            "2", "--max-model-len", "32000", "--enable-prefix-caching", "--port", "8001")
+    first, _ = _fit(run_cli, "--gpu-type", "h200", "--", *line)
+    argv = first["commands"]["vllm"]["argv"]
+    for word in ("--trust-remote-code", "--enable-prefix-caching", "--port"):
+        assert word in argv, word
+    again, _ = _fit(run_cli, "--gpu-type", "h200", "--", *argv)
+    assert _vllm_figures(again) == _vllm_figures(first)
+    assert again["commands"]["vllm"]["argv"] == argv
+    # among hybridplan's own flags too, for each engine that has it
+    d, _ = _fit(run_cli, "kimi-linear-48b-a3b", "--gpu-type", "h200", "--tp", "2", "--ctx", "32000",
+                "--trust-remote-code")
+    assert "--trust-remote-code" in d["commands"]["vllm"]["argv"]
+    assert "--trust-remote-code" in d["commands"]["sglang"]["argv"]
+
+
+def test_enable_prefix_caching_stays_on_the_printed_line(run_cli):
+    # issue 28 item 5: pasted back without it, the table would gain the `none` row
+    first, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", NEMO, "--max-model-len", "8192",
+                    "--enable-prefix-caching")
+    assert list(first["vllm"]["modes"]) == ["align"]
+    argv = first["commands"]["vllm"]["argv"]
+    assert "--enable-prefix-caching" in argv
+    again, _ = _fit(run_cli, "--gpu-type", "h100", "--", *argv)
+    assert list(again["vllm"]["modes"]) == ["align"]
