@@ -727,11 +727,12 @@ def takes_value(token: str) -> bool:
     if "=" in token or (token.startswith("-O") and len(token) > 2):
         return False
     for e in ("vllm", "sglang"):
-        p = parser(e)
-        word = _vllm_rewrite([token], p)[0] if e == "vllm" else token
-        f = p.flags.get(word.split(".", 1)[0] if e == "vllm" and "." in word else word)
-        if f is not None:
-            return "." in word or f.takes in ("value", "list") or f.takes == "optional"
+        for v in reversed(_versions(e)):  # the newest release that has it
+            p = parser(e, v)
+            word = _vllm_rewrite([token], p)[0] if e == "vllm" else token
+            f = p.flags.get(word.split(".", 1)[0] if e == "vllm" and "." in word else word)
+            if f is not None:
+                return "." in word or f.takes in ("value", "list") or f.takes == "optional"
     return False
 
 

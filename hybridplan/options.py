@@ -398,6 +398,31 @@ ADMISSION = (
 )
 
 
+#: check-log's share of the flags fit takes (issue 28 item 7), each None unless given, so that the log's own
+#: settings stand where no flag says otherwise (hybridplan/engines/given.py LogGiven)
+CHECK_LOG_FLAGS = (
+    param("speculative_config", SpecConfig, None), param("spec_method", SpecMethod, None),
+    param("spec_draft", SpecDraft, None), param("eagle_topk", EagleTopk, None),
+    param("draft_tokens", Flag[Optional[int], option("--draft-tokens", metavar="N",
+                                                       parser=count_value("--draft-tokens"),
+                                                       help="SGLang --speculative-num-draft-tokens.")], None),
+    param("block_size", BlockSize, None),
+    param("max_mamba_cache_size", Flag[Optional[int], option(
+        "--max-mamba-cache-size", metavar="N", parser=count_value("--max-mamba-cache-size"),
+        help="SGLang --max-mamba-cache-size (default: read from the log).")], None),
+    param("full_memory_ratio", Flag[Optional[float], option(
+        "--mamba-full-memory-ratio", metavar="RATIO",
+        parser=number_value("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
+        help="SGLang --mamba-full-memory-ratio (default: read from the log).")], None),
+    param("radix", Flag[Optional[str], option(
+        "--radix", metavar="STRATEGY",
+        help="SGLang --mamba-radix-cache-strategy (or off: --disable-radix-cache); default: read from the log.")],
+          None),
+    param("page_size", Flag[Optional[int], option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
+                                                  help="SGLang --page-size (default: read from the log).")], None),
+)
+
+
 ENGINE_LINE_HELP = ("Engine flags: vLLM's and SGLang's own names are read too (--tensor-parallel-size, "
                     "--max-model-len, --kv-cache-dtype, --tp-size, --context-length and more), and so is a whole "
                     "engine command after --: -- vllm serve MODEL [FLAGS] or -- python -m sglang.launch_server --model-path "

@@ -470,3 +470,86 @@ def test_enable_prefix_caching_stays_on_the_printed_line(run_cli):
     assert "--enable-prefix-caching" in argv
     again, _ = _fit(run_cli, "--gpu-type", "h100", "--", *argv)
     assert list(again["vllm"]["modes"]) == ["align"]
+
+
+# --- check-log takes the flags fit takes (issue 28 item 7) -----------------------------------------------------
+
+MTP_LOG = "tests/data/logs/vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log"
+
+
+def _excerpt(tmp_path, path: str, drop: tuple[str, ...]) -> str:
+    """The real log with the lines that state its settings left out, as an excerpt people post leaves them."""
+    from pathlib import Path
+
+    lines = [ln for ln in Path(path).read_text().splitlines() if not any(d in ln for d in drop)]
+    out = tmp_path / "excerpt.log"
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def _check(run_cli, *argv):
+    cut = argv.index("--") if "--" in argv else len(argv)
+    code, out, err = run_cli("check-log", *argv[:cut], "--json", *argv[cut:])
+    assert code in (0, 1), err
+    return json.loads(out), code
+
+
+def test_check_log_takes_the_speculative_config(run_cli, tmp_path):
+    # the log's start was `--speculative-config '{"method": "qwen3_next_mtp", "num_speculative_tokens": 3}'` (its
+    # non-default args line): without that line and its engine config, the flag as its owner gave it adds the MTP
+    # layer's KV and the logged figures come back; --spec-tokens alone is said to leave the draft out
+    log = _excerpt(tmp_path, MTP_LOG, ("non-default args", "with config:", "# "))
+    given = (log, "--model", "qwen3.6-27b", "--vllm-version", "0.23.0", "--tp", "4", "--ctx", "200000",
+             "--max-num-seqs", "4")
+    d, code = _check(run_cli, *given, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+    assert code == 0 and d["ok"], d["rows"]
+    assert {s["name"]: s["source"] for s in d["settings"]}["speculative_method"] == "flag"
+    bare, code = _check(run_cli, *given, "--spec-tokens", "3")
+    assert code == 1 and not bare["ok"]
+    assert any("no method named" in n and "not modelled" in n for n in bare["notes"])
+    # pasted as the owner runs it, the same
+    pasted, code = _check(run_cli, log, "--vllm-version", "0.23.0", "--", "vllm", "serve", "qwen3.6-27b", "-tp", "4",
+                          "--max-model-len", "200000", "--max-num-seqs", "4", "--speculative-config",
+                          '{"method": "mtp", "num_speculative_tokens": 3}', "--trust-remote-code")
+    assert code == 0 and pasted["rows"] == d["rows"]
+
+
+def test_check_log_takes_the_block_size(run_cli, tmp_path):
+    # vLLM grows the attention block from the user's --block-size in whole multiples: the logged 800 is 2 × 400,
+    # and from 528 the smallest multiple at or above the Mamba page's need (784 tokens, the figure hybridplan
+    # predicts with no block given) is 2 × 528 = 1,056 (hybridplan/engines/vllm/blocks.py)
+    log = _excerpt(tmp_path, MTP_LOG, ("non-default args", "with config:", "# "))
+    given = (log, "--model", "qwen3.6-27b", "--vllm-version", "0.23.0", "--tp", "4", "--ctx", "200000",
+             "--max-num-seqs", "4", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+
+    def block(d):
+        return next(r for r in d["rows"] if r["figure"] == "attention block size")
+
+    d, _ = _check(run_cli, *given, "--block-size", "400")
+    assert block(d)["ok"] and {s["name"]: s["source"] for s in d["settings"]}["block_size"] == "flag"
+    d, _ = _check(run_cli, *given, "--block-size", "528")
+    assert not block(d)["ok"] and str(block(d)["predicted"]).replace(",", "") == "1056"
+
+
+def test_check_log_takes_sglangs_pool_flags(run_cli):
+    # the log's start was --tp 2 --mem-fraction-static 0.8 (its header); the pool flags, given, are what SGLang
+    # sizes with: --max-mamba-cache-size is taken as the state pool's size (server_args.py), the ratio moves the
+    # split, and an explicit no_buffer strategy meets SGLang's own refusal with the overlap scheduler on
+    log = "tests/data/logs/sglang-unknown-qwen3.5-9b-2x24gb-1.log"
+    base = (log, "--tp", "2", "--mem-fraction-static", "0.8")
+
+    def predicted(d, figure):
+        return next(r["predicted"] for r in d["rows"] if r["figure"] == figure)
+
+    plain, _ = _check(run_cli, *base)
+    sized, _ = _check(run_cli, *base, "--max-mamba-cache-size", "100")
+    assert str(predicted(sized, "max_mamba_cache_size")) == "100"
+    ratio, _ = _check(run_cli, *base, "--mamba-full-memory-ratio", "2")
+    assert predicted(ratio, "max_mamba_cache_size") != predicted(plain, "max_mamba_cache_size")
+    assert {s["name"]: s["source"] for s in ratio["settings"]}["mamba_full_memory_ratio"] == "flag"
+    for flag in ("--radix", "--mamba-radix-cache-strategy"):
+        one_line_error(*run_cli("check-log", *base, flag, "no_buffer"), "no_buffer do not support overlap schedule")
+    # 0.5.13's own name for it, which that release takes with the overlap scheduler on
+    old, _ = _check(run_cli, *base, "--sglang-version", "0.5.13", "--mamba-scheduler-strategy", "no_buffer")
+    assert {s["name"]: (s["value"], s["source"]) for s in old["settings"]}["mamba_radix_cache_strategy"] == (
+        "no_buffer", "flag")
