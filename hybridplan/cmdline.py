@@ -536,8 +536,8 @@ def _match(name: str, p: Parser, abbrev: bool) -> tuple[Flag | None, str, str | 
     if not name.startswith("--") and len(name) > 2 and name[:2] in p.flags:
         return p.flags[name[:2]], name[:2], name[2:]
     if abbrev and p.rules.get("allow_abbrev", True):
-        hits = sorted({opt for opt in p.flags if opt.startswith(name) and not opt.startswith("--no-")
-                       or opt.startswith(name) and name.startswith("--no-")})
+        # option strings of one flag (its names, its --no- form) count once, as one action
+        hits = sorted(opt for opt in p.flags if opt.startswith(name))
         flags = {p.flags[h].name for h in hits}
         if len(flags) == 1:
             return p.flags[hits[0]], hits[0], None
