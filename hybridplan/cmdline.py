@@ -414,7 +414,7 @@ def _row(rows: list[dict], version: str, order: tuple[str, ...]) -> dict | None:
     return next((r for r in rows if order.index(r["from"]) <= i <= order.index(r["to"])), None)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=128)
 def parser(engine: str, version: str | None = None) -> Parser:
     """The engine's parser at ``version`` (a release hybridplan models; default: the newest)."""
     order = _versions(engine)
