@@ -121,15 +121,16 @@ def number_value(flag: str, low: float, high: float | None, why: str) -> Callabl
     return read
 
 
-def _offload_gb(text: Any) -> float:
-    """--cpu-offload-gb: GiB per GPU, 0 or more (vllm/config/offload.py ``Field(default=0, ge=0)``)."""
+def _offload_gb(text: Any) -> int | None:
+    """--cpu-offload-gb: GiB per GPU, 0 or more (vllm/config/offload.py ``Field(default=0, ge=0)``), as the bytes
+    both engines move: ``int(gb * 1024**3)`` (vllm/model_executor/offloader, sglang/srt/utils/offloader.py)."""
     try:
         value = float(text)
     except ValueError:
         raise PlanError(f"--cpu-offload-gb: cannot read {text!r} as a number") from None
     if not 0 <= value < 1e6:
         raise PlanError(f"--cpu-offload-gb must be 0 or more (GiB per GPU), got {text}")
-    return value
+    return int(value * 1024**3) or None
 
 
 def _choices(values: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
@@ -368,7 +369,7 @@ BUDGET = (
              f"({SIZE_HELP}).")], None),
     param("kv_budget", size_option("--kv-budget", "Memory left for caches (vLLM's \"Available KV cache memory\"; "
                                                   "SGLang's memory to split); skips --gpu-mem"), None),
-    param("cpu_offload_gb", Flag[Optional[float], option(
+    param("cpu_offload", Flag[Optional[int], option(
         "--cpu-offload-gb", metavar="GiB",
         parser=_offload_gb,
         help="vLLM and SGLang --cpu-offload-gb: GiB of weights per GPU moved to the CPU, less on the GPU.")], None),
@@ -511,6 +512,7 @@ _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
            "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}
 _BUDGET = {"kv_budget": "kv_budget", "weights": "weights", "params": "params", "overhead": "overhead"}
+_BUDGET = {**_BUDGET, "cpu_offload": "cpu_offload"}  # --cpu-offload-gb, read as bytes
 
 
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
@@ -532,9 +534,7 @@ def budget(o: Options) -> Budget:
             raise PlanError("give --gpu-type or --gpu-mem, not both")
         g = gpu(gpu_type)
         key, gpu_mem = g.key, g.total
-    offload = getattr(o, "cpu_offload_gb", None)
-    extra = {"cpu_offload": int(offload * 1024**3)} if offload else {}  # vLLM/SGLang: int(gb * 1024**3)
-    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET), **extra)
+    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
 
 
 def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:

@@ -108,6 +108,16 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
     return fraction, how
 
 
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: SGLang's offloader (python/sglang/srt/utils/offloader.py OffloaderV1, 0.5.x) copies
+    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
+
+
 def memory(sc: Scenario) -> Waterfall:
     """From the GPU's total to R, the memory SGLang splits between its pools, on one rank."""
     from hybridplan.engines.sglang.pool import model_dtype
@@ -132,13 +142,3 @@ def memory(sc: Scenario) -> Waterfall:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead)"))
     left = requested - sum(t.bytes for t in terms)
     return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how)
-
-
-def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
-    """The weights left on the GPU with --cpu-offload-gb: SGLang's offloader (python/sglang/srt/utils/offloader.py OffloaderV1, 0.5.x) copies
-    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
-    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
-    if not cpu_offload:
-        return weights, source
-    moved = min(cpu_offload, weights)
-    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"

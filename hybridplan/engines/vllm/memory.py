@@ -107,6 +107,16 @@ def encoder_note(rel: Release, config: dict) -> str | None:
             "estimate leaves out (a Qwen3-VL-30B-A3B log on H100 printed 2.4 GiB less, docs/memory.md)" + way)
 
 
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: vLLM's UVA offloader (vllm/model_executor/models/utils.py maybe_offload_to_cpu to 0.2x, vllm/model_executor/offloader/uva.py in 0.33) copies
+    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
+
+
 def memory(sc: Scenario) -> Waterfall:
     """From the GPU's total to "Available KV cache memory" on one rank."""
     from hybridplan.weights import rank_bytes
@@ -128,13 +138,3 @@ def memory(sc: Scenario) -> Waterfall:
         nvswitch = gpu(b.gpu).nvswitch if b.gpu else True
         terms += overheads(rel, sc.tp, seqs, _vocab(sc), sc.vllm.enforce_eager, nvswitch)
     return Waterfall(b.gpu_mem, util, requested, tuple(terms), requested - sum(t.bytes for t in terms))
-
-
-def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
-    """The weights left on the GPU with --cpu-offload-gb: vLLM's UVA offloader (vllm/model_executor/models/utils.py maybe_offload_to_cpu to 0.2x, vllm/model_executor/offloader/uva.py in 0.33) copies
-    the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
-    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
-    if not cpu_offload:
-        return weights, source
-    moved = min(cpu_offload, weights)
-    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
