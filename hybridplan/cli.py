@@ -16,6 +16,7 @@ import typer
 from hybridplan.errors import PlanError
 from hybridplan.options import (
     ADMISSION,
+    CHECK_LOG_FLAGS,
     ALLOW_LONG,
     BUDGET,
     DP,
@@ -321,7 +322,8 @@ def _gpu_key(name: str | None) -> str | None:
     return gpu(name).key
 
 
-@command(app, CHECK_LOG, DTYPES, JSON, name="check-log", short="A real start-up log beside the prediction")
+@command(app, CHECK_LOG, CHECK_LOG_FLAGS, DTYPES, JSON, name="check-log",
+         short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
     figure the engine printed beside hybridplan's prediction for those settings, and the figures hybridplan
@@ -346,7 +348,11 @@ def check_log(o: Options) -> None:
                      mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
                      max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
                      mem_fraction_static=o.mem_fraction, dtype=o.dtype, conv_dtype=o.conv_dtype,
-                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type))
+                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type),
+                     speculative_config=o.speculative_config, block_size=o.block_size,
+                     max_mamba_cache_size=o.max_mamba_cache_size, mamba_full_memory_ratio=o.full_memory_ratio,
+                     radix=o.radix, page_size=o.page_size, spec_method=o.spec_method, spec_draft=o.spec_draft,
+                     eagle_topk=o.eagle_topk, draft_tokens=o.draft_tokens)
     report = check(log, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)

@@ -88,6 +88,8 @@ class Budget:
     weights: int | None = None
     params: float | None = None
     overhead: int | None = None
+    #: the engines' --cpu-offload-gb in bytes per GPU: weights moved to the CPU (hybridplan/engines/*/memory.py)
+    cpu_offload: int | None = None
 
     def check(self) -> None:
         if self.kv_budget is None and self.gpu_mem is None:
@@ -137,6 +139,8 @@ class Scenario:
     #: SGLang ``--enable-dp-attention``: attention (and the recurrent layers) data-parallel over ``dp`` groups of
     #: ``tp // dp`` ranks, the MLP / MoE tensor- or expert-parallel over all ``tp``
     dp_attention: bool = False
+    #: engine flags given that change no figure, kept as typed for the printed command: (engine, words)
+    engine_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:

@@ -112,6 +112,16 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
     return fraction, how
 
 
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: SGLang's offloader (python/sglang/srt/utils/offloader.py
+    OffloaderV1, 0.5.x) copies the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
+
+
 def drafter(sc: Scenario) -> Term | None:
     """The speculative draft's weights on one rank, as SGLang's draft worker loads them
     (speculative/eagle_worker.py ``init_lm_head`` 0.5.2, eagle_worker_v2.py 0.5.23): for NEXTN (EAGLE with the
@@ -166,6 +176,7 @@ def memory(sc: Scenario) -> Waterfall:
     before = b.gpu_mem - context.bytes
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
     requested = int(before * fraction)
+    weights, source = offloaded(weights, source, b.cpu_offload)
     terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead)"))

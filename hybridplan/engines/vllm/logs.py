@@ -149,6 +149,16 @@ def _config(log: Log) -> tuple[dict, Found | None]:
     return out, found
 
 
+def _spec_flag(text: str) -> dict:
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError:
+        raise PlanError(f"--speculative-config is not valid JSON: {text}") from None
+    if not isinstance(cfg, dict):
+        raise PlanError("--speculative-config must be a JSON object")
+    return cfg
+
+
 def read_settings(log: Log, given: LogGiven) -> Settings:
     """What the run was started with: flags, then the engine-config line, then ``non-default args``, then the
     other lines that state a setting."""
@@ -160,6 +170,12 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
                         ("mamba_cache_dtype", given.conv_dtype), ("mamba_ssm_cache_dtype", given.ssm_dtype),
                         ("kv_cache_dtype", given.kv_dtype), ("gpu", given.gpu)):
         s.put(name, value, "flag")
+    s.put("block_size", given.block_size, "flag")
+    if given.speculative_config is not None:  # --speculative-config, as fit reads it
+        cfg = _spec_flag(given.speculative_config)
+        for name, key in (("num_speculative_tokens", "num_speculative_tokens"), ("speculative_method", "method"),
+                          ("speculative_model", "model")):
+            s.put(name, cfg.get(key), "flag")
     for pattern in BANNER:
         if (f := log.last(pattern)) is not None:
             s.put("version", f[1], f.source)
@@ -284,6 +300,10 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
 
     method = s.get("speculative_method")
     if method is None or not spec_tokens:
+        if spec_tokens:
+            notes.append(f"{spec_tokens} speculative tokens with no method named (--spec-tokens alone, or a log "
+                         "that names none): not modelled beyond the count: an MTP layer's or a draft model's KV "
+                         "and weights are left out (give --speculative-config)")
         return Speculative(num_tokens=spec_tokens) if spec_tokens else Speculative()
     model = s.get("speculative_model")
     cfg = {"method": str(method), "num_speculative_tokens": spec_tokens}

@@ -110,6 +110,16 @@ def encoder_note(rel: Release, config: dict) -> str | None:
             "estimate leaves out (a Qwen3-VL-30B-A3B log on H100 printed 2.4 GiB less, docs/memory.md)" + way)
 
 
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: vLLM's UVA offloader (vllm/model_executor/models/utils.py
+    ``maybe_offload_to_cpu``; vllm/model_executor/offloader/ in 0.33) copies the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
+
+
 #: from this release the target's LM head also replaces a DeepSeek-style MTP layer's own (``shared_head.head``):
 #: 0.16.0's and 0.33.0's v1/spec_decode ``_maybe_share_lm_head`` do so (vllm#34385, merged 2026-02-11); 0.10.0's
 #: ``EagleProposer.load_model`` replaces only ``lm_head``, so each MTP layer keeps a head of its own there
@@ -192,6 +202,7 @@ def memory(sc: Scenario) -> Waterfall:
     util = sc.vllm.gpu_util if sc.vllm.gpu_util is not None else rel.gpu_memory_utilization
     requested = requested_memory(b.gpu_mem, util, rel)
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
+    weights, source = offloaded(weights, source, b.cpu_offload)
     terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
     if (draft := drafter(sc)) is not None:
         terms.append(draft)
