@@ -323,13 +323,15 @@ class MemoryBound:
     model's weights once, over the least one request of the context keeps. Every layout stores each weight on
     at least one rank (TP and PP split them, DP copies them), each request's full-attention KV at the context
     and its recurrent state on at least one rank (TP splits or replicates the heads, PP splits the layers), and
-    no rank keeps more than its GPU's total; so a count this says cannot hold the target is not fitted. The
-    figures are the engine's own: its waterfall's GPU total and weights at TP 1 (hybridplan/engines/*/memory.py),
+    no rank keeps more than the engine asks of its GPU; so a count this says cannot hold the target is not
+    fitted. The figures are the engine's own: its waterfall's request (vLLM) or GPU total (SGLang) and weights
+    at TP 1 (hybridplan/engines/*/memory.py),
     and its footprint of one sequence at TP 1 in each cache setting tried, the smallest (sliding-window KV left
     out, as SGLang admits by state slots alone where no full-attention layer counts tokens)."""
 
     engine: str
-    #: what each GPU can give at most: its total, or the --kv-budget given for each
+    #: what each GPU can give at most: vLLM's request (total × utilization), SGLang's total, or the --kv-budget
+    #: given for each
     per_gpu: int
     #: the whole model's weights, once (0 with --kv-budget, which is the caches' alone)
     weights: int
@@ -350,7 +352,8 @@ class MemoryBound:
     def reason(self, gpus: int, concurrency: int) -> str:
         gib = 1 << 30
         total = (f"{gpus} × the --kv-budget {self.per_gpu / gib:.2f} GiB" if self.given_budget else
-                 f"{gpus} GPU{'s' * (gpus > 1)} × {self.per_gpu / gib:.2f} GiB = {gpus * self.per_gpu / gib:,.2f} GiB")
+                 f"{gpus} GPU{'s' * (gpus > 1)} × {self.per_gpu / gib:.2f} GiB = {gpus * self.per_gpu / gib:,.2f} GiB"
+                 + (" (each GPU's total × gpu_memory_utilization)" if self.engine == "vllm" else ""))
         if gpus * self.per_gpu <= self.weights:
             return (f"the weights do not fit: the model's weights, {self.weights / gib:,.2f} GiB, are more than "
                     f"{total} (not fitted: no layout of {gpus} GPUs can hold them)")
@@ -385,15 +388,32 @@ def memory_bound(base: Scenario, engine: str, concurrency: int) -> MemoryBound |
         water = memory(one)
     except PlanError:
         return None
+    # what a rank can give: vLLM asks every rank for total × gpu_memory_utilization, whatever the layout
+    # (hybridplan/engines/vllm/memory.py ``requested_memory``: the GPU, the utilization and the release alone);
+    # SGLang's fraction is chosen by TP and more, so its GPU's total
+    per_gpu = water.requested if engine == "vllm" else water.gpu_bytes
     # the stages' weights are the whole model's, each rounded down to a byte: a byte a stage of slack
-    return MemoryBound(engine, water.gpu_bytes, max(0, water.term("weights") - DEFAULT_MAX_GPUS), tuple(requests),
-                       base.ctx)
+    return MemoryBound(engine, per_gpu, max(0, water.term("weights") - DEFAULT_MAX_GPUS), tuple(requests), base.ctx)
+
+
+def _cache_bytes(lay: Layout, part: object) -> int:
+    """What the caches of all the layout's GPUs get together, as the engine's fit sized them: each pipeline
+    stage's budget (vLLM's "Available KV cache memory", SGLang's R) on each of its TP ranks, on each engine."""
+    if getattr(part, "stage_caches", None):  # vLLM with PP, DP or EP (hybridplan/engines/vllm/parallel.py)
+        one = sum(c.budget for c in part.stage_caches) * lay.tp  # type: ignore[attr-defined]
+    elif getattr(part, "stage_pools", None):  # SGLang with PP (hybridplan/engines/sglang/parallel.py)
+        one = sum(p.fit.budget for p in part.stage_pools) * lay.tp  # type: ignore[attr-defined]
+    else:  # one rank's budget, every rank of an engine alike
+        one = part.budget * lay.tp * lay.pp  # type: ignore[attr-defined]
+    return one * (1 if lay.dp_attention else lay.dp)
 
 
 def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
-         bound: MemoryBound | None = None) -> Plan | Rejection:
+         bound: MemoryBound | None = None, whole_count: bool = True) -> Plan | Rejection:
     """The first variant of the layout that starts and holds the target, else why none does. A variant whose
-    cache dtypes ``bound`` says the layout's GPUs cannot hold the target in is not fitted."""
+    cache dtypes ``bound`` says the layout's GPUs cannot hold the target in (``whole_count``: all the count's
+    memory; and once one variant is fitted, all that its fit left for the caches, which no variant changes) is
+    not fitted."""
     from hybridplan.engines.common import Shortfall
 
     refused = refusals.reason(_scenario(base, lay, Variant(), concurrency))
@@ -404,8 +424,10 @@ def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
     most: float | None = None
     fitted = False
     unfitted = 0
+    caches: int | None = None
     for v in variants(base, lay.engine):
-        if bound is not None and bound.most(lay.gpus, v) < concurrency:
+        if bound is not None and (whole_count and bound.most(lay.gpus, v) < concurrency or caches is not None
+                                  and caches / dict(bound.requests)[v] < concurrency):
             unfitted += 1
             continue
         try:
@@ -425,13 +447,15 @@ def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
             break
         h = holds(lay, part, base.ctx)
         most = max(most or 0, h)
+        if caches is None:
+            caches = _cache_bytes(lay, part)
         if not part.starts:  # type: ignore[attr-defined]
             first_reason = first_reason or str(part.problem)  # type: ignore[attr-defined]
             continue
         if h >= concurrency:
             return Plan(lay, v, sc, part, h, concurrency)
-    others = (f"; {unfitted} other cache setting{'s' * (unfitted > 1)} not fitted: {lay.gpus} GPUs' memory cannot "
-              f"hold {concurrency} requests in {'them' if unfitted > 1 else 'it'}") if unfitted else ""
+    others = (f"; {unfitted} other cache setting{'s' * (unfitted > 1)} not fitted: the GPUs' memory cannot hold "
+              f"{concurrency} requests in {'them' if unfitted > 1 else 'it'}") if unfitted else ""
     if first_reason is None:
         if most is None:
             return Rejection(lay, "no variant starts" + others, None)
@@ -477,6 +501,11 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
             lays.reverse()
         for lay in lays:
             b = bounds.get(lay.engine)
+            refused = refusals.reason(_scenario(base, lay, Variant(), concurrency))
+            if refused is not None:  # the engine's refusal of the TP for the model's layers, asked once
+                tried += 1
+                rejected.append(Rejection(lay, refused, kind=_refusal_kind(refused)))
+                continue
             if b is not None and n <= last_short[lay.engine] and (n < last_short[lay.engine]
                                                                   or lay.engine in examples):
                 rejected.append(Rejection(lay, b.reason(n, concurrency), None,
@@ -485,7 +514,7 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
             if progress is not None:
                 progress(tried, total)
             tried += 1
-            got = _try(base, lay, concurrency, refusals, b if b is not None and n > last_short[lay.engine] else None)
+            got = _try(base, lay, concurrency, refusals, b, b is not None and n > last_short[lay.engine])
             if b is not None and n == last_short[lay.engine] and not (
                     isinstance(got, Rejection) and got.kind in ("refused", "not modelled")):
                 examples.add(lay.engine)

@@ -60,7 +60,8 @@ def test_issue_28_the_fewest_gpus_are_found(run_cli):
     # printed command, through fit, above); 4 GPUs are ruled out by the weights: no plan on fewer
     assert 4 * gpu("b200").total < 793_604_721_632
     small = [r for r in d["rejected"] if r["gpus"] <= 4]
-    assert small and all(r["kind"] == "weights" for r in small)
+    # each the weights, or a TP the engine refuses for the model's heads (3: the 16 GDN key heads)
+    assert small and all(r["kind"] == "weights" or r["kind"] == "refused" and r["tp"] == 3 for r in small)
     # the 6-GPU layouts of the issue start and hold the target with fit's defaults (vLLM's default Mamba cache
     # mode, align): so 6 GPUs are not "no layout"
     for flags in (["--pp", "6"], ["--tp", "2", "--pp", "3"]):
@@ -75,8 +76,12 @@ def test_issue_28_the_fewest_gpus_are_found(run_cli):
     code, out, _ = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type",
                            "b200", "--gpus", "4")
     assert code == 1 and "no layout of up to 4 GPUs" in out
-    assert "1-4 GPUs" in out and "the weights do not fit" in out
-    assert "nothing is left for the caches" in " ".join(out.split())  # vLLM's or SGLang's shortfall, as fit says
+    flat = " ".join(out.split())
+    # 1-2 GPUs the weights alone; 3 also TP 3, which the 16 GDN key heads refuse, in the engine's words
+    assert "1-2 GPUs the weights do not fit" in flat and "4 GPUs the weights do not fit" in flat
+    assert "3 GPUs the engine refuses the layout" in flat and "--tp 3 does not divide the linear-attention key heads" \
+        in flat
+    assert "nothing is left for the caches" in flat  # vLLM's or SGLang's shortfall, as fit says it
 
 
 # --- the property: no layout fit confirms on fewer GPUs --------------------------------------------------
@@ -249,7 +254,9 @@ def test_fewer_gpus_than_the_best_plan_are_rejected_with_a_reason(run_cli):
     fewest = min(p["gpus"] for p in d["plans"])
     assert 9 * gpu("h100").total < 793_604_721_632 and fewest >= 10
     small = [r for r in d["rejected"] if r["gpus"] <= 9]
-    assert small and all(r["kind"] == "weights" for r in small)
+    # each the weights, or a TP the engine refuses: 32 attention heads and 16 GDN key heads take 1, 2, 4, 8, 16
+    assert small and all(r["kind"] == "weights" or r["kind"] == "refused" and 16 % r["tp"] for r in small)
+    assert {r["tp"] for r in small if r["kind"] == "refused"} == {3, 5, 6, 7, 9}
     assert {r["gpus"] for r in d["rejected"] if r["gpus"] < fewest} == set(range(1, fewest))
     assert max(r["gpus"] for r in d["rejected"]) == fewest  # the search stops on the fewest count
 
@@ -271,8 +278,11 @@ def test_a_target_no_64_gpus_hold_is_answered_without_fitting_them_all():
     assert not r.plans
     assert 64 * g.total / (16 * 2048 * 262_144) < 100_000
     assert {x.layout.gpus for x in r.rejected} == set(range(1, 65))
-    fitted = [x for x in r.rejected if x.fitted]
-    assert fitted and {x.layout.gpus for x in fitted} == {64} and r.tried == len(fitted)
+    # a TP the engine refuses for the model's heads is its refusal on every count (asked once, not fitted)
+    refused = [x for x in r.rejected if x.kind == "refused"]
+    assert refused and all("does not divide" in x.reason for x in refused if x.layout.tp > 1)
+    fitted = [x for x in r.rejected if x.fitted and x.kind != "refused"]
+    assert fitted and {x.layout.gpus for x in fitted} == {64} and r.tried == len(fitted) + len(refused)
 
 
 def test_vllm_plans_ask_each_engine_for_its_share_of_the_requests():

@@ -122,7 +122,7 @@ def plan_view(r: PlanReport, *, exact: bool = False):
                           "the context (hybridplan speed's step model; plans within a 10 % step of margin rank by "
                           "it)"))
     parts += [note(f"{what} not tried: {why}") for what, why in res.skipped]
-    parts.append(note(f"{res.tried} layouts fitted, from 1 GPU up: every split of each count into TP × PP × DP (any "
+    parts.append(note(f"{res.tried} layouts tried, from 1 GPU up: every split of each count into TP × PP × DP (any "
                       "TP the engine takes for the model's heads, groups and experts, PP up to its layers), experts "
                       "sliced or dealt whole; per layout the model's and fp8 KV, the default and bfloat16 SSM state, "
                       "vLLM's default Mamba cache mode and none; the commands start the engines with the figures "
