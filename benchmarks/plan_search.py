@@ -11,8 +11,9 @@ move less with the load than the wall seconds do.
 
 The cases: the issue-28 case (Qwen3.5-397B-A17B, 256K, 16 requests, B200), the docs' case (the same model at
 32k and 128 requests on H100), Nemotron-3-Ultra on H200, a small model (Nemotron-H-8B, 8k, 2,000 requests on
-L40S, its fewest above one GPU), and a target no 64 GPUs hold (every layout of every count tried: the slowest
-case the search has).
+L40S, its fewest above one GPU), Qwen3.5-27B at 256K on RTX 4090s (16 of them), the largest shipped model
+(Qwen3.8-2.4T-A95B on H200s: 40, where every count below has dozens of layouts that load), and a target no
+64 GPUs hold.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ CASES = {
     "nemotron-3-ultra-550b-a55b 32k x128 h200": ["nemotron-3-ultra-550b-a55b", "--ctx", "32k", "--concurrency",
                                                  "128", "--gpu-type", "h200"],
     "nemotron-h 8k x2000 l40s": ["nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "l40s"],
+    "qwen3.5-27b 256K x32 rtx-4090": ["qwen3.5-27b", "--ctx", "256K", "--concurrency", "32", "--gpu-type",
+                                      "rtx-4090"],
+    "qwen3.8-2.4t-a95b 32k x64 h200": ["qwen3.8-2.4t-a95b", "--ctx", "32k", "--concurrency", "64", "--gpu-type",
+                                       "h200"],
     "unreachable: qwen3.5-27b 256K x100000 h100": ["qwen3.5-27b", "--ctx", "256K", "--concurrency", "100000",
                                                    "--gpu-type", "h100"],
 }

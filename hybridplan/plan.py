@@ -292,13 +292,13 @@ def _attention_tp(sc: Scenario) -> int:
 class _Refusals:
     """The engine's refusal of a TP degree for the model's layers (its heads, KV heads, groups: each engine's
     ``footprint``, which checks every layer as the engine's ``divide()`` does, hybridplan/spec.py ``check_tp``),
-    asked once per engine and degree: it holds for every PP and DP of that degree, as the engine refuses a
-    rank that cannot split a layer it holds and vLLM checks the heads of the whole model
-    (vllm/config/parallel.py ``verify_with_parallel_config``). What depends on more than the degree (the
-    experts over TP × DP or EP, an empty stage) the engine's fit says, layout by layout."""
+    asked once per engine and degree: it holds for every PP and DP of that degree, as a start fails on any rank
+    that cannot split a layer it builds, and vLLM checks the attention heads of the whole model before any
+    (vllm/config/model.py ``verify_with_parallel_config``, "Total number of attention heads ... must be
+    divisible by tensor parallel size", 0.33.0). What depends on more than the degree (the experts over
+    TP × DP or EP, an empty stage, a model without PP) the engine's fit says, layout by layout."""
 
-    def __init__(self, base: Scenario) -> None:
-        self.base = base
+    def __init__(self) -> None:
         self.seen: dict[tuple[str, int], str | None] = {}
 
     def reason(self, sc: Scenario) -> str | None:
@@ -325,9 +325,9 @@ class MemoryBound:
     and its recurrent state on at least one rank (TP splits or replicates the heads, PP splits the layers), and
     no rank keeps more than the engine asks of its GPU; so a count this says cannot hold the target is not
     fitted. The figures are the engine's own: its waterfall's request (vLLM) or GPU total (SGLang) and weights
-    at TP 1 (hybridplan/engines/*/memory.py),
-    and its footprint of one sequence at TP 1 in each cache setting tried, the smallest (sliding-window KV left
-    out, as SGLang admits by state slots alone where no full-attention layer counts tokens)."""
+    at TP 1 (hybridplan/engines/*/memory.py), and its footprint of one sequence at TP 1 in each cache setting
+    tried (sliding-window KV left out, as SGLang admits by state slots alone where no full-attention layer
+    counts tokens). ``tests/test_plan.py`` holds it to a brute force over every layout of the counts below."""
 
     engine: str
     #: what each GPU can give at most: vLLM's request (total × utilization), SGLang's total, or the --kv-budget
@@ -485,7 +485,7 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
     stages, no_pp = max_stages(base)
     skipped: dict[str, str] = {"pipeline parallelism": no_pp} if no_pp else {}
     total = len(layouts(base, cap)) if progress is not None else 0
-    refusals = _Refusals(base)
+    refusals = _Refusals()
     bounds = {e: memory_bound(base, e, concurrency) for e in ("vllm", "sglang") if base.wants(e)}
     plans: list[Plan] = []
     rejected: list[Rejection] = []

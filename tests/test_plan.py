@@ -152,7 +152,7 @@ def _confirmed_below(base: Scenario, fewest: int, concurrency: int) -> list[tupl
 @pytest.mark.parametrize("model,ctx,concurrency,gpu_type", [
     # the reported case: its fewest, 5, is above the 4 GPUs the weights alone rule out
     ("qwen3.5-397b-a17b", 262_144, 16, "b200"),
-    # a dense hybrid (Nemotron-H-8B, 16 GiB of weights on 44.5 GiB L40S): 600 requests of 8k take more than one
+    # a dense hybrid (Nemotron-H-8B, 15.09 GiB of weights on 44.42 GiB L40S): 600 requests of 8k take more than one
     # GPU's caches
     ("nemotron-h", 8192, 600, "l40s"),
     # a MoE hybrid with experts (Qwen3-Next-80B-A3B: 512 experts, GDN heads 16/32): EP, DP attention, PP 2
@@ -186,7 +186,8 @@ def test_the_brute_force_finds_what_plan_finds():
 
 def test_a_refused_layout_carries_the_engines_own_reason(run_cli):
     # Nemotron-H-8B on L40S, 2,000 requests of 8k: the counts below the fewest include TP 3 (3 GPUs) and TP 6,
-    # which vLLM refuses for its 32 attention heads; plan's reason for them is fit's own error, word for word
+    # which 32 attention heads and 128 Mamba heads do not divide; plan's reason for them is fit's own error,
+    # word for word
     code, out, err = run_cli("plan", "nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "l40s",
                              "--json")
     assert code == 0, err
