@@ -13,10 +13,12 @@ without PP — the engine code says, with its reason; nothing is left out of the
 The search stops at the first count that holds the target: the fewest GPUs. Its plans rank by margin (what
 they hold over the target) in steps of 10 %, then by decode tokens/s per GPU at the target
 (hybridplan/speed/layout.py, the step model of `speed`; a layout it does not price ranks last in its step),
-and the ``best`` first are kept. Two things keep it fast, and neither drops a layout that could hold the
-target: a TP degree an engine refuses for the model's layers is asked once (``_Refusals``), and a count, or a
+and the ``best`` first are kept. Three things keep it fast, and none drops a layout that could hold the
+target: a TP degree an engine refuses for the model's layers is asked once (``_Refusals``); a count, or a
 cache setting on a count, whose GPUs' memory cannot hold the weights and the requests at all is not fitted
-(``MemoryBound``; one layout of the largest such count is, for the engine's own words on why it fails).
+(``MemoryBound``; one layout of the largest such count is, for the engine's own words on why it fails); and
+once one cache setting of a layout is fitted, another whose requests the layout's own caches cannot hold is
+not (``_cache_bytes``: what the fit left for the caches, which no cache setting changes).
 
 Pure: no printing; ``progress`` is called with (layouts tried, layouts there are) where the caller wants it.
 """
@@ -311,6 +313,22 @@ class _Refusals:
             try:
                 engine.check_served(one)
                 engine.footprint(one)
+                self.seen[key] = None
+            except PlanError as exc:
+                self.seen[key] = str(exc)
+        if self.seen[key] is None and sc.pp > 1 and sc.engine == "vllm":
+            return self._pipeline(sc)
+        return self.seen[key]
+
+    def _pipeline(self, sc: Scenario) -> str | None:
+        """vLLM's refusal of PP for the model's class or its drafter's (hybridplan/engines/vllm/parallel.py
+        ``check``), asked once per degree (its message names it)."""
+        from hybridplan.engines.vllm.parallel import check
+
+        key = ("vllm pp", sc.pp)
+        if key not in self.seen:
+            try:
+                check(sc)
                 self.seen[key] = None
             except PlanError as exc:
                 self.seen[key] = str(exc)

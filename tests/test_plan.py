@@ -203,6 +203,22 @@ def test_a_refused_layout_carries_the_engines_own_reason(run_cli):
     assert all(r["reason"] for r in d["rejected"])
 
 
+def test_a_model_without_pp_is_refused_pp_as_vllm_refuses_it(run_cli):
+    # Mamba-Codestral-7B (Mamba2ForCausalLM, no SupportsPP in any vLLM 0.10.0-0.33.0): every PP layout is
+    # vLLM's refusal, in fit's words for the same flags, though its memory alone would not rule it out
+    code, out, err = run_cli("plan", "mamba-codestral-7b", "--ctx", "32k", "--concurrency", "400", "--gpu-type",
+                             "rtx-4090", "--engine", "vllm", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    pp = [r for r in d["rejected"] if r["pp"] > 1]
+    assert pp and all(r["kind"] == "refused" for r in pp)
+    assert all(p["pp"] == 1 for p in d["plans"])
+    for r in pp:
+        code, _, ferr = run_cli("fit", "mamba-codestral-7b", "--ctx", "32k", "--gpu-type", "rtx-4090", "--engine",
+                                "vllm", "--pp", str(r["pp"]), "--tp", str(r["tp"]), "--dp", str(r["dp"]))
+        assert code == 2 and ferr.strip() == f"hybridplan: error: {r['reason']}"
+
+
 # --- the layouts tried ------------------------------------------------------------------------------------
 
 
