@@ -14,7 +14,8 @@ The search stops at the first count that holds the target: the fewest GPUs. Its 
 they hold over the target) in steps of 10 %, then by decode tokens/s per GPU at the target
 (hybridplan/speed/layout.py, the step model of `speed`; a layout it does not price ranks last in its step),
 and the ``best`` first are kept. Three things keep it fast, and none drops a layout that could hold the
-target: a TP degree an engine refuses for the model's layers is asked once (``_Refusals``); a count, or a
+target: what an engine refuses whatever the layout's other degrees — a TP for the model's layers, the context
+as its maximum length, PP for a model without it — is asked once (``_Refusals``); a count, or a
 cache setting on a count, whose GPUs' memory cannot hold the weights and the requests at all is not fitted
 (``MemoryBound``; one layout of the largest such count is, for the engine's own words on why it fails); and
 once one cache setting of a layout is fitted, another whose requests the layout's own caches cannot hold is
@@ -292,13 +293,15 @@ def _attention_tp(sc: Scenario) -> int:
 
 
 class _Refusals:
-    """The engine's refusal of a TP degree for the model's layers (its heads, KV heads, groups: each engine's
-    ``footprint``, which checks every layer as the engine's ``divide()`` does, hybridplan/spec.py ``check_tp``),
-    asked once per engine and degree: it holds for every PP and DP of that degree, as a start fails on any rank
-    that cannot split a layer it builds, and vLLM checks the attention heads of the whole model before any
-    (vllm/config/model.py ``verify_with_parallel_config``, "Total number of attention heads ... must be
-    divisible by tensor parallel size", 0.33.0). What depends on more than the degree (the experts over
-    TP × DP or EP, an empty stage, a model without PP) the engine's fit says, layout by layout."""
+    """The engine's refusals that hold whatever the layout's other degrees, each asked once: the context as its
+    maximum length (each engine's context.py ``refusal``: the model's config, the release and the context
+    alone), vLLM's refusal of PP for a model or drafter without ``SupportsPP`` (once per PP degree), and a TP
+    degree the model's layers refuse (their heads, KV heads, groups: each engine's ``footprint``, which checks
+    every layer as the engines' ``divide()`` does, hybridplan/spec.py ``check_tp``). A TP refusal holds for every
+    PP and DP of the degree, as a start fails on any rank that cannot split a layer it builds, and vLLM checks
+    the attention heads of the whole model before any (vllm/config/model.py ``verify_with_parallel_config``,
+    "Total number of attention heads ... must be divisible by tensor parallel size", 0.33.0). What depends on
+    more than that (the experts over TP × DP or EP, an empty stage) the engine's fit says, layout by layout."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, int], str | None] = {}
@@ -316,8 +319,23 @@ class _Refusals:
                 self.seen[key] = None
             except PlanError as exc:
                 self.seen[key] = str(exc)
+        if self.seen[key] is None:
+            said = self._context(sc)
+            if said is not None:
+                return said
         if self.seen[key] is None and sc.pp > 1 and sc.engine == "vllm":
             return self._pipeline(sc)
+        return self.seen[key]
+
+    def _context(self, sc: Scenario) -> str | None:
+        """The engine's refusal of the context as its maximum length (hybridplan/engines/*/context.py
+        ``refusal``: the model's config, the release and the context alone), as its fit words it."""
+        from importlib import import_module
+
+        key = (f"{sc.engine} context", 0)
+        if key not in self.seen:
+            said = import_module(f"hybridplan.engines.{sc.engine}.context").refusal(sc)
+            self.seen[key] = None if said is None else f"{'vLLM' if sc.engine == 'vllm' else 'SGLang'}: {said}"
         return self.seen[key]
 
     def _pipeline(self, sc: Scenario) -> str | None:

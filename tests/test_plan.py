@@ -219,6 +219,24 @@ def test_a_model_without_pp_is_refused_pp_as_vllm_refuses_it(run_cli):
         assert code == 2 and ferr.strip() == f"hybridplan: error: {r['reason']}"
 
 
+def test_a_context_the_engine_refuses_is_refused_on_every_count(run_cli):
+    # SGLang derives Mamba-Codestral-7B's context from its config (2,048, as fit says) and refuses 8,000 tokens
+    # above it, whatever the layout: every layout of the 64 counts is refused, in fit's words, and none is sized
+    code, out, _ = run_cli("plan", "mamba-codestral-7b", "--ctx", "8k", "--concurrency", "4", "--gpu-type", "h100",
+                           "--engine", "sglang", "--json")
+    assert code == 1
+    d = json.loads(out)
+    code, fout, _ = run_cli("fit", "mamba-codestral-7b", "--ctx", "8k", "--gpu-type", "h100", "--engine", "sglang",
+                            "--json")
+    said = json.loads(fout)["sglang"]["context_length_refused"]
+    assert code == 1 and said
+    assert {r["gpus"] for r in d["rejected"]} == set(range(1, 65))
+    assert {r["kind"] for r in d["rejected"]} == {"refused"}
+    # a TP its 8 Mamba-2 groups do not divide is refused first; every other layout, the context
+    assert {r["reason"] for r in d["rejected"] if not r["reason"].startswith("--tp ")} == {f"SGLang: {said}"}
+    assert all(r["reason"] == f"SGLang: {said}" for r in d["rejected"] if r["tp"] == 1)
+
+
 # --- the layouts tried ------------------------------------------------------------------------------------
 
 
