@@ -27,8 +27,7 @@ A run of a second or two moves by a third from one run to the next on a shared m
 CPU's caches warming, the neighbours), so each short measurement is made ``--repeats`` times over fresh caches
 and the fastest reported, every run's seconds beside it (vLLM's worker at most three times).
 
-The report says which build ran: the replay's modules compiled by Cython or from their source
-(hybridplan/_compiled.py; ``HYBRIDPLAN_PURE=1`` for the source), and the native code or its Python twins.
+The report says which build ran: the native code or its Python twins.
 
 The figures go to stdout and to benchmarks/results/replay.json.
 """
@@ -71,13 +70,11 @@ def write_trace(path: Path, n: int, max_output: int | None = None) -> None:
 
 
 def build() -> dict:
-    """Which build of the replay runs: each compiled module's, and the native code's."""
-    from hybridplan import _compiled
+    """Which build of the replay runs: the native code, or its Python twins."""
     from hybridplan.engines.vllm import block_pool
     from hybridplan.replay import loop, trace
 
-    return {"compiled": {n: _compiled.is_compiled(n) for n in _compiled.MODULES},
-            "native": {"block pool": block_pool.BlockPool is not block_pool.PyPool,
+    return {"native": {"block pool": block_pool.BlockPool is not block_pool.PyPool,
                        "hashes": trace._native is not None, "ideal cache": loop.Ideal is loop.NativeIdeal}}
 
 

@@ -4,8 +4,7 @@ changes none of them (a speed-up, a refactor).
     python benchmarks/replay_fingerprint.py --write before.json     # on the code before
     python benchmarks/replay_fingerprint.py --compare before.json   # on the code after: exit 1 on a difference
 
-``--only`` takes some of the configurations by name; with ``HYBRIDPLAN_PURE=1`` the replay's compiled modules
-run from their Python source (tests/test_compiled.py compares the two builds so).
+``--only`` takes some of the configurations by name.
 
 The replays: 21 configurations (Qwen3.5-4B on vLLM 0.23, 0.24, 0.26, 0.29, 0.31, 0.33 with every mode the
 release has; retention 1056, --prefix-match-unit 16 and 48, MTP, the shared-prefix checkpoint, tight block pools,

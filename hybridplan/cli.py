@@ -20,6 +20,7 @@ from hybridplan.options import (
     BUDGET,
     DP,
     DTYPES,
+    EMIT,
     ENGINES,
     JSON,
     MODEL,
@@ -42,6 +43,7 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
+    said,
     scenario,
     signature,
     size_option,
@@ -84,6 +86,10 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
     hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
     --json runs)."""
+    from hybridplan.api import Captured, capturing
+
+    if capturing.get():  # a call of hybridplan.api: the report goes back to it, nothing is shown
+        raise Captured(report)
     plot: Path | None = getattr(o, "plot", None)
     if plot is not None:
         from hybridplan import plots
@@ -206,11 +212,12 @@ def crossover(o: Options) -> None:
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
          ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
-         short="How many requests fit, whether the engines start, the commands to run")
+         EMIT, short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
-    Exit code 0 when the engine(s) will start with these settings, 1 when not (the verdict line says why).
+    Exit code 0 when the engine(s) will start with these settings, 1 when at least one does not (the verdict
+    line names which, and each one's reason).
 
     Examples:
 
@@ -221,15 +228,45 @@ def fit(o: Options) -> None:
       hybridplan fit qwen3-next --tp 4 --ctx 32k --kv-budget 60GiB --json
       hybridplan fit --gpu-type h100 -- vllm serve nvidia/NVIDIA-Nemotron-Nano-9B-v2 --max-model-len 32k
       hybridplan fit --gpu-type l40s -- sglang serve --model-path nvidia/Nemotron-H-8B-Base-8K --tp 2
+      hybridplan fit nemotron-h --ctx 8192 --gpu-type h100 --emit vllm-config > vllm.yaml
+      hybridplan fit nemotron-h --ctx 8192 --gpu-type h100 --emit k8s --out deploy/
 
     The commands it prints start the engines with the figures shown: the model, every setting that changes
-    a figure, and the environment variables.
+    a figure, and the environment variables. --emit writes the same start as the engine's --config file or
+    as Kubernetes manifests (docs/deploy.md).
     """
     from hybridplan.reports.fit import fit as fit_report
 
     report = fit_report(scenario(o), o.model, o.revision)
+    code = 0 if report.verdict_ok else 1
+    if o.emit is not None:
+        wrote = _emit(o, report.targets(o.gpus_per_node))
+        if not wrote:
+            raise typer.Exit(code)
     show(report, o, "fit_view")
-    raise typer.Exit(0 if report.verdict_ok else 1)
+    raise typer.Exit(code)
+
+
+def _emit(o: Options, targets: dict) -> bool:
+    """``--emit``: the files to stdout (then nothing else is shown; False), or into ``--out`` (True: the report
+    follows, with a line per file on stderr)."""
+    from hybridplan.deploy import emit
+
+    if not targets:
+        raise PlanError(f"--emit {o.emit}: no engine starts with these settings, so there is nothing to deploy")
+    files = emit(o.emit, targets)
+    if o.out is None:
+        write("---\n".join(f.text for f in files))
+        return False
+    try:
+        o.out.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (o.out / f.name).write_text(f.text)
+    except OSError as exc:
+        raise PlanError(f"--out {o.out}: {exc.strerror or exc}") from None
+    for f in files:
+        sys.stderr.write(f"hybridplan: wrote {o.out / f.name}\n")
+    return True
 
 
 @command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, 8192),), DTYPES, ALLOW_LONG, JSON,
@@ -515,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
+    notes += said()  # the default MODEL taken (hybridplan/options.py)
     if code in (0, 1):
         for line in notes:
             sys.stderr.write(f"hybridplan: {line}\n")

@@ -178,19 +178,145 @@ def _names() -> dict[str, Gpu]:
     return out
 
 
-def gpu(name: str) -> Gpu:
-    """A GPU by its key, an alias, its name or nvidia-smi's name for it (case, spaces, ``-``/``_`` and vendor
-    words do not matter)."""
-    names = _names()
-    g = names.get(_norm(name))
-    if g is not None:
-        return g
+# --- a name as people type it and as nvidia-smi / torch print it: family, memory, form factor, the rest --------
+
+#: a memory size as it is written after a name: 80GB, 80gb, 80G, 80GiB, "16 GB"
+_MEM = re.compile(r"^(\d+)(?:g|gb|gib)$")
+#: words that say nothing about which card: memory kinds, and the words around a display name
+_PLAIN = frozenset({"hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7", "gpu", "generation", "edition",
+                    "server", "blackwell", "superchip", "unified", "memory", "graphics", "card"})
+
+
+@frozen
+class _Parsed:
+    family: str
+    mem_gb: int | None
+    #: "sxm", "pcie", "nvl" or None
+    form: str | None
+    words: frozenset[str]
+
+
+def _parse(name: str) -> _Parsed:
+    """``H100 SXM5 80GB`` → family h100, 80 GB, SXM; ``NVIDIA A100 80GB PCIe`` → a100, 80 GB, PCIe;
+    ``RTX 5070 Ti`` → rtx5070 with the word ti. The family is the leading words up to the first holding a digit
+    (``rtx`` + ``4090``), so that a size or a form factor after it does not change it."""
+    words = [w for w in re.split(r"[^0-9a-z]+", name.lower()) if w and w not in _VENDOR_WORDS]
+    family, rest, mem, form = "", [], None, None
+    i = 0
+    while i < len(words):
+        family += words[i]
+        i += 1
+        if any(c.isdigit() for c in family):
+            break
+    for w in words[i:]:
+        m = _MEM.match(w)
+        if m and mem is None:
+            mem = int(m.group(1))
+        elif m or w in ("gb", "gib"):
+            continue  # a second size (GH200's "480GB" superchip) or the unit written apart ("16 GB")
+        elif re.fullmatch(r"sxm\d?", w):
+            form = "sxm"
+        elif w in ("pcie", "nvl"):
+            form = w
+        elif w.isdigit() and mem is None and len(w) <= 3:
+            mem = int(w)  # "16 GB" written apart: the unit is dropped above
+        elif w not in _PLAIN:
+            rest.append(w)
+    return _Parsed(family, mem, form, frozenset(rest))
+
+
+def _spellings(g: Gpu) -> tuple[_Parsed, ...]:
+    return tuple(_parse(n) for n in (g.key, g.name, *g.aliases))
+
+
+def _families(g: Gpu) -> set[str]:
+    return {p.family for p in _spellings(g)}
+
+
+def _form(g: Gpu) -> str:
+    """The board's form factor as its spellings name it; SXM where none says PCIe or NVL."""
+    forms = {p.form for p in _spellings(g)} - {None, "sxm"}
+    return forms.pop() if forms else "sxm"
+
+
+def _model_words(g: Gpu) -> frozenset[str]:
+    """Words every spelling of the card carries (``ti`` of the RTX 5070 Ti, ``ada`` of the RTX 6000 Ada):
+    a name without them is another card."""
+    sets = [p.words for p in _spellings(g)]
+    return frozenset.intersection(*sets) if sets else frozenset()
+
+
+def _mem_fits(g: Gpu, gb: int) -> bool:
+    """A size written on a card (80GB) against its total as reported: within 12 % (an H100's 80 GB is 79.19 GiB
+    in CUDA; an L40S's 48 GB is 44.42 GiB with ECC on)."""
+    return abs(g.total / GiB - gb) <= 0.12 * gb
+
+
+def _matches(p: _Parsed, g: Gpu) -> bool:
+    if p.family not in _families(g):
+        return False
+    if p.mem_gb is not None and not _mem_fits(g, p.mem_gb):
+        return False
+    if p.form is not None and p.form != _form(g):
+        return False
+    words = frozenset().union(*(s.words for s in _spellings(g)))
+    return p.words <= words and _model_words(g) <= p.words
+
+
+def _family_default(cands: list[Gpu], family: str) -> Gpu:
+    """The card a bare family name means: the one that has the family name itself as its key or an alias (a100 →
+    a100-80g, h100 → the SXM card), else the first listed."""
+    for g in cands:
+        if any(_norm(n) == family for n in (g.key, *g.aliases)):
+            return g
+    return cands[0]
+
+
+def _variants_note(typed: str, g: Gpu, others: list[Gpu]) -> str:
+    keys = [o.key for o in others]
+    listed = keys[0] if len(keys) == 1 else f"{', '.join(keys[:-1])} and {keys[-1]}"
+    return (f"GPU {typed!r} is taken as the {g.name} ({g.key}, {g.total / GiB:.2f} GiB); {listed} "
+            f"{'is' if len(keys) == 1 else 'are'} of the same family: give --gpu-type the one you have")
+
+
+def resolve(name: str) -> tuple[Gpu, str | None]:
+    """The GPU a name means, and a note where the name leaves a choice (a bare ``a100`` is the 80 GB SXM card of
+    four A100s). Spellings accepted: the key, an alias, the display name, nvidia-smi's and
+    ``torch.cuda.get_device_name``'s names, and these with a memory size (80gb, 80GB, 80G), a form factor (SXM,
+    SXM5, PCIe, NVL) or case and separators of one's own."""
+    p = _parse(name)
+    family = [g for g in GPUS if p.family in _families(g)]
+    exact = _names().get(_norm(name))
+    if exact is not None:
+        others = [g for g in family if g is not exact]
+        bare = p.mem_gb is None and p.form is None and _norm(name) != _norm(exact.key)
+        return exact, (_variants_note(name.strip(), exact, others) if bare and others else None)
+    cands = [g for g in family if _matches(p, g)]
+    if not cands:
+        raise PlanError(f"unknown GPU {name!r}{_suggest(name, p, family)} (known: {', '.join(g.key for g in GPUS)}; "
+                        "`hybridplan gpus` lists them); or give --gpu-mem")
+    g = _family_default(cands, p.family) if len(cands) > 1 else cands[0]
+    others = [c for c in cands if c is not g]
+    return g, (_variants_note(name.strip(), g, others) if others else None)
+
+
+def _suggest(name: str, p: _Parsed, family: list[Gpu]) -> str:
+    """``; did you mean …?``: the cards of the same family first (an H100 name gets H100s), then the closest
+    spellings of the others."""
+    if family:
+        return f"; did you mean {' or '.join(g.key for g in family[:3])}?"
     from difflib import get_close_matches
 
+    names = _names()
     close = get_close_matches(_norm(name), list(names), n=3, cutoff=0.75)
-    hint = did_you_mean(_norm(name), [names[c].key for c in close], cutoff=0) if close else ""
-    raise PlanError(f"unknown GPU {name!r}{hint} (known: {', '.join(g.key for g in GPUS)}; `hybridplan gpus` lists "
-                    "them); or give --gpu-mem")
+    return did_you_mean(_norm(name), [names[c].key for c in close], cutoff=0) if close else ""
+
+
+def gpu(name: str) -> Gpu:
+    """A GPU by its key, an alias, its name or nvidia-smi's name for it (case, spaces, ``-``/``_``, vendor
+    words, a memory size and a form factor do not matter where they name one card): :func:`resolve` less the
+    note."""
+    return resolve(name)[0]
 
 
 def small_tier(g: Gpu) -> bool:

@@ -326,6 +326,18 @@ SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "a
 ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
 ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
+#: what `fit` and `plan` write for a deployment (hybridplan/deploy.py)
+EMIT = (param("emit", Flag[Optional[str], option(
+            "--emit", metavar="FORMAT",
+            help="Write the chosen start as a deployment file: vllm-config (for vllm serve --config), "
+                 "sglang-config (for sglang.launch_server --config) or k8s (a ConfigMap, a Deployment or, past "
+                 "one node, a LeaderWorkerSet, and a Service). To stdout, or into --out.")], None),
+        param("out", Flag[Optional[Path], option(
+            "--out", metavar="DIR", help="With --emit: the folder to write the files into (made if missing).")],
+            None),
+        param("gpus_per_node", Flag[int, option(
+            "--gpus-per-node", metavar="N", parser=count_value("--gpus-per-node"),
+            help="With --emit k8s: GPUs one node offers (default 8); a replica past it spans nodes.")], 8))
 OUTPUT = (*JSON, param("exact", Exact, False))
 def _gpus() -> list[str]:
     from hybridplan.gpus import GPUS
@@ -390,6 +402,38 @@ class _Command(typer.core.TyperCommand):
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, its examples continued with a backslash where the terminal is narrower than them (copied,
+        each runs as written)."""
+        original = self.help
+        self.help = examples_wrapped(original) if original else original
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.help = original
+
+
+#: the columns help text is indented by where it is shown (typer's rich help)
+_HELP_INDENT = 2
+
+
+def examples_wrapped(text: str) -> str:
+    """A docstring whose example lines (``hybridplan …``) wider than the terminal are broken between words with a
+    shell continuation; other lines as they are."""
+    from hybridplan.output import words, wrap_command
+    from hybridplan.render import UNWRAPPED, width
+
+    cols = min(width(), UNWRAPPED) - _HELP_INDENT
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        if body.startswith("hybridplan ") and len(line) > cols:
+            out += wrap_command(words(body), cols, indent, indent + "    ")
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = None,
@@ -480,15 +524,15 @@ def budget(o: Options) -> Budget:
     from hybridplan.scenario import Budget
 
     gpu_type, gpu_mem = getattr(o, "gpu_type", None), getattr(o, "gpu_mem", None)
-    key = None
+    key = note = None
     if gpu_type is not None:
-        from hybridplan.gpus import gpu
+        from hybridplan.gpus import resolve
 
         if gpu_mem is not None:
             raise PlanError("give --gpu-type or --gpu-mem, not both")
-        g = gpu(gpu_type)
+        g, note = resolve(gpu_type)
         key, gpu_mem = g.key, g.total
-    return Budget(gpu_mem=gpu_mem, gpu=key, **_given(o, _BUDGET))
+    return Budget(gpu_mem=gpu_mem, gpu=key, gpu_note=note, **_given(o, _BUDGET))
 
 
 def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:
@@ -574,6 +618,34 @@ def _check_quantization(o: Options, spec: Any) -> None:
                         f"({own or 'not quantized'}); give --weights with the quantized size")
 
 
+#: what reading the options had to say (the default MODEL taken): the CLI writes it on stderr after the output,
+#: beside the pasted engine command's notes (cli.main ``said``)
+_SAID: list[str] = []
+
+
+def said() -> list[str]:
+    """The notes so far, emptied."""
+    out = _SAID[:]
+    _SAID.clear()
+    return out
+
+
+def note_default_model(model: str) -> None:
+    """Say that MODEL was not given and ``model``, its default, is sized (read from the running command's
+    context: a MODEL typed, even the default's name, or taken from a pasted engine command, is given)."""
+    try:  # typer 0.28 carries its own click (pyproject pins typer 0.28)
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+        from click.core import ParameterSource
+
+    ctx = get_current_context(silent=True)
+    if ctx is None or "model" not in ctx.params or ctx.get_parameter_source("model") is not ParameterSource.DEFAULT:
+        return
+    _SAID.append(f"note: no MODEL given: the default, {model}")
+
+
 def scenario(o: Options) -> Scenario:
     """The scenario the options describe."""
     from hybridplan.engines.sglang.releases import release as sglang_release
@@ -584,6 +656,7 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.scenario import DtypeChoice, Scenario
 
     spec = load_model(o.model, getattr(o, "revision", None))
+    note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)
     _check_quantization(o, spec)
     engine = getattr(o, "engine", None) or "both"
     vrel = vllm_release(getattr(o, "vllm_version", None))

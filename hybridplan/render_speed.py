@@ -48,7 +48,20 @@ def speed_view(r: SpeedReport) -> Group:
         ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
         ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
     ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
-    bench = Rows(None, [
+    benches = [_bench_rows(x, len(r.benches) > 1) for x in r.benches]
+    return Group(head, decode, per_kind, prefill, *benches, *(note(n) for n in r.notes))
+
+
+_LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _bench_rows(b, labelled: bool) -> Rows:
+    """One engine's benchmark figures; under --engine both each table names its engine and its tool."""
+    wl = b.workload
+    tool = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving"}.get(b.engine)
+    title = (f"{_LABEL.get(b.engine, b.engine)} benchmark ({tool} figures)" if labelled and tool else
+             f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)")
+    return Rows(None, [
         ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
                      f"{wl.prompts:,} prompts"),
         ("running", f"{b.running:,} ({b.running_from})"),
@@ -57,6 +70,4 @@ def speed_view(r: SpeedReport) -> Group:
         ("Median TTFT (ms)", f"{b.median_ttft_s * 1e3:,.2f}"),
         ("Mean TPOT (ms)", f"{b.tpot_s * 1e3:,.2f}"),
         ("Mean ITL (ms)", f"{b.tpot_s * 1e3:,.2f}"),
-    ], title=f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)", styles={0: "bold"},
-        left=(0, 1), prose=(1,))
-    return Group(head, decode, per_kind, prefill, bench, *(note(n) for n in r.notes))
+    ], title=title, styles={0: "bold"}, left=(0, 1), prose=(1,))

@@ -45,7 +45,9 @@ class Speculative:
     """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
     method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
     own MTP layers draft) and for n-gram (no model). ``num_tokens`` equals ``Scenario.spec_tokens``; how each
-    engine sizes the draft's KV and state is an engine rule."""
+    engine sizes the draft's KV and state, and which of the drafter's weights it loads beside the target's
+    (``drafter`` in hybridplan/engines/*/memory.py: the MTP layers of ``spec``, or ``draft``'s), is an engine
+    rule."""
 
     method: str | None = None
     num_tokens: int = 0
@@ -81,6 +83,8 @@ class Budget:
     gpu_mem: int | None = None
     #: the GPU by name (hybridplan/gpus.py), which also sets the engines' defaults for it
     gpu: str | None = None
+    #: what the name typed left open, where it named one card of several (a bare ``a100``: hybridplan/gpus.py)
+    gpu_note: str | None = None
     weights: int | None = None
     params: float | None = None
     overhead: int | None = None

@@ -22,3 +22,4 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return run
+

@@ -16,7 +16,9 @@ from hybridplan.engines.vllm import prefix_cache as vpc
 from hybridplan.replay.loop import Policy, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Prompt, Request
-from tests.helpers import GiB, scenario
+from tests.helpers import GiB, assert_native_built, native, scenario
+
+C = native("hybridplan.engines.vllm._block_pool")
 
 #: (model, release minor, mode, the replay's settings): every pool path (align and all; hits that pin blocks
 #: in the queue and blocks held twice; uncached blocks queued before 0.24.0 and reused first after; several
@@ -60,9 +62,11 @@ def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, p
 def test_the_c_pool_is_built():
     """The install compiles it (setup.py); a replay falls back to the Python pool only
     where no C compiler was at hand, which this environment has."""
-    assert block_pool.BlockPool is not block_pool.PyPool, "the C block pool was not built: is a C compiler there?"
+    assert_native_built("hybridplan.engines.vllm._block_pool")
+    assert block_pool.BlockPool is not block_pool.PyPool
 
 
+@C
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rule=st.sampled_from(RULES),
        shapes=st.lists(st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4),
@@ -74,7 +78,7 @@ def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
         rule, trace, blocks, concurrency, block_pool.PyPool)
 
 
-@pytest.mark.parametrize("pool", [block_pool.PyPool, block_pool.BlockPool], ids=["python", "c"])
+@pytest.mark.parametrize("pool", [block_pool.PyPool, pytest.param(block_pool.BlockPool, marks=C)], ids=["python", "c"])
 def test_the_pool_evicts_the_least_recently_freed_block(pool):
     """Three blocks and one attention group (block 16): request 0 caches keys 1, 2 in blocks it frees tail
     first (2, then 1); request 1 takes two new blocks: the one never used, then the queue's head, which evicts
@@ -91,6 +95,7 @@ def test_the_pool_evicts_the_least_recently_freed_block(pool):
     assert p.available == 1 and p.evictions == 1
 
 
+@C
 def test_the_c_pool_refuses_a_malformed_plan():
     p = block_pool.BlockPool(10, "am", True, 16)
     with pytest.raises(TypeError):
@@ -103,7 +108,7 @@ def test_the_c_pool_refuses_a_malformed_plan():
         block_pool.BlockPool(10, "ax", True, 16)
 
 
-@pytest.mark.parametrize("pool", [block_pool.PyPool, block_pool.BlockPool], ids=["python", "c"])
+@pytest.mark.parametrize("pool", [block_pool.PyPool, pytest.param(block_pool.BlockPool, marks=C)], ids=["python", "c"])
 def test_evicted_and_dropped_keys_are_told_apart_past_a_batch(pool):
     """The C pool notes the keys evicted or dropped in batches of 256 (_block_pool.c ``PENDING``); ``lost`` sees
     every one, whether its batch was written out or still waits. A pool of 4 blocks, one Mamba group (block 16):

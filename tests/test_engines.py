@@ -459,11 +459,11 @@ def test_check_log_vllm_023(run_cli):
     settings = {x["name"]: x["value"] for x in d["settings"]}
     assert d["model"] == "nemotron-h-8b" and settings["version"] == "0.23.0" and settings["mamba_cache_mode"] == "none"
     figures = {r["figure"]: (r["logged"], r["predicted"]) for r in d["rows"]}
-    assert figures["attention block size"] == ("1040", "1040")
-    assert figures["mamba page padding %"] == ("0.10", "0.10")
+    assert figures["attention block size"] == (1040, 1040)
+    assert figures["mamba page padding %"] == (0.1, 0.1)
     assert figures["SSM cache dtype"] == ("float32", "float32")
     # the exact budget of --kv-cache-memory-bytes 42949672960 (its non-default args): 2,520 blocks
-    assert figures["KV cache size (tokens)"] == ("1,474,560", "1,474,560")
+    assert figures["KV cache size (tokens)"] == (1474560, 1474560)
 
 
 def test_check_log_vllm_033_gdn_tp4(run_cli):

@@ -208,7 +208,7 @@ def test_dtype_flags_stand_in_for_an_excerpt_that_does_not_print_them(run_cli):
     code, d = _json(run_cli, NEMOTRON, "--kv-dtype", "fp8")
     kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
     block = next(r for r in d["rows"] if r["figure"] == "attention block size")
-    assert code == 1 and kv["source"] == "flag" and (block["logged"], block["predicted"]) == ("1040", "2080")
+    assert code == 1 and kv["source"] == "flag" and (block["logged"], block["predicted"]) == (1040, 2080)
     # SGLang spells hybridplan's fp8 fp8_e4m3 (it has no plain fp8)
     code, d = _json(run_cli, SGLANG, "--kv-dtype", "fp8")
     kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
@@ -224,9 +224,9 @@ def test_gpu_type_names_the_gpu_a_log_does_not(run_cli):
     code, d = _json(run_cli, log, "--model", "qwen3-next", "--gpu-type", "l40s")
     block = next(r for r in d["rows"] if r["figure"] == "attention block size")
     cc = next(s for s in d["settings"] if s["name"] == "compute_capability")
-    assert code == 0 and block["predicted"] == "1072" and cc["value"] == "8.9"
+    assert code == 0 and block["predicted"] == 1072 and cc["value"] == "8.9"
     code, d = _json(run_cli, log, "--model", "qwen3-next", "--gpu-type", "NVIDIA B200")
     block = next(r for r in d["rows"] if r["figure"] == "attention block size")
-    assert code == 1 and (block["logged"], block["predicted"]) == ("1072", "1088")
+    assert code == 1 and (block["logged"], block["predicted"]) == (1072, 1088)
     code, _, err = run_cli("check-log", log, "--gpu-type", "h1000")
     assert code == 2 and "h1000" in err

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridplan.replay.loop import NativeIdeal, PyIdeal
-from hybridplan.replay.trace import Prompt, Request
+from hybridplan.replay.trace import Prompt, Request, step
+from tests.helpers import native
 
 
 def _tokens(p: Prompt) -> list:
@@ -42,7 +43,8 @@ def _brute(reqs: list[Request]) -> list[int]:
 
 _KEYS = st.sampled_from(["a", "b", "c", 7, ("reply", 0)])
 #: both builds of the ideal cache, held to the same definition
-BOTH = pytest.mark.parametrize("Ideal", [NativeIdeal, PyIdeal], ids=["c", "python"])
+BOTH = pytest.mark.parametrize("Ideal", [pytest.param(NativeIdeal, marks=native("hybridplan.replay._speedups")),
+                                          PyIdeal], ids=["c", "python"])
 _RUN = st.tuples(_KEYS, st.integers(0, 4))
 
 
@@ -114,22 +116,22 @@ def test_ideal_same_key_other_length_shares_the_shorter(Ideal):
 
 
 def _chain(runs) -> int:
-    """The chain of whole runs, as the ``unit_keys`` docstring defines it: hash((chain, key, length)) over the
+    """The chain of whole runs, as the ``unit_keys`` docstring defines it: ``step(chain, key, length)`` over the
     runs with tokens, from 0."""
     c = 0
     for k, n in runs:
         if n:
-            c = hash((c, k, n))
+            c = step(c, k, n)
     return c
 
 
 def _prefix_key(runs, pos: int) -> int:
-    """The key of a prompt's first ``pos`` tokens (``pos`` > 0): hash((chain of the whole runs before the run
+    """The key of a prompt's first ``pos`` tokens (``pos`` > 0): ``step``(chain of the whole runs before the run
     it ends in, that run's key, the tokens it takes of it))."""
     start = 0
     for j, (k, n) in enumerate(runs):
         if n and start < pos <= start + n:
-            return hash((_chain(runs[:j]), k, pos - start))
+            return step(_chain(runs[:j]), k, pos - start)
         start += n
     raise AssertionError(pos)
 

@@ -1,6 +1,6 @@
 """The replay's trace-side native code (hybridplan/replay/_speedups.c) against its Python twins: the chained
-hashes of a prompt's runs must be Python's own hash values (``Prompt.chains`` and ``Prompt.unit_keys`` with the
-C module set aside). The C ideal cache is held to its definition beside its Python twin in
+keys of a prompt's runs must be the twin's values (``Prompt.chains`` and ``Prompt.unit_keys`` with the C module
+set aside), and the twin must be its definition (trace.py ``step``). The C ideal cache is held to its definition beside its Python twin in
 tests/test_replay_ideal.py."""
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from hybridplan.replay import loop, trace
 from hybridplan.replay.trace import Prompt
+from tests.helpers import assert_native_built, native
+
+C = native("hybridplan.replay._speedups")
 
 KEYS = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 6), st.sampled_from(["sys", "doc", ""]),
                  st.tuples(st.just("out"), st.integers(0, 3)))
@@ -30,35 +33,64 @@ def _python(prompt: Prompt, unit: int, stop: int) -> tuple[list[int], list[int]]
         trace._native = native
 
 
-def test_the_native_code_is_built():
-    """The install compiles it (pyproject.toml ``ext-modules``); the Python twins run only where no C compiler
-    was at hand, which this environment has."""
-    assert trace._native is not None, "hybridplan/replay/_speedups.c was not built: is a C compiler there?"
+def test_the_native_code_is_built_and_used():
+    """The install compiles it (setup.py) where a C compiler is at hand, and a replay then uses it; CI requires
+    it (HYBRIDPLAN_REQUIRE_NATIVE=1)."""
+    assert_native_built("hybridplan.replay._speedups")
+    assert trace._native is not None
     assert loop.Ideal is loop.NativeIdeal
 
 
+def test_a_fold_is_splitmix64s_finaliser():
+    """``_fold(n, 0)`` is splitmix64's n-th output from seed 0 (the state advanced by φ n times, then finalised):
+    0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f in the reference splitmix64.c (S. Vigna,
+    prng.di.unimi.it)."""
+    assert [trace._fold(n, 0) for n in (1, 2, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=RUNS)
+def test_the_python_twin_is_the_definition(runs):
+    """A chain is ``step`` over the runs with tokens, in order (a run of none changes nothing); every key is a
+    signed 64-bit int and never -1 (the native tables' empty mark)."""
+    twin = _python(Prompt(runs=runs), 16, 4000)[0]
+    chain, want = 0, [0]
+    for key, n in runs:
+        if n:
+            x = trace._fold(trace._fold(chain, hash(key)), n)
+            chain = x - (1 << 64) if x >= 1 << 63 else x
+            chain = -2 if chain == -1 else chain
+        want.append(chain)
+    assert twin == want
+    assert all(-(1 << 63) <= c < 1 << 63 and c != -1 for c in twin)
+
+
+@C
 @settings(max_examples=300, deadline=None)
 @given(runs=RUNS, unit=st.sampled_from([1, 16, 528]), stop=st.integers(0, 8000))
-def test_chains_and_unit_keys_are_pythons_own_hashes(runs, unit, stop):
+def test_chains_and_unit_keys_are_the_python_twins(runs, unit, stop):
     prompt = Prompt(runs=runs)
     assert (prompt.chains(), prompt.unit_keys(unit, stop)) == _python(prompt, unit, stop)
 
 
+@C
 @settings(max_examples=100, deadline=None)
 @given(runs=HUGE_RUNS)
-def test_chains_of_runs_past_the_hash_modulus_are_pythons_own(runs):
-    """A length past 2**61 − 1, where Python hashes an int modulo it, and units of 2**60 tokens."""
+def test_chains_of_runs_past_2_61_are_the_python_twins(runs):
+    """Lengths past 2**61 − 1 and units of 2**60 tokens."""
     prompt = Prompt(runs=runs)
     assert (prompt.chains(), prompt.unit_keys(1 << 60, 1 << 62)) == _python(prompt, 1 << 60, 1 << 62)
 
 
+@C
 @settings(max_examples=100, deadline=None)
 @given(tokens=st.lists(st.integers(0, 1 << 62), min_size=1, max_size=40).map(tuple))
-def test_token_chains_are_pythons_own_hashes(tokens):
+def test_token_chains_are_the_python_twins(tokens):
     prompt = Prompt(tokens=tokens)
     assert prompt.chains() == _python(prompt, 16, 40)[0]
 
 
+@C
 @settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.booleans(), st.just(1.0)), min_size=1,
                     max_size=6),
@@ -83,6 +115,7 @@ def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
         assert seen[0] == "t.jsonl: line 7: 'hash_ids' must be a list of integers"
 
 
+@C
 def test_a_mooncake_lines_request_is_the_one_python_makes():
     """``_speedups.instance`` makes a trace line's Request and Prompts without their ``__init__``; the records are
     equal, field for field and with their prompt and output, to those the Python twin (``_py_instance``) and the

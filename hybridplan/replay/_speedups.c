@@ -8,11 +8,11 @@
  *
  * Chains and unit keys:
  *
- * A chain step is Python's hash((chain, key, length)). Python hashes a tuple by folding its items' hashes
- * with xxHash's primes (Objects/tupleobject.c ``tuplehash``, unchanged from 3.8 to 3.13), and an int as its
- * value modulo the Mersenne prime 2**61 - 1 with its sign (Objects/longobject.c ``long_hash``; -1 becomes -2).
- * The fold is done here on the items' hashes directly; tests/test_speedups.py holds every value equal to
- * Python's own hash.
+ * A chain step is trace.py's ``step(chain, key, length)``, one function written out in both twins: the key's
+ * hash (Python's hash(), through the documented PyObject_Hash) folded into the chain, then the length folded
+ * in, each fold splitmix64's finaliser of a·φ xor b on 64 bits (docs/replay.md "Keys"). Nothing depends on
+ * how an interpreter hashes a tuple or an int's internals. tests/test_speedups.py holds every value equal to
+ * the Python twin's and to the definition.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,34 +22,23 @@
 #include "../_table.h"
 
 #if SIZEOF_PY_HASH_T != 8
-#error "the chained hashes are written for a 64-bit Py_hash_t"
+#error "the keys fold a 64-bit Py_hash_t"
 #endif
 
 typedef uint64_t u64;
 
-#define XXPRIME_1 11400714785074694791ULL
-#define XXPRIME_2 14029467366897019727ULL
-#define XXPRIME_5 2870177450012600261ULL
-#define MODULUS ((u64)(((u64)1 << 61) - 1))
-
-/* hash(v) of a Python int of value v */
-static inline i64 int_hash(i64 v) {
-    u64 mag = v < 0 ? (u64)0 - (u64)v : (u64)v;
-    i64 x = (i64)(mag % MODULUS);
-    if (v < 0) x = -x;
-    return x == -1 ? -2 : x;
+/* one fold: splitmix64's finaliser of a·φ xor b (trace.py ``_fold``) */
+static inline u64 fold(u64 a, u64 b) {
+    u64 x = a * 0x9e3779b97f4a7c15ULL ^ b;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
 }
 
-/* hash((a, b, c)) from the items' hashes */
-static inline i64 tuple3_hash(i64 a, i64 b, i64 c) {
-    u64 acc = XXPRIME_5, lanes[3] = {(u64)a, (u64)b, (u64)c};
-    for (int i = 0; i < 3; i++) {
-        acc += lanes[i] * XXPRIME_2;
-        acc = (acc << 31) | (acc >> 33);
-        acc *= XXPRIME_1;
-    }
-    acc += 3 ^ (XXPRIME_5 ^ 3527539ULL);
-    return acc == (u64)-1 ? 1546275796 : (i64)acc;
+/* step(chain, key, length) from the key's hash, as a signed 64-bit value, never -1 (trace.py ``step``) */
+static inline i64 step(i64 chain, i64 key_hash, i64 length) {
+    i64 x = (i64)fold(fold((u64)chain, (u64)key_hash), (u64)length);
+    return x == -1 ? -2 : x;
 }
 
 /* a run (key, length): its key's hash and its length; -1 with an exception set */
@@ -92,7 +81,7 @@ static PyObject *chains_of(PyObject *seq, int by_token) {
         if (j) {
             i64 kh, len;
             if (item_of(seq, j - 1, by_token, &kh, &len) < 0) goto fail;
-            if (len) chain = tuple3_hash(int_hash(chain), kh, int_hash(len));
+            if (len) chain = step(chain, kh, len);
         }
         PyObject *c = PyLong_FromLongLong(chain);
         if (!c) goto fail;
@@ -146,13 +135,13 @@ static PyObject *unit_keys(PyObject *module, PyObject *const *args, Py_ssize_t n
             PyErr_SetString(PyExc_OverflowError, "unit_keys: a prompt of 2**62 tokens or more");
             goto fail;
         }
-        i64 stop_run = start + len, ch = int_hash(chain), lim = stop_run < total ? stop_run : total;
+        i64 stop_run = start + len, lim = stop_run < total ? stop_run : total;
         for (; end <= lim; end += unit) { /* the units that end in this run (or at its end) */
-            PyObject *k = PyLong_FromLongLong(tuple3_hash(ch, kh, int_hash(end - start)));
+            PyObject *k = PyLong_FromLongLong(step(chain, kh, end - start));
             if (!k) goto fail;
             PyList_SET_ITEM(out, got++, k);
         }
-        if (len) chain = tuple3_hash(ch, kh, int_hash(len));
+        if (len) chain = step(chain, kh, len);
         start = stop_run;
     }
     if (got < count && PyList_SetSlice(out, got, count, NULL) < 0) goto fail; /* total past the runs' end */

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from struct import Struct
 
-from hybridplan.replay.trace import Request
+from hybridplan.replay.trace import Request, step
 
 #: why a request reused less than it shares with an earlier one
 REASONS = ("hit", "cold", "caching_off", "refused", "block_past_max_len", "before_first_checkpoint", "checkpoint_past_divergence",
@@ -141,7 +141,7 @@ class PyIdeal:
                 if length > have:
                     lengths[slot] = length
                 cut = self.cut.get(node)
-                if cut is not None and cut > have and hash((node, key, cut)) in edges:
+                if cut is not None and cut > have and step(node, key, cut) in edges:
                     have = cut
                 if have and i < prompt_end:
                     n += min(length, have)
@@ -161,7 +161,7 @@ class PyIdeal:
             edges[other_first] = edge[8 * m:]
             edges[pairs[i]] = seq[8 * i:]
             key, length = runs[i >> 1][0], pairs[i + 1]
-            if hash((node, key, other)) == other_first:  # the same key, another length
+            if step(node, key, other) == other_first:  # the same key, another length
                 if i < prompt_end:
                     n += min(length, other)
                 self.lengths[hash((node, key))] = max(length, other)

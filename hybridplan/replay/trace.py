@@ -28,6 +28,26 @@ try:  # the chained hashes in C (hybridplan/replay/_speedups.c): the same values
 except ImportError:  # no C compiler where it was installed
     _native = None
 
+_M64 = (1 << 64) - 1
+
+
+def _fold(a: int, b: int) -> int:
+    """One fold of ``b`` into ``a`` on 64 bits: splitmix64's finaliser of a·φ xor b (the same in _speedups.c)."""
+    x = ((a * 0x9E3779B97F4A7C15) ^ b) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def step(chain: int, key: object, length: int) -> int:
+    """The key of a prefix that ends ``length`` tokens into a run keyed ``key``, after the runs whose chain is
+    ``chain``: ``hash(key)`` folded into the chain, then the length, as a signed 64-bit int that is never -1 (the
+    native tables' empty mark). Equal prefixes get equal keys; unequal ones collide with chance about 2**-64."""
+    x = _fold(_fold(chain, hash(key)), length)
+    x = x - (1 << 64) if x >> 63 else x
+    return -2 if x == -1 else x
+
+
 #: tokens per ``hash_ids`` entry in the Mooncake traces (kvcache-ai/Mooncake FAST25-release/README.md)
 MOONCAKE_BLOCK = 512
 #: the most requests one trace may hold (a bound on a runaway synthetic workload)
@@ -67,7 +87,7 @@ class Prompt:
         its end (a chained hash): two prompts get equal keys exactly as far as their first tokens agree.
         Computed once per (unit, stop) and shared; the caller must not change the list.
 
-        Runs: the key of a prefix is the hash of (the chain of the whole runs before the run it ends in, that
+        Runs: the key of a prefix is ``step`` of (the chain of the whole runs before the run it ends in, that
         run's key, the tokens it takes of it), the chain being ``chains``; so a prefix is known by its runs cut
         at its end, which is the same as by its tokens. Token ids: a chain over the pieces' ids."""
         memo = self._keys.get((unit, stop))
@@ -94,10 +114,10 @@ class Prompt:
                 if end <= stop_run:  # a unit ends in the run (or at its end)
                     lim = stop_run if stop_run < total else total
                     if lim - end >= many:  # many units in the run: one comprehension
-                        out += [hash((chain, key, e)) for e in range(end - start, lim - start + 1, unit)]
+                        out += [step(chain, key, e) for e in range(end - start, lim - start + 1, unit)]
                         end += ((lim - end) // unit + 1) * unit
                     while end <= lim:
-                        append(hash((chain, key, end - start)))
+                        append(step(chain, key, end - start))
                         end += unit
                     if end > total:
                         break
@@ -106,7 +126,7 @@ class Prompt:
         return out
 
     def chains(self) -> list[int]:
-        """0, then after each run the chain of the runs so far: hash((chain, key, length)) over each run with
+        """0, then after each run the chain of the runs so far: ``step(chain, key, length)`` over each run with
         tokens (a run of none changes nothing); a token-id prompt's tokens are runs of one token each. Computed
         once; the caller must not change the list."""
         memo = self.__dict__.get("_chains")
@@ -118,7 +138,7 @@ class Prompt:
                 append = memo.append
                 for key, n in (self.runs if self.tokens is None else zip(self.tokens, repeat(1))):
                     if n:
-                        chain = hash((chain, key, n))
+                        chain = step(chain, key, n)
                     append(chain)
             object.__setattr__(self, "_chains", memo)
         return memo
@@ -147,7 +167,7 @@ class Prompt:
             return hash((base, self.tokens[q * unit:pos]))
         ends, starts, chains, keys_ = self._runs_index()
         j = bisect_left(ends, pos)
-        return hash((chains[j], keys_[j], pos - starts[j]))
+        return step(chains[j], keys_[j], pos - starts[j])
 
     def _runs_index(self) -> tuple[list[int], list[int], list[int], tuple[object, ...]]:
         """Each run's end and start (in tokens), the chain of the runs before it (``chains``) and its key, made
@@ -268,39 +288,55 @@ def _records(path: Path, make) -> Iterator:
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
     fast = _fast_loads()
-    index = 0
+    index = n = 0
     with fh:
-        for n, text in enumerate(fh, 1):
-            if len(text) > MAX_LINE:
-                raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
-            if text.isspace():  # (a line read is never empty)
-                continue
-            seen = None
-            try:
-                # the fast path: orjson, strict JSON, else the object from the line's first character, nothing
-                # after it but whitespace (json.loads alone costs twice as much); anything else, or what orjson
-                # refuses, through json.loads and its message
-                if fast is not None:
-                    obj = fast(text)
-                    seen = text
-                else:
-                    obj, end = _decode(text)
-                    if end != len(text) and not text[end:].isspace():
-                        raise ValueError(text)
-            except ValueError:
-                obj = _loads(path, n, text)
-            if not isinstance(obj, dict):
-                raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
-            try:
-                req = make(obj, path, n, index)
-            except PlanError:
-                if seen is None:
-                    raise
-                req = make(_loads(path, n, seen), path, n, index)
-            yield req
-            index += 1
-            if n > MAX_REQUESTS:
-                raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+        try:
+            for n, text in enumerate(fh, 1):
+                if len(text) > MAX_LINE:
+                    raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
+                if text.isspace():  # (a line read is never empty)
+                    continue
+                seen = None
+                try:
+                    # the fast path: orjson, strict JSON, else the object from the line's first character,
+                    # nothing after it but whitespace (json.loads alone costs twice as much); anything else, or
+                    # what orjson refuses, through json.loads and its message
+                    if fast is not None:
+                        obj = fast(text)
+                        seen = text
+                    else:
+                        obj, end = _decode(text)
+                        if end != len(text) and not text[end:].isspace():
+                            raise ValueError(text)
+                except ValueError:
+                    obj = _loads(path, n, text)
+                if not isinstance(obj, dict):
+                    raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
+                try:
+                    req = make(obj, path, n, index)
+                except PlanError:
+                    if seen is None:
+                        raise
+                    req = make(_loads(path, n, seen), path, n, index)
+                yield req
+                index += 1
+                if n > MAX_REQUESTS:
+                    raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+        except UnicodeDecodeError:  # a binary file or another encoding
+            raise _bad(path, _undecodable_line(path, n), "not UTF-8 text (a trace is JSON lines)") from None
+
+
+def _undecodable_line(path: Path, after: int) -> int:
+    """The first line past ``after`` that is not UTF-8 (the text reader decodes a chunk ahead of the lines it
+    gives; a newline byte is never inside a UTF-8 sequence, so each line decodes alone)."""
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if n > after:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    return after + 1
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -468,6 +504,8 @@ def synthetic_yaml(path: Path) -> Synthetic:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: not a text file (not UTF-8): a synthetic workload is a YAML mapping") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

@@ -6,6 +6,7 @@ override what the log says."""
 
 from __future__ import annotations
 
+import re
 
 from hybridplan import engines
 from hybridplan.engines import LogGiven
@@ -13,7 +14,7 @@ from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
 from hybridplan.errors import PlanError
 from hybridplan.logread import Log
 from hybridplan.records import frozen
-from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.reports import schema_version
 
 NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Setting attention block size\", \"Padding "
            "mamba page size\", \"KV cache size\", \"Maximum concurrency\" and \"max_num_seqs … exceeds\", and SGLang's "
@@ -48,9 +49,8 @@ class StartCheck:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "lines": list(self.lines), "model": self.model, "ok": self.ok,
-                "error": self.error, "settings": [s.to_dict() for s in self.settings],
-                "rows": [r.to_dict() for r in self.rows], "estimates": [e.to_dict() for e in self.estimates],
-                "not_modelled": [n.to_dict() for n in self.not_modelled], "notes": list(self.notes)}
+                "error": self.error, **{f: [_JSON[f](x) for x in getattr(self, f)] for f in _FIELDS},
+                "notes": list(self.notes)}
 
 
 @frozen
@@ -100,13 +100,85 @@ class CheckReport:
         return next((s.value for s in self.settings if s.name == name), None)
 
     def to_dict(self) -> dict:
-        def tagged(items, start: StartCheck) -> list[dict]:
-            return [{**x.to_dict(), "start": start.index} for x in items]
-
-        fields = ("settings", "rows", "estimates", "not_modelled")
-        return {"schema_version": SCHEMA_VERSION, "model": self.model, "ok": self.ok,
-                **{f: [d for s in self.checked for d in tagged(getattr(s, f), s)] for f in fields},
+        return {"schema_version": schema_version("check-log"), "model": self.model, "ok": self.ok,
+                **{f: [{**_JSON[f](x), "start": s.index} for s in self.checked for x in getattr(s, f)]
+                   for f in _FIELDS},
                 "notes": list(self.notes), "starts": [s.to_dict() for s in self.starts]}
+
+
+# --- the JSON: numbers as numbers, the unit in the name -------------------------------------------------------
+#
+# The engines' lines are read as text and compared as text (a figure matches when it prints the same). The JSON
+# gives each value typed: a count as an integer (973,760 → 973760), a figure the engine prints with decimals as a
+# number (180.00 → 180.0), True/False as booleans; a setting the engine prints with a unit has the unit in its
+# name ("44.59 GiB" → available_kv_cache_memory_gib: 44.59, as rounded by the engine: the bytes are not known);
+# "…_text" keeps what was printed, on which the comparison is made.
+
+_INT = re.compile(r"-?\d{1,3}(?:,\d{3})+|-?\d+")
+_FLOAT = re.compile(r"-?\d+\.\d+")
+_WITH_UNIT = re.compile(r"(-?[\d,]+(?:\.\d+)?) (GiB|GB|MiB|MB|B)")
+_UNIT_SUFFIX = {"GiB": "gib", "GB": "gb", "MiB": "mib", "MB": "mb", "B": "bytes"}
+#: settings whose value reads as a number but is a name (a release, sm_86's 8.6)
+_TEXT_SETTINGS = frozenset({"version", "compute_capability", "model", "model_path", "architecture"})
+
+
+def typed(text: str) -> str | int | float | bool:
+    """A printed value as JSON: ``"1,474,560"`` → 1474560, ``"0.10"`` → 0.1, ``"False"`` → false; anything else
+    (a dtype, ``"1, 5.00%"``, ``"refused"``) stays text."""
+    t = text.strip()
+    if _INT.fullmatch(t):
+        return int(t.replace(",", ""))
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    if t in ("True", "False"):
+        return t == "True"
+    return text
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+
+
+def _setting_json(x: Setting) -> dict:
+    name, value = x.name, x.value
+    m = _WITH_UNIT.fullmatch(value.strip())
+    if m:
+        number = m.group(1).replace(",", "")
+        name = f"{_snake(name)}_{_UNIT_SUFFIX[m.group(2)]}"
+        out: object = int(number) if m.group(2) == "B" else float(number)
+    elif x.name in _TEXT_SETTINGS:
+        out = value
+    else:
+        out = typed(value)
+    return {"engine": x.engine, "name": name, "value": out, "text": value, "source": x.source}
+
+
+def _unit(figure: str) -> str | None:
+    """The unit of a figure, from its label as the table shows it."""
+    for mark, unit in (("(GiB)", "GiB"), ("(GB", "GB"), ("(MB)", "MB"), ("(tokens)", "tokens"), ("%", "percent"),
+                       ("max concurrency", "requests"), ("block size", "tokens")):
+        if mark in figure:
+            return unit
+    return None
+
+
+def _row_json(x: Row) -> dict:
+    return {"engine": x.engine, "figure": x.figure, "unit": _unit(x.figure), "logged": typed(x.logged),
+            "predicted": typed(x.predicted), "logged_text": x.logged, "predicted_text": x.predicted, "ok": x.ok}
+
+
+def _estimate_json(x: Estimate) -> dict:
+    return {**x.to_dict(), "unit": _unit(x.figure)}
+
+
+def _not_modelled_json(x: NotModelled) -> dict:
+    return {"engine": x.engine, "figure": x.figure, "logged": typed(x.logged), "logged_text": x.logged,
+            "reason": x.reason}
+
+
+_FIELDS = ("settings", "rows", "estimates", "not_modelled")
+_JSON = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
+         "not_modelled": _not_modelled_json}
 
 
 def keywords() -> list[str]:

@@ -59,7 +59,8 @@ class PlanReport:
             plans.append({**p.to_dict(), "command": None if c is None else {"env": list(c.env), "argv": list(c.argv)}})
         return {"schema_version": SCHEMA_VERSION, "model": r.base.spec.name, "ctx": r.base.ctx,
                 "concurrency": r.concurrency, "gpu": r.base.budget.gpu, "max_gpus": r.max_gpus,
-                "layouts_tried": r.tried, "plans": plans, "rejected": [x.to_dict() for x in r.rejected]}
+                "layouts_tried": r.tried, "plans": plans, "rejected": [x.to_dict() for x in r.rejected],
+                "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else []}
 
 
 #: a rejection's kind (hybridplan/plan.py REJECTION_KINDS) as a family of causes a person reads
@@ -88,6 +89,8 @@ def plan_view(r: PlanReport, *, exact: bool = False):
     head = Text.assemble((sc.spec.name, "bold"), f"  ·  {res.concurrency:,} requests of {sc.ctx:,} tokens  ·  "
                                                  f"{sc.budget.gpu or 'GPU'}  ·  up to {res.max_gpus} GPUs")
     parts: list = [head]
+    if sc.budget.gpu_note:
+        parts.append(note(sc.budget.gpu_note))
     if not res.plans:
         parts.append(Text(f"no layout of up to {res.max_gpus} GPUs starts and holds the target", style="bold"))
     else:

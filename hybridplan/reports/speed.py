@@ -3,10 +3,11 @@ bounds each figure per layer kind, and what a serving benchmark of the workload 
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
-from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.reports import schema_version
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
 from hybridplan.speed.calibration import Calibration
@@ -36,6 +37,12 @@ class SpeedReport:
     prefill_s: float
     bench: Bench
     notes: tuple[str, ...] = ()
+    #: under ``--engine both``, SGLang's benchmark beside vLLM's (``bench``): each engine admits its own number
+    others: tuple[Bench, ...] = ()
+
+    @property
+    def benches(self) -> tuple[Bench, ...]:
+        return (self.bench, *self.others)
 
     @property
     def graphs(self) -> bool:
@@ -49,14 +56,15 @@ class SpeedReport:
             rows.append({"batch": st.step.batch, "step_ms": st.seconds * 1e3,
                          "tokens_per_s": st.step.tokens / st.seconds, "bound": name, "bound_share": share,
                          "admitted": st.step.batch <= self.bench.running})
-        return {"schema_version": SCHEMA_VERSION, "model": sc.spec.name, "tp": sc.tp, "gpu": self.gpu.key,
+        return {"schema_version": schema_version("speed"), "model": sc.spec.name, "tp": sc.tp, "gpu": self.gpu.key,
                 "datasheet": self.gpu.to_dict(), "efficiency": self.eff.to_dict(), "ctx": self.ctx,
                 "cuda_graphs": self.graphs, "decode": rows,
                 "decode_steps": [st.to_dict() for st in self.steps],
                 "prefill": {"tokens": self.bench.workload.input, "seconds": self.prefill_s,
                             "tokens_per_s": self.bench.workload.input / self.prefill_s,
                             **self.prefill.to_dict()},
-                "bench": self.bench.to_dict(), "notes": list(self.notes)}
+                "bench": self.bench.to_dict(), "benches": [b.to_dict() for b in self.benches],
+                "notes": list(self.notes)}
 
 
 def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
@@ -76,13 +84,38 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
             cal_notes.append(f"the calibration comes from {calibration.backend} (the CPU pipeline), not a GPU: its "
                              "figures test the plumbing and say nothing of a GPU's speed")
     graphs = not sc.vllm.enforce_eager
-    b = bench(sc, g, wl, eff)
+    benches, refused = _benches(sc, g, wl, eff)
+    b = benches[0]
     steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=graphs)
                   for n in batch_sizes(max(wl.concurrency, 1)))
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "
              f"({g.sheet})",
-             *cal_notes, *b.notes]
+             *cal_notes,
+             *(f"{_LABEL[x.engine]}: {n}" if len(benches) > 1 else n for x in benches for n in x.notes),
+             *refused]
+    if sc.budget.gpu_note:
+        notes.insert(0, sc.budget.gpu_note)
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
-    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes))
+    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]))
+
+
+_LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _benches(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency) -> tuple[list[Bench], list[str]]:
+    """The benchmark of each engine asked for; under ``both``, one engine's refusal is a note beside the other's
+    figures (an error only when neither starts)."""
+    if sc.engine != "both":
+        return [bench(sc, g, wl, eff)], []
+    out, refused, first = [], [], None
+    for e in ("vllm", "sglang"):
+        try:
+            out.append(bench(replace(sc, engine=e), g, wl, eff))
+        except PlanError as exc:
+            first = first or exc
+            refused.append(f"{_LABEL[e]}: no benchmark: {exc}")
+    if not out:
+        raise first
+    return out, refused

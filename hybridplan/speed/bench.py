@@ -127,6 +127,8 @@ def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tu
 
 def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:
     running, running_from = running_cap(sc, wl)
+    if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
+        running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
     graphs = not sc.vllm.enforce_eager
     dec = step_time(decode_step(sc, running, wl.input + wl.output // 2), g, eff, tp=sc.tp, graphs=graphs)
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
@@ -148,8 +150,10 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
     ttft = [(i + 1) * t_pf for i in range(min(running, n))]
     ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
     ttft += [max(0, c - running) * cycle / running + t_pf] * max(0, n - c)
-    if running < wl.concurrency:
-        notes.append(f"{wl.concurrency - running} of the {wl.concurrency} concurrent requests wait for a slot: "
-                     f"{running_from}")
+    if wl.concurrency > n:
+        notes.append(f"--concurrency {wl.concurrency:,} is more than the workload's {n:,} prompts: at most {n:,} "
+                     "are in flight at once (vllm bench serve sends each prompt once)")
+    if running < c:
+        notes.append(f"{c - running:,} of the {c:,} concurrent requests wait for a slot: {running_from}")
     return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
                  per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes))

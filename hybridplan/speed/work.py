@@ -72,8 +72,9 @@ class Work:
         return self.weight_bytes + self.kv_bytes + self.state_bytes
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "layers": self.layers, "weight_bytes": self.weight_bytes,
-                "kv_bytes": self.kv_bytes, "state_bytes": self.state_bytes, "flops": self.flops,
+        # bytes as whole bytes (a rank's share of a tensor can be fractional in the model: rounded here only)
+        return {"kind": self.kind, "layers": self.layers, "weight_bytes": round(self.weight_bytes),
+                "kv_bytes": round(self.kv_bytes), "state_bytes": round(self.state_bytes), "flops": self.flops,
                 "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels,
                 "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens}
 

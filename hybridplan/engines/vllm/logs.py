@@ -505,12 +505,17 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     if quantization not in (None, "None") and "quantization_config" not in config:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
                                 "config is not: pass the checkpoint's config.json as the model")]
+    from hybridplan.engines.vllm.memory import drafter
+
     try:
         w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
+        draft = drafter(sc)  # loaded inside the same "Model loading took" (memory.py ``drafter``)
     except PlanError as exc:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], str(exc))]
-    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round(w.bytes_per_rank / GiB, 4),
-                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"),), []
+    extra = draft.bytes if draft is not None else 0
+    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round((w.bytes_per_rank + extra) / GiB, 4),
+                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"
+                     + (f"; with the drafter's {extra / GiB:.2f} GiB ({draft.note})" if draft else "")),), []
 
 
 def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:
