@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from math import ceil, floor
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release, release
 from hybridplan.engines.vllm.sizing import Capacity, capacity
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.units import article
 from hybridplan.logread import Found, Log
 from hybridplan.scenario import DtypeChoice, Scenario, Speculative, default_ctx
@@ -321,12 +322,13 @@ def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     return cc
 
 
-def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
-    """The scenario, release and Mamba cache mode the settings describe."""
+def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None) -> tuple[Scenario, Release, str]:
+    """The scenario, release and Mamba cache mode the settings describe (``rel``: the release whose rules a
+    build between two releases is checked with, ``neighbours``)."""
     from hybridplan.engines.vllm.settings import VllmSettings
 
     version = s.get("version")
-    rel = release(str(version) if version is not None else None)
+    rel = rel or release(str(version) if version is not None else None)
     if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")
@@ -424,18 +426,49 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
 
 
 def check(log: Log, given: LogGiven) -> LogCheck:
-    """The log's figures beside the prediction for the settings it states (flags override them)."""
+    """The log's figures beside the prediction for the settings it states (flags override them). A build
+    between two releases (``releases.neighbours``) is checked with the rules of each; the one that reproduces
+    the log (the most figures, the first on a tie) is kept and said, and the model is refused only when
+    neither release serves it."""
+    from hybridplan.engines.vllm.releases import neighbours
+
+    version = read_settings(log, given).get("version")
+    candidates = neighbours(None if version is None else str(version))
+    if len(candidates) == 1:
+        return _check(log, given, None)
+    tried: list[tuple[Release, LogCheck]] = []
+    refusals: list[str] = []
+    for rel in candidates:
+        try:
+            tried.append((rel, _check(log, given, rel)))
+        except NotServed as exc:
+            refusals.append(str(exc))
+    if not tried:
+        raise NotServed(f"vLLM {version} is a build between {' and '.join(r.version for r in sorted(candidates))}, "
+                        f"and neither serves the model: " + "; ".join(refusals))
+    rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
+    others = [(r, c) for r, c in tried if r != rel]
+    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
+                    for r, c in others) or "; ".join(refusals)
+    note = (f"vLLM {version} is a build between releases "
+            f"{' and '.join(r.version for r in sorted(candidates))}: checked against both, {rel.version}'s rules "
+            f"kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
+    settings = tuple(replace(x, value=f"{x.value} (checked as {rel.version})") if x.name == "version" else x
+                     for x in best.settings)
+    return replace(best, settings=settings, notes=(note, *best.notes))
+
+
+def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
+    """``check`` with one release's rules (None: the release the version names)."""
     notes: list[str] = []
     s = read_settings(log, given)
     refused = _refusal(log)
     pp = int(s.get("pipeline_parallel_size") or 1)
-    sc, rel, mode = scenario(log, s, notes)  # a model not found, a bad setting: one line, exit 2, as ever
+    sc, rel, mode = scenario(log, s, notes, rel)  # a model not found, a bad setting: one line, exit 2, as ever
     rows: list[Row] = []
     out: list[NotModelled] = []
     ours = None
     if pp > 1:
-        from dataclasses import replace
-
         from hybridplan.engines.vllm import parallel
 
         try:  # what vLLM refuses at start with pipeline stages (hybridplan/engines/vllm/parallel.py ``check``)

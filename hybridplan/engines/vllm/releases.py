@@ -262,6 +262,26 @@ def release(version: str | None) -> Release:
     raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
 
 
+def neighbours(version: str | None) -> tuple[Release, ...]:
+    """The releases a logged build may follow: a pre-release or dev build (``0.16.1rc1.dev111``,
+    ``0.20.1rc1.dev16``, ``0.17.0.dev5``) is cut from main between two releases, the newest release before its
+    number and the first at or after it (0.16.0 and 0.17.0; 0.20.0 and 0.20.1), and may hold either's rules: both
+    are returned, the one ``release`` picks first. A release, a local build of one (``0.13.0+faa43dbf.nv26.01``) or
+    a minor gives one."""
+    rel = release(version)
+    if version is None:
+        return (rel,)
+    m = re.fullmatch(_VERSION, version.strip())
+    rest = m.group("rest") if m else ""
+    if m is None or m.group(3) is None or not rest or rest.startswith("+"):
+        return (rel,)
+    key = tuple(int(p) for p in m.groups()[:4] if p is not None)
+    below = [r for r in KNOWN if r.key < key]
+    above = [r for r in KNOWN if r.key >= key]
+    out = [rel] + [r for r in (below[-1:] + above[:1]) if r != rel]
+    return tuple(out)
+
+
 def _last_before(version: str) -> str:
     """The newest modelled release before ``version``."""
     return [r for r in KNOWN if r.before(version)][-1].version
