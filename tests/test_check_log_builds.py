@@ -79,3 +79,34 @@ def test_neighbours_of_a_build():
     # a release, a local build of one (the NGC 0.13.0+faa43dbf.nv26.01), a minor: one release
     for version, rel in (("0.20.1", "0.20.1"), ("0.13.0+faa43dbf.nv26.01", "0.13.0"), ("0.20", "0.20.2")):
         assert [r.version for r in neighbours(version)] == [rel]
+
+
+# --- a logged concurrency no block count gives ---------------------------------------------------------------
+
+
+def test_concurrency_no_block_count_gives_is_a_mismatch_not_a_crash(run_cli, tmp_path):
+    # vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log without its "Available KV cache memory" line, read at TP 4 (the
+    # log ran TP 2): the blocks then come from "Maximum concurrency … 84.29x" alone, and at TP 4 a request takes 64
+    # blocks, so 84.285x to 84.295x is 5,394.24 to 5,394.88 blocks: no whole count. It was an internal IndexError
+    text = (LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log").read_text().splitlines()
+    log = tmp_path / "no-budget.log"
+    log.write_text("\n".join(x for x in text if "Available KV cache memory" not in x) + "\n")
+    code, d, err = _json(run_cli, log, "--model", "qwen3-next", "--tp", "4")
+    assert code == 1 and "internal error" not in err, err
+    assert any("no whole block count gives the logged concurrency 84.29x at 64 blocks" in n for n in d["notes"])
+    # the settings assumed are said, and the TP the log ran (2) is named as one that reconciles
+    assert any("TP 4 (flag), vLLM 0.13.0 (line 7" in n for n in d["notes"]), d["notes"]
+    hint = next(n for n in d["notes"] if "reconciles every figure" in n)
+    assert "2" in hint.split("reconciles")[0]
+    # at the logged TP 2 the log reconciles
+    code, d, _ = _json(run_cli, log, "--model", "qwen3-next")
+    assert code == 0 and d["ok"]
+
+
+def test_a_mismatch_says_the_settings_assumed(run_cli):
+    # vllm-unknown-qwen3.8-27b-fp8-2xrtx5090-1.log: its args line is cut, so TP and release are not in the log;
+    # read at TP 1 with the newest release, the figures are off and the note says both were assumed by default
+    code, d, _ = _json(run_cli, LOGS / "vllm-unknown-qwen3.8-27b-fp8-2xrtx5090-1.log", "--model", "qwen3.5-27b")
+    assert code == 1
+    assert any(n.startswith("the figures do not reconcile with the settings assumed: TP 1 (default), vLLM 0.33.0")
+               for n in d["notes"]), d["notes"]

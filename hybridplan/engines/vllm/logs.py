@@ -406,6 +406,11 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
     elif conc is not None:
         counts, how = _range_from_concurrency(float(conc[2]), per_request), "the logged concurrency"
         s.put("num_blocks", "from the concurrency", conc.source)
+        if not counts:  # at fewer than 100 blocks a request, 0.01x may hold no whole count: take the nearest
+            near = max(round(float(conc[2]) * per_request), 0)
+            notes.append(f"no whole block count gives the logged concurrency {conc[2]}x at {per_request:,} blocks a "
+                         f"request for these settings: {near:,} blocks, the nearest, are checked")
+            counts = range(near, near + 1)
     else:
         notes.append("the log gives no KV budget, concurrency or block count: the KV token figure is not checked")
         return []
@@ -426,7 +431,61 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
 
 
 def check(log: Log, given: LogGiven) -> LogCheck:
-    """The log's figures beside the prediction for the settings it states (flags override them). A build
+    """The log's figures beside the prediction for the settings it states (flags override them); where a figure
+    is off, the settings assumed and the one that would reconcile the log (``_hints``)."""
+    result = _releases(log, given)
+    if any(not r.ok for r in result.rows):
+        result = replace(result, notes=(*result.notes, *_hints(log, given, result)))
+    return result
+
+
+#: the tensor-parallel sizes tried where a log's figures do not reconcile
+HINT_TPS = (1, 2, 4, 8)
+
+
+def _hints(log: Log, given: LogGiven, result: LogCheck) -> tuple[str, ...]:
+    """Where a figure is off: the TP and release assumed (and where from), and which other TP (1, 2, 4, 8), or
+    which release (the newest of each minor, where the log does not say it), reconciles every figure."""
+    from dataclasses import replace as with_
+
+    from hybridplan.engines.vllm.releases import KNOWN
+
+    def setting(name: str) -> tuple[str, str]:
+        x = next((x for x in result.settings if x.name == name), None)
+        return (x.value, x.source) if x is not None else ("1", "default") if name == "tensor_parallel_size" \
+            else ("?", "")
+
+    def reconciles(g: LogGiven) -> bool:
+        try:
+            c = _releases(log, g)
+        except PlanError:
+            return False
+        return bool(c.rows) and all(r.ok for r in c.rows)
+
+    (tp, tp_from), (version, version_from) = setting("tensor_parallel_size"), setting("version")
+    out = [f"the figures do not reconcile with the settings assumed: TP {tp} ({tp_from}), vLLM {version} "
+           f"({version_from})"]
+    tps = [] if tp_from.startswith("line") else [n for n in HINT_TPS
+                                                 if str(n) != tp and reconciles(with_(given, tp=n))]
+    if tps:
+        out.append(f"TP {' or '.join(map(str, tps))} reconciles every figure: the log may leave its TP out "
+                   f"(pass --tp {tps[0]})")
+    if not version_from.startswith("line"):  # the log does not say its release: try the newest of each minor
+        newest = {r.minor: r for r in KNOWN}
+        hits = [r.version for r in newest.values()
+                if r.version != version and reconciles(with_(given, vllm_version=r.version))]
+        if hits:
+            out.append(f"vLLM {', '.join(hits)} reconcile{'s' if len(hits) == 1 else ''} every figure: pass "
+                       f"--vllm-version with the release the log ran")
+    tried = [what for what, src in (("TP", tp_from), ("release", version_from)) if not src.startswith("line")]
+    if len(out) == 1 and tried:
+        out.append(f"no other {' or '.join(tried)} reconciles them either (TP {', '.join(map(str, HINT_TPS))}; "
+                   "each minor's newest release)")
+    return tuple(out)
+
+
+def _releases(log: Log, given: LogGiven) -> LogCheck:
+    """The log checked with the rules of its release. A build
     between two releases (``releases.neighbours``) is checked with the rules of each; the one that reproduces
     the log (the most figures, the first on a tie) is kept and said, and the model is refused only when
     neither release serves it."""
