@@ -110,3 +110,55 @@ def test_a_mismatch_says_the_settings_assumed(run_cli):
     assert code == 1
     assert any(n.startswith("the figures do not reconcile with the settings assumed: TP 1 (default), vLLM 0.33.0")
                for n in d["notes"]), d["notes"]
+
+
+# --- runs pasted without their banners -------------------------------------------------------------------------
+
+
+def _figure_lines(name: str) -> list[str]:
+    keep = ("Available KV cache memory", "GPU KV cache size", "Maximum concurrency")
+    return [x for x in (LOGS / name).read_text().splitlines() if not x.startswith("#") and any(k in x for k in keep)]
+
+
+A_RUN, B_RUN = ("vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-1.log", "vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-2.log")
+#: the settings both runs' args lines state (fp8 KV, prefix caching on: align, 131,072 tokens, 0.24.0)
+AB_FLAGS = ("--model", "qwen3.6-35b-a3b", "--vllm-version", "0.24.0", "--kv-dtype", "fp8", "--ctx", "131072",
+            "--mode", "align")
+
+
+def test_runs_pasted_without_banners_are_cut_where_a_figure_repeats(run_cli, tmp_path):
+    # the capacity lines of two real runs of one rig (issues 612 and 652 of noonghunna/club-3090, 5.98 and 6.01
+    # GiB free), pasted one after the other with no banner, args or engine line: one start read them all as the
+    # last run's. "Available KV cache memory" printed again after the first run's capacity opens the second
+    log = tmp_path / "ab.log"
+    log.write_text("\n".join(_figure_lines(A_RUN) + _figure_lines(B_RUN)) + "\n")
+    code, d, err = _json(run_cli, log, *AB_FLAGS)
+    assert code == 0 and d["ok"] and len(d["starts"]) == 2, err
+    a, b = d["starts"]
+    tokens = [next(r["logged"] for r in s["rows"] if r["figure"] == "KV cache size (tokens)") for s in (a, b)]
+    assert tokens == ["567,978", "569,878"] and all(r["ok"] for s in (a, b) for r in s["rows"])
+    assert any(n.startswith("start 2 (lines 4–6) prints no banner") and "Available KV cache memory: 6.01 GiB" in n
+               for n in b["notes"])
+
+
+def test_a_run_with_its_banner_then_one_without(run_cli, tmp_path):
+    # the first run whole (its args and engine lines below its figures, as posted), the second's capacity lines
+    # alone: the second is cut where its "Available KV cache memory" repeats the first's
+    first = [x for x in (LOGS / A_RUN).read_text().splitlines() if not x.startswith("#")]
+    log = tmp_path / "a-then-b.log"
+    log.write_text("\n".join(first + _figure_lines(B_RUN)) + "\n")
+    code, d, err = _json(run_cli, log, *AB_FLAGS)
+    assert code == 0 and len(d["starts"]) == 2, err
+    assert d["starts"][1]["lines"][0] == len(first) + 1
+
+
+def test_one_start_is_not_cut_by_its_own_repeats():
+    # within one start a figure is printed again by another worker (TP0 and TP1's budgets), or by the engine core
+    # twice with the same value (0.10.2's capacity lines), or before the capacity (0.26.0's padding-layer warning,
+    # at profiling and at allocation): none opens a start
+    from hybridplan.logread import scan
+    from hybridplan.reports.check_log import keywords, split
+
+    for name in ("vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log",
+                 "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log", "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"):
+        assert len(split(scan(LOGS / name, keywords()))) == 1, name

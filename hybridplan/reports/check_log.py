@@ -116,8 +116,11 @@ def keywords() -> list[str]:
 
 def split(log: Log) -> list[Log]:
     """The log's start-ups, cut where any engine's start opens again (``Log.starts``)."""
+    from importlib import import_module
+
     every = engines.every()
-    return log.starts([p for e in every for p in e.log_openers], [p for e in every for p in e.log_figures])
+    stages = [getattr(import_module(f"hybridplan.engines.{e.name}.logs"), "FIGURE_STAGES", ()) for e in every]
+    return log.starts([p for e in every for p in e.log_openers], [p for e in every for p in e.log_figures], stages)
 
 
 def _check_start(index: int, log: Log, given: LogGiven) -> StartCheck:
@@ -127,9 +130,13 @@ def _check_start(index: int, log: Log, given: LogGiven) -> StartCheck:
             f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no figure hybridplan checks: it stopped "
             "before its caches were sized, or the excerpt left them out",))
     parts = [e.check_log(log, given) for e in found]
+    cut = () if log.cut_by is None else (
+        f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no banner of its own: it is cut from the one "
+        f"before where a figure that start printed appears again ({log.cut_by}), as pasted runs are; the settings "
+        "the log states are read from this start's lines alone",)
     return StartCheck(index, log.span, parts[0].model, tuple(s for p in parts for s in p.settings),
                       tuple(r for p in parts for r in p.rows), tuple(n for p in parts for n in p.not_modelled),
-                      tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))
+                      cut + tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))
 
 
 def check(log: Log, given: LogGiven = LogGiven()) -> CheckReport:

@@ -62,6 +62,9 @@ NOT_MODELLED = (
 
 
 FIGURE_PATTERNS = (POOL, KV, CAP, SCHED, NOT_ENOUGH)
+#: the figures in the order a start prints them: the pools (model_runner.py), then the scheduler's capacity line
+#: (scheduler.py); a figure printed again after it opens the next of several runs pasted without server_args
+FIGURE_STAGES = ((POOL, KV, NOT_ENOUGH), (CAP, SCHED))
 #: the line a start-up prints once (the launcher's server arguments): printed again, it opens the next start
 OPENERS = (SERVER_ARGS,)
 

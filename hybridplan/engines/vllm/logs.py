@@ -90,6 +90,10 @@ NOT_MODELLED = (
      "--max-model-len auto is not modelled: give the context"),
 )
 FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST, REFUSED)
+#: the figures in the order a start prints them: the configuration (vllm/model_executor/models/config.py), the
+#: memory profile (gpu_worker.py, kv_cache_utils.py), the capacity last; a figure printed again after the capacity
+#: opens the next of several runs pasted without their banners (``logread.Log.starts``)
+FIGURE_STAGES = ((SSM_DTYPE, BLOCK, PADDING), (PAD_LAYERS, AVAILABLE), (TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST))
 #: the lines a start-up prints once each (the API server's banner, its arguments, the engine core's config): one
 #: printed again opens the next start in the same file (``logread.Log.starts``)
 OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default args: \{"),
