@@ -162,3 +162,36 @@ def test_one_start_is_not_cut_by_its_own_repeats():
     for name in ("vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log",
                  "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log", "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"):
         assert len(split(scan(LOGS / name, keywords()))) == 1, name
+
+
+# --- SGLang: more than one memory split leaves the logged KV tokens -------------------------------------------
+
+SGL = "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log"
+SGL_FLAGS = ("--model", "qwen3.5-27b", "--sglang-version", "0.5.18", "--mem-fraction-static", "0.85",
+             "--max-running-requests", "32")
+
+
+def test_every_split_that_leaves_the_logged_tokens_is_reported(run_cli):
+    # the real 0.5.18 log: 124 slots and 330,323 KV tokens, no "Load weight begin" line, so the split R is solved
+    # from the tokens. One state row is per = 48·(61,440 + 3,145,728) B = 146.81 MiB; the padded split (0.5.17 on,
+    # K = ⌊(R·0.9/1.9 − per) / per⌋, KV = R − (K+1)·per) leaves the same tokens at R and at R + per with K + 1, so
+    # 124 and 125 both fit, and both are said
+    code, d, _ = _json(run_cli, LOGS / SGL, *SGL_FLAGS)
+    assert code == 0 and d["ok"]
+    note = next(n for n in d["notes"] if "memory splits leave the logged 330,323 KV tokens" in n)
+    assert "max_mamba_cache_size 124" in note and "max_mamba_cache_size 125" in note
+    # read with 0.5.16's split (K rows charged, not K + 1), neither fit is the logged 124: both are shown
+    code, d, _ = _json(run_cli, LOGS / SGL, *SGL_FLAGS[:2], "--sglang-version", "0.5.16", *SGL_FLAGS[4:])
+    k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
+    assert code == 1 and k["predicted"] == "125 or 126"
+
+
+def test_the_upper_split_is_not_flagged_wrong(run_cli, tmp_path):
+    # the same log with its pool line written as the other split's (derived, not posted): max_mamba_cache_size 125,
+    # so 126 rows, conv 126·48·61,440 B = 0.35 GB and SSM 126·48·3,145,728 B = 17.72 GB (GiB, as SGLang prints
+    # them), the KV line unchanged. Only the lowest split was kept before, and 125 was flagged against 124
+    log = _derived(tmp_path, SGL, "max_mamba_cache_size: 124, conv_state size: 0.34GB, ssm_state size: 17.58GB",
+                   "max_mamba_cache_size: 125, conv_state size: 0.35GB, ssm_state size: 17.72GB")
+    code, d, _ = _json(run_cli, log, *SGL_FLAGS)
+    k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
+    assert code == 0 and d["ok"] and (k["logged"], k["predicted"]) == ("125", "125"), d["rows"]

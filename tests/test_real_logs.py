@@ -302,12 +302,12 @@ def test_refusal_exists_from_0_20_on_a_real_log(run_cli):
 
 
 def test_padding_row_of_0_5_17_on_a_real_log(run_cli):
-    # 0.5.16's split (K = ⌊R·r/(1+r) / per⌋, K rows charged) would give 125 slots for the memory that leaves
-    # 330,323 KV tokens; 0.5.17 on charges K + 1 rows and gives the logged 124
+    # 0.5.16's split (K = ⌊R·r/(1+r) / per⌋, K rows charged) would give 125 slots (or 126, at a split one row
+    # larger) for the memory that leaves 330,323 KV tokens; 0.5.17 on charges K + 1 rows and gives the logged 124
     args = ("--model", "qwen3.5-27b", "--mem-fraction-static", "0.85", "--max-running-requests", "32")
     code, d = _check(run_cli, "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log", *args, "--sglang-version", "0.5.16")
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
-    assert code == 1 and (k["logged"], k["predicted"]) == ("124", "125")
+    assert code == 1 and (k["logged"], k["predicted"]) == ("124", "125 or 126")
 
 
 def _without_model(args: tuple[str, ...]) -> tuple[str, ...]:
