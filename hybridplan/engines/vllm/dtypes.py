@@ -48,6 +48,9 @@ KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "tur
 _CONV_HOLDS_SPEC = {"Qwen3NextForCausalLM": "0.10.2", "Qwen3_5ForConditionalGeneration": "0.17.0",
                     "Qwen3_5MoeForConditionalGeneration": "0.17.0", "Qwen3_5ForCausalLM": "0.17.0",
                     "Qwen3_5MoeForCausalLM": "0.17.0", "NemotronHForCausalLM": "0.17.0",
+                    # the VL/Omni wrappers hand their text config to NemotronH's shape calculator
+                    **dict.fromkeys(("NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3",
+                                     "NemotronH_Super_Omni_Reasoning_V3", "NemotronH_Omni_Reasoning_V3"), "0.17.0"),
                     "Mamba2ForCausalLM": "0.17.0", "KimiLinearForCausalLM": "0.27.0",
                     "FalconH1ForCausalLM": "0.32.0", "Zamba2ForCausalLM": "0.32.0",
                     "GraniteMoeHybridForCausalLM": "0.32.0"}
@@ -66,6 +69,14 @@ def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[s
     return {k: v for k, v in names.items() if rel.at_least(table.get(k, "0.10.0"))}
 
 
+#: ``NemotronHNanoVLV2Config`` (vllm/model_executor/models/config.py, 0.19.0 on) sets the SSM dtype of
+#: NemotronH_Nano_VL_V2 from its text config's ``mamba_ssm_cache_dtype``, float32 by default. The hooks are
+#: looked up by the architecture the config names (``MODELS_CONFIG_MAP``, vllm/config/vllm.py), and the Omni
+#: architectures (NemotronH_Nano_Omni_Reasoning_V3 and the others, served by the same class) have none up to
+#: 0.33.0: their SSM state takes the conv dtype, bf16 for a bf16 model, where Nemotron-H's is float32
+VL_V2_SSM_HOOK_SINCE = "0.19.0"
+
+
 def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     """The SSM dtype a model hook sets under "auto" (vllm/model_executor/models/config.py): Nemotron-H takes
     its config's ``mamba_ssm_cache_dtype`` from 0.13.0, else float16; from 0.19.1 float32 (0.19.1 accepts
@@ -74,6 +85,8 @@ def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     ``mamba_ssm_dtype``, the multimodal classes from 0.17.0 and the *ForCausalLM classes from 0.27.0."""
     if spec.architecture == "NemotronHForCausalLM" and rel.at_least("0.13.0"):
         return spec.config_dtype("mamba_ssm_cache_dtype") or ("float32" if rel.at_least("0.19.1") else "float16")
+    if spec.architecture == "NemotronH_Nano_VL_V2" and rel.at_least(VL_V2_SSM_HOOK_SINCE):
+        return spec.config_dtype("mamba_ssm_cache_dtype") or "float32"
     qwen35 = (spec.architecture in _QWEN35_VLM and rel.at_least("0.17.0")) or (
         spec.architecture in _QWEN35_LM and rel.at_least("0.27.0"))
     return spec.config_dtype("mamba_ssm_dtype") if qwen35 else None
