@@ -195,3 +195,42 @@ def test_the_upper_split_is_not_flagged_wrong(run_cli, tmp_path):
     code, d, _ = _json(run_cli, log, *SGL_FLAGS)
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
     assert code == 0 and d["ok"] and (k["logged"], k["predicted"]) == ("125", "125"), d["rows"]
+
+
+# --- the GPU and the GDN prefill kernel, read from the log ---------------------------------------------------
+
+
+def test_the_gdn_kernel_the_log_names_decides_the_0_33_page(run_cli, tmp_path):
+    # vllm-unknown-qwen3.6-27b-int4-2xrtx3090-2.log (two RTX 3090, sm_86) read with 0.33.0's rules: FlashInfer's GDN
+    # prefill would add a checkpoint page per GDN layer and miss the logged 2.37x (test_real_logs). On sm_86 vLLM
+    # 0.33.0 runs Triton/FLA (``_resolve_gdn_prefill_backend``, vllm/model_executor/layers/mamba/gdn/
+    # qwen_gdn_linear_attn.py) and says so in one line; that line added (derived, with 0.33.0's wording from
+    # ``_log_gdn_backend_decision``), the start is checked with Triton's pages and reconciles
+    name = "vllm-unknown-qwen3.6-27b-int4-2xrtx3090-2.log"
+    text = (LOGS / name).read_text()
+    log = tmp_path / "triton-gdn.log"
+    log.write_text(text + "(EngineCore pid=120) INFO 06-01 09:21:10 [qwen_gdn_linear_attn.py:300] Using Triton/FLA "
+                   "GDN prefill kernel (requested=auto, head_k_dim=128).\n")
+    code, d, err = _json(run_cli, log, "--model", "qwen3.5-27b", "--vllm-version", "0.33.0")
+    assert code == 0 and d["ok"], (d.get("rows"), err)
+    gdn = next(s for s in d["settings"] if s["name"] == "gdn_prefill_backend")
+    assert gdn["value"] == "triton" and "Triton/FLA GDN prefill kernel" in gdn["source"]
+    code, d, _ = _json(run_cli, LOGS / name, "--model", "qwen3.5-27b", "--vllm-version", "0.33.0")
+    assert code == 1
+
+
+def test_the_gpu_is_read_for_the_gdn_choice(monkeypatch):
+    # the hook that will pick the GDN backend per GPU (gdn_backend_for_gpu) is handed the compute capability the
+    # log states: vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log prints "Device capability 8.9" (L40S)
+    from hybridplan.engines.given import LogGiven
+    from hybridplan.engines.vllm import logs
+    from hybridplan.logread import scan
+    from hybridplan.reports.check_log import keywords
+
+    log = scan(LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log", keywords())
+    seen = []
+    monkeypatch.setattr(logs, "gdn_backend_for_gpu", lambda rel, cc, spec: seen.append(cc) or "triton")
+    d = logs.check(log, LogGiven(model="qwen3-next", vllm_version="0.33.0"))
+    assert seen and seen[0] == (8, 9)
+    gdn = next(x for x in d.settings if x.name == "gdn_prefill_backend")
+    assert gdn.value == "triton" and "compute capability 8.9" in gdn.source

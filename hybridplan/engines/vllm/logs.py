@@ -31,7 +31,7 @@ KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len"
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
             "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=", "Error: ")
+            "arch=sm", "device_name=", "Error: ", "GDN prefill kernel")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -49,6 +49,9 @@ KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
 #: file, device_name=NVIDIA_H200)
 CAPABILITY = (re.compile(r"Device capability (\d+)\.(\d+)"), re.compile(r"\barch=sm_?(\d+?)(\d)a?\b"))
 DEVICE_NAME = re.compile(r"device_name=(NVIDIA_[A-Za-z0-9_-]+?)(?:,|\.json)")
+#: the GDN prefill kernel a start runs (0.33.0: vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py
+#: ``_log_gdn_backend_decision``, "Using FlashInfer GDN prefill kernel (requested=auto, head_k_dim=128).")
+GDN_KERNEL = re.compile(r"Using (FlashInfer|CuteDSL|AITER FlyDSL|Triton/FLA|SYCL|CPU) GDN prefill kernel")
 #: engine-config fields (``VllmConfig.__str__``), as ``name=value``
 CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
                  "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)", "max_seq_len": r"\bmax_seq_len=(\d+)",
@@ -190,7 +193,7 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
                  "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
                  "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "enforce_eager", "quantization"):
+                 "enforce_eager", "quantization", "gdn_prefill_backend"):
         s.put(name, args.get(name), args_src)
     for pattern in BANNER_MODEL:
         if (f := log.last(pattern)) is not None:
@@ -326,6 +329,42 @@ def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     return cc
 
 
+def gdn_backend_for_gpu(rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
+    """HOOK: the GDN prefill backend vLLM picks with ``--gdn-prefill-backend auto`` on the log's GPU
+    (``_resolve_gdn_prefill_backend``, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py 0.33.0: FlashInfer
+    on 9.0, and on 10.x / 12.x for head_k_dim 128 under CUDA 13; Triton elsewhere). That rule lives in the engine
+    package (hybridplan/engines/vllm/, branch ``defaults``); until it is wired here this returns None and the
+    scenario keeps VllmSettings' default. ``cc`` is the compute capability ``_capability`` read from the log (or
+    --gpu-type), ``rel`` the release checked, ``spec`` the model (its GDN head_k_dim)."""
+    return None
+
+
+#: vLLM's GDN kernel names → the backends hybridplan sizes: only FlashInfer plans the 0.33 prefill checkpoints
+#: (vllm/v1/attention/backends/gdn_attn.py ``plan_flashinfer_checkpoints``); every other kernel pages as Triton
+_GDN_KERNELS = {"FlashInfer": "flashinfer"}
+
+
+def _gdn_backend(log: Log, s: Settings, rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
+    """The GDN prefill backend the start ran: the kernel the log names; else the one its args ask for (not
+    auto); else the release's choice for the log's GPU (``gdn_backend_for_gpu``); None: VllmSettings' default."""
+    if not any(m.kind == "gdn" for m in spec.recurrent) or rel.before("0.33.0"):
+        return None
+    if (f := log.last(GDN_KERNEL)) is not None:
+        backend = _GDN_KERNELS.get(f[1], "triton")
+        s.values["gdn_prefill_backend"] = backend
+        s.sources["gdn_prefill_backend"] = f.source if f[1] in _GDN_KERNELS else f"{f.source} (pages as Triton)"
+        return backend
+    asked = s.get("gdn_prefill_backend")
+    if asked is not None and str(asked).lower() != "auto":
+        return "flashinfer" if str(asked).lower() == "flashinfer" else "triton"
+    backend = gdn_backend_for_gpu(rel, cc, spec)
+    if backend is not None:
+        s.values["gdn_prefill_backend"] = backend
+        s.sources["gdn_prefill_backend"] = (f"vLLM {rel.version}'s choice on compute capability "
+                                            f"{'.'.join(map(str, cc)) if cc else 'unknown'}")
+    return backend
+
+
 def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None) -> tuple[Scenario, Release, str]:
     """The scenario, release and Mamba cache mode the settings describe (``rel``: the release whose rules a
     build between two releases is checked with, ``neighbours``)."""
@@ -351,10 +390,12 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
     _checkpoint_kv(s, spec, rel, dtypes.kv)
     mode = _mode(log, s, rel, spec, spec_tokens, notes)
     sp = _speculative(s, spec, rel, spec_tokens, notes)
+    cc = _capability(log, s)
+    gdn = _gdn_backend(log, s, rel, cc, spec)
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
-                                    enforce_eager=bool(s.get("enforce_eager")),
-                                    compute_capability=_capability(log, s)),
+                                    enforce_eager=bool(s.get("enforce_eager")), compute_capability=cc,
+                                    **({} if gdn is None else {"gdn_backend": gdn})),
                   allow_long_context=True)
     return sc, rel, mode
 
