@@ -234,3 +234,22 @@ def test_the_gpu_is_read_for_the_gdn_choice(monkeypatch):
     assert seen and seen[0] == (8, 9)
     gdn = next(x for x in d.settings if x.name == "gdn_prefill_backend")
     assert gdn.value == "triton" and "compute capability 8.9" in gdn.source
+
+
+def test_sglang_dev_build_is_checked_against_both_neighbours(run_cli):
+    # sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log given as a 0.5.17 dev build (between 0.5.16 and 0.5.17): 0.5.16's split
+    # charges K state rows and gives 125 or 126 slots for the logged tokens, 0.5.17's charges K + 1 and gives the
+    # logged 124 (test_real_logs test_padding_row_of_0_5_17_on_a_real_log), so 0.5.17 is kept
+    args = ("--model", "qwen3.5-27b", "--mem-fraction-static", "0.85", "--max-running-requests", "32")
+    code, d, _ = _json(run_cli, LOGS / SGL, *args, "--sglang-version", "0.5.17.dev20260819+g574274660f")
+    assert code == 0 and d["ok"]
+    note = next(n for n in d["notes"] if "build between releases 0.5.16 and 0.5.17" in n)
+    assert "0.5.17's rules kept" in note and "0.5.16's: 1 of" in note
+
+
+def test_sglang_neighbours():
+    from hybridplan.engines.sglang.releases import neighbours
+
+    assert [r.version for r in neighbours("0.5.17.dev20260819+g574274660f")] == ["0.5.17", "0.5.16"]
+    assert [r.version for r in neighbours("0.5.17")] == ["0.5.17"]
+    assert [r.version for r in neighbours("0.5.6.post2")] == ["0.5.6.post2"]

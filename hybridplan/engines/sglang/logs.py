@@ -235,6 +235,38 @@ def _with_budget(sc: Scenario, r: float) -> Scenario:
 
 
 def check(log: Log, given: LogGiven) -> LogCheck:
+    """The log's figures beside the prediction; a build between two releases (``--sglang-version
+    0.5.17.dev…``, ``releases.neighbours``) is checked with each one's rules, the one that reproduces the most
+    figures kept and said, and the model refused only when neither runs it."""
+    from dataclasses import replace as with_
+
+    from hybridplan.engines.sglang.releases import neighbours
+    from hybridplan.errors import NotServed
+
+    candidates = neighbours(given.sglang_version) if given.sglang_version else ()
+    if len(candidates) < 2:
+        return _check(log, given)
+    tried, refusals = [], []
+    for rel in candidates:
+        try:
+            tried.append((rel, _check(log, with_(given, sglang_version=rel.version))))
+        except NotServed as exc:
+            refusals.append(str(exc))
+    names = " and ".join(r.version for r in sorted(candidates, key=lambda r: r.key))
+    if not tried:
+        raise NotServed(f"SGLang {given.sglang_version} is a build between {names}, and neither runs the model: "
+                        + "; ".join(refusals))
+    rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
+    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
+                    for r, c in tried if r != rel) or "; ".join(refusals)
+    note = (f"SGLang {given.sglang_version} is a build between releases {names}: checked against both, "
+            f"{rel.version}'s rules kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
+    settings = tuple(with_(x, value=f"{given.sglang_version} (checked as {rel.version})") if x.name == "version"
+                     else x for x in best.settings)
+    return with_(best, settings=settings, notes=(note, *best.notes))
+
+
+def _check(log: Log, given: LogGiven) -> LogCheck:
     from hybridplan.engines.sglang.pool import Admission, Pool, SpecBuffers, footprint, per_request_bytes
     from hybridplan.engines.sglang.radix import page_size
     from hybridplan.engines.sglang.radix import strategy as run_strategy
