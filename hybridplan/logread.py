@@ -77,6 +77,16 @@ class Log:
         """The first and last line numbers kept (0, 0 for an empty log)."""
         return (self.lines[0].no, self.lines[-1].no) if self.lines else (0, 0)
 
+    def containers(self) -> list[Log]:
+        """The log cut by the container each line comes from, where ``docker compose logs`` prefixed every line with
+        its service (``qwen3.5-9b  | …``) and two or more services are interleaved; else the log itself."""
+        names = [_COMPOSE.match(line.text) for line in self.lines]
+        if not self.lines or any(m is None for m in names) or len({m.group(1) for m in names}) < 2:
+            return [self]
+        order = list(dict.fromkeys(m.group(1) for m in names))
+        return [Log(tuple(line for line, m in zip(self.lines, names) if m.group(1) == name), f"container {name}")
+                for name in order]
+
     def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]],
                stages: Sequence[Sequence[Sequence[re.Pattern[str]]]] = ()) -> list[Log]:
         """The log cut into its start-ups: a restart appended by ``docker logs``, or several runs pasted into one
@@ -146,6 +156,8 @@ class Log:
         return [Log(self.lines[a:b], why.get(a)) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+#: the service name ``docker compose logs`` puts before each line
+_COMPOSE = re.compile(r"^([\w.\-]+)\s+\|\s")
 #: the process a line was printed by, without its pid: vLLM's ``(Worker_TP0 pid=306)``, SGLang's ``[… TP1]``
 _TAG = re.compile(r"\((\w+?)(?: pid=\d+)?\)|\[[^\]]*?\b((?:[TDPE]P\d+ ?)+)\]")
 

@@ -253,3 +253,18 @@ def test_sglang_neighbours():
     assert [r.version for r in neighbours("0.5.17.dev20260819+g574274660f")] == ["0.5.17", "0.5.16"]
     assert [r.version for r in neighbours("0.5.17")] == ["0.5.17"]
     assert [r.version for r in neighbours("0.5.6.post2")] == ["0.5.6.post2"]
+
+
+def test_interleaved_compose_services_are_read_apart(run_cli):
+    # vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log: "docker compose logs -f" of two services on one L40S,
+    # their lines interleaved, each prefixed with its service. Read as one log, the banners and figures of the two
+    # would be cut at their repeats and mixed; read per service, the 9B starts and reconciles, and the 4B's
+    # -8.59 GiB budget is the refusal vLLM gives ("No available memory for the cache blocks")
+    code, d, err = _json(run_cli, LOGS / "vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log")
+    assert code == 0 and d["ok"], (d.get("rows"), err)
+    models = [s["model"] for s in d["starts"]]
+    assert models == ["qwen3.5-4b", "qwen3.5-9b"]
+    four, nine = d["starts"]
+    assert [(r["figure"], r["logged"], r["predicted"]) for r in four["rows"]] == [("start", "refused", "refused")]
+    assert any("container qwen3.5-9b" in n for n in nine["notes"])
+    assert {r["figure"].split(" (")[0] for r in nine["rows"]} >= {"attention block size", "KV cache size"}

@@ -572,7 +572,15 @@ def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
     rows: list[Row] = []
     out: list[NotModelled] = []
     ours = None
-    if pp > 1:
+    if (avail := log.last(AVAILABLE)) is not None and float(avail[1]) <= 0:
+        # vllm/v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory`` (every release modelled): nothing left
+        # for the KV cache once the weights and activations are in (another process holds the GPU, or the
+        # utilisation is too low)
+        ours = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for "
+                f"more details. (the log's {avail.source}; vllm/v1/core/kv_cache_utils.py "
+                "check_enough_kv_cache_memory)")
+    if pp > 1 and ours is None:
         from hybridplan.engines.vllm import parallel
 
         try:  # what vLLM refuses at start with pipeline stages (hybridplan/engines/vllm/parallel.py ``check``)
