@@ -15,7 +15,7 @@ def _derived(tmp_path: Path, name: str, old: str, new: str) -> Path:
     """The real log ``name`` with every ``old`` written ``new`` (said by each test that uses it)."""
     text = (LOGS / name).read_text()
     assert old in text
-    out = tmp_path / f"derived-{name}"
+    out = tmp_path / f"derived-{Path(name).name}"
     out.write_text(text.replace(old, new))
     return out
 
@@ -79,6 +79,21 @@ def test_neighbours_of_a_build():
     # a release, a local build of one (the NGC 0.13.0+faa43dbf.nv26.01), a minor: one release
     for version, rel in (("0.20.1", "0.20.1"), ("0.13.0+faa43dbf.nv26.01", "0.13.0"), ("0.20", "0.20.2")):
         assert [r.version for r in neighbours(version)] == [rel]
+    # a source build setuptools-scm could not date from a tag (vllm#54458's 0.1.dev20073+g8e685d198) names no
+    # release: the newest modelled, said in a note by check-log
+    from hybridplan.engines.vllm.releases import NEWEST, release
+
+    assert release("0.1.dev20073+g8e685d198") == NEWEST and neighbours("0.1.dev20073+g8e685d198") == (NEWEST,)
+
+
+def test_an_untagged_build_is_read_with_a_note(run_cli, tmp_path):
+    # tests/data/vllm-0.23-nemotron-h.log with its version written 0.1.dev20073+g8e685d198 (the version vllm#54458's
+    # source build prints): the newest rules are used and said; Nemotron-H-8B's block 1040 is the same there
+    log = _derived(tmp_path, "../vllm-0.23-nemotron-h.log", "0.23.0", "0.1.dev20073+g8e685d198")
+    code, d, err = _json(run_cli, log)
+    assert code in (0, 1) and any("names no release" in n for n in d["notes"]), err
+    version = next(s for s in d["settings"] if s["name"] == "version")
+    assert version["value"].startswith("0.1.dev20073+g8e685d198 (checked as ")
 
 
 # --- a logged concurrency no block count gives ---------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
-from hybridplan.engines.vllm.releases import Release, release
+from hybridplan.engines.vllm.releases import Release, release, untagged
 from hybridplan.engines.vllm.sizing import Capacity, capacity
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.units import article
@@ -375,6 +375,11 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
     if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")
+    elif untagged(str(version)):
+        notes.append(f"vLLM {version} is a source build whose version names no release (setuptools-scm's fallback "
+                     f"without a git tag): rules of {rel.version} used; pass --vllm-version with the release it "
+                     "follows")
+        s.values["version"] = f"{version} (checked as {rel.version})"
     spec = _model(s, notes)
     rel.check_served(spec)
     notes.extend(rel.caveats(spec))

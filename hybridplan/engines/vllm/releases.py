@@ -247,7 +247,7 @@ def release(version: str | None) -> Release:
     """The rules of ``--vllm-version``: a minor (``0.20``, its newest patch), a release (``0.20.1``), or a build
     as logs print it (``0.17.0rc1.dev201+g1234abc``, ``0.11.1rc6``, ``0.13.0+faa43dbf.nv26.01``), which takes
     the rules of the release it belongs to."""
-    if version is None:
+    if version is None or untagged(version):
         return NEWEST
     m = re.fullmatch(_VERSION, version.strip())
     if not m or m.group(1) != "0":
@@ -272,6 +272,16 @@ def release(version: str | None) -> Release:
     raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
 
 
+#: the version setuptools-scm gives a source build it cannot date from a git tag (vLLM's setup.py falls back to
+#: it): ``0.1.dev20073+g8e685d198`` names no release
+_UNTAGGED = r"v?0\.1\.dev\d+(?:\+[\w.]*)?"
+
+
+def untagged(version: str | None) -> bool:
+    """A source build whose version names no release (``0.1.devN``)."""
+    return version is not None and re.fullmatch(_UNTAGGED, version.strip()) is not None
+
+
 def neighbours(version: str | None) -> tuple[Release, ...]:
     """The releases a logged build may follow: a pre-release or dev build (``0.16.1rc1.dev111``,
     ``0.20.1rc1.dev16``, ``0.17.0.dev5``) is cut from main between two releases, the newest release before its
@@ -279,7 +289,7 @@ def neighbours(version: str | None) -> tuple[Release, ...]:
     are returned, the one ``release`` picks first. A release, a local build of one (``0.13.0+faa43dbf.nv26.01``) or
     a minor gives one."""
     rel = release(version)
-    if version is None:
+    if version is None or untagged(version):
         return (rel,)
     m = re.fullmatch(_VERSION, version.strip())
     rest = m.group("rest") if m else ""
