@@ -371,7 +371,7 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
     from hybridplan.engines.vllm.settings import VllmSettings
 
     version = s.get("version")
-    rel = rel or release(str(version) if version is not None else None)
+    rel = rel or release(str(version) if version is not None and not untagged(str(version)) else None)
     if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")

@@ -247,7 +247,7 @@ def release(version: str | None) -> Release:
     """The rules of ``--vllm-version``: a minor (``0.20``, its newest patch), a release (``0.20.1``), or a build
     as logs print it (``0.17.0rc1.dev201+g1234abc``, ``0.11.1rc6``, ``0.13.0+faa43dbf.nv26.01``), which takes
     the rules of the release it belongs to."""
-    if version is None or untagged(version):
+    if version is None:
         return NEWEST
     m = re.fullmatch(_VERSION, version.strip())
     if not m or m.group(1) != "0":
@@ -288,8 +288,10 @@ def neighbours(version: str | None) -> tuple[Release, ...]:
     number and the first at or after it (0.16.0 and 0.17.0; 0.20.0 and 0.20.1), and may hold either's rules: both
     are returned, the one ``release`` picks first. A release, a local build of one (``0.13.0+faa43dbf.nv26.01``) or
     a minor gives one."""
+    if untagged(version):  # check-log reads it as the newest release, and says so
+        return (NEWEST,)
     rel = release(version)
-    if version is None or untagged(version):
+    if version is None:
         return (rel,)
     m = re.fullmatch(_VERSION, version.strip())
     rest = m.group("rest") if m else ""
