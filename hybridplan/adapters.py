@@ -505,6 +505,10 @@ Adapter = Callable[[Fields], dict]
 #: architecture name → (family label, adapter)
 ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
     "NemotronHForCausalLM": ("Nemotron-H", nemotron_h),
+    # Nemotron-H's vision-language and omni wrappers: the language model is a Nemotron-H, its config nested as
+    # ``llm_config`` (vLLM's configs expose it as ``text_config``; vllm/model_executor/models/nano_nemotron_vl.py)
+    **dict.fromkeys(("NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Super_Omni_Reasoning_V3",
+                     "NemotronH_Omni_Reasoning_V3"), ("Nemotron-H", nemotron_h)),
     "JambaForCausalLM": ("Jamba", jamba),
     "Zamba2ForCausalLM": ("Zamba2", zamba2),
     "FalconH1ForCausalLM": ("Falcon-H1", falcon_h1),
@@ -619,10 +623,12 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
     arch = architecture_of(config)
     family, adapter = ARCHITECTURES[arch]
     raw: Mapping[str, Any] = config
-    if isinstance(config.get("text_config"), Mapping):  # multimodal wrappers (Qwen3.5) nest the LM here
-        raw = {**config["text_config"], "architectures": config.get("architectures")}
-    elif config.get("text_config") is not None:
-        raise PlanError(f"{family} config field 'text_config' must be an object")
+    # multimodal wrappers nest the LM: Qwen3.5 as text_config, Nemotron-H's VL and Omni wrappers as llm_config
+    key = next((k for k in ("text_config", "llm_config") if config.get(k) is not None), None)
+    if key is not None and isinstance(config[key], Mapping):
+        raw = {**config[key], "architectures": config.get("architectures")}
+    elif key is not None:
+        raise PlanError(f"{family} config field {key!r} must be an object")
     f = Fields(raw, family)
     parts = adapter(f)
     if not parts["mixers"]:

@@ -767,7 +767,8 @@ def _torch(name: str | None) -> str | None:
 
 #: torch dtype → each engine's spelling of it for --kv-cache-dtype (vllm/config/cache.py CacheDType;
 #: SGLang server_args.py)
-VLLM_KV = {"float8_e4m3fn": "fp8", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16"}
+VLLM_KV = {"float8_e4m3fn": "fp8", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16",
+           "int8": "int8_per_token_head"}
 SGLANG_KV = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16"}
 #: vLLM's --kv-cache-memory-bytes came in 0.10.2 (vllm/engine/arg_utils.py: absent from the 0.10.0 and 0.10.1
 #: wheels, present in 0.10.2's)

@@ -11,6 +11,8 @@ SIZES: dict[str, int] = {
     "float16": 2,
     "float8_e4m3fn": 1,
     "float8_e5m2": 1,
+    # vLLM's int8_per_token_head KV cache (its scales are added by hybridplan/engines/vllm/dtypes.py)
+    "int8": 1,
 }
 
 _ALIASES: dict[str, str] = {
@@ -25,6 +27,7 @@ _ALIASES: dict[str, str] = {
     "fp8_e4m3": "float8_e4m3fn",
     "float8": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
+    "int8_per_token_head": "int8",
 }
 
 

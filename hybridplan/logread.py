@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from hybridplan.errors import PlanError
@@ -51,6 +51,9 @@ class Found:
 @frozen
 class Log:
     lines: tuple[Line, ...]
+    #: why this start was cut from the one before it, where it was not by an opener printed again: the figure
+    #: printed again (runs pasted without their banner)
+    cut_by: str | None = None
 
     @property
     def text(self) -> str:
@@ -74,7 +77,18 @@ class Log:
         """The first and last line numbers kept (0, 0 for an empty log)."""
         return (self.lines[0].no, self.lines[-1].no) if self.lines else (0, 0)
 
-    def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]]) -> list[Log]:
+    def containers(self) -> list[Log]:
+        """The log cut by the container each line comes from, where ``docker compose logs`` prefixed every line with
+        its service (``qwen3.5-9b  | …``) and two or more services are interleaved; else the log itself."""
+        names = [_COMPOSE.match(line.text) for line in self.lines]
+        if not self.lines or any(m is None for m in names) or len({m.group(1) for m in names}) < 2:
+            return [self]
+        order = list(dict.fromkeys(m.group(1) for m in names))
+        return [Log(tuple(line for line, m in zip(self.lines, names) if m.group(1) == name), f"container {name}")
+                for name in order]
+
+    def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]],
+               stages: Sequence[Sequence[Sequence[re.Pattern[str]]]] = ()) -> list[Log]:
         """The log cut into its start-ups: a restart appended by ``docker logs``, or several runs pasted into one
         file, so that no figure is ever read beside another start's settings.
 
@@ -82,13 +96,25 @@ class Log:
         ``openers``), each printed once a start: when one is printed a second time, a new start has begun. It
         begins at the first opener printed after the previous start's last figure (a line matching one of
         ``figures``), or at the repeated opener itself. Lines out of order in a pasted excerpt (figures before
-        the arguments) stay one start: only a repeated opener cuts."""
+        the arguments) stay one start: only a repeated opener cuts.
+
+        Runs pasted without their openers are cut where a figure repeats: ``stages`` gives each engine's figures
+        in the order a start prints them (its configuration, then its memory, then its capacity last). Once a
+        start has printed its capacity, a figure it already printed appearing again opens the next start, as
+        does a capacity figure printed again with another value, by the same process (its tag without the pid:
+        ``Worker_TP0``, ``EngineCore``, SGLang's ``TP1``); the same figure printed again with the same value, or by
+        another worker of the start, does not cut. Such a start begins after the
+        previous start's last figure or opener (an opener printed once stays with the start it is in, as above)."""
         openers, figures = tuple(openers), tuple(figures)
         cuts: list[int] = [0]
+        why: dict[int, str] = {}
         seen: set[int] = set()
         kinds: list[int | None] = []
         last_figure: int | None = None
         after_figure: int | None = None  # the first opener after the last figure of the current start
+        printed: list[dict[tuple[int, int, str], str]] = [{} for _ in stages]  # each engine's, by stage and process
+        reached: list[int] = [-1 for _ in stages]  # the furthest stage each engine printed in this start
+        last_mark = 0  # the last figure or opener of the current start: a start cut by a figure begins after it
         for i, line in enumerate(self.lines):
             kind = next((k for k, p in enumerate(openers) if p.search(line.text)), None)
             kinds.append(kind)
@@ -98,14 +124,47 @@ class Log:
                     cuts.append(cut)
                     seen = {k for k in kinds[cut:] if k is not None}
                     last_figure = after_figure = None
+                    printed, reached = [{} for _ in stages], [-1 for _ in stages]
                 else:
                     seen.add(kind)
                     if after_figure is None and last_figure is not None:
                         after_figure = i
+            for e, order in enumerate(stages):
+                for st, group in enumerate(order):
+                    for k, p in enumerate(group):
+                        m = p.search(line.text)
+                        if m is None:
+                            continue
+                        tag = _tag(line.text)
+                        before = printed[e].get((st, k, tag))
+                        last = len(order) - 1
+                        if before is not None and last_figure is not None and (
+                                (reached[e] == last and st < last) or (st == last and before != m.group(0))):
+                            cut = last_mark + 1
+                            cuts.append(cut)
+                            why[cut] = f"line {line.no}: {line.excerpt}"
+                            seen = {x for x in kinds[cut:] if x is not None}
+                            last_figure = after_figure = None
+                            printed, reached = [{} for _ in stages], [-1 for _ in stages]
+                        printed[e][(st, k, tag)] = m.group(0)
+                        reached[e] = max(reached[e], st)
             if any(p.search(line.text) for p in figures):
                 last_figure, after_figure = i, None
+            if kind is not None or last_figure == i:
+                last_mark = i
         bounds = [*cuts, len(self.lines)]
-        return [Log(self.lines[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return [Log(self.lines[a:b], why.get(a)) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+#: the service name ``docker compose logs`` puts before each line
+_COMPOSE = re.compile(r"^([\w.\-]+)\s+\|\s")
+#: the process a line was printed by, without its pid: vLLM's ``(Worker_TP0 pid=306)``, SGLang's ``[… TP1]``
+_TAG = re.compile(r"\((\w+?)(?: pid=\d+)?\)|\[[^\]]*?\b((?:[TDPE]P\d+ ?)+)\]")
+
+
+def _tag(text: str) -> str:
+    m = _TAG.search(text)
+    return (m.group(1) or m.group(2) or "").strip() if m else ""
 
 
 def _open(path: Path):

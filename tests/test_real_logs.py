@@ -157,6 +157,19 @@ CASES = [
     ("vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log",
      ("--model", "kimi-linear-48b-a3b", "--tp", "2", "--vllm-version", "0.11.1"),
      ("padding layers", "max concurrency", "KV cache size")),
+    # a dev build between 0.16.0 and 0.17.0 (0.16.1rc1.dev111) serving Qwen3.5-122B-A10B, which enters the registry
+    # in 0.17.0: checked against both neighbours, 0.16.0 refuses the model and 0.17.0 reproduces the log. TP 2, fp8
+    # KV, the config's float32 SSM state: GDN page at TP 2 (16 K and 64 V heads of 128: conv (2·16·128 + 64·128)/2 =
+    # 6,144 wide) 6,144·3·2 + 32·128·128·4 = 2,134,016 B; attention 1 KV head a rank·256·2·1 B = 512 B a token →
+    # block 16·cdiv(2,134,016, 8,192) = 4,176, padding 4,096 / 2,134,016 = 0.19 %; 1.73 GiB holds 1.89 requests
+    ("vllm-0.16.1rc1-qwen3.5-122b-a10b-int4-2xsm89-1.log", ("--model", "qwen3.5-122b-a10b"),
+     ("attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
+    # two docker compose services interleaved line by line (qwen3.5-9b and qwen3.5-4b on one L40S), a 0.16.1rc1 dev
+    # build read as 0.17.0 (0.16.0 has no Qwen3.5): each service is read on its own lines. The 9B starts (block
+    # 1,056, padding 0.76 %, 6.82x at 16,384, 39,072 tokens); the 4B finds -8.59 GiB available, which vLLM refuses
+    # ("No available memory for the cache blocks", vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory)
+    ("vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log", (),
+     ("start", "attention block size", "mamba page padding %", "max concurrency", "KV cache size")),
 ]
 
 # logs check-log does not reconcile yet, or cannot read: file → (flags, the cause: the figure that is off, logged vs
@@ -212,6 +225,12 @@ PENDING = {
         "kv_cache_dtype, enable_prefix_caching and speculative_config are unknown (this compose's sibling runs, "
         "issues 1079 and 1322, use a DFlash2 draft with 7 tokens); at TP 2, bf16 KV and no draft: concurrency 1.83 vs"
         " 2.46, KV tokens 374,847 vs 504,000 — the draft's KV layers would take the difference"),
+    "vllm-0.20.0-nemotron-3-nano-omni-30b-a3b-nvfp4-rtx5090-1.log": (
+        (),
+        "model not shipped as an Omni spec: nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-NVFP4 resolves "
+        "NemotronH_Nano_Omni_Reasoning_V3 (accepted since issue 28, its backbone read from llm_config, its SSM state "
+        "bf16 in 0.20.0), but no config of it is saved, so the log is not named (\"pass --model\") and "
+        "nemotron-3-nano-30b-a3b is of another architecture; the note quotes only 289,408 KV tokens, with no budget"),
     "vllm-unknown-qwen3.8-27b-fp8-2xrtx5090-1.log": (
         ("--model", "qwen3.5-27b", "--tp", "2"),
         "settings cut from the excerpt: the args line stops after attention_backend, so tensor_parallel_size, "
@@ -385,6 +404,11 @@ HELD_OUT = {
         'the poster folded the four ranks into "[TP0..3]" and wrapped each line, so no line is read ("no line '
         'hybridplan can check")'),
 }
+# three of them were read while the check-log fixes were built (dev builds, pasted runs, the Omni wrapper): they
+# are no longer held out, and CASES / PENDING hold them with their expectations
+for _seen in ("vllm-0.16.1rc1-qwen3.5-122b-a10b-int4-2xsm89-1.log", "vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log",
+              "vllm-0.20.0-nemotron-3-nano-omni-30b-a3b-nvfp4-rtx5090-1.log"):
+    del HELD_OUT[_seen]
 
 def _check(run_cli, name: str, *args: str) -> tuple[int, dict]:
     code, out, err = run_cli("check-log", LOGS / name, *args, "--json")
@@ -495,12 +519,12 @@ def test_refusal_exists_from_0_20_on_a_real_log(run_cli):
 
 
 def test_padding_row_of_0_5_17_on_a_real_log(run_cli):
-    # 0.5.16's split (K = ⌊R·r/(1+r) / per⌋, K rows charged) would give 125 slots for the memory that leaves
-    # 330,323 KV tokens; 0.5.17 on charges K + 1 rows and gives the logged 124
+    # 0.5.16's split (K = ⌊R·r/(1+r) / per⌋, K rows charged) would give 125 slots (or 126, at a split one row
+    # larger) for the memory that leaves 330,323 KV tokens; 0.5.17 on charges K + 1 rows and gives the logged 124
     args = ("--model", "qwen3.5-27b", "--mem-fraction-static", "0.85", "--max-running-requests", "32")
     code, d = _check(run_cli, "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log", *args, "--sglang-version", "0.5.16")
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
-    assert code == 1 and (k["logged"], k["predicted"]) == (124, 125)
+    assert code == 1 and (k["logged"], k["predicted_text"]) == (124, "125 or 126")
 
 
 def _without_model(args: tuple[str, ...]) -> tuple[str, ...]:

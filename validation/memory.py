@@ -148,6 +148,9 @@ LEFT_OUT = {
     "vllm-0.19.1-nemotron-cascade-2-30b-nvfp4-hopper-1.log": "the GPU is not named (a Hopper, by FlashAttention 3 "
                                                              "and Marlin FP4)",
     "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log": "the GPU is not named (a Blackwell under WSL2)",
+    "vllm-0.16.1rc1-qwen3.5-122b-a10b-int4-2xsm89-1.log": "the GPU is not named (two of compute capability 8.9)",
+    "vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log": "two compose services share one L40S: each budget is "
+                                                           "what the other left",
     "vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log": "the GPU is not named (one without native FP4)",
     **{f"vllm-0.23.0-qwen3.6-27b-{q}-mtp-{n}xrtx5060ti-{i}.log": f"the GPU is not known to hybridplan/gpus.py "
        f"(RTX 5060 Ti 16 GB, {n} of them)" for q, n, i in (("fp8", 4, 1), ("fp8", 4, 2), ("nvfp4", 2, 1),

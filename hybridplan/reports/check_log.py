@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from dataclasses import replace
+
 from hybridplan import engines
 from hybridplan.engines import LogGiven
 from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
@@ -188,8 +190,18 @@ def keywords() -> list[str]:
 
 def split(log: Log) -> list[Log]:
     """The log's start-ups, cut where any engine's start opens again (``Log.starts``)."""
+    from importlib import import_module
+
     every = engines.every()
-    return log.starts([p for e in every for p in e.log_openers], [p for e in every for p in e.log_figures])
+    stages = [getattr(import_module(f"hybridplan.engines.{e.name}.logs"), "FIGURE_STAGES", ()) for e in every]
+    openers, figures = [p for e in every for p in e.log_openers], [p for e in every for p in e.log_figures]
+    out = []
+    for part in log.containers():  # interleaved compose services first, then each one's start-ups
+        pieces = part.starts(openers, figures, stages)
+        if part is not log:
+            pieces = [replace(pieces[0], cut_by=part.cut_by), *pieces[1:]] if pieces else []
+        out += pieces
+    return out
 
 
 def _check_start(index: int, log: Log, given: LogGiven) -> StartCheck:
@@ -199,9 +211,18 @@ def _check_start(index: int, log: Log, given: LogGiven) -> StartCheck:
             f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no figure hybridplan checks: it stopped "
             "before its caches were sized, or the excerpt left them out",))
     parts = [e.check_log(log, given) for e in found]
+    if log.cut_by is None:
+        cut: tuple[str, ...] = ()
+    elif log.cut_by.startswith("container "):
+        cut = (f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) is the lines of {log.cut_by}: the log "
+               "interleaves docker compose services, each read on its own lines",)
+    else:
+        cut = (f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no banner of its own: it is cut from "
+               f"the one before where a figure that start printed appears again ({log.cut_by}), as pasted runs are; "
+               "the settings the log states are read from this start's lines alone",)
     return StartCheck(index, log.span, parts[0].model, tuple(s for p in parts for s in p.settings),
                       tuple(r for p in parts for r in p.rows), tuple(n for p in parts for n in p.not_modelled),
-                      tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))
+                      cut + tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))
 
 
 def check(log: Log, given: LogGiven = LogGiven()) -> CheckReport:

@@ -62,6 +62,9 @@ NOT_MODELLED = (
 
 
 FIGURE_PATTERNS = (POOL, KV, CAP, SCHED, NOT_ENOUGH)
+#: the figures in the order a start prints them: the pools (model_runner.py), then the scheduler's capacity line
+#: (scheduler.py); a figure printed again after it opens the next of several runs pasted without server_args
+FIGURE_STAGES = ((POOL, KV, NOT_ENOUGH), (CAP, SCHED))
 #: the line a start-up prints once (the launcher's server arguments): printed again, it opens the next start
 OPENERS = (SERVER_ARGS,)
 
@@ -242,6 +245,38 @@ def _with_budget(sc: Scenario, r: float) -> Scenario:
 
 
 def check(log: Log, given: LogGiven) -> LogCheck:
+    """The log's figures beside the prediction; a build between two releases (``--sglang-version
+    0.5.17.dev…``, ``releases.neighbours``) is checked with each one's rules, the one that reproduces the most
+    figures kept and said, and the model refused only when neither runs it."""
+    from dataclasses import replace as with_
+
+    from hybridplan.engines.sglang.releases import neighbours
+    from hybridplan.errors import NotServed
+
+    candidates = neighbours(given.sglang_version) if given.sglang_version else ()
+    if len(candidates) < 2:
+        return _check(log, given)
+    tried, refusals = [], []
+    for rel in candidates:
+        try:
+            tried.append((rel, _check(log, with_(given, sglang_version=rel.version))))
+        except NotServed as exc:
+            refusals.append(str(exc))
+    names = " and ".join(r.version for r in sorted(candidates, key=lambda r: r.key))
+    if not tried:
+        raise NotServed(f"SGLang {given.sglang_version} is a build between {names}, and neither runs the model: "
+                        + "; ".join(refusals))
+    rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
+    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
+                    for r, c in tried if r != rel) or "; ".join(refusals)
+    note = (f"SGLang {given.sglang_version} is a build between releases {names}: checked against both, "
+            f"{rel.version}'s rules kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
+    settings = tuple(with_(x, value=f"{given.sglang_version} (checked as {rel.version})") if x.name == "version"
+                     else x for x in best.settings)
+    return with_(best, settings=settings, notes=(note, *best.notes))
+
+
+def _check(log: Log, given: LogGiven) -> LogCheck:
     from hybridplan.engines.sglang.pool import Admission, Pool, SpecBuffers, footprint, per_request_bytes
     from hybridplan.engines.sglang.radix import page_size
     from hybridplan.engines.sglang.radix import strategy as run_strategy
@@ -268,15 +303,25 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     k, t = logged_k, logged_t
     memory = _memory(log, sc, given, s)
     from_tokens = memory is None and logged_t is not None and bool(fp.kv_bytes_per_token)
+    either = None  # the pool sizes of every split that leaves the logged tokens, where more than one does
     if from_tokens:
-        memory = _from_tokens(sc, fp, strat, page, logged_t)
+        fits = _from_tokens(sc, fp, strat, page, logged_t)
+        chosen = next((f for f in fits if f[2] == logged_k), fits[0])
+        memory = chosen[:2]
         s.put("max_total_num_tokens", logged_t, (kv_line or sched).source)
         notes.append("no KV budget (--kv-budget) and no \"Load weight begin\" line: the memory split is taken as "
                      f"the one that leaves the logged {logged_t:,} KV tokens ({_gb(memory[0])} GB)")
+        if len(fits) > 1:
+            either = [f[2] for f in fits]
+            notes.append(f"{len(fits)} memory splits leave the logged {logged_t:,} KV tokens: "
+                         + ", ".join(f"{_gb(lo)} GB with max_mamba_cache_size {k}" for lo, _, k in fits)
+                         + (f"; the logged {logged_k} is one of them, and its split is checked"
+                            if logged_k in either else ""))
     if memory is not None and (k is not None or t is not None):
         k_pred, t_pred = _predict(sc, strat, page, memory, (logged_k, logged_t))
         if logged_k is not None:
-            rows.append(Row(ENGINE, "max_mamba_cache_size", str(logged_k), str(k_pred)))
+            shown = str(k_pred) if either is None or logged_k in either else " or ".join(map(str, either))
+            rows.append(Row(ENGINE, "max_mamba_cache_size", str(logged_k), shown))
         if logged_t is not None and not from_tokens:
             rows.append(Row(ENGINE, "KV pool tokens", str(logged_t), str(t_pred)))
         k, t = k_pred if k is None else k, t_pred if t is None else t
@@ -357,24 +402,46 @@ def _predict(sc: Scenario, strat, page: int, memory: tuple[float, float],
     return mid.pool_size, admit(at, fp, mid, strat, page).kv_tokens
 
 
-def _from_tokens(sc: Scenario, fp, strat, page: int, tokens: int) -> tuple[float, float]:
-    """The memory split that leaves ``tokens`` KV tokens: their bytes plus what the split charged besides (the
-    pool's rows and the speculative buffers), less the tokens added beyond the split under speculative decoding
-    (``pool.draft_headroom``), to within one page of cells."""
-    from hybridplan.engines.sglang.pool import admit, draft_headroom, split
+def _from_tokens(sc: Scenario, fp, strat, page: int, tokens: int) -> list[tuple[float, float, int]]:
+    """Every memory split that leaves ``tokens`` KV tokens, as (low, high, K): their bytes plus what the split
+    charged besides (the pool's K rows and the speculative buffers), less the tokens added beyond the split under
+    speculative decoding (``pool.draft_headroom``), to within one page of cells. A split one state row larger
+    charges one row more and may leave the same tokens: K and K + 1 (rarely more) can both fit, so each is
+    tried from the lowest up, and every one that reproduces the tokens is returned."""
+    from hybridplan.engines.sglang.pool import admit, draft_headroom, per_request_bytes, split
 
     cell = fp.kv_bytes_per_token * page
-    r = float(tokens // page * cell)
-    for _ in range(200):  # the pool's size follows the memory: R = KV bytes + what the split charges at R
-        at = _with_budget(sc, max(r, 1.0))
-        part = split(at, fp, strat.name, strat.ratio)
-        extra = draft_headroom(sc.sglang.release, admit(at, fp, part, strat, page).request_pool,
-                               sc.sglang.draft(sc.spec_tokens))
-        nxt = max(tokens - extra, 0) // page * cell + (r - part.kv_bytes)
-        if abs(nxt - r) < 1:
-            break
-        r = nxt
-    return r, r + cell - 1
+
+    def settle(r: float) -> float:
+        for _ in range(200):  # the pool's size follows the memory: R = KV bytes + what the split charges at R
+            at = _with_budget(sc, max(r, 1.0))
+            part = split(at, fp, strat.name, strat.ratio)
+            extra = draft_headroom(sc.sglang.release, admit(at, fp, part, strat, page).request_pool,
+                                   sc.sglang.draft(sc.spec_tokens))
+            nxt = max(tokens - extra, 0) // page * cell + (r - part.kv_bytes)
+            if abs(nxt - r) < 1:
+                break
+            r = nxt
+        return r
+
+    def fits(r: float) -> int | None:
+        try:
+            at = _with_budget(sc, max(r, 1.0))
+            part = split(at, fp, strat.name, strat.ratio)
+        except PlanError:
+            return None
+        return part.pool_size if admit(at, fp, part, strat, page).kv_tokens == tokens else None
+
+    low = settle(float(tokens // page * cell))
+    out = [(low, low + cell - 1, k)] if (k := fits(low)) is not None else []
+    per = per_request_bytes(fp)
+    if out and per:
+        for more in range(1, 5):  # K + more rows: the same tokens at R grown by their bytes
+            r = settle(low + more * per * (1 + sc.sglang.draft(sc.spec_tokens)))
+            k = fits(r)
+            if k is not None and all(k != f[2] for f in out):
+                out.append((r, r + cell - 1, k))
+    return out or [(low, low + cell - 1, -1)]
 
 
 def _not_enough(sc: Scenario, fp, strat, f: Found) -> list[Row]:

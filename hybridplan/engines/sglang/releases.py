@@ -348,3 +348,25 @@ def release(version: str | None) -> Release:
     if _key(name) > _key(VERSIONS[-1]):
         raise PlanError(f"SGLang {version} is newer than the newest modelled release ({VERSIONS[-1]})")
     raise PlanError(f"unknown SGLang version {version!r} (known: {VERSIONS[0]} to {VERSIONS[-1]})")
+
+
+def neighbours(version: str | None) -> tuple[Release, ...]:
+    """The releases a build may follow: a dev build (``0.5.17.dev20260819+g574274660f``) or a pre-release not on
+    PyPI lies between the newest release before its number and the first at or after it, and may hold either's
+    rules: both, the one ``release`` picks first. A release gives one."""
+    if version is None:
+        return (DEFAULT,)
+    m = re.fullmatch(_VERSION, version.strip())
+    if m is None:
+        return (release(version),)
+    name = f"0.5.{m.group(1)}{m.group(2) or ''}"
+    dev = re.search(r"\.?dev", version.strip()) is not None
+    if name in VERSIONS and not dev:
+        return (Release(name),)
+    key = _key(name)
+    below = [v for v in VERSIONS if _key(v) < key]
+    above = [v for v in VERSIONS if _key(v) >= key]
+    if not below and not above:
+        return (release(version),)
+    out = [Release(v) for v in (above[:1] + below[-1:])]
+    return tuple(out)

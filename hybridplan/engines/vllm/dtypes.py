@@ -27,12 +27,19 @@ _STATE_SINCE = {"float32": "0.10.1", "float16": "0.13.0", "bfloat16": "0.22.0"}
 #: ``--kv-cache-dtype`` (vllm/config/cache.py ``CacheDType``): the names hybridplan sizes, with the release
 #: that brought each, and those it does not size
 KV_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
-             "fp8_e5m2": "float8_e5m2"}
-_KV_SINCE = {"fp8": "0.10.0", "fp8_e4m3": "0.10.0", "fp8_e5m2": "0.10.0", "bfloat16": "0.11.0", "float16": "0.18.0"}
+             "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}
+_KV_SINCE = {"fp8": "0.10.0", "fp8_e4m3": "0.10.0", "fp8_e5m2": "0.10.0", "bfloat16": "0.11.0", "float16": "0.18.0",
+             "int8_per_token_head": "0.20.0"}
+#: ``int8_per_token_head`` (0.20.0 on): int8 K and V (vllm/utils/torch_utils.py ``STR_DTYPE_TO_TORCH_DTYPE``) and
+#: one float32 scale per token, head and side beside them, carved from the KV cache: 0.20.0–0.32.0
+#: ``AttentionSpec.page_size_bytes`` adds 2 · block · heads · 4 B (vllm/v1/kv_cache_interface.py), 0.33.0's
+#: ``TritonAttentionBackend.customize_spec`` packs each head as (2 · head_size + 2 · 4) B
+#: (vllm/v1/attention/backends/triton_attn.py); the hybrid block is aligned on that page
+#: (vllm/platforms/interface.py). The same bytes in every release: 4 B a token, head and side
+PER_TOKEN_HEAD_SCALE = {"int8": 4}
 KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc",
                 "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
-                "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
-                "nvfp4_4over6")
+                "ultraquant_4bit", "int4_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
 
 #: the release from which each model class widens its conv state by the speculative tokens (``num_spec`` passed
 #: to ``MambaStateShapeCalculator`` in its ``get_mamba_state_shape_from_config``, vllm/model_executor/models/*.py)
@@ -41,6 +48,9 @@ KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "tur
 _CONV_HOLDS_SPEC = {"Qwen3NextForCausalLM": "0.10.2", "Qwen3_5ForConditionalGeneration": "0.17.0",
                     "Qwen3_5MoeForConditionalGeneration": "0.17.0", "Qwen3_5ForCausalLM": "0.17.0",
                     "Qwen3_5MoeForCausalLM": "0.17.0", "NemotronHForCausalLM": "0.17.0",
+                    # the VL/Omni wrappers hand their text config to NemotronH's shape calculator
+                    **dict.fromkeys(("NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3",
+                                     "NemotronH_Super_Omni_Reasoning_V3", "NemotronH_Omni_Reasoning_V3"), "0.17.0"),
                     "Mamba2ForCausalLM": "0.17.0", "KimiLinearForCausalLM": "0.27.0",
                     "FalconH1ForCausalLM": "0.32.0", "Zamba2ForCausalLM": "0.32.0",
                     "GraniteMoeHybridForCausalLM": "0.32.0"}
@@ -59,6 +69,14 @@ def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[s
     return {k: v for k, v in names.items() if rel.at_least(table.get(k, "0.10.0"))}
 
 
+#: ``NemotronHNanoVLV2Config`` (vllm/model_executor/models/config.py, 0.19.0 on) sets the SSM dtype of
+#: NemotronH_Nano_VL_V2 from its text config's ``mamba_ssm_cache_dtype``, float32 by default. The hooks are
+#: looked up by the architecture the config names (``MODELS_CONFIG_MAP``, vllm/config/vllm.py), and the Omni
+#: architectures (NemotronH_Nano_Omni_Reasoning_V3 and the others, served by the same class) have none up to
+#: 0.33.0: their SSM state takes the conv dtype, bf16 for a bf16 model, where Nemotron-H's is float32
+VL_V2_SSM_HOOK_SINCE = "0.19.0"
+
+
 def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     """The SSM dtype a model hook sets under "auto" (vllm/model_executor/models/config.py): Nemotron-H takes
     its config's ``mamba_ssm_cache_dtype`` from 0.13.0, else float16; from 0.19.1 float32 (0.19.1 accepts
@@ -67,6 +85,8 @@ def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     ``mamba_ssm_dtype``, the multimodal classes from 0.17.0 and the *ForCausalLM classes from 0.27.0."""
     if spec.architecture == "NemotronHForCausalLM" and rel.at_least("0.13.0"):
         return spec.config_dtype("mamba_ssm_cache_dtype") or ("float32" if rel.at_least("0.19.1") else "float16")
+    if spec.architecture == "NemotronH_Nano_VL_V2" and rel.at_least(VL_V2_SSM_HOOK_SINCE):
+        return spec.config_dtype("mamba_ssm_cache_dtype") or "float32"
     qwen35 = (spec.architecture in _QWEN35_VLM and rel.at_least("0.17.0")) or (
         spec.architecture in _QWEN35_LM and rel.at_least("0.27.0"))
     return spec.config_dtype("mamba_ssm_dtype") if qwen35 else None
@@ -219,12 +239,32 @@ def _as_sized(spec: ModelSpec, rel: Release) -> ModelSpec:
                                       for m in spec.mixers))
 
 
+def _with_scales(spec: ModelSpec, fp: Footprint, tp: int) -> Footprint:
+    """A per-token-head KV cache's scales (``PER_TOKEN_HEAD_SCALE``) added to each attention layer's bytes a
+    token: 2 sides · the rank's KV heads · the scale's bytes."""
+    scale = PER_TOKEN_HEAD_SCALE.get(fp.dtypes.kv)
+    if not scale or not fp.kv:
+        return fp
+    from hybridplan.spec import kv_heads_per_rank
+
+    heads = {}
+    for m in spec.mixers:
+        if m.kind not in {g.kind for g in fp.kv} or not hasattr(m, "num_kv_heads"):
+            continue
+        heads.setdefault((m.kind, m.window), kv_heads_per_rank(m.num_heads, m.num_kv_heads, tp))
+    if any((g.kind, g.window) not in heads for g in fp.kv):
+        raise PlanError(f"--kv-cache-dtype int8_per_token_head is not sized for {spec.name}'s "
+                        f"{', '.join(sorted({g.kind for g in fp.kv}))} layers (vLLM scales per KV head)")
+    return replace(fp, kv=tuple(replace(g, bytes_per_token_per_layer=g.bytes_per_token_per_layer
+                                        + 2 * heads[(g.kind, g.window)] * scale) for g in fp.kv))
+
+
 @lru_cache(maxsize=256)
 def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice, spec_tokens: int, rel: Release) -> Footprint:
     spec = _as_sized(spec, rel)
     first = _CONV_HOLDS_SPEC.get(spec.architecture)
-    return _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
-                      conv_holds_spec=first is not None and rel.at_least(first))
+    return _with_scales(spec, _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
+                                         conv_holds_spec=first is not None and rel.at_least(first)), tp)
 
 
 def draft_footprint(sc: Scenario) -> Footprint | None:
@@ -242,5 +282,5 @@ def _cached_draft(spec: ModelSpec, layers: tuple, tp: int, choice: DtypeChoice, 
                   rel: Release) -> Footprint:
     draft = replace(spec, name=f"{spec.name} draft", mixers=layers)
     first = _CONV_HOLDS_SPEC.get(spec.architecture)
-    return _footprint(draft, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
-                      conv_holds_spec=first is not None and rel.at_least(first))
+    return _with_scales(draft, _footprint(draft, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
+                                          conv_holds_spec=first is not None and rel.at_least(first)), tp)

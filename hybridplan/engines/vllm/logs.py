@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from math import ceil, floor
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.dtypes import footprint
-from hybridplan.engines.vllm.releases import Release, release
+from hybridplan.engines.vllm.releases import Release, release, untagged
 from hybridplan.engines.vllm.sizing import Capacity, capacity
-from hybridplan.errors import PlanError
+from hybridplan.errors import NotServed, PlanError
 from hybridplan.units import article
 from hybridplan.logread import Found, Log
 from hybridplan.scenario import DtypeChoice, Scenario, Speculative, default_ctx
@@ -30,7 +31,7 @@ KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len"
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
             "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=", "Error: ")
+            "arch=sm", "device_name=", "Error: ", "GDN prefill kernel")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -48,6 +49,9 @@ KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
 #: file, device_name=NVIDIA_H200)
 CAPABILITY = (re.compile(r"Device capability (\d+)\.(\d+)"), re.compile(r"\barch=sm_?(\d+?)(\d)a?\b"))
 DEVICE_NAME = re.compile(r"device_name=(NVIDIA_[A-Za-z0-9_-]+?)(?:,|\.json)")
+#: the GDN prefill kernel a start runs (0.33.0: vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py
+#: ``_log_gdn_backend_decision``, "Using FlashInfer GDN prefill kernel (requested=auto, head_k_dim=128).")
+GDN_KERNEL = re.compile(r"Using (FlashInfer|CuteDSL|AITER FlyDSL|Triton/FLA|SYCL|CPU) GDN prefill kernel")
 #: engine-config fields (``VllmConfig.__str__``), as ``name=value``
 CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
                  "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)", "max_seq_len": r"\bmax_seq_len=(\d+)",
@@ -89,6 +93,10 @@ NOT_MODELLED = (
      "--max-model-len auto is not modelled: give the context"),
 )
 FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST, REFUSED)
+#: the figures in the order a start prints them: the configuration (vllm/model_executor/models/config.py), the
+#: memory profile (gpu_worker.py, kv_cache_utils.py), the capacity last; a figure printed again after the capacity
+#: opens the next of several runs pasted without their banners (``logread.Log.starts``)
+FIGURE_STAGES = ((SSM_DTYPE, BLOCK, PADDING), (PAD_LAYERS, AVAILABLE), (TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST))
 #: the lines a start-up prints once each (the API server's banner, its arguments, the engine core's config): one
 #: printed again opens the next start in the same file (``logread.Log.starts``)
 OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default args: \{"),
@@ -201,7 +209,7 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
                  "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
                  "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "enforce_eager", "quantization"):
+                 "enforce_eager", "quantization", "gdn_prefill_backend"):
         s.put(name, args.get(name), args_src)
     for pattern in BANNER_MODEL:
         if (f := log.last(pattern)) is not None:
@@ -341,15 +349,57 @@ def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     return cc
 
 
-def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release, str]:
-    """The scenario, release and Mamba cache mode the settings describe."""
+def gdn_backend_for_gpu(rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
+    """HOOK: the GDN prefill backend vLLM picks with ``--gdn-prefill-backend auto`` on the log's GPU
+    (``_resolve_gdn_prefill_backend``, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py 0.33.0: FlashInfer
+    on 9.0, and on 10.x / 12.x for head_k_dim 128 under CUDA 13; Triton elsewhere). That rule lives in the engine
+    package (hybridplan/engines/vllm/, branch ``defaults``); until it is wired here this returns None and the
+    scenario keeps VllmSettings' default. ``cc`` is the compute capability ``_capability`` read from the log (or
+    --gpu-type), ``rel`` the release checked, ``spec`` the model (its GDN head_k_dim)."""
+    return None
+
+
+#: vLLM's GDN kernel names → the backends hybridplan sizes: only FlashInfer plans the 0.33 prefill checkpoints
+#: (vllm/v1/attention/backends/gdn_attn.py ``plan_flashinfer_checkpoints``); every other kernel pages as Triton
+_GDN_KERNELS = {"FlashInfer": "flashinfer"}
+
+
+def _gdn_backend(log: Log, s: Settings, rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
+    """The GDN prefill backend the start ran: the kernel the log names; else the one its args ask for (not
+    auto); else the release's choice for the log's GPU (``gdn_backend_for_gpu``); None: VllmSettings' default."""
+    if not any(m.kind == "gdn" for m in spec.recurrent) or rel.before("0.33.0"):
+        return None
+    if (f := log.last(GDN_KERNEL)) is not None:
+        backend = _GDN_KERNELS.get(f[1], "triton")
+        s.values["gdn_prefill_backend"] = backend
+        s.sources["gdn_prefill_backend"] = f.source if f[1] in _GDN_KERNELS else f"{f.source} (pages as Triton)"
+        return backend
+    asked = s.get("gdn_prefill_backend")
+    if asked is not None and str(asked).lower() != "auto":
+        return "flashinfer" if str(asked).lower() == "flashinfer" else "triton"
+    backend = gdn_backend_for_gpu(rel, cc, spec)
+    if backend is not None:
+        s.values["gdn_prefill_backend"] = backend
+        s.sources["gdn_prefill_backend"] = (f"vLLM {rel.version}'s choice on compute capability "
+                                            f"{'.'.join(map(str, cc)) if cc else 'unknown'}")
+    return backend
+
+
+def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None) -> tuple[Scenario, Release, str]:
+    """The scenario, release and Mamba cache mode the settings describe (``rel``: the release whose rules a
+    build between two releases is checked with, ``neighbours``)."""
     from hybridplan.engines.vllm.settings import VllmSettings
 
     version = s.get("version")
-    rel = release(str(version) if version is not None else None)
+    rel = rel or release(str(version) if version is not None and not untagged(str(version)) else None)
     if version is None:
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")
+    elif untagged(str(version)):
+        notes.append(f"vLLM {version} is a source build whose version names no release (setuptools-scm's fallback "
+                     f"without a git tag): rules of {rel.version} used; pass --vllm-version with the release it "
+                     "follows")
+        s.values["version"] = f"{version} (checked as {rel.version})"
     spec = _model(s, notes)
     rel.check_served(spec)
     notes.extend(rel.caveats(spec))
@@ -365,10 +415,12 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     _checkpoint_kv(s, spec, rel, dtypes.kv)
     mode = _mode(log, s, rel, spec, spec_tokens, notes)
     sp = _speculative(s, spec, rel, spec_tokens, notes)
+    cc = _capability(log, s)
+    gdn = _gdn_backend(log, s, rel, cc, spec)
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
-                                    enforce_eager=bool(s.get("enforce_eager")),
-                                    compute_capability=_capability(log, s)),
+                                    enforce_eager=bool(s.get("enforce_eager")), compute_capability=cc,
+                                    **({} if gdn is None else {"gdn_backend": gdn})),
                   allow_long_context=True)
     return sc, rel, mode
 
@@ -424,6 +476,11 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
     elif conc is not None:
         counts, how = _range_from_concurrency(float(conc[2]), per_request), "the logged concurrency"
         s.put("num_blocks", "from the concurrency", conc.source)
+        if not counts:  # at fewer than 100 blocks a request, 0.01x may hold no whole count: take the nearest
+            near = max(round(float(conc[2]) * per_request), 0)
+            notes.append(f"no whole block count gives the logged concurrency {conc[2]}x at {per_request:,} blocks a "
+                         f"request for these settings: {near:,} blocks, the nearest, are checked")
+            counts = range(near, near + 1)
     else:
         notes.append("the log gives no KV budget, concurrency or block count: the KV token figure is not checked")
         return []
@@ -444,18 +501,111 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
 
 
 def check(log: Log, given: LogGiven) -> LogCheck:
-    """The log's figures beside the prediction for the settings it states (flags override them)."""
+    """The log's figures beside the prediction for the settings it states (flags override them); where a figure
+    is off, the settings assumed and the one that would reconcile the log (``_hints``)."""
+    result = _releases(log, given)
+    if any(not r.ok for r in result.rows):
+        result = replace(result, notes=(*result.notes, *_hints(log, given, result)))
+    return result
+
+
+#: the tensor-parallel sizes tried where a log's figures do not reconcile
+HINT_TPS = (1, 2, 4, 8)
+
+
+def _hints(log: Log, given: LogGiven, result: LogCheck) -> tuple[str, ...]:
+    """Where a figure is off: the TP and release assumed (and where from), and which other TP (1, 2, 4, 8), or
+    which release (the newest of each minor, where the log does not say it), reconciles every figure."""
+    from dataclasses import replace as with_
+
+    from hybridplan.engines.vllm.releases import KNOWN
+
+    def setting(name: str) -> tuple[str, str]:
+        x = next((x for x in result.settings if x.name == name), None)
+        return (x.value, x.source) if x is not None else ("1", "default") if name == "tensor_parallel_size" \
+            else ("?", "")
+
+    def reconciles(g: LogGiven) -> bool:
+        try:
+            c = _releases(log, g)
+        except PlanError:
+            return False
+        return bool(c.rows) and all(r.ok for r in c.rows)
+
+    (tp, tp_from), (version, version_from) = setting("tensor_parallel_size"), setting("version")
+    out = [f"the figures do not reconcile with the settings assumed: TP {tp} ({tp_from}), vLLM {version} "
+           f"({version_from})"]
+    tps = [] if tp_from.startswith("line") else [n for n in HINT_TPS
+                                                 if str(n) != tp and reconciles(with_(given, tp=n))]
+    if tps:
+        out.append(f"TP {' or '.join(map(str, tps))} reconciles every figure: the log may leave its TP out "
+                   f"(pass --tp {tps[0]})")
+    if not version_from.startswith("line"):  # the log does not say its release: try the newest of each minor
+        newest = {r.minor: r for r in KNOWN}
+        hits = [r.version for r in newest.values()
+                if r.version != version and reconciles(with_(given, vllm_version=r.version))]
+        if hits:
+            out.append(f"vLLM {', '.join(hits)} reconcile{'s' if len(hits) == 1 else ''} every figure: pass "
+                       f"--vllm-version with the release the log ran")
+    tried = [what for what, src in (("TP", tp_from), ("release", version_from)) if not src.startswith("line")]
+    if len(out) == 1 and tried:
+        out.append(f"no other {' or '.join(tried)} reconciles them either (TP {', '.join(map(str, HINT_TPS))}; "
+                   "each minor's newest release)")
+    return tuple(out)
+
+
+def _releases(log: Log, given: LogGiven) -> LogCheck:
+    """The log checked with the rules of its release. A build
+    between two releases (``releases.neighbours``) is checked with the rules of each; the one that reproduces
+    the log (the most figures, the first on a tie) is kept and said, and the model is refused only when
+    neither release serves it."""
+    from hybridplan.engines.vllm.releases import neighbours
+
+    version = read_settings(log, given).get("version")
+    candidates = neighbours(None if version is None else str(version))
+    if len(candidates) == 1:
+        return _check(log, given, None)
+    tried: list[tuple[Release, LogCheck]] = []
+    refusals: list[str] = []
+    for rel in candidates:
+        try:
+            tried.append((rel, _check(log, given, rel)))
+        except NotServed as exc:
+            refusals.append(str(exc))
+    if not tried:
+        raise NotServed(f"vLLM {version} is a build between {' and '.join(r.version for r in sorted(candidates))}, "
+                        f"and neither serves the model: " + "; ".join(refusals))
+    rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
+    others = [(r, c) for r, c in tried if r != rel]
+    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
+                    for r, c in others) or "; ".join(refusals)
+    note = (f"vLLM {version} is a build between releases "
+            f"{' and '.join(r.version for r in sorted(candidates))}: checked against both, {rel.version}'s rules "
+            f"kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
+    settings = tuple(replace(x, value=f"{x.value} (checked as {rel.version})") if x.name == "version" else x
+                     for x in best.settings)
+    return replace(best, settings=settings, notes=(note, *best.notes))
+
+
+def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
+    """``check`` with one release's rules (None: the release the version names)."""
     notes: list[str] = []
     s = read_settings(log, given)
     refused = _refusal(log)
     pp = int(s.get("pipeline_parallel_size") or 1)
-    sc, rel, mode = scenario(log, s, notes)  # a model not found, a bad setting: one line, exit 2, as ever
+    sc, rel, mode = scenario(log, s, notes, rel)  # a model not found, a bad setting: one line, exit 2, as ever
     rows: list[Row] = []
     out: list[NotModelled] = []
     ours = None
-    if pp > 1:
-        from dataclasses import replace
-
+    if (avail := log.last(AVAILABLE)) is not None and float(avail[1]) <= 0:
+        # vllm/v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory`` (every release modelled): nothing left
+        # for the KV cache once the weights and activations are in (another process holds the GPU, or the
+        # utilisation is too low)
+        ours = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for "
+                f"more details. (the log's {avail.source}; vllm/v1/core/kv_cache_utils.py "
+                "check_enough_kv_cache_memory)")
+    if pp > 1 and ours is None:
         from hybridplan.engines.vllm import parallel
 
         try:  # what vLLM refuses at start with pipeline stages (hybridplan/engines/vllm/parallel.py ``check``)

@@ -29,9 +29,19 @@ _REGISTERED = {
     "KimiLinearForCausalLM": ("0.11.1", None), "Lfm2MoeForCausalLM": ("0.11.1", None),
     "Qwen3_5ForConditionalGeneration": ("0.17.0", None), "Qwen3_5MoeForConditionalGeneration": ("0.17.0", None),
     "Qwen3_5ForCausalLM": ("0.27.0", None), "Qwen3_5MoeForCausalLM": ("0.27.0", None),
+    # Nemotron-H's vision-language and omni wrappers (vllm/model_executor/models/nano_nemotron_vl.py)
+    "NemotronH_Nano_VL_V2": ("0.11.0", None), "NemotronH_Nano_Omni_Reasoning_V3": ("0.20.0", None),
+    "NemotronH_Super_Omni_Reasoning_V3": ("0.20.0", None), "NemotronH_Omni_Reasoning_V3": ("0.29.0", None),
     "BambaForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxForCausalLM": ("0.10.0", "0.24.0"),
     "MiniMaxM1ForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxText01ForCausalLM": ("0.10.0", "0.24.0"),
 }
+
+#: Nemotron-H and the wrappers that build it as their language model (vllm/model_executor/models/
+#: nano_nemotron_vl.py ``NemotronH_Nano_VL_V2``, which also serves the Omni architectures): their cache shapes are
+#: NemotronH's (``get_mamba_state_shape_from_config`` hands the text config to NemotronHForCausalLM's); the
+#: config hooks keyed on the architecture's name (vllm/model_executor/models/config.py) are not shared
+NEMOTRON_H = frozenset({"NemotronHForCausalLM", "NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3",
+                        "NemotronH_Super_Omni_Reasoning_V3", "NemotronH_Omni_Reasoning_V3"})
 
 #: classes marked ``SupportsV0Only`` (no V1 engine at all) until the release given
 _V0_ONLY = {"JambaForCausalLM": "0.10.1", "MambaForCausalLM": "0.10.1", "FalconMambaForCausalLM": "0.10.1",
@@ -86,7 +96,7 @@ class Release:
                                 f"vllm/model_executor/models/registry.py); try --vllm-version {last}")
             raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name}): it enters the "
                             f"registry in {added}; try --vllm-version {added}")
-        if spec.architecture == "NemotronHForCausalLM" and "moe" in spec.ffn and self.before("0.11.1"):
+        if spec.architecture in NEMOTRON_H and "moe" in spec.ffn and self.before("0.11.1"):
             raise NotServed(f"vLLM {self.version} cannot build {spec.name}: its MoE layers (\"E\" in "
                             "hybrid_override_pattern) are not in NemotronH's ALL_DECODER_LAYER_TYPES "
                             "(vllm/model_executor/models/nemotron_h.py) until 0.11.1; try --vllm-version 0.11.1")
@@ -260,6 +270,38 @@ def release(version: str | None) -> Release:
             return below[-1]
         return same_minor[0]
     raise PlanError(f"unknown vLLM version {version!r} (0.{minor} has: {', '.join(r.version for r in same_minor)})")
+
+
+#: the version setuptools-scm gives a source build it cannot date from a git tag (vLLM's setup.py falls back to
+#: it): ``0.1.dev20073+g8e685d198`` names no release
+_UNTAGGED = r"v?0\.1\.dev\d+(?:\+[\w.]*)?"
+
+
+def untagged(version: str | None) -> bool:
+    """A source build whose version names no release (``0.1.devN``)."""
+    return version is not None and re.fullmatch(_UNTAGGED, version.strip()) is not None
+
+
+def neighbours(version: str | None) -> tuple[Release, ...]:
+    """The releases a logged build may follow: a pre-release or dev build (``0.16.1rc1.dev111``,
+    ``0.20.1rc1.dev16``, ``0.17.0.dev5``) is cut from main between two releases, the newest release before its
+    number and the first at or after it (0.16.0 and 0.17.0; 0.20.0 and 0.20.1), and may hold either's rules: both
+    are returned, the one ``release`` picks first. A release, a local build of one (``0.13.0+faa43dbf.nv26.01``) or
+    a minor gives one."""
+    if untagged(version):  # check-log reads it as the newest release, and says so
+        return (NEWEST,)
+    rel = release(version)
+    if version is None:
+        return (rel,)
+    m = re.fullmatch(_VERSION, version.strip())
+    rest = m.group("rest") if m else ""
+    if m is None or m.group(3) is None or not rest or rest.startswith("+"):
+        return (rel,)
+    key = tuple(int(p) for p in m.groups()[:4] if p is not None)
+    below = [r for r in KNOWN if r.key < key]
+    above = [r for r in KNOWN if r.key >= key]
+    out = [rel] + [r for r in (below[-1:] + above[:1]) if r != rel]
+    return tuple(out)
 
 
 def _last_before(version: str) -> str:
