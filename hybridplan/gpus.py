@@ -188,8 +188,3 @@ def gpu(name: str) -> Gpu:
     hint = did_you_mean(_norm(name), [names[c].key for c in close], cutoff=0) if close else ""
     raise PlanError(f"unknown GPU {name!r}{hint} (known: {', '.join(g.key for g in GPUS)}; `hybridplan gpus` lists "
                     "them); or give --gpu-mem")
-
-
-def small_tier(g: Gpu) -> bool:
-    """vLLM's smaller batch defaults (``vllm/engine/arg_utils.py``): under 70 GiB, or an A100."""
-    return g.total < 70 * GiB or g.key.startswith("a100")
