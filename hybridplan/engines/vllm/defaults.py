@@ -47,7 +47,8 @@ GiB, MiB = 1 << 30, 1 << 20
 LARGE_BYTES, LARGEST_BYTES = 70 * GiB, 160 * GiB
 #: the ≥ 160 GiB tier appears in 0.28.0 (absent from 0.27.0's arg_utils.py)
 LARGEST_FROM = "0.28.0"
-#: ``min(max_num_seqs × max_model_len, tokens)`` and ``min(max_num_seqs, tokens)`` appear in 0.11.1
+#: ``min(max_num_seqs × max_model_len, tokens)`` and ``min(max_num_seqs, tokens)`` appear in 0.11.1 (absent from
+#: 0.11.0's arg_utils.py)
 CLAMPS_FROM = "0.11.1"
 #: ``is_gb10``: the small tier by compute capability from 0.33.0 (before, NVML's failing query reads 0 bytes)
 GB10_CHECK_FROM = "0.33.0"
