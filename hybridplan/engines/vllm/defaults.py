@@ -166,8 +166,8 @@ def max_num_seqs(sc: Scenario) -> int:
     return for_scenario(sc).max_num_seqs
 
 
-_TIER_WORDS = {"largest": "160 GiB or more", "large": "70 GiB or more, not an A100 or GB10",
-               "small": "under 70 GiB, an A100 or a GB10"}
+_TIER_WORDS = {"largest": "the tier from 160 GiB", "large": "the tier from 70 GiB, not A100s or GB10",
+               "small": "the tier under 70 GiB, A100s and GB10 included"}
 
 
 def note(sc: Scenario) -> str | None:
@@ -177,10 +177,15 @@ def note(sc: Scenario) -> str | None:
     taken += [f"--max-num-seqs {d.max_num_seqs:,}"] if d.seqs_default else []
     if not taken:
         return None
-    mode = ", doubled by --performance-mode throughput" if (sc.vllm.performance_mode == "throughput"
-                                                           and sc.vllm.release.at_least(PERFORMANCE_MODE_FROM)) else ""
-    return (f"{' and '.join(taken)}: vLLM {sc.vllm.release.version}'s `vllm serve` defaults for {d.device}, "
-            f"the tier of {_TIER_WORDS[d.tier]}{mode} (vllm/engine/arg_utils.py get_batch_defaults)")
+    rel = sc.vllm.release
+    mode = (", doubled by --performance-mode throughput"
+            if sc.vllm.performance_mode == "throughput" and rel.at_least(PERFORMANCE_MODE_FROM) else "")
+    where = "vllm/engine/arg_utils.py get_batch_defaults"
+    if d.device == Device(None).words:
+        return (f"{' and '.join(taken)}: no GPU named (--kv-budget), so vLLM {rel.version}'s `vllm serve` defaults "
+                f"for an H100-class GPU ({_TIER_WORDS['large']}{mode}; {where})")
+    return (f"{' and '.join(taken)}: vLLM {rel.version}'s `vllm serve` defaults for {d.device}, "
+            f"{_TIER_WORDS[d.tier]}{mode} ({where})")
 
 
 # --- the GDN prefill backend ------------------------------------------------------------------------------
