@@ -216,3 +216,21 @@ def test_sglang_replay_takes_the_gpus_chunk():
     sc = scenario("nemotron-h", 8192, engine="sglang", budget=Budget(gpu="rtx-4090", gpu_mem=gpu("rtx-4090").total))
     assert spc.rules(sc, ReplaySettings()).chunk == 4096  # 24,564 MiB, 0.5.23: the 20–35 GiB tier
     assert batched_tokens(sc) == 2048  # vLLM's on the same GPU
+
+
+# --- check-log: what the start ran with -------------------------------------------------------------------
+
+
+def test_check_log_reads_the_gdn_kernel_and_the_token_budget(run_cli):
+    # tests/data/logs/vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log: line 9 passes max_num_batched_tokens
+    # 8192 (non-default args) and line 20 says "Using Triton/FLA GDN prefill kernel": check-log sizes with both,
+    # rather than with a default (engines/vllm/logs.py CHUNKED, GDN_KERNEL)
+    import json
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "logs" / "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-blackwell-wsl-1.log"
+    code, out, _ = run_cli("check-log", log, "--json")
+    settings = {s["name"]: (s["value"], s["source"]) for s in json.loads(out)["settings"]}
+    assert settings["gdn_prefill_backend"] == ("triton", "line 20: Using Triton/FLA GDN prefill kernel")
+    assert settings["max_num_batched_tokens"][0] == "8192" and settings["max_num_batched_tokens"][1].startswith("line 9")
+    assert code == 0

@@ -30,7 +30,7 @@ KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len"
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
             "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=", "Error: ")
+            "arch=sm", "device_name=", "Error: ", "Chunked prefill is enabled", "GDN prefill kernel")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -43,6 +43,11 @@ ARCH = re.compile(r"Resolved architecture: (\w+)")
 MODE = re.compile(r"Mamba cache mode is set to '(\w+)'")
 PREFIX_OFF = re.compile(r"(?:disabling prefix caching|prefix caching: disabling)")
 KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
+#: the token budget the start runs with (vllm/config/scheduler.py), and the GDN prefill kernel it picked (0.33's
+#: qwen_gdn_linear_attn.py ``_log_gdn_backend_decision``; gdn_linear_attn.py before): what the engine's defaults
+#: for the GPU gave, where the flags left them (hybridplan/engines/vllm/defaults.py)
+CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+GDN_KERNEL = re.compile(r"Using (FlashInfer|Triton/FLA) GDN prefill kernel")
 #: the GPU as the lines name it, for the block unit (hybridplan/engines/vllm/blocks.py ``compute_capability``): its
 #: compute capability (SymmMemCommunicator's warning, FlashInfer's JIT arch), else its name (a fused-MoE config
 #: file, device_name=NVIDIA_H200)
@@ -185,8 +190,12 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
                  "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
                  "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "enforce_eager", "quantization"):
+                 "enforce_eager", "quantization", "max_num_batched_tokens", "gdn_prefill_backend"):
         s.put(name, args.get(name), args_src)
+    if (f := log.last(CHUNKED)) is not None:
+        s.put("max_num_batched_tokens", int(f[1]), f.source)
+    if (f := log.last(GDN_KERNEL)) is not None:
+        s.put("gdn_prefill_backend", "flashinfer" if f[1] == "FlashInfer" else "triton", f.source)
     for pattern in BANNER_MODEL:
         if (f := log.last(pattern)) is not None:
             s.put("model", f[1], f.source)
@@ -296,6 +305,15 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
         return Speculative(method=None, num_tokens=spec_tokens)
 
 
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _gdn(value: object) -> str | None:
+    """A GDN backend as the log names it, where hybridplan models it (else the resolution for the GPU)."""
+    return value if value in ("flashinfer", "triton") else None
+
+
 def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     """The compute capability the log states, put among the settings with its line."""
     from hybridplan.engines.vllm.blocks import COMPUTE_CAPABILITY
@@ -348,8 +366,9 @@ def scenario(log: Log, s: Settings, notes: list[str]) -> tuple[Scenario, Release
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
                                     enforce_eager=bool(s.get("enforce_eager")),
-                                    compute_capability=_capability(log, s)),
-                  allow_long_context=True)
+                                    compute_capability=_capability(log, s),
+                                    gdn_backend=_gdn(s.get("gdn_prefill_backend"))),
+                  chunk=_positive(s.get("max_num_batched_tokens")), allow_long_context=True)
     return sc, rel, mode
 
 
