@@ -199,7 +199,8 @@ def evaluate(case: Case) -> dict:
     logged_total = _find("total", text)
     total = round(float(logged_total) * GiB) if logged_total else gpu(case.gpu).total
     given = int(_find("seqs", text)) if _find("seqs", text) else None
-    batch = batch_defaults(rel, device(gpu(case.gpu)), None, (None, given))
+    # the tier reads the board (its NVML total and name: an A100 is small whatever its memory)
+    batch = batch_defaults(rel, device(gpu(case.board or case.gpu)), None, (None, given))
     vocab, vocab_source = VOCAB[case.vocab]
     if case.vocab == "log":
         vocab = int(_find("lm_head", text)) * tp
