@@ -97,7 +97,8 @@ def test_vllm_performance_mode_throughput_doubles_what_is_not_given():
 
 
 def test_vllm_clamps_from_0_11_1():
-    # 0.11.1 on (absent from the 0.11.0 wheel, present in 0.11.1): tokens ≤ max_num_seqs × max_model_len, then max_num_seqs ≤ tokens.
+    # 0.11.1 on (absent from the 0.11.0 wheel, present in 0.11.1): tokens ≤ max_num_seqs × max_model_len, then
+    # max_num_seqs ≤ tokens.
     # At max_model_len 4 on an L40S: min(256·4, 2048) = 1024 tokens, max_num_seqs min(256, 1024) = 256;
     # at max_model_len 1 with --max-num-seqs 100: min(100·1, 2048) = 100 tokens
     assert _batch("0.33.0", "l40s", ctx=4) == (1024, 256)
@@ -199,7 +200,8 @@ def test_gdn_backend_changes_the_align_block_on_sm86():
 
 @pytest.mark.parametrize("version,key,chunk", [
     # server_args.py _handle_gpu_memory_settings (0.5.3rc2–0.5.18), arg_groups/memory_hook.py (0.5.19–0.5.23), on
-    # nvidia-smi's MiB: < 20 GiB 2048; 20–35 GiB 2048 (4096 from 0.5.20); 35–60 GiB 4096; 60–160 GiB 8192; else 16384
+    # nvidia-smi's MiB: < 20 GiB 2048; 20–35 GiB 2048 (4096 from 0.5.20); 35–60 GiB 4096; 60–160 GiB 8192;
+    # else 16384
     ("0.5.23", "t4", 2048), ("0.5.23", "rtx-4090", 4096), ("0.5.19", "rtx-4090", 2048), ("0.5.20", "rtx-5090", 4096),
     ("0.5.23", "l40s", 4096), ("0.5.23", "a100-80g", 8192), ("0.5.23", "h100", 8192), ("0.5.23", "h200", 8192),
     ("0.5.23", "b200", 16384), ("0.5.3rc2", "l40s", 4096),
@@ -232,5 +234,19 @@ def test_check_log_reads_the_gdn_kernel_and_the_token_budget(run_cli):
     code, out, _ = run_cli("check-log", log, "--json")
     settings = {s["name"]: (s["value"], s["source"]) for s in json.loads(out)["settings"]}
     assert settings["gdn_prefill_backend"] == ("triton", "line 20: Using Triton/FLA GDN prefill kernel")
-    assert settings["max_num_batched_tokens"][0] == "8192" and settings["max_num_batched_tokens"][1].startswith("line 9")
+    value, source = settings["max_num_batched_tokens"]
+    assert value == "8192" and source.startswith("line 9")
     assert code == 0
+
+
+def test_performance_mode_on_the_command_line(run_cli):
+    from tests.helpers import one_line_error
+
+    # 0.16.0's arg_utils.py has no --performance-mode: refused in one line
+    one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm",
+                            "--vllm-version", "0.16", "--performance-mode", "throughput"), "--performance-mode")
+    # 0.33.0 on an H100: 1,024 sequences doubled to 2,048, and the printed command keeps the flag
+    code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm",
+                           "--performance-mode", "throughput")
+    assert "--max-num-seqs 2048 --performance-mode throughput" in out
+    assert "--max-num-batched-tokens 16,384 and --max-num-seqs 2,048" in out.replace("\n      ", " ")

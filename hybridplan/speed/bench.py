@@ -128,6 +128,19 @@ def prefill_chunk(sc: Scenario) -> int:
     return batched_tokens(sc)
 
 
+def prefill_chunk_note(sc: Scenario) -> str | None:
+    """Which chunk the prefill was cut into, where the engine's default gave it."""
+    if sc.chunk is not None:
+        return None
+    if sc.engine == "sglang":
+        from hybridplan.engines.sglang.defaults import note
+
+        return note(sc)
+    from hybridplan.engines.vllm.defaults import note as vllm_note
+
+    return vllm_note(sc)
+
+
 def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tuple[StepTime, float]:
     """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: the work of the whole
     prompt, and the fixed cost once a chunk."""
@@ -142,7 +155,7 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
     dec = step_time(decode_step(sc, running, wl.input + wl.output // 2), g, eff, tp=sc.tp, graphs=graphs)
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     k = sc.spec_tokens
-    notes: list[str] = []
+    notes: list[str] = list(filter(None, [prefill_chunk_note(sc)]))
     per_step = 1.0
     if k and wl.acceptance is not None:
         a = wl.acceptance

@@ -39,6 +39,8 @@ GiB, MiB = 1 << 30, 1 << 20
 NO_GPU_CHUNK = 8192
 #: the tiers by memory appear in 0.5.3rc2 (``_handle_gpu_memory_settings``); 20–35 GiB moves to 4,096 in 0.5.20
 TIERS_FROM, MID_CHUNK_FROM = "0.5.3rc2", "0.5.20"
+#: the rule moved to python/sglang/srt/arg_groups/memory_hook.py in 0.5.19
+HOOK_FROM = "0.5.19"
 
 
 def chunked_prefill_size(rel: Release, mem_mib: float) -> int:
@@ -98,5 +100,6 @@ def note(sc: Scenario) -> str | None:
         return (f"--chunked-prefill-size not given and no GPU named: {NO_GPU_CHUNK:,}, SGLang's default for a "
                 "60–160 GiB GPU (H100-class), taken as hybridplan's default")
     who = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
-    return (f"--chunked-prefill-size {chunk(sc):,}: SGLang {rel.version}'s default for {who} of {mib:,.0f} MiB "
-            "(server_args.py _handle_gpu_memory_settings)")
+    where = ("server_args.py __post_init__" if rel.before(TIERS_FROM) else "server_args.py _handle_gpu_memory_settings"
+             if rel.before(HOOK_FROM) else "arg_groups/memory_hook.py")
+    return f"--chunked-prefill-size {chunk(sc):,}: SGLang {rel.version}'s default for {who} of {mib:,.0f} MiB ({where})"

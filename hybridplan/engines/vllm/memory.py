@@ -87,7 +87,8 @@ def cuda_graphs(rel: Release, eager: bool) -> Term | None:
     return Term("CUDA graphs", CUDA_GRAPHS, "estimate", "vLLM's own estimate, subtracted from 0.20.0")
 
 
-def overheads(rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: bool, nvswitch: bool = True) -> list[Term]:
+def overheads(rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: bool,
+              nvswitch: bool = True) -> list[Term]:
     """Every estimated term between the weights and the KV cache; ``batch``: (max_num_seqs,
     max_num_batched_tokens)."""
     graphs = cuda_graphs(rel, eager)
