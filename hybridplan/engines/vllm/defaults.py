@@ -181,10 +181,11 @@ def note(sc: Scenario) -> str | None:
     mode = (", doubled by --performance-mode throughput"
             if sc.vllm.performance_mode == "throughput" and rel.at_least(PERFORMANCE_MODE_FROM) else "")
     where = "vllm/engine/arg_utils.py get_batch_defaults"
+    word = "defaults" if len(taken) > 1 else "default"
     if d.device == Device(None).words:
-        return (f"{' and '.join(taken)}: no GPU named (--kv-budget), so vLLM {rel.version}'s `vllm serve` defaults "
+        return (f"{' and '.join(taken)}: no GPU named (--kv-budget), so vLLM {rel.version}'s `vllm serve` {word} "
                 f"for an H100-class GPU ({_TIER_WORDS['large']}{mode}; {where})")
-    return (f"{' and '.join(taken)}: vLLM {rel.version}'s `vllm serve` defaults for {d.device}, "
+    return (f"{' and '.join(taken)}: vLLM {rel.version}'s `vllm serve` {word} for {d.device}, "
             f"{_TIER_WORDS[d.tier]}{mode} ({where})")
 
 
