@@ -27,6 +27,7 @@ no GPU found     4,096                           every release
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.sglang.releases import Release
@@ -73,13 +74,18 @@ def decode_graph_bs(rel: Release, mem_mib: float, tp: int) -> int:
     return (256 if tp < 4 else 512) if mem_mib < 160 * 1024 else 512
 
 
-def gpu_mib(sc: Scenario) -> float | None:
-    """The GPU's memory as SGLang reads it (nvidia-smi's MiB), or None where no GPU is named."""
+@lru_cache(maxsize=None)
+def _smi_mib(key: str) -> float:
     from hybridplan.gpus import gpu
 
+    return gpu(key).smi_mib
+
+
+def gpu_mib(sc: Scenario) -> float | None:
+    """The GPU's memory as SGLang reads it (nvidia-smi's MiB), or None where no GPU is named."""
     b = sc.budget
     if b.gpu:
-        return gpu(b.gpu).smi_mib
+        return _smi_mib(b.gpu)
     return b.gpu_mem / MiB if b.gpu_mem is not None else None
 
 

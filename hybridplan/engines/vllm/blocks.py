@@ -86,6 +86,7 @@ class Layout:
 
 
 def gdn_prefill_backend(sc: Scenario) -> str:
+    """The GDN prefill kernel the release runs on the GPU (defaults.py, imported late: it reads this module)."""
     from hybridplan.engines.vllm.defaults import gdn_prefill_backend as resolve
 
     return resolve(sc)

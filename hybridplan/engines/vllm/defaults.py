@@ -31,6 +31,7 @@ by its memory alone (``--gpu-mem``) is matched by memory only (no A100 or GB10 b
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.vllm.releases import Release
@@ -144,10 +145,16 @@ def batch_defaults(rel: Release, dev: Device, ctx: int | None = None,
     return BatchDefaults(t, s, which, dev.words, tokens is None, seqs is None)
 
 
-def _gpu(sc: Scenario) -> Gpu | None:
+@lru_cache(maxsize=None)
+def _gpu_by_key(key: str) -> Gpu:
+    """``Budget.gpu`` is a GPU's key: looked up once (gpus.gpu builds its table of names on every call)."""
     from hybridplan.gpus import gpu
 
-    return gpu(sc.budget.gpu) if sc.budget.gpu else None
+    return gpu(key)
+
+
+def _gpu(sc: Scenario) -> Gpu | None:
+    return _gpu_by_key(sc.budget.gpu) if sc.budget.gpu else None
 
 
 def for_scenario(sc: Scenario) -> BatchDefaults:
