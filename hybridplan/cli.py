@@ -212,7 +212,7 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, OUTPUT,
+         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), ALLOW_LONG, OUTPUT,
          EMIT, short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
@@ -270,7 +270,7 @@ def _emit(o: Options, targets: dict) -> bool:
     return True
 
 
-@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, 8192),), DTYPES, ALLOW_LONG, JSON,
+@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, ALLOW_LONG, JSON,
          short="How much of a shared prefix a later request reuses")
 def prefix(o: Options) -> None:
     """How much of a shared prefix a second request reuses: a recurrent state is reusable only where a
@@ -418,7 +418,7 @@ SPEED = (
 
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request, prompt and output (default: --input + "
                                                "--output):"), None),), SPEED, BUDGET, ADMISSION, TP, ENGINES,
-         DTYPES, SPEC_TOKENS, (param("chunk", Chunk, 8192),), ALLOW_LONG, JSON,
+         DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), ALLOW_LONG, JSON,
          short="Decode and prefill speed per GPU, and what a serving benchmark prints")
 def speed(o: Options) -> None:
     """Decode step time and tokens/s at each batch size, prefill throughput and TTFT for the prompt, and what

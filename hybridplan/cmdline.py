@@ -78,6 +78,7 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--revision": ("opt", "--revision"),
     "--kv-cache-memory-bytes": ("opt", "--kv-budget"),
     "--gdn-prefill-backend": ("opt", "--gdn-prefill-backend"),
+    "--performance-mode": ("opt", "--performance-mode"),
     "--pipeline-parallel-size": ("opt", "--pp"), "-pp": ("opt", "--pp"),
     "--enable-expert-parallel": ("bool", "--enable-expert-parallel"),
     "--data-parallel-size": ("opt", "--dp"), "-dp": ("opt", "--dp"),
@@ -778,8 +779,6 @@ KV_BYTES_FROM = "0.10.2"
 RADIX_FLAG_RENAMED = "0.5.14"
 #: vLLM's --gdn-prefill-backend came in 0.18.0 (absent from the 0.17.1 wheel's vllm/engine/arg_utils.py)
 GDN_FLAG_FROM = "0.18.0"
-#: the chunk hybridplan sizes with when none is given (Scenario.chunk)
-DEFAULT_CHUNK = 8192
 
 
 #: a method as the other engine names it (vLLM --speculative-config method ↔ SGLang --speculative-algorithm)
@@ -860,10 +859,12 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
             a += ["--enable-prefix-caching"]
         else:
             a += ["--enable-prefix-caching", "--mamba-cache-mode", mode]
-    if sc.chunk != DEFAULT_CHUNK:
+    if sc.chunk is not None:
         a += ["--max-num-batched-tokens", str(sc.chunk)]
-    if sc.vllm.gdn_backend != "flashinfer" and rel.at_least(GDN_FLAG_FROM):
+    if sc.vllm.gdn_backend is not None and rel.at_least(GDN_FLAG_FROM):
         a += ["--gdn-prefill-backend", sc.vllm.gdn_backend]
+    if sc.vllm.performance_mode is not None:
+        a += ["--performance-mode", sc.vllm.performance_mode]
     if sc.vllm.enforce_eager:
         a += ["--enforce-eager"]
     if sc.spec_tokens:
@@ -931,7 +932,7 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
         a += ["--mamba-full-memory-ratio", f"{s.full_memory_ratio:g}"]
     if s.page_size != 1:
         a += ["--page-size", str(s.page_size)]
-    if sc.chunk != DEFAULT_CHUNK:
+    if sc.chunk is not None:
         a += ["--chunked-prefill-size", str(sc.chunk)]
     if s.radix == "off":
         a += ["--disable-radix-cache"]

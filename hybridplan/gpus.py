@@ -318,7 +318,3 @@ def gpu(name: str) -> Gpu:
     note."""
     return resolve(name)[0]
 
-
-def small_tier(g: Gpu) -> bool:
-    """vLLM's smaller batch defaults (``vllm/engine/arg_utils.py``): under 70 GiB, or an A100."""
-    return g.total < 70 * GiB or g.key.startswith("a100")

@@ -228,9 +228,15 @@ PrefixCaching = Flag[Optional[bool], option(
     help="vLLM prefix caching on or off: the mamba cache mode the release picks for it (default: the release's).")]
 BlockSize = Flag[Optional[int], option("--block-size", metavar="TOKENS", parser=count_value("--block-size"),
                                        help="vLLM --block-size (the block only grows from it).")]
-GdnBackend = Flag[str, option("--gdn-prefill-backend", metavar="BACKEND",
-                              autocompletion=_choices(lambda: ("flashinfer", "triton")),
-                              help="GDN prefill backend vLLM picks: flashinfer (its Hopper default) or triton.")]
+GdnBackend = Flag[Optional[str], option("--gdn-prefill-backend", metavar="BACKEND",
+                                        autocompletion=_choices(lambda: ("flashinfer", "triton")),
+                                        help="vLLM --gdn-prefill-backend: flashinfer or triton (default: the "
+                                             "release's pick for the GPU).")]
+PerformanceMode = Flag[Optional[str], option("--performance-mode", metavar="MODE",
+                                             autocompletion=_choices(lambda: ("balanced", "interactivity",
+                                                                              "throughput")),
+                                             help="vLLM --performance-mode (0.17.0 on): throughput doubles the "
+                                                  "default batch limits.")]
 Engine = Flag[str, option("--engine", metavar="ENGINE",
                           autocompletion=_choices(lambda: ("vllm", "sglang", "both")),
                           help="vllm, sglang or both.")]
@@ -249,10 +255,11 @@ DraftTokens = Flag[Optional[int], option("--draft-tokens", metavar="N", parser=c
 SglangEnv = Flag[Optional[list[str]], option("--sglang-env", metavar="NAME=VALUE",
                                              help="An SGLang environment variable of its Mamba sizing: "
                                                   "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1 (repeatable).")]
-Chunk = Flag[int, option("--max-num-batched-tokens", metavar="TOKENS",
-                         parser=tokens_value("--max-num-batched-tokens"),
-                         help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
-                              "--chunked-prefill-size).")]
+Chunk = Flag[Optional[int], option("--max-num-batched-tokens", metavar="TOKENS",
+                                   parser=tokens_value("--max-num-batched-tokens"),
+                                   help="Prefill chunk limit (vLLM --max-num-batched-tokens, SGLang "
+                                        "--chunked-prefill-size; default: each engine's for the GPU and "
+                                        "release).")]
 AllowLong = Flag[bool, option("--allow-long-context",
                               help="Start with a context beyond the model's own maximum, as "
                                    "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 and "
@@ -331,7 +338,7 @@ SPEC_TOKENS = (param("spec_tokens", SpecTokens, 0), param("speculative_config", 
                param("eagle_topk", EagleTopk, None))
 VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None),
         param("prefix_caching", PrefixCaching, None), param("block_size", BlockSize, None),
-        param("gdn_backend", GdnBackend, "flashinfer"))
+        param("gdn_backend", GdnBackend, None), param("performance_mode", PerformanceMode, None))
 SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"),
           param("page_size", PageSize, 1), param("no_overlap", NoOverlap, False),
           param("draft_tokens", DraftTokens, None), param("sglang_env", SglangEnv, None))
@@ -551,6 +558,7 @@ _SCENARIO = {"tp": "tp", "pp": "pp", "dp": "dp", "expert_parallel": "expert_para
              "dp_attention": "dp_attention", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
              "allow_long_context": "allow_long_context"}
 _VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
+         "performance_mode": "performance_mode",
          "gpu_util": "gpu_util", "enforce_eager": "enforce_eager"}
 _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",

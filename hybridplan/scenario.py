@@ -113,8 +113,9 @@ class Scenario:
     speculative: Speculative = Speculative()
     #: ``--engine``: vllm, sglang or both
     engine: str = "both"
-    #: the prefill chunk: vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``
-    chunk: int = 8192
+    #: the prefill chunk as given: vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``; None =
+    #: each engine's default for the GPU and release (engines/vllm/defaults.py, engines/sglang/defaults.py)
+    chunk: int | None = None
     #: state slots of the pool `size` reports
     slots: int = 256
     vllm: VllmSettings = field(default_factory=VllmSettings)
@@ -148,7 +149,7 @@ class Scenario:
         for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots"), (self.pp, "--pp"),
                             (self.dp, "--dp"), (self.ep_size, "--ep-size")):
             positive(value, flag)
-        if self.chunk <= 0:
+        if self.chunk is not None and self.chunk <= 0:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")
         if self.spec_tokens < 0:
             raise PlanError(f"--spec-tokens must be ≥ 0, got {self.spec_tokens}")

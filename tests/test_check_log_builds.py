@@ -158,7 +158,7 @@ def test_runs_pasted_without_banners_are_cut_where_a_figure_repeats(run_cli, tmp
     assert code == 0 and d["ok"] and len(d["starts"]) == 2, err
     a, b = d["starts"]
     tokens = [next(r["logged"] for r in s["rows"] if r["figure"] == "KV cache size (tokens)") for s in (a, b)]
-    assert tokens == ["567,978", "569,878"] and all(r["ok"] for s in (a, b) for r in s["rows"])
+    assert tokens == [567978, 569878] and all(r["ok"] for s in (a, b) for r in s["rows"])
     assert any(n.startswith("start 2 (lines 4–6) prints no banner") and "Available KV cache memory: 6.01 GiB" in n
                for n in b["notes"])
 
@@ -216,7 +216,7 @@ def test_the_upper_split_is_not_flagged_wrong(run_cli, tmp_path):
                    "max_mamba_cache_size: 125, conv_state size: 0.35GB, ssm_state size: 17.72GB")
     code, d, _ = _json(run_cli, log, *SGL_FLAGS)
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
-    assert code == 0 and d["ok"] and (k["logged"], k["predicted"]) == ("125", "125"), d["rows"]
+    assert code == 0 and d["ok"] and (k["logged"], k["predicted"]) == (125, 125), d["rows"]
 
 
 # --- the GPU and the GDN prefill kernel, read from the log ---------------------------------------------------
@@ -241,21 +241,23 @@ def test_the_gdn_kernel_the_log_names_decides_the_0_33_page(run_cli, tmp_path):
     assert code == 1
 
 
-def test_the_gpu_is_read_for_the_gdn_choice(monkeypatch):
-    # the hook that will pick the GDN backend per GPU (gdn_backend_for_gpu) is handed the compute capability the
-    # log states: vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log prints "Device capability 8.9" (L40S)
+def test_the_gpu_is_read_for_the_gdn_choice():
+    # the GDN prefill backend left to auto is vLLM 0.33's pick for the log's GPU: vllm-0.13.0-qwen3-next-80b-w4a16-
+    # 2xl40s-1.log prints "Device capability 8.9" (L40S), where _resolve_gdn_prefill_backend (0.33.0,
+    # qwen_gdn_linear_attn.py) runs triton; FlashInfer only on 9.0, or 10.x/12.x with head_k_dim 128
     from hybridplan.engines.given import LogGiven
     from hybridplan.engines.vllm import logs
+    from hybridplan.engines.vllm.defaults import gdn_prefill_backend
     from hybridplan.logread import scan
     from hybridplan.reports.check_log import keywords
 
     log = scan(LOGS / "vllm-0.13.0-qwen3-next-80b-w4a16-2xl40s-1.log", keywords())
-    seen = []
-    monkeypatch.setattr(logs, "gdn_backend_for_gpu", lambda rel, cc, spec: seen.append(cc) or "triton")
     d = logs.check(log, LogGiven(model="qwen3-next", vllm_version="0.33.0"))
-    assert seen and seen[0] == (8, 9)
-    gdn = next(x for x in d.settings if x.name == "gdn_prefill_backend")
-    assert gdn.value == "triton" and "compute capability 8.9" in gdn.source
+    cc = next(x for x in d.settings if x.name == "compute_capability")
+    assert cc.value == "8.9"
+    sc, _, _ = logs.scenario(log, logs.read_settings(log, LogGiven(model="qwen3-next", vllm_version="0.33.0")), [])
+    assert sc.vllm.gdn_backend is None and sc.vllm.compute_capability == (8, 9)
+    assert gdn_prefill_backend(sc) == "triton"
 
 
 def test_sglang_dev_build_is_checked_against_both_neighbours(run_cli):

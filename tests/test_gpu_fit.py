@@ -204,13 +204,16 @@ def test_vllm_profiling_peak_follows_max_num_seqs_times_the_vocabulary(run_cli):
 
 
 def test_vllm_default_max_num_seqs_follows_the_gpu():
-    # vllm/engine/arg_utils.py: 1024 from 70 GiB up, except A100s; 256 below
+    # vllm/engine/arg_utils.py get_batch_defaults (0.33.0): 1024 from 70 GiB up, except A100s; 256 below
+    from hybridplan.engines.vllm.defaults import batch_defaults, device
+
     rel = vllm_release("0.33.0")
     for key, seqs in (("h100", 1024), ("h200", 1024), ("a100-80g", 256), ("l40s", 256), ("rtx-4090", 256)):
-        assert rel.default_max_num_seqs(gpu(key).total, key) == seqs, key
-    # 0.33.0 puts GB10 in the small tier; 0.32.0 does not
-    assert rel.default_max_num_seqs(gpu("gb10").total, "gb10") == 256
-    assert vllm_release("0.32.0").default_max_num_seqs(gpu("gb10").total, "gb10") == 1024
+        assert batch_defaults(rel, device(gpu(key))).max_num_seqs == seqs, key
+    # GB10 is small in 0.33.0 by is_gb10, and in 0.32.0 because NVML's memory query fails there and
+    # get_batch_defaults reads 0 bytes (vllm/platforms/cuda.py has no fallback before 0.33.0)
+    assert batch_defaults(rel, device(gpu("gb10"))).max_num_seqs == 256
+    assert batch_defaults(vllm_release("0.32.0"), device(gpu("gb10"))).max_num_seqs == 256
 
 
 def test_vllm_non_torch_memory_follows_the_interconnect(run_cli):

@@ -73,6 +73,6 @@ def test_check_log_reads_it_from_the_log(run_cli, tmp_path):
 
     d = json.loads(o)
     rows = {r["figure"]: (r["logged"], r["predicted"]) for r in d["rows"]}
-    assert code == 0 and rows["attention block size"] == ("2016", "2016"), (d["rows"], err)
+    assert code == 0 and rows["attention block size"] == (2016, 2016), (d["rows"], err)
     kv = next(s for s in d["settings"] if s["name"] == "kv_cache_dtype")
     assert kv["value"] == "int8_per_token_head" and kv["source"].startswith("line ")

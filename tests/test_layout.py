@@ -22,7 +22,9 @@ def _functions() -> list[tuple[Path, ast.FunctionDef]]:
 
 @pytest.mark.parametrize("name,home", [
     ("request_cap", "hybridplan/engines/sglang/pool.py"),  # SGLang: K // state slots per request
-    ("default_max_num_seqs", "hybridplan/engines/vllm/releases.py"),
+    ("batch_defaults", "hybridplan/engines/vllm/defaults.py"),  # vLLM's batch tiers by GPU and release
+    ("chunked_prefill_size", "hybridplan/engines/sglang/defaults.py"),  # SGLang's chunk by GPU memory
+    ("default_max_num_seqs", ()),
     ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
     ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
     # where a cache holds states along a request (`prefix`'s checkpoints of the first request): one per engine's

@@ -202,6 +202,7 @@ def path_of(file: str) -> Path:
 
 def evaluate(case: Case) -> dict:
     sys.path.insert(0, str(ROOT))
+    from hybridplan.engines.vllm.defaults import batch_defaults, device
     from hybridplan.engines.vllm.memory import CUDA_GRAPHS, overheads, requested_memory
     from hybridplan.engines.vllm.releases import release
     from hybridplan.gpus import gpu
@@ -212,14 +213,18 @@ def evaluate(case: Case) -> dict:
     util = float(_find("util", text) or rel.gpu_memory_utilization)
     logged_total = _find("total", text)
     total = round(float(logged_total) * GiB) if logged_total else gpu(case.gpu).total
-    seqs = int(_find("seqs", text) or rel.default_max_num_seqs(total, case.gpu))
+    given = int(_find("seqs", text)) if _find("seqs", text) else None
+    # the tier reads the board (its NVML total and name: an A100 is small whatever its memory)
+    batch = batch_defaults(rel, device(gpu(case.board or case.gpu)), None, (None, given))
     vocab, vocab_source = VOCAB[case.vocab]
     if case.vocab == "log":
         vocab = int(_find("lm_head", text)) * tp
     weights = round(float(_find("weights", text)) * GiB)
     logged = float(_find("available", text))
     nvswitch = gpu(case.board or case.gpu).nvswitch
-    terms = {t.name: t.bytes / GiB for t in overheads(rel, tp, seqs, vocab, bool(_find("eager", text)), nvswitch)}
+    seqs = batch.max_num_seqs
+    terms = {t.name: t.bytes / GiB for t in overheads(rel, tp, (seqs, batch.max_num_batched_tokens), vocab,
+                                                      bool(_find("eager", text)), nvswitch)}
     requested = requested_memory(total, util, rel) / GiB
     predicted = requested - weights / GiB - sum(terms.values())
     error = predicted - logged

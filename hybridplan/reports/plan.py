@@ -47,6 +47,18 @@ class PlanReport:
             alone = len(kinds) == 1
         return [(f"{lo}" if lo == hi else f"{lo}-{hi}", k, rs) for lo, hi, k, rs in rows]
 
+    def default_notes(self) -> list[str]:
+        """Which batch and chunk defaults the plans were sized with, once per engine (the first plan's)."""
+        from hybridplan.engines.sglang import defaults as sglang_defaults
+        from hybridplan.engines.vllm import defaults as vllm_defaults
+
+        out: list[str] = []
+        for engine, mod in (("vllm", vllm_defaults), ("sglang", sglang_defaults)):
+            p = next((p for p in self.result.plans if p.layout.engine == engine), None)
+            if p is not None and (n := mod.note(p.scenario)):
+                out.append(n)
+        return out
+
     @property
     def ok(self) -> bool:
         return bool(self.result.plans)
@@ -104,6 +116,7 @@ def plan_view(r: PlanReport, *, exact: bool = False):
         parts += [note(w) for w in sorted(unpriced)]
         for i, p in enumerate(res.plans):
             parts.append(_command(f"{i + 1}:", r.command(p)))
+        parts += [note(n) for n in r.default_notes()]
     why = r.why_not_fewer()
     if why:
         lines = []

@@ -351,6 +351,19 @@ def _what_if(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Re
     return rerun
 
 
+def _default_notes(sc: Scenario) -> list[str]:
+    """Which prefill chunk (and GDN backend) each engine's defaults gave, where the flags left them to it."""
+    from hybridplan.engines.sglang import defaults as sglang_defaults
+    from hybridplan.engines.vllm import defaults as vllm_defaults
+
+    notes = []
+    if sc.wants("vllm"):
+        notes += filter(None, [vllm_defaults.note(sc), vllm_defaults.gdn_note(sc)])
+    if sc.wants("sglang"):
+        notes += filter(None, [sglang_defaults.note(sc)])
+    return notes
+
+
 def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], trace: str,
                   progress: Callable[[Iterator[Request]], Iterator[Request]] | None = None,
                   sweep_over: str | None = None) -> ReplayReport:
@@ -383,6 +396,7 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
         notes.append(f"{rs.concurrency} requests in flight: a request's prefill is cached when it is admitted; "
                      "the engines' shared prefill budget (smaller chunks under load) is not modelled "
                      "(docs/replay.md)")
+    notes += _default_notes(sc)
     sweep = _sweep(sc, rs, limited, chosen, sweep_over, n) if sweep_over else None
     return ReplayReport(sc.spec, trace, rs, tuple(rows), tuple(skipped.items()), tuple(notes), sweep)
 

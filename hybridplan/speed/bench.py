@@ -117,11 +117,35 @@ def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
                                       f"{floor(mode['max_concurrency'])} requests (hybridplan fit)")
 
 
+def prefill_chunk(sc: Scenario) -> int:
+    """The prefill chunk of the engine benchmarked: given, else its default for the GPU and release."""
+    if sc.engine == "sglang":
+        from hybridplan.engines.sglang.defaults import chunk
+
+        return chunk(sc)
+    from hybridplan.engines.vllm.defaults import batched_tokens
+
+    return batched_tokens(sc)
+
+
+def prefill_chunk_note(sc: Scenario) -> str | None:
+    """Which chunk the prefill was cut into, where the engine's default gave it."""
+    if sc.chunk is not None:
+        return None
+    if sc.engine == "sglang":
+        from hybridplan.engines.sglang.defaults import note
+
+        return note(sc)
+    from hybridplan.engines.vllm.defaults import note as vllm_note
+
+    return vllm_note(sc)
+
+
 def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tuple[StepTime, float]:
     """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: the work of the whole
     prompt, and the fixed cost once a chunk."""
     st = step_time(prefill_step(sc, tokens), g, eff, tp=sc.tp, graphs=False)
-    chunks = ceil(tokens / sc.chunk)
+    chunks = ceil(tokens / prefill_chunk(sc))
     return st, st.seconds + (chunks - 1) * eff.prefill_overhead_us * 1e-6
 
 
@@ -133,7 +157,7 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
     dec = step_time(decode_step(sc, running, wl.input + wl.output // 2), g, eff, tp=sc.tp, graphs=graphs)
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     k = sc.spec_tokens
-    notes: list[str] = []
+    notes: list[str] = list(filter(None, [prefill_chunk_note(sc)]))
     per_step = 1.0
     if k and wl.acceptance is not None:
         a = wl.acceptance

@@ -26,6 +26,7 @@ import json
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Term, Waterfall
+from hybridplan.engines.sglang.defaults import chunked_prefill_size, decode_graph_bs
 from hybridplan.engines.sglang.releases import Release
 
 if TYPE_CHECKING:
@@ -34,28 +35,6 @@ if TYPE_CHECKING:
 GiB, MiB = 1 << 30, 1 << 20
 CONTEXT_TP1 = int(0.7 * GiB)
 CONTEXT_TP = int(1.2 * GiB)
-
-
-def _chunk(rel: Release, mem: float) -> int:
-    if mem < 20 * 1024:
-        return 2048
-    if mem < 35 * 1024:
-        return 4096 if rel.at_least("0.5.20") else 2048
-    if mem < 60 * 1024:
-        return 4096
-    return 8192 if mem < 160 * 1024 else 16384
-
-
-def _decode_bs(rel: Release, mem: float, tp: int) -> int:
-    if mem < 20 * 1024:
-        return 8
-    if mem < 35 * 1024:
-        if tp >= 4:
-            return 160 if rel.at_least("0.5.20") else 80
-        return 48 if rel.at_least("0.5.20") else (24 if rel.at_least("0.5.4.post1") else 16)
-    if mem < 60 * 1024:
-        return 32 if tp < 4 else 160
-    return (256 if tp < 4 else 512) if mem < 160 * 1024 else 512
 
 
 def prefill_graph_sizes(chunk: int) -> int:
@@ -90,8 +69,9 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
         reserved += 2048 if spec_decoding else 0
         how = "the GPU-size table"
     else:
-        chunk = _chunk(rel, smi_mib)
-        bs = _decode_bs(rel, smi_mib, tp)
+        # the reserve scales with the chunk in use: --chunked-prefill-size where given, else the GPU's default
+        chunk = sc.chunk if sc.chunk is not None else chunked_prefill_size(rel, smi_mib)
+        bs = decode_graph_bs(rel, smi_mib, tp)
         mrr = sc.sglang.requested(sc.spec_tokens)
         if mrr is not None and rel.at_least("0.5.14"):
             bs = min(bs, mrr)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import floor_to, lcm
+from hybridplan.engines.sglang.defaults import chunk as default_chunk
 from hybridplan.errors import NotServed, PlanError, Refused
 from hybridplan.records import frozen
 
@@ -91,7 +92,7 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
     kv = rs.max_total_tokens or f.kv_tokens
     slots = sc.sglang.max_mamba_cache_size or f.pool.size
     name = strat.name
-    return Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, sc.chunk, kv, slots, strat.ratio,
+    return Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, default_chunk(sc), kv, slots, strat.ratio,
                  rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
 
 

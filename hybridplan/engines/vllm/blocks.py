@@ -85,10 +85,17 @@ class Layout:
         return 100 * (self.page_bytes - self.mamba_page_bytes) / self.mamba_page_bytes if self.mamba_page_bytes else 0.0
 
 
+def gdn_prefill_backend(sc: Scenario) -> str:
+    """The GDN prefill kernel the release runs on the GPU (defaults.py, imported late: it reads this module)."""
+    from hybridplan.engines.vllm.defaults import gdn_prefill_backend as resolve
+
+    return resolve(sc)
+
+
 def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
     """0.33 align with FlashInfer's GDN prefill: a 64-token checkpoint grid and one more page per GDN layer."""
-    return (mode == "align" and sc.vllm.release.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"
-            and any(g.kind == "gdn" for g in fp.state))
+    return (mode == "align" and sc.vllm.release.at_least("0.33.0") and any(g.kind == "gdn" for g in fp.state)
+            and gdn_prefill_backend(sc) == "flashinfer")
 
 
 def backend_kernel_block(cc: tuple[int, int], mla: bool) -> int:
@@ -191,7 +198,7 @@ def prefill_checkpoint(sc: Scenario, kind: str) -> bool:
     alignment the prefix-cache grid)."""
     rel = sc.vllm.release
     return ((kind == "mamba2" and rel.at_least("0.32.0"))
-            or (kind == "gdn" and rel.at_least("0.33.0") and sc.vllm.gdn_backend == "flashinfer"))
+            or (kind == "gdn" and rel.at_least("0.33.0") and gdn_prefill_backend(sc) == "flashinfer"))
 
 
 def attention_pages(sc: Scenario, window: int | None, block_size: int) -> int:
@@ -199,7 +206,9 @@ def attention_pages(sc: Scenario, window: int | None, block_size: int) -> int:
     window and one step's tokens in flight (``--max-num-batched-tokens``) can reach, plus one."""
     if window is None:
         return cdiv(sc.ctx, block_size)
-    return cdiv(min(window - 1 + sc.chunk, sc.ctx), block_size) + 1
+    from hybridplan.engines.vllm.defaults import batched_tokens
+
+    return cdiv(min(window - 1 + batched_tokens(sc), sc.ctx), block_size) + 1
 
 
 def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:

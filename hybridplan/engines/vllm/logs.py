@@ -31,7 +31,7 @@ KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len"
             "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
             "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
             "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=", "Error: ", "GDN prefill kernel")
+            "arch=sm", "device_name=", "Error: ", "Chunked prefill is enabled", "GDN prefill kernel")
 
 # --- settings ----------------------------------------------------------------------------------------
 BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
@@ -44,6 +44,11 @@ ARCH = re.compile(r"Resolved architecture: (\w+)")
 MODE = re.compile(r"Mamba cache mode is set to '(\w+)'")
 PREFIX_OFF = re.compile(r"(?:disabling prefix caching|prefix caching: disabling)")
 KV_DTYPE_LINE = re.compile(r"Using (\w+) data type to store kv cache")
+#: the token budget the start runs with (vllm/config/scheduler.py), and the GDN prefill kernel it picked (0.33's
+#: qwen_gdn_linear_attn.py ``_log_gdn_backend_decision``; gdn_linear_attn.py before): what the engine's defaults
+#: for the GPU gave, where the flags left them (hybridplan/engines/vllm/defaults.py)
+CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+GDN_KERNEL = re.compile(r"Using (FlashInfer|Triton/FLA) GDN prefill kernel")
 #: the GPU as the lines name it, for the block unit (hybridplan/engines/vllm/blocks.py ``compute_capability``): its
 #: compute capability (SymmMemCommunicator's warning, FlashInfer's JIT arch), else its name (a fused-MoE config
 #: file, device_name=NVIDIA_H200)
@@ -209,8 +214,12 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
                  "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
                  "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "enforce_eager", "quantization", "gdn_prefill_backend"):
+                 "enforce_eager", "quantization", "max_num_batched_tokens", "gdn_prefill_backend"):
         s.put(name, args.get(name), args_src)
+    if (f := log.last(CHUNKED)) is not None:
+        s.put("max_num_batched_tokens", int(f[1]), f.source)
+    if (f := log.last(GDN_KERNEL)) is not None:
+        s.put("gdn_prefill_backend", "flashinfer" if f[1] == "FlashInfer" else "triton", f.source)
     for pattern in BANNER_MODEL:
         if (f := log.last(pattern)) is not None:
             s.put("model", f[1], f.source)
@@ -324,6 +333,15 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
         return Speculative(method=None, num_tokens=spec_tokens)
 
 
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _gdn(value: object) -> str | None:
+    """A GDN backend as the log names it, where hybridplan models it (else the resolution for the GPU)."""
+    return value if value in ("flashinfer", "triton") else None
+
+
 def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     """The compute capability the log states, put among the settings with its line."""
     from hybridplan.engines.vllm.blocks import COMPUTE_CAPABILITY
@@ -349,16 +367,6 @@ def _capability(log: Log, s: Settings) -> tuple[int, int] | None:
     return cc
 
 
-def gdn_backend_for_gpu(rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
-    """HOOK: the GDN prefill backend vLLM picks with ``--gdn-prefill-backend auto`` on the log's GPU
-    (``_resolve_gdn_prefill_backend``, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py 0.33.0: FlashInfer
-    on 9.0, and on 10.x / 12.x for head_k_dim 128 under CUDA 13; Triton elsewhere). That rule lives in the engine
-    package (hybridplan/engines/vllm/, branch ``defaults``); until it is wired here this returns None and the
-    scenario keeps VllmSettings' default. ``cc`` is the compute capability ``_capability`` read from the log (or
-    --gpu-type), ``rel`` the release checked, ``spec`` the model (its GDN head_k_dim)."""
-    return None
-
-
 #: vLLM's GDN kernel names → the backends hybridplan sizes: only FlashInfer plans the 0.33 prefill checkpoints
 #: (vllm/v1/attention/backends/gdn_attn.py ``plan_flashinfer_checkpoints``); every other kernel pages as Triton
 _GDN_KERNELS = {"FlashInfer": "flashinfer"}
@@ -366,7 +374,8 @@ _GDN_KERNELS = {"FlashInfer": "flashinfer"}
 
 def _gdn_backend(log: Log, s: Settings, rel: Release, cc: tuple[int, int] | None, spec) -> str | None:
     """The GDN prefill backend the start ran: the kernel the log names; else the one its args ask for (not
-    auto); else the release's choice for the log's GPU (``gdn_backend_for_gpu``); None: VllmSettings' default."""
+    auto); else None: auto, which VllmSettings resolves for the log's compute capability as the release does
+    (hybridplan/engines/vllm/defaults.py)."""
     if not any(m.kind == "gdn" for m in spec.recurrent) or rel.before("0.33.0"):
         return None
     if (f := log.last(GDN_KERNEL)) is not None:
@@ -377,12 +386,7 @@ def _gdn_backend(log: Log, s: Settings, rel: Release, cc: tuple[int, int] | None
     asked = s.get("gdn_prefill_backend")
     if asked is not None and str(asked).lower() != "auto":
         return "flashinfer" if str(asked).lower() == "flashinfer" else "triton"
-    backend = gdn_backend_for_gpu(rel, cc, spec)
-    if backend is not None:
-        s.values["gdn_prefill_backend"] = backend
-        s.sources["gdn_prefill_backend"] = (f"vLLM {rel.version}'s choice on compute capability "
-                                            f"{'.'.join(map(str, cc)) if cc else 'unknown'}")
-    return backend
+    return None
 
 
 def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None) -> tuple[Scenario, Release, str]:
@@ -420,8 +424,8 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
     sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
                   vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
                                     enforce_eager=bool(s.get("enforce_eager")), compute_capability=cc,
-                                    **({} if gdn is None else {"gdn_backend": gdn})),
-                  allow_long_context=True)
+                                    gdn_backend=gdn),
+                  chunk=_positive(s.get("max_num_batched_tokens")), allow_long_context=True)
     return sc, rel, mode
 
 

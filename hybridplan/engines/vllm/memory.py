@@ -49,8 +49,6 @@ NON_TORCH_TP2 = int(0.6 * GiB)
 NON_TORCH_PER_RANK = int(0.25 * GiB)
 NON_TORCH_NVSWITCH, NON_TORCH_NVSWITCH_PER_RANK = int(2.0 * GiB), int(0.03 * GiB)
 CUDA_GRAPHS = int(0.5 * GiB)
-#: --max-num-batched-tokens when none is given for an online server (vllm/engine/arg_utils.py)
-DEFAULT_BATCHED_TOKENS = 8192
 
 
 def requested_memory(total: int, utilization: float, rel: Release) -> int:
@@ -64,10 +62,10 @@ def _vocab(sc: Scenario) -> int:
     return int(text.get("vocab_size") or config.get("vocab_size") or 0)
 
 
-def activation(rel: Release, max_num_seqs: int, vocab: int) -> Term:
+def activation(rel: Release, max_num_seqs: int, vocab: int, batched_tokens: int) -> Term:
     """The profiling run's peak: its sampler pass over ``min(max_num_seqs, batched tokens)`` rows of logits."""
     per = SAMPLER_BYTES_OLD if rel.before("0.13.0") else SAMPLER_BYTES
-    rows = min(max_num_seqs, DEFAULT_BATCHED_TOKENS)
+    rows = min(max_num_seqs, batched_tokens)
     size = int(rows * vocab * per) + BATCH_ACTIVATION
     return Term("activation", size, "estimate",
                 f"profiling peak: {rows:,} rows × {vocab:,} logits × {per:g} B, and the dummy batch")
@@ -92,10 +90,12 @@ def cuda_graphs(rel: Release, eager: bool) -> Term | None:
     return Term("CUDA graphs", CUDA_GRAPHS, "estimate", "vLLM's own estimate, subtracted from 0.20.0")
 
 
-def overheads(rel: Release, tp: int, max_num_seqs: int, vocab: int, eager: bool, nvswitch: bool = True) -> list[Term]:
-    """Every estimated term between the weights and the KV cache."""
+def overheads(rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: bool,
+              nvswitch: bool = True) -> list[Term]:
+    """Every estimated term between the weights and the KV cache; ``batch``: (max_num_seqs,
+    max_num_batched_tokens)."""
     graphs = cuda_graphs(rel, eager)
-    return [activation(rel, max_num_seqs, vocab), non_torch(tp, nvswitch), *([graphs] if graphs else [])]
+    return [activation(rel, batch[0], vocab, batch[1]), non_torch(tp, nvswitch), *([graphs] if graphs else [])]
 
 
 def encoder_note(rel: Release, config: dict) -> str | None:
@@ -209,10 +209,12 @@ def memory(sc: Scenario) -> Waterfall:
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead): activations, non-torch, graphs"))
     else:
+        from hybridplan.engines.vllm.defaults import for_scenario
         from hybridplan.gpus import gpu
 
-        seqs = sc.vllm.max_num_seqs or rel.default_max_num_seqs(b.gpu_mem, b.gpu)
+        d = for_scenario(sc)
         # a GPU given by its memory alone is taken as switched: the larger figure
         nvswitch = gpu(b.gpu).nvswitch if b.gpu else True
-        terms += overheads(rel, sc.tp, seqs, _vocab(sc), sc.vllm.enforce_eager, nvswitch)
+        terms += overheads(rel, sc.tp, (d.max_num_seqs, d.max_num_batched_tokens), _vocab(sc), sc.vllm.enforce_eager,
+                           nvswitch)
     return Waterfall(b.gpu_mem, util, requested, tuple(terms), requested - sum(t.bytes for t in terms))

@@ -428,10 +428,9 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         if sc.pp > 1 or sc.dp > 1:
             notes.append("non-torch memory is estimated at the TP degree of one engine stage; the estimate was "
                          "fitted to logs without PP or DP")
-    if sc.vllm.max_num_seqs is None:
-        gpu = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
-        notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for {gpu} (1024 from 70 GiB up, not on "
-                     "A100s; 256 below; vllm/engine/arg_utils.py)")
+    from hybridplan.engines.vllm import defaults
+
+    notes += filter(None, [defaults.note(sc), defaults.gdn_note(sc)])
     b = cap.stage_caches[cap.binding]
     if sc.dp > 1:
         notes.append(f"--data-parallel-size {sc.dp}: {sc.dp} engines of {sc.tp * sc.pp} GPUs each "

@@ -36,6 +36,7 @@ from math import lcm
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import cdiv, floor_to
+from hybridplan.engines.vllm.defaults import batched_tokens
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
 
@@ -189,7 +190,7 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
         # --prefix-match-unit lcm(unit, 64) (abstract.py get_mamba_prefill_checkpoint_grid, gdn_attn.py)
         align = 1 if fp.state[0].kind == "mamba2" else (lcm(unit, 64) if unit < block else block)
     override = rs.num_gpu_blocks_override
-    return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, sc.chunk, attn,
+    return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, batched_tokens(sc), attn,
                  mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
                  rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
                  group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
@@ -215,7 +216,7 @@ def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
     if per_block <= 0:
         raise NotServed(f"{sc.spec.name} has no attention layers")
     return Rules("attention layers alone", sc.vllm.release.version, "attention-only", ATTENTION_BLOCK,
-                 ATTENTION_BLOCK, sc.chunk, 1, 0, max(kv_budget // per_block, 1), None, "—", False, False,
+                 ATTENTION_BLOCK, batched_tokens(sc), 1, 0, max(kv_budget // per_block, 1), None, "—", False, False,
                  False, 0, False, sc.ctx, attention_only=True)
 
 

@@ -47,10 +47,6 @@ NEMOTRON_H = frozenset({"NemotronHForCausalLM", "NemotronH_Nano_VL_V2", "Nemotro
 _V0_ONLY = {"JambaForCausalLM": "0.10.1", "MambaForCausalLM": "0.10.1", "FalconMambaForCausalLM": "0.10.1",
             "MiniMaxText01ForCausalLM": "0.10.1", "MiniMaxM1ForCausalLM": "0.10.1"}
 
-#: ``--max-num-seqs`` defaults (vllm/engine/arg_utils.py): 1024 on GPUs with at least this much memory
-#: (not A100), else 256
-LARGE_GPU_BYTES = 70 * (1 << 30)
-
 #: a version as typed or logged (compiled on first use, by re's own cache: the newest release needs none)
 _VERSION = r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?P<rest>.*)"
 
@@ -208,14 +204,6 @@ class Release:
         if self.at_least("0.20.0"):
             return "refuse"
         return "cap" if self.at_least("0.18.0") else "none"
-
-    def default_max_num_seqs(self, gpu_mem: int | None, gpu: str | None = None) -> int:
-        """``--max-num-seqs`` when none is given (vllm/engine/arg_utils.py): 1024 on GPUs with at least 70 GiB
-        that are not A100s, else 256 (0.33.0 puts GB10, DGX Spark, in the small tier too); a budget given
-        directly is taken as a large GPU."""
-        small = gpu_mem is not None and (gpu_mem < LARGE_GPU_BYTES or (gpu or "").startswith("a100")
-                                         or (gpu == "gb10" and self.at_least("0.33.0")))
-        return 256 if small else 1024
 
     @property
     def rounds_available_memory(self) -> bool:

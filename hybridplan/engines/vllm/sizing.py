@@ -18,12 +18,17 @@ from hybridplan.engines.vllm.blocks import (
     layout,
     recurrent_pages,
 )
+from hybridplan.engines.vllm import defaults
 from hybridplan.engines.vllm.context import refusal
+from hybridplan.engines.vllm.defaults import batched_tokens
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import Footprint
 from hybridplan.records import frozen
+
+#: the `vllm serve` token budget of an H100-class GPU (defaults.py), for a Capacity built without a scenario
+DEFAULT_SERVE_TOKENS = defaults.TIERS["serve"]["large"][0]
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -189,8 +194,8 @@ class Capacity:
     rel: Release
     #: ``--enforce-eager``: no CUDA graphs
     eager: bool = False
-    #: ``--max-num-batched-tokens``
-    batched_tokens: int = 8192
+    #: ``--max-num-batched-tokens``: given, else the default for the GPU and release (defaults.py)
+    batched_tokens: int = DEFAULT_SERVE_TOKENS
     #: ``--block-size`` as given, else 16: the cache block of an attention-free model
     cache_block: int = KERNEL_BLOCK
     #: the page every layer takes once unified, where a draft's is larger than the layout's
@@ -322,15 +327,14 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     size, groups = cache_groups(footprint(sc), sc.vllm.release, given)
     pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
                   else attention_pages(sc, g.window, g.block or lay.block_size) for g in groups)
-    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager, sc.chunk,
+    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager,
+                    batched_tokens(sc),
                     sc.vllm.block_size or KERNEL_BLOCK, None if common == lay.page_bytes else common)
 
 
 def max_num_seqs(sc: Scenario) -> int:
-    """``--max-num-seqs`` as given, else its default for the GPU."""
-    if sc.vllm.max_num_seqs is not None:
-        return sc.vllm.max_num_seqs
-    return sc.vllm.release.default_max_num_seqs(sc.budget.gpu_mem, sc.budget.gpu)
+    """``--max-num-seqs`` as given, else its default for the GPU and release (defaults.py)."""
+    return defaults.max_num_seqs(sc)
 
 
 def kv_budget(sc: Scenario) -> int:
@@ -464,10 +468,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
         from hybridplan.engines.vllm.memory import encoder_note
 
         notes += filter(None, [encoder_note(rel, json.loads(sc.spec.config_json or "{}"))])
-    if sc.vllm.max_num_seqs is None:
-        gpu = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
-        notes.append(f"--max-num-seqs not given: vLLM's default, {n}, for {gpu} (1024 from 70 GiB up, not on "
-                     "A100s; 256 below; vllm/engine/arg_utils.py)")
+    notes += filter(None, [defaults.note(sc), defaults.gdn_note(sc)])
     blocks = fits[chosen].capacity.mamba_blocks
     if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks and not sc.vllm.enforce_eager:
         notes.append(f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
