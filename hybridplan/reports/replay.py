@@ -554,8 +554,8 @@ def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, i
     B = r0.block
     if lost.get("eviction", 0) > 0 or run.evictions:
         for k in (2, 8):
-            add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory: a higher "
-                "--gpu-memory-utilization or a larger GPU)", lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
+            add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
+                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1
         add("max_model_len", f"--max-model-len {m}", lambda: vl(replace(sc, ctx=m)))
@@ -608,6 +608,7 @@ def gaps(chosen: list[tuple[str, Policy, dict]], runs: dict[str, Run], ideal: Ru
         causes = []
         for cause in CAUSES:
             mine = [(ch, alt[q.label].hit_rate) for lab, c, ch, q in cands if lab == p.label and c == cause]
+            # best first; between equal rates the one tried first (the smaller change: 2× the memory before 8×)
             better = tuple(sorted(((ch, h) for ch, h in mine if h > run.hit_rate), key=lambda x: -x[1]))
             worse = tuple(ch for ch, h in mine if h <= run.hit_rate)
             note = ""
