@@ -111,7 +111,8 @@ def _progress(total_hint: int | None):
             def render(self, task) -> Text:
                 return Text(f"{task.speed:,.0f} requests/s" if task.speed else "")
 
-        count = "{task.completed:,.0f} / {task.total:,.0f} requests" if total_hint else "{task.completed:,.0f} requests"
+        count = ("{task.completed:,.0f} / {task.total:,.0f} requests" if total_hint
+                 else "{task.completed:,.0f} requests")
         columns = [TextColumn("replaying"), *([BarColumn()] if total_hint else []), TextColumn(count), Rate(),
                    TimeElapsedColumn()]
         with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:

@@ -739,6 +739,6 @@ def _sweep(sc: Scenario, rs: ReplaySettings, factory, chosen, over: str, n: int)
                     pol, x = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len), vr.block
             except PlanError:
                 continue
-            runs, _ = replay([pol], factory(), r.concurrency, keep_outcomes=False)
+            runs, _ = replay([pol], factory(), p.concurrency or r.concurrency, keep_outcomes=False)
             series.setdefault(p.label, []).append((float(x), runs[pol.label].hit_rate))
     return (over, tuple((k, tuple(v)) for k, v in series.items()))
