@@ -249,6 +249,7 @@ def test_concurrency_is_capped_at_the_running_limit(run_cli):
     four = json.loads(out)
     rates = lambda d: [(r["label"], r["reused_tokens"], r["evictions"]) for r in d["rows"]]  # noqa: E731
     assert rates(big) == rates(four)
+    assert [r.get("in_flight") for r in big["rows"]] == [4, 4, None]  # vLLM align, attention alone; the ideal
     assert any("vLLM 0.33.0 align, attention layers alone run 4 at once" in n for n in big["notes"])
     assert not any("at once" in n for n in four.get("notes", []))
 

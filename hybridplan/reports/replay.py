@@ -78,6 +78,8 @@ class Row:
     diagnostics: tuple[str, ...] = ()
     #: the gap to the ideal cache, cause by cause (None: the ideal cache itself, or --no-gap)
     gap: Gap | None = None
+    #: the most requests in flight the row replayed with (--concurrency capped at the engine's running limit)
+    in_flight: int | None = None
 
     def to_dict(self) -> dict:
         r = self.run
@@ -88,6 +90,8 @@ class Row:
                 "peak_states_held": r.peak_states, "peak_blocks_held": r.peak_blocks, "evictions": r.evictions,
                 "refused": [{"request": i, "why": w} for i, w in r.refused], "reasons": dict(r.reasons),
                 "rules": self.rules, "diagnostics": list(self.diagnostics)}
+        if self.in_flight is not None:
+            d["in_flight"] = self.in_flight
         if self.gap is not None:
             d["gap"] = self.gap.to_dict()
         return d
@@ -527,7 +531,7 @@ def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, i
         def radix(name: str) -> Scenario:
             return replace(sc, sglang=SglangSettings(**{**sc.sglang.__dict__, "radix": name}))
 
-        if lost.get("eviction", 0) > 0 or run.evictions:
+        if lost.get("eviction", 0) > 0:
             for k in (2, 8):
                 add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
                     f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
@@ -552,7 +556,7 @@ def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, i
         return vpc.rules(s, r, m, _vllm_budget(s, r))
 
     B = r0.block
-    if lost.get("eviction", 0) > 0 or run.evictions:
+    if lost.get("eviction", 0) > 0:
         for k in (2, 8):
             add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
                 lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
@@ -614,6 +618,8 @@ def gaps(chosen: list[tuple[str, Policy, dict]], runs: dict[str, Run], ideal: Ru
             note = ""
             if lost[cause] > 0 and not mine:
                 note = _no_flag(engine, cause, rules, factory is None)
+            elif cause == "eviction" and not lost[cause] and run.evictions:
+                note = f"{run.evictions:,} evictions, yet a pool that never evicts reuses no more here"
             causes.append(Cause(cause, lost[cause], lost[cause] / gap if gap else 0.0, better, worse, note))
         out[p.label] = Gap(ideal_tokens, run.reused_tokens, tuple(causes))
     return out
@@ -663,7 +669,7 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
         diag = diagnose(engine, run, rules, sc, _what_if(sc, rs, limited, engine, rules, n, p.concurrency)) \
             if engine != "baseline" else []
         rows.append(Row(engine, p.label, run, rules, fl.saved(run), fl.total(run), tuple(diag),
-                        found.get(p.label)))
+                        found.get(p.label), p.concurrency))
     rows.append(Row("baseline", ideal.label, ideal, {"mode": "ideal"}, fl.saved(ideal), fl.total(ideal)))
     notes = [fl.note] if fl.note else []
     capped = [(p.label, p.concurrency) for _, p, _ in chosen if p.concurrency is not None
