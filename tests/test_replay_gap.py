@@ -177,19 +177,26 @@ def test_hash_unit_alone_on_the_attention_layers():
 
 
 def test_concurrency_alone():
-    """Three requests of 2112 shared + 500 own tokens (Qwen3.5-4B, 0.29 align, block 528) with a pool of one
-    request's blocks and a spare state: at two in flight the second waits for the first to finish, as at one
-    in flight, so the two replays reuse alike and concurrency costs nothing; the cause is what a replay at one
-    in flight gains, 0 here by that derivation."""
+    """Three users, each with a 1200-token document of their own and three turns of 300 tokens without history,
+    round-robin (Qwen3.5-4B, 0.29 align, block 528), over a pool of 20 blocks. A turn's one saved state is at
+    its last block boundary, ⌊1501/528⌋·528 = 1056, inside the document, so turns 2 and 3 can resume at 1056:
+    at one in flight the pool holds the three documents' blocks and states beside the running request, nothing
+    is evicted and the six later turns reuse 6 · 1056. At three in flight the running requests pin the pool and
+    each new one evicts what the others cached. Lifting concurrency alone (the first lift) gives back exactly
+    what the replay at one in flight reuses more."""
     sc = scenario("qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"),
                   budget=Budget(kv_budget=40 * GiB))
-    work = Synthetic(shared=2112, users=3, private=500, output=1)
-    r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
-    per = vpc.Cache(r).blocks_needed(next(work.requests())) + r.attn_groups + r.mamba_groups
-    one = report(sc, work.requests(), ReplaySettings(num_gpu_blocks_override=per)).rows[0]
-    two = report(sc, work.requests(), ReplaySettings(concurrency=2, num_gpu_blocks_override=per)).rows[0]
-    assert two.gap.cause("concurrency").tokens == one.run.reused_tokens - two.run.reused_tokens == 0
-    assert lost(one) == lost(two)
+    work = Synthetic(shared=0, users=3, turns=3, private=300, output=2, group_size=1, group_shared=1200,
+                     history=False)
+    one = report(sc, work.requests(), ReplaySettings(num_gpu_blocks_override=20)).rows[0]
+    three = report(sc, work.requests(), ReplaySettings(concurrency=3, num_gpu_blocks_override=20)).rows[0]
+    assert one.run.evictions == 0 and one.run.reused_tokens == 6 * 1056
+    assert three.run.evictions > 0 and three.run.reused_tokens < one.run.reused_tokens
+    assert three.gap.cause("concurrency").tokens == one.run.reused_tokens - three.run.reused_tokens
+    assert one.gap.cause("concurrency").tokens == 0
+    # past the first lift both replays are the same counterfactuals
+    assert {c: t for c, t in lost(three).items() if c != "concurrency"} == \
+        {c: t for c, t in lost(one).items() if c != "concurrency"}
 
 
 def test_mooncake_rows_name_every_cause_they_pay():
