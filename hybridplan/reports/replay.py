@@ -572,6 +572,13 @@ def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, i
             flag = ("VLLM_PREFIX_CACHE_RETENTION_INTERVAL=" if rel.before("0.29.0")
                     else "--prefix-cache-retention-interval ")
             add("policy", f"{flag}{B}", lambda: vl(r=replace(rs, retention_interval=B)))
+        if mode == "align" and r0.eagle and rel.at_least("0.30.0") and not r0.shared_prefix_checkpoint:
+            flag = ("--enable-mamba-fine-grained-prefix-cache" if rel.before("0.31.0")
+                    else "--enable-mamba-shared-prefix-checkpoint")
+            for u in (64, 16):
+                if B % u == 0 and u < B:
+                    add("policy", f"{flag} --prefix-match-unit {u}",
+                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))
         x = _median(run, "checkpoint_past_divergence")
         target = vpc.chunk_ending_at_block(x, B) if mode == "align" else 0
         if target and target != sc.chunk:
