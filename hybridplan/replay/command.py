@@ -143,8 +143,10 @@ def replay(o: Options) -> None:
     """Replay a sequence of requests through each engine's prefix cache — vLLM per Mamba cache mode, SGLang's
     radix strategy — at the memory the engine would have, beside the model's attention layers alone and an
     ideal cache: token hit rate, requests with a hit, tokens computed, prefill FLOPs saved, states and blocks
-    held, evictions, and for each miss the reason and the flag that changes it. docs/replay.md gives the
-    semantics.
+    held, evictions; each row's gap to the ideal cache split by cause (concurrency, eviction, max_model_len,
+    caching off, checkpoint policy, hash unit, grid), with the flag or memory that recovers each and the hit
+    rate replayed with it; and for each miss the reason. A pasted `vllm serve MODEL …` or SGLang line after --
+    names the model. docs/replay.md gives the semantics.
 
     Examples:
 
