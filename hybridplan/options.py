@@ -861,14 +861,17 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     set_by_head = {t.split("=", 1)[0] for t in out if _is_flag(t)}
     dropped: list[str] = []
+    # where the model stands among the command's arguments (`replay TRACE MODEL`: second)
+    arguments = [p.name for p in cmd.params if getattr(p, "param_type_name", None) == "argument"]
+    at = arguments.index("model") if "model" in arguments else 0
     for line in lines:
         if line.model is not None:
             model_is_option = "--model" in own
             if model_is_option:
                 out += ["--model", line.model]
-            elif positional and positional[0] != line.model:
-                raise PlanError(f"two models: {positional[0]} and the engine line's {line.model}")
-            elif not positional:
+            elif len(positional) > at and positional[at] != line.model:
+                raise PlanError(f"two models: {positional[at]} and the engine line's {line.model}")
+            elif len(positional) == at:  # the pasted line's model is the model (after a TRACE, say)
                 out.append(line.model)
                 positional.append(line.model)
         if line.engine is not None and "--engine" in own and "--engine" not in set_by_head:

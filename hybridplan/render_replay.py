@@ -42,6 +42,12 @@ def replay_view(r: ReplayReport) -> Group:
                      "ideal cache: resumes anywhere, no memory limit; attention layers alone: the same model's "
                      "KV in 16-token blocks at the same memory")
     parts: list = [t]
+    gapped = [row for row in r.rows if row.gap is not None and row.gap.tokens]
+    parts += [gap_table(row) for row in gapped]
+    if gapped:
+        parts.append(Text("the gap: tokens the ideal cache reuses that the row does not, each cause lifted in this "
+                          "order on top of those above it (docs/replay.md); memory: a higher "
+                          "--gpu-memory-utilization, or a GPU with more, buys the blocks shown"))
     for row in r.rows:
         if row.diagnostics:
             parts.append(Text(f"{row.label}: why requests that share a prefix reused less", style="bold"))
@@ -49,3 +55,31 @@ def replay_view(r: ReplayReport) -> Group:
     parts += _skipped(r.skipped)
     parts += _notes(r.notes)
     return Group(*parts)
+
+
+def gap_table(row) -> Rows:
+    """One row's gap to the ideal cache, cause by cause in the order they were lifted, with what recovers each
+    (replayed) — the causes that cost tokens, and eviction wherever the row evicted."""
+    from hybridplan.reports.replay import CAUSE_TEXT
+
+    g = row.gap
+    lines = []
+    for c in g.causes:
+        if not c.tokens and not (c.name == "eviction" and row.run.evictions):
+            continue
+        fix = "; ".join(f"{ch}: {100 * h:.1f} %" for ch, h in _best(c.recover)) or c.note or (
+            "tried, none raises the rate: " + ", ".join(c.tried) if c.tried else "—")
+        lines.append((CAUSE_TEXT[c.name], f"{c.tokens:,}", f"{100 * c.share:.1f} %", fix))
+    lines.append(("gap to the ideal cache", f"{g.tokens:,}", "100.0 %", ""))
+    return Rows(("cause", "tokens", "share of the gap", "what recovers it (replayed hit rate)"), lines,
+                title=f"{row.label}: {g.reused_tokens:,} tokens reused, the ideal cache {g.ideal_tokens:,}",
+                left=(0, 3), prose=(0, 3), sections=(len(lines) - 1,))
+
+
+def _best(recover):
+    """Per flag, the change that raises the rate most (the first tried of equals: 2× the memory before 8×), best
+    first."""
+    seen: dict[str, tuple[str, float]] = {}
+    for ch, h in recover:
+        seen.setdefault(ch.split(" ", 1)[0], (ch, h))
+    return tuple(seen.values())

@@ -84,6 +84,12 @@ REPLAY = (
                                              "multiples).")], "budget"),
     param("no_requests", Flag[bool, option("--no-requests", help="--json without the per-request list.")],
           False),
+    param("requests_out", Flag[Optional[str], option(
+        "--requests-out", metavar="FILE.jsonl",
+        help="Write one JSON line per request: its prompt, what it shares with an earlier one, and per row what "
+             "it reused and why.")], None),
+    param("no_gap", Flag[bool, option("--no-gap", help="Skip the gap to the ideal cache, cause by cause (its "
+                                                       "counterfactual replays).")], False),
 )
 
 GROUPS = (TRACE, MODEL, (param("ctx", ctx_option("max_model_len (default: the model's maximum):"), None),), BUDGET,
@@ -91,29 +97,56 @@ GROUPS = (TRACE, MODEL, (param("ctx", ctx_option("max_model_len (default: the mo
 
 
 def _progress(total_hint: int | None):
-    """A rich progress bar on stderr, only on a terminal."""
+    """A rich progress bar on stderr, only on a terminal: the requests replayed, of how many where --limit says,
+    and how many a second."""
     if not sys.stderr.isatty():
         return None
 
     def wrap(reqs: Iterator) -> Iterator:
-        from rich.progress import Progress
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+        from rich.text import Text
 
-        with Progress(transient=True, console=None) as bar:
+        class Rate(ProgressColumn):
+            def render(self, task) -> Text:
+                return Text(f"{task.speed:,.0f} requests/s" if task.speed else "")
+
+        count = ("{task.completed:,.0f} / {task.total:,.0f} requests" if total_hint
+                 else "{task.completed:,.0f} requests")
+        columns = [TextColumn("replaying"), *([BarColumn()] if total_hint else []), TextColumn(count), Rate(),
+                   TimeElapsedColumn()]
+        with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:
             task = bar.add_task("replaying", total=total_hint)
+            i = 0
             for i, r in enumerate(reqs):
-                if i % 256 == 0:
+                if i % 64 == 0:
                     bar.update(task, completed=i)
                 yield r
+            bar.update(task, completed=i + 1)
 
     return wrap
+
+
+def write_requests(report, path: str) -> None:
+    """``--requests-out``: one JSON line per request (``ReplayReport.request_lines``)."""
+    import json
+
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            for line in report.request_lines():
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise PlanError(f"--requests-out {path}: {exc.strerror or exc}") from None
 
 
 def replay(o: Options) -> None:
     """Replay a sequence of requests through each engine's prefix cache — vLLM per Mamba cache mode, SGLang's
     radix strategy — at the memory the engine would have, beside the model's attention layers alone and an
     ideal cache: token hit rate, requests with a hit, tokens computed, prefill FLOPs saved, states and blocks
-    held, evictions, and for each miss the reason and the flag that changes it. docs/replay.md gives the
-    semantics.
+    held, evictions; each row's gap to the ideal cache split by cause (concurrency, eviction, max_model_len,
+    caching off, checkpoint policy, hash unit, grid), with the flag or memory that recovers each and the hit
+    rate replayed with it; and for each miss the reason. A pasted `vllm serve MODEL …` or SGLang line after --
+    names the model. docs/replay.md gives the semantics.
 
     Examples:
 
@@ -132,7 +165,7 @@ def replay(o: Options) -> None:
                         prefix_match_unit=o.match_unit, shared_prefix_checkpoint=o.shared_ckpt,
                         num_gpu_blocks_override=o.blocks_override, max_total_tokens=o.max_total_tokens,
                         mamba_max_states_per_path=o.states_per_path, int8_checkpoint=o.int8_ckpt,
-                        per_request=not o.no_requests)
+                        per_request=not o.no_requests, gap=not o.no_gap)
     synth_flags = [f for f, v in (("--shared", o.shared), ("--private", o.private), ("--output", o.output))
                    if v is not None] + (["--users"] if o.users != 1 else []) + (["--turns"] if o.turns != 1 else [])
     if o.trace == "synthetic":
@@ -151,6 +184,8 @@ def replay(o: Options) -> None:
         raise PlanError(f"--plot-over takes budget or block, got {o.plot_over!r}")
     report = replay_report(sc, rs, factory, label, _progress(o.limit),
                            sweep_over=o.plot_over if o.plot is not None else None)
+    if o.requests_out is not None:
+        write_requests(report, o.requests_out)
     from hybridplan.cli import show
 
     show(report, o, "hybridplan.render_replay:replay_view", "replay_plot")

@@ -58,6 +58,8 @@ class Run:
     peak_states: int = 0
     peak_blocks: int = 0
     keep_outcomes: bool = True
+    #: the longest prompt refused at max_model_len (0: none)
+    longest_refused: int = 0
 
     @property
     def computed_tokens(self) -> int:
@@ -259,11 +261,17 @@ class Policy:
     cache: object
     block: int
     max_len: int
+    #: the most requests in flight for this policy (None: the replay's ``concurrency``): an engine's running
+    #: limit caps what the workload asks for
+    concurrency: int | None = None
+    #: a counterfactual run beside the rows (`replay`'s gap attribution, a what-if): its refusals leave the
+    #: ideal cache's figures alone, and it keeps no per-request record
+    aside: bool = False
 
     def renewed(self, max_len: int) -> Policy:
         """The same rules over an empty cache (an engine's cache is built from its rules, ``r``), taking prompts
         below ``max_len``."""
-        return Policy(self.label, type(self.cache)(self.cache.r), self.block, max_len)
+        return Policy(self.label, type(self.cache)(self.cache.r), self.block, max_len, self.concurrency, self.aside)
 
 
 def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,
@@ -284,24 +292,27 @@ def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int
 def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: int, keep_outcomes: bool,
             progress: Callable[[int], None] | None) -> tuple[dict[str, Run], Run]:
     ideal = Ideal()
-    runs = {p.label: Run(p.label, p.block, keep_outcomes=keep_outcomes) for p in policies}
+    runs = {p.label: Run(p.label, p.block, keep_outcomes=keep_outcomes and not p.aside) for p in policies}
     ideal_run = Run(Ideal.label, 1, keep_outcomes=keep_outcomes)
     flights: dict[str, deque] = {p.label: deque() for p in policies}
-    lanes = [(p, runs[p.label], flights[p.label]) for p in policies]
+    lanes = [(p, runs[p.label], flights[p.label], p.concurrency or concurrency) for p in policies]
     for n, req in enumerate(requests, 1):
         prompt_len = req.prompt_len
         shared = min(ideal.visit(req), prompt_len - 1)
         stop = prompt_len + req.output_len
         refused = None
-        for p, run, flight in lanes:
+        for p, run, flight, in_flight in lanes:
             cache = p.cache
             if prompt_len >= p.max_len:
                 why = f"prompt of {prompt_len:,} tokens at or past max_model_len {p.max_len:,}"
                 run.refused.append((req.index, why))
                 run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
-                refused = why
+                if prompt_len > run.longest_refused:
+                    run.longest_refused = prompt_len
+                if not p.aside:
+                    refused = why
                 continue
-            while len(flight) >= concurrency:
+            while len(flight) >= in_flight:
                 cache.finish(flight.popleft())
             keys = cache.keys(req, stop)
             look = cache.lookup(req, keys)
@@ -313,7 +324,7 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
             else:
                 flight.append(req)
                 reason = classify(look, req, shared, p.block, p.max_len)
-                if keep_outcomes:
+                if run.keep_outcomes:
                     run.add(Outcome(req.index, prompt_len, look.hit, look.attention_hit, shared, reason))
                 else:
                     run.count(prompt_len, look.hit, reason)
@@ -326,11 +337,11 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
                 ideal_run.add(Outcome(req.index, prompt_len, shared, shared, shared, "hit" if shared else "cold"))
             else:
                 ideal_run.count(prompt_len, shared, "hit" if shared else "cold")
-        else:
-            ideal_run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
+        else:  # what it shares is kept (the gap attribution's ideal takes every request)
+            ideal_run.add(Outcome(req.index, 0, 0, 0, shared, "refused"))
         if progress is not None:
             progress(n)
-    for p, run, flight in lanes:
+    for p, run, flight, _ in lanes:
         while flight:
             p.cache.finish(flight.popleft())
         run.evictions = p.cache.evictions

@@ -31,6 +31,8 @@ class ReplaySettings:
     int8_checkpoint: bool = False
     #: list every request in the JSON (``requests[i]``)
     per_request: bool = True
+    #: split each row's gap to the ideal cache into causes (counterfactual replays in the same pass)
+    gap: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

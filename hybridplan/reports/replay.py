@@ -8,6 +8,7 @@ import json
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from itertools import islice
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
@@ -75,16 +76,25 @@ class Row:
     flops_saved: float
     flops_total: float
     diagnostics: tuple[str, ...] = ()
+    #: the gap to the ideal cache, cause by cause (None: the ideal cache itself, or --no-gap)
+    gap: Gap | None = None
+    #: the most requests in flight the row replayed with (--concurrency capped at the engine's running limit)
+    in_flight: int | None = None
 
     def to_dict(self) -> dict:
         r = self.run
-        return {"engine": self.engine, "label": self.label, "block": r.block, "requests": r.requests,
+        d = {"engine": self.engine, "label": self.label, "block": r.block, "requests": r.requests,
                 "token_hit_rate": r.hit_rate, "requests_with_hit": r.with_hit, "prompt_tokens": r.prompt_tokens,
                 "reused_tokens": r.reused_tokens, "computed_tokens": r.computed_tokens,
                 "prefill_flops_saved": self.flops_saved, "prefill_flops_total": self.flops_total,
                 "peak_states_held": r.peak_states, "peak_blocks_held": r.peak_blocks, "evictions": r.evictions,
                 "refused": [{"request": i, "why": w} for i, w in r.refused], "reasons": dict(r.reasons),
                 "rules": self.rules, "diagnostics": list(self.diagnostics)}
+        if self.in_flight is not None:
+            d["in_flight"] = self.in_flight
+        if self.gap is not None:
+            d["gap"] = self.gap.to_dict()
+        return d
 
 
 @frozen
@@ -101,16 +111,20 @@ class ReplayReport:
     def row(self, label: str) -> Row:
         return next(r for r in self.rows if r.label == label)
 
+    def request_lines(self) -> Iterator[dict]:
+        """Per request: its index, prompt tokens, the tokens it shares with an earlier request (the ideal
+        cache's, capped at prompt − 1), and per row what it reused and why (``REASONS``)."""
+        first = self.rows[0].run.outcomes if self.rows else []
+        for i, o in enumerate(first):
+            yield {"index": o.index, "prompt_tokens": o.prompt, "shared_tokens": o.shared,
+                   "reused": {r.label: r.run.outcomes[i].reused for r in self.rows if len(r.run.outcomes) > i},
+                   "why": {r.label: r.run.outcomes[i].reason for r in self.rows if len(r.run.outcomes) > i}}
+
     def to_dict(self) -> dict:
         d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "trace": self.trace,
                    "concurrency": self.settings.concurrency, "rows": [r.to_dict() for r in self.rows]}
         if self.settings.per_request:
-            first = self.rows[0].run.outcomes if self.rows else []
-            d["requests"] = [
-                {"index": o.index, "prompt_tokens": o.prompt, "shared_tokens": o.shared,
-                 "reused": {r.label: r.run.outcomes[i].reused for r in self.rows if len(r.run.outcomes) > i},
-                 "why": {r.label: r.run.outcomes[i].reason for r in self.rows if len(r.run.outcomes) > i}}
-                for i, o in enumerate(first[:MAX_LISTED])]
+            d["requests"] = list(islice(self.request_lines(), MAX_LISTED))
         if self.skipped:
             d["skipped"] = dict(self.skipped)
         if self.notes:
@@ -158,7 +172,8 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
                     continue
                 r = vpc.unbounded(r, UNBOUNDED) if unbounded else r
                 label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
-                out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len), r.to_dict()))
+                out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len,
+                                           min(rs.concurrency, running_limit(sc, "vllm"))), r.to_dict()))
             if len(refused) == len(modes):
                 raise NotServed("; ".join(refused.values()))
             skipped.update((f"vLLM {rel.version} {m}", why) for m, why in refused.items())
@@ -177,15 +192,33 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
                 sc, budget=replace(sc.budget, kv_budget=1 << 40))
             r = spc.rules(sc_s, rs)
             r = spc.unbounded(r, UNBOUNDED) if unbounded else r
-            out.append(("sglang", Policy(r.label, spc.Cache(r), r.grid, r.max_model_len), r.to_dict()))
+            out.append(("sglang", Policy(r.label, spc.Cache(r), r.grid, r.max_model_len,
+                                         min(rs.concurrency, running_limit(sc_s, "sglang"))), r.to_dict()))
         except NotServed as exc:
             if sc.engine != "both":
                 raise
             skipped["sglang"] = str(exc)
     if sc.spec.recurrent and sc.spec.attention:
         r = vpc.attention_rules(sc, budget if budget is not None else _vllm_budget(sc, rs))
-        out.append(("baseline", Policy(r.label, vpc.Cache(r), r.block, r.max_model_len), r.to_dict()))
+        out.append(("baseline", Policy(r.label, vpc.Cache(r), r.block, r.max_model_len,
+                                       min(rs.concurrency, running_limit(sc, "vllm"))), r.to_dict()))
     return out, skipped
+
+
+def running_limit(sc: Scenario, engine: str) -> int:
+    """The most requests the engine runs at once: vLLM's ``--max-num-seqs`` (its default for the GPU,
+    hybridplan/engines/vllm/sizing.py ``max_num_seqs``), SGLang's ``max_running_requests`` (given, or what its
+    pools admit, hybridplan/engines/sglang/pool.py ``fit``). More in flight wait in the engine's queue."""
+    if engine == "sglang":
+        if sc.sglang.max_running_requests is not None:
+            return sc.sglang.max_running_requests
+        from hybridplan.engines.sglang.pool import fit
+
+        f = fit(sc)
+        return max(getattr(f, "max_running_requests", 0), 1) if hasattr(f, "pool") else 1 << 30
+    from hybridplan.engines.vllm.sizing import max_num_seqs
+
+    return max_num_seqs(sc)
 
 
 def _vllm_budget(sc: Scenario, rs: ReplaySettings) -> int:
@@ -252,17 +285,14 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
             target = chunk_ending_at_block(x, B)
             rel = sc.vllm.release
             if rel.before("0.24.0"):
-                alt = rerun(vllm_version="0.24.0")
-                msg += ("; vLLM 0.24.0+ saves a state at the shared prefix on its second sighting (Marconi-style "
-                        "admission, #37898)" + (f": {_pct(alt.hit_rate)} hit rate on this trace" if alt else ""))
+                msg += _advice("vLLM 0.24.0+ saves a state at the shared prefix on its second sighting (Marconi-"
+                               "style admission, #37898)", rerun(vllm_version="0.24.0"), run)
             if target:
-                alt = rerun(chunk=target)
-                msg += (f"; --max-num-batched-tokens {target:,} puts a prefill chunk end at {target:,}"
-                        + (f": {_pct(alt.hit_rate)} hit rate" if alt else ""))
+                msg += _advice(f"--max-num-batched-tokens {target} puts a prefill chunk end at {target:,}",
+                               rerun(chunk=target), run)
         if engine == "sglang" and mode == "no_buffer":
-            alt = rerun(radix="extra_buffer")
-            msg += ("; --mamba-radix-cache-strategy extra_buffer saves a state at the branching point"
-                    + (f": {_pct(alt.hit_rate)} hit rate" if alt else ""))
+            msg += _advice("--mamba-radix-cache-strategy extra_buffer saves a state at the branching point",
+                           rerun(radix="extra_buffer"), run)
         out.append(msg)
     if c.get("not_admitted_yet"):
         how = ("Marconi-style admission, #37898" if engine == "vllm" else
@@ -271,18 +301,15 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
                    "request saves a state where it branches off and the next request with the prefix reuses it "
                    f"({how}: the first hit is on the third sighting)")
     if c.get("retention"):
-        alt = rerun(retention=B)
         out.append(f"{_requests(c['retention'])}: the state was computed but not kept under retention interval "
-                   f"{rules.get('retention_interval')} ({rules.get('retention_source')}); "
-                   f"--prefix-cache-retention-interval {B} keeps one per block"
-                   + (f": {_pct(alt.hit_rate)} hit rate" if alt else ""))
+                   f"{rules.get('retention_interval')} ({rules.get('retention_source')})"
+                   + _advice(f"--prefix-cache-retention-interval {B} keeps one per block", rerun(retention=B), run))
     if c.get("evicted"):
         blocks = rules.get("num_gpu_blocks") or rules.get("mamba_pool_slots")
         flag = "--num-gpu-blocks-override" if engine != "sglang" else "--max-mamba-cache-size"
-        alt = rerun(double=True)
         out.append(f"{_requests(c['evicted'])}: what they would have reused was evicted ({run.evictions:,} evictions "
-                   f"from a pool of {blocks:,}); {flag} {2 * blocks:,} (twice the memory)"
-                   + (f" gives {_pct(alt.hit_rate)} hit rate" if alt else ""))
+                   f"from a pool of {blocks:,})"
+                   + _advice(f"{flag} {2 * blocks} (twice the memory)", rerun(double=True), run))
     if c.get("speculative"):
         out.append(f"{_requests(c['speculative'])}: speculative decoding moved the state — EAGLE/MTP drops the last "
                    f"block of the attention hit ({B:,} tokens) and the last prefill checkpoint moves a block earlier; "
@@ -291,6 +318,18 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
         out.append(f"{_requests(len(run.refused))} refused: " + "; ".join(
             f"#{i}: {w}" for i, w in run.refused[:5]) + (" …" if len(run.refused) > 5 else ""))
     return out
+
+
+def _advice(change: str, alt: Run | None, run: Run) -> str:
+    """A change and the hit rate it was replayed at, when that is above the row's; said not to help when it is
+    not (a change that lowers the rate is never recommended); the change alone when the trace was too long to
+    replay."""
+    if alt is None:
+        return f"; {change}"
+    if alt.hit_rate > run.hit_rate:
+        return f"; {change}: {_pct(alt.hit_rate)} hit rate"
+    return f" (replayed with {change.split(' ', 1)[0] if change.startswith('--') else change}: " \
+           f"{_pct(alt.hit_rate)}, not above this row's {_pct(run.hit_rate)}, so not advised)"
 
 
 def _half_ssm_block(sc: Scenario, mode: str) -> int | None:
@@ -306,7 +345,7 @@ def _half_ssm_block(sc: Scenario, mode: str) -> int | None:
 
 
 def _what_if(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], engine: str,
-             rules: dict, n: int) -> Callable[..., Run | None]:
+             rules: dict, n: int, concurrency: int | None = None) -> Callable[..., Run | None]:
     """A rerun of one policy with one thing changed, where the trace is short enough."""
 
     def rerun(vllm_version: str | None = None, chunk: int | None = None, retention: int | None = None,
@@ -345,7 +384,7 @@ def _what_if(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Re
                 pol = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len)
         except PlanError:
             return None
-        runs, _ = replay([pol], factory(), r.concurrency, keep_outcomes=False)
+        runs, _ = replay([pol], factory(), concurrency or r.concurrency, keep_outcomes=False)
         return runs[pol.label]
 
     return rerun
@@ -364,6 +403,263 @@ def _default_notes(sc: Scenario) -> list[str]:
     return notes
 
 
+# --- the gap to the ideal cache, cause by cause ----------------------------------------------------------
+
+#: the causes of a row's gap to the ideal cache, in the order they are lifted (docs/replay.md "The gap, cause by
+#: cause"): each counterfactual keeps the ones lifted before it lifted
+CAUSES = ("concurrency", "eviction", "max_model_len", "caching_off", "policy", "hash_unit", "grid")
+#: each cause in words
+CAUSE_TEXT = {
+    "concurrency": "concurrency: requests in flight pin memory",
+    "eviction": "eviction (memory): KV blocks, Mamba states and slots",
+    "max_model_len": "requests at or past max_model_len",
+    "caching_off": "prefix caching off",
+    "policy": "checkpoint policy: where states are kept",
+    "hash_unit": "attention hash unit: KV matched whole from the left",
+    "grid": "checkpoint grid (block rounding)",
+}
+
+
+@frozen
+class Cause:
+    """One cause of a row's gap: the tokens it costs, its share of the gap, and what recovers it."""
+
+    name: str
+    tokens: int
+    share: float
+    #: (the change, the token hit rate replayed with it), the changes tried that raise the row's rate, best first
+    recover: tuple[tuple[str, float], ...] = ()
+    #: the changes tried that do not raise it (never recommended)
+    tried: tuple[str, ...] = ()
+    #: why nothing is tried, where that is so
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d: dict = {"tokens": self.tokens, "share": self.share,
+                   "recover": [{"change": c, "token_hit_rate": h} for c, h in self.recover]}
+        if self.tried:
+            d["tried_without_gain"] = list(self.tried)
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@frozen
+class Gap:
+    """A row's reused tokens against the ideal cache's over every request, split into ``CAUSES``."""
+
+    ideal_tokens: int
+    reused_tokens: int
+    causes: tuple[Cause, ...]
+
+    @property
+    def tokens(self) -> int:
+        return self.ideal_tokens - self.reused_tokens
+
+    def cause(self, name: str) -> Cause:
+        return next(c for c in self.causes if c.name == name)
+
+    def to_dict(self) -> dict:
+        return {"ideal_tokens": self.ideal_tokens, "reused_tokens": self.reused_tokens, "gap_tokens": self.tokens,
+                "order": list(CAUSES), "lost": {c.name: c.to_dict() for c in self.causes}}
+
+
+def _module(engine: str):
+    if engine == "sglang":
+        from hybridplan.engines.sglang import radix_cache as m
+    else:
+        from hybridplan.engines.vllm import prefix_cache as m
+    return m
+
+
+def _aside(p: Policy, label: str, rules, concurrency: int | None) -> Policy:
+    block = rules.grid if hasattr(rules, "grid") else rules.block
+    return Policy(label, type(p.cache)(rules), block, rules.max_model_len, concurrency, aside=True)
+
+
+def lifts(engine: str, p: Policy) -> tuple[list[tuple[str, Policy | None]], int]:
+    """The counterfactual replays of one row, a cause lifted at a time in ``CAUSES``' order on top of those
+    before it (None where lifting it changes no rule), each a variant of the engine's own rules (its package's
+    ``unbounded``, ``any_length``, ``caching_on``, ``every_checkpoint``); and the grid its states then sit on
+    (``state_grid``), from which the last two causes are counted without a replay."""
+    m = _module(engine)
+    r, c = p.cache.r, p.concurrency or 1
+    out: list[tuple[str, Policy | None]] = []
+    for cause, new_r, new_c in (("concurrency", None, 1), ("eviction", m.unbounded, c),
+                                ("max_model_len", m.any_length, c), ("caching_off", m.caching_on, c),
+                                ("policy", m.every_checkpoint, c)):
+        nr = r if new_r is None else (new_r(r, UNBOUNDED) if new_r is m.unbounded else new_r(r))
+        if nr == r and new_c == c:
+            out.append((cause, None))
+            continue
+        r, c = nr, new_c
+        out.append((cause, _aside(p, f"{p.label} · {cause} lifted", r, c)))
+    return out, m.state_grid(r)
+
+
+def attribute(run: Run, ideal: Run, stages: list[tuple[str, Run | None]], grid: int) -> dict[str, int]:
+    """Tokens lost per cause, telescoping from the row's reused tokens to the ideal cache's over every request
+    (refused ones too): each replayed stage's gain over the one before, then, counted from the ideal cache's
+    shared prefixes s (each capped at prompt − 1), Σ floor(s / grid)·grid less the last stage (a cache with a
+    state at every grid point still matches KV whole from the left and never caches the last generated token:
+    ``hash_unit``) and Σ s less that (``grid``)."""
+    lost: dict[str, int] = {}
+    v = run.reused_tokens
+    for cause, st in stages:
+        now = st.reused_tokens if st is not None else v
+        lost[cause] = now - v
+        v = now
+    on_grid = sum(o.shared // grid * grid for o in ideal.outcomes)
+    lost["hash_unit"] = on_grid - v
+    lost["grid"] = sum(o.shared for o in ideal.outcomes) - on_grid
+    return lost
+
+
+def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
+                rs: ReplaySettings) -> list[tuple[str, str, Policy]]:
+    """(cause, change, policy) for each engine flag or memory that may recover a cause that costs tokens: the
+    same row's rules rebuilt with that change (hybridplan/engines/*), to be replayed."""
+    out: list[tuple[str, str, Policy]] = []
+    mode = rules.get("mode") or rules.get("strategy")
+    if engine == "baseline" or mode == "attention-only":
+        return out
+
+    def add(cause: str, change: str, build: Callable[[], object]) -> None:
+        try:
+            r = build()
+        except PlanError:
+            return
+        out.append((cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency)))
+
+    r0 = p.cache.r
+    if engine == "sglang":
+        from hybridplan.engines.sglang import radix_cache as spc
+        from hybridplan.engines.sglang.settings import SglangSettings
+
+        def sg(s: Scenario = sc, r: ReplaySettings = rs):
+            s = s if s.budget.kv_budget is not None or s.budget.gpu_mem is not None else replace(
+                s, budget=replace(s.budget, kv_budget=1 << 40))
+            return spc.rules(s, r)
+
+        def radix(name: str) -> Scenario:
+            return replace(sc, sglang=SglangSettings(**{**sc.sglang.__dict__, "radix": name}))
+
+        if lost.get("eviction", 0) > 0:
+            for k in (2, 8):
+                add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
+                    f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
+                                                               state_slots=k * r0.state_slots))
+        if lost.get("max_model_len", 0) > 0 and run.longest_refused:
+            m = run.longest_refused + 1
+            add("max_model_len", f"--context-length {m}", lambda: sg(replace(sc, ctx=m)))
+        if lost.get("caching_off", 0) > 0:
+            add("caching_off", "--mamba-radix-cache-strategy extra_buffer", lambda: sg(radix("extra_buffer")))
+        if lost.get("policy", 0) > 0:
+            if mode == "no_buffer":
+                add("policy", "--mamba-radix-cache-strategy extra_buffer", lambda: sg(radix("extra_buffer")))
+            if rs.mamba_max_states_per_path != -1:
+                add("policy", "--mamba-max-states-per-path -1",
+                    lambda: sg(r=replace(rs, mamba_max_states_per_path=-1)))
+        return out
+    from hybridplan.engines.vllm import prefix_cache as vpc
+
+    rel = sc.vllm.release
+
+    def vl(s: Scenario = sc, r: ReplaySettings = rs, m: str = mode):
+        return vpc.rules(s, r, m, _vllm_budget(s, r))
+
+    B = r0.block
+    if lost.get("eviction", 0) > 0:
+        for k in (2, 8):
+            add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
+                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
+    if lost.get("max_model_len", 0) > 0 and run.longest_refused:
+        m = run.longest_refused + 1
+        add("max_model_len", f"--max-model-len {m}", lambda: vl(replace(sc, ctx=m)))
+    if lost.get("caching_off", 0) > 0:
+        add("caching_off", "--mamba-cache-mode align", lambda: vl(m="align"))
+    if lost.get("policy", 0) > 0 and mode != "none":
+        if mode != "all" and "all" in rel.modes_for(sc.spec, None):
+            add("policy", "--mamba-cache-mode all", lambda: vl(m="all"))
+        if rules.get("retention_interval") is not None:
+            flag = ("VLLM_PREFIX_CACHE_RETENTION_INTERVAL=" if rel.before("0.29.0")
+                    else "--prefix-cache-retention-interval ")
+            add("policy", f"{flag}{B}", lambda: vl(r=replace(rs, retention_interval=B)))
+        if mode == "align" and r0.eagle and rel.at_least("0.30.0") and not r0.shared_prefix_checkpoint:
+            flag = ("--enable-mamba-fine-grained-prefix-cache" if rel.before("0.31.0")
+                    else "--enable-mamba-shared-prefix-checkpoint")
+            for u in (64, 16):
+                if B % u == 0 and u < B:
+                    add("policy", f"{flag} --prefix-match-unit {u}",
+                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))
+        x = _median(run, "checkpoint_past_divergence")
+        target = vpc.chunk_ending_at_block(x, B) if mode == "align" else 0
+        if target and target != sc.chunk:
+            add("policy", f"--max-num-batched-tokens {target}", lambda: vl(replace(sc, chunk=target)))
+    if lost.get("grid", 0) > 0 and mode != "none":
+        alt = _half_ssm_block(sc, mode)
+        if alt and alt < B:
+            add("grid", "--mamba-ssm-cache-dtype bfloat16", lambda: vl(replace(sc, dtypes=replace(sc.dtypes,
+                                                                                                  ssm="bfloat16"))))
+        if r0.unit == B and rel.at_least("0.26.0") and mode == "align":
+            for u in (64, 16):
+                if B % u == 0 and u < B:
+                    add("grid", f"--prefix-match-unit {u}", lambda u=u: vl(r=replace(rs, prefix_match_unit=u)))
+    return out
+
+
+def gaps(chosen: list[tuple[str, Policy, dict]], runs: dict[str, Run], ideal: Run,
+         stages: dict[str, tuple[list[tuple[str, Policy | None]], int]], sc: Scenario, rs: ReplaySettings,
+         factory: Callable[[], Iterable[Request]] | None) -> dict[str, Gap]:
+    """Each row's gap, cause by cause, and what recovers each: the candidates of every row replayed together in
+    one more pass over the trace (``factory``; None: not replayed, the trace being too long)."""
+    losts: dict[str, dict[str, int]] = {}
+    cands: list[tuple[str, str, str, Policy]] = []
+    for engine, p, rules in chosen:
+        st, grid = stages[p.label]
+        lost = attribute(runs[p.label], ideal, [(c, runs[q.label] if q is not None else None) for c, q in st], grid)
+        losts[p.label] = lost
+        if factory is not None:
+            cands += [(p.label, c, ch, q) for c, ch, q in _candidates(engine, p, rules, runs[p.label], lost, sc, rs)]
+    alt: dict[str, Run] = {}
+    if cands:
+        alt, _ = replay([q for *_, q in cands], factory(), rs.concurrency, keep_outcomes=False)
+    out: dict[str, Gap] = {}
+    ideal_tokens = sum(o.shared for o in ideal.outcomes)
+    for engine, p, rules in chosen:
+        run, lost = runs[p.label], losts[p.label]
+        gap = ideal_tokens - run.reused_tokens
+        causes = []
+        for cause in CAUSES:
+            mine = [(ch, alt[q.label].hit_rate) for lab, c, ch, q in cands if lab == p.label and c == cause]
+            # best first; between equal rates the one tried first (the smaller change: 2× the memory before 8×)
+            better = tuple(sorted(((ch, h) for ch, h in mine if h > run.hit_rate), key=lambda x: -x[1]))
+            worse = tuple(ch for ch, h in mine if h <= run.hit_rate)
+            note = ""
+            if lost[cause] > 0 and not mine:
+                note = _no_flag(engine, cause, rules, factory is None)
+            elif cause == "eviction" and not lost[cause] and run.evictions:
+                note = f"{run.evictions:,} evictions, yet a pool that never evicts reuses no more here"
+            causes.append(Cause(cause, lost[cause], lost[cause] / gap if gap else 0.0, better, worse, note))
+        out[p.label] = Gap(ideal_tokens, run.reused_tokens, tuple(causes))
+    return out
+
+
+def _no_flag(engine: str, cause: str, rules: dict, too_long: bool) -> str:
+    if too_long:
+        return f"not replayed: the trace is longer than {WHAT_IF_LIMIT:,} requests (use --limit)"
+    if rules.get("mode") == "attention-only":
+        return "a baseline: no engine flag"
+    return {"concurrency": "fewer in flight (a lower --max-num-seqs / --max-running-requests) frees memory; "
+                           "the concurrency-1 replay is the stage above",
+            "hash_unit": "no engine caches the last generated token's KV, and KV is matched whole blocks from "
+                         "the left",
+            "grid": "no flag moves the grid below one Mamba page" if engine != "sglang" else
+                    "no flag moves SGLang's checkpoint grid (lcm of its chunk and page)",
+            "policy": "no flag tried places states where these requests needed them",
+            }.get(cause, "no flag tried recovers it")
+
+
 def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], trace: str,
                   progress: Callable[[Iterator[Request]], Iterator[Request]] | None = None,
                   sweep_over: str | None = None) -> ReplayReport:
@@ -378,25 +674,41 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
         reqs = _take(reqs, rs.limit)
     if progress is not None:
         reqs = progress(iter(reqs))
-    runs, ideal = replay([p for _, p, _ in chosen], reqs, rs.concurrency, keep_outcomes=True)
+    stages = {p.label: lifts(engine, p) for engine, p, _ in chosen} if rs.gap else {}
+    extra = [q for st, _ in stages.values() for _, q in st if q is not None]
+    runs, ideal = replay([p for _, p, _ in chosen] + extra, reqs, rs.concurrency, keep_outcomes=True)
     n = ideal.requests
     if n == 0:
         raise PlanError(f"{trace}: the trace holds no request")
     fl = flops(sc.spec)
     limited = (lambda: _take(factory(), rs.limit)) if rs.limit is not None else factory
+    found = gaps(chosen, runs, ideal, stages, sc, rs, limited if n <= WHAT_IF_LIMIT else None) if rs.gap else {}
     rows = []
     for engine, p, rules in chosen:
         run = runs[p.label]
-        diag = diagnose(engine, run, rules, sc, _what_if(sc, rs, limited, engine, rules, n)) \
+        diag = diagnose(engine, run, rules, sc, _what_if(sc, rs, limited, engine, rules, n, p.concurrency)) \
             if engine != "baseline" else []
-        rows.append(Row(engine, p.label, run, rules, fl.saved(run), fl.total(run), tuple(diag)))
+        rows.append(Row(engine, p.label, run, rules, fl.saved(run), fl.total(run), tuple(diag),
+                        found.get(p.label), p.concurrency))
     rows.append(Row("baseline", ideal.label, ideal, {"mode": "ideal"}, fl.saved(ideal), fl.total(ideal)))
     notes = [fl.note] if fl.note else []
+    capped = [(p.label, p.concurrency) for _, p, _ in chosen if p.concurrency is not None
+              and p.concurrency < rs.concurrency]
+    if capped:
+        by: dict[int, list[str]] = {}
+        for label, c in capped:
+            by.setdefault(c, []).append(label)
+        notes.append(f"--concurrency {rs.concurrency:,} is past the engines' running limit (vLLM --max-num-seqs, "
+                     "SGLang --max-running-requests), so the rest wait in the queue: " + "; ".join(
+                         f"{', '.join(labels)} run{'s' if len(labels) == 1 else ''} {c:,} at once"
+                         for c, labels in by.items()))
     if rs.concurrency > 1:
         notes.append(f"{rs.concurrency} requests in flight: a request's prefill is cached when it is admitted; "
                      "the engines' shared prefill budget (smaller chunks under load) is not modelled "
                      "(docs/replay.md)")
     notes += _default_notes(sc)
+    if any(o.reason == "refused" for o in ideal.outcomes) and found:
+        notes.append("the gap is to the ideal cache over every request, those refused at max_model_len too")
     sweep = _sweep(sc, rs, limited, chosen, sweep_over, n) if sweep_over else None
     return ReplayReport(sc.spec, trace, rs, tuple(rows), tuple(skipped.items()), tuple(notes), sweep)
 
@@ -454,6 +766,6 @@ def _sweep(sc: Scenario, rs: ReplaySettings, factory, chosen, over: str, n: int)
                     pol, x = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len), vr.block
             except PlanError:
                 continue
-            runs, _ = replay([pol], factory(), r.concurrency, keep_outcomes=False)
+            runs, _ = replay([pol], factory(), p.concurrency or r.concurrency, keep_outcomes=False)
             series.setdefault(p.label, []).append((float(x), runs[pol.label].hit_rate))
     return (over, tuple((k, tuple(v)) for k, v in series.items()))

@@ -101,6 +101,35 @@ def unbounded(r: Rules, size: int) -> Rules:
     return replace(r, kv_tokens=size, state_slots=size)
 
 
+# --- counterfactuals: the same rules with one cause of a gap lifted (`replay`'s attribution) ---------------
+
+#: a strategy no release has: a state at every grid point of the request's tokens, prompt and decode
+EVERY = "every_grid_point"
+#: a context length no prompt reaches
+ANY_LENGTH = 1 << 62
+
+
+def any_length(r: Rules) -> Rules:
+    """The same rules taking a prompt of any length."""
+    return replace(r, max_model_len=ANY_LENGTH)
+
+
+def caching_on(r: Rules) -> Rules:
+    """The radix cache on (``every_checkpoint``) where it is off; any other rules unchanged."""
+    return every_checkpoint(r) if r.strategy == "off" else r
+
+
+def every_checkpoint(r: Rules) -> Rules:
+    """A state kept at every point of the checkpoint grid, prompt and decode, and all the KV kept (no chunk ends,
+    branching points or tracking interval decide where; no per-path cap)."""
+    return replace(r, strategy=EVERY, max_states_per_path=-1)
+
+
+def state_grid(r: Rules) -> int:
+    """The tokens a resumed state's position is a multiple of under ``every_checkpoint``: the grid."""
+    return r.grid
+
+
 @dataclass
 class Lookup:
     hit: int
@@ -224,6 +253,8 @@ class Cache:
         kv_end = L + max(req.output_len - 1, 0)
         if r.strategy == "off":
             return []
+        if r.strategy == EVERY:
+            return list(range(floor_to(start, r.grid) + r.grid, kv_end + 1, r.grid))
         out = []
         pos = start
         while pos < L:
@@ -265,7 +296,7 @@ class Cache:
         positions = [p for p in self.state_positions(req, look.hit, look.branching) if p <= kv_end]
         # what the tree keeps: no_buffer every computed token; extra_buffer only up to the last tracked state, the
         # KV past it is freed (mem_cache/mamba_radix_cache.py cache_finished_req)
-        kv_limit = kv_end if r.strategy == "no_buffer" else max(positions, default=look.hit)
+        kv_limit = kv_end if r.strategy in ("no_buffer", EVERY) else max(positions, default=look.hit)
         mine_kv = keys[:max(min(kv_limit // r.grid, len(keys)), hit_units)]
         kv_cost, grid = self.kv_cost, r.grid
         inserted = 0

@@ -206,6 +206,42 @@ def unbounded(r: Rules, blocks: int) -> Rules:
                    group_order=kinds)
 
 
+# --- counterfactuals: the same rules with one cause of a gap lifted (`replay`'s attribution) ---------------
+
+#: a max_model_len no prompt reaches
+ANY_LENGTH = 1 << 62
+
+
+def any_length(r: Rules) -> Rules:
+    """The same rules taking a prompt of any length (none refused at max_model_len)."""
+    return replace(r, max_model_len=ANY_LENGTH)
+
+
+def caching_on(r: Rules) -> Rules:
+    """A hybrid in mode none (prefix caching off) with caching on, its states where ``every_checkpoint`` keeps
+    them; any other rules unchanged."""
+    return every_checkpoint(r) if r.recurrent and r.mode == "none" else r
+
+
+def every_checkpoint(r: Rules) -> Rules:
+    """A state at every point the grid allows, prompt and decode, kept: mode `all`'s placement (one per block)
+    on every release, no retention interval, no EAGLE/MTP block drop, so none of align's choices (chunk ends,
+    admission, the shared-prefix checkpoint) decides where states are. With ``--prefix-match-unit`` the grid is
+    the unit (align's partial tail and junction states sit on it): the block shrinks to the unit. The attention
+    layers alone, or a model without Mamba layers, keep what they have."""
+    if not r.recurrent:
+        return r
+    return replace(r, mode="all", block=r.unit, retention=None, retention_source="dense (counterfactual)",
+                   eagle=False, shared_prefix_checkpoint=False, checkpoint_align=None, mamba_pages=0)
+
+
+def state_grid(r: Rules) -> int:
+    """The tokens a resumed state's position is a multiple of under ``every_checkpoint``: the block (the unit
+    with --prefix-match-unit); 1 for the attention layers alone, which resume at any token of a matched
+    block."""
+    return every_checkpoint(r).block if r.recurrent else 1
+
+
 def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
     """The baseline of the same model's attention layers alone: 16-token blocks, every full block cached, the
     same bytes."""
