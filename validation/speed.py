@@ -167,10 +167,24 @@ def acceptance_of(accept_length: float, k: int) -> float:
     return lo
 
 
-@lru_cache(maxsize=None)
 def _prepared(file: str, index: int):
     """The row's benchmark sized once (the running batch from ``fit``, the steps' work): what no efficiency
-    changes. Raises PlanError where hybridplan cannot price it."""
+    changes. Raises PlanError where hybridplan cannot price it (the refusal cached as well)."""
+    got = _try_prepare(file, index)
+    if isinstance(got, PlanError):
+        raise got
+    return got
+
+
+@lru_cache(maxsize=None)
+def _try_prepare(file: str, index: int):
+    try:
+        return _prepare(file, index)
+    except PlanError as exc:
+        return exc
+
+
+def _prepare(file: str, index: int):
     doc = next(d for d in _docs() if d["_file"] == file)
     s = settings(doc, doc["measurements"][index])
     if s.get("request_rate") not in (None, "inf"):
@@ -282,8 +296,15 @@ def _loss(eff: Efficiency, files, classes: tuple[str, ...], moe_only: bool = Fal
 
 
 def _is_moe(doc: dict) -> bool:
+    return _file_is_moe(doc["_file"])
+
+
+@lru_cache(maxsize=None)
+def _file_is_moe(file: str) -> bool:
+    """Whether every row of the file is of a model with routed experts."""
     from hybridplan.speed.work import experts
 
+    doc = next(d for d in _docs() if d["_file"] == file)
     try:
         return all(experts(_model(settings(doc, m)["model"])) is not None for m in doc["measurements"])
     except PlanError:
