@@ -64,7 +64,9 @@ KERNEL_REQUIRED = {"gdn_decode_kernel": ("id", "figure", "value", "model", "gpu"
 #: figures a benchmark prints, and the class each is scored in
 FIGURES = {"mean_tpot_ms": "TPOT", "median_tpot_ms": "TPOT", "mean_itl_ms": "TPOT", "median_itl_ms": "TPOT",
            "mean_ttft_ms": "TTFT", "median_ttft_ms": "TTFT", "output_tok_s": "output tok/s",
-           "total_tok_s": "total tok/s"}
+           "total_tok_s": "total tok/s",
+           # a page that prints "TTFT" / "TPOT" without saying mean or median: compared to the mean
+           "ttft_ms": "TTFT", "tpot_ms": "TPOT"}
 #: the regimes, by the benchmark's --max-concurrency
 REGIMES = ("concurrency 1", "mid (2-127)", "saturated (>=128)")
 
@@ -119,6 +121,11 @@ class Row:
                 "measured": self.measured, "predicted": self.predicted,
                 "error": None if self.predicted is None else self.error, "hybrid": self.hybrid, "fit": self.fit,
                 "bound": self.bound, "concurrency": self.concurrency, "gpu": self.gpu, "reason": self.reason}
+
+
+def hybrid_of(doc: dict, m: dict) -> bool:
+    """Whether the row's model is a hybrid: the row's ``hybrid_row`` where a file mixes both, else the file's."""
+    return bool(m["hybrid_row"] if "hybrid_row" in m else doc.get("hybrid"))
 
 
 def _model(ref: str):
@@ -189,15 +196,17 @@ def _prepare(file: str, index: int):
     s = settings(doc, doc["measurements"][index])
     if s.get("request_rate") not in (None, "inf"):
         raise PlanError(f"a finite request rate ({s['request_rate']}/s) is not modelled by speed's benchmark")
+    if FIGURES[s["figure"]] == "TTFT" and int(s["concurrency"]) > 1 and not s.get("num_prompts"):
+        raise PlanError("the prompt count, on which a queued request's TTFT depends, is not stated")
     spec = _model(s["model"])
     g = gpu_entry(s["gpu"])
     sheet = datasheet(g.key)
     spec_tokens, acceptance = 0, None
     sp = s.get("speculative")
     if sp:
+        if sp.get("accept_length") is None or sp.get("tokens") is None:
+            raise PlanError("speculative decoding without a stated accept length (or draft token count)")
         spec_tokens = int(sp["tokens"])
-        if sp.get("accept_length") is None:
-            raise PlanError("speculative decoding without a stated accept length")
         acceptance = acceptance_of(float(sp["accept_length"]), spec_tokens)
     wl = Workload(s["input"], s["output"], s["concurrency"], s.get("num_prompts"), acceptance)
     sc = Scenario(spec=spec, ctx=wl.input + wl.output, tp=s["tp"], engine=s["engine"], spec_tokens=spec_tokens,
@@ -214,7 +223,7 @@ def _prepare(file: str, index: int):
 def _bench(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
     s = settings(doc, m)
     base = dict(file=doc["_file"], id=s["id"], kind=doc["kind"], figure=s["figure"], measured=s["value"],
-                hybrid=bool(doc.get("hybrid")), fit=bool(doc.get("fit")), concurrency=int(s["concurrency"]),
+                hybrid=hybrid_of(doc, m), fit=bool(doc.get("fit")), concurrency=int(s["concurrency"]),
                 gpu=str(s["gpu"]))
     try:
         _, sheet, p = _prepared(doc["_file"], doc["measurements"].index(m))
@@ -226,7 +235,7 @@ def _bench(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
     value = {"output_tok_s": b.output_tok_s, "total_tok_s": total, "mean_ttft_ms": b.mean_ttft_s * 1e3,
              "median_ttft_ms": b.median_ttft_s * 1e3, "mean_tpot_ms": b.tpot_s * 1e3,
              "median_tpot_ms": b.tpot_s * 1e3, "mean_itl_ms": b.tpot_s * 1e3, "median_itl_ms": b.tpot_s * 1e3,
-             }[figure]
+             "ttft_ms": b.mean_ttft_s * 1e3, "tpot_ms": b.tpot_s * 1e3}[figure]
     bound = b.prefill.main_bound[0] if "ttft" in figure else b.decode.main_bound[0]
     return Row(predicted=value, bound=bound, **base)
 
@@ -460,8 +469,8 @@ def corpus_counts() -> dict:
     bench = [(d, settings(d, m)) for d in _docs() if d["kind"] == "bench" for m in d["measurements"]]
     kernels = sum(len(d["measurements"]) for d in _docs() if d["kind"] != "bench")
     return {"bench_rows": len(bench), "kernel_rows": kernels, "files": len(_docs()),
-            "hybrid_rows": sum(bool(d.get("hybrid")) for d, _ in bench),
-            "reference_rows": sum(not d.get("hybrid") for d, _ in bench),
+            "hybrid_rows": sum(hybrid_of(d, s) for d, s in bench),
+            "reference_rows": sum(not hybrid_of(d, s) for d, s in bench),
             "gpus": sorted({str(s["gpu"]) for _, s in bench}),
             "tp": sorted({int(s["tp"]) for _, s in bench}),
             "concurrency": [min(int(s["concurrency"]) for _, s in bench),
