@@ -280,10 +280,10 @@ def rows(eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ..
 #: the grids of the coordinate search (validation/speed.py has always fitted these terms, and only these: the
 #: others keep DEFAULT's values, as no benchmark row resolves them apart)
 DECODE_GRID = {"hbm": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
-               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0),
-               "step_overhead_us": (0, 250, 500, 750, 1000, 1500, 2000, 3000, 4000)}
+               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0),
+               "step_overhead_us": (0, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)}
 PREFILL_GRID = {"tensor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
-                "prefill_overhead_us": (0, 1000, 2000, 4000, 8000)}
+                "prefill_overhead_us": (0, 1000, 2000, 4000, 8000, 16000, 32000)}
 MOE_GRID = {"expert_tokens_half": (0, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)}
 
 
@@ -354,11 +354,19 @@ def fit(files=None) -> Efficiency:
 
 # --- grouped k-fold ---------------------------------------------------------------------------------------------
 
+def priceable(doc: dict) -> int:
+    """How many of a file's benchmark rows hybridplan can price (their settings alone decide it, not their
+    measured values)."""
+    if doc["kind"] != "bench":
+        return 0
+    return sum(not isinstance(_try_prepare(doc["_file"], i), PlanError) for i in range(len(doc["measurements"])))
+
+
 def folds(k: int = 5) -> list[frozenset[str]]:
-    """The test files of each of k folds: whole files (one source each), dealt largest first to the fold with
-    the fewest benchmark rows so far (ties to the lower fold), so the folds are of about one size."""
-    sizes = sorted(((sum(1 for _ in d["measurements"]) if d["kind"] == "bench" else 0, d["_file"])
-                    for d in _docs()), key=lambda t: (-t[0], t[1]))
+    """The test files of each of k folds: whole files (one source each), dealt largest first (by the rows
+    hybridplan can price) to the fold with the fewest such rows so far (ties to the fold with fewer files, then
+    the lower fold), so the folds weigh about the same in the fit."""
+    sizes = sorted(((priceable(d), d["_file"]) for d in _docs()), key=lambda t: (-t[0], t[1]))
     bins: list[list[str]] = [[] for _ in range(k)]
     load = [0] * k
     for n, f in sizes:
