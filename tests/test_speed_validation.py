@@ -101,3 +101,35 @@ def test_unpredicted_rows_say_why():
     # the low-latency cells state no accept length; the Qwen3-4B checkpoint is not shipped
     assert any("accept length" in r.reason for r in rows)
     assert any("Qwen/Qwen3-4B" in r.reason for r in rows)
+
+
+def test_allreduce_latency_from_the_published_table():
+    from hybridplan.loader import load_model
+    from hybridplan.scenario import Scenario
+    from hybridplan.speed.gpus import datasheet
+    from hybridplan.speed.model import (ALLREDUCE_FALLBACK_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
+    from hybridplan.speed.work import decode_step
+
+    # SGLang PR #2904's "vllm" rows: TP 8 takes 9.3 µs for 4,096 float32 elements (16 KiB), 11.8 µs for 32,768
+    # (128 KiB); a message between them is priced on the straight line: 72 KiB is half way, 10.55 µs
+    assert allreduce_nvlink_us(8, 16384) == pytest.approx(9.3)
+    assert allreduce_nvlink_us(8, 73728) == pytest.approx(9.3 + (11.8 - 9.3) * (73728 - 16384) / (131072 - 16384))
+    assert allreduce_nvlink_us(8, 73728) == pytest.approx(10.55)
+    # below the first point it is flat; TP 3 is priced as TP 4, TP 6 as TP 8
+    assert allreduce_nvlink_us(2, 100) == pytest.approx(9.5)
+    assert allreduce_nvlink_us(3, 16384) == allreduce_nvlink_us(4, 16384) == pytest.approx(8.5)
+    assert allreduce_nvlink_us(6, 16384) == pytest.approx(9.3)
+    # past 4 MiB the last two points' slope carries on: 8 MiB at TP 8 is 45.0 + (45.0 − 30.4) · 2
+    assert allreduce_nvlink_us(8, 8388608) == pytest.approx(45.0 + (45.0 - 30.4) * 2)
+    # a Llama-3.1-8B decode step at batch 8, TP 2 on H100s: 64 all-reduces (32 attention + 32 MLP) of
+    # 8 tokens × 4,096 × 2 B = 64 KiB each, 8.8 + (8.7 − 8.8)·(65,536 − 16,384)/(131,072 − 16,384) µs apiece
+    step = decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=1024, tp=2), 8, 1024)
+    assert step.allreduces == 64 and step.allreduce_bytes == 65536
+    per = 8.8 + (8.7 - 8.8) * (65536 - 16384) / (131072 - 16384)
+    assert comm_time(step, datasheet("h100"), DEFAULT, 2) == pytest.approx(64 * per * 1e-6)
+    # over PCIe (an L40S pair) no table applies: the fallback latency and the ring's bytes at 70 % of half the link
+    ring = ALLREDUCE_FALLBACK_US * 1e-6 + 2 * (2 - 1) / 2 * 65536 / (64e9 / 2 * 0.7)
+    assert comm_time(step, datasheet("l40s"), DEFAULT, 2) == pytest.approx(64 * ring)
+    # a set latency keeps the ring formula everywhere
+    assert comm_time(step, datasheet("h100"), Efficiency(allreduce_us=8.0), 2) == pytest.approx(
+        64 * (8e-6 + 65536 / (450e9 * 0.7)))
