@@ -243,11 +243,6 @@ def _bench(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
 KINDS = {"gdn_decode_kernel": _gdn, "ssd_prefill_kernel": _ssd, "bench": _bench}
 
 
-@lru_cache(maxsize=1)
-def _fixtures() -> tuple[str, ...]:
-    return tuple(path.read_text() for path in sorted(DATA.glob("*.json")))
-
-
 def fixtures() -> list[dict]:
     docs = []
     for path in sorted(DATA.glob("*.json")):

@@ -98,7 +98,8 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
         notes.insert(0, sc.budget.gpu_note)
     if sc.tp > 1 and b.decode.step.allreduces:
         per, src = allreduce_time(b.decode.step, g, eff, sc.tp)
-        notes.append(f"all-reduce: {b.decode.step.allreduces} per decode step of {b.decode.step.allreduce_bytes:,.0f} B, "
+        st = b.decode.step
+        notes.append(f"all-reduce: {st.allreduces} per decode step of {st.allreduce_bytes:,.0f} B, "
                      f"{per * 1e6:.1f} µs each ({src})")
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
