@@ -201,6 +201,10 @@ def nemotron_h(f: Fields) -> dict:
     if f.has("hybrid_override_pattern"):
         pattern = f.str("hybrid_override_pattern")
         chars = list(pattern)
+    elif not (f.has("layers_block_type") or f.has("layer_types")):
+        # the field vLLM's model reads (vllm/model_executor/models/nemotron_h.py, 0.33.0), not a list's key
+        raise PlanError(f"{f.family} config is missing the needed field 'hybrid_override_pattern' (or its list "
+                        "form 'layers_block_type', as transformers 5 writes it)")
     else:
         names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
                  "moe": "E"}

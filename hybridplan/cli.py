@@ -16,6 +16,7 @@ import typer
 from hybridplan.errors import PlanError
 from hybridplan.options import (
     ADMISSION,
+    CHECK_LOG_FLAGS,
     ALLOW_LONG,
     BUDGET,
     DP,
@@ -43,6 +44,7 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
+    said,
     scenario,
     signature,
     size_option,
@@ -85,6 +87,10 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
     hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
     --json runs)."""
+    from hybridplan.api import Captured, capturing
+
+    if capturing.get():  # a call of hybridplan.api: the report goes back to it, nothing is shown
+        raise Captured(report)
     plot: Path | None = getattr(o, "plot", None)
     if plot is not None:
         from hybridplan import plots
@@ -211,7 +217,8 @@ def crossover(o: Options) -> None:
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
-    Exit code 0 when the engine(s) will start with these settings, 1 when not (the verdict line says why).
+    Exit code 0 when the engine(s) will start with these settings, 1 when at least one does not (the verdict
+    line names which, and each one's reason).
 
     Examples:
 
@@ -315,7 +322,8 @@ def _gpu_key(name: str | None) -> str | None:
     return gpu(name).key
 
 
-@command(app, CHECK_LOG, DTYPES, JSON, name="check-log", short="A real start-up log beside the prediction")
+@command(app, CHECK_LOG, CHECK_LOG_FLAGS, DTYPES, JSON, name="check-log",
+         short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
     figure the engine printed beside hybridplan's prediction for those settings, and the figures hybridplan
@@ -340,7 +348,11 @@ def check_log(o: Options) -> None:
                      mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
                      max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
                      mem_fraction_static=o.mem_fraction, dtype=o.dtype, conv_dtype=o.conv_dtype,
-                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type))
+                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type),
+                     speculative_config=o.speculative_config, block_size=o.block_size,
+                     max_mamba_cache_size=o.max_mamba_cache_size, mamba_full_memory_ratio=o.full_memory_ratio,
+                     radix=o.radix, page_size=o.page_size, spec_method=o.spec_method, spec_draft=o.spec_draft,
+                     eagle_topk=o.eagle_topk, draft_tokens=o.draft_tokens)
     report = check(log, given)
     show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)
@@ -546,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
+    notes += said()  # the default MODEL taken (hybridplan/options.py)
     if code in (0, 1):
         for line in notes:
             sys.stderr.write(f"hybridplan: {line}\n")

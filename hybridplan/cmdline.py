@@ -21,31 +21,40 @@ import json
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import field
+from functools import lru_cache
 
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
 
 # --- the flags ------------------------------------------------------------------------------------------
 #
-# Each engine flag maps to one of:
+# Which flags exist, their other names, what each takes and its choices come from the engines' own argument
+# definitions, per release: hybridplan/engines/vllm/flags.json and hybridplan/engines/sglang/flags.json, made
+# from the wheels by validation/engine_flags.py (tests/test_engine_flags.py holds them equal). What hybridplan
+# does with each flag is said here, by its name in that table:
 #   ("opt", "--hybridplan-flag")  a value, handed to hybridplan's option of that name
 #   ("bool", "--hybridplan-flag") a switch, handed to hybridplan's switch (``--no-`` form: the switch left off)
 #   ("model", None)               the model
-#   ("ignore", None) / ("ignore-bool", None)  no effect on memory: listed, not used
+#   ("ignore", why)               no effect on memory: listed with the reason, kept in the printed command
 #   ("refuse", why)               changes memory in a way hybridplan does not model: refused, saying why
 #   ("special", name)             read here (JSON configs, modes spelled as switches)
+# A flag of the table named nowhere below is refused as not modelled (``NOT_MODELLED``).
 
-_IGNORED_VALUE = ("--host", "--port", "--served-model-name", "--api-key", "--tokenizer", "--tokenizer-mode",
-                  "--download-dir", "--seed", "--chat-template", "--tool-call-parser", "--reasoning-parser",
-                  "--uvicorn-log-level", "--max-log-len", "--generation-config", "--distributed-executor-backend",
-                  "--allowed-origins", "--root-path", "--ssl-keyfile",
-                  "--ssl-certfile", "--response-role", "--hf-token", "--load-format", "--code-revision",
-                  "--tokenizer-revision", "--swap-space", "--config-format", "--middleware", "--lora-modules",
-                  "--override-generation-config", "--disable-log-requests")
-_IGNORED_BOOL = ("--trust-remote-code", "--disable-log-stats", "--enable-auto-tool-choice", "--disable-log-requests",
-                 "--enable-log-requests", "--disable-frontend-multiprocessing", "--enable-chunked-prefill",
-                 "--async-scheduling", "--disable-fastapi-docs", "--enable-prompt-tokens-details",
-                 "--enable-server-load-tracking")
+_SERVER = "the API server's, no effect on GPU memory"
+_LOGGING = "logging, metrics and tracing, no effect on GPU memory"
+_LOADING = "how the model files are found and read: the same weights reach the GPU"
+_LAUNCH = "how the processes are launched and reached, no effect on one GPU's memory"
+_SAMPLING = "sampling, parsing and structured output: no effect on the memory sized at start-up"
+_SCHED = "the scheduler's order and pacing: no effect on the memory sized at start-up"
+_CPU = "host (CPU) memory, not the GPU's"
+_GRAPHS = ("hybridplan's CUDA-graph estimate is one figure for every level or setting that keeps graphs on "
+           "(hybridplan/engines/vllm/memory.py); only graphs off (-O0, cudagraph_mode NONE, --enforce-eager) "
+           "changes it")
+
+
+def _each(why: str, names: str) -> dict[str, tuple[str, str | None]]:
+    return {f"--{n}": ("ignore", why) for n in names.split()}
+
 
 VLLM: dict[str, tuple[str, str | None]] = {
     "--model": ("model", None),
@@ -72,17 +81,59 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--pipeline-parallel-size": ("opt", "--pp"), "-pp": ("opt", "--pp"),
     "--enable-expert-parallel": ("bool", "--enable-expert-parallel"),
     "--data-parallel-size": ("opt", "--dp"), "-dp": ("opt", "--dp"),
-    "--cpu-offload-gb": ("refuse", "weight offloading is not modelled: give --weights with what stays on the GPU"),
+    "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
     "--num-gpu-blocks-override": ("refuse", "a block count override is not modelled"),
     "--max-cudagraph-capture-size": ("refuse", "CUDA graph sizes are not modelled"),
     "--cuda-graph-sizes": ("refuse", "CUDA graph sizes are not modelled"),
-    **{f: ("ignore", None) for f in _IGNORED_VALUE},
-    **{f: ("ignore-bool", None) for f in _IGNORED_BOOL},
+    "--cudagraph-capture-sizes": ("refuse", "CUDA graph sizes are not modelled"),
+    "--kv-offloading-size": ("refuse", "KV offloading to the CPU is not modelled"),
+    "--swap-space": ("ignore", _CPU),
+    "--max-seq-len-to-capture": ("refuse", "CUDA graph sizes are not modelled"),
+    "--disable-cascade-attn": ("ignore", "vLLM 0.3x: no effect (cascade attention removed)"),
+    **_each(_SERVER, "host port uds api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-cert-reqs ssl-ciphers "
+                     "enable-ssl-refresh root-path allowed-origins allowed-methods allowed-headers allow-credentials "
+                     "middleware response-role served-model-name chat-template chat-template-content-format "
+                     "tool-call-parser tool-parser-plugin enable-auto-tool-choice reasoning-parser "
+                     "reasoning-parser-plugin uvicorn-log-level disable-uvicorn-access-log "
+                     "disable-access-log-for-endpoints disable-fastapi-docs enable-request-id-headers "
+                     "h11-max-incomplete-event-size h11-max-header-count enable-offline-docs "
+                     "enable-prompt-tokens-details enable-server-load-tracking enable-force-include-usage "
+                     "enable-tokenizer-info-endpoint return-tokens-as-token-ids max-log-len "
+                     "disable-frontend-multiprocessing lora-modules exclude-tools-when-tool-choice-none "
+                     "trust-request-chat-template default-chat-template-kwargs sse-keep-alive-interval "
+                     "tool-server grpc grpc-port api-server-count"),
+    **_each(_LOGGING, "disable-log-stats disable-log-requests enable-log-requests enable-log-outputs "
+                      "enable-log-deltas otlp-traces-endpoint collect-detailed-traces "
+                      "show-hidden-metrics-for-version log-level log-config-file logging-config "
+                      "aggregate-engine-logging kv-cache-metrics kv-cache-metrics-sample cudagraph-metrics "
+                      "enable-mfu-metrics enable-logging-iteration-details enable-per-request-metrics "
+                      "per-request-spec-decode-metrics log-error-stack enable-layerwise-nvtx-tracing "
+                      "custom-histogram-buckets"),
+    **_each(_LOADING, "trust-remote-code download-dir load-format tokenizer tokenizer-mode tokenizer-revision "
+                      "code-revision hf-token hf-config-path config-format seed safetensors-load-strategy "
+                      "use-tqdm-on-load max-parallel-loading-workers ignore-patterns pt-load-map-location "
+                      "skip-tokenizer-init generation-config override-generation-config config "
+                      "safetensors-prefetch-block-size safetensors-prefetch-num-threads"),
+    **_each(_LAUNCH, "distributed-executor-backend nnodes node-rank master-addr master-port headless "
+                     "data-parallel-address data-parallel-rpc-port data-parallel-rank data-parallel-start-rank "
+                     "data-parallel-size-local data-parallel-backend data-parallel-external-lb "
+                     "data-parallel-hybrid-lb data-parallel-multi-port-external-lb distributed-timeout-seconds "
+                     "cpu-distributed-timeout-seconds ray-workers-use-nsight data-parallel-supervisor-port "
+                     "dp-supervisor-probe-interval-s dp-supervisor-probe-timeout-s "
+                     "dp-supervisor-probe-failure-threshold shutdown-timeout numa-bind numa-bind-nodes "
+                     "numa-bind-cpus"),
+    **_each(_SAMPLING, "guided-decoding-backend guided-decoding-disable-fallback "
+                       "guided-decoding-disable-any-whitespace guided-decoding-disable-additional-properties "
+                       "structured-outputs-config reasoning-config logprobs-mode max-logprobs "
+                       "logits-processor-pattern use-fp64-gumbel"),
+    **_each(_SCHED, "scheduling-policy async-scheduling enable-chunked-prefill stream-interval "
+                    "scheduler-delay-factor max-num-partial-prefills max-long-partial-prefills "
+                    "long-prefill-token-threshold"),
 }
 
 SGLANG: dict[str, tuple[str, str | None]] = {
-    "--model-path": ("model", None), "--model": ("model", None),
-    "--tp-size": ("opt", "--tp"), "--tp": ("opt", "--tp"), "--tensor-parallel-size": ("opt", "--tp"),
+    "--model-path": ("model", None),
+    "--tp-size": ("opt", "--tp"),
     "--context-length": ("opt", "--ctx"),
     "--mem-fraction-static": ("opt", "--mem-fraction-static"),
     "--max-running-requests": ("opt", "--max-running-requests"),
@@ -105,22 +156,51 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--quantization": ("opt", "--quantization"),
     "--revision": ("opt", "--revision"),
     "--pp-size": ("opt", "--pp"),
-    "--ep-size": ("opt", "--ep-size"), "--ep": ("opt", "--ep-size"),
-    "--dp-size": ("opt", "--dp"), "--dp": ("opt", "--dp"),
+    "--ep-size": ("opt", "--ep-size"),
+    "--dp-size": ("opt", "--dp"),
     "--enable-dp-attention": ("bool", "--enable-dp-attention"),
+    "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
     "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
                                      "gives"),
-    **{f: ("ignore", None) for f in ("--host", "--port", "--served-model-name", "--api-key", "--tokenizer-path",
-                                     "--log-level", "--random-seed", "--chat-template",
-                                     "--tool-call-parser", "--reasoning-parser", "--download-dir", "--load-format",
-                                     "--tokenizer-mode", "--attention-backend", "--cuda-graph-max-bs",
-                                     "--cuda-graph-bs", "--schedule-policy", "--stream-interval",
-                                     "--watchdog-timeout", "--dist-init-addr", "--nnodes", "--node-rank")},
-    **{f: ("ignore-bool", None) for f in ("--trust-remote-code", "--enable-metrics", "--disable-cuda-graph",
-                                          "--skip-server-warmup", "--log-requests", "--enable-torch-compile",
-                                          "--enable-mixed-chunk", "--disable-custom-all-reduce",
-                                          "--enable-cache-report", "--show-time-cost")},
+    "--schedule-conservativeness": ("ignore", "how far ahead the scheduler reserves tokens for running "
+                                              "requests: no effect on the pools sized at start-up"),
+    "--cuda-graph-max-bs": ("ignore", "hybridplan's default --mem-fraction-static for the GPU does not read it; "
+                                      "give --mem-fraction-static as your log prints it"),
+    "--cuda-graph-bs": ("ignore", "hybridplan's default --mem-fraction-static for the GPU does not read it; "
+                                  "give --mem-fraction-static as your log prints it"),
+    "--disable-cuda-graph": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not "
+                                       "change"),
+    "--enable-torch-compile": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not "
+                                         "change"),
+    **_each(_SERVER, "host port api-key admin-api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-keyfile-password "
+                     "enable-ssl-refresh served-model-name chat-template completion-template tool-call-parser "
+                     "reasoning-parser tool-server fastapi-root-path enable-cache-report skip-server-warmup "
+                     "warmups enable-http2 grpc-mode grpc-port stream-output stream-response-default-include-usage "
+                     "incremental-streaming-output default-chat-template-kwargs hf-chat-template-name "
+                     "trust-request-chat-template uvicorn-access-log-exclude-prefixes file-storage-path "
+                     "enable-response-store"),
+    **_each(_LOGGING, "log-level log-level-http log-requests log-requests-level log-requests-format "
+                      "log-requests-target enable-metrics enable-metrics-for-all-schedulers show-time-cost "
+                      "decode-log-interval otlp-traces-endpoint oltp-traces-endpoint otlp-service-name enable-trace "
+                      "collect-tokens-histogram bucket-time-to-first-token bucket-inter-token-latency "
+                      "bucket-e2e-request-latency prompt-tokens-buckets generation-tokens-buckets "
+                      "enable-request-time-stats-logging export-metrics-to-file export-metrics-to-file-dir "
+                      "crash-dump-folder enable-mfu-metrics extra-metric-labels enable-expert-distribution-metrics"),
+    **_each(_LOADING, "trust-remote-code download-dir load-format tokenizer-path tokenizer-mode random-seed "
+                      "skip-tokenizer-init tokenizer-worker-num detokenizer-worker-num weight-loader-disable-mmap "
+                      "config model-checksum weight-version"),
+    **_each(_LAUNCH, "dist-init-addr nnodes node-rank dist-timeout nccl-port base-gpu-id gpu-id-step "
+                     "watchdog-timeout soft-watchdog-timeout custom-sigquit-handler numa-node "
+                     "enable-http-worker-reuseport"),
+    **_each(_SAMPLING, "grammar-backend sampling-defaults preferred-sampling-params enable-custom-logit-processor "
+                       "constrained-json-whitespace-pattern constrained-json-disable-any-whitespace "
+                       "constrained-json-max-whitespace-cnt"),
+    **_each(_SCHED, "schedule-policy stream-interval max-queued-requests enable-priority-scheduling "
+                    "schedule-low-priority-values-first priority-scheduling-preemption-threshold "
+                    "default-priority-value abort-on-priority-when-disabled"),
 }
+
+NOT_MODELLED = "hybridplan does not model what it does to memory; drop it to size the start without it"
 
 #: environment variables read from a pasted line: NAME → (hybridplan tokens for a true value, engine)
 ENV_FLAGS = {
@@ -158,8 +238,11 @@ class Line:
     model: str | None = None
     #: (the flag as typed, hybridplan's tokens for it)
     options: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    #: flags with no effect on memory, as typed
+    #: flags with no effect on memory, as typed, and why each has none
     ignored: tuple[str, ...] = ()
+    why: tuple[str, ...] = ()
+    #: (engine, the words as typed, the flag's name) of each flag to keep in that engine's printed command
+    kept: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 
     @property
     def argv(self) -> list[str]:
@@ -172,35 +255,32 @@ def closest(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {match[0]}?)" if match else ""
 
 
-def _split_eq(token: str) -> tuple[str, str | None]:
-    if token.startswith("--") and "=" in token:
-        name, _, value = token.partition("=")
-        return name, value
-    if token.startswith("-O") and len(token) > 2 and not token.startswith("-O."):  # -O0, -O3
-        return "-O", token[2:].lstrip("=")
-    return token, None
-
-
 def _max_model_len(value: str) -> tuple[str, ...]:
     # -1 / auto: the engine's own maximum, which is hybridplan's default too
     return () if value.strip().lower() in ("-1", "auto") else ("--ctx", value)
 
 
-def _compilation(value: str, flag: str) -> tuple[str, ...]:
-    """-O LEVEL or --compilation-config JSON: only whether CUDA graphs are off changes a figure."""
-    if flag in ("-O", "--optimization-level"):
-        level = value.strip()
-        if level not in ("0", "1", "2", "3"):
+def _compilation(value: str, flag: str) -> tuple[tuple[str, ...], str | None]:
+    """-O LEVEL, --optimization-level or --compilation-config JSON as hybridplan's tokens, and why it changes no
+    figure where it changes none: only CUDA graphs off (level 0 from 0.12.0, cudagraph_mode NONE) does."""
+    text = value.strip()
+    if flag == "--optimization-level" or (flag == "-O" and text in ("0", "1", "2", "3")):
+        if text not in ("0", "1", "2", "3"):
             raise PlanError(f"{flag} {value}: vLLM's levels are 0, 1, 2 and 3")
-        return ("--enforce-eager", "--o0") if level == "0" else ()
+        return (("--enforce-eager", "--o0"), None) if text == "0" else ((), _GRAPHS)
     try:
         cfg = json.loads(value)
     except json.JSONDecodeError:
-        if value.strip() in ("0", "1", "2", "3"):  # the old spelling, -O's level
+        if text in ("0", "1", "2", "3"):  # the old spelling, -O's level
             return _compilation(value, "-O")
         raise PlanError(f"{flag} is not valid JSON: {value}") from None
     if not isinstance(cfg, dict):
+        if isinstance(cfg, int) and flag in ("-O", "-cc", "--compilation-config"):
+            return _compilation(str(cfg), "-O")
         raise PlanError(f"{flag} must be a JSON object")
+    if flag == "-O" and len(cfg) == 1 and set(cfg) <= {"level", "mode"}:
+        # -O3 as 0.10.0-0.11.0 read it (-O.level=3) and 0.11.1-0.11.2 (-O.mode=3): the compilation level
+        return _compilation(str(next(iter(cfg.values()))), "-O")
     out: tuple[str, ...] = ()
     for key, v in cfg.items():
         if key == "cudagraph_mode":
@@ -208,20 +288,15 @@ def _compilation(value: str, flag: str) -> tuple[str, ...]:
                 out = ("--enforce-eager",)
             elif not isinstance(v, str):
                 raise PlanError(f"{flag}: cudagraph_mode {v!r} is not a mode")
-        elif key in ("level", "mode"):
-            if str(v) in ("0", "NONE", "none"):
-                continue  # no torch.compile: no memory term of hybridplan's
         elif key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_num_of_warmups"):
             raise PlanError(f"{flag} {key}: CUDA graph sizes are not modelled; hybridplan estimates vLLM's own "
                             "graphs (give --overhead with your log's figure)")
-    return out
+    return (out, None) if out else ((), _GRAPHS)
 
 
 def _special(kind: str, flag: str, value: str | None) -> tuple[str, ...]:
     if kind == "max_model_len":
         return _max_model_len(value or "")
-    if kind in ("optimization", "compilation_config"):
-        return _compilation(value or "", flag)
     if kind == "sglang_kv_dtype":
         if (value or "").strip().lower() == "fp8":
             raise PlanError(SGLANG_NO_FP8)
@@ -283,63 +358,364 @@ def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str
     return options, ignored, i
 
 
-def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[str] = ()) -> Line:
-    """Engine flags as hybridplan's options: with ``engine`` None a whole pasted line (environment variables,
-    the program, its arguments); else flags of ``engine`` ("vllm", "sglang", or "either" for flags typed
-    among hybridplan's own). ``ours``: hybridplan's own flags, which a pasted line is told to put before ``--``."""
-    tokens = list(tokens)
-    ours = set(ours)
-    options: list[tuple[str, tuple[str, ...]]] = []
-    ignored: list[str] = []
-    model = None
+# --- the engines' tables and how their parsers read a line --------------------------------------------------
+
+
+@frozen
+class Flag:
+    """One flag of an engine's parser at a release (its row of flags.json)."""
+
+    name: str
+    names: tuple[str, ...]
+    #: "switch" (no value), "bool" (no value, and a --no- form), "value", "optional" (a value or none), "list"
+    takes: str
+    nargs: str | int | None = None
+    choices: tuple[str, ...] | None = None
+    deprecated: bool = False
+
+    @property
+    def needs_value(self) -> bool:
+        return self.takes in ("value", "list") and self.nargs not in ("*",)
+
+
+@frozen
+class Parser:
+    """An engine's parser at a release: its flags by every option string, and what it does to a line first."""
+
+    engine: str
+    version: str
+    flags: dict = field(default_factory=dict)
+    #: FlexibleArgumentParser's rewrites (vLLM), argparse's allow_abbrev (both)
+    rules: dict = field(default_factory=dict)
+
+    @property
+    def prog(self) -> str:
+        return f"vLLM {self.version} (vllm serve)" if self.engine == "vllm" else \
+            f"SGLang {self.version} (launch_server)"
+
+
+def _versions(engine: str) -> tuple[str, ...]:
+    if engine == "vllm":
+        from hybridplan.engines.vllm.releases import VERSIONS
+    else:
+        from hybridplan.engines.sglang.releases import VERSIONS
+    return tuple(VERSIONS)
+
+
+@lru_cache(maxsize=4)
+def _data(engine: str) -> dict:
+    from importlib import resources
+
+    return json.loads(resources.files(f"hybridplan.engines.{engine}").joinpath("flags.json").read_text())
+
+
+def _row(rows: list[dict], version: str, order: tuple[str, ...]) -> dict | None:
+    i = order.index(version)
+    return next((r for r in rows if order.index(r["from"]) <= i <= order.index(r["to"])), None)
+
+
+@lru_cache(maxsize=128)
+def parser(engine: str, version: str | None = None) -> Parser:
+    """The engine's parser at ``version`` (a release hybridplan models; default: the newest)."""
+    order = _versions(engine)
+    version = version if version in order else order[-1]
+    data = _data(engine)
+    flags: dict[str, Flag] = {}
+    for name, rows in data["flags"].items():
+        r = _row(rows, version, order)
+        if r is None:
+            continue
+        f = Flag(name, (name, *r.get("names", ())), r["takes"], r.get("nargs"),
+                 tuple(r["choices"]) if isinstance(r.get("choices"), list) else None, bool(r.get("deprecated")))
+        for n in f.names:
+            flags.setdefault(n, f)
+        if f.takes == "bool":
+            for n in f.names:
+                if n.startswith("--"):
+                    flags.setdefault("--no-" + n[2:], f)
+    rules = _row(data["parser"], version, order) or {}
+    return Parser(engine, version, flags, rules)
+
+
+def disposition(engine: str, names: Sequence[str]) -> tuple[str, str | None]:
+    """What hybridplan does with a flag of the engine's table, by any of its names (a release may list another
+    first: SGLang's --tp-size and --tensor-parallel-size)."""
+    table = VLLM if engine == "vllm" else SGLANG
+    return next((table[n] for n in names if n in table), None) or ("refuse", NOT_MODELLED)
+
+
+def _negative_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _looks_like_flag(token: str) -> bool:
+    """argparse: a word starting with - is an option, unless it is a negative number (neither parser has an
+    option that looks like one)."""
+    return token.startswith("-") and token != "-" and not _negative_number(token)
+
+
+def _vllm_rewrite(tokens: list[str], p: Parser) -> list[str]:
+    """FlexibleArgumentParser.parse_args's rewrites, as the release has them (flags.json ``parser``): the part of
+    a --flag before any dot with its underscores as dashes; -O<x>, -O=<x> and -O <digit> as the release spells
+    the level (vllm/utils/__init__.py 0.10-0.1x, vllm/utils/argparse_utils.py later)."""
+    rules, out = p.rules, []
+    target = rules.get("o_target") or ""
+    for i, arg in enumerate(tokens):
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            head, dot, rest = key[2:].partition(".")
+            if rules.get("underscores", True):
+                head = head.replace("_", "-")
+            out.append(f"--{head}{dot}{rest}{eq}{value}")
+        elif arg.startswith("-O") and arg != "-O" and (target == "--optimization-level" or arg[2] != "."):
+            level = arg[3:] if arg[2] == "=" else arg[2:]
+            out += ["--optimization-level", level] if target == "--optimization-level" else [f"{target}{level}"]
+        elif arg == "-O" and i + 1 < len(tokens) and tokens[i + 1] in ("0", "1", "2", "3"):
+            out.append("--optimization-level" if target == "--optimization-level" else target.rstrip("="))
+        else:
+            out.append(arg)
+    return out
+
+
+def _dotted(tokens: list[str], p: Parser) -> list[str]:
+    """vLLM's JSON flags given key by key (``--compilation-config.level 3``, ``-O.level=3``,
+    ``--speculative-config.method mtp``, ``.key+`` for a list item) folded into one JSON value each, as
+    FlexibleArgumentParser does (a value that reads as JSON is taken as JSON)."""
+    out: list[str] = []
+    merged: dict[str, dict] = {}
+    skip = False
+    for i, arg in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("-") and "." in arg.split("=", 1)[0] and not _negative_number(arg):
+            key, eq, value = arg.partition("=")
+            if not eq:
+                if i + 1 >= len(tokens):
+                    raise PlanError(f"{p.prog}: {key} needs a value")
+                value, skip = tokens[i + 1], True
+            append = key.endswith("+")
+            flag, *keys = key.rstrip("+").split(".")
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+            if append:
+                parsed = value.split(",")
+            node = merged.setdefault(flag, {})
+            for k in keys[:-1]:
+                node = node.setdefault(k, {})
+            if append and isinstance(node.get(keys[-1]), list):
+                node[keys[-1]] += parsed
+            else:
+                node[keys[-1]] = parsed
+            if flag not in [t for t in out]:
+                out += [flag, "\0dotted"]
+            continue
+        out.append(arg)
+    return [json.dumps(merged[out[i - 1]], separators=(",", ":")) if t == "\0dotted" else t
+            for i, t in enumerate(out)]
+
+
+def _match(name: str, p: Parser, abbrev: bool) -> tuple[Flag | None, str, str | None]:
+    """argparse's lookup of an option word: exact, ``--name=value``, ``-xVALUE`` for a two-character option,
+    then (allow_abbrev) the one option that starts with it. Returns (the flag, its option string, a value
+    attached)."""
+    if name in p.flags:
+        return p.flags[name], name, None
+    if "=" in name:
+        head, _, value = name.partition("=")
+        if head in p.flags:
+            return p.flags[head], head, value
+        flag, opt, _ = _match(head, p, abbrev)
+        return flag, opt, value if flag is not None else None
+    if not name.startswith("--") and len(name) > 2 and name[:2] in p.flags:
+        return p.flags[name[:2]], name[:2], name[2:]
+    if abbrev and p.rules.get("allow_abbrev", True):
+        # option strings of one flag (its names, its --no- form) count once, as one action
+        hits = sorted(opt for opt in p.flags if opt.startswith(name))
+        flags = {p.flags[h].name for h in hits}
+        if len(flags) == 1:
+            return p.flags[hits[0]], hits[0], None
+        if len(hits) > 1:
+            raise PlanError(f"{p.prog}: ambiguous option: {name} could match {', '.join(hits)}")
+    return None, name, None
+
+
+def _check_choice(p: Parser, f: Flag, opt: str, value: str) -> None:
+    if f.choices and value not in f.choices:
+        choices = ", ".join(repr(c) for c in f.choices)
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: invalid choice: {value!r} "
+                        f"(choose from {choices})")
+
+
+def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str | None) -> tuple[list[str], int]:
+    """The values argparse gives the flag at ``tokens[i]``, and where the next word starts."""
+    takes = "bool" if opt.startswith("--no-") and f.takes == "bool" else f.takes
+    if takes in ("switch", "bool"):
+        if attached is not None:
+            raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: ignored explicit argument "
+                            f"{attached!r}")
+        return [], i + 1
+    if attached is not None:
+        values = [attached]
+        i += 1
+    else:
+        j = i + 1
+        values = []
+        limit = 1 if takes in ("value", "optional") else (f.nargs if isinstance(f.nargs, int) else None)
+        while j < len(tokens) and not _looks_like_flag(tokens[j]) and (limit is None or len(values) < limit):
+            values.append(tokens[j])
+            j += 1
+        i = j
+    if not values and takes != "optional" and f.nargs not in ("*", "?"):
+        want = "one argument" if takes == "value" else "at least one argument"
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: expected {want} ({opt} needs a value)")
+    if isinstance(f.nargs, int) and len(values) != f.nargs:
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: expected {f.nargs} arguments")
+    for v in values:
+        _check_choice(p, f, opt, v)
+    return values, i
+
+
+def _unknown(name: str, p: Parser, ours: set[str]) -> PlanError:
+    engine = _name(p.engine)
+    if name in ours:
+        return PlanError(f"{p.prog}: unrecognized arguments: {name} (it is hybridplan's, not {engine}'s: "
+                         "give it before --)")
+    known = [n for n in p.flags if n.startswith("--")]
+    return PlanError(f"{p.prog}: unrecognized arguments: {name}{closest(name, known)}")
+
+
+def _apply(engine: str, f: Flag, opt: str, values: list[str], shown: str, out: dict) -> bool:
+    """One flag the engine read, as hybridplan's options; True where it is to be kept in the printed command as
+    typed (no effect on a figure)."""
+    kind, target = disposition(engine, f.names)
+    value = values[0] if values else None
+    negated = opt.startswith("--no-") and f.takes == "bool"
+    if f.takes == "optional" and value is None:
+        value = "true"
+    if kind == "model":
+        out["model"] = value
+    elif kind == "opt":
+        if f.takes in ("switch", "bool"):
+            raise AssertionError(f.name)  # pragma: no cover - a table flag that takes no value given a value
+        out["options"].append((shown, (str(target), str(value))))
+    elif kind == "bool":
+        no = "--no-enable-prefix-caching" if target == "--enable-prefix-caching" else None
+        out["options"].append((shown, ((no,) if no else ()) if negated else (str(target),)))
+    elif kind == "ignore":
+        out["ignored"].append((shown, str(target)))
+        return True
+    elif kind == "refuse":
+        raise PlanError(f"{shown.split(' ', 1)[0]}: {target}")
+    elif target in ("optimization", "compilation_config"):
+        tokens, why = _compilation(value or "", opt)
+        if why is not None:
+            out["ignored"].append((shown, why))
+            return True
+        out["options"].append((shown, tokens))
+    else:
+        out["options"].append((shown, _special(str(target), f.name, value)))
+    return False
+
+
+def _shown(opt: str, values: list[str], attached: str | None) -> str:
+    if attached is not None:
+        return f"{opt}={attached}"
+    return " ".join([opt, *values])
+
+
+def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], out: dict, *,
+           abbrev: bool, positional_model: bool) -> None:
+    """``tokens`` read as the engine's parser reads them at ``version``; the flags read as hybridplan's options
+    into ``out``, and the tokens of those with no effect on memory kept verbatim."""
+    p = parser(engine, version)
+    if engine == "vllm":
+        tokens = _dotted(_vllm_rewrite(tokens, p), p)
     i = 0
-    if engine is None:
-        options, ignored, i = _env(tokens)
-        engine, skip = _program(tokens[i:])
-        i += skip
-    table = {**SGLANG, **VLLM} if engine == "either" else (VLLM if engine == "vllm" else SGLANG)
     while i < len(tokens):
         token = tokens[i]
-        if not token.startswith("-") or token == "-":
-            if engine == "vllm" and model is None:
-                model = token  # vllm serve MODEL
+        if not _looks_like_flag(token):
+            if positional_model and out.get("model") is None:
+                out["model"] = token  # vllm serve MODEL
                 i += 1
                 continue
-            raise PlanError(f"{token!r}: not a flag of the {_name(engine)} command line (a value without its flag?)")
-        name, value = _split_eq(token)
-        entry, negated = table.get(name), False
-        if entry is None and name.startswith("--no-"):
-            entry = table.get("--" + name[5:])
-            negated = entry is not None and entry[0] in ("bool", "ignore-bool")
-            entry = entry if negated else None
-        if entry is None:
-            if name in ours:
-                raise PlanError(f"unknown {_name(engine)} flag {name}: it is hybridplan's, so give it before --")
-            raise PlanError(f"unknown {_name(engine)} flag {name}{closest(name, table)}")
-        kind, target = entry
-        takes_value = kind in ("opt", "model", "ignore", "special", "refuse") and target not in (
-            "disable_radix_cache",) and name != "--enable-expert-parallel"
-        if takes_value and value is None:
-            if i + 1 >= len(tokens):
-                raise PlanError(f"{name} needs a value")
-            i += 1
-            value = tokens[i]
-        i += 1
-        shown = f"{name} {value}" if takes_value else token
-        if kind == "model":
-            model = value
-        elif kind == "opt":
-            options.append((shown, (str(target), str(value))))
-        elif kind == "bool":
-            no = "--no-enable-prefix-caching" if target == "--enable-prefix-caching" else None
-            options.append((shown, ((no,) if no else ()) if negated else (str(target),)))
-        elif kind in ("ignore", "ignore-bool"):
-            ignored.append(shown)
-        elif kind == "refuse":
-            raise PlanError(f"{name}: {target}")
-        else:
-            options.append((shown, _special(str(target), name, value)))
-    return Line(engine if engine in ("vllm", "sglang") else None, model, tuple(options), tuple(ignored))
+            raise PlanError(f"{p.prog}: unrecognized arguments: {token} (a value without its flag?)")
+        f, opt, attached = _match(token, p, abbrev)
+        if f is None:
+            raise _unknown(token.split("=", 1)[0], p, ours)
+        if engine == "vllm" and f.name == "--model" and positional_model and p.rules.get("model_option") == "refused":
+            raise PlanError(f"{p.prog}: With `vllm serve`, you should provide the model as a positional argument "
+                            "or in a config file instead of via the `--model` option.")
+        values, nxt = _read(tokens, i, p, f, opt, attached)
+        shown = _shown(opt, values, attached)
+        if _apply(engine, f, opt, values, shown, out):
+            out["kept"].append((engine, tuple(tokens[i:nxt]), f.name))
+        i = nxt
+
+
+def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[str] = (),
+              versions: dict[str, str | None] | None = None) -> Line:
+    """Engine flags as hybridplan's options: with ``engine`` None a whole pasted line (environment variables,
+    the program, its arguments), read as that engine's parser reads it at its release in ``versions`` (default:
+    the newest): underscores, ``-tp=4``, ``--flag=value``, unique prefixes, vLLM's ``-O3`` and dotted JSON keys;
+    else flags of ``engine`` ("vllm", "sglang", or "either" for flags typed among hybridplan's own, by their full
+    names). ``ours``: hybridplan's own flags, which a pasted line is told to put before ``--``."""
+    tokens = list(tokens)
+    versions = versions or {}
+    out: dict = {"model": None, "options": [], "ignored": [], "kept": []}
+    if engine is None:
+        env_options, env_ignored, i = _env(tokens)
+        engine, skip = _program(tokens[i:])
+        out["options"] += env_options
+        out["ignored"] += [(t, "no effect on memory") for t in env_ignored]
+        _parse(tokens[i + skip:], engine, versions.get(engine), set(ours), out, abbrev=True,
+               positional_model=engine == "vllm" and tokens[i:i + skip][-1] == "serve")
+        line_engine: str | None = engine
+    else:
+        _either(tokens, engine, versions, out)
+        line_engine = engine if engine in ("vllm", "sglang") else None
+    return Line(line_engine, out["model"], tuple(out["options"]), tuple(s for s, _ in out["ignored"]),
+                tuple(why for _, why in out["ignored"]), tuple(out["kept"]))
+
+
+def _either(tokens: list[str], engine: str, versions: dict[str, str | None], out: dict) -> None:
+    """Engine flags typed among hybridplan's, by their full names: each read by the engine that has it (vLLM
+    first), with one value at most; an ignored flag is kept for each engine that has it."""
+    engines = ("vllm", "sglang") if engine == "either" else (engine,)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        owner, f = None, None
+        for e in engines:
+            p = parser(e, versions.get(e))
+            word = _vllm_rewrite(tokens[i:i + 2], p)[0] if e == "vllm" else token
+            base = word.split("=", 1)[0]
+            if e == "vllm":
+                base = base.split(".", 1)[0]
+            if base in p.flags:
+                owner, f = e, p.flags[base]
+                break
+        if owner is None or f is None:
+            name = token.split("=", 1)[0]
+            raise PlanError(f"no such option: {name}{closest(name, engine_flag_names())}")
+        attached = "=" in token or (token.startswith("-O") and len(token) > 2)
+        n = 1 if attached or (f.takes in ("switch", "bool") and "." not in token) else 2
+        sub: dict = {"model": None, "options": [], "ignored": [], "kept": []}
+        _parse(tokens[i:i + n], owner, versions.get(owner), set(), sub, abbrev=False, positional_model=False)
+        out["options"] += sub["options"]
+        out["ignored"] += sub["ignored"]
+        out["model"] = out["model"] or sub["model"]
+        for _, words, name in sub["kept"]:
+            for e in engines:
+                if e == owner or name in parser(e, versions.get(e)).flags:
+                    out["kept"].append((e, words, name))
+        i += n
 
 
 def _name(engine: str | None) -> str:
@@ -348,19 +724,20 @@ def _name(engine: str | None) -> str:
 
 def takes_value(token: str) -> bool:
     """Whether an engine flag typed among hybridplan's takes the next word as its value."""
-    name, value = _split_eq(token)
-    if value is not None:
+    if "=" in token or (token.startswith("-O") and len(token) > 2):
         return False
-    entry = {**SGLANG, **VLLM}.get(name)
-    if entry is None:
-        return False
-    kind, target = entry
-    return kind in ("opt", "model", "ignore", "special", "refuse") and target != "disable_radix_cache" and (
-        name != "--enable-expert-parallel")
+    for e in ("vllm", "sglang"):
+        for v in reversed(_versions(e)):  # the newest release that has it
+            p = parser(e, v)
+            word = _vllm_rewrite([token], p)[0] if e == "vllm" else token
+            f = p.flags.get(word.split(".", 1)[0] if e == "vllm" and "." in word else word)
+            if f is not None:
+                return "." in word or f.takes in ("value", "list") or f.takes == "optional"
+    return False
 
 
 def engine_flag_names() -> set[str]:
-    return set(VLLM) | set(SGLANG)
+    return {n for e in ("vllm", "sglang") for v in _versions(e) for n in parser(e, v).flags}
 
 
 # --- the commands back ----------------------------------------------------------------------------------
@@ -432,6 +809,16 @@ def _spec_json(sc) -> str:
     return json.dumps(cfg, separators=(",", ":"))
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.6g}"
+
+
+def _kept(sc, engine: str) -> list[str]:
+    """The flags given for ``engine`` that change no figure (--trust-remote-code, --port, ...), as typed: the
+    line must still start the model as the user runs it."""
+    return [w for e, words in getattr(sc, "engine_args", ()) if e == engine for w in words]
+
+
 def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str | None = None,
                  lowered: bool = False) -> Command:
     """``vllm serve`` with the settings of ``sc`` that change a figure, starting in ``mode`` with
@@ -463,7 +850,9 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
         a += ["--gpu-memory-utilization", f"{sc.vllm.gpu_util:g}"]
     if sc.vllm.block_size is not None:
         a += ["--block-size", str(sc.vllm.block_size)]
-    if sc.vllm.mode is not None and mode != rel.default_mode(sc.spec, sc.spec_tokens):
+    if sc.vllm.mode is not None:
+        # given (--mode or the prefix-caching switch): stated even where it is the release's default, so that
+        # the line pasted back shows the one mode shown here, not every mode
         if mode == "none":
             a += ["--no-enable-prefix-caching"]
         elif mode == rel.mode(sc.spec, sc.spec_tokens, True):
@@ -478,6 +867,9 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
         a += ["--enforce-eager"]
     if sc.spec_tokens:
         a += ["--speculative-config", _spec_json(sc)]
+    if sc.budget.cpu_offload:
+        a += ["--cpu-offload-gb", _gib(sc.budget.cpu_offload)]
+    a += _kept(sc, "vllm")
     notes: tuple[str, ...] = ()
     if lowered and max_num_seqs >= 1:
         notes += (f"the vllm command asks for --max-num-seqs {max_num_seqs}, the most that starts here; vLLM "
@@ -553,6 +945,9 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(s.draft(sc.spec_tokens))]
         if sc.speculative.draft_ref:
             a += ["--speculative-draft-model-path", sc.speculative.draft_ref]
+    if sc.budget.cpu_offload:
+        a += ["--cpu-offload-gb", _gib(sc.budget.cpu_offload)]
+    a += _kept(sc, "sglang")
     notes = ()
     if sc.budget.kv_budget is not None:
         notes = ("SGLang has no flag for the memory to split (--kv-budget): it starts with what its "

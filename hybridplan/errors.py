@@ -17,6 +17,12 @@ class NotServed(PlanError):
     answers; asked for alone, it is an error like any other."""
 
 
+class Refused(PlanError):
+    """An engine that would not start with these settings, in its own words (its start-up check failing on the
+    memory or the pages it gets). `fit` gives it as that engine's verdict ("will not start", exit 1) while the
+    other engine still answers; everywhere else it is an error like any other."""
+
+
 def did_you_mean(word: str, choices, *, n: int = 3, cutoff: float = 0.6) -> str:
     """``"; did you mean a or b?"`` for the choices closest to ``word`` (difflib), or nothing."""
     from difflib import get_close_matches

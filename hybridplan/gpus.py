@@ -14,6 +14,7 @@ are the vendors' datasheet figures, kept for speed estimates.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from hybridplan.errors import PlanError, did_you_mean
 from hybridplan.records import frozen
@@ -166,8 +167,10 @@ def _norm(name: str) -> str:
     return "".join(w for w in words if w and w not in _VENDOR_WORDS)
 
 
+@lru_cache(maxsize=1)
 def _names() -> dict[str, Gpu]:
-    """Every spelling → its GPU: the key, the aliases (nvidia-smi's names among them) and the display name."""
+    """Every spelling → its GPU: the key, the aliases (nvidia-smi's names among them) and the display name.
+    Built once (GPUS is fixed): the engines look their GPU up on every sizing, `plan` thousands of times."""
     out: dict[str, Gpu] = {}
     for g in GPUS:
         for n in (g.key, *g.aliases, g.name):

@@ -121,6 +121,18 @@ def number_value(flag: str, low: float, high: float | None, why: str) -> Callabl
     return read
 
 
+def _offload_gb(text: Any) -> int | None:
+    """--cpu-offload-gb: GiB per GPU, 0 or more (vllm/config/offload.py ``Field(default=0, ge=0)``), as the bytes
+    both engines move: ``int(gb * 1024**3)`` (vllm/model_executor/offloader, sglang/srt/utils/offloader.py)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise PlanError(f"--cpu-offload-gb: cannot read {text!r} as a number") from None
+    if not 0 <= value < 1e6:
+        raise PlanError(f"--cpu-offload-gb must be 0 or more (GiB per GPU), got {text}")
+    return int(value * 1024**3) or None
+
+
 def _choices(values: Callable[[], Iterable[str]]) -> Callable[[str], list[str]]:
     """Shell completion for an option's value."""
     return lambda incomplete: [v for v in values() if v.startswith(incomplete)]
@@ -323,7 +335,11 @@ VLLM = (param("vllm_version", VllmVersion, None), param("mode", Mode, None),
 SGLANG = (param("sglang_version", SglangVersion, None), param("radix", Radix, "auto"),
           param("page_size", PageSize, 1), param("no_overlap", NoOverlap, False),
           param("draft_tokens", DraftTokens, None), param("sglang_env", SglangEnv, None))
-ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG)
+#: the engine flags given that change no figure, kept for the printed command (``ENGINE=["word", ...]``,
+#: written by ``expand``; hybridplan/cmdline.py)
+EngineArg = Flag[Optional[list[str]], option("--engine-arg", metavar="ENGINE=JSON", hidden=True,
+                                             help="An engine flag kept as given for the printed command.")]
+ENGINES = (param("engine", Engine, "both"), *VLLM, *SGLANG, param("engine_args", EngineArg, None))
 ALLOW_LONG = (param("allow_long_context", AllowLong, False),)
 JSON = (param("as_json", AsJson, False),)
 #: what `fit` and `plan` write for a deployment (hybridplan/deploy.py)
@@ -365,6 +381,10 @@ BUDGET = (
              f"({SIZE_HELP}).")], None),
     param("kv_budget", size_option("--kv-budget", "Memory left for caches (vLLM's \"Available KV cache memory\"; "
                                                   "SGLang's memory to split); skips --gpu-mem"), None),
+    param("cpu_offload", Flag[Optional[int], option(
+        "--cpu-offload-gb", metavar="GiB",
+        parser=_offload_gb,
+        help="vLLM and SGLang --cpu-offload-gb: GiB of weights per GPU moved to the CPU, less on the GPU.")], None),
 )
 ADMISSION = (
     param("max_num_seqs", Flag[Optional[int], option(
@@ -388,6 +408,31 @@ ADMISSION = (
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
         help="SGLang --mem-fraction-static (default: SGLang's for the GPU).")], None),
+)
+
+
+#: check-log's share of the flags fit takes (issue 28 item 7), each None unless given, so that the log's own
+#: settings stand where no flag says otherwise (hybridplan/engines/given.py LogGiven)
+CHECK_LOG_FLAGS = (
+    param("speculative_config", SpecConfig, None), param("spec_method", SpecMethod, None),
+    param("spec_draft", SpecDraft, None), param("eagle_topk", EagleTopk, None),
+    param("draft_tokens", Flag[Optional[int], option("--draft-tokens", metavar="N",
+                                                       parser=count_value("--draft-tokens"),
+                                                       help="SGLang --speculative-num-draft-tokens.")], None),
+    param("block_size", BlockSize, None),
+    param("max_mamba_cache_size", Flag[Optional[int], option(
+        "--max-mamba-cache-size", metavar="N", parser=count_value("--max-mamba-cache-size"),
+        help="SGLang --max-mamba-cache-size (default: read from the log).")], None),
+    param("full_memory_ratio", Flag[Optional[float], option(
+        "--mamba-full-memory-ratio", metavar="RATIO",
+        parser=number_value("--mamba-full-memory-ratio", 0, 1000, "SGLang's state-to-KV ratio"),
+        help="SGLang --mamba-full-memory-ratio (default: read from the log).")], None),
+    param("radix", Flag[Optional[str], option(
+        "--radix", metavar="STRATEGY",
+        help="SGLang --mamba-radix-cache-strategy (or off: --disable-radix-cache); default: read from the log.")],
+          None),
+    param("page_size", Flag[Optional[int], option("--page-size", metavar="TOKENS", parser=count_value("--page-size"),
+                                                  help="SGLang --page-size (default: read from the log).")], None),
 )
 
 
@@ -511,6 +556,7 @@ _SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
            "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
            "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}
 _BUDGET = {"kv_budget": "kv_budget", "weights": "weights", "params": "params", "overhead": "overhead"}
+_BUDGET = {**_BUDGET, "cpu_offload": "cpu_offload"}  # --cpu-offload-gb, read as bytes
 
 
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
@@ -618,6 +664,34 @@ def _check_quantization(o: Options, spec: Any) -> None:
                         f"({own or 'not quantized'}); give --weights with the quantized size")
 
 
+#: what reading the options had to say (the default MODEL taken): the CLI writes it on stderr after the output,
+#: beside the pasted engine command's notes (cli.main ``said``)
+_SAID: list[str] = []
+
+
+def said() -> list[str]:
+    """The notes so far, emptied."""
+    out = _SAID[:]
+    _SAID.clear()
+    return out
+
+
+def note_default_model(model: str) -> None:
+    """Say that MODEL was not given and ``model``, its default, is sized (read from the running command's
+    context: a MODEL typed, even the default's name, or taken from a pasted engine command, is given)."""
+    try:  # typer 0.28 carries its own click (pyproject pins typer 0.28)
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+        from click.core import ParameterSource
+
+    ctx = get_current_context(silent=True)
+    if ctx is None or "model" not in ctx.params or ctx.get_parameter_source("model") is not ParameterSource.DEFAULT:
+        return
+    _SAID.append(f"note: no MODEL given: the default, {model}")
+
+
 def scenario(o: Options) -> Scenario:
     """The scenario the options describe."""
     from hybridplan.engines.sglang.releases import release as sglang_release
@@ -628,6 +702,7 @@ def scenario(o: Options) -> Scenario:
     from hybridplan.scenario import DtypeChoice, Scenario
 
     spec = load_model(o.model, getattr(o, "revision", None))
+    note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)
     _check_quantization(o, spec)
     engine = getattr(o, "engine", None) or "both"
     vrel = vllm_release(getattr(o, "vllm_version", None))
@@ -652,7 +727,24 @@ def scenario(o: Options) -> Scenario:
         speculative=speculative,
         **_given(o, _SCENARIO),
         **({"pp_partition": _layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
+        **({"engine_args": _engine_args(o.engine_args)} if getattr(o, "engine_args", None) else {}),
     )
+
+
+def _engine_args(given: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    import json
+
+    out = []
+    for text in given:
+        engine, _, words = text.partition("=")
+        try:
+            parsed = json.loads(words)
+        except json.JSONDecodeError:
+            parsed = None
+        if engine not in ("vllm", "sglang") or not isinstance(parsed, list):
+            raise PlanError(f"--engine-arg {text}: expected ENGINE=[\"word\", ...]")
+        out.append((engine, tuple(str(w) for w in parsed)))
+    return tuple(out)
 
 
 def cmdline_o0() -> str:
@@ -684,12 +776,38 @@ def _is_flag(token: str) -> bool:
     return False
 
 
+def _release_asked(head: list[str]) -> dict[str, str | None]:
+    """The releases --vllm-version / --sglang-version name among hybridplan's options, resolved as the
+    engines' release tables resolve them (a pasted line is read by that release's parser)."""
+    asked: dict[str, str | None] = {}
+    for i, token in enumerate(head):
+        for flag, engine in (("--vllm-version", "vllm"), ("--sglang-version", "sglang")):
+            value = None
+            if token == flag and i + 1 < len(head):
+                value = head[i + 1]
+            elif token.startswith(flag + "="):
+                value = token.split("=", 1)[1]
+            if value is None:
+                continue
+            try:
+                if engine == "vllm":
+                    from hybridplan.engines.vllm.releases import release
+                else:
+                    from hybridplan.engines.sglang.releases import release
+                asked[engine] = release(value).version
+            except PlanError:
+                pass  # refused where the option is read
+    return asked
+
+
 def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
     """A command's arguments with engine flags (vLLM's and SGLang's own names, typed among hybridplan's) and a
     pasted engine line (after ``--``) turned into hybridplan's options (hybridplan/cmdline.py), for the parser
-    to read and check as if typed; and the lines to say what was set aside. An unknown flag is refused here,
-    with the closest name among hybridplan's and the engines'. The engines' flag tables load only for a line
-    that has a flag the command does not own, or a pasted engine line."""
+    to read and check as if typed; and the lines to say what was set aside. A pasted line is read as the
+    engine's own parser reads it at the release asked (--vllm-version / --sglang-version, else the newest);
+    an unknown flag is refused here, with the closest name among hybridplan's and the engines'. The flags with
+    no effect on memory are kept (``--engine-arg``) for the command the report prints. The engines' flag tables
+    load only for a line that has a flag the command does not own, or a pasted engine line."""
     own = _own_flags(cmd)
     head, tail = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, None)
     out: list[str] = []
@@ -710,24 +828,28 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
         else:
             from hybridplan import cmdline
 
-            engine_names = cmdline.engine_flag_names()
-            if not (name in engine_names or name.startswith("-O") or (
-                    name.startswith("--no-") and "--" + name[5:] in engine_names)):
-                raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *engine_names])}")
             engine_tokens.append(token)
             if cmdline.takes_value(token) and i + 1 < len(head):
                 i += 1
                 engine_tokens.append(head[i])
         i += 1
     lines = []
+    versions = _release_asked(head) if engine_tokens or tail is not None else {}
     if engine_tokens or tail is not None:
         from hybridplan import cmdline
 
-        lines = [cmdline.translate(engine_tokens, "either")] if engine_tokens else []
+        try:
+            lines = [cmdline.translate(engine_tokens, "either", versions=versions)] if engine_tokens else []
+        except PlanError as exc:
+            if str(exc).startswith("no such option: "):
+                name = str(exc)[len("no such option: "):].split(" ", 1)[0]
+                raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *cmdline.engine_flag_names()])}"
+                                ) from None
+            raise
     if tail is not None:
         if not tail:
             raise PlanError("nothing after --: paste the engine's command, e.g. -- vllm serve MODEL …")
-        lines.append(cmdline.translate(tail, ours=own))
+        lines.append(cmdline.translate(tail, ours=own, versions=versions))
     notes: list[str] = []
     set_by_head = {t.split("=", 1)[0] for t in out if _is_flag(t)}
     dropped: list[str] = []
@@ -755,8 +877,16 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
                 raise PlanError(f"{shown}: {flag} is given twice; give it once")
             out += list(tokens)
             set_by_head.add(flag)
+        if "--engine-arg" in own:
+            import json
+
+            for engine, words, _ in line.kept:
+                out += ["--engine-arg", f"{engine}={json.dumps(list(words))}"]
         if line.ignored:
-            notes.append("ignored: no effect on memory: " + ", ".join(line.ignored))
+            said: dict[str, list[str]] = {}
+            for shown, why in zip(line.ignored, line.why or ("no effect on memory",) * len(line.ignored)):
+                said.setdefault(why, []).append(shown)
+            notes += [f"ignored: {', '.join(flags)}: {why}" for why, flags in said.items()]
     if dropped:
         notes.append(f"ignored: {cmd.name} does not use " + ", ".join(dropped))
     return out, notes

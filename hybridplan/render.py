@@ -319,7 +319,7 @@ def crossover_view(r: CrossoverReport, *, exact: bool = False) -> Group:
 
 
 def gpus_view(r, *, exact: bool = False) -> Rows:
-    return Rows(("gpu", "name", "memory", "as", "source"),
+    return Rows(("gpu", "name", "memory", "from", "source"),
                 [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
                  for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
                 optional=(4,))
@@ -450,8 +450,8 @@ def _sglang_fit(g, exact: bool = False) -> list:
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 
-_MARKS = {"weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒", "overhead": "▒",
-          "CUDA context": "▒", "reserve": "▒"}
+_MARKS = {"weights": "█", "drafter weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒",
+          "overhead": "▒", "CUDA context": "▒", "reserve": "▒"}
 
 
 def _bar(w, width: int = 60) -> Text:
@@ -461,7 +461,7 @@ def _bar(w, width: int = 60) -> Text:
     used = 0
     for t in (*w.before, *w.terms):
         n = round(width * t.bytes / total)
-        text.append(_MARKS.get(t.name, "▒") * n, style="cyan" if t.name == "weights" else "yellow")
+        text.append(_MARKS.get(t.name, "▒") * n, style="cyan" if t.name in ("weights", "drafter weights") else "yellow")
         used += n
     n = max(0, min(width - used, round(width * w.cache_bytes / total)))
     text.append("░" * n, style="green")
@@ -477,7 +477,8 @@ def waterfall_view(w, title: str, cache_label: str, factor_label: str, exact: bo
     rows = [("GPU total", _b(w.gpu_bytes, exact), "" if exact else f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
             (f"× {factor_label} {float(w.utilization)!r}", _b(w.requested, exact), w.factor_note),
             *(row(t) for t in w.terms),
-            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B")]
+            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B"),
+            *((f"  then − {t.name}", _b(t.bytes, exact), t.note) for t in getattr(w, "after", ()))]
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
 
 
@@ -509,11 +510,13 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     if b.kv_budget is None and b.gpu_mem is not None:
         parts.append(Text(f"GPU memory {_gb(b.gpu_mem)}", style="dim"))
     from hybridplan.engines.common import Shortfall
+    from hybridplan.reports.fit import Refusal
 
     for name, part in r.parts.items():
-        if isinstance(part, Shortfall):
-            parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank", part.cache_label,
-                                    part.factor_label, exact)
+        if isinstance(part, (Shortfall, Refusal)):
+            if part.memory is not None:
+                parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank",
+                                        part.cache_label, part.factor_label, exact)
         else:
             parts += _FIT_VIEWS[name](part, exact)
     for engine, cmd in r.commands().items():
@@ -521,7 +524,7 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     if r.verdict_ok:
         parts.append(Text("verdict: starts with these settings", style="bold green"))
     else:
-        parts.append(Text("verdict: will not start", style="bold red"))
+        parts.append(Text(f"verdict: {r.verdict}", style="bold red"))
         parts.extend(labelled("  -", p, style="red") for p in (r.problems or ["no request fits"]))
     parts.extend(_notes(r.notes))
     parts.extend(_skipped(r.skipped))

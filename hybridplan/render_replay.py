@@ -35,7 +35,8 @@ def replay_view(r: ReplayReport) -> Group:
     t = Rows(("cache", "block / grid", "token hit rate", "requests with a hit", "prompt tokens computed",
               "prefill FLOPs saved", "states held (peak)", "blocks / KV tokens held (peak)", "evictions",
               "refused"), rows,
-             title=f"{r.spec.name}: {n:,} requests of {r.trace}, {r.settings.concurrency} in flight",
+             title=f"{r.spec.name}: {n:,} request{'' if n == 1 else 's'} of {r.trace}, {r.settings.concurrency:,} in "
+                   "flight",
              caption="token hit rate: prompt tokens reused ÷ prompt tokens; states held: Mamba states cached at "
                      "the peak; blocks: vLLM blocks (SGLang: KV tokens) held by the cache and running requests; "
                      "ideal cache: resumes anywhere, no memory limit; attention layers alone: the same model's "

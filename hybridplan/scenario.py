@@ -45,7 +45,9 @@ class Speculative:
     """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
     method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
     own MTP layers draft) and for n-gram (no model). ``num_tokens`` equals ``Scenario.spec_tokens``; how each
-    engine sizes the draft's KV and state is an engine rule."""
+    engine sizes the draft's KV and state, and which of the drafter's weights it loads beside the target's
+    (``drafter`` in hybridplan/engines/*/memory.py: the MTP layers of ``spec``, or ``draft``'s), is an engine
+    rule."""
 
     method: str | None = None
     num_tokens: int = 0
@@ -86,6 +88,8 @@ class Budget:
     weights: int | None = None
     params: float | None = None
     overhead: int | None = None
+    #: the engines' --cpu-offload-gb in bytes per GPU: weights moved to the CPU (hybridplan/engines/*/memory.py)
+    cpu_offload: int | None = None
 
     def check(self) -> None:
         if self.kv_budget is None and self.gpu_mem is None:
@@ -135,6 +139,8 @@ class Scenario:
     #: SGLang ``--enable-dp-attention``: attention (and the recurrent layers) data-parallel over ``dp`` groups of
     #: ``tp // dp`` ranks, the MLP / MoE tensor- or expert-parallel over all ``tp``
     dp_attention: bool = False
+    #: engine flags given that change no figure, kept as typed for the printed command: (engine, words)
+    engine_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:

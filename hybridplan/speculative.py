@@ -21,6 +21,11 @@ layers (vllm/model_executor/models/qwen3_5_mtp.py, qwen3_next_mtp.py), Nemotron-
 × the attention layers of ``mtp_hybrid_override_pattern`` (nemotron_h_mtp.py), DeepSeek
 ``num_nextn_predict_layers`` MLA layers (deepseek_mtp.py). How each engine sizes them is an engine rule
 (engines/vllm/sizing.py, engines/sglang/pool.py).
+
+The same draft's weights (the MTP layers counted from the target's config, or the draft model's from its own)
+are counted by hybridplan/weights and loaded as each engine loads them (``drafter`` in engines/vllm/memory.py and
+engines/sglang/memory.py): a Qwen3-Next config without ``num_nextn_predict_layers`` has one MTP layer, as vLLM
+reads it (``getattr(config, "num_nextn_predict_layers", 1)``, qwen3_next_mtp.py).
 """
 
 from __future__ import annotations

@@ -210,3 +210,84 @@ def test_any_flags_answer_or_refuse_in_one_line(run_cli, data):
         assert out == "" and len(err.splitlines()) == 1 and err.startswith("hybridplan: error:"), (argv, err)
     else:
         json.loads(out)
+
+
+# --- issue 28 item 6: one engine's refusal is that engine's verdict, the other engine still answers ---------
+
+
+def test_one_engines_refusal_keeps_the_others_table(run_cli):
+    # RTX 4090, --mem-fraction-static 0.667: SGLang's split R is 0.667·(total − CUDA context) − weights, 217 MiB
+    # (the waterfall); from 0.5.17 the padding row is counted, K = ⌊(R·0.9/1.9 − per)/per⌋ with one Nemotron-H
+    # state 97.41 MiB: ⌊(102.8 − 97.41) MiB / 97.41 MiB⌋ = 0, and SGLang stops with its RuntimeError (the same
+    # line as tests/data/logs/sglang-0.5.17-qwen3.8-27b-fp8-mi355x-3.log). vLLM starts on that GPU all the same.
+    argv = ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--mem-fraction-static", "0.667")
+    code, out, err = run_cli(*argv)
+    assert code == 1 and not err
+    assert "GPU KV cache size:" in out  # vLLM's table is there
+    assert "verdict: SGLang will not start; vLLM starts with these settings" in out
+    assert "Not enough GPU memory for hybrid (mamba/linear-attention) state cache" in out
+    assert "max_mamba_cache_size=0" in out
+    code, js, _ = run_cli(*argv, "--json")
+    d = json.loads(js)
+    assert code == 1 and not d["ok"] and d["sglang"]["starts"] is False
+    assert d["sglang"]["refused"].startswith("Not enough GPU memory") and d["vllm"]["modes"]
+    # at 0.68 the split keeps one slot (⌊(247.5 − 97.41) / 97.41⌋ = 1), which admits no request of 5 slots: the
+    # same verdict line, reached the other way
+    code, out, _ = run_cli(*argv[:-1], "0.68")
+    assert code == 1 and "verdict: SGLang will not start; vLLM starts with these settings" in out
+    # asked alone, the refusal is SGLang's verdict (exit 1), not bad input
+    code, out, err = run_cli(*argv, "--engine", "sglang")
+    assert code == 1 and not err and "verdict: will not start" in out and "max_mamba_cache_size=0" in out
+
+
+def test_both_engines_refusing_are_named(run_cli):
+    # 0.01 GiB of KV: one Nemotron-H state slot is 97.41 MiB, so neither engine holds a request
+    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "0.01GiB")
+    assert code == 1 and not err and "verdict: vLLM and SGLang will not start" in out
+    assert "To serve at least one request with the model's max seq len (8192)" in out
+
+
+def test_bad_input_for_both_engines_stays_exit_2(run_cli):
+    # Nemotron-H-8B's 32 attention heads and 8 KV heads: --tp 3 divides neither, for either engine
+    one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--tp", "3"),
+                   "--tp 3 does not divide")
+
+
+# --- issue 28 item 8: a trace that is not text, and a budget that holds no block --------------------------
+
+
+def test_binary_trace_is_one_line(run_cli, tmp_path):
+    p = tmp_path / "trace.jsonl"
+    p.write_bytes(bytes(range(128, 256)) * 8)  # no newline, and 0x80 is no UTF-8 start byte
+    one_line_error(*run_cli("replay", p, "--kv-budget", "40GiB"), f"{p}: line 1: not UTF-8 text")
+    # the text reader decodes a chunk ahead: the line named is still the first that is not UTF-8
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n'
+    p.write_bytes((good * 3).encode() + b"\xff\xfe\n" + good.encode())
+    one_line_error(*run_cli("replay", p, "--kv-budget", "40GiB"), f"{p}: line 4: not UTF-8 text")
+    y = tmp_path / "workload.yaml"
+    y.write_bytes(b"users: 4\n\xff\n")
+    one_line_error(*run_cli("replay", y, "--kv-budget", "40GiB"), "not a text file (not UTF-8)")
+
+
+def test_replay_on_a_budget_without_one_block(run_cli):
+    # 0.01 GiB of KV: one Nemotron-H request of 8,192 tokens needs one Mamba page and its attention blocks, over
+    # 0.2 GiB; vLLM refuses to start in its own words (check_enough_kv_cache_memory, vllm 0.33.0
+    # vllm/v1/core/kv_cache_planning.py), SGLang with its state-cache RuntimeError; asked alone, that is the answer
+    trace = "tests/data/traces/mooncake-conversation-300.jsonl"
+    code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB", "--engine", "vllm")
+    one_line_error(code, out, err, "vLLM 0.33.0 will not start in none mode",
+                   "To serve at least one request with the model's max seq len (8192)")
+    # both engines asked: each skipped with its refusal, the baseline and the ideal cache still replayed
+    code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB")
+    assert code == 0 and "internal error" not in err
+    assert 'vllm: skipped — vLLM 0.33.0 will not start in none mode: "To serve at least one request' in out
+    assert 'sglang: skipped — SGLang 0.5.23 will not start: "Not enough GPU memory for hybrid' in out
+
+
+def test_nemotron_h_without_its_pattern_names_the_pattern(run_cli, tmp_path, nemotron_cfg):
+    # issue 28 item 16: vLLM builds Nemotron-H's layers from config.hybrid_override_pattern
+    # (vllm/model_executor/models/nemotron_h.py, 0.33.0); the list form is the fallback, not the field to name
+    del nemotron_cfg["hybrid_override_pattern"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(nemotron_cfg))
+    one_line_error(*run_cli("size", p), "missing the needed field 'hybrid_override_pattern'")

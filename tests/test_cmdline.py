@@ -136,8 +136,14 @@ def test_the_pasted_line_equals_the_same_options(run_cli):
                        "--trust-remote-code", "--served-model-name", "nano")
     assert _vllm_figures(pasted) == _vllm_figures(ours)
     assert "sglang" not in pasted
-    assert err.strip() == ("hybridplan: ignored: no effect on memory: --host 0.0.0.0, --port 8000, "
-                           "--trust-remote-code, --served-model-name nano")
+    assert err.strip().splitlines() == [
+        "hybridplan: ignored: --host 0.0.0.0, --port 8000, --served-model-name nano: the API server's, no effect on "
+        "GPU memory",
+        "hybridplan: ignored: --trust-remote-code: how the model files are found and read: the same weights reach "
+        "the GPU"]
+    # kept in the command printed, so that pasted back it still loads the model (issue 28, item 5)
+    argv = pasted["commands"]["vllm"]["argv"]
+    assert argv[-7:] == ["--host", "0.0.0.0", "--port", "8000", "--trust-remote-code", "--served-model-name", "nano"]
     # the engine's flag names among hybridplan's give the same
     aliases, _ = _fit(run_cli, "nemotron-nano-9b-v2", "--gpu-type", "l40s", "--max-model-len", "32000",
                       "-tp", "2", "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.9", "--engine", "vllm")
@@ -223,8 +229,8 @@ def test_size_and_prefix_take_a_line_too(run_cli):
     (("fit", "--gpu-type", "h100", "--tensor-parallel", "2"), ("--tensor-parallel-size",)),
     (("fit", "--gpu-type", "h100", "--gpu-memory-util", "0.9"), ("--gpu-memory-utilization",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "m", "--max-model-length", "8k"), ("--max-model-len",)),
-    (("fit", "--gpu-type", "h100", "--", "sglang", "serve", "--model-path", "m", "--context-len", "8k"),
-     ("--context-length",)),
+    (("fit", "--gpu-type", "h100", "--", "sglang", "serve", "--model-path", "m", "--context-lenght", "8k"),
+     ("unrecognized arguments: --context-lenght", "--context-length")),
     (("fit", "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--kv-cache-dtype", "fp8"),
      ("fp8_e4m3",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "Zyphra/Zamba2-7B", "--pipeline-parallel-size", "2"),
@@ -239,9 +245,14 @@ def test_size_and_prefix_take_a_line_too(run_cli):
     (("fit", "--gpu-type", "h100", "--", "VLLM_MADE_UP=1", "vllm", "serve", "m"), ("VLLM_MADE_UP",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--quantization", "fp8"),
      ("--quantization fp8", "--weights")),
-    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "-O"), ("needs a value",)),
+    # vLLM 0.33's FlexibleArgumentParser rewrites -O only before a level (0-3): a bare -O is no flag of its
+    # parser (vllm/utils/argparse_utils.py)
+    (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "-O"),
+     ("unrecognized arguments: -O",)),
+    (("fit", "--gpu-type", "h100", "--vllm-version", "0.10.0", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+      "-O"), ("needs a value",)),
     (("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", "--vllm-version", "0.20"),
-     ("unknown vLLM flag --vllm-version", "before --")),
+     ("unrecognized arguments: --vllm-version", "before --")),
 ])
 def test_bad_lines_are_one_line(run_cli, argv, needles):
     one_line_error(*run_cli(*argv), *needles)
@@ -266,7 +277,7 @@ def test_translate_is_pure():
     assert line.argv == ["--allow-long-context"]
     assert line.ignored == ("--api-key k",)
     with pytest.raises(PlanError, match="did you mean --mamba-ssm-cache-dtype"):
-        translate(["vllm", "serve", "m", "--mamba-ssm-cache-dtyp", "float32"])
+        translate(["vllm", "serve", "m", "--mamba-ssm-cach-dtype", "float32"])
 
 
 def test_flag_names_by_release(run_cli):
@@ -309,3 +320,236 @@ def test_the_program_of_a_pasted_line(line, engine):
 def test_a_line_that_is_not_an_engine_start_is_refused(line):
     with pytest.raises(PlanError, match="give the engine's command"):
         translate(line)
+
+
+# --- read as the engines' own parsers read them (issue 28, items 4, 5, 9) ---------------------------------------
+
+
+def _same_vllm(run_cli, a: tuple[str, ...], b: tuple[str, ...]) -> dict:
+    x, _ = _fit(run_cli, "--gpu-type", "h100", "--", *a)
+    y, _ = _fit(run_cli, "--gpu-type", "h100", "--", *b)
+    assert _vllm_figures(x) == _vllm_figures(y), (a, b)
+    return x
+
+
+NEMO = "nvidia/Nemotron-H-8B-Base-8K"
+
+
+def test_vllm_spellings_its_parser_accepts(run_cli):
+    # FlexibleArgumentParser turns the underscores of --max_model_len into dashes; argparse reads -tp=4 and
+    # --flag=value; allow_abbrev (never turned off, flags.json "parser") takes a unique prefix
+    plain = ("vllm", "serve", NEMO, "--max-model-len", "4096", "--tensor-parallel-size", "2",
+             "--gpu-memory-utilization", "0.8")
+    _same_vllm(run_cli, plain, ("vllm", "serve", NEMO, "--max_model_len", "4096", "-tp=2",
+                                "--gpu_memory_utilization=0.8"))
+    _same_vllm(run_cli, plain, ("vllm", "serve", NEMO, "--max-model", "4096", "-tp", "2", "--gpu-memory-util",
+                                "0.8"))
+    # JSON flags key by key, as FlexibleArgumentParser folds them
+    spec = '{"method": "mtp", "num_speculative_tokens": 2}'
+    _same_vllm(run_cli, ("vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "-tp", "4", "--max-model-len", "32k",
+                         "--speculative-config", spec),
+               ("vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct", "-tp", "4", "--max-model-len", "32k",
+                "--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens=2"))
+
+
+def test_sglang_takes_a_unique_prefix(run_cli):
+    # issue 28 item 4: --speculative-algo is a prefix of --speculative-algorithm alone; argparse accepts it
+    # (python/sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(), allow_abbrev left on)
+    line = ("python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp", "4",
+            "--context-length", "32000")
+    full, _ = _fit(run_cli, "--gpu-type", "h100", "--", *line, "--speculative-algorithm", "NEXTN",
+                   "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                   "--speculative-num-draft-tokens", "3")
+    short, _ = _fit(run_cli, "--gpu-type", "h100", "--", *line, "--speculative-algo", "NEXTN",
+                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", "3")
+    assert _sglang_figures(short) == _sglang_figures(full)
+    # a prefix of several is refused as argparse refuses it
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", *line, "--speculative-num", "2"),
+                   "ambiguous option: --speculative-num could match", "--speculative-num-steps",
+                   "--speculative-num-draft-tokens")
+
+
+def test_flags_by_the_release_asked():
+    # --mamba-scheduler-strategy: 0.5.7-0.5.19 (a deprecated alias from 0.5.14), gone from 0.5.20's
+    # server_args (hybridplan/engines/sglang/flags.json, from the wheels)
+    line = ["sglang", "serve", "--model-path", "m", "--mamba-scheduler-strategy", "no_buffer"]
+    assert translate(line, versions={"sglang": "0.5.13"}).argv == ["--radix", "no_buffer"]
+    with pytest.raises(PlanError, match=r"SGLang 0\.5\.20 \(launch_server\): unrecognized arguments: "
+                                        "--mamba-scheduler-strategy"):
+        translate(line, versions={"sglang": "0.5.20"})
+    with pytest.raises(PlanError, match="unrecognized arguments: --mamba-scheduler-strategy"):
+        translate(line, versions={"sglang": "0.5.6"})
+    # vLLM up to 0.11.0 refuses --model with `vllm serve` (vllm/utils/__init__.py FlexibleArgumentParser)
+    with pytest.raises(PlanError, match="positional argument"):
+        translate(["vllm", "serve", "--model", "m"], versions={"vllm": "0.10.2"})
+    assert translate(["vllm", "serve", "--model", "m"], versions={"vllm": "0.20.0"}).model == "m"
+
+
+def test_choices_and_values_as_argparse_checks_them():
+    with pytest.raises(PlanError, match=r"argument --kv-cache-dtype: invalid choice: 'fp9'"):
+        translate(["vllm", "serve", "m", "--kv-cache-dtype", "fp9"], versions={"vllm": "0.20.0"})
+    with pytest.raises(PlanError, match="expected one argument"):
+        translate(["vllm", "serve", "m", "--max-num-seqs", "--enforce-eager"])
+    with pytest.raises(PlanError, match="ignored explicit argument"):
+        translate(["sglang", "serve", "--model-path", "m", "--trust-remote-code=yes"])
+
+
+def test_cpu_offload_moves_weights_off_the_gpu(run_cli):
+    # vLLM and SGLang copy int(gb * 1024**3) bytes of the layers' parameters to the CPU
+    # (vllm/config/offload.py, sglang/srt/utils/offloader.py): the weights on the GPU are that much less
+    argv = ("nemotron-h", "--gpu-type", "h100", "--ctx", "8192")
+    base, _ = _fit(run_cli, *argv)
+    off, _ = _fit(run_cli, *argv, "--cpu-offload-gb", "2.5")
+
+    def weights(d, engine):
+        return next(t["bytes"] for t in d[engine]["memory"]["terms"] if t["name"] == "weights")
+
+    for engine in ("vllm", "sglang"):
+        assert weights(base, engine) - weights(off, engine) == int(2.5 * 1024**3)
+        assert off["commands"][engine]["argv"][-2:] == ["--cpu-offload-gb", "2.5"]
+    pasted, _ = _fit(run_cli, "--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", NEMO,
+                     "--context-length", "8192", "--cpu-offload-gb", "2.5")
+    assert _sglang_figures(pasted) == _sglang_figures(off)
+
+
+def test_compilation_levels_are_listed_not_taken_silently(run_cli):
+    # issue 28 item 9: -O3, -O 3 and --compilation-config keep CUDA graphs on, which is the one graph estimate
+    # hybridplan has (hybridplan/engines/vllm/memory.py): the same figures, each listed with the reason
+    plain = ("vllm", "serve", NEMO, "--max-model-len", "8192")
+    for extra in (("-O3",), ("-O", "3"), ("-O=2",), ("--compilation-config", '{"mode": 3}')):
+        code, out, err = run_cli("fit", "--gpu-type", "h100", "--json", "--", *plain, *extra)
+        assert code in (0, 1)
+        assert "ignored:" in err and "CUDA-graph estimate" in err, extra
+    _same_vllm(run_cli, plain, (*plain, "-O3"))
+    # cudagraph_mode NONE is graphs off, as --enforce-eager
+    _same_vllm(run_cli, (*plain, "--enforce-eager"), (*plain, "--compilation-config.cudagraph_mode", "NONE"))
+    # -O.3 is --optimization-level .3 in 0.33 (vllm/utils/argparse_utils.py), no level
+    one_line_error(*run_cli("fit", "--gpu-type", "h100", "--", *plain, "-O.3"), "levels are 0, 1, 2 and 3")
+
+
+def test_sglang_schedule_conservativeness_is_listed():
+    line = translate(["sglang", "serve", "--model-path", "m", "--schedule-conservativeness", "0.3"])
+    assert line.ignored == ("--schedule-conservativeness 0.3",)
+    assert "no effect on the pools" in line.why[0]
+    assert line.kept == (("sglang", ("--schedule-conservativeness", "0.3"), "--schedule-conservativeness"),)
+
+
+def test_a_flag_hybridplan_does_not_model_is_refused():
+    with pytest.raises(PlanError, match="--kv-offloading-size: KV offloading"):
+        translate(["vllm", "serve", "m", "--kv-offloading-size", "8"])
+    with pytest.raises(PlanError, match="--enable-hierarchical-cache: hybridplan does not model"):
+        translate(["sglang", "serve", "--model-path", "m", "--enable-hierarchical-cache"])
+
+
+def test_kimi_linear_round_trip_keeps_trust_remote_code(run_cli):
+    # issue 28 item 5: the printed command keeps every flag given, so pasted back it loads the model (Kimi-Linear
+    # ships its modelling code: --trust-remote-code) and gives the same table
+    line = ("vllm", "serve", "moonshotai/Kimi-Linear-48B-A3B-Instruct", "--trust-remote-code", "--tensor-parallel-size",
+            "2", "--max-model-len", "32000", "--enable-prefix-caching", "--port", "8001")
+    first, _ = _fit(run_cli, "--gpu-type", "h200", "--", *line)
+    argv = first["commands"]["vllm"]["argv"]
+    for word in ("--trust-remote-code", "--enable-prefix-caching", "--port"):
+        assert word in argv, word
+    again, _ = _fit(run_cli, "--gpu-type", "h200", "--", *argv)
+    assert _vllm_figures(again) == _vllm_figures(first)
+    assert again["commands"]["vllm"]["argv"] == argv
+    # among hybridplan's own flags too, for each engine that has it
+    d, _ = _fit(run_cli, "kimi-linear-48b-a3b", "--gpu-type", "h200", "--tp", "2", "--ctx", "32000",
+                "--trust-remote-code")
+    assert "--trust-remote-code" in d["commands"]["vllm"]["argv"]
+    assert "--trust-remote-code" in d["commands"]["sglang"]["argv"]
+
+
+def test_enable_prefix_caching_stays_on_the_printed_line(run_cli):
+    # issue 28 item 5: pasted back without it, the table would gain the `none` row
+    first, _ = _fit(run_cli, "--gpu-type", "h100", "--", "vllm", "serve", NEMO, "--max-model-len", "8192",
+                    "--enable-prefix-caching")
+    assert list(first["vllm"]["modes"]) == ["align"]
+    argv = first["commands"]["vllm"]["argv"]
+    assert "--enable-prefix-caching" in argv
+    again, _ = _fit(run_cli, "--gpu-type", "h100", "--", *argv)
+    assert list(again["vllm"]["modes"]) == ["align"]
+
+
+# --- check-log takes the flags fit takes (issue 28 item 7) -----------------------------------------------------
+
+MTP_LOG = "tests/data/logs/vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log"
+
+
+def _excerpt(tmp_path, path: str, drop: tuple[str, ...]) -> str:
+    """The real log with the lines that state its settings left out, as an excerpt people post leaves them."""
+    from pathlib import Path
+
+    lines = [ln for ln in Path(path).read_text().splitlines() if not any(d in ln for d in drop)]
+    out = tmp_path / "excerpt.log"
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def _check(run_cli, *argv):
+    cut = argv.index("--") if "--" in argv else len(argv)
+    code, out, err = run_cli("check-log", *argv[:cut], "--json", *argv[cut:])
+    assert code in (0, 1), err
+    return json.loads(out), code
+
+
+def test_check_log_takes_the_speculative_config(run_cli, tmp_path):
+    # the log's start was `--speculative-config '{"method": "qwen3_next_mtp", "num_speculative_tokens": 3}'` (its
+    # non-default args line): without that line and its engine config, the flag as its owner gave it adds the MTP
+    # layer's KV and the logged figures come back; --spec-tokens alone is said to leave the draft out
+    log = _excerpt(tmp_path, MTP_LOG, ("non-default args", "with config:", "# "))
+    given = (log, "--model", "qwen3.6-27b", "--vllm-version", "0.23.0", "--tp", "4", "--ctx", "200000",
+             "--max-num-seqs", "4")
+    d, code = _check(run_cli, *given, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+    assert code == 0 and d["ok"], d["rows"]
+    assert {s["name"]: s["source"] for s in d["settings"]}["speculative_method"] == "flag"
+    bare, code = _check(run_cli, *given, "--spec-tokens", "3")
+    assert code == 1 and not bare["ok"]
+    assert any("no method named" in n and "not modelled" in n for n in bare["notes"])
+    # pasted as the owner runs it, the same
+    pasted, code = _check(run_cli, log, "--vllm-version", "0.23.0", "--", "vllm", "serve", "qwen3.6-27b", "-tp", "4",
+                          "--max-model-len", "200000", "--max-num-seqs", "4", "--speculative-config",
+                          '{"method": "mtp", "num_speculative_tokens": 3}', "--trust-remote-code")
+    assert code == 0 and pasted["rows"] == d["rows"]
+
+
+def test_check_log_takes_the_block_size(run_cli, tmp_path):
+    # vLLM grows the attention block from the user's --block-size in whole multiples: the logged 800 is 2 × 400,
+    # and from 528 the smallest multiple at or above the Mamba page's need (784 tokens, the figure hybridplan
+    # predicts with no block given) is 2 × 528 = 1,056 (hybridplan/engines/vllm/blocks.py)
+    log = _excerpt(tmp_path, MTP_LOG, ("non-default args", "with config:", "# "))
+    given = (log, "--model", "qwen3.6-27b", "--vllm-version", "0.23.0", "--tp", "4", "--ctx", "200000",
+             "--max-num-seqs", "4", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+
+    def block(d):
+        return next(r for r in d["rows"] if r["figure"] == "attention block size")
+
+    d, _ = _check(run_cli, *given, "--block-size", "400")
+    assert block(d)["ok"] and {s["name"]: s["source"] for s in d["settings"]}["block_size"] == "flag"
+    d, _ = _check(run_cli, *given, "--block-size", "528")
+    assert not block(d)["ok"] and str(block(d)["predicted"]).replace(",", "") == "1056"
+
+
+def test_check_log_takes_sglangs_pool_flags(run_cli):
+    # the log's start was --tp 2 --mem-fraction-static 0.8 (its header); the pool flags, given, are what SGLang
+    # sizes with: --max-mamba-cache-size is taken as the state pool's size (server_args.py), the ratio moves the
+    # split, and an explicit no_buffer strategy meets SGLang's own refusal with the overlap scheduler on
+    log = "tests/data/logs/sglang-unknown-qwen3.5-9b-2x24gb-1.log"
+    base = (log, "--tp", "2", "--mem-fraction-static", "0.8")
+
+    def predicted(d, figure):
+        return next(r["predicted"] for r in d["rows"] if r["figure"] == figure)
+
+    plain, _ = _check(run_cli, *base)
+    sized, _ = _check(run_cli, *base, "--max-mamba-cache-size", "100")
+    assert str(predicted(sized, "max_mamba_cache_size")) == "100"
+    ratio, _ = _check(run_cli, *base, "--mamba-full-memory-ratio", "2")
+    assert predicted(ratio, "max_mamba_cache_size") != predicted(plain, "max_mamba_cache_size")
+    assert {s["name"]: s["source"] for s in ratio["settings"]}["mamba_full_memory_ratio"] == "flag"
+    for flag in ("--radix", "--mamba-radix-cache-strategy"):
+        one_line_error(*run_cli("check-log", *base, flag, "no_buffer"), "no_buffer do not support overlap schedule")
+    # 0.5.13's own name for it, which that release takes with the overlap scheduler on
+    old, _ = _check(run_cli, *base, "--sglang-version", "0.5.13", "--mamba-scheduler-strategy", "no_buffer")
+    assert {s["name"]: (s["value"], s["source"]) for s in old["settings"]}["mamba_radix_cache_strategy"] == (
+        "no_buffer", "flag")

@@ -83,6 +83,17 @@ def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> di
 # --- the workers: run with the engine's unpacked wheel first on sys.path -----------------------------------
 
 def vllm_worker(cases: list[dict]) -> list[dict]:
+    import vllm.platforms as platforms
+    from vllm.platforms.interface import Platform, PlatformEnum
+
+    class Cuda(Platform):
+        """Stand-in: the parser asks which device it runs on (for a few defaults), not what it can do."""
+
+        _enum = PlatformEnum.CUDA
+        device_name = device_type = "cuda"
+        dispatch_key = "CUDA"
+
+    platforms.current_platform = Cuda()
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # before 0.15: in vllm/utils/__init__.py
@@ -94,10 +105,19 @@ def vllm_worker(cases: list[dict]) -> list[dict]:
     out = []
     for c in cases:
         argv = c["argv"]  # vllm serve MODEL --flag ...
-        from_file = vars(parser.parse_args(["serve", "--config", c["file"]]))
-        from_cli = vars(parser.parse_args(["serve", *argv[2:]]))
+        from_file = _served(vars(parser.parse_args(["serve", "--config", c["file"]])))
+        from_cli = _served(vars(parser.parse_args(["serve", *argv[2:]])))
         out.append(_diff(from_file, from_cli))
     return out
+
+
+def _served(ns: dict) -> dict:
+    """The arguments as ``vllm serve`` runs with them: its positional model, where given, is the model
+    (vllm/entrypoints/cli/serve.py ``ServeSubcommand.cmd``)."""
+    if ns.get("model_tag") is not None:
+        ns["model"] = ns["model_tag"]
+    ns.pop("model_tag", None)
+    return ns
 
 
 def sglang_worker(cases: list[dict]) -> list[dict]:
@@ -124,6 +144,9 @@ def _diff(a: dict, b: dict) -> dict:
 
 
 def worker(engine: str, cases_file: Path) -> int:
+    # this folder holds vllm.py and sglang.py, which would stand in for the engines' packages
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     cases = json.loads(cases_file.read_text())
     diffs = vllm_worker(cases) if engine == "vllm" else sglang_worker(cases)
     print(json.dumps(diffs))
@@ -149,7 +172,10 @@ def main() -> int:
                 for name, fit_args in CASES:
                     folder = Path(tmp) / name
                     folder.mkdir()
-                    cases.append({"name": name, **hybridplan_case(engine, version, fit_args, folder)})
+                    try:
+                        cases.append({"name": name, **hybridplan_case(engine, version, fit_args, folder)})
+                    except RuntimeError as exc:  # a model the release does not serve: nothing to write
+                        print(f"{engine} {version} {name}: not written: {exc}")
                 cases_file = Path(tmp) / "cases.json"
                 cases_file.write_text(json.dumps(cases))
                 env = {**os.environ, "PYTHONPATH": f"{src}:{ROOT}"}

@@ -183,6 +183,8 @@ class Waterfall:
     before: tuple[Term, ...] = ()
     #: how the utilization was chosen, where the engine chose it
     factor_note: str = ""
+    #: what loads later, out of the memory the utilization leaves (SGLang: the speculative draft worker's weights)
+    after: tuple[Term, ...] = ()
 
     def term(self, name: str) -> int:
         return sum(t.bytes for t in (*self.before, *self.terms) if t.name == name)
@@ -194,11 +196,16 @@ class Waterfall:
     def to_dict(self) -> dict:
         return {"gpu_bytes": self.gpu_bytes, "utilization": self.utilization, "utilization_note": self.factor_note,
                 "requested_bytes": self.requested,
-                "weights_bytes": self.term("weights"), "activation_bytes": self.term("activation"),
+                "weights_bytes": self.term("weights"),
+                "drafter_weights_bytes": sum(t.bytes for t in (*self.terms, *self.after)
+                                             if t.name == "drafter weights"),
+                "activation_bytes": self.term("activation"),
                 "non_torch_bytes": self.term("non-torch"), "cudagraph_bytes": self.term("CUDA graphs"),
                 "kv_budget_bytes": self.cache_bytes, "estimated": self.estimated,
                 "terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
-                          for t in (*self.before, *self.terms)]}
+                          for t in (*self.before, *self.terms)],
+                "after_terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
+                                for t in self.after]}
 
 
 @frozen

@@ -29,3 +29,17 @@ class LogGiven:
     kv_dtype: str | None = None
     #: the GPU by its hybridplan/gpus.py key (``--gpu-type``), for a log whose lines do not name it
     gpu: str | None = None
+    #: the flags `fit` takes beside, as the user gives them (issue 28 item 7): vLLM --speculative-config (JSON)
+    #: and --block-size; SGLang --max-mamba-cache-size, --mamba-full-memory-ratio, the radix strategy
+    #: (--mamba-radix-cache-strategy / --mamba-scheduler-strategy, "off" for --disable-radix-cache), --page-size
+    #: and the speculative algorithm with its draft, top-k and draft tokens
+    speculative_config: str | None = None
+    block_size: int | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_full_memory_ratio: float | None = None
+    radix: str | None = None
+    page_size: int | None = None
+    spec_method: str | None = None
+    spec_draft: str | None = None
+    eagle_topk: int | None = None
+    draft_tokens: int | None = None

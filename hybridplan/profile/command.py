@@ -54,9 +54,12 @@ def profile(o: Options) -> None:
     from hybridplan.loader import load_model
     from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display
+    from hybridplan.options import note_default_model
     from hybridplan.scenario import DtypeChoice
 
-    req = ProfileRequest(load_model(o.model, o.revision), gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
+    spec = load_model(o.model, o.revision)
+    note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)
+    req = ProfileRequest(spec, gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
                          tokens=o.tokens, dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype))
     with progress_display() as reporter:
         report = run_profile(req, reporter)

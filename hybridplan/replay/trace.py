@@ -288,39 +288,55 @@ def _records(path: Path, make) -> Iterator:
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
     fast = _fast_loads()
-    index = 0
+    index = n = 0
     with fh:
-        for n, text in enumerate(fh, 1):
-            if len(text) > MAX_LINE:
-                raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
-            if text.isspace():  # (a line read is never empty)
-                continue
-            seen = None
-            try:
-                # the fast path: orjson, strict JSON, else the object from the line's first character, nothing
-                # after it but whitespace (json.loads alone costs twice as much); anything else, or what orjson
-                # refuses, through json.loads and its message
-                if fast is not None:
-                    obj = fast(text)
-                    seen = text
-                else:
-                    obj, end = _decode(text)
-                    if end != len(text) and not text[end:].isspace():
-                        raise ValueError(text)
-            except ValueError:
-                obj = _loads(path, n, text)
-            if not isinstance(obj, dict):
-                raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
-            try:
-                req = make(obj, path, n, index)
-            except PlanError:
-                if seen is None:
-                    raise
-                req = make(_loads(path, n, seen), path, n, index)
-            yield req
-            index += 1
-            if n > MAX_REQUESTS:
-                raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+        try:
+            for n, text in enumerate(fh, 1):
+                if len(text) > MAX_LINE:
+                    raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
+                if text.isspace():  # (a line read is never empty)
+                    continue
+                seen = None
+                try:
+                    # the fast path: orjson, strict JSON, else the object from the line's first character,
+                    # nothing after it but whitespace (json.loads alone costs twice as much); anything else, or
+                    # what orjson refuses, through json.loads and its message
+                    if fast is not None:
+                        obj = fast(text)
+                        seen = text
+                    else:
+                        obj, end = _decode(text)
+                        if end != len(text) and not text[end:].isspace():
+                            raise ValueError(text)
+                except ValueError:
+                    obj = _loads(path, n, text)
+                if not isinstance(obj, dict):
+                    raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
+                try:
+                    req = make(obj, path, n, index)
+                except PlanError:
+                    if seen is None:
+                        raise
+                    req = make(_loads(path, n, seen), path, n, index)
+                yield req
+                index += 1
+                if n > MAX_REQUESTS:
+                    raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
+        except UnicodeDecodeError:  # a binary file or another encoding
+            raise _bad(path, _undecodable_line(path, n), "not UTF-8 text (a trace is JSON lines)") from None
+
+
+def _undecodable_line(path: Path, after: int) -> int:
+    """The first line past ``after`` that is not UTF-8 (the text reader decodes a chunk ahead of the lines it
+    gives; a newline byte is never inside a UTF-8 sequence, so each line decodes alone)."""
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if n > after:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    return after + 1
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -488,6 +504,8 @@ def synthetic_yaml(path: Path) -> Synthetic:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: not a text file (not UTF-8): a synthetic workload is a YAML mapping") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

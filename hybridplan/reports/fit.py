@@ -4,13 +4,70 @@ with the flags given, and the command that starts it with those figures (hybridp
 from __future__ import annotations
 
 
+from importlib import import_module
 from pathlib import Path
 
 from hybridplan import engines
 from hybridplan.cmdline import Command, sglang_command, vllm_command
+from hybridplan.engines.common import Waterfall
+from hybridplan.errors import PlanError, Refused
 from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
+
+
+#: the engines as the verdict names them
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+#: what each engine's memory waterfall leaves, and the factor it applies (as ``Shortfall`` names them)
+_CACHE_LABELS = {"vllm": ("Available KV cache memory", "gpu_memory_utilization"),
+                 "sglang": ("the memory split between the pools (R)", "mem_fraction_static")}
+
+
+@frozen
+class Refusal:
+    """An engine that refuses to start with these settings (``Refused``), in its own words, with the memory it
+    would have had where the budget was not given: its verdict, while the other engine still answers."""
+
+    engine: str
+    reason: str
+    memory: Waterfall | None = None
+    cache_label: str = ""
+    factor_label: str = ""
+
+    @property
+    def starts(self) -> bool:
+        return False
+
+    @property
+    def problem(self) -> str:
+        return self.reason if self.reason.startswith(self.engine.split()[0]) else f"{self.engine}: {self.reason}"
+
+    @property
+    def flags(self) -> str:
+        return "—"
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return ()
+
+    def to_dict(self) -> dict:
+        d: dict = {"starts": False, "problem": self.problem, "refused": self.reason}
+        if self.memory is not None:
+            d["memory"] = self.memory.to_dict()
+        return d
+
+
+def _refusal(sc: Scenario, name: str, exc: Refused) -> Refusal:
+    """``name``'s refusal, with its memory waterfall (the rank's) where the budget was not given."""
+    rel = sc.vllm.release if name == "vllm" else sc.sglang.release
+    water = None
+    if sc.budget.kv_budget is None:
+        try:
+            water = import_module(f"hybridplan.engines.{name}.memory").memory(sc)
+        except PlanError:
+            water = None
+    cache, factor = _CACHE_LABELS[name]
+    return Refusal(f"{_ENGINE_NAMES[name]} {rel.version}", str(exc), water, cache, factor)
 
 
 @frozen
@@ -31,6 +88,20 @@ class FitReport:
     def problems(self) -> list[str]:
         return [p.problem for p in self.parts.values() if p.problem]
 
+    @property
+    def verdict(self) -> str:
+        """The summary line: it starts, or which engines do not start (and which do)."""
+        if self.verdict_ok:
+            return "starts with these settings"
+        names = {n: _ENGINE_NAMES.get(n, n) for n in self.parts}
+        stop = [names[n] for n, p in self.parts.items() if not p.starts]
+        go = [names[n] for n, p in self.parts.items() if p.starts]
+        if len(stop) == 1 and not go:
+            return "will not start"
+        if not go:
+            return f"{' and '.join(stop)} will not start"
+        return f"{' and '.join(stop)} will not start; {' and '.join(go)} starts with these settings"
+
     def commands(self) -> dict[str, Command | None]:
         """Per engine the command that starts it with the figures shown (None where the weights leave nothing)."""
         from hybridplan.engines.common import Shortfall
@@ -38,7 +109,7 @@ class FitReport:
         model = engine_model(self.model_ref, self.sc)
         out: dict[str, Command | None] = {}
         for name, p in self.parts.items():
-            if isinstance(p, Shortfall):
+            if isinstance(p, Shortfall) or (isinstance(p, Refusal) and name == "vllm"):
                 out[name] = None
             elif name == "vllm":
                 f = p.chosen
@@ -112,9 +183,6 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
     return tuple(notes)
 
 
-_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
-
-
 def estimate_note(parts: dict) -> tuple[str, ...]:
     """Which terms of the memory shown are estimates, engine by engine, as each waterfall marks them."""
     said = []
@@ -150,7 +218,13 @@ def engine_model(ref: str | None, sc: Scenario) -> str:
 
 
 def fit(sc: Scenario, model_ref: str | None = None, revision: str | None = None) -> FitReport:
-    parts, skipped = engines.each(sc, lambda e: e.fit(sc))
+    def one(e: engines.Engine) -> engines.FitPart:
+        try:
+            return e.fit(sc)
+        except Refused as exc:  # the engine's verdict: the other engine still answers
+            return _refusal(sc, e.name, exc)
+
+    parts, skipped = engines.each(sc, one)
     if not parts:
         raise engines.none_left(skipped, "fit")
     notes = budget_notes(sc) + estimate_note(parts) + tuple(n for p in parts.values() for n in p.notes)

@@ -26,15 +26,26 @@ class PlanReport:
     def fewest(self) -> int | None:
         return min((p.layout.gpus for p in self.result.plans), default=None)
 
-    def why_not_fewer(self) -> list[tuple[int, str, list[Rejection]]]:
-        """(GPUs, reason kind, layouts) for the layouts on fewer GPUs than the best plan (all tried, if none)."""
+    def why_not_fewer(self) -> list[tuple[str, str, list[Rejection]]]:
+        """(GPUs, reason kind, layouts) for the layouts on fewer GPUs than the best plan (all tried, if none),
+        fewest GPUs first; consecutive counts that fail for one same reason alone share a row ("1-4")."""
         limit = self.fewest
-        out: dict[tuple[int, str], list[Rejection]] = {}
+        by_count: dict[int, dict[str, list[Rejection]]] = {}
         for r in self.result.rejected:
             if limit is not None and r.layout.gpus >= limit:
                 continue
-            out.setdefault((r.layout.gpus, kind(r.reason)), []).append(r)
-        return [(g, k, rs) for (g, k), rs in sorted(out.items())]
+            by_count.setdefault(r.layout.gpus, {}).setdefault(kind(r), []).append(r)
+        rows: list[tuple[int, int, str, list[Rejection]]] = []
+        alone = False  # whether the last row is a count (or counts) that failed for one reason alone
+        for n in sorted(by_count):
+            kinds = by_count[n]
+            if alone and len(kinds) == 1 and rows[-1][1] == n - 1 and rows[-1][2] in kinds:
+                lo, _, k, rs = rows[-1]
+                rows[-1] = (lo, n, k, rs + kinds[k])
+                continue
+            rows += [(n, n, k, rs) for k, rs in kinds.items()]
+            alone = len(kinds) == 1
+        return [(f"{lo}" if lo == hi else f"{lo}-{hi}", k, rs) for lo, hi, k, rs in rows]
 
     @property
     def ok(self) -> bool:
@@ -52,16 +63,18 @@ class PlanReport:
                 "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else []}
 
 
-def kind(reason: str) -> str:
-    """A rejection's reason, as a family of causes a person reads."""
-    if reason.startswith("the weights do not fit"):
-        return "the weights do not fit"
-    if reason.startswith("holds at most"):
-        return "too few requests fit (KV blocks or state slots)"
-    if "Mamba cache blocks" in reason or "mamba" in reason.lower():
+#: a rejection's kind (hybridplan/plan.py REJECTION_KINDS) as a family of causes a person reads
+KIND_WORDS = {"refused": "the engine refuses the layout", "not modelled": "not modelled by hybridplan",
+              "weights": "the weights do not fit", "too few": "too few requests fit (KV blocks or state slots)",
+              "memory": "too few requests fit in the GPUs' memory"}
+
+
+def kind(r: Rejection) -> str:
+    """A rejection's cause, as a family a person reads."""
+    if r.kind in KIND_WORDS:
+        return KIND_WORDS[r.kind]
+    if "Mamba cache blocks" in r.reason or "mamba" in r.reason.lower():
         return "too few Mamba state slots"
-    if "refuses" in reason or "does not divide" in reason or "not supported" in reason:
-        return "the engine refuses the layout"
     return "does not start"
 
 
@@ -97,18 +110,24 @@ def plan_view(r: PlanReport, *, exact: bool = False):
         for gpus, k, rs in why:
             labels = ", ".join(f"{x.layout.engine} {x.layout.label()}" for x in rs[:6]) + (
                 f" and {len(rs) - 6} more" if len(rs) > 6 else "")
-            lines.append((f"{gpus} GPU{'s' * (gpus > 1)}", k, labels))
+            lines.append((f"{gpus} GPU{'s' * (gpus != '1')}", k, labels))
         parts.append(Rows(("GPUs", "why", "layouts"), lines, title="Why fewer GPUs will not do", left=(0, 1, 2),
                           prose=(2,)))
-        first = next((x for _, _, rs in why for x in rs if kind(x.reason) != "the weights do not fit"), None)
-        if first is not None:
-            parts.append(note(f"e.g. {first.layout.engine} {first.layout.label()}: {first.reason}"))
+        # the engine's own words for each cause: the layout of it nearest the best plan's count
+        examples: dict[str, Rejection] = {}
+        for _, k, rs in why:
+            examples[k] = max(rs, key=lambda x: (x.fitted, x.layout.gpus))
+        for x in sorted(examples.values(), key=lambda x: -x.layout.gpus):
+            parts.append(note(f"e.g. {x.layout.engine} {x.layout.label()} on {x.layout.gpus} "
+                              f"GPU{'s' * (x.layout.gpus > 1)}: {x.reason}"))
     if res.plans:
         parts.append(note("tok/s/GPU: decode output tokens/s per GPU with the target's requests running, each at "
                           "the context (hybridplan speed's step model; plans within a 10 % step of margin rank by "
                           "it)"))
-    parts.append(note(f"{res.tried} layouts tried (TP 1-8 × PP × DP, experts sliced or dealt whole; per layout "
-                      "the model's and fp8 KV, the default and bfloat16 SSM state, vLLM's default Mamba cache mode "
-                      "and none); the commands start the engines with the figures shown: `hybridplan fit ... -- "
-                      "COMMAND` checks one"))
+    parts += [note(f"{what} not tried: {why}") for what, why in res.skipped]
+    parts.append(note(f"{res.tried} layouts tried, from 1 GPU up: every split of each count into TP × PP × DP (any "
+                      "TP the engine takes for the model's heads, groups and experts, PP up to its layers), experts "
+                      "sliced or dealt whole; per layout the model's and fp8 KV, the default and bfloat16 SSM state, "
+                      "vLLM's default Mamba cache mode and none; the commands start the engines with the figures "
+                      "shown: `hybridplan fit ... -- COMMAND` checks one"))
     return Group(*parts)

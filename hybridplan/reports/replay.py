@@ -288,7 +288,7 @@ def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[.
                    f"block of the attention hit ({B:,} tokens) and the last prefill checkpoint moves a block earlier; "
                    "decoding's states are not block-aligned")
     if run.refused:
-        out.append(f"{len(run.refused)} requests refused: " + "; ".join(
+        out.append(f"{_requests(len(run.refused))} refused: " + "; ".join(
             f"#{i}: {w}" for i, w in run.refused[:5]) + (" …" if len(run.refused) > 5 else ""))
     return out
 

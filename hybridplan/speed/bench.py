@@ -142,6 +142,8 @@ class Prepared:
 
 def prepare(sc: Scenario, wl: Workload) -> Prepared:
     running, running_from = running_cap(sc, wl)
+    if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
+        running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
     return Prepared(sc, wl, running, running_from, decode_step(sc, running, wl.input + wl.output // 2),
                     prefill_step(sc, wl.input), not sc.vllm.enforce_eager)
 
@@ -169,9 +171,11 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     ttft = [(i + 1) * t_pf for i in range(min(running, n))]
     ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
     ttft += [max(0, c - running) * cycle / running + t_pf] * max(0, n - c)
-    if running < wl.concurrency:
-        notes.append(f"{wl.concurrency - running} of the {wl.concurrency} concurrent requests wait for a slot: "
-                     f"{running_from}")
+    if wl.concurrency > n:
+        notes.append(f"--concurrency {wl.concurrency:,} is more than the workload's {n:,} prompts: at most {n:,} "
+                     "are in flight at once (vllm bench serve sends each prompt once)")
+    if running < c:
+        notes.append(f"{c - running:,} of the {c:,} concurrent requests wait for a slot: {running_from}")
     return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
                  per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes))
 

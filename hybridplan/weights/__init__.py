@@ -204,3 +204,81 @@ def rank_bytes(spec: ModelSpec, tp: int, dtype: str, given: int | None = None,
            "safetensors-index": "from the checkpoint's safetensors index"}[w.source]
     return w.bytes_per_rank, f"{how} ({w.params / 1e9:.2f}B parameters" + (
         f", {w.quantization}" if w.quantization else "") + ")"
+
+
+# --- a speculative drafter's weights ---------------------------------------------------------------------------
+#
+# What a drafter adds to a start is an engine rule (which of its tensors the engine shares with the target:
+# hybridplan/engines/vllm/memory.py and hybridplan/engines/sglang/memory.py ``drafter``); these functions only
+# count tensors, as the rest of this package does.
+
+
+def mtp_rank_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> tuple[int, int]:
+    """The target's own multi-token-prediction layers (the ``mtp`` section of its parts: hybridplan/weights/
+    families.py), as parameters over all ranks and bytes on one rank of ``tp``. Their embedding and LM head are not
+    among them: the families count those once, with the model."""
+    plain, full = weights(spec, tp, dtype), weights(spec, tp, dtype, mtp=True)
+    return full.params - plain.params, full.bytes_per_rank - plain.bytes_per_rank
+
+
+def head_rank_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> int:
+    """One more copy of the model's LM head on one rank of ``tp`` (the embedding's shape where the head is tied),
+    at ``dtype``: what an MTP layer that keeps a head of its own loads."""
+    dtype = dtype or spec.model_dtype
+    every = parts(spec.architecture, json.loads(spec.config_json or "{}"), spec.family)
+    heads = [p for p in every if p.group == "lm_head"] or [p for p in every if p.group == "embedding"]
+    q = spec.quantization.weights_scheme() if spec.quantization is not None else None
+    hidden = spec.hidden_size or 1
+    return int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q) for p in heads[:1]))
+
+
+def _aux_layers(cfg: dict, default: int) -> int:
+    """The target layers whose hidden states an EAGLE-3 or DFlash draft takes in (its ``fc`` is that many times
+    the target's width wide): ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.
+    target_layer_ids`` (vllm/model_executor/models/llama_eagle3.py, qwen3_dflash.py), else ``default``."""
+    for key, field in (("eagle_config", "eagle_aux_hidden_state_layer_ids"), ("dflash_config", "target_layer_ids")):
+        ids = cfg[key].get(field) if isinstance(cfg.get(key), dict) else None
+        if ids:
+            return len(ids)
+    return int(cfg.get("num_aux_hidden_states") or default)
+
+
+def draft_extra_parts(kind: str, cfg: dict, target_hidden: int) -> tuple[Part, ...]:
+    """The tensors a draft class holds beyond the decoder layers its config describes (which the dense family
+    counts): EAGLE's ``fc`` over [embedding, hidden state] (2h → h, llama_eagle.py); EAGLE-3's ``fc`` over the
+    target's aux hidden states (aux × target width → h), its ``hidden_norm`` and the first layer's QKV taking
+    [embedding, hidden state], h more inputs (llama_eagle3.py); DFlash's ``fc`` over the target's hidden states
+    (target layers × target width → h) and ``hidden_norm`` (qwen3_dflash.py). None for a plain draft model."""
+    h = int(cfg.get("hidden_size") or 0)
+    if kind == "eagle":
+        return (Part("draft", "fc", 2 * h * h, "replicated"),)
+    if kind not in ("eagle3", "dflash", "dspark"):
+        return ()
+    n_aux = _aux_layers(cfg, 3 if kind == "eagle3" else int(cfg.get("num_hidden_layers") or 1))
+    extra = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"), Part("draft", "hidden_norm", h))
+    if kind == "eagle3":
+        heads = int(cfg.get("num_attention_heads") or 1)
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        hd = int(cfg.get("head_dim") or h // heads)
+        extra += (Part("attention", "qkv_proj, layer 0's second input", h * (heads + 2 * kv) * hd, "column"),)
+    return extra
+
+
+def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kind: str, embedding: bool,
+                     head_rows: int | None, target_hidden: int | None = None) -> tuple[int, int]:
+    """A draft model's weights as parameters over all ranks and bytes on one rank of ``tp``: its decoder layers and
+    norms as its config's family counts them, the tensors of its draft class (``draft_extra_parts``: ``kind``
+    eagle, eagle3, dflash, dspark, or model for a plain draft), its embedding only where ``embedding``, and an LM
+    head of ``head_rows`` vocabulary rows (None: it has none of its own)."""
+    dtype = dtype or draft.model_dtype
+    config = json.loads(draft.config_json or "{}")
+    hidden = draft.hidden_size or 1
+    kept = [p for p in parts(draft.architecture, config, draft.family)
+            if p.group != "lm_head" and (embedding or p.group != "embedding") and p.section == "model"]
+    if head_rows:
+        kept.append(Part("lm_head", "lm_head", head_rows * hidden, "vocab"))
+    kept += draft_extra_parts(kind, config, target_hidden or hidden)
+    q = draft.quantization.weights_scheme() if draft.quantization is not None else None
+    lay = _layers(draft, config)
+    return (sum(p.params for p in kept),
+            int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q, lay) for p in kept)))

@@ -232,11 +232,14 @@ def nemotron_h(f: Fields, c: Count) -> None:
     c.norm("norm", "norm_f", h)
     _nemotron_layers(f, c, pattern)
     mtp = f.raw.get("mtp_hybrid_override_pattern")
-    if isinstance(mtp, str) and mtp and f.count("num_nextn_predict_layers") > 0:
+    steps = f.count("num_nextn_predict_layers")
+    if isinstance(mtp, str) and mtp and steps > 0:
+        # vllm/model_executor/models/nemotron_h_mtp.py: num_nextn_predict_layers steps of the pattern's layers,
+        # each step's first layer with the start projections (enorm, hnorm, eh_proj), its last with the end norm
         m = Count(f, "mtp")
-        m.linear("mtp", "eh_proj", 2 * h, h, 1, WHOLE)
-        m.norm("mtp", "enorm, hnorm, final_layernorm", 3 * h)
-        _nemotron_layers(f, m, mtp)
+        m.linear("mtp", "eh_proj", 2 * h, h, steps, WHOLE)
+        m.norm("mtp", "enorm, hnorm, final_layernorm", 3 * h, steps)
+        _nemotron_layers(f, m, mtp * steps)
         c.parts += m.parts
 
 
@@ -450,13 +453,22 @@ def qwen_next(f: Fields, c: Count) -> None:
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm", h)
     _qwen_layers(f, c, (n, n_attn), list(range(n)))
-    mtp = (f.count("mtp_num_hidden_layers") or f.count("num_nextn_predict_layers"))
+    mtp = _qwen_mtp_layers(f)
     if mtp:
         m = Count(f, "mtp")
         m.linear("mtp", "fc", 2 * h, h, mtp, WHOLE)
         m.norm("mtp", "pre_fc_norm_hidden, pre_fc_norm_embedding, norm", 3 * h, mtp)
         _qwen_layers(f, m, (mtp, mtp), [])
         c.parts += m.parts
+
+
+def _qwen_mtp_layers(f: Fields) -> int:
+    """The MTP layers a Qwen3.5/3.6 or Qwen3-Next checkpoint holds, as vLLM builds them: ``mtp_num_hidden_layers``
+    (qwen3_5_mtp.py) or ``num_nextn_predict_layers`` (qwen3_next_mtp.py), 1 where the config does not say (both
+    read the field with ``getattr(config, …, 1)``, 0.10.2–0.33.0; Qwen3-Next's configs do not name it, and their
+    checkpoints hold one ``mtp.layers.0``)."""
+    key = "mtp_num_hidden_layers" if f.has("mtp_num_hidden_layers") else "num_nextn_predict_layers"
+    return f.count(key, default=1)
 
 
 def _qwen_layers(f: Fields, c: Count, counts: tuple[int, int], ids: list[int]) -> None:

@@ -111,7 +111,17 @@ def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[Settings
                         ("mem_fraction_static", given.mem_fraction_static), ("dtype", given.dtype),
                         ("mamba_ssm_dtype", given.ssm_dtype),
                         # SGLang has no plain fp8: hybridplan's fp8 is its fp8_e4m3 (options._kv_dtype)
-                        ("kv_cache_dtype", "fp8_e4m3" if given.kv_dtype == "fp8" else given.kv_dtype)):
+                        ("kv_cache_dtype", "fp8_e4m3" if given.kv_dtype == "fp8" else given.kv_dtype),
+                        # the flags fit takes too (LogGiven)
+                        ("max_mamba_cache_size", given.max_mamba_cache_size),
+                        ("mamba_full_memory_ratio", given.mamba_full_memory_ratio),
+                        ("disable_radix_cache", None if given.radix is None else given.radix == "off"),
+                        ("mamba_radix_cache_strategy", given.radix if given.radix not in (None, "off") else None),
+                        ("page_size", given.page_size), ("speculative_algorithm", given.spec_method),
+                        ("speculative_num_steps", given.spec_tokens),
+                        ("speculative_draft_model_path", given.spec_draft),
+                        ("speculative_eagle_topk", given.eagle_topk),
+                        ("speculative_num_draft_tokens", given.draft_tokens)):
         s.put(name, value, "flag")
     args, found, as_dict = server_args(log)
     rel = _version(log, given, as_dict, s, notes)

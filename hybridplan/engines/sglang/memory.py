@@ -10,6 +10,10 @@ the memory R it splits between the state pool and the KV pool.
   is then scaled by its vision tower's size. The chunk and the decode batch are themselves defaults by GPU
   size. 0.5.2–0.5.3rc0 take the reservation from a table. A rule, except which hybrids capture prefill graphs
   from 0.5.14 on, which is assumed as for 0.5.13.
+- the speculative draft's weights (``drafter``): the draft worker is built after the target's worker has
+  sized its pools (managers/scheduler.py makes the draft worker after the TpModelWorker, 0.5.2; "the draft worker
+  … inits after it", model_runner.py 0.5.23), so they load out of what ``mem_fraction_static`` leaves, not out of
+  R: shown after R, a start refused where they exceed it. A rule;
 - R (``_profile_available_bytes``): the free memory after loading less ``(1 − mem_fraction_static)`` of the
   free memory before loading, that is ``before × mem_fraction_static − weights``. hybridplan takes the free
   memory before loading as the CUDA total less the CUDA context and communicators (an estimate: 0.7 GiB at
@@ -108,6 +112,52 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
     return fraction, how
 
 
+def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
+    """The weights left on the GPU with --cpu-offload-gb: SGLang's offloader (python/sglang/srt/utils/offloader.py
+    OffloaderV1, 0.5.x) copies the decoder layers' parameters to pinned CPU memory one by one until ``int(gb * 1024**3)`` bytes are moved,
+    so the GPU keeps the rest, less at most one parameter more than asked (not modelled)."""
+    if not cpu_offload:
+        return weights, source
+    moved = min(cpu_offload, weights)
+    return weights - moved, f"{source}, less {moved / 2**30:.2f} GiB moved to the CPU (--cpu-offload-gb)"
+
+
+def drafter(sc: Scenario) -> Term | None:
+    """The speculative draft's weights on one rank, as SGLang's draft worker loads them
+    (speculative/eagle_worker.py ``init_lm_head`` 0.5.2, eagle_worker_v2.py 0.5.23): for NEXTN (EAGLE with the
+    target's own MTP layers) those layers, the embedding and LM head the target's (``set_embed_and_head``); an
+    EAGLE draft's layers with the target's embedding and head; an EAGLE-3 draft's with the target's embedding
+    and its own head (``set_embed``; one that sets ``load_lm_head_from_target`` is not told apart); a DFlash draft
+    borrows the target's head (dflash_worker_v2.py); a STANDALONE draft keeps both of its own
+    (standalone_worker_v2.py). None for NGRAM and without speculative decoding."""
+    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.weights import draft_rank_bytes, mtp_rank_bytes
+
+    sp = sc.speculative
+    if not sp.active or sp.method in (None, "ngram"):
+        return None
+    dtype = model_dtype(sc.spec, sc.dtypes.dtype)
+    if sp.draft is None or sp.draft is sc.spec or sp.draft_ref == sc.spec.source:
+        # NEXTN is EAGLE on the target's own layers; a vLLM MTP method given to both engines is NEXTN here
+        # (hybridplan/cmdline.py VLLM_TO_SGLANG)
+        if not (sp.method in ("eagle", "nextn") or sp.method.endswith("mtp")) or not sp.layers:
+            return None
+        params, size = mtp_rank_bytes(sc.spec, sc.tp, dtype)
+        return Term("drafter weights", size, "counted", f"the target's MTP layers (NEXTN), {params / 1e9:.2f}B "
+                    "parameters; embedding and LM head shared with the target") if params else None
+    draft = sp.draft
+    cfg = json.loads(draft.config_json or "{}")
+    vocab = int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or 0)
+    own = sp.method == "standalone"
+    head = vocab if own or sp.method == "eagle3" else None
+    kind = "model" if own else sp.method
+    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, embedding=own, head_rows=head,
+                                    target_hidden=int(cfg.get("target_hidden_size") or sc.spec.hidden_size or 0))
+    return Term("drafter weights", size, "counted",
+                f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; embedding "
+                f"{'its own' if own else 'shared'}, LM head {'its own' if head else 'shared'}")
+
+
 def memory(sc: Scenario) -> Waterfall:
     """From the GPU's total to R, the memory SGLang splits between its pools, on one rank."""
     from hybridplan.engines.sglang.pool import model_dtype
@@ -126,8 +176,30 @@ def memory(sc: Scenario) -> Waterfall:
     before = b.gpu_mem - context.bytes
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
     requested = int(before * fraction)
+    weights, source = offloaded(weights, source, b.cpu_offload)
     terms = [Term("weights", weights, "exact" if source.startswith("given") else "counted", source)]
     if b.overhead is not None:
         terms.append(Term("overhead", b.overhead, "exact", "given (--overhead)"))
     left = requested - sum(t.bytes for t in terms)
-    return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how)
+    draft = drafter(sc)
+    if draft is not None:
+        reserve = before - requested
+        draft = Term(draft.name, draft.bytes, draft.kind,
+                     f"{draft.note}; loaded after the pools, out of the {reserve / GiB:.2f} GiB that "
+                     f"mem_fraction_static {fraction:.4g} leaves")
+    return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how,
+                     (draft,) if draft is not None else ())
+
+
+def drafter_shortfall(water: Waterfall | None) -> str | None:
+    """Where the draft's weights exceed what ``mem_fraction_static`` leaves beside the pools (the draft worker
+    loads them there, after the pools: ``drafter``), the start fails: said as a refusal."""
+    if water is None or not water.after:
+        return None
+    reserve = water.gpu_bytes - sum(t.bytes for t in water.before) - water.requested
+    need = sum(t.bytes for t in water.after)
+    if need <= reserve:
+        return None
+    return (f"the speculative draft's weights ({need / GiB:.2f} GiB) exceed the {reserve / GiB:.2f} GiB that "
+            f"mem_fraction_static {water.utilization:.4g} leaves beside the pools, where the draft worker loads "
+            "them: lower --mem-fraction-static")

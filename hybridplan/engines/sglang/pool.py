@@ -18,7 +18,7 @@ from hybridplan.engines.common import Shortfall, Waterfall
 from hybridplan.engines.sglang.dtypes import checkpoint_kv
 from hybridplan.engines.sglang.radix import Strategy, page_size, strategy
 from hybridplan.engines.sglang.releases import Release
-from hybridplan.errors import PlanError
+from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
 from hybridplan.records import frozen
@@ -168,7 +168,7 @@ def budget_bytes(sc: Scenario) -> int:
     if sc.spec.architecture.endswith("ForConditionalGeneration"):
         total -= sc.sglang.release.multimodal_reserve
     if total <= 0:
-        raise PlanError("nothing is left for SGLang's pools after the weights and overhead")
+        raise Refused("nothing is left for SGLang's pools after the weights and overhead")
     return total
 
 
@@ -247,7 +247,7 @@ def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
         k = int(room // (per * (1 + d / ratio))) if d else int((share(total) - pad * per) // per)
         spec = per * (min(mrr or 0, k // ratio) + pad) * d if d else 0
     if k <= 0:
-        raise PlanError(f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+        raise Refused(f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
                         f"max_mamba_cache_size={k} (total_rest_memory={total / GB:.2f} GB, "
                         f"mamba_cache_per_req={per / (1 << 20):.2f} MB)")
     return Split(total, k, spec, total - spec - (k + pad) * per)
@@ -663,5 +663,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
 
         water = memory(sc)
     draft = draft_kv_note(rel, sc, fp, admission.kv_tokens)
+    from hybridplan.engines.sglang.memory import drafter_shortfall
+
     return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-               refusal(sc), water, draft)
+               refusal(sc) or drafter_shortfall(water), water, draft)

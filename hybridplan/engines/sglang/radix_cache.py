@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import floor_to, lcm
-from hybridplan.errors import NotServed, PlanError
+from hybridplan.errors import NotServed, PlanError, Refused
 from hybridplan.records import frozen
 
 if TYPE_CHECKING:
@@ -82,7 +82,10 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
     if rs.mamba_max_states_per_path == 0 or rs.mamba_max_states_per_path < -1:
         raise PlanError("--mamba-max-states-per-path must be -1 (unlimited) or a positive integer "
                         "(arg_groups/mamba_hook.py)")
-    f = fit(sc)
+    try:
+        f = fit(sc)
+    except Refused as exc:  # SGLang's own start-up refusal: with --engine both, vLLM still replays
+        raise NotServed(f'SGLang {rel.version} will not start: "{exc}"') from None
     if not hasattr(f, "pool"):
         raise NotServed(f"SGLang {rel.version}: {f.problem}")
     kv = rs.max_total_tokens or f.kv_tokens

@@ -149,6 +149,16 @@ def _config(log: Log) -> tuple[dict, Found | None]:
     return out, found
 
 
+def _spec_flag(text: str) -> dict:
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError:
+        raise PlanError(f"--speculative-config is not valid JSON: {text}") from None
+    if not isinstance(cfg, dict):
+        raise PlanError("--speculative-config must be a JSON object")
+    return cfg
+
+
 def read_settings(log: Log, given: LogGiven) -> Settings:
     """What the run was started with: flags, then the engine-config line, then ``non-default args``, then the
     other lines that state a setting."""
@@ -160,6 +170,12 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
                         ("mamba_cache_dtype", given.conv_dtype), ("mamba_ssm_cache_dtype", given.ssm_dtype),
                         ("kv_cache_dtype", given.kv_dtype), ("gpu", given.gpu)):
         s.put(name, value, "flag")
+    s.put("block_size", given.block_size, "flag")
+    if given.speculative_config is not None:  # --speculative-config, as fit reads it
+        cfg = _spec_flag(given.speculative_config)
+        for name, key in (("num_speculative_tokens", "num_speculative_tokens"), ("speculative_method", "method"),
+                          ("speculative_model", "model")):
+            s.put(name, cfg.get(key), "flag")
     for pattern in BANNER:
         if (f := log.last(pattern)) is not None:
             s.put("version", f[1], f.source)
@@ -284,6 +300,10 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
 
     method = s.get("speculative_method")
     if method is None or not spec_tokens:
+        if spec_tokens:
+            notes.append(f"{spec_tokens} speculative tokens with no method named (--spec-tokens alone, or a log "
+                         "that names none): not modelled beyond the count: an MTP layer's or a draft model's KV "
+                         "and weights are left out (give --speculative-config)")
         return Speculative(num_tokens=spec_tokens) if spec_tokens else Speculative()
     model = s.get("speculative_model")
     cfg = {"method": str(method), "num_speculative_tokens": spec_tokens}
@@ -505,12 +525,17 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     if quantization not in (None, "None") and "quantization_config" not in config:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
                                 "config is not: pass the checkpoint's config.json as the model")]
+    from hybridplan.engines.vllm.memory import drafter
+
     try:
         w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
+        draft = drafter(sc)  # loaded inside the same "Model loading took" (memory.py ``drafter``)
     except PlanError as exc:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], str(exc))]
-    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round(w.bytes_per_rank / GiB, 4),
-                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"),), []
+    extra = draft.bytes if draft is not None else 0
+    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round((w.bytes_per_rank + extra) / GiB, 4),
+                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"
+                     + (f"; with the drafter's {extra / GiB:.2f} GiB ({draft.note})" if draft else "")),), []
 
 
 def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:

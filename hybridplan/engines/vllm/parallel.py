@@ -205,6 +205,8 @@ def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
     for t in whole.terms:
         if t.name == "weights":
             t = weights
+        elif t.name == "drafter weights" and not stage.last:
+            continue  # the drafter is built on the last PP rank only (gpu_model_runner.py __init__, 0.10.0-0.33.0)
         elif t.name == "activation" and not stage.last:
             t = Term("activation", BATCH_ACTIVATION, "estimate", "the dummy batch; the sampler runs on the last "
                                                                  "stage only")

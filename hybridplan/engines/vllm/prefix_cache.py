@@ -150,6 +150,10 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     cap = capacity(sc, mode, kv_budget)
     if cap.block_problem is not None:  # 0.17.0–0.26: align refuses a block wider than the chunk (sizing.py)
         raise NotServed(f"vLLM {rel.version} does not start in {mode} mode: {cap.block_problem}")
+    if rs.num_gpu_blocks_override is None and (cap.memory_problem is not None or cap.num_blocks < 1):
+        # one request of max_model_len needs more blocks than the budget holds (check_enough_kv_cache_memory)
+        why = cap.memory_problem or "No available memory for the cache blocks."
+        raise NotServed(f'vLLM {rel.version} will not start in {mode} mode: "{why}"')
     attn = sum(1 for g in cap.groups if not g.recurrent)
     mamba = sum(1 for g in cap.groups if g.recurrent)
     if not attn and mode != "none":  # mode none is what it runs: nothing cached, nothing reused

@@ -21,7 +21,7 @@ from hybridplan.engines.vllm.blocks import (
 from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
-from hybridplan.errors import PlanError
+from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import Footprint
 from hybridplan.records import frozen
 
@@ -130,7 +130,7 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
         same[1] = replace(same[1], layers=same[1].layers + g.count)
     common = max([page, *own_pages.values()])
     if common > page and fp.state and rel.before(PAD_MAMBA_PAGE):
-        raise PlanError(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
+        raise Refused(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
                         f"{block} tokens) is larger than the Mamba page ({page:,} B), which grows with its block no "
                         f"more (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py; vLLM {PAD_MAMBA_PAGE} "
                         "pads the Mamba page to it)")
@@ -141,7 +141,7 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
             out[i][1] = replace(out[i][1], block=block * (common // own))
         elif not rel.at_least(PAD_ATTENTION_PAGE):
             whose = "the draft's" if out[i][1].draft else "the target's"
-            raise PlanError(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
+            raise Refused(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
                             "layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
                             f"({own:,} B against {common:,} B; unify_kv_cache_spec_page_size, "
                             "vllm/v1/core/kv_cache_utils.py)")
@@ -285,15 +285,23 @@ class Capacity:
                     f"({self.batched_tokens}).")
         return None
 
+    @property
+    def memory_problem(self) -> str | None:
+        """vLLM's refusal when one request of max_model_len needs more than the budget (check_enough_kv_cache_memory:
+        vllm/v1/core/kv_cache_utils.py, in kv_cache_planning.py from 0.33.0), in its words; None when it fits."""
+        if self.request_bytes <= self.kv_budget:
+            return None
+        whose = seq_len_owner(self.rel)
+        return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
+                f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
+                f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
+
     def problem(self, max_num_seqs: int) -> str | None:
         """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
         if self.block_problem:
             return self.block_problem
-        if self.request_bytes > self.kv_budget:  # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
-            whose = seq_len_owner(self.rel)
-            return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
-                    f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
-                    f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
+        if self.memory_problem:
+            return self.memory_problem
         if self.max_concurrency < 1:
             return (f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, "
                     f"only {self.num_blocks} fit")
@@ -424,8 +432,11 @@ class Fit:
     @property
     def logs(self) -> tuple[str, ...]:
         """The memory lines vLLM prints before the cache lines."""
-        weights = self.memory.term("weights") if self.memory else 0
-        loading = (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ()
+        # the drafter loads inside the same measurement (hybridplan/engines/vllm/memory.py ``drafter``)
+        drafter = self.memory.term("drafter weights") if self.memory else 0
+        weights = (self.memory.term("weights") + drafter) if self.memory else 0
+        loading = (("Loading drafter model...",) if drafter else ()) + (
+            (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ())
         return loading + (available_kv_memory_log(self.budget, self.rel),)
 
     def to_dict(self) -> dict:
