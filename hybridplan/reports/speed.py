@@ -12,7 +12,7 @@ from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
 from hybridplan.speed.calibration import Calibration
 from hybridplan.speed.gpus import Datasheet, datasheet
-from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
+from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, allreduce_time, step_time
 from hybridplan.speed.work import decode_step
 
 
@@ -96,6 +96,11 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
              *refused]
     if sc.budget.gpu_note:
         notes.insert(0, sc.budget.gpu_note)
+    if sc.tp > 1 and b.decode.step.allreduces:
+        per, src = allreduce_time(b.decode.step, g, eff, sc.tp)
+        st = b.decode.step
+        notes.append(f"all-reduce: {st.allreduces} per decode step of {st.allreduce_bytes:,.0f} B, "
+                     f"{per * 1e6:.1f} µs each ({src})")
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
     return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]))

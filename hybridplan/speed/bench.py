@@ -30,7 +30,7 @@ from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
-from hybridplan.speed.work import decode_step, prefill_step
+from hybridplan.speed.work import Step, decode_step, prefill_step
 
 #: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
 DEFAULT_PROMPTS = 1000
@@ -149,13 +149,34 @@ def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tu
     return st, st.seconds + (chunks - 1) * eff.prefill_overhead_us * 1e-6
 
 
-def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:
+@frozen
+class Prepared:
+    """What a benchmark's figures need that no efficiency changes: the running batch (from ``fit``) and the
+    work of its decode step and of one prompt's prefill. ``price`` times it at an ``Efficiency``, so a fit can
+    try many efficiencies on one scenario without sizing the engine again."""
+
+    sc: Scenario
+    workload: Workload
+    running: int
+    running_from: str
+    decode: Step
+    prefill: Step
+    graphs: bool
+
+
+def prepare(sc: Scenario, wl: Workload) -> Prepared:
     running, running_from = running_cap(sc, wl)
     if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
         running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
-    graphs = not sc.vllm.enforce_eager
-    dec = step_time(decode_step(sc, running, wl.input + wl.output // 2), g, eff, tp=sc.tp, graphs=graphs)
-    pf, t_pf = prefill_time(sc, g, eff, wl.input)
+    return Prepared(sc, wl, running, running_from, decode_step(sc, running, wl.input + wl.output // 2),
+                    prefill_step(sc, wl.input), not sc.vllm.enforce_eager)
+
+
+def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
+    sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
+    dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs)
+    pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
+    t_pf = pf.seconds + (ceil(wl.input / sc.chunk) - 1) * eff.prefill_overhead_us * 1e-6
     k = sc.spec_tokens
     notes: list[str] = list(filter(None, [prefill_chunk_note(sc)]))
     per_step = 1.0
@@ -181,3 +202,7 @@ def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -
         notes.append(f"{c - running:,} of the {c:,} concurrent requests wait for a slot: {running_from}")
     return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
                  per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes))
+
+
+def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:
+    return price(prepare(sc, wl), g, eff)

@@ -44,8 +44,10 @@ class Efficiency:
     #: µs a kernel takes at the least, replayed from a CUDA graph, and launched eagerly
     kernel_floor_graph_us: float = 1.0
     kernel_floor_eager_us: float = 6.0
-    #: µs an all-reduce takes at the least (NCCL's latency for a small message)
-    allreduce_us: float = 8.0
+    #: µs an all-reduce takes at the least, on top of its bytes over the link; None (the default): over NVLink, the
+    #: measured latency of vLLM's custom all-reduce at the message size and TP (``ALLREDUCE_NVLINK_US``), elsewhere
+    #: ``ALLREDUCE_FALLBACK_US`` plus the ring's bytes (``comm_time``)
+    allreduce_us: float | None = None
     #: µs the engine spends per decode step outside the GPU's kernels (scheduling, sampling, detokenising)
     step_overhead_us: float = 0.0
     #: µs of fixed cost a prefill chunk adds (its own step)
@@ -56,6 +58,22 @@ class Efficiency:
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+
+#: µs one all-reduce takes, by TP degree and message size in bytes, for vLLM's custom all-reduce kernel on H100s
+#: over NVLink: the "vllm" table of SGLang PR #2904 (https://github.com/sgl-project/sglang/pull/2904, 2025-01-15,
+#: sgl-kernel tests/test_trt_reduce.py ``performance``: 5,000 eager calls timed by the wall clock, no CUDA graph,
+#: tensors of 512 … 1,048,576 float32 elements, so 2 KiB … 4 MiB; the PR prints milliseconds). Eager timing holds
+#: each call's host launch, so inside a CUDA graph a call takes no longer than this. Used for every NVLink GPU (the
+#: kernel's one- and two-shot algorithms are the same there; an NVLink 5 link is faster than the H100's 4, which
+#: this does not credit), between the points linearly in bytes, past the last point its bytes at the link.
+ALLREDUCE_NVLINK_US: dict[int, tuple[tuple[int, float], ...]] = {
+    2: ((2048, 9.5), (16384, 8.8), (131072, 8.7), (1048576, 12.9), (2097152, 17.7), (4194304, 26.6)),
+    4: ((2048, 9.1), (16384, 8.5), (131072, 9.2), (1048576, 20.6), (2097152, 26.9), (4194304, 40.2)),
+    8: ((2048, 10.1), (16384, 9.3), (131072, 11.8), (1048576, 24.1), (2097152, 30.4), (4194304, 45.0)),
+}
+#: µs an all-reduce takes at the least where no measured table applies (PCIe, xGMI, no link): a round figure of
+#: the order of NCCL's small-message latency, plus the ring's bytes at the link
+ALLREDUCE_FALLBACK_US = 8.0
 
 #: the fixtures (tests/data/speed/) the defaults were fitted on: attention-only models, never a hybrid. The
 #: search (validation/speed.py ``fit``) set hbm, kernel_floor_graph_us and step_overhead_us on the dense
@@ -167,13 +185,39 @@ def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) 
     return KindTime(w.kind, seconds, top, 1.0, mem, ten, sca, launch, w)
 
 
+def allreduce_nvlink_us(tp: int, nbytes: float) -> float:
+    """µs one all-reduce of ``nbytes`` takes at TP ``tp`` over NVLink, from ``ALLREDUCE_NVLINK_US``: the table of
+    the smallest measured TP ≥ ``tp`` (TP 3 is priced as 4, 5–7 as 8, above 8 as 8), linear in bytes between its
+    points, flat below the first; past the last, its slope between the last two points carries on."""
+    key = next((k for k in sorted(ALLREDUCE_NVLINK_US) if k >= tp), max(ALLREDUCE_NVLINK_US))
+    pts = ALLREDUCE_NVLINK_US[key]
+    if nbytes <= pts[0][0]:
+        return pts[0][1]
+    for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+        if nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+    (b0, t0), (b1, t1) = pts[-2], pts[-1]
+    return t1 + (t1 - t0) * (nbytes - b1) / (b1 - b0)
+
+
+def allreduce_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> tuple[float, str]:
+    """Seconds one of the step's all-reduces takes, and where the figure comes from."""
+    if eff.allreduce_us is None and g.link.startswith("NVLink"):
+        return (allreduce_nvlink_us(tp, step.allreduce_bytes) * 1e-6,
+                "vLLM's custom all-reduce measured on H100 NVLink (SGLang PR #2904)")
+    link = _need(g.link_gbps, "the GPU-to-GPU link", g) * 1e9 / 2 * eff.link
+    fixed = ALLREDUCE_FALLBACK_US if eff.allreduce_us is None else eff.allreduce_us
+    return (fixed * 1e-6 + 2 * (tp - 1) / tp * step.allreduce_bytes / link,
+            f"a ring over {g.link}: {fixed:g} µs + its bytes at {eff.link:.0%} of the link")
+
+
 def comm_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> float:
-    """Ring all-reduce: each rank sends and receives 2·(tp−1)/tp of the message, one way at half the link."""
+    """The step's TP all-reduces: over NVLink each at vLLM's measured custom all-reduce latency for its size
+    (``allreduce_nvlink_us``) unless ``eff.allreduce_us`` is set; otherwise a ring, each rank sending and receiving
+    2·(tp−1)/tp of the message one way at half the link, after a fixed latency."""
     if tp <= 1 or not step.allreduces:
         return 0.0
-    link = _need(g.link_gbps, "the GPU-to-GPU link", g) * 1e9 / 2 * eff.link
-    per = eff.allreduce_us * 1e-6 + 2 * (tp - 1) / tp * step.allreduce_bytes / link
-    return step.allreduces * per
+    return step.allreduces * allreduce_time(step, g, eff, tp)[0]
 
 
 def step_time(step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True) -> StepTime:
