@@ -457,6 +457,8 @@ PLAN = (
         help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")], None),
     param("gpus", Flag[Optional[int], option(
         "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")], None),
+    param("plot", plot_option("Write decode tok/s per GPU of the plans against their GPUs, and the layouts tried on "
+                              "each count by why they fail, to this file"), None),
 )
 
 
@@ -490,7 +492,7 @@ def plan(o: Options) -> None:
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
-    show(report, o, "hybridplan.reports.plan:plan_view")
+    show(report, o, "hybridplan.reports.plan:plan_view", "plan_plot")
     raise typer.Exit(0 if report.ok else 1)
 
 
