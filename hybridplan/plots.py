@@ -281,7 +281,7 @@ def plan_series(r) -> dict:
 
     res = r.result
     plans = [{"rank": i + 1, "engine": p.layout.engine, "gpus": p.layout.gpus, "layout": p.layout.label(),
-              "variant": p.variant.label(), "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+              "variant": p.variant.label(), "margin": p.margin, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
               "not_priced": getattr(p.rate, "why", None) if p.rate is not None else "no datasheet rate"}
              for i, p in enumerate(res.plans)]
     tried: dict[int, dict] = {}
@@ -295,8 +295,9 @@ def plan_series(r) -> dict:
     return {"plans": plans, "tried": dict(sorted(tried.items()))}
 
 
-#: a colour per cause a layout fails for (hybridplan/reports/plan.py KIND_WORDS and ``kind``)
-_FAIL_COLORS = ("tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "0.5")
+#: a colour per cause a layout fails for, kept across plots (hybridplan/reports/plan.py KIND_WORDS and ``kind``)
+_FAIL_COLORS = {"refused": "tab:red", "not modelled": "tab:brown", "weights": "tab:orange", "too few": "tab:purple",
+                "memory": "tab:pink", "mamba": "tab:cyan", "other": "0.5"}
 
 
 def plan_plot(r, path: Path) -> None:
@@ -322,7 +323,6 @@ def plan_plot(r, path: Path) -> None:
     markers = {"vllm": "o", "sglang": "s"}
     colors = {"vllm": "tab:blue", "sglang": "tab:green"}
     shown: set[str] = set()
-    last = max(tried, default=0)
     for n, group in at.items():
         for j, p in enumerate(group):
             x = n + (j - (len(group) - 1) / 2) * 0.12  # plans on one count side by side
@@ -333,28 +333,32 @@ def plan_plot(r, path: Path) -> None:
             ax.plot([x], [y], markers.get(e, "o"), color=colors.get(e, "tab:gray"), ms=8, mec="black", mew=0.6,
                     label=label, zorder=3)
             if p["rank"] == 1:
-                ax.plot([x], [y], "*", color="gold", ms=20, mec="black", mew=0.8, zorder=4,
+                ax.plot([x], [y], "*", color="gold", ms=17, mec="black", mew=0.8, zorder=4,
                         label="plan 1, ranked first")
-            left = n == last  # the labels of plans on the last count go left of them, into the plot
-            ax.annotate(f"{p['rank']}: {p['engine']} {p['layout']}\n{p['variant']}", (x, y),
-                        xytext=(-12 if left else 10, 0), textcoords="offset points", fontsize=7.5, va="center",
-                        ha="right" if left else "left")
+            ax.annotate(str(p["rank"]), (x, y), xytext=(7, 5), textcoords="offset points", fontsize=8,
+                        fontweight="bold")
     top = max((p["tokens_per_s_per_gpu"] for p in priced), default=1.0)
     ax.set_ylim(0, top * 1.3)
     ax.set_ylabel("decode output tok/s per GPU\n(at the target's requests)")
     ax.grid(True, alpha=0.3)
-    lines = []
+    lines = ["#  engine  GPUs  layout, cache settings: margin, decode"] if plans else []
+    lines += [f"{p['rank']}  {p['engine']:<6}  {p['gpus']:>4}  {p['layout']}, {p['variant']}: "
+             f"{100 * p['margin']:+.0f} %, "
+             + (f"{p['tokens_per_s_per_gpu']:,.0f} tok/s/GPU" if p["tokens_per_s_per_gpu"] is not None
+                else f"not priced ({p['not_priced']})") for p in plans]
     if not plans:
         lines.append(f"no layout of up to {res.max_gpus} GPUs starts and holds the target (below: why)")
-    elif (fewest := min(p["gpus"] for p in plans)) > 1:
-        lines.append(f"no layout on {'1' if fewest == 2 else f'1-{fewest - 1}'} GPUs holds the target "
-                     "(below: why)")
-    lines += [f"plan {p['rank']} ({p['gpus']} GPUs): not priced, {p['not_priced']}" for p in plans
-              if p["tokens_per_s_per_gpu"] is None]
-    if lines:
-        ax.text(0.02, 0.05, "\n".join(lines), transform=ax.transAxes, va="bottom", fontsize=8)
+    else:
+        lines.append("ranked by margin in 10 % steps, then by tok/s/GPU")
+        if (fewest := min(p["gpus"] for p in plans)) > 1:
+            lines.append(f"no layout on {'1' if fewest == 2 else f'1-{fewest - 1}'} GPUs holds the target "
+                         "(below: why)")
+    ax.text(0.015, 0.96, "\n".join(lines), transform=ax.transAxes, va="top", fontsize=7.5, family="monospace",
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.7"})
     if priced:
-        ax.legend(fontsize=7.5, loc="upper left")
+        ax.legend(fontsize=7.5, loc="lower left")
+    else:
+        ax.set_yticks([])
     counts = sorted(tried)
     bottom = {n: 0 for n in counts}
     causes = sorted({k for by in tried.values() for k in by if k != "plan"}, key=lambda k: (k[0], not k[1]))
@@ -363,9 +367,11 @@ def plan_plot(r, path: Path) -> None:
         handles.append(bx.bar(counts, [tried[n].get("plan", 0) for n in counts], color="gold", edgecolor="black",
                               lw=0.5, label="plans listed (hold the target)"))
         bottom = {n: tried[n].get("plan", 0) for n in counts}
-    palette = {}
-    for name in dict.fromkeys(k[0] for k in causes):
-        palette[name] = _FAIL_COLORS[len(palette) % len(_FAIL_COLORS)]
+    from hybridplan.reports.plan import KIND_WORDS
+
+    words = {w: k for k, w in KIND_WORDS.items()}
+    palette = {name: _FAIL_COLORS.get(words.get(name, "mamba" if "Mamba" in name else "other"), "0.5")
+               for name, _ in causes}
     for name, fitted in causes:
         hs = [tried[n].get((name, fitted), 0) for n in counts]
         bar = bx.bar(counts, hs, bottom=[bottom[n] for n in counts], color=palette[name], alpha=0.85 if fitted else 0.35,
