@@ -195,7 +195,7 @@ def trace_plot(r, path: Path) -> None:
         engine_i += row.engine != "baseline"
         styles[label] = st
         ax.plot(xs, [100 * y for y in ys], label=f"{label}: {100 * row.run.hit_rate:.1f} %", **st)
-    ax.set_xlabel("requests replayed (trace order)")
+    ax.set_xlabel("requests replayed")
     ax.set_ylabel("token hit rate so far (%)")
     ax.set_xlim(1, max((len(xs) for _, xs, _ in series), default=1))
     top = max((100 * y for _, _, ys in series for y in ys), default=1.0) or 1.0
@@ -203,7 +203,7 @@ def trace_plot(r, path: Path) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7.5, loc="best", title="final token hit rate", title_fontsize=7.5)
     flight = f", {r.settings.concurrency:,} in flight" if r.settings.concurrency > 1 else ""
-    ax.set_title(f"{r.spec.name}: prefix-cache hit rate over {r.rows[0].run.requests:,} requests of "
+    ax.set_title(f"{r.spec.name}: prefix-cache token hit rate\nover {r.rows[0].run.requests:,} requests of "
                  f"{r.trace}{flight}", fontsize=10)
     if n_bars:
         bx = axes[1, 0]
@@ -220,8 +220,7 @@ def trace_plot(r, path: Path) -> None:
             handles.append(bx.barh(ys, [max(w, 0) for w in widths], left=left, color=_CAUSE_COLORS[name],
                                    edgecolor="white", hatch="//", label=f"lost: {CAUSE_TEXT[name]}"))
             left = [a + max(w, 0) for a, w in zip(left, widths)]
-        ideal = r.rows[0].gap.ideal_tokens if r.rows[0].gap is not None else bars[0][1] + sum(
-            t for _, t in bars[0][2])
+        ideal = next(row.gap.ideal_tokens for row in r.rows if row.gap is not None)
         handles.append(bx.axvline(ideal, color="black", ls="--", lw=1.2, label=f"ideal cache: {ideal:,} tokens"))
         bx.set_yticks(ys)
         bx.set_yticklabels(labels, fontsize=8)
