@@ -5,8 +5,6 @@ command's --json writes it)."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Sequence
 
 from hybridplan.errors import PlanError
@@ -32,6 +30,9 @@ def cell(value: object) -> object:
 
 
 def to_csv(columns: Sequence[str], rows: Iterable[dict]) -> str:
+    import csv
+    import io
+
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     w.writeheader()
