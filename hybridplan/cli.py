@@ -120,7 +120,7 @@ def show_csv(report: Any, o: Options, plotter: str = "") -> bool:
     if not getattr(o, "as_csv", False) or capturing.get():
         return False
     plot: Path | None = getattr(o, "plot", None)
-    if plot is not None:
+    if plot is not None and plotter:
         from hybridplan import plots
 
         getattr(plots, plotter)(report, plot)

@@ -110,8 +110,9 @@ def test_out_writes_the_files_and_the_plans_follow(run_cli, tmp_path):
     (["--emit", "vllm-config", "--pick", "4"], "--pick 4: there are 3 plans, pick 1 to 3"),
     (["--pick", "2"], "--pick chooses the plan --emit writes"),
     (["--emit", "vllm-config", "--json"], "give --out DIR"),
+    (["--emit", "vllm-config", "--gpus", "1"], "no plan holds the target, so there is nothing to pick"),
 ])
-def test_a_pick_out_of_range_is_one_line(run_cli, args, message):
+def test_what_cannot_be_emitted_is_one_line(run_cli, args, message):
     code, out, err = run_cli(*PLAN, *args)
     assert code == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
