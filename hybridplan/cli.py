@@ -528,7 +528,7 @@ def plan(o: Options) -> None:
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
-    if o.emit is not None and not _emit(o, report.targets(o.pick or 1, o.gpus_per_node)):
+    if o.emit is not None and not _emit(o, report.targets(1 if o.pick is None else o.pick, o.gpus_per_node)):
         raise typer.Exit(0)
     if not show_csv(report, o):
         show(report, o, "hybridplan.reports.plan:plan_view")

@@ -108,6 +108,7 @@ def test_out_writes_the_files_and_the_plans_follow(run_cli, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--emit", "vllm-config", "--pick", "4"], "--pick 4: there are 3 plans, pick 1 to 3"),
+    (["--emit", "vllm-config", "--pick", "0"], "--pick 0"),
     (["--pick", "2"], "--pick chooses the plan --emit writes"),
     (["--emit", "vllm-config", "--json"], "give --out DIR"),
     (["--emit", "vllm-config", "--gpus", "1"], "no plan holds the target, so there is nothing to pick"),
