@@ -134,3 +134,13 @@ def test_plan_plot_refusals(run_cli, tmp_path):
     _one_line(*run_cli("plan", *PLAN, "--plot", tmp_path / "p.csv"), "name a file ending in .png")
     missing = tmp_path / "missing" / "p.png"
     _one_line(*run_cli("plan", *PLAN, "--gpus", "1", "--plot", missing), f"cannot write {missing}")
+
+
+def test_plan_plot_beside_csv_and_emit(run_cli, tmp_path):
+    # --csv prints the table alone and --emit without --out the files alone: the plot is written all the same
+    for extra, first in ((("--csv",), "rank,"), (("--emit", "vllm-config"), "# ")):
+        png = tmp_path / f"{extra[-1]}.png"
+        code, out, err = run_cli("plan", *PLAN, *extra, "--plot", png)
+        assert code == 0, err
+        _png(png)
+        assert out.startswith(first) and "plot written" not in out
