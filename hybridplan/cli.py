@@ -490,7 +490,7 @@ def plan(o: Options) -> None:
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
-    show(report, o, "hybridplan.reports.plan:plan_view")
+    show(report, o, "hybridplan.render_plan:plan_view")
     raise typer.Exit(0 if report.ok else 1)
 
 
