@@ -20,6 +20,7 @@ from typing import Any
 
 from hybridplan.dtypes import parse_dtype
 from hybridplan.errors import PlanError
+from hybridplan.quant_config import stated_quantization
 from hybridplan.spec import (
     MLA,
     Attention,
@@ -606,15 +607,6 @@ def context_fields(raw: Mapping[str, Any]) -> ContextFields:
     return ContextFields(lengths=lengths, rope=tuple(_rope_entries(raw)))
 
 
-def stated_quantization(config: Mapping[str, Any]) -> tuple[Any, str]:
-    """The quantization a config states, and where: its ``quantization_config``, else its text config's (None
-    when neither states one). hybridplan/weights/quant.py reads it."""
-    q, place = config.get("quantization_config"), "config.json"
-    if q is None and isinstance(config.get("text_config"), Mapping):
-        q, place = config["text_config"].get("quantization_config"), "config.json text_config"
-    return q, place
-
-
 def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
@@ -635,7 +627,8 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         raise PlanError(f"{family} config describes no layers")
     quantization = None
     if stated_quantization(config)[0] is not None:  # the quantization module loads only for a quantized model
-        from hybridplan.weights.quant import read as read_quantization  # here: hybridplan.weights imports this
+        # here, not at the top: hybridplan.weights (its families) imports this module
+        from hybridplan.weights.quant import read as read_quantization
 
         quantization = read_quantization(config)
     return ModelSpec(

@@ -537,7 +537,7 @@ def plan(o: Options) -> None:
             plots.plan_plot(report, o.plot)
         raise typer.Exit(0)
     if not show_csv(report, o, "plan_plot"):
-        show(report, o, "hybridplan.reports.plan:plan_view", "plan_plot")
+        show(report, o, "hybridplan.render_plan:plan_view", "plan_plot")
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from hybridplan.engines.vllm import prefix_cache as vpc
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Prompt, Request, Synthetic
-from hybridplan.reports.replay import CAUSES, _advice, replay_report
+from hybridplan.replay.advice import advice as _advice
+from hybridplan.reports.replay import CAUSES, replay_report
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, one_line_error, scenario
 

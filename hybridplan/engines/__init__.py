@@ -17,10 +17,14 @@ if TYPE_CHECKING:
     from hybridplan.engines.given import LogGiven
     from hybridplan.logread import Log
     from hybridplan.memory import Footprint
+    from hybridplan.replay.loop import Policy, Run
+    from hybridplan.replay.settings import ReplaySettings
     from hybridplan.scenario import Scenario
 
 #: the engines, in the order reports show them
 NAMES = ("vllm", "sglang")
+#: the engine whose attention-only layout (its KV blocks, the recurrent layers left out) is `replay`'s baseline
+BASELINE = "vllm"
 
 
 class Part(Protocol):
@@ -46,6 +50,54 @@ class FitPart(Part, Protocol):
 class PrefixPart(Part, Protocol):
     def entries(self) -> list[tuple[str, str, Reuse]]:
         """(row label, what its grid is called, reuse) per row."""
+        ...
+
+
+class ReplayAdvice(Protocol):
+    """An engine's part of `replay` (hybridplan/engines/<name>/replay_advice.py): its rows, what stood in a
+    row's way, what may recover each cause of its gap to the ideal cache. ``rules`` is a row's rules' dict;
+    ``r`` the engine's own rules (its prefix cache module's ``Rules``)."""
+
+    def policies(self, sc: Scenario, rs: ReplaySettings,
+                 unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
+        """(policy, rules) per row the scenario asks of this engine, and the rows it would not start with, with
+        the reason (``NotServed``: none starts). ``unbounded``: pools that never evict, no budget asked for."""
+        ...
+
+    def baseline(self, sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[Policy, dict] | None:
+        """The model's attention layers alone in this engine's layout (``BASELINE``'s; None elsewhere)."""
+        ...
+
+    def diagnose(self, run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
+                 replay_one: Callable[[Policy], Run] | None) -> list[str]:
+        """A row's misses in words, with the flag that changes each and by how much (``replay_one`` replays a
+        changed policy over the trace; None: the trace is too long)."""
+        ...
+
+    def candidates(self, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
+                   rs: ReplaySettings) -> list[tuple[str, str, object]]:
+        """(cause, change, rules) for each flag or memory that may recover a cause of the gap (``lost``)."""
+        ...
+
+    def no_flag(self, cause: str) -> str:
+        """Why no flag is tried for a cause that costs tokens."""
+        ...
+
+    def lift(self, cause: str, r):
+        """The rules with one cause of the gap lifted (eviction, max_model_len, caching_off, policy)."""
+        ...
+
+    def state_grid(self, r) -> int:
+        """The grid the states of rules with every cause lifted sit on."""
+        ...
+
+    def sweep_point(self, sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float,
+                    block: int) -> tuple[Policy, float] | None:
+        """A row's policy and x at one ``--plot`` point (``over``: budget or block); None: not swept."""
+        ...
+
+    def notes(self, sc: Scenario) -> list[str]:
+        """What the engine's defaults chose where the flags left it to them."""
         ...
 
 
@@ -93,6 +145,10 @@ class Engine(Protocol):
 
     def log_present(self, log: Log) -> bool:
         """Does a start-up log hold a figure of this engine?"""
+        ...
+
+    def replay_advice(self) -> ReplayAdvice:
+        """This engine's part of `replay` (its ``replay_advice`` module)."""
         ...
 
     def check_log(self, log: Log, given: LogGiven) -> LogCheck:
@@ -174,5 +230,5 @@ def none_left(skipped: dict[str, str], what: str) -> PlanError:
     return PlanError("; ".join(skipped.values()) or f"no engine to {what}")
 
 
-__all__ = ["Engine", "FitPart", "LogGiven", "NAMES", "Part", "PrefixPart", "each", "every", "get",
-           "none_left"]
+__all__ = ["BASELINE", "Engine", "FitPart", "LogGiven", "NAMES", "Part", "PrefixPart", "ReplayAdvice",
+           "each", "every", "get", "none_left"]

@@ -5,13 +5,14 @@ reuses, what it saves, and why a request that shares a prefix reused less."""
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from itertools import islice
+from typing import TYPE_CHECKING
 
-from hybridplan.errors import NotServed, PlanError
+from hybridplan import engines
+from hybridplan.errors import PlanError
 from hybridplan.records import frozen
+from hybridplan.replay.advice import WHAT_IF_LIMIT
 from hybridplan.replay.loop import Policy, Run, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Request
@@ -19,8 +20,9 @@ from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 from hybridplan.spec import ModelSpec
 
-#: the most requests a what-if replay (a diagnostic's "by how much") reruns
-WHAT_IF_LIMIT = 20_000
+if TYPE_CHECKING:
+    from hybridplan.engines import ReplayAdvice
+
 #: weight groups that do no per-token work in the layers (hybridplan/weights groups)
 _NO_WORK = ("embedding", "lm_head", "norm", "vision", "mtp")
 #: tokens FLOPs and hit rates are shown for per request in the JSON, at most
@@ -137,14 +139,9 @@ class ReplayReport:
 # --- the policies a scenario runs ----------------------------------------------------------------------
 
 
-def _need_budget(sc: Scenario, rs: ReplaySettings) -> None:
-    if sc.budget.kv_budget is None and sc.budget.gpu_mem is None:
-        raise PlanError("give the memory the caches get: --kv-budget, --gpu-type or --gpu-mem (or "
-                        "--num-gpu-blocks-override and --max-total-tokens with --max-mamba-cache-size)")
-
-
-#: blocks, tokens and state slots of a pool that never evicts (``policies(unbounded=True)``)
-UNBOUNDED = 1 << 50
+def _advice_of(engine: str) -> ReplayAdvice:
+    """The replay advice of a row's engine (the baseline's: ``engines.BASELINE``'s)."""
+    return engines.get(engines.BASELINE if engine == "baseline" else engine).replay_advice()
 
 
 def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple[list[tuple[str, Policy, dict]],
@@ -152,255 +149,42 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
     """(engine, policy, rules) for every engine and mode the scenario asks for, the attention-only baseline, and
     the engines skipped with the reason. ``unbounded``: every pool holds all it is given (nothing is evicted, no
     budget is asked for), the geometry alone deciding what is reused (`prefix`)."""
-    from hybridplan.engines.vllm import prefix_cache as vpc
-
+    parts, not_served = engines.each(sc, lambda e: e.replay_advice().policies(sc, rs, unbounded))
     out: list[tuple[str, Policy, dict]] = []
     skipped: dict[str, str] = {}
-    budget = UNBOUNDED if unbounded else None
-    if sc.wants("vllm"):
-        try:
-            rel = sc.vllm.release
-            rel.check_served(sc.spec)
-            budget = budget or _vllm_budget(sc, rs)
-            modes = rel.modes_for(sc.spec, sc.vllm.mode) if sc.spec.recurrent else ("none",)
-            refused: dict[str, str] = {}  # a mode vLLM would not start with (the others still run)
-            for mode in modes:
-                try:
-                    r = vpc.rules(sc, rs, mode, budget)
-                except NotServed as exc:
-                    refused[mode] = str(exc)
-                    continue
-                r = vpc.unbounded(r, UNBOUNDED) if unbounded else r
-                label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
-                out.append(("vllm", Policy(label, vpc.Cache(r), r.block, r.max_model_len,
-                                           min(rs.concurrency, running_limit(sc, "vllm"))), r.to_dict()))
-            if len(refused) == len(modes):
-                raise NotServed("; ".join(refused.values()))
-            skipped.update((f"vLLM {rel.version} {m}", why) for m, why in refused.items())
-        except NotServed as exc:
-            if sc.engine != "both":
-                raise
-            skipped["vllm"] = str(exc)
-    if sc.wants("sglang") and sc.spec.recurrent:
-        from hybridplan.engines.sglang import radix_cache as spc
-
-        try:
-            sc.sglang.release.check_served(sc.spec)  # before its strategy rules, which take a served model
-            if not (unbounded or rs.max_total_tokens and sc.sglang.max_mamba_cache_size):
-                _need_budget(sc, rs)
-            sc_s = sc if sc.budget.kv_budget is not None or sc.budget.gpu_mem is not None else replace(
-                sc, budget=replace(sc.budget, kv_budget=1 << 40))
-            r = spc.rules(sc_s, rs)
-            r = spc.unbounded(r, UNBOUNDED) if unbounded else r
-            out.append(("sglang", Policy(r.label, spc.Cache(r), r.grid, r.max_model_len,
-                                         min(rs.concurrency, running_limit(sc_s, "sglang"))), r.to_dict()))
-        except NotServed as exc:
-            if sc.engine != "both":
-                raise
-            skipped["sglang"] = str(exc)
+    for name in engines.NAMES:
+        if name in parts:
+            rows, refused = parts[name]
+            out += [(name, p, rules) for p, rules in rows]
+            skipped.update(refused)
+        elif name in not_served:
+            skipped[name] = not_served[name]
     if sc.spec.recurrent and sc.spec.attention:
-        r = vpc.attention_rules(sc, budget if budget is not None else _vllm_budget(sc, rs))
-        out.append(("baseline", Policy(r.label, vpc.Cache(r), r.block, r.max_model_len,
-                                       min(rs.concurrency, running_limit(sc, "vllm"))), r.to_dict()))
+        base = _advice_of("baseline").baseline(sc, rs, unbounded)
+        if base is not None:
+            out.append(("baseline", *base))
     return out, skipped
-
-
-def running_limit(sc: Scenario, engine: str) -> int:
-    """The most requests the engine runs at once: vLLM's ``--max-num-seqs`` (its default for the GPU,
-    hybridplan/engines/vllm/sizing.py ``max_num_seqs``), SGLang's ``max_running_requests`` (given, or what its
-    pools admit, hybridplan/engines/sglang/pool.py ``fit``). More in flight wait in the engine's queue."""
-    if engine == "sglang":
-        if sc.sglang.max_running_requests is not None:
-            return sc.sglang.max_running_requests
-        from hybridplan.engines.sglang.pool import fit
-
-        f = fit(sc)
-        return max(getattr(f, "max_running_requests", 0), 1) if hasattr(f, "pool") else 1 << 30
-    from hybridplan.engines.vllm.sizing import max_num_seqs
-
-    return max_num_seqs(sc)
-
-
-def _vllm_budget(sc: Scenario, rs: ReplaySettings) -> int:
-    from hybridplan.engines.vllm.sizing import kv_budget
-
-    if rs.num_gpu_blocks_override is not None and sc.budget.kv_budget is None and sc.budget.gpu_mem is None:
-        return 1 << 50  # only the groups are read; the override sets the blocks
-    _need_budget(sc, rs)
-    return kv_budget(sc)
-
-
-# --- diagnostics ---------------------------------------------------------------------------------------
-
-
-def _median(run: Run, reason: str, what: str = "shared") -> int:
-    vals = [getattr(o, what) for o in run.outcomes if o.reason == reason]
-    return int(statistics.median(vals)) if vals else 0
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
-
-
-def _requests(n: int) -> str:
-    return f"{n:,} request" + ("" if n == 1 else "s")
-
-
-def diagnose(engine: str, run: Run, rules: dict, sc: Scenario, rerun: Callable[..., Run | None]) -> list[str]:
-    """A miss in words: what stood in the way, the flag that changes it and by how much (a what-if replay where
-    the trace is short enough)."""
-    out: list[str] = []
-    c = run.reasons
-    B = run.block
-    grid = "block" if engine != "sglang" else "checkpoint grid"
-    mode = rules.get("mode") or rules.get("strategy")
-    if c.get("caching_off"):
-        out.append(f"{_requests(c['caching_off'])}: prefix caching is off here ({mode}): no state is ever saved"
-                   + ("; --mamba-cache-mode align (with --enable-prefix-caching) saves them" if engine == "vllm"
-                      else "; --mamba-radix-cache-strategy extra_buffer (without --disable-radix-cache) saves them"))
-    if c.get("block_past_max_len"):
-        out.append(f"{_requests(c['block_past_max_len'])}: the {B:,}-token block is larger than max_model_len "
-                   f"{sc.ctx:,}, so no prompt fills a block and prefix caching is inert (vllm#48401); "
-                   "--mamba-cache-mode none frees the padding, or a larger --max-model-len makes blocks fill")
-    if c.get("before_first_checkpoint"):
-        x = _median(run, "before_first_checkpoint")
-        msg = (f"{_requests(c['before_first_checkpoint'])}: the shared prefix (median {x:,} tokens) ends before the "
-               f"first {grid} boundary at {B:,} tokens, where the first state can be saved")
-        if engine == "vllm" and mode != "attention-only":
-            alt = _half_ssm_block(sc, mode)
-            if alt and alt < B:
-                msg += (f"; --mamba-ssm-cache-dtype bfloat16 shrinks the Mamba page and the block to {alt:,} tokens"
-                        + (", under the prefix" if alt <= x else ", still past the prefix"))
-            else:
-                msg += "; no flag takes the block below one Mamba page"
-        out.append(msg)
-    if c.get("checkpoint_past_divergence"):
-        x = _median(run, "checkpoint_past_divergence")
-        msg = (f"{_requests(c['checkpoint_past_divergence'])}: the earlier requests' states lie past where the "
-               f"prompts diverge (median shared {x:,} tokens): the KV blocks match, the Mamba group has no state "
-               "inside them, so the whole hit is dropped")
-        if engine == "vllm" and mode == "align":
-            from hybridplan.engines.vllm.prefix_cache import chunk_ending_at_block
-
-            target = chunk_ending_at_block(x, B)
-            rel = sc.vllm.release
-            if rel.before("0.24.0"):
-                msg += _advice("vLLM 0.24.0+ saves a state at the shared prefix on its second sighting (Marconi-"
-                               "style admission, #37898)", rerun(vllm_version="0.24.0"), run)
-            if target:
-                msg += _advice(f"--max-num-batched-tokens {target} puts a prefill chunk end at {target:,}",
-                               rerun(chunk=target), run)
-        if engine == "sglang" and mode == "no_buffer":
-            msg += _advice("--mamba-radix-cache-strategy extra_buffer saves a state at the branching point",
-                           rerun(radix="extra_buffer"), run)
-        out.append(msg)
-    if c.get("not_admitted_yet"):
-        how = ("Marconi-style admission, #37898" if engine == "vllm" else
-               "extra_buffer's branching point, mamba_branching_seqlen")
-        out.append(f"{_requests(c['not_admitted_yet'])}: not admitted yet — the shared prefix was seen once, so this "
-                   "request saves a state where it branches off and the next request with the prefix reuses it "
-                   f"({how}: the first hit is on the third sighting)")
-    if c.get("retention"):
-        out.append(f"{_requests(c['retention'])}: the state was computed but not kept under retention interval "
-                   f"{rules.get('retention_interval')} ({rules.get('retention_source')})"
-                   + _advice(f"--prefix-cache-retention-interval {B} keeps one per block", rerun(retention=B), run))
-    if c.get("evicted"):
-        blocks = rules.get("num_gpu_blocks") or rules.get("mamba_pool_slots")
-        flag = "--num-gpu-blocks-override" if engine != "sglang" else "--max-mamba-cache-size"
-        out.append(f"{_requests(c['evicted'])}: what they would have reused was evicted ({run.evictions:,} evictions "
-                   f"from a pool of {blocks:,})"
-                   + _advice(f"{flag} {2 * blocks} (twice the memory)", rerun(double=True), run))
-    if c.get("speculative"):
-        out.append(f"{_requests(c['speculative'])}: speculative decoding moved the state — EAGLE/MTP drops the last "
-                   f"block of the attention hit ({B:,} tokens) and the last prefill checkpoint moves a block earlier; "
-                   "decoding's states are not block-aligned")
-    if run.refused:
-        out.append(f"{_requests(len(run.refused))} refused: " + "; ".join(
-            f"#{i}: {w}" for i, w in run.refused[:5]) + (" …" if len(run.refused) > 5 else ""))
-    return out
-
-
-def _advice(change: str, alt: Run | None, run: Run) -> str:
-    """A change and the hit rate it was replayed at, when that is above the row's; said not to help when it is
-    not (a change that lowers the rate is never recommended); the change alone when the trace was too long to
-    replay."""
-    if alt is None:
-        return f"; {change}"
-    if alt.hit_rate > run.hit_rate:
-        return f"; {change}: {_pct(alt.hit_rate)} hit rate"
-    return f" (replayed with {change.split(' ', 1)[0] if change.startswith('--') else change}: " \
-           f"{_pct(alt.hit_rate)}, not above this row's {_pct(run.hit_rate)}, so not advised)"
-
-
-def _half_ssm_block(sc: Scenario, mode: str) -> int | None:
-    from hybridplan.engines.vllm.blocks import layout
-
-    try:
-        return layout(replace(sc, dtypes=replace(sc.dtypes, ssm="bfloat16")), mode).block_size
-    except PlanError:
-        return None
 
 
 # --- the report ----------------------------------------------------------------------------------------
 
 
-def _what_if(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], engine: str,
-             rules: dict, n: int, concurrency: int | None = None) -> Callable[..., Run | None]:
-    """A rerun of one policy with one thing changed, where the trace is short enough."""
+def _replay_one(factory: Callable[[], Iterable[Request]], concurrency: int,
+                n: int) -> Callable[[Policy], Run] | None:
+    """A what-if replay of one changed policy over the trace, where the trace is short enough (None: it is not)."""
+    if n > WHAT_IF_LIMIT:
+        return None
 
-    def rerun(vllm_version: str | None = None, chunk: int | None = None, retention: int | None = None,
-              radix: str | None = None, double: bool = False) -> Run | None:
-        if n > WHAT_IF_LIMIT:
-            return None
-        from hybridplan.engines.sglang.settings import SglangSettings
-        from hybridplan.engines.vllm.releases import release
-        from hybridplan.engines.vllm.settings import VllmSettings
-
-        s, r = sc, rs
-        if vllm_version:
-            s = replace(s, vllm=VllmSettings(**{**s.vllm.__dict__, "release": release(vllm_version)}))
-        if chunk:
-            s = replace(s, chunk=chunk)
-        if retention is not None:
-            r = replace(r, retention_interval=retention)
-        if radix:
-            s = replace(s, sglang=SglangSettings(**{**s.sglang.__dict__, "radix": radix}))
-        mode = rules.get("mode")
-        try:
-            if engine == "sglang":
-                from hybridplan.engines.sglang import radix_cache as spc
-
-                rr = spc.rules(s, r)
-                if double:
-                    rr = replace(rr, state_slots=2 * rr.state_slots, kv_tokens=2 * rr.kv_tokens)
-                pol = Policy(rr.label, spc.Cache(rr), rr.grid, rr.max_model_len)
-            else:
-                from hybridplan.engines.vllm import prefix_cache as vpc
-
-                budget = _vllm_budget(s, r)
-                vr = vpc.attention_rules(s, budget) if mode == "attention-only" else vpc.rules(s, r, mode, budget)
-                if double:
-                    vr = replace(vr, num_blocks=2 * vr.num_blocks)
-                pol = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len)
-        except PlanError:
-            return None
-        runs, _ = replay([pol], factory(), concurrency or r.concurrency, keep_outcomes=False)
+    def one(pol: Policy) -> Run:
+        runs, _ = replay([pol], factory(), concurrency, keep_outcomes=False)
         return runs[pol.label]
 
-    return rerun
+    return one
 
 
 def _default_notes(sc: Scenario) -> list[str]:
     """Which prefill chunk (and GDN backend) each engine's defaults gave, where the flags left them to it."""
-    from hybridplan.engines.sglang import defaults as sglang_defaults
-    from hybridplan.engines.vllm import defaults as vllm_defaults
-
-    notes = []
-    if sc.wants("vllm"):
-        notes += filter(None, [vllm_defaults.note(sc), vllm_defaults.gdn_note(sc)])
-    if sc.wants("sglang"):
-        notes += filter(None, [sglang_defaults.note(sc)])
-    return notes
+    return [n for e in engines.every() if sc.wants(e.name) for n in e.replay_advice().notes(sc)]
 
 
 # --- the gap to the ideal cache, cause by cause ----------------------------------------------------------
@@ -464,14 +248,6 @@ class Gap:
                 "order": list(CAUSES), "lost": {c.name: c.to_dict() for c in self.causes}}
 
 
-def _module(engine: str):
-    if engine == "sglang":
-        from hybridplan.engines.sglang import radix_cache as m
-    else:
-        from hybridplan.engines.vllm import prefix_cache as m
-    return m
-
-
 def _aside(p: Policy, label: str, rules, concurrency: int | None) -> Policy:
     block = rules.grid if hasattr(rules, "grid") else rules.block
     return Policy(label, type(p.cache)(rules), block, rules.max_model_len, concurrency, aside=True)
@@ -482,13 +258,11 @@ def lifts(engine: str, p: Policy) -> tuple[list[tuple[str, Policy | None]], int]
     before it (None where lifting it changes no rule), each a variant of the engine's own rules (its package's
     ``unbounded``, ``any_length``, ``caching_on``, ``every_checkpoint``); and the grid its states then sit on
     (``state_grid``), from which the last two causes are counted without a replay."""
-    m = _module(engine)
+    m = _advice_of(engine)
     r, c = p.cache.r, p.concurrency or 1
     out: list[tuple[str, Policy | None]] = []
-    for cause, new_r, new_c in (("concurrency", None, 1), ("eviction", m.unbounded, c),
-                                ("max_model_len", m.any_length, c), ("caching_off", m.caching_on, c),
-                                ("policy", m.every_checkpoint, c)):
-        nr = r if new_r is None else (new_r(r, UNBOUNDED) if new_r is m.unbounded else new_r(r))
+    for cause in ("concurrency", "eviction", "max_model_len", "caching_off", "policy"):
+        nr, new_c = (r, 1) if cause == "concurrency" else (m.lift(cause, r), c)
         if nr == r and new_c == c:
             out.append((cause, None))
             continue
@@ -518,94 +292,11 @@ def attribute(run: Run, ideal: Run, stages: list[tuple[str, Run | None]], grid: 
 def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
                 rs: ReplaySettings) -> list[tuple[str, str, Policy]]:
     """(cause, change, policy) for each engine flag or memory that may recover a cause that costs tokens: the
-    same row's rules rebuilt with that change (hybridplan/engines/*), to be replayed."""
-    out: list[tuple[str, str, Policy]] = []
-    mode = rules.get("mode") or rules.get("strategy")
-    if engine == "baseline" or mode == "attention-only":
-        return out
-
-    def add(cause: str, change: str, build: Callable[[], object]) -> None:
-        try:
-            r = build()
-        except PlanError:
-            return
-        out.append((cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency)))
-
-    r0 = p.cache.r
-    if engine == "sglang":
-        from hybridplan.engines.sglang import radix_cache as spc
-        from hybridplan.engines.sglang.settings import SglangSettings
-
-        def sg(s: Scenario = sc, r: ReplaySettings = rs):
-            s = s if s.budget.kv_budget is not None or s.budget.gpu_mem is not None else replace(
-                s, budget=replace(s.budget, kv_budget=1 << 40))
-            return spc.rules(s, r)
-
-        def radix(name: str) -> Scenario:
-            return replace(sc, sglang=SglangSettings(**{**sc.sglang.__dict__, "radix": name}))
-
-        if lost.get("eviction", 0) > 0:
-            for k in (2, 8):
-                add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
-                    f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
-                                                               state_slots=k * r0.state_slots))
-        if lost.get("max_model_len", 0) > 0 and run.longest_refused:
-            m = run.longest_refused + 1
-            add("max_model_len", f"--context-length {m}", lambda: sg(replace(sc, ctx=m)))
-        if lost.get("caching_off", 0) > 0:
-            add("caching_off", "--mamba-radix-cache-strategy extra_buffer", lambda: sg(radix("extra_buffer")))
-        if lost.get("policy", 0) > 0:
-            if mode == "no_buffer":
-                add("policy", "--mamba-radix-cache-strategy extra_buffer", lambda: sg(radix("extra_buffer")))
-            if rs.mamba_max_states_per_path != -1:
-                add("policy", "--mamba-max-states-per-path -1",
-                    lambda: sg(r=replace(rs, mamba_max_states_per_path=-1)))
-        return out
-    from hybridplan.engines.vllm import prefix_cache as vpc
-
-    rel = sc.vllm.release
-
-    def vl(s: Scenario = sc, r: ReplaySettings = rs, m: str = mode):
-        return vpc.rules(s, r, m, _vllm_budget(s, r))
-
-    B = r0.block
-    if lost.get("eviction", 0) > 0:
-        for k in (2, 8):
-            add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
-                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
-    if lost.get("max_model_len", 0) > 0 and run.longest_refused:
-        m = run.longest_refused + 1
-        add("max_model_len", f"--max-model-len {m}", lambda: vl(replace(sc, ctx=m)))
-    if lost.get("caching_off", 0) > 0:
-        add("caching_off", "--mamba-cache-mode align", lambda: vl(m="align"))
-    if lost.get("policy", 0) > 0 and mode != "none":
-        if mode != "all" and "all" in rel.modes_for(sc.spec, None):
-            add("policy", "--mamba-cache-mode all", lambda: vl(m="all"))
-        if rules.get("retention_interval") is not None:
-            flag = ("VLLM_PREFIX_CACHE_RETENTION_INTERVAL=" if rel.before("0.29.0")
-                    else "--prefix-cache-retention-interval ")
-            add("policy", f"{flag}{B}", lambda: vl(r=replace(rs, retention_interval=B)))
-        if mode == "align" and r0.eagle and rel.at_least("0.30.0") and not r0.shared_prefix_checkpoint:
-            flag = ("--enable-mamba-fine-grained-prefix-cache" if rel.before("0.31.0")
-                    else "--enable-mamba-shared-prefix-checkpoint")
-            for u in (64, 16):
-                if B % u == 0 and u < B:
-                    add("policy", f"{flag} --prefix-match-unit {u}",
-                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))
-        x = _median(run, "checkpoint_past_divergence")
-        target = vpc.chunk_ending_at_block(x, B) if mode == "align" else 0
-        if target and target != sc.chunk:
-            add("policy", f"--max-num-batched-tokens {target}", lambda: vl(replace(sc, chunk=target)))
-    if lost.get("grid", 0) > 0 and mode != "none":
-        alt = _half_ssm_block(sc, mode)
-        if alt and alt < B:
-            add("grid", "--mamba-ssm-cache-dtype bfloat16", lambda: vl(replace(sc, dtypes=replace(sc.dtypes,
-                                                                                                  ssm="bfloat16"))))
-        if r0.unit == B and rel.at_least("0.26.0") and mode == "align":
-            for u in (64, 16):
-                if B % u == 0 and u < B:
-                    add("grid", f"--prefix-match-unit {u}", lambda u=u: vl(r=replace(rs, prefix_match_unit=u)))
-    return out
+    same row's rules rebuilt with that change (the engine's ``candidates``), to be replayed."""
+    if engine == "baseline":
+        return []
+    return [(cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency))
+            for cause, change, r in _advice_of(engine).candidates(p, rules, run, lost, sc, rs)]
 
 
 def gaps(chosen: list[tuple[str, Policy, dict]], runs: dict[str, Run], ideal: Run,
@@ -650,14 +341,7 @@ def _no_flag(engine: str, cause: str, rules: dict, too_long: bool) -> str:
         return f"not replayed: the trace is longer than {WHAT_IF_LIMIT:,} requests (use --limit)"
     if rules.get("mode") == "attention-only":
         return "a baseline: no engine flag"
-    return {"concurrency": "fewer in flight (a lower --max-num-seqs / --max-running-requests) frees memory; "
-                           "the concurrency-1 replay is the stage above",
-            "hash_unit": "no engine caches the last generated token's KV, and KV is matched whole blocks from "
-                         "the left",
-            "grid": "no flag moves the grid below one Mamba page" if engine != "sglang" else
-                    "no flag moves SGLang's checkpoint grid (lcm of its chunk and page)",
-            "policy": "no flag tried places states where these requests needed them",
-            }.get(cause, "no flag tried recovers it")
+    return _advice_of(engine).no_flag(cause)
 
 
 def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], trace: str,
@@ -666,8 +350,6 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
     """Replay ``factory()``'s requests through every engine and mode the scenario asks for."""
     chosen, skipped = policies(sc, rs)
     if not chosen:
-        from hybridplan import engines
-
         raise engines.none_left(skipped, "model")
     reqs: Iterable[Request] = factory()
     if rs.limit is not None:
@@ -686,8 +368,8 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
     rows = []
     for engine, p, rules in chosen:
         run = runs[p.label]
-        diag = diagnose(engine, run, rules, sc, _what_if(sc, rs, limited, engine, rules, n, p.concurrency)) \
-            if engine != "baseline" else []
+        diag = _advice_of(engine).diagnose(run, rules, sc, rs, _replay_one(limited, p.concurrency or rs.concurrency,
+                                                                           n)) if engine != "baseline" else []
         rows.append(Row(engine, p.label, run, rules, fl.saved(run), fl.total(run), tuple(diag),
                         found.get(p.label), p.concurrency))
     rows.append(Row("baseline", ideal.label, ideal, {"mode": "ideal"}, fl.saved(ideal), fl.total(ideal)))
@@ -734,38 +416,14 @@ def _sweep(sc: Scenario, rs: ReplaySettings, factory, chosen, over: str, n: int)
     series: dict[str, list[tuple[float, float]]] = {}
     for engine, p, rules in chosen:
         steps = BUDGET_STEPS if over == "budget" else BLOCK_STEPS
-        if over == "block" and engine == "sglang":
-            continue
         for k in steps:
-            s, r = sc, rs
             try:
-                if over == "budget":
-                    if engine == "sglang":
-                        from hybridplan.engines.sglang import radix_cache as spc
-
-                        rr = spc.rules(s, r)
-                        rr = replace(rr, state_slots=max(1, int(rr.state_slots * k)),
-                                     kv_tokens=max(1, int(rr.kv_tokens * k)))
-                        pol, x = Policy(rr.label, spc.Cache(rr), rr.grid, rr.max_model_len), k
-                    else:
-                        from hybridplan.engines.vllm import prefix_cache as vpc
-
-                        budget = int(_vllm_budget(s, r) * k)
-                        mode = rules["mode"]
-                        vr = vpc.attention_rules(s, budget) if mode == "attention-only" else vpc.rules(s, r, mode,
-                                                                                                     budget)
-                        pol, x = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len), k
-                else:
-                    from hybridplan.engines.vllm import prefix_cache as vpc
-                    from hybridplan.engines.vllm.settings import VllmSettings
-
-                    if rules["mode"] == "attention-only":
-                        continue
-                    s = replace(s, vllm=VllmSettings(**{**s.vllm.__dict__, "block_size": k * p.block}))
-                    vr = vpc.rules(s, r, rules["mode"], _vllm_budget(s, r))
-                    pol, x = Policy(vr.label, vpc.Cache(vr), vr.block, vr.max_model_len), vr.block
+                point = _advice_of(engine).sweep_point(sc, rs, rules, over, k, p.block)
             except PlanError:
                 continue
-            runs, _ = replay([pol], factory(), p.concurrency or r.concurrency, keep_outcomes=False)
+            if point is None:
+                continue
+            pol, x = point
+            runs, _ = replay([pol], factory(), p.concurrency or rs.concurrency, keep_outcomes=False)
             series.setdefault(p.label, []).append((float(x), runs[pol.label].hit_rate))
     return (over, tuple((k, tuple(v)) for k, v in series.items()))

@@ -36,6 +36,7 @@ from functools import lru_cache
 from typing import Any
 
 from hybridplan.errors import PlanError
+from hybridplan.quant_config import stated_quantization
 from hybridplan.records import frozen
 
 
@@ -197,10 +198,8 @@ def _kv_scheme(value: Any) -> KVScheme | None:
 
 
 def read(config: Mapping[str, Any], where: str | None = None) -> Quantization | None:
-    """The quantization a config states (``quantization_config``, else its text config's: hybridplan/adapters.py
-    ``stated_quantization``); None when none."""
-    from hybridplan.adapters import stated_quantization
-
+    """The quantization a config states (``quantization_config``, else its text config's:
+    hybridplan/quant_config.py ``stated_quantization``); None when none."""
     q, place = stated_quantization(config)
     if q is None:
         return None

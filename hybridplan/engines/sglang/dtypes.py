@@ -19,8 +19,19 @@ compressed-tensors, fp8, AWQ, GPTQ and the others set no such attribute: their K
 
 from __future__ import annotations
 
+from hybridplan.dtypes import flag_dtype, serving_dtype
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.spec import ModelSpec
+
+#: ``--dtype`` (server_args.py), the same in every release
+MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
+                "float32": "float32"}
+
+
+def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
+    """The dtype SGLang serves the model at: the config's, unless ``--dtype``."""
+    return serving_dtype(spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="SGLang --dtype",
+                                                      accepted=MODEL_DTYPES))
 
 AUTO_FROM_CHECKPOINT_SINCE = "0.5.3rc2"
 FP8_CONFIG_ATTRIBUTE_SINCE = "0.5.4"

@@ -11,6 +11,7 @@ from hybridplan.memory import Footprint
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from hybridplan.engines import ReplayAdvice
     from hybridplan.engines.common import Reuse
     from hybridplan.engines.sglang.pool import Fit, PoolLayout
     from hybridplan.engines.sglang.radix import Prefix
@@ -51,6 +52,12 @@ class SglangEngine(LogVerbs):
 
         self.check_served(sc)
         return prefix(sc, prompt, replayed)
+
+    def replay_advice(self) -> ReplayAdvice:
+        """`replay`'s rows, diagnosis and recovery candidates on SGLang (replay_advice.py)."""
+        from hybridplan.engines.sglang import replay_advice
+
+        return replay_advice  # type: ignore[return-value]
 
 
 ENGINE = SglangEngine()

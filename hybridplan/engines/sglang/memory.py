@@ -110,7 +110,7 @@ def drafter(sc: Scenario) -> Term | None:
     and its own head (``set_embed``; one that sets ``load_lm_head_from_target`` is not told apart); a DFlash draft
     borrows the target's head (dflash_worker_v2.py); a STANDALONE draft keeps both of its own
     (standalone_worker_v2.py). None for NGRAM and without speculative decoding."""
-    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.engines.sglang.dtypes import model_dtype
     from hybridplan.weights import draft_rank_bytes, mtp_rank_bytes
 
     sp = sc.speculative
@@ -140,7 +140,7 @@ def drafter(sc: Scenario) -> Term | None:
 
 def memory(sc: Scenario) -> Waterfall:
     """From the GPU's total to R, the memory SGLang splits between its pools, on one rank."""
-    from hybridplan.engines.sglang.pool import model_dtype
+    from hybridplan.engines.sglang.dtypes import model_dtype
     from hybridplan.gpus import gpu as gpu_named
     from hybridplan.weights import rank_bytes
 

@@ -13,9 +13,9 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
+from hybridplan.dtypes import flag_dtype, size_of
 from hybridplan.engines.common import Shortfall, Waterfall
-from hybridplan.engines.sglang.dtypes import checkpoint_kv
+from hybridplan.engines.sglang.dtypes import checkpoint_kv, model_dtype
 from hybridplan.engines.sglang.radix import Strategy, page_size, strategy
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError, Refused
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 
 GB = 1 << 30  # SGLang's "GB" in its logs is 2^30
 
-#: ``--dtype`` (server_args.py), the same in every release
-MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
-                "float32": "float32"}
 #: ``--mamba-ssm-dtype`` and ``SGLANG_MAMBA_CONV_DTYPE``, with the release that brought each
 STATE_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 _STATE_SINCE = {"float16": "0.5.9"}
@@ -42,11 +39,6 @@ _KV_SINCE = {"bf16": "0.5.4", "bfloat16": "0.5.4"}
 KV_NOT_SIZED = ("fp4_e2m1", "mxfp8", "nvfp4", "fp4_mx_block16")
 #: the estimate of max_running_requests is clamped to this range (all releases)
 ESTIMATE_RANGE = (2048, 4096)
-
-
-def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
-    return serving_dtype(spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="SGLang --dtype",
-                                                      accepted=MODEL_DTYPES))
 
 
 def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from hybridplan.memory import Footprint
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from hybridplan.engines import ReplayAdvice
     from hybridplan.engines.common import Reuse
     from hybridplan.engines.vllm.blocks import Pages
     from hybridplan.engines.vllm.prefix import Prefix
@@ -52,6 +53,12 @@ class VllmEngine(LogVerbs):
 
         self.check_served(sc)
         return prefix(sc, prompt, replayed)
+
+    def replay_advice(self) -> ReplayAdvice:
+        """`replay`'s rows, diagnosis and recovery candidates on vLLM (replay_advice.py)."""
+        from hybridplan.engines.vllm import replay_advice
+
+        return replay_advice  # type: ignore[return-value]
 
 
 ENGINE = VllmEngine()
