@@ -277,11 +277,16 @@ def _compilation(value: str, flag: str) -> tuple[tuple[str, ...], str | None]:
         raise PlanError(f"{flag} is not valid JSON: {value}") from None
     if not isinstance(cfg, dict):
         if isinstance(cfg, int) and flag in ("-O", "-cc", "--compilation-config"):
+            if str(cfg) not in ("0", "1", "2", "3"):  # a level, and none of vLLM's
+                raise PlanError(f"{flag} {value}: vLLM's levels are 0, 1, 2 and 3")
             return _compilation(str(cfg), "-O")
         raise PlanError(f"{flag} must be a JSON object")
     if flag == "-O" and len(cfg) == 1 and set(cfg) <= {"level", "mode"}:
         # -O3 as 0.10.0-0.11.0 read it (-O.level=3) and 0.11.1-0.11.2 (-O.mode=3): the compilation level
-        return _compilation(str(next(iter(cfg.values()))), "-O")
+        level = str(next(iter(cfg.values())))
+        if level not in ("0", "1", "2", "3"):
+            raise PlanError(f"{flag} {value}: vLLM's levels are 0, 1, 2 and 3")
+        return _compilation(level, "-O")
     out: tuple[str, ...] = ()
     for key, v in cfg.items():
         if key == "cudagraph_mode":
@@ -632,9 +637,13 @@ def _shown(opt: str, values: list[str], attached: str | None) -> str:
 
 
 def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], out: dict, *,
-           abbrev: bool, positional_model: bool) -> None:
+           program: tuple[str, ...] | None) -> None:
     """``tokens`` read as the engine's parser reads them at ``version``; the flags read as hybridplan's options
-    into ``out``, and the tokens of those with no effect on memory kept verbatim."""
+    into ``out``, and the tokens of those with no effect on memory kept verbatim. ``program``: the words that
+    started the engine's own command line, whose parser takes abbreviations and, after ``vllm serve``, the
+    positional model; None: a JSON config's flags, read whole."""
+    abbrev = program is not None
+    positional_model = program is not None and engine == "vllm" and program[-1:] == ("serve",)
     p = parser(engine, version)
     if engine == "vllm":
         tokens = _dotted(_vllm_rewrite(tokens, p), p)
@@ -675,8 +684,7 @@ def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[s
         engine, skip = _program(tokens[i:])
         out["options"] += env_options
         out["ignored"] += [(t, "no effect on memory") for t in env_ignored]
-        _parse(tokens[i + skip:], engine, versions.get(engine), set(ours), out, abbrev=True,
-               positional_model=engine == "vllm" and tokens[i:i + skip][-1] == "serve")
+        _parse(tokens[i + skip:], engine, versions.get(engine), set(ours), out, program=tuple(tokens[i:i + skip]))
         line_engine: str | None = engine
     else:
         _either(tokens, engine, versions, out)
@@ -708,7 +716,7 @@ def _either(tokens: list[str], engine: str, versions: dict[str, str | None], out
         attached = "=" in token or (token.startswith("-O") and len(token) > 2)
         n = 1 if attached or (f.takes in ("switch", "bool") and "." not in token) else 2
         sub: dict = {"model": None, "options": [], "ignored": [], "kept": []}
-        _parse(tokens[i:i + n], owner, versions.get(owner), set(), sub, abbrev=False, positional_model=False)
+        _parse(tokens[i:i + n], owner, versions.get(owner), set(), sub, program=None)
         out["options"] += sub["options"]
         out["ignored"] += sub["ignored"]
         out["model"] = out["model"] or sub["model"]

@@ -553,3 +553,12 @@ def test_check_log_takes_sglangs_pool_flags(run_cli):
     old, _ = _check(run_cli, *base, "--sglang-version", "0.5.13", "--mamba-scheduler-strategy", "no_buffer")
     assert {s["name"]: (s["value"], s["source"]) for s in old["settings"]}["mamba_radix_cache_strategy"] == (
         "no_buffer", "flag")
+
+
+@pytest.mark.parametrize("flag", [("--compilation-config", "-1"), ("--compilation-config", "7")])
+def test_a_level_vllm_has_not_is_one_line(run_cli, flag):
+    # found by tests/test_fuzz.py: `--compilation-config -1` read its JSON int as -O's level and asked itself again,
+    # without end; vLLM's compilation levels are 0-3 (vllm/config/compilation.py CompilationLevel / CompilationMode)
+    code, out, err = run_cli("size", "--json", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K", *flag)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "levels are 0, 1, 2 and 3" in err

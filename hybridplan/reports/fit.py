@@ -18,9 +18,6 @@ from hybridplan.scenario import Scenario
 
 #: the engines as the verdict names them
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
-#: what each engine's memory waterfall leaves, and the factor it applies (as ``Shortfall`` names them)
-_CACHE_LABELS = {"vllm": ("Available KV cache memory", "gpu_memory_utilization"),
-                 "sglang": ("the memory split between the pools (R)", "mem_fraction_static")}
 
 
 @frozen
@@ -60,14 +57,13 @@ class Refusal:
 def _refusal(sc: Scenario, name: str, exc: Refused) -> Refusal:
     """``name``'s refusal, with its memory waterfall (the rank's) where the budget was not given."""
     rel = sc.vllm.release if name == "vllm" else sc.sglang.release
-    water = None
+    water, mem = None, import_module(f"hybridplan.engines.{name}.memory")
     if sc.budget.kv_budget is None:
         try:
-            water = import_module(f"hybridplan.engines.{name}.memory").memory(sc)
+            water = mem.memory(sc)
         except PlanError:
             water = None
-    cache, factor = _CACHE_LABELS[name]
-    return Refusal(f"{_ENGINE_NAMES[name]} {rel.version}", str(exc), water, cache, factor)
+    return Refusal(f"{_ENGINE_NAMES[name]} {rel.version}", str(exc), water, mem.CACHE_LABEL, mem.FACTOR_LABEL)
 
 
 @frozen

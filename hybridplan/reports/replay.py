@@ -289,29 +289,23 @@ def attribute(run: Run, ideal: Run, stages: list[tuple[str, Run | None]], grid: 
     return lost
 
 
-def _candidates(engine: str, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
-                rs: ReplaySettings) -> list[tuple[str, str, Policy]]:
-    """(cause, change, policy) for each engine flag or memory that may recover a cause that costs tokens: the
-    same row's rules rebuilt with that change (the engine's ``candidates``), to be replayed."""
-    if engine == "baseline":
-        return []
-    return [(cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency))
-            for cause, change, r in _advice_of(engine).candidates(p, rules, run, lost, sc, rs)]
-
-
-def gaps(chosen: list[tuple[str, Policy, dict]], runs: dict[str, Run], ideal: Run,
+def gaps(chosen: list[tuple[str, Policy, dict]], replayed: tuple[dict[str, Run], Run],
          stages: dict[str, tuple[list[tuple[str, Policy | None]], int]], sc: Scenario, rs: ReplaySettings,
          factory: Callable[[], Iterable[Request]] | None) -> dict[str, Gap]:
-    """Each row's gap, cause by cause, and what recovers each: the candidates of every row replayed together in
-    one more pass over the trace (``factory``; None: not replayed, the trace being too long)."""
+    """Each row's gap, cause by cause, and what recovers each (``replayed``: the rows' runs and the ideal cache's):
+    the candidates of every row (each engine's ``candidates``: the same row's rules rebuilt with one change)
+    replayed together in one more pass over the trace (``factory``; None: not replayed, the trace being too
+    long)."""
+    runs, ideal = replayed
     losts: dict[str, dict[str, int]] = {}
     cands: list[tuple[str, str, str, Policy]] = []
     for engine, p, rules in chosen:
         st, grid = stages[p.label]
         lost = attribute(runs[p.label], ideal, [(c, runs[q.label] if q is not None else None) for c, q in st], grid)
         losts[p.label] = lost
-        if factory is not None:
-            cands += [(p.label, c, ch, q) for c, ch, q in _candidates(engine, p, rules, runs[p.label], lost, sc, rs)]
+        if factory is not None and engine != "baseline":
+            cands += [(p.label, cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency))
+                      for cause, change, r in _advice_of(engine).candidates(p, rules, runs[p.label], lost, sc, rs)]
     alt: dict[str, Run] = {}
     if cands:
         alt, _ = replay([q for *_, q in cands], factory(), rs.concurrency, keep_outcomes=False)
@@ -364,7 +358,7 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
         raise PlanError(f"{trace}: the trace holds no request")
     fl = flops(sc.spec)
     limited = (lambda: _take(factory(), rs.limit)) if rs.limit is not None else factory
-    found = gaps(chosen, runs, ideal, stages, sc, rs, limited if n <= WHAT_IF_LIMIT else None) if rs.gap else {}
+    found = gaps(chosen, (runs, ideal), stages, sc, rs, limited if n <= WHAT_IF_LIMIT else None) if rs.gap else {}
     rows = []
     for engine, p, rules in chosen:
         run = runs[p.label]

@@ -264,12 +264,14 @@ def draft_extra_parts(kind: str, cfg: dict, target_hidden: int) -> tuple[Part, .
     return extra
 
 
-def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kind: str, embedding: bool,
-                     head_rows: int | None, target_hidden: int | None = None) -> tuple[int, int]:
+def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kind: str,
+                     ends: tuple[bool, int | None], target_hidden: int | None = None) -> tuple[int, int]:
     """A draft model's weights as parameters over all ranks and bytes on one rank of ``tp``: its decoder layers and
     norms as its config's family counts them, the tensors of its draft class (``draft_extra_parts``: ``kind``
-    eagle, eagle3, dflash, dspark, or model for a plain draft), its embedding only where ``embedding``, and an LM
-    head of ``head_rows`` vocabulary rows (None: it has none of its own)."""
+    eagle, eagle3, dflash, dspark, or model for a plain draft), and the ends it keeps of its own, ``ends`` =
+    (embedding, head_rows): its embedding only where ``embedding``, and an LM head of ``head_rows`` vocabulary
+    rows (None: it has none of its own)."""
+    embedding, head_rows = ends
     dtype = dtype or draft.model_dtype
     config = json.loads(draft.config_json or "{}")
     hidden = draft.hidden_size or 1

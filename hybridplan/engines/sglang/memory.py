@@ -29,6 +29,10 @@ from hybridplan.engines.common import Term, Waterfall
 from hybridplan.engines.sglang.defaults import chunked_prefill_size, decode_graph_bs
 from hybridplan.engines.sglang.releases import Release
 
+#: what SGLang splits between its pools (R), and the factor applied to the GPU's total, as hybridplan's waterfall
+#: names them (python/sglang/srt/model_executor/model_runner.py; --mem-fraction-static)
+CACHE_LABEL, FACTOR_LABEL = "the memory split between the pools (R)", "mem_fraction_static"
+
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
@@ -131,7 +135,7 @@ def drafter(sc: Scenario) -> Term | None:
     own = sp.method == "standalone"
     head = vocab if own or sp.method == "eagle3" else None
     kind = "model" if own else sp.method
-    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, embedding=own, head_rows=head,
+    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(own, head),
                                     target_hidden=int(cfg.get("target_hidden_size") or sc.spec.hidden_size or 0))
     return Term("drafter weights", size, "counted",
                 f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; embedding "

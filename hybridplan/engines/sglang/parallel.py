@@ -162,8 +162,10 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         else:
             water = stage_memory(sc, st)
             if water.cache_bytes <= 0:
+                from hybridplan.engines.sglang.memory import CACHE_LABEL, FACTOR_LABEL
+
                 return Shortfall(f"SGLang {rel.version} (PP stage {st.rank}, layers {st.start}-{st.end - 1})", water,
-                                 "the memory split between the pools (R)", "mem_fraction_static")
+                                 CACHE_LABEL, FACTOR_LABEL)
             budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
         charged = (most if rel.at_least(STAGE_SHARE) else None)
         recurrent = charged.spec.recurrent if charged is not None else sc.spec.recurrent

@@ -49,6 +49,9 @@ NON_TORCH_TP2 = int(0.6 * GiB)
 NON_TORCH_PER_RANK = int(0.25 * GiB)
 NON_TORCH_NVSWITCH, NON_TORCH_NVSWITCH_PER_RANK = int(2.0 * GiB), int(0.03 * GiB)
 CUDA_GRAPHS = int(0.5 * GiB)
+#: what the memory waterfall leaves for the caches, and the factor applied to the GPU's total, as vLLM names them
+#: (vllm/v1/worker/gpu_worker.py "Available KV cache memory"; --gpu-memory-utilization)
+CACHE_LABEL, FACTOR_LABEL = "Available KV cache memory", "gpu_memory_utilization"
 
 
 def requested_memory(total: int, utilization: float, rel: Release) -> int:
@@ -185,7 +188,7 @@ def drafter(sc: Scenario) -> Term | None:
         own_head = sp.method != "eagle" and draft_vocab and draft_vocab != _vocab(sc)
         head = draft_vocab if own_head or (sp.method == "eagle3" and rel.before(DRAFT_SHARING_BY_CONTENT)) else None
     kind = "model" if sp.method == "draft_model" else sp.method
-    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, embedding=embedding, head_rows=head,
+    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(embedding, head),
                                     target_hidden=int(cfg.get("target_hidden_size") or sc.spec.hidden_size or 0))
     shared = ("embedding and LM head its own" if sp.method == "draft_model"
               else f"embedding {'its own' if embedding else 'shared'}, LM head {'its own' if head else 'shared'}")

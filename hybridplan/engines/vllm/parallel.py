@@ -411,8 +411,9 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         for st, w in zip(sts, waters):
             if w.cache_bytes <= 0:
                 where = f" (PP stage {st.rank}, layers {st.start}-{st.end - 1})" if sc.pp > 1 else ""
-                return Shortfall(f"vLLM {rel.version}{where}", w,
-                                 "Available KV cache memory", "gpu_memory_utilization")
+                from hybridplan.engines.vllm.memory import CACHE_LABEL, FACTOR_LABEL
+
+                return Shortfall(f"vLLM {rel.version}{where}", w, CACHE_LABEL, FACTOR_LABEL)
         budgets = [w.cache_bytes for w in waters]
     n = max_num_seqs(sc)
     modes = rel.modes_for(sc.spec, sc.vllm.mode)

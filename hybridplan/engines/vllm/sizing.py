@@ -452,12 +452,12 @@ class Fit:
 
 def fit(sc: Scenario) -> Fit | Shortfall:
     """`fit` on vLLM: the budget, and what it holds in every mode."""
-    from hybridplan.engines.vllm.memory import memory
+    from hybridplan.engines.vllm.memory import CACHE_LABEL, FACTOR_LABEL, memory
 
     rel = sc.vllm.release
     water = None if sc.budget.kv_budget is not None else memory(sc)
     if water is not None and water.cache_bytes <= 0:
-        return Shortfall(f"vLLM {rel.version}", water, "Available KV cache memory", "gpu_memory_utilization")
+        return Shortfall(f"vLLM {rel.version}", water, CACHE_LABEL, FACTOR_LABEL)
     budget = water.cache_bytes if water else sc.budget.kv_budget
     n = max_num_seqs(sc)
     modes = rel.modes_for(sc.spec, sc.vllm.mode)
