@@ -123,3 +123,28 @@ def test_models_lists_the_hub_ids(run_cli):
     code, out, _ = run_cli("models", "--json")
     sources = {m["source"] for m in json.loads(out)["models"]}
     assert "nvidia/Nemotron-H-8B-Base-8K" in sources and "Qwen/Qwen3-Next-80B-A3B-Instruct" in sources
+
+
+# --- a shipped spec's Hub id and address, offline -----------------------------------------------------------
+
+def test_revision_main_of_a_shipped_hub_id_needs_no_network(run_cli, monkeypatch):
+    # nvidia/Nemotron-H-8B-Base-8K is the source of the shipped nemotron-h-8b, which notes no revision of its own
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", "nvidia/Nemotron-H-8B-Base-8K", "--revision", "main", "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+@pytest.mark.parametrize("url", ["https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K",
+                                 "huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/main",
+                                 "https://hf.co/nvidia/Nemotron-H-8B-Base-8K/"])
+def test_a_hub_address_is_read_as_its_id(run_cli, monkeypatch, url):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", url, "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+def test_a_hub_address_and_another_revision_disagree(run_cli):
+    code, _, err = run_cli("size", "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/v1", "--revision", "v2")
+    assert code == 2 and "names revision 'v1' but --revision says 'v2'" in err

@@ -10,6 +10,7 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, load_path, shipped_specs
 from hybridplan.reports.size import size
 from hybridplan.scenario import DtypeChoice
+from tests.conftest import CONFIGS
 from tests.helpers import footprint, scenario, vrel
 
 #: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
@@ -464,3 +465,17 @@ def test_native_zamba2_layer_mapping(configs):
     s = spec_from_config({**json.loads((configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
                                        .read_text()), "architectures": ["Zamba2ForCausalLM"]}, name="z27")
     assert s.layer_counts["mamba2"] == 54 and s.layer_counts["attention"] == 9
+
+
+def test_layer_list_that_does_not_match_the_layer_count_is_refused():
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-Next-80B-A3B-Thinking.json").read_text())
+    cfg["layer_types"] = ["linear_attention", "full_attention"]
+    with pytest.raises(PlanError, match="layer_types lists 2 layers but num_hidden_layers is 48"):
+        spec_from_config(cfg, name="q")
+
+
+def test_missing_mamba_d_ssm_is_named_as_the_class_default():
+    cfg = json.loads((CONFIGS / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json").read_text())
+    with pytest.raises(PlanError, match="no mamba_d_ssm, and FalconH1Config's default inner width, 1024, is not "
+                                        r"heads·head_dim = 24·64 = 1536"):
+        spec_from_config(cfg, name="f")
