@@ -12,6 +12,8 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_path
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 
 @pytest.fixture
 def nemotron_cfg(configs):

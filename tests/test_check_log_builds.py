@@ -12,6 +12,8 @@ import pytest
 
 from hybridplan.errors import PlanError
 
+pytestmark = pytest.mark.golden
+
 LOGS = Path(__file__).parent / "data" / "logs"
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 
 # --- values as the engines read them, and their bounds ---------------------------------------------------
 

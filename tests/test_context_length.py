@@ -8,6 +8,8 @@ import pytest
 
 from hybridplan.adapters import spec_from_config
 
+pytestmark = pytest.mark.cli
+
 
 def test_fit_past_the_models_context_is_vllms_and_sglangs_refusal(run_cli):
     # Nemotron-H-8B-Base-8K: max_position_embeddings 8192 (model_specs/nemotron-h-8b.yaml); vLLM refuses a longer

@@ -20,6 +20,8 @@ from hybridplan.replay.trace import Prompt, Request
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, scenario
 
+pytestmark = pytest.mark.unit
+
 
 def _batch(version: str, key: str, **kw):
     d = batch_defaults(vllm_release(version), device(gpu(key)), **kw)

@@ -15,6 +15,8 @@ from hybridplan.reports.prefix import prefix, prefix_sweep
 from hybridplan.scenario import Budget, DtypeChoice
 from tests.helpers import GiB, scenario
 
+pytestmark = pytest.mark.unit
+
 
 def fp_of(name, minor=33, tp=1, **kw):
     return vllm.footprint(scenario(name, minor=minor, tp=tp, dtypes=DtypeChoice(**kw)))

@@ -17,6 +17,8 @@ from hybridplan.engines.vllm.releases import release as vllm_release
 from hybridplan.gpus import GPUS, MiB, gpu
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 GiB = 1 << 30
 SPECS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "model_specs").glob("*.yaml"))
 

@@ -16,6 +16,8 @@ from hybridplan.errors import PlanError
 from hybridplan.gpus import GPUS, gpu, resolve
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("name,key", [
     # tests/data/memlogs/vllm-0.10.0-Qwen3-32B-H100-1.log: "the run's file name says h100-80gb, the report

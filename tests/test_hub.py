@@ -12,6 +12,8 @@ from huggingface_hub import errors
 from hybridplan import hub
 from tests.conftest import CONFIGS
 
+pytestmark = pytest.mark.cli
+
 REV = "0123456789abcdef0123456789abcdef01234567"
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cli
+
 DATA = Path(__file__).parent / "data"
 
 COMMANDS = [

@@ -20,6 +20,8 @@ from hybridplan.weights import rank_bytes
 
 from tests.helpers import GiB, one_line_error, scenario
 
+pytestmark = pytest.mark.unit
+
 
 # --- the split ---------------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from hybridplan.reports.size import size
 from hybridplan.units import GiB
 from tests.helpers import scenario
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def nemo():

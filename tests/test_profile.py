@@ -39,7 +39,8 @@ def _interpreter_usable() -> bool:
 
 
 # the interpreter reads loop bounds through NumPy's deprecated array-to-int path: triton's, not ours
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+pytestmark = [pytest.mark.kernels,
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")]
 
 needs_interpreter = pytest.mark.skipif(not _interpreter_usable(), reason="triton is loaded for a GPU in this process")
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.golden
+
 LOGS = Path(__file__).parent / "data" / "logs"
 
 # file, flags, the figures (by the start of their name) that must be checked

@@ -17,6 +17,8 @@ from hybridplan.replay.trace import MOONCAKE_BLOCK, Prompt, Request, Synthetic, 
 from hybridplan.scenario import Budget, Speculative
 from tests.helpers import GiB, one_line_error, scenario
 
+pytestmark = pytest.mark.unit
+
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 MOONCAKE = TRACES / "mooncake-conversation-300.jsonl"
 

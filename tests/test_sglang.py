@@ -20,6 +20,8 @@ from hybridplan.reports.fit import fit
 from hybridplan.scenario import Budget, DtypeChoice
 from tests.helpers import GiB, scenario
 
+pytestmark = pytest.mark.unit
+
 R = 40 * GiB
 PER = 102_137_856
 CELL = 16_384

@@ -16,6 +16,8 @@ from hybridplan.engines.sglang.radix import strategy as sglang_strategy
 from hybridplan.errors import PlanError
 from tests.helpers import scenario
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("model", ["falcon-mamba-7b", "mamba-130m", "mamba-codestral-7b"])
 @pytest.mark.parametrize("flags", [dict(radix="no_buffer"), dict(radix="auto", page_size=64),

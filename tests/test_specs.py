@@ -13,6 +13,8 @@ from hybridplan.scenario import DtypeChoice
 from tests.conftest import CONFIGS
 from tests.helpers import footprint, scenario, vrel
 
+pytestmark = pytest.mark.unit
+
 #: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
 PROVENANCE = {
     "nemotron-h-8b": ("nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", {}),

@@ -27,6 +27,8 @@ from hybridplan.speed.work import (
     scan_layer_work,
 )
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,8 @@ import pytest
 from hybridplan.engines.vllm.blocks import attention_block_size
 from tests.helpers import scenario
 
+pytestmark = pytest.mark.unit
+
 LOGS = Path(__file__).parent / "data" / "logs"
 KIMI_LOG = LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hybridplan.kernels import bench
 
+pytestmark = pytest.mark.kernels
+
 REPO = Path(__file__).resolve().parents[2]
 NEMO = bench.NEMOTRON_H_8B
 

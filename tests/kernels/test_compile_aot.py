@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.kernels
+
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from arch_limits import ARCHES, LIMITS, RESERVED_SHARED, occupancy  # noqa: E402

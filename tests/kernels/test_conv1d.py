@@ -19,6 +19,8 @@ from hybridplan.kernels.conv1d.prefill import conv_prefill_metadata
 from hybridplan.kernels.inputs import conv_tokens, conv_weights, cu_from_lengths, state_pool
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff, unit_roundoff
 
+pytestmark = pytest.mark.kernels
+
 Y_F32 = 5e-6
 
 

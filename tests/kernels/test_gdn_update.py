@@ -19,6 +19,8 @@ from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref, l2_normali
 from hybridplan.kernels.inputs import gdn_inputs, state_pool
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
+pytestmark = pytest.mark.kernels
+
 STATE_F32 = 2e-5
 O_F32 = 2e-5
 

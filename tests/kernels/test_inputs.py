@@ -15,6 +15,8 @@ from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref
 from hybridplan.kernels.ssd.naive import selective_state_update_ref, ssd_chunk_scan_ref
 from hybridplan.kernels.testing import bits_equal, f64, rel_err
 
+pytestmark = pytest.mark.kernels
+
 
 def _check(call, ref, pool, used, y_bound, state_bound):
     """Run ``call`` on ``pool`` and ``ref`` on a float64 copy with the same arguments."""

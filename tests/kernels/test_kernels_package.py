@@ -9,6 +9,8 @@ import pytest
 from hybridplan.kernels.ssd.chunk import chunk_scan_launch_config, ssd_chunk_metadata
 from hybridplan.kernels.ssd.state_update import state_update_launch_config
 
+pytestmark = pytest.mark.kernels
+
 KERNELS_DIR = Path(hk.__file__).resolve().parent
 
 

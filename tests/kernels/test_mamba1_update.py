@@ -17,6 +17,8 @@ from hybridplan.kernels.inputs import mamba1_inputs, state_pool
 from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
+pytestmark = pytest.mark.kernels
+
 STATE_F32 = 4e-6
 Y_F32 = 1e-5
 

@@ -25,6 +25,8 @@ from hybridplan.kernels.ssd.naive import (
 )
 from hybridplan.kernels.testing import FP32_EPS, f64, rel_err
 
+pytestmark = pytest.mark.kernels
+
 F64_BOUND = 1e-12
 
 

@@ -20,6 +20,8 @@ from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens, s
 from hybridplan.kernels.ssd.naive import ssd_scan_sequential_ref
 from hybridplan.kernels.testing import FP16_EPS, bits_equal, f64, rel_err, store_roundoff
 
+pytestmark = pytest.mark.kernels
+
 Y_F32 = 1e-5
 STATE_F32 = 1e-5
 Y_FP16_INPUTS = 4 * FP16_EPS

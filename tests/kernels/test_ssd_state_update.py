@@ -22,6 +22,8 @@ from hybridplan.kernels.inputs import ssd_params, ssd_tokens, state_pool
 from hybridplan.kernels.ssd.naive import selective_state_update_ref
 from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
 
+pytestmark = pytest.mark.kernels
+
 STATE_F32 = 4e-6
 Y_F32 = 2e-5
 
