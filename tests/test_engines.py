@@ -13,7 +13,7 @@ from hybridplan.loader import load_model
 from hybridplan.reports.fit import fit
 from hybridplan.reports.prefix import prefix, prefix_sweep
 from hybridplan.scenario import Budget, DtypeChoice
-from tests.helpers import GiB, scenario
+from tests.helpers import GiB, one_line_error, scenario
 
 pytestmark = pytest.mark.unit
 
@@ -443,8 +443,7 @@ def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
     (("--shared", "10", "--mode", "all"), "no mamba cache mode 'all'"),
 ])
 def test_prefix_bad_input(run_cli, args, needle):
-    code, out, err = run_cli("prefix", "nemotron-h", *args)
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    one_line_error(*run_cli("prefix", "nemotron-h", *args), needle)
 
 
 # --- check-log on logs written the way the engines print them ----------------------------------------
@@ -495,8 +494,7 @@ def test_check_log_mismatch(run_cli, tmp_path):
 def test_check_log_nothing_recognised(run_cli, tmp_path):
     p = tmp_path / "empty.log"
     p.write_text("INFO starting\nINFO done\n")
-    code, out, err = run_cli("check-log", p)
-    assert code == 2 and "no line hybridplan can check" in err and len(err.strip().splitlines()) == 1
+    one_line_error(*run_cli("check-log", p), "no line hybridplan can check")
     code, _, err = run_cli("check-log", tmp_path / "missing.log")
     assert code == 2 and "cannot read" in err
 
