@@ -94,7 +94,11 @@ def test_fit_cli_exit_codes(run_cli):
     d = json.loads(out)
     assert code == 0 and d["ok"]
     assert d["vllm"]["available_kv_cache_memory_log"] == "Available KV cache memory: 40.0 GiB"
+    # vLLM: 40 GiB // (4 layers a group · 1040-token pages of 4,096 B a token) = 42,949,672,960 // 17,039,360
+    # = 2,520 blocks (test_nemotron_capacity_at_40gib above)
     assert d["vllm"]["modes"]["none"]["num_blocks"] == 2520
+    # SGLang 0.5.23 (the default release), --mamba-full-memory-ratio 0.9 (its default): kv_cache_configurator.py
+    # K = ⌊(R·0.9/1.9 − per)/per⌋ = ⌊199.19 − 1⌋ = 198 with per = 102,137,856 B (derived in tests/test_sglang.py)
     assert d["sglang"]["max_mamba_cache_size"] == 198
     code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--max-num-seqs", "5000")
     assert code == 1 and "will not start" in out

@@ -248,6 +248,7 @@ def test_kv_per_token_per_layer(name):
 def test_sliding_window_caps_kv():
     fp = footprint(load_model("mistral-7b"), tp=1, dtypes=DtypeChoice())
     (g,) = fp.kv
+    # mistralai/Mistral-7B-v0.1's config: sliding_window 4096 (model_specs/mistral-7b.yaml)
     assert g.window == 4096 and g.kind == "sliding_attention"
     # 32 layers · 4,096 B · min(131,072, 4,096) tokens
     assert fp.kv_bytes_at(131072) == 32 * 4096 * 4096 == fp.kv_bytes_at(4096)
@@ -256,6 +257,7 @@ def test_sliding_window_caps_kv():
 def test_mla_kv_is_not_divided_by_tp():
     fp1 = footprint(load_model("deepseek-v3"), tp=1, dtypes=DtypeChoice())
     fp8 = footprint(load_model("deepseek-v3"), tp=8, dtypes=DtypeChoice())
+    # model_specs/deepseek-v3.yaml: 61 layers of one latent, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16
     assert fp1.kv_bytes_per_token == fp8.kv_bytes_per_token == 61 * 576 * 2
 
 
