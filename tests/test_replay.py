@@ -44,6 +44,7 @@ def reused(run):
 
 def test_mooncake_excerpt_reads_block_by_block():
     reqs = list(mooncake(MOONCAKE))
+    # the first 300 lines of Mooncake's conversation_trace.jsonl (tests/data/traces/SOURCES.md), one request a line
     assert len(reqs) == 300
     # line 1: {"input_length": 6758, "hash_ids": [0, ..., 13]}: 13 full blocks and 6758 − 13·512 = 102 tokens
     first = reqs[0]
