@@ -188,7 +188,7 @@ def test_model_path_names_the_model(run_cli):
     assert json.loads(out)["model"] == "nemotron-h-8b"
 
 
-# --- the release a model is sized under, and check-log on standard input ------------------------------------
+# --- the model and release a command takes, and check-log on standard input --------------------------------
 
 def test_a_model_the_newest_release_dropped_is_sized_under_the_last_that_serves_it(run_cli):
     # vLLM removed MiniMaxM1ForCausalLM after 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS, vllm/model_executor/models/
