@@ -1,22 +1,19 @@
 """`hybridplan profile` end to end on the CPU (Triton interpreter), its refusals, and its clean-up."""
 
+import gc
+import json
 import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
 
-if "TRITON_INTERPRET" not in os.environ:  # before triton loads: without a GPU the kernels run interpreted
-    import torch
+import pytest
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton loads: without a GPU the kernels run interpreted
 
-import gc  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import weakref  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
 import typer  # noqa: E402
 from hybridplan.kernels import bench  # noqa: E402
 
