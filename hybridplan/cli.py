@@ -51,6 +51,7 @@ from hybridplan.options import (
     tokens_option,
 )
 from hybridplan.output import write
+from hybridplan.tables import CSV, refuse_with_json
 
 try:  # usage errors (unknown option, bad integer, missing argument)
     _UsageError: type[Exception] = typer.TyperException
@@ -108,6 +109,23 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     render.emit(getattr(import_module(module) if module else render, name)(report, **kw))
     if plot is not None:
         render.emit(f"plot written to {plot}")
+
+
+def show_csv(report: Any, o: Options, plotter: str = "") -> bool:
+    """``--csv``: the report's table on stdout and nothing else (the plot still written when asked); False
+    without --csv, or in a call of hybridplan.api (the report goes back to it)."""
+    from hybridplan.api import capturing
+    from hybridplan.tables import to_csv
+
+    if not getattr(o, "as_csv", False) or capturing.get():
+        return False
+    plot: Path | None = getattr(o, "plot", None)
+    if plot is not None and plotter:
+        from hybridplan import plots
+
+        getattr(plots, plotter)(report, plot)
+    write(to_csv(report.csv_columns, report.csv_rows()))
+    return True
 
 
 # --- options of one command ---------------------------------------------------------------------
@@ -270,7 +288,7 @@ def _emit(o: Options, targets: dict) -> bool:
     return True
 
 
-@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, ALLOW_LONG, JSON,
+@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, ALLOW_LONG, JSON, CSV,
          short="How much of a shared prefix a later request reuses")
 def prefix(o: Options) -> None:
     """How much of a shared prefix a second request reuses: a recurrent state is reusable only where a
@@ -281,10 +299,12 @@ def prefix(o: Options) -> None:
     \b
       hybridplan prefix nemotron-h --shared 4000 --private 200
       hybridplan prefix nemotron-h --private 200 --sweep 0:6000:100 --plot p.png
+      hybridplan prefix nemotron-h --private 200 --sweep 0:6000:100 --csv > reuse.csv
     """
     from hybridplan.reports.prefix import prefix as prefix_report
     from hybridplan.reports.prefix import prefix_sweep
 
+    refuse_with_json(o.as_csv, o.as_json)
     if o.sweep is not None and o.shared is not None:
         raise PlanError("--sweep varies the shared length itself: give --shared N or --sweep A:B:STEP, not both")
     sc = scenario(o)
@@ -293,11 +313,14 @@ def prefix(o: Options) -> None:
             raise PlanError("give --shared N (or --sweep A:B:STEP)")
         if o.plot is not None:
             raise PlanError("--plot draws a sweep: give --sweep A:B:STEP as well")
-        show(prefix_report(sc, o.shared, o.private), o, "prefix_view")
+        one = prefix_report(sc, o.shared, o.private)
+        if not show_csv(one, o):
+            show(one, o, "prefix_view")
         return
     with _progress_bar("replaying the sweep") as tick:
         report = prefix_sweep(sc, o.sweep, o.private, tick)
-    show(report, o, "sweep_view", "prefix_plot")
+    if not show_csv(report, o, "prefix_plot"):
+        show(report, o, "sweep_view", "prefix_plot")
 
 
 @contextmanager
@@ -322,7 +345,7 @@ def _gpu_key(name: str | None) -> str | None:
     return gpu(name).key
 
 
-@command(app, CHECK_LOG, CHECK_LOG_FLAGS, DTYPES, JSON, name="check-log",
+@command(app, CHECK_LOG, CHECK_LOG_FLAGS, DTYPES, JSON, CSV, name="check-log",
          short="A real start-up log beside the prediction")
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
@@ -338,11 +361,13 @@ def check_log(o: Options) -> None:
       hybridplan check-log sglang.log --model nemotron-h --tp 2 --json
       hybridplan check-log excerpt.log --kv-dtype fp8 --ssm-dtype float32
       docker logs vllm 2>&1 | hybridplan check-log -
+      hybridplan check-log vllm.log --csv > figures.csv
     """
     from hybridplan.engines import LogGiven
     from hybridplan.logread import scan
     from hybridplan.reports.check_log import check, keywords
 
+    refuse_with_json(o.as_csv, o.as_json)
     log = scan(o.log, keywords())
     given = LogGiven(model=o.model, tp=o.tp, vllm_version=o.vllm_version, sglang_version=o.sglang_version,
                      mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
@@ -354,7 +379,8 @@ def check_log(o: Options) -> None:
                      radix=o.radix, page_size=o.page_size, spec_method=o.spec_method, spec_draft=o.spec_draft,
                      eagle_topk=o.eagle_topk, draft_tokens=o.draft_tokens)
     report = check(log, given)
-    show(report, o, "check_view")
+    if not show_csv(report, o):
+        show(report, o, "check_view")
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -457,12 +483,17 @@ PLAN = (
         help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")], None),
     param("gpus", Flag[Optional[int], option(
         "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")], None),
+    param("pick", Flag[Optional[int], option(
+        "--pick", metavar="N", parser=count_value("--pick"),
+        help="With --emit: the Nth plan as listed (default 1, the best).")], None),
+    param("plot", plot_option("Write decode tok/s per GPU of the plans against their GPUs, and the layouts tried on "
+                              "each count by why they fail, to this file"), None),
 )
 
 
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (default: the model's maximum as the engines "
                                                "derive it):"), None),), PLAN, BUDGET, ENGINES, ALLOW_LONG, OUTPUT,
-         short="How many GPUs, split how: TP × PP × DP × EP plans that hold a target")
+         CSV, EMIT, short="How many GPUs, split how: TP × PP × DP × EP plans that hold a target")
 def plan(o: Options) -> None:
     """The fewest GPUs of --gpu-type that serve --concurrency requests of --ctx tokens, and how to split them:
     tensor, pipeline and data parallelism, experts sliced or dealt whole, the KV and state dtypes and vLLM's
@@ -474,10 +505,19 @@ def plan(o: Options) -> None:
     \b
       hybridplan plan qwen3.5-397b-a17b --ctx 32k --concurrency 128 --gpu-type h100
       hybridplan plan nemotron-3-ultra-550b-a55b --ctx 32k --concurrency 128 --gpu-type h200 --engine vllm
+      hybridplan plan qwen3.5-397b-a17b --ctx 32k --concurrency 128 --gpu-type h100 --csv > plans.csv
+      hybridplan plan qwen3.5-397b-a17b --ctx 32k --concurrency 128 --gpu-type h100 --emit k8s --out deploy/
+
+    --emit writes the plan --pick N names (the best by default) as `fit` writes it (docs/deploy.md).
     """
     from hybridplan.plan import plan as make_plan
     from hybridplan.reports.plan import PlanReport
 
+    refuse_with_json(o.as_csv, o.as_json)
+    if o.pick is not None and o.emit is None:
+        raise PlanError("--pick chooses the plan --emit writes: give --emit FORMAT as well")
+    if o.emit is not None and o.out is None and (o.as_csv or o.as_json):
+        raise PlanError(f"--emit {o.emit} without --out prints the files: give --out DIR to print the plans too")
     if o.concurrency is None:
         raise PlanError("give --concurrency: the requests of --ctx tokens to hold at once")
     if getattr(o, "gpu_type", None) is None and getattr(o, "gpu_mem", None) is None:
@@ -490,7 +530,14 @@ def plan(o: Options) -> None:
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
-    show(report, o, "hybridplan.reports.plan:plan_view")
+    if o.emit is not None and not _emit(o, report.targets(1 if o.pick is None else o.pick, o.gpus_per_node)):
+        if o.plot is not None:  # the files went to stdout alone: the plot is still written
+            from hybridplan import plots
+
+            plots.plan_plot(report, o.plot)
+        raise typer.Exit(0)
+    if not show_csv(report, o, "plan_plot"):
+        show(report, o, "hybridplan.reports.plan:plan_view", "plan_plot")
     raise typer.Exit(0 if report.ok else 1)
 
 

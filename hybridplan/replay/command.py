@@ -78,10 +78,11 @@ REPLAY = (
     param("no_history", Flag[bool, option("--no-history",
                                           help="synthetic: a turn's prompt does not repeat the earlier turns.")],
           False),
-    param("plot", plot_option("Write the hit rate against --plot-over to this file."), None),
-    param("plot_over", Flag[str, option("--plot-over", metavar="WHAT",
-                                        help="budget (multiples of the one given) or block (vLLM --block-size "
-                                             "multiples).")], "budget"),
+    param("plot", plot_option("Write each row's hit rate over the trace and its gap to the ideal cache by cause "
+                              "to this file; with --plot-over, the hit rate against the budget or the block"), None),
+    param("plot_over", Flag[Optional[str], option("--plot-over", metavar="WHAT",
+                                                  help="With --plot: budget (multiples of the one given) or block "
+                                                       "(vLLM --block-size multiples).")], None),
     param("no_requests", Flag[bool, option("--no-requests", help="--json without the per-request list.")],
           False),
     param("requests_out", Flag[Optional[str], option(
@@ -180,10 +181,12 @@ def replay(o: Options) -> None:
         fmt = o.fmt if o.fmt != "auto" else tr.detect(path) if path.exists() else "auto"
         factory, label = (lambda: tr.read(path, fmt)), f"{path.name} ({fmt})"
         factory()  # a missing file or an unknown format is refused before anything runs
-    if o.plot_over not in ("budget", "block"):
+    if o.plot_over is not None and o.plot_over not in ("budget", "block"):
         raise PlanError(f"--plot-over takes budget or block, got {o.plot_over!r}")
+    if o.plot_over is not None and o.plot is None:
+        raise PlanError("--plot-over sweeps for a plot: give --plot FILE.png as well")
     report = replay_report(sc, rs, factory, label, _progress(o.limit),
-                           sweep_over=o.plot_over if o.plot is not None else None)
+                           sweep_over=o.plot_over)
     if o.requests_out is not None:
         write_requests(report, o.requests_out)
     from hybridplan.cli import show

@@ -101,6 +101,14 @@ class CheckReport:
     def setting(self, name: str) -> str | None:
         return next((s.value for s in self.settings if s.name == name), None)
 
+    csv_columns = ("start", "engine", "figure", "unit", "logged", "predicted", "ok")
+
+    def csv_rows(self) -> list[dict]:
+        """One row per figure compared, typed as --json types it (``typed``: a count as a number, without its
+        separators; text that is not a number stays text)."""
+        return [{"start": s.index, **{k: v for k, v in _row_json(x).items() if k in self.csv_columns}}
+                for s in self.checked for x in s.rows]
+
     def to_dict(self) -> dict:
         return {"schema_version": schema_version("check-log"), "model": self.model, "ok": self.ok,
                 **{f: [{**_JSON[f](x), "start": s.index} for s in self.checked for x in getattr(s, f)]

@@ -5,6 +5,7 @@ layouts on fewer GPUs fail."""
 from __future__ import annotations
 
 
+from hybridplan.errors import PlanError
 from hybridplan.plan import Plan, PlanResult, Rejection
 from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
@@ -16,11 +17,46 @@ class PlanReport:
     model_ref: str | None = None
     revision: str | None = None
 
-    def command(self, p: Plan):
+    def fit_report(self, p: Plan):
+        """The plan as `fit` reports it: its engine's fit at the plan's scenario."""
         from hybridplan.reports.fit import FitReport
 
-        return FitReport(p.scenario, {p.layout.engine: p.part}, model_ref=self.model_ref,
-                         revision=self.revision).commands()[p.layout.engine]
+        return FitReport(p.scenario, {p.layout.engine: p.part}, model_ref=self.model_ref, revision=self.revision)
+
+    def command(self, p: Plan):
+        return self.fit_report(p).commands()[p.layout.engine]
+
+    def picked(self, n: int) -> Plan:
+        """The ``n``th plan as `plan` lists them (1-based: 1 is the best)."""
+        plans = self.result.plans
+        if not plans:
+            raise PlanError("no plan holds the target, so there is nothing to pick")
+        if not 1 <= n <= len(plans):
+            raise PlanError(f"--pick {n}: there {'is 1 plan' if len(plans) == 1 else f'are {len(plans)} plans'}, "
+                            f"pick 1 to {len(plans)}")
+        return plans[n - 1]
+
+    def targets(self, n: int = 1, gpus_per_node: int = 8) -> dict:
+        """What `--emit` writes for the ``n``th plan: what `fit` with that plan's command writes."""
+        return self.fit_report(self.picked(n)).targets(gpus_per_node)
+
+    csv_columns = ("rank", "engine", "gpus", "tp", "pp", "dp", "expert_parallel", "ep_size", "dp_attention",
+                   "kv_dtype", "ssm_dtype", "mamba_cache_mode", "holds_requests", "margin_fraction",
+                   "decode_tokens_per_s_per_gpu", "command")
+
+    def csv_rows(self) -> list[dict]:
+        """One row per plan, in the order `plan` lists them (``csv_columns``; a variant's None: the engine's
+        default)."""
+        out = []
+        for i, p in enumerate(self.result.plans, 1):
+            lay, v, c = p.layout, p.variant, self.command(p)
+            out.append({"rank": i, "engine": lay.engine, "gpus": lay.gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
+                        "expert_parallel": lay.expert_parallel, "ep_size": lay.ep_size,
+                        "dp_attention": lay.dp_attention, "kv_dtype": v.kv, "ssm_dtype": v.ssm,
+                        "mamba_cache_mode": v.mode, "holds_requests": p.holds, "margin_fraction": p.margin,
+                        "decode_tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+                        "command": None if c is None else str(c)})
+        return out
 
     @property
     def fewest(self) -> int | None:

@@ -37,6 +37,12 @@ REQUESTS = 3
 OUTPUT = 1
 
 
+#: `prefix --csv`: a row per shared length and engine row; "2nd" (reused_tokens, computed_tokens) and "3rd+"
+#: (later_…) as the table's columns; grid_tokens: the row's block size (vLLM) or state grid (SGLang)
+CSV_COLUMNS = ("shared_tokens", "private_tokens", "prompt_tokens", "engine", "row", "grid", "grid_tokens",
+               "reused_tokens", "computed_tokens", "later_reused_tokens", "later_computed_tokens")
+
+
 @frozen
 class PrefixReport:
     spec: ModelSpec
@@ -48,6 +54,20 @@ class PrefixReport:
     def entries(self):
         """(row label, what its grid is called, reuse) for every engine and mode."""
         return [e for p in self.parts.values() for e in p.entries()]
+
+    csv_columns = CSV_COLUMNS
+
+    def csv_rows(self) -> list[dict]:
+        """One row per engine row (``CSV_COLUMNS``), as the table shows them."""
+        out = []
+        for engine, part in self.parts.items():
+            for label, grid_name, r in part.entries():
+                out.append({"shared_tokens": self.shared, "private_tokens": self.private,
+                            "prompt_tokens": self.shared + self.private, "engine": engine, "row": label,
+                            "grid": grid_name, "grid_tokens": r.grid, "reused_tokens": r.reused_tokens,
+                            "computed_tokens": r.computed_tokens, "later_reused_tokens": r.later_reused_tokens,
+                            "later_computed_tokens": r.later_computed_tokens})
+        return out
 
     def to_dict(self) -> dict:
         d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "shared": self.shared,
@@ -148,6 +168,12 @@ class SweepReport:
                 out.setdefault(f"{label} ({grid_name} {r.grid})", []).append(
                     (p.shared, r.reused_tokens, r.later_reused_tokens))
         return out
+
+    csv_columns = CSV_COLUMNS
+
+    def csv_rows(self) -> list[dict]:
+        """One row per shared length and engine row (``CSV_COLUMNS``)."""
+        return [r for p in self.points for r in p.csv_rows()]
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "private": self.private,

@@ -176,7 +176,7 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
     dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs)
     pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
-    t_pf = pf.seconds + (ceil(wl.input / sc.chunk) - 1) * eff.prefill_overhead_us * 1e-6
+    t_pf = pf.seconds + (ceil(wl.input / prefill_chunk(sc)) - 1) * eff.prefill_overhead_us * 1e-6
     k = sc.spec_tokens
     notes: list[str] = list(filter(None, [prefill_chunk_note(sc)]))
     per_step = 1.0
