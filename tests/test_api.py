@@ -12,6 +12,8 @@ import pytest
 from hybridplan import api
 from hybridplan.errors import PlanError
 
+pytestmark = pytest.mark.cli
+
 ROOT = Path(__file__).resolve().parents[1]
 LOG = "tests/data/logs/vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log"
 TRACE = "tests/data/traces/mooncake-conversation-300.jsonl"

@@ -12,6 +12,8 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_path
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 
 @pytest.fixture
 def nemotron_cfg(configs):
@@ -291,3 +293,57 @@ def test_nemotron_h_without_its_pattern_names_the_pattern(run_cli, tmp_path, nem
     p = tmp_path / "config.json"
     p.write_text(json.dumps(nemotron_cfg))
     one_line_error(*run_cli("size", p), "missing the needed field 'hybrid_override_pattern'")
+
+
+# --- refusals a person meets on the command line ------------------------------------------------------------
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [("size", "nemotron-h"), ("size", "nemotron-h", "--json"), ("size", "--help")])
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(argv):
+    # exit 1 means "will not start" (fit) or "mismatch" (check-log): a full disk is neither
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "hybridplan", *argv], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr == "hybridplan: error: cannot write the output: No space left on device\n"
+
+
+def test_tp_zero_is_refused_before_anything_is_counted(run_cli):
+    # `fit lfm2 --tp 0 --gpu-mem 80GB` used to answer "starts", and with --block-size 17 to divide by zero
+    for extra in ((), ("--block-size", "17")):
+        code, out, err = run_cli("fit", "lfm2", "--tp", "0", "--gpu-mem", "80GB", *extra)
+        assert code == 2 and out == "" and err == "hybridplan: error: --tp must be a positive integer, got 0\n"
+
+
+def test_a_model_against_itself_has_no_crossover(run_cli):
+    one_line_error(*run_cli("crossover", "nemotron-h", "--vs", "nemotron-h-8b"), "against itself")
+    # another size of the same family still has one
+    code, _, _ = run_cli("crossover", "nemotron-h", "--vs", "nemotron-h-56b")
+    assert code == 0
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (("size", "nemotorn-h"), "did you mean nemotron-h"),
+    (("size", "qwen3.5-27"), "did you mean qwen3.5-27b"),
+    (("fit", "nemotron-h", "--gpu-type", "h10"), "did you mean h100"),
+    (("size", "nemotron-h", "--dtype", "bf17"), "did you mean bf16?"),
+    (("size", "nemotron-h", "--ssm-dtype", "flaot32"), "did you mean float32?"),
+    (("size", "nemotron-h", "--kv-dtype", "fp9"), "did you mean fp8"),
+])
+def test_a_near_miss_gets_a_suggestion(run_cli, argv, hint):
+    one_line_error(*run_cli(*argv), hint)
+
+
+def test_profile_without_a_gpu_names_interpret(run_cli, monkeypatch):
+    import sys
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    code, _, err = run_cli("profile", "nemotron-h", "--gpu", "0")
+    if "no CUDA GPU" in err:  # this machine: torch for the CPU
+        assert code == 2 and "--interpret" in err
+    # without the gpu extra
+    monkeypatch.setitem(sys.modules, "torch", None)
+    one_line_error(*run_cli("profile", "nemotron-h", "--gpu", "0"), "hybridplan[gpu]", "--interpret")

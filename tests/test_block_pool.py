@@ -18,6 +18,8 @@ from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Prompt, Request
 from tests.helpers import GiB, assert_native_built, native, scenario
 
+pytestmark = pytest.mark.native
+
 C = native("hybridplan.engines.vllm._block_pool")
 
 #: (model, release minor, mode, the replay's settings): every pool path (align and all; hits that pin blocks

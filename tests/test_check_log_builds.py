@@ -12,6 +12,8 @@ import pytest
 
 from hybridplan.errors import PlanError
 
+pytestmark = pytest.mark.golden
+
 LOGS = Path(__file__).parent / "data" / "logs"
 
 
@@ -158,6 +160,7 @@ def test_runs_pasted_without_banners_are_cut_where_a_figure_repeats(run_cli, tmp
     assert code == 0 and d["ok"] and len(d["starts"]) == 2, err
     a, b = d["starts"]
     tokens = [next(r["logged"] for r in s["rows"] if r["figure"] == "KV cache size (tokens)") for s in (a, b)]
+    # the two logs' own "GPU KV cache size: 567,978 tokens" and "569,878 tokens" (line 8 of each)
     assert tokens == [567978, 569878] and all(r["ok"] for s in (a, b) for r in s["rows"])
     assert any(n.startswith("start 2 (lines 4–6) prints no banner") and "Available KV cache memory: 6.01 GiB" in n
                for n in b["notes"])

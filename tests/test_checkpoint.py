@@ -20,6 +20,8 @@ from hybridplan.weights import weights
 from hybridplan.weights.checkpoint import from_folder
 from tests.conftest import CONFIGS
 
+pytestmark = pytest.mark.unit
+
 CONFIG = CONFIGS / "state-spaces__mamba-130m-hf.from-python-dict.json"
 PARAMS = 129_135_360
 

@@ -15,6 +15,8 @@ from hybridplan.cmdline import translate
 from hybridplan.errors import PlanError
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 
 def _fit(run_cli, *argv):
     cut = argv.index("--") if "--" in argv else len(argv)

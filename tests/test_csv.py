@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cli
+
 DATA = Path(__file__).parent / "data"
 PLAN = ["plan", "qwen3-next", "--ctx", "32k", "--concurrency", "64", "--gpu-type", "h100"]
 SWEEP = ["prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:500"]

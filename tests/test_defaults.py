@@ -20,6 +20,8 @@ from hybridplan.replay.trace import Prompt, Request
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, scenario
 
+pytestmark = pytest.mark.unit
+
 
 def _batch(version: str, key: str, **kw):
     d = batch_defaults(vllm_release(version), device(gpu(key)), **kw)
@@ -154,6 +156,8 @@ def test_replay_chunks_by_the_gpus_default():
         return r, vpc.Cache(r).prefill_ends(Request(0, Prompt(runs=((("p",), 20_000),)), 1), 0, 0)
 
     small, large = ends("l40s"), ends("h100")
+    # vllm serve's batch defaults (vllm/engine/arg_utils.py get_batch_defaults; the tiers in
+    # hybridplan/engines/vllm/defaults.py): an L40S's 44.42 GiB is under 70 GiB → 2,048 tokens, an H100's 80 → 8,192
     assert (small[0].chunk, large[0].chunk) == (2048, 8192)
     b = small[0].block
     assert all(e % b == 0 for e in small[1][:-1]) and small[1][-1] == 20_000

@@ -17,6 +17,8 @@ import yaml
 
 from hybridplan import __version__
 
+pytestmark = pytest.mark.cli
+
 K8S = kubernetes_validate.utils.latest_version()
 
 CASES = [

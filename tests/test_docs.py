@@ -4,6 +4,10 @@ two commands are the ones the project's scripts run."""
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.golden
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import docs  # noqa: E402

@@ -30,6 +30,8 @@ from hybridplan.scenario import Budget, DtypeChoice, Scenario
 from hybridplan.speculative import SglangFlags, speculative_from_sglang, speculative_from_vllm
 from hybridplan.weights import mtp_rank_bytes
 
+pytestmark = pytest.mark.unit
+
 GiB = 1 << 30
 LOGS = Path(__file__).parent / "data" / "logs"
 CONFIGS = Path(__file__).parent / "data" / "configs"

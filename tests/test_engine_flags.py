@@ -20,6 +20,8 @@ from hybridplan import cmdline
 from hybridplan.engines.sglang.releases import VERSIONS as SGLANG_VERSIONS
 from hybridplan.engines.vllm.releases import VERSIONS as VLLM_VERSIONS
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "validation"))
 import engine_flags  # noqa: E402

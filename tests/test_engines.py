@@ -13,7 +13,9 @@ from hybridplan.loader import load_model
 from hybridplan.reports.fit import fit
 from hybridplan.reports.prefix import prefix, prefix_sweep
 from hybridplan.scenario import Budget, DtypeChoice
-from tests.helpers import GiB, scenario
+from tests.helpers import GiB, one_line_error, scenario
+
+pytestmark = pytest.mark.unit
 
 
 def fp_of(name, minor=33, tp=1, **kw):
@@ -92,7 +94,11 @@ def test_fit_cli_exit_codes(run_cli):
     d = json.loads(out)
     assert code == 0 and d["ok"]
     assert d["vllm"]["available_kv_cache_memory_log"] == "Available KV cache memory: 40.0 GiB"
+    # vLLM: 40 GiB // (4 layers a group · 1040-token pages of 4,096 B a token) = 42,949,672,960 // 17,039,360
+    # = 2,520 blocks (test_nemotron_capacity_at_40gib above)
     assert d["vllm"]["modes"]["none"]["num_blocks"] == 2520
+    # SGLang 0.5.23 (the default release), --mamba-full-memory-ratio 0.9 (its default): kv_cache_configurator.py
+    # K = ⌊(R·0.9/1.9 − per)/per⌋ = ⌊199.19 − 1⌋ = 198 with per = 102,137,856 B (derived in tests/test_sglang.py)
     assert d["sglang"]["max_mamba_cache_size"] == 198
     code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--max-num-seqs", "5000")
     assert code == 1 and "will not start" in out
@@ -441,8 +447,7 @@ def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
     (("--shared", "10", "--mode", "all"), "no mamba cache mode 'all'"),
 ])
 def test_prefix_bad_input(run_cli, args, needle):
-    code, out, err = run_cli("prefix", "nemotron-h", *args)
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    one_line_error(*run_cli("prefix", "nemotron-h", *args), needle)
 
 
 # --- check-log on logs written the way the engines print them ----------------------------------------
@@ -493,8 +498,7 @@ def test_check_log_mismatch(run_cli, tmp_path):
 def test_check_log_nothing_recognised(run_cli, tmp_path):
     p = tmp_path / "empty.log"
     p.write_text("INFO starting\nINFO done\n")
-    code, out, err = run_cli("check-log", p)
-    assert code == 2 and "no line hybridplan can check" in err and len(err.strip().splitlines()) == 1
+    one_line_error(*run_cli("check-log", p), "no line hybridplan can check")
     code, _, err = run_cli("check-log", tmp_path / "missing.log")
     assert code == 2 and "cannot read" in err
 

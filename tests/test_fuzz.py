@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from hybridplan.errors import PlanError
 from hybridplan.replay import trace as tr
 
+pytestmark = pytest.mark.cli
+
 SCALE = int(os.environ.get("FUZZ_SCALE", "1"))
 
 

@@ -17,6 +17,8 @@ from hybridplan.engines.vllm.releases import release as vllm_release
 from hybridplan.gpus import GPUS, MiB, gpu
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.cli
+
 GiB = 1 << 30
 SPECS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "model_specs").glob("*.yaml"))
 
@@ -149,6 +151,7 @@ def test_an_unknown_gpu_suggests_the_nearest(run_cli):
 
 def test_a_datasheet_figure_is_said(run_cli):
     d = _fit(run_cli, "nemotron-h", "--gpu-type", "h800", "--ctx", "8192", "--engine", "vllm")
+    # the NVIDIA H800 SXM datasheet's 80 GB HBM3, the figure hybridplan/gpus.py records for h800 (read as GiB)
     assert d["vllm"]["memory"]["gpu_bytes"] == 80 * GiB
     assert any("datasheet" in n for n in d["notes"])
 

@@ -8,12 +8,15 @@ tests/data/memlogs and tests/data/logs (``device_name=`` is ``torch.cuda.get_dev
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from hybridplan.errors import PlanError
 from hybridplan.gpus import GPUS, gpu, resolve
 from tests.helpers import one_line_error
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("name,key", [
@@ -100,3 +103,14 @@ def test_every_listed_spelling_still_names_its_own_card():
     for g in GPUS:
         for n in (g.key, g.name, *g.aliases):
             assert gpu(n) is g, n
+
+
+def test_gpus_header_is_the_guides_word(run_cli):
+    # the guide: "**from** says where it was read" (docs/guide.md, `gpus`)
+    _, out, _ = run_cli("gpus")
+    header = next(line for line in out.splitlines() if line.startswith("gpu "))
+    assert header.split()[-1] == "from"
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    shown = guide.split("$ hybridplan gpus", 1)[1]
+    assert "**from** says where" in guide
+    assert next(line for line in shown.splitlines() if line.startswith("gpu ")).split()[-1] == "from"

@@ -11,6 +11,9 @@ from huggingface_hub import errors
 
 from hybridplan import hub
 from tests.conftest import CONFIGS
+from tests.helpers import one_line_error
+
+pytestmark = pytest.mark.cli
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -35,10 +38,6 @@ def hf_home(tmp_path, monkeypatch):
     return home
 
 
-def _one_line(code, out, err, needle):
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
-
-
 def test_a_cached_hub_id_by_id_and_by_revision(run_cli, hf_home):
     _cache(hf_home, "acme/Next-80B", json.loads((CONFIGS / "Qwen__Qwen3-Next-80B-A3B-Thinking.json").read_text()))
     code, out, err = run_cli("size", "acme/Next-80B", "--ctx", "8192", "--json")
@@ -49,7 +48,7 @@ def test_a_cached_hub_id_by_id_and_by_revision(run_cli, hf_home):
     assert any("shipped spec qwen3-next-80b-a3b" in n for n in d["notes"])
     code, out, _ = run_cli("size", "acme/Next-80B", "--revision", REV, "--json")
     assert code == 0
-    _one_line(*run_cli("size", "acme/Next-80B", "--revision", "v2"), "acme/Next-80B@v2 is not in the local")
+    one_line_error(*run_cli("size", "acme/Next-80B", "--revision", "v2"), "acme/Next-80B@v2 is not in the local")
 
 
 def test_a_config_of_its_own_is_sized_as_read(run_cli, hf_home):
@@ -64,7 +63,7 @@ def test_a_config_of_its_own_is_sized_as_read(run_cli, hf_home):
 
 
 def test_offline_miss(run_cli, hf_home):
-    _one_line(*run_cli("size", "acme/Not-Cached"), "acme/Not-Cached is not in the local Hugging Face cache and "
+    one_line_error(*run_cli("size", "acme/Not-Cached"), "acme/Not-Cached is not in the local Hugging Face cache and "
                                                     "the Hub cannot be reached (HF_HUB_OFFLINE is set)")
 
 
@@ -95,7 +94,7 @@ def _response(status: int) -> httpx2.Response:
     (errors.RemoteEntryNotFoundError("no file", response=_response(404)), "acme/Model has no config.json: it holds "
                                                                            "GGUF files only"),
 ])
-def test_hub_answers_are_one_line(run_cli, hf_home, monkeypatch, raised, needle):
+def test_hub_answers_areone_line_error(run_cli, hf_home, monkeypatch, raised, needle):
     import huggingface_hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
@@ -106,20 +105,45 @@ def test_hub_answers_are_one_line(run_cli, hf_home, monkeypatch, raised, needle)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda *a, **k: ["model-Q4_K_M.gguf", "README.md"])
-    _one_line(*run_cli("size", "acme/Model", *(["--revision", "v9"] if "revision" in needle else [])), needle)
+    one_line_error(*run_cli("size", "acme/Model", *(["--revision", "v9"] if "revision" in needle else [])), needle)
 
 
 def test_no_network_answers_at_once(run_cli, hf_home, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: False)
-    _one_line(*run_cli("size", "acme/Model"), "the Hub cannot be reached (no answer from https://huggingface.co)")
+    one_line_error(*run_cli("size", "acme/Model"), "the Hub cannot be reached (no answer from https://huggingface.co)")
 
 
 def test_revision_is_for_hub_ids_only(run_cli):
-    _one_line(*run_cli("size", "nemotron-h", "--revision", "main"), "--revision is for a Hugging Face Hub id")
+    one_line_error(*run_cli("size", "nemotron-h", "--revision", "main"), "--revision is for a Hugging Face Hub id")
 
 
 def test_models_lists_the_hub_ids(run_cli):
     code, out, _ = run_cli("models", "--json")
     sources = {m["source"] for m in json.loads(out)["models"]}
     assert "nvidia/Nemotron-H-8B-Base-8K" in sources and "Qwen/Qwen3-Next-80B-A3B-Instruct" in sources
+
+
+# --- a shipped spec's Hub id and address, offline -----------------------------------------------------------
+
+def test_revision_main_of_a_shipped_hub_id_needs_no_network(run_cli, monkeypatch):
+    # nvidia/Nemotron-H-8B-Base-8K is the source of the shipped nemotron-h-8b, which notes no revision of its own
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", "nvidia/Nemotron-H-8B-Base-8K", "--revision", "main", "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+@pytest.mark.parametrize("url", ["https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K",
+                                 "huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/main",
+                                 "https://hf.co/nvidia/Nemotron-H-8B-Base-8K/"])
+def test_a_hub_address_is_read_as_its_id(run_cli, monkeypatch, url):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, js, err = run_cli("size", url, "--json")
+    assert code == 0, err
+    assert json.loads(js)["model"] == "nemotron-h-8b"
+
+
+def test_a_hub_address_and_another_revision_disagree(run_cli):
+    code, _, err = run_cli("size", "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/v1", "--revision", "v2")
+    assert code == 2 and "names revision 'v1' but --revision says 'v2'" in err

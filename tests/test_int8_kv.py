@@ -13,6 +13,8 @@ from hybridplan.errors import PlanError
 from hybridplan.scenario import DtypeChoice
 from tests.helpers import footprint, scenario
 
+pytestmark = pytest.mark.unit
+
 INT8 = DtypeChoice(kv="int8_per_token_head")
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.golden
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schema"
 DATA = Path(__file__).parent / "data"
@@ -165,6 +167,7 @@ def test_check_log_gives_numbers_and_the_unit_in_the_name(run_cli):
     assert (kv["logged"], kv["logged_text"], kv["unit"]) == (1474560, "1,474,560", "tokens")
     assert rows["attention block size"]["logged"] == 1040
     settings = {s["name"]: s["value"] for s in d["settings"]}
+    # the log's non-default args: 'kv_cache_memory_bytes': 42949672960 (40 GiB)
     assert settings["tensor_parallel_size"] == 1 and settings["kv_cache_memory_bytes"] == 42949672960
     assert settings["enable_prefix_caching"] is False and settings["version"] == "0.23.0"
     _, out, _ = run_cli("check-log", LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log", "--model",

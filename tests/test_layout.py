@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hybridplan"
 

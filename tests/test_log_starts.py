@@ -19,6 +19,8 @@ from hybridplan.loader import _logged_names, load_logged_model
 from hybridplan.logread import read_text
 from hybridplan.reports.check_log import check, split
 
+pytestmark = pytest.mark.golden
+
 DATA = Path(__file__).parent / "data"
 LOGS = DATA / "logs"
 NEMOTRON = DATA / "vllm-0.23-nemotron-h.log"      # vLLM 0.23.0, Nemotron-H-8B, TP 1, 40 GiB: 180.00x at 8,192

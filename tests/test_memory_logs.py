@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.golden
+
 ROOT = Path(__file__).resolve().parents[1]
 MEMLOGS = ROOT / "tests" / "data" / "memlogs"
 

@@ -17,6 +17,8 @@ from hybridplan.errors import NotServed
 from hybridplan.loader import load_model
 from tests.helpers import footprint, scenario, vrel
 
+pytestmark = pytest.mark.unit
+
 OMNI, VL = "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2"
 
 

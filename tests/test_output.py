@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cli
+
 DATA = Path(__file__).parent / "data"
 
 COMMANDS = [
@@ -255,3 +257,133 @@ def test_a_command_breaks_between_words_only():
         # a line holding more than one word fits; a quoted value longer than the line stands alone, whole
         assert all(len(x) <= cols for x in lines if len(words(x.removesuffix(" \\"))) > 1)
         assert all(x.endswith(" \\") for x in lines[:-1]) and not lines[-1].endswith("\\")
+
+
+# --- headers, separators, articles and notes as a person reads them -----------------------------------------
+
+def test_headers_stay_on_one_line_at_120_columns(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    _, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192", "--engine", "vllm")
+    # the KV table's header "per token · layer" and the pages table's "state / request" used to fold into
+    # three or four lines even though the table was far narrower than 120 columns
+    assert any("per token · layer" in line for line in out.splitlines())
+    assert any("state / request" in line and "KV / request" in line for line in out.splitlines())
+
+
+def test_headers_fold_only_where_the_output_is_narrow(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192")
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "97.41 MiB" in out
+
+
+def test_models_keeps_family_and_layers_at_120_columns(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    _, out, _ = run_cli("models")
+    _, js, _ = run_cli("models", "--json")
+    header = next(line for line in out.splitlines() if "aliases" in line)
+    assert "family" in header and "layers" in header
+    assert all(len(line) <= 120 for line in out.splitlines())
+    for m in json.loads(js)["models"]:
+        assert m["name"] in out and m["family"] in out and (m["source"] or "") in out
+
+
+def test_a_pipe_gets_the_whole_width(run_cli, monkeypatch):
+    # no COLUMNS and stdout not a terminal (capsys): nothing wraps, so every column is there and a caption or a
+    # note greps on one line (rich alone would lay a pipe out at 80 columns)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    _, out, _ = run_cli("models")
+    header = next(line for line in out.splitlines() if "aliases" in line)
+    assert "family" in header and "layers" in header
+    _, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")
+    assert any(line.startswith("block: tokens per block;") and line.rstrip().endswith("running sequence)")
+               for line in out.splitlines())
+    assert "…" not in out
+
+
+def test_counts_have_thousands_separators(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    # llama-3-8b at 131,072 tokens: 131,072 / 16-token blocks = 8,192 pages a layer, × 32 layers = 262,144 pages
+    _, out, _ = run_cli("size", "llama-3-8b", "--ctx", "131072", "--engine", "vllm")
+    assert "(262,144 pages)" in out and "262144" not in out
+    # a request of 1M tokens pins over a thousand blocks: the figure is printed with its separator
+    _, out, _ = run_cli("fit", "nemotron-h", "--ctx", "1048576", "--kv-budget", "400GiB", "--allow-long-context")
+    _, js, _ = run_cli("fit", "nemotron-h", "--ctx", "1048576", "--kv-budget", "400GiB", "--allow-long-context",
+                       "--json")
+    per_request = json.loads(js)["vllm"]["modes"]["none"]["blocks_per_request"]
+    assert per_request >= 1000 and f"{per_request:,}" in out and f" {per_request} " not in out
+
+
+def test_an_attention_only_model_has_no_mamba_cache_mode(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    _, out, _ = run_cli("size", "llama-3-8b", "--ctx", "8192", "--engine", "vllm")
+    assert "no Mamba cache mode" in out
+    assert "align" not in out and "mamba page" not in out
+    _, out, _ = run_cli("fit", "llama-3-8b", "--ctx", "8192", "--kv-budget", "20GiB", "--engine", "vllm")
+    assert "attention only" in out and "align" not in out
+    # a hybrid keeps its modes
+    _, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192", "--engine", "vllm")
+    assert "align" in out and "no Mamba cache mode" not in out
+
+
+def test_mem_fraction_static_as_sglang_prints_it(run_cli, monkeypatch):
+    # SGLang logs its ServerArgs dataclass, whose repr writes the float whole (server_args.py); a multimodal
+    # model's fraction is round(…, 3) times the vision tower's factor (arg_groups/memory_hook.py
+    # adjust_mem_fraction_for_vlm in 0.5.23), which is not rounded again
+    monkeypatch.setenv("COLUMNS", "160")
+    argv = ("fit", "qwen3.5-27b", "--ctx", "8192", "--engine", "sglang", "--gpu-type", "h100")
+    _, out, _ = run_cli(*argv)
+    _, js, _ = run_cli(*argv, "--json")
+    fraction = json.loads(js)["sglang"]["memory"]["utilization"]
+    assert len(repr(fraction)) > 6  # the scaled fraction has more than 3 places
+    assert f"mem_fraction_static {fraction!r} " in out
+
+
+@pytest.mark.parametrize("engine,named,not_named", [
+    ("sglang", "SGLang: CUDA context", "activation"),
+    ("vllm", "vLLM: activation, non-torch and CUDA graphs", "CUDA context"),
+])
+def test_the_estimates_note_names_the_terms_estimated(run_cli, monkeypatch, engine, named, not_named):
+    # the note used to name vLLM's three terms under --engine sglang, whose waterfall has none of them
+    monkeypatch.setenv("COLUMNS", "200")
+    _, js, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", engine, "--json")
+    d = json.loads(js)
+    note = next(n for n in d["notes"] if "estimated from real start-up logs" in n)
+    assert named in note and not_named not in note
+    assert d[engine]["memory"]["estimated"] and all(term in note for term in d[engine]["memory"]["estimated"])
+
+
+@pytest.mark.parametrize("word,art", [("online_int4", "an"), ("fp8", "an"), ("awq", "an"), ("nvfp4", "an"),
+                                      ("gptq", "a"), ("bitsandbytes", "a"), ("modelopt", "a"),
+                                      ("8,192", "an"), ("11,000", "an"), ("1,024", "a"), ("110,000", "a")])
+def test_the_article_before_a_word_as_it_is_read(word, art):
+    from hybridplan.units import article
+
+    assert article(word) == art
+
+
+def test_check_log_says_an_online_int4_checkpoint(run_cli):
+    # the LFM2.5 log ran --quantization online_int4 (its own header, tests/data/logs/SOURCES.md)
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "logs" / "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log"
+    _, js, err = run_cli("check-log", log, "--model", "lfm2-1.2b", "--json")
+    assert "an online_int4 checkpoint" in js and "a online_int4" not in js, err
+
+
+@pytest.mark.parametrize("argv,figure", [
+    (("size", "nemotron-h", "--ctx", "8192"), lambda d: d["state"]["bytes_per_sequence"]),
+    (("crossover",), lambda d: d["rows"][0]["state_bytes"]),
+    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"), lambda d: d["vllm"]["memory"]["weights_bytes"]),
+    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "sglang"),
+     lambda d: d["sglang"]["memory"]["requested_bytes"]),
+    (("gpus",), lambda d: d["gpus"][0]["total_bytes"]),
+])
+def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
+    monkeypatch.setenv("COLUMNS", "200")
+    _, js, _ = run_cli(*argv, "--json")
+    n = figure(json.loads(js))
+    _, plain, _ = run_cli(*argv)
+    code, out, err = run_cli(*argv, "--bytes")
+    assert code in (0, 1), err
+    assert f"({n:,} B)" in out and f"({n:,} B)" not in plain

@@ -20,6 +20,8 @@ from hybridplan.weights import rank_bytes
 
 from tests.helpers import GiB, one_line_error, scenario
 
+pytestmark = pytest.mark.unit
+
 
 # --- the split ---------------------------------------------------------------------------------------
 
@@ -484,5 +486,7 @@ def test_sglang_refuses_experts_its_ep_does_not_divide():
     spec = spec_from_config({**config, "num_local_experts": 60}, name="granite-60")
     with pytest.raises(PlanError, match="num_experts % moe_ep_size == 0"):
         sglang_pp.sharding(scenario(spec, tp=8, ep_size=8, engine="sglang"))
+    # SGLang: 60 experts / --ep-size 4 = 15 a rank; vLLM's expert parallelism spans the TP 8 ranks and gives the
+    # 60 % 8 = 4 left over one each to the first ranks (determine_expert_map, 0.10.1 on): 7 + 1 = 8 on rank 0
     assert sglang_pp.sharding(scenario(spec, tp=8, ep_size=4, engine="sglang")).experts_held == 15
     assert vllm_pp.sharding(scenario(spec, tp=8, expert_parallel=True)).experts_held == 8

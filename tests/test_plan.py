@@ -16,6 +16,8 @@ from hybridplan.loader import load_model
 from hybridplan.plan import Layout, layouts, layouts_on, plan
 from hybridplan.scenario import Budget, DtypeChoice, Scenario
 
+pytestmark = pytest.mark.cli
+
 GIB = 1 << 30
 
 

@@ -11,6 +11,8 @@ import json
 import pytest
 import yaml
 
+pytestmark = pytest.mark.cli
+
 #: a target both engines plan for on three GPUs (three plans: two vLLM, one SGLang)
 PLAN = ["plan", "qwen3-next", "--ctx", "32k", "--concurrency", "64", "--gpu-type", "h100"]
 FORMATS = {"vllm": "vllm-config", "sglang": "sglang-config"}

@@ -13,6 +13,8 @@ from hybridplan.reports.size import size
 from hybridplan.units import GiB
 from tests.helpers import scenario
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def nemo():
@@ -114,6 +116,9 @@ def test_size_json_contract(run_cli):
     assert code == 0, err
     d = json.loads(out)
     assert d["schema_version"] == 1
+    # model_specs/nemotron-h-8b.yaml: hybrid_override_pattern holds 24 M, 4 * and 24 - of its 52 layers; conv
+    # channels expand 2 · hidden 4,096 + 2 · n_groups 8 · ssm_state_size 128 = 10,240 over conv_kernel 4 − 1 = 3;
+    # SSM mamba_num_heads 128 · mamba_head_dim 64 · ssm_state_size 128
     assert d["layers"] == {"mamba2": 24, "attention": 4, "mlp": 24}
     g = d["state"]["groups"][0]
     assert g["conv_shape"] == [10240, 3] and g["ssm_shape"] == [128, 64, 128]
@@ -135,6 +140,9 @@ def test_crossover_json_contract(run_cli):
     assert code == 0 and d["schema_version"] == 1 and d["model"] == "nemotron-h-8b"
     assert d["reference"] == "llama-3-8b"
     assert [r["ssm_dtype"] for r in d["rows"]] == ["float32", "bfloat16"]
+    # state over Llama-3-8B's KV of 32 layers · 8 heads · 128 · 2 · 2 B = 131,072 B a token: fp32 SSM
+    # 24 · (61,440 + 4,194,304) = 102,137,856 B → 779.25 tokens; bf16 SSM 24 · (61,440 + 2,097,152) = 51,806,208 B
+    # → 395.25 tokens
     assert d["rows"][0]["state_only_tokens"] == 779.25 and d["rows"][1]["state_only_tokens"] == 395.25
     assert [row["ctx"] for row in d["ladder"]] == [1024 * 2**k for k in range(11)]
     # at 131,072 the ladder agrees with `size`

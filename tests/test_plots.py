@@ -11,6 +11,8 @@ import pytest
 
 from hybridplan import api, plots
 
+pytestmark = pytest.mark.cli
+
 TRACE = "tests/data/traces/mooncake-conversation-300.jsonl"
 #: a short replay: 40 requests of the Mooncake excerpt, every engine row and the gap
 REPLAY = (TRACE, "qwen3-next", "--tp", "4", "--kv-budget", "60GiB", "--limit", "40")

@@ -18,6 +18,8 @@ from hybridplan.reports.replay import replay_report
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, one_line_error, scenario
 
+pytestmark = pytest.mark.unit
+
 #: (shared, private): inside one block, across chunk ends, a block-aligned prompt, a prompt of shared tokens only
 CASES = ((4000, 200), (10000, 5000), (20800, 0), (900, 200), (3100, 20))
 

@@ -1,22 +1,19 @@
 """`hybridplan profile` end to end on the CPU (Triton interpreter), its refusals, and its clean-up."""
 
+import gc
+import json
 import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
 
-if "TRITON_INTERPRET" not in os.environ:  # before triton loads: without a GPU the kernels run interpreted
-    import torch
+import pytest
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton loads: without a GPU the kernels run interpreted
 
-import gc  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import weakref  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
 import typer  # noqa: E402
 from hybridplan.kernels import bench  # noqa: E402
 
@@ -39,7 +36,8 @@ def _interpreter_usable() -> bool:
 
 
 # the interpreter reads loop bounds through NumPy's deprecated array-to-int path: triton's, not ours
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+pytestmark = [pytest.mark.kernels,
+              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")]
 
 needs_interpreter = pytest.mark.skipif(not _interpreter_usable(), reason="triton is loaded for a GPU in this process")
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")

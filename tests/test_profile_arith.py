@@ -37,6 +37,8 @@ from hybridplan.profile.workload import (
 from hybridplan.scenario import DtypeChoice
 from tests.helpers import footprint
 
+pytestmark = pytest.mark.unit
+
 MiB, GiB = 1 << 20, 1 << 30
 HYBRIDS = [s for s in shipped_specs() if s.recurrent]
 

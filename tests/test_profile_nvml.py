@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pynvml = pytest.importorskip("pynvml")
 
 from hybridplan.errors import PlanError  # noqa: E402

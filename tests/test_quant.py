@@ -25,6 +25,8 @@ from hybridplan.weights import weights
 from hybridplan.weights.quant import read
 from tests.conftest import CONFIGS
 
+pytestmark = pytest.mark.unit
+
 QUANT = CONFIGS.parent / "quant"
 NANO = CONFIGS / "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.golden
+
 LOGS = Path(__file__).parent / "data" / "logs"
 
 # file, flags, the figures (by the start of their name) that must be checked
@@ -482,6 +484,7 @@ def test_settings_name_their_line(run_cli):
     _, d = _check(run_cli, "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model", "qwen3-next")
     s = {x["name"]: x for x in d["settings"]}
     assert s["version"]["value"] == "0.10.2" and s["version"]["source"].startswith("line 7: vLLM API server version")
+    # the log's line 10 "Using max model len 262144" and its engine config "tensor_parallel_size=2" (line 16)
     assert s["tensor_parallel_size"]["value"] == 2 and s["max_model_len"]["value"] == 262144
     assert s["model"]["source"] == "flag" and s["mamba_cache_mode"]["value"] == "none"
 

@@ -12,6 +12,8 @@ import pytest
 
 from hybridplan.records import frozen
 
+pytestmark = pytest.mark.unit
+
 
 def _pair():
     """The same class as a record and as a frozen dataclass."""

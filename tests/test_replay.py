@@ -17,6 +17,8 @@ from hybridplan.replay.trace import MOONCAKE_BLOCK, Prompt, Request, Synthetic, 
 from hybridplan.scenario import Budget, Speculative
 from tests.helpers import GiB, one_line_error, scenario
 
+pytestmark = pytest.mark.unit
+
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 MOONCAKE = TRACES / "mooncake-conversation-300.jsonl"
 
@@ -42,6 +44,7 @@ def reused(run):
 
 def test_mooncake_excerpt_reads_block_by_block():
     reqs = list(mooncake(MOONCAKE))
+    # the first 300 lines of Mooncake's conversation_trace.jsonl (tests/data/traces/SOURCES.md), one request a line
     assert len(reqs) == 300
     # line 1: {"input_length": 6758, "hash_ids": [0, ..., 13]}: 13 full blocks and 6758 − 13·512 = 102 tokens
     first = reqs[0]
@@ -410,3 +413,10 @@ def test_fast_constructors_make_what_the_dataclasses_make():
     fast_r, slow_r = Request.of(3, fast, 9, 1.5, "line 4"), Request(3, slow, 9, 1.5, "line 4")
     assert {f.name for f in fields(Request)} <= fast_r.__dict__.keys()
     assert all(getattr(fast_r, f.name) == getattr(slow_r, f.name) for f in fields(Request))
+
+
+def test_one_request_is_singular(run_cli, tmp_path):
+    p = tmp_path / "one.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n')
+    code, out, _ = run_cli("replay", p, "nemotron-h", "--kv-budget", "40GiB")
+    assert code == 0 and "1 request of one.jsonl (mooncake), 1 in flight" in out and "1 requests" not in out

@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,8 @@ from hybridplan.replay.advice import advice as _advice
 from hybridplan.reports.replay import CAUSES, replay_report
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, one_line_error, scenario
+
+pytestmark = pytest.mark.unit
 
 MOONCAKE = Path(__file__).resolve().parent / "data" / "traces" / "mooncake-conversation-300.jsonl"
 

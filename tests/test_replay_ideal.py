@@ -12,6 +12,8 @@ from hybridplan.replay.loop import NativeIdeal, PyIdeal
 from hybridplan.replay.trace import Prompt, Request, step
 from tests.helpers import native
 
+pytestmark = pytest.mark.unit
+
 
 def _tokens(p: Prompt) -> list:
     """A prompt token by token: token j of a run keyed k is (k, j), the same token in every prompt that has the

@@ -20,6 +20,8 @@ from hybridplan.reports.fit import fit
 from hybridplan.scenario import Budget, DtypeChoice
 from tests.helpers import GiB, scenario
 
+pytestmark = pytest.mark.unit
+
 R = 40 * GiB
 PER = 102_137_856
 CELL = 16_384
@@ -243,6 +245,9 @@ def test_cli_flags(run_cli):
                              "--sglang-env", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1", "--json")
     assert code == 0, err
     d = json.loads(out)["sglang"]
+    # 198 Mamba slots at 0.5.23 (the K of test_split_by_band's table, derived in its comment)
+    # over 4 slots a request: extra_buffer (Nemotron-H is in _MAMBA_EXTRA_BUFFER_ARCHS from 0.5.13) with the overlap
+    # scheduler and SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, base 3 → 2 (test_slots_per_request's 0.5.23 row)
     assert (d["state_slots_per_request"], d["max_running_requests"]) == (4, 198 // 4)
     code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang",
                              "--sglang-version", "0.5.13", "--disable-overlap-schedule", "--radix", "extra_buffer",

@@ -19,6 +19,8 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.loader import load_model
 from tests.test_sglang import CELL, PER, R, sg_fit
 
+pytestmark = pytest.mark.unit
+
 
 def test_speculative_decoding_adds_kv_headroom_until_0_5_6_post2():
     # model_runner.py init_memory_pool, 0.5.2–0.5.6.post2: the target's max_total_num_tokens becomes

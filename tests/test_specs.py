@@ -10,7 +10,10 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, load_path, shipped_specs
 from hybridplan.reports.size import size
 from hybridplan.scenario import DtypeChoice
+from tests.conftest import CONFIGS
 from tests.helpers import footprint, scenario, vrel
+
+pytestmark = pytest.mark.unit
 
 #: shipped spec → the real config it was taken from, and the fields deliberately changed in the spec
 PROVENANCE = {
@@ -245,6 +248,7 @@ def test_kv_per_token_per_layer(name):
 def test_sliding_window_caps_kv():
     fp = footprint(load_model("mistral-7b"), tp=1, dtypes=DtypeChoice())
     (g,) = fp.kv
+    # mistralai/Mistral-7B-v0.1's config: sliding_window 4096 (model_specs/mistral-7b.yaml)
     assert g.window == 4096 and g.kind == "sliding_attention"
     # 32 layers · 4,096 B · min(131,072, 4,096) tokens
     assert fp.kv_bytes_at(131072) == 32 * 4096 * 4096 == fp.kv_bytes_at(4096)
@@ -253,6 +257,7 @@ def test_sliding_window_caps_kv():
 def test_mla_kv_is_not_divided_by_tp():
     fp1 = footprint(load_model("deepseek-v3"), tp=1, dtypes=DtypeChoice())
     fp8 = footprint(load_model("deepseek-v3"), tp=8, dtypes=DtypeChoice())
+    # model_specs/deepseek-v3.yaml: 61 layers of one latent, kv_lora_rank 512 + qk_rope_head_dim 64 = 576, bf16
     assert fp1.kv_bytes_per_token == fp8.kv_bytes_per_token == 61 * 576 * 2
 
 
@@ -464,3 +469,17 @@ def test_native_zamba2_layer_mapping(configs):
     s = spec_from_config({**json.loads((configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
                                        .read_text()), "architectures": ["Zamba2ForCausalLM"]}, name="z27")
     assert s.layer_counts["mamba2"] == 54 and s.layer_counts["attention"] == 9
+
+
+def test_layer_list_that_does_not_match_the_layer_count_is_refused():
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-Next-80B-A3B-Thinking.json").read_text())
+    cfg["layer_types"] = ["linear_attention", "full_attention"]
+    with pytest.raises(PlanError, match="layer_types lists 2 layers but num_hidden_layers is 48"):
+        spec_from_config(cfg, name="q")
+
+
+def test_missing_mamba_d_ssm_is_named_as_the_class_default():
+    cfg = json.loads((CONFIGS / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json").read_text())
+    with pytest.raises(PlanError, match="no mamba_d_ssm, and FalconH1Config's default inner width, 1024, is not "
+                                        r"heads·head_dim = 24·64 = 1536"):
+        spec_from_config(cfg, name="f")

@@ -24,6 +24,8 @@ from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import MLA, Attention
 from hybridplan.speculative import SglangFlags, mtp_layers, speculative_from_sglang, speculative_from_vllm
 
+pytestmark = pytest.mark.unit
+
 GiB = 1 << 30
 
 

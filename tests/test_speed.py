@@ -27,6 +27,8 @@ from hybridplan.speed.work import (
     scan_layer_work,
 )
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -461,3 +463,25 @@ def test_grouped_gemm_term_fitted_on_attention_moe_alone():
     for f in FITTED_ON_DENSE:
         doc = json.loads((validation.DATA / f).read_text())
         assert experts(validation._model(doc["model"])) is None
+
+
+# --- running requests are never more than the workload's prompts --------------------------------------------
+
+def test_concurrency_past_the_prompts_waits_no_more_than_the_prompts():
+    # vllm bench serve sends each of its --num-prompts once (1,000 by default, vllm/benchmarks/serve.py), so with
+    # --max-concurrency 100,000 at most the 1,000 prompts are in flight, and of them all but the running wait
+    g = gpu("h100")
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=1536, engine="vllm", budget=Budget(gpu_mem=g.total, gpu=g.key))
+    b = bench(sc, datasheet("h100"), Workload(1024, 512, 100_000))
+    assert b.running < 1000
+    waits = [n for n in b.notes if "wait for a slot" in n]
+    assert waits and waits[0].startswith(f"{1000 - b.running:,} of the 1,000 concurrent requests wait")
+    assert any("--concurrency 100,000 is more than the workload's 1,000 prompts" in n for n in b.notes)
+
+
+def test_running_is_never_more_than_the_prompts():
+    # no GPU memory given: nothing caps the running requests but the workload, 16 prompts
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=8192)
+    b = bench(sc, datasheet("h100"), Workload(1024, 256, 100, num_prompts=16))
+    assert b.running == 16 and "16 prompts" in b.running_from
+    assert not any("wait for a slot" in n for n in b.notes)

@@ -13,6 +13,8 @@ from hybridplan.replay import loop, trace
 from hybridplan.replay.trace import Prompt
 from tests.helpers import assert_native_built, native
 
+pytestmark = pytest.mark.native
+
 C = native("hybridplan.replay._speedups")
 
 KEYS = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 6), st.sampled_from(["sys", "doc", ""]),

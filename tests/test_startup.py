@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.cli
+
 DATA = Path(__file__).parent / "data"
 GPU_STACK = ("torch", "triton", "pynvml", "numpy", "matplotlib", "hybridplan.kernels", "hybridplan.profile.pipeline",
              "huggingface_hub")

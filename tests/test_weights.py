@@ -15,6 +15,8 @@ from hybridplan.loader import load_model, shipped_specs
 from hybridplan.weights import weights
 from hybridplan.weights.quant import scheme
 
+pytestmark = pytest.mark.unit
+
 # shipped spec → (the published figure, the unit of its last digit, where it is published). A figure given to
 # the parameter ("7,285,403,648") must be met exactly; a rounded one ("8B") within 0.5 %, or within what
 # rounding or cutting the count to that digit gives (NVIDIA's "120B" is 120.67B cut, Qwen's "7.61B" 7.6156B).

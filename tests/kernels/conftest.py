@@ -2,22 +2,26 @@
 
 TRITON_INTERPRET must be set before triton decorates the kernels (on the first import of their modules),
 hence at conftest import time. The interpreter runs each program instance in Python (milliseconds each), so
-every test keeps its grids to a few dozen programs.
+every test keeps its grids to a few dozen programs. Without torch (the ``gpu`` or ``test`` extra) each module
+that needs it skips itself with ``pytest.importorskip("torch")``, saying so; the test environment installs it, so
+there they always run.
 """
+
+from __future__ import annotations
 
 import os
 
 import pytest
 
-if "TRITON_INTERPRET" not in os.environ:
+try:
     import torch
+except ModuleNotFoundError:  # no gpu or test extra: each module that needs torch skips itself (importorskip)
+    torch = None
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+if torch is not None and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
-
-ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+ON_GPU = torch is not None and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
 
 BF16_ON_CPU_REASON = (
     "bf16 tl.dot/tl.sum give wrong results in the Triton CPU interpreter (and it truncates fp32 -> bf16); "
@@ -33,11 +37,13 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def device() -> torch.device:
+    pytest.importorskip("torch")
     return torch.device("cuda") if ON_GPU else torch.device("cpu")
 
 
 @pytest.fixture
 def gen() -> torch.Generator:
+    pytest.importorskip("torch")
     g = torch.Generator()
     g.manual_seed(1234)
     return g

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from hybridplan.kernels import bench
 
+pytestmark = pytest.mark.kernels
+
 REPO = Path(__file__).resolve().parents[2]
 NEMO = bench.NEMOTRON_H_8B
 
 
 def test_dtype_bytes():
-    import torch
+    torch = pytest.importorskip("torch")
 
     assert [bench.dtype_bytes(d) for d in ("fp32", "bf16", "float16", "fp8", "float64")] == [4, 2, 2, 1, 8]
     assert bench.dtype_bytes(torch.bfloat16) == 2 and bench.dtype_bytes(torch.float32) == 4
@@ -208,6 +210,7 @@ def test_script_exits_2_without_gpu(on_gpu):
 
 
 def test_copy_bandwidth_needs_gpu(on_gpu):
+    pytest.importorskip("torch")
     if on_gpu:
         assert bench.measure_copy_bandwidth(256 << 20) > 1e11
     else:
@@ -219,7 +222,7 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     """The script's per-kernel benchmarks, run at tiny shapes with a wall-clock timer in place of do_bench:
     every wrapper call, row and the JSON report are exercised without a GPU (the times mean nothing)."""
     import hybridplan.kernels as hk
-    import torch
+    torch = pytest.importorskip("torch")
 
     spec = importlib.util.spec_from_file_location("kernels_benchmark_script", REPO / "benchmarks" / "kernels.py")
     script = importlib.util.module_from_spec(spec)

@@ -12,12 +12,15 @@ Bounds (rel_err = max|kernel - ref| / max|ref|; u = unit roundoff, fp32 2^-24):
 """
 
 import pytest
-import torch
-from hybridplan.kernels import causal_conv1d_prefill, causal_conv1d_update
-from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref
-from hybridplan.kernels.conv1d.prefill import conv_prefill_metadata
-from hybridplan.kernels.inputs import conv_tokens, conv_weights, cu_from_lengths, state_pool
-from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff, unit_roundoff
+
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+from hybridplan.kernels import causal_conv1d_prefill, causal_conv1d_update  # noqa: E402
+from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref  # noqa: E402
+from hybridplan.kernels.conv1d.prefill import conv_prefill_metadata  # noqa: E402
+from hybridplan.kernels.inputs import conv_tokens, conv_weights, cu_from_lengths, state_pool  # noqa: E402
+from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff, unit_roundoff  # noqa: E402
+
+pytestmark = pytest.mark.kernels
 
 Y_F32 = 5e-6
 

@@ -13,11 +13,14 @@ Bounds (u = unit roundoff, fp32 2^-24 = 6.0e-8):
 """
 
 import pytest
-import torch
-from hybridplan.kernels import gated_delta_rule_update
-from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref, l2_normalise
-from hybridplan.kernels.inputs import gdn_inputs, state_pool
-from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff
+
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+from hybridplan.kernels import gated_delta_rule_update  # noqa: E402
+from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref, l2_normalise  # noqa: E402
+from hybridplan.kernels.inputs import gdn_inputs, state_pool  # noqa: E402
+from hybridplan.kernels.testing import bits_equal, f64, rel_err, store_roundoff  # noqa: E402
+
+pytestmark = pytest.mark.kernels
 
 STATE_F32 = 2e-5
 O_F32 = 2e-5

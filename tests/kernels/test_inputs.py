@@ -7,13 +7,16 @@ conv 5e-6; the chunked scan 1e-5.
 """
 
 import pytest
-import torch
-from hybridplan.kernels import inputs
-from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref
-from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref
-from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref
-from hybridplan.kernels.ssd.naive import selective_state_update_ref, ssd_chunk_scan_ref
-from hybridplan.kernels.testing import bits_equal, f64, rel_err
+
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+from hybridplan.kernels import inputs  # noqa: E402
+from hybridplan.kernels.conv1d.naive import causal_conv1d_prefill_ref, causal_conv1d_update_ref  # noqa: E402
+from hybridplan.kernels.gdn.naive import gated_delta_rule_update_ref  # noqa: E402
+from hybridplan.kernels.mamba1.naive import mamba1_state_update_ref  # noqa: E402
+from hybridplan.kernels.ssd.naive import selective_state_update_ref, ssd_chunk_scan_ref  # noqa: E402
+from hybridplan.kernels.testing import bits_equal, f64, rel_err  # noqa: E402
+
+pytestmark = pytest.mark.kernels
 
 
 def _check(call, ref, pool, used, y_bound, state_bound):

@@ -10,11 +10,12 @@ accumulated relative error stays below ~1e-14. Bounds 1e-12.
 """
 
 import pytest
-import torch
-import torch.nn.functional as F
-from hybridplan.kernels import selective_state_update, ssd_chunk_scan
-from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens
-from hybridplan.kernels.ssd.naive import (
+
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+import torch.nn.functional as F  # noqa: E402
+from hybridplan.kernels import selective_state_update, ssd_chunk_scan  # noqa: E402
+from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens  # noqa: E402
+from hybridplan.kernels.ssd.naive import (  # noqa: E402
     affine_apply,
     affine_compose,
     affine_scan,
@@ -23,7 +24,9 @@ from hybridplan.kernels.ssd.naive import (
     ssd_chunk_scan_ref,
     ssd_scan_sequential_ref,
 )
-from hybridplan.kernels.testing import FP32_EPS, f64, rel_err
+from hybridplan.kernels.testing import FP32_EPS, f64, rel_err  # noqa: E402
+
+pytestmark = pytest.mark.kernels
 
 F64_BOUND = 1e-12
 

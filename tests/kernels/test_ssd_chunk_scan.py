@@ -14,11 +14,14 @@ rel_err = max|kernel - ref| / max|ref|. Bounds (u = fp32 unit roundoff 6.0e-8; Q
 """
 
 import pytest
-import torch
-from hybridplan.kernels import selective_state_update, ssd_chunk_scan
-from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens, state_pool
-from hybridplan.kernels.ssd.naive import ssd_scan_sequential_ref
-from hybridplan.kernels.testing import FP16_EPS, bits_equal, f64, rel_err, store_roundoff
+
+torch = pytest.importorskip("torch")  # the gpu or test extra; the test environment has it
+from hybridplan.kernels import selective_state_update, ssd_chunk_scan  # noqa: E402
+from hybridplan.kernels.inputs import cu_from_lengths, ssd_params, ssd_tokens, state_pool  # noqa: E402
+from hybridplan.kernels.ssd.naive import ssd_scan_sequential_ref  # noqa: E402
+from hybridplan.kernels.testing import FP16_EPS, bits_equal, f64, rel_err, store_roundoff  # noqa: E402
+
+pytestmark = pytest.mark.kernels
 
 Y_F32 = 1e-5
 STATE_F32 = 1e-5

@@ -1,71 +1,18 @@
-"""A new user's first hour: wrong answers, refusals and limits found by trying hybridplan as a newcomer would.
-Each refusal is one line on stderr with exit code 2, or for an engine that would not start, fit's verdict
-with exit code 1."""
+"""The command line as a person types it: values read as the engines read them, bounded and named when they are
+not, the engines' own flag names, help that says what it does, completion, and what a command says beside its
+output. Each refusal is one line on stderr with exit code 2 (tests.helpers.one_line_error), or for an engine that
+would not start, fit's verdict with exit code 1."""
 
 import json
 
 import pytest
 
-from hybridplan.adapters import spec_from_config
-from hybridplan.errors import PlanError
-from tests.conftest import CONFIGS
+from tests.helpers import one_line_error
+
+pytestmark = pytest.mark.cli
 
 
-def _one_line(code, out, err, *needles, rc=2):
-    assert code == rc, (code, out, err)
-    assert out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
-
-
-# --- a context past the model's own maximum ----------------------------------------------------------------
-
-
-def test_fit_past_the_models_context_is_vllms_and_sglangs_refusal(run_cli):
-    # Nemotron-H-8B-Base-8K: max_position_embeddings 8192 (model_specs/nemotron-h-8b.yaml); vLLM refuses a longer
-    # --max-model-len (vllm/config/model.py _get_and_verify_max_len), SGLang a longer --context-length
-    # (srt/configs/model_config.py _derive_context_length), unless their environment variables allow it
-    argv = ("fit", "nemotron-h", "--ctx", "131072", "--gpu-mem", "141GB", "--params", "8.1e9", "--max-num-seqs",
-            "1024", "--json")
-    code, out, _ = run_cli(*argv)
-    d = json.loads(out)
-    assert code == 1 and not d["ok"]
-    assert d["vllm"]["max_model_len_refused"].startswith(
-        "User-specified max_model_len (131072) is greater than the derived max_model_len "
-        "(max_position_embeddings=8192 or model_max_length=None in model's config.json). To allow overriding this "
-        "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
-    assert d["sglang"]["context_length_refused"].startswith(
-        "User-specified context_length (131072) is greater than the derived context_length (8192).")
-    code, out, _ = run_cli(*argv, "--allow-long-context")
-    assert code == 0 and json.loads(out)["ok"]
-    code, out, _ = run_cli(*argv[:3], "8192", *argv[4:])
-    assert code == 0
-
-
-def test_size_past_the_models_context_sizes_it_with_a_note(run_cli):
-    code, out, _ = run_cli("size", "nemotron-h", "--ctx", "131072", "--json")
-    assert code == 0 and any("would not start with --max-model-len 131072" in n for n in json.loads(out)["notes"])
-    code, out, _ = run_cli("size", "nemotron-h", "--ctx", "8192", "--json")
-    assert not any("max-model-len" in n for n in json.loads(out)["notes"])
-
-
-def test_rope_scaling_and_config_without_a_length():
-    from hybridplan.engines.sglang.context import context_length
-    from hybridplan.engines.vllm.context import default_max_len, derived_max_len
-    from hybridplan.loader import load_model
-
-    # Llama-3.1: llama3 RoPE leaves max_position_embeddings as the scaled length for both engines
-    llama = load_model("llama-3.1-70b")
-    assert default_max_len(llama) == 131072 and context_length(llama) == 131072
-    # a linear RoPE factor of 4 scales the length in both (vLLM: rope types other than su/longrope/llama3/yarn…)
-    lin = spec_from_config({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
-                            "num_attention_heads": 4, "max_position_embeddings": 4096,
-                            "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, name="lin")
-    assert derived_max_len(lin).value == 16384.0 and context_length(lin) == 16384
-    # Mamba-2.8B names no length: vLLM takes any --max-model-len (2048 when none), SGLang assumes 2048
-    mamba = load_model("mamba-2.8b")
-    assert derived_max_len(mamba).value is None and default_max_len(mamba) == 2048 and context_length(mamba) == 2048
-
+# --- values as the engines read them, and their bounds ---------------------------------------------------
 
 @pytest.mark.parametrize("text,value", [("131072", 131072), ("128k", 128_000), ("128K", 131_072), ("25.6k", 25_600),
                                         ("1e9", 10**9), ("131,072", 131_072)])
@@ -102,7 +49,7 @@ def test_ctx_as_vllms_max_model_len_reads_it(run_cli, text, value):
     (("prefix", "nemotron-h", "--sweep", "0:100:10", "--plot", "y.csv"), "name a file ending in .png"),
 ])
 def test_values_are_bounded_and_named(run_cli, argv, needle):
-    _one_line(*run_cli(*argv), needle)
+    one_line_error(*run_cli(*argv), needle)
 
 
 def test_dtype_names_the_engine_flags_take(run_cli):
@@ -123,7 +70,7 @@ def test_plot_format_is_checked_before_anything_is_computed(run_cli, tmp_path):
 
 def test_profile_refuses_more_slots_than_one_launch_covers(run_cli):
     # kernels launch one grid row per slot; CUDA allows 65,535 rows (hybridplan.kernels.bench.MAX_GRID_YZ)
-    _one_line(*run_cli("profile", "--interpret", "--slots", "70000"), "--slots 70,000", "65,535")
+    one_line_error(*run_cli("profile", "--interpret", "--slots", "70000"), "--slots 70,000", "65,535")
 
 
 @pytest.mark.parametrize("argv", [
@@ -137,7 +84,7 @@ def test_profile_refuses_more_slots_than_one_launch_covers(run_cli):
 def test_absurd_prefix_sizes_are_refused_quickly(run_cli, argv):
     # before, these ran out of time (30 s) or memory; now one line, exit 2 (timings: benchmarks/, not here)
     code, out, err = run_cli(*argv)
-    _one_line(code, out, err)
+    one_line_error(code, out, err)
 
 
 def test_a_prompt_longer_than_the_engine_takes_skips_that_engine(run_cli):
@@ -145,20 +92,6 @@ def test_a_prompt_longer_than_the_engine_takes_skips_that_engine(run_cli):
     code, out, _ = run_cli("prefix", "mamba-2.8b", "--shared", "3000", "--private", "10", "--json")
     d = json.loads(out)
     assert code == 0 and "vllm" in d and "SGLang takes no 3,010-token prompt" in d["skipped"]["sglang"]
-
-
-def test_layer_list_that_does_not_match_the_layer_count_is_refused():
-    cfg = json.loads((CONFIGS / "Qwen__Qwen3-Next-80B-A3B-Thinking.json").read_text())
-    cfg["layer_types"] = ["linear_attention", "full_attention"]
-    with pytest.raises(PlanError, match="layer_types lists 2 layers but num_hidden_layers is 48"):
-        spec_from_config(cfg, name="q")
-
-
-def test_missing_mamba_d_ssm_is_named_as_the_class_default():
-    cfg = json.loads((CONFIGS / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json").read_text())
-    with pytest.raises(PlanError, match="no mamba_d_ssm, and FalconH1Config's default inner width, 1024, is not "
-                                        r"heads·head_dim = 24·64 = 1536"):
-        spec_from_config(cfg, name="f")
 
 
 def test_check_log_reads_a_large_log_as_a_stream(run_cli, tmp_path):
@@ -195,8 +128,7 @@ def test_completion_of_option_values(run_cli):
     assert "nemotron-h" in complete("hybridplan size nemo")
 
 
-# --- issue 17: what the help promises, and the defaults, start ----------------------------------------------
-
+# --- what the help promises, and the engines' flag names -------------------------------------------------
 
 def test_the_helps_kv_dtype_example_runs_under_both_engines(run_cli):
     # --kv-dtype's help says "e.g. fp8": vLLM spells it fp8, SGLang fp8_e4m3 (server_args.py has no plain fp8);
@@ -210,27 +142,6 @@ def test_the_helps_kv_dtype_example_runs_under_both_engines(run_cli):
     assert "fp8_e4m3" in a["commands"]["sglang"]["argv"] and "fp8" in a["commands"]["vllm"]["argv"]
 
 
-@pytest.mark.parametrize("model", ["mamba-130m", "falcon-mamba-7b", "mamba-2.8b", "mamba-codestral-7b"])
-def test_fit_with_no_ctx_sizes_the_engines_own_maximum(run_cli, model):
-    # no length in these configs: vLLM and SGLang both assume 2048 (vllm/config/model.py _get_and_verify_max_len;
-    # sglang srt/configs/model_config.py, hybridplan/engines/*/context.py FALLBACK), so a start with neither
-    # --max-model-len nor --context-length runs at 2048, which each accepts
-    from hybridplan.engines.sglang.context import context_length
-    from hybridplan.engines.vllm.context import default_max_len
-    from hybridplan.loader import load_model
-
-    spec = load_model(model)
-    code, out, err = run_cli("fit", model, "--gpu-type", "h100", "--json")
-    d = json.loads(out)
-    assert d["ctx"] == min(default_max_len(spec), context_length(spec))
-    assert d["sglang"]["context_length_refused"] is None and d["vllm"]["max_model_len_refused"] is None, err
-    assert code in (0, 1), err
-    # where vLLM's default --max-num-seqs is more than the Mamba blocks (Mamba-Codestral: 450 on an H100), the
-    # command printed asks for what starts, and starts
-    code, out, err = run_cli("fit", "--gpu-type", "h100", "--json", "--", *d["commands"]["vllm"]["argv"])
-    assert code == 0 and json.loads(out)["ok"], err
-
-
 def test_an_attention_free_model_shows_no_kv_pool(run_cli):
     code, out, _ = run_cli("fit", "mamba-130m", "--gpu-type", "h100", "--engine", "sglang")
     row = next(line for line in out.splitlines() if line.startswith("KV pool") or line.startswith("  KV pool"))
@@ -238,7 +149,7 @@ def test_an_attention_free_model_shows_no_kv_pool(run_cli):
 
 
 def test_prefix_refuses_shared_with_a_sweep(run_cli):
-    _one_line(*run_cli("prefix", "nemotron-h", "--shared", "4000", "--sweep", "0:6000:100"), "not both")
+    one_line_error(*run_cli("prefix", "nemotron-h", "--shared", "4000", "--sweep", "0:6000:100"), "not both")
 
 
 def test_help_says_what_ctx_defaults_to_and_names_log_plainly(run_cli):
@@ -275,3 +186,46 @@ def test_model_path_names_the_model(run_cli):
     code, out, err = run_cli("size", "--model-path", "nvidia/Nemotron-H-8B-Base-8K", "--ctx", "4096", "--json")
     assert code == 0, err
     assert json.loads(out)["model"] == "nemotron-h-8b"
+
+
+# --- the model and release a command takes, and check-log on standard input --------------------------------
+
+def test_a_model_the_newest_release_dropped_is_sized_under_the_last_that_serves_it(run_cli):
+    # vLLM removed MiniMaxM1ForCausalLM after 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS, vllm/model_executor/models/
+    # registry.py): with no --vllm-version, size takes 0.23.0's rules and says so
+    code, js, err = run_cli("size", "minimax-m1", "--ctx", "8192", "--json")
+    assert code == 0, err
+    d = json.loads(js)
+    assert d["vllm_version"] == "0.23.0" and any("newest release that serves it" in n for n in d["notes"])
+    # a release named on the command line is kept, and refuses as vLLM does
+    code, _, err = run_cli("size", "minimax-m1", "--vllm-version", "0.33")
+    assert code == 2 and "try --vllm-version 0.23.0" in err
+
+
+def test_check_log_reads_standard_input():
+    # `docker logs vllm 2>&1 | hybridplan check-log -`: the same report as from the file
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "vllm-0.23-nemotron-h.log"
+    by_path = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", str(log), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    with open(log, "rb") as f:
+        by_stdin = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", "-", "--json"], stdin=f,
+                                  capture_output=True, text=True, timeout=120)
+    assert by_stdin.returncode == by_path.returncode == 0, by_stdin.stderr
+    assert json.loads(by_stdin.stdout)["rows"] == json.loads(by_path.stdout)["rows"]
+
+
+def test_the_default_model_is_said(run_cli):
+    # issue 28 item 17: MODEL left out sizes nemotron-h; the note says so on stderr, beside the output
+    code, out, err = run_cli("fit", "--kv-budget", "40GiB", "--json")
+    assert code == 0 and json.loads(out)["model"] == "nemotron-h-8b"
+    assert err == "hybridplan: note: no MODEL given: the default, nemotron-h (nvidia/Nemotron-H-8B-Base-8K)\n"
+    # typed, even as the default's own name, or taken from a pasted engine command: nothing to say
+    assert run_cli("fit", "nemotron-h", "--kv-budget", "40GiB")[2] == ""
+    code, _, err = run_cli("fit", "--gpu-type", "h100", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K")
+    assert code == 0 and "no MODEL given" not in err
+    # bad input stays one line
+    one_line_error(*run_cli("fit", "--ctx", "0"), "--ctx must be a positive integer")
