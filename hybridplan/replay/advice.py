@@ -117,3 +117,12 @@ def common(run: Run, rules: dict, how: str, evict_flag: str, rerun: Callable[...
         out.append(f"{requests(len(run.refused))} refused: " + "; ".join(
             f"#{i}: {w}" for i, w in run.refused[:5]) + (" …" if len(run.refused) > 5 else ""))
     return out
+
+
+def lift(cause: str, r, cache):
+    """The rules ``r`` with one cause of the gap lifted, through the engine's own cache module ``cache``
+    (its ``unbounded``, ``any_length``, ``caching_on``, ``every_checkpoint``)."""
+    if cause == "eviction":
+        return cache.unbounded(r, UNBOUNDED)
+    return {"max_model_len": cache.any_length, "caching_off": cache.caching_on,
+            "policy": cache.every_checkpoint}[cause](r)

@@ -166,12 +166,8 @@ def no_flag(cause: str) -> str:
 
 
 def lift(cause: str, r: spc.Rules) -> spc.Rules:
-    """The rules with one cause of the gap lifted (radix_cache.py ``unbounded``, ``any_length``, ``caching_on``,
-    ``every_checkpoint``)."""
-    if cause == "eviction":
-        return spc.unbounded(r, UNBOUNDED)
-    return {"max_model_len": spc.any_length, "caching_off": spc.caching_on,
-            "policy": spc.every_checkpoint}[cause](r)
+    """The rules with one cause of the gap lifted (radix_cache.py's own variants)."""
+    return adv.lift(cause, r, spc)
 
 
 def state_grid(r: spc.Rules) -> int:

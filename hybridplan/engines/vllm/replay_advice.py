@@ -226,12 +226,8 @@ def no_flag(cause: str) -> str:
 
 
 def lift(cause: str, r: vpc.Rules) -> vpc.Rules:
-    """The rules with one cause of the gap lifted (prefix_cache.py ``unbounded``, ``any_length``, ``caching_on``,
-    ``every_checkpoint``)."""
-    if cause == "eviction":
-        return vpc.unbounded(r, UNBOUNDED)
-    return {"max_model_len": vpc.any_length, "caching_off": vpc.caching_on,
-            "policy": vpc.every_checkpoint}[cause](r)
+    """The rules with one cause of the gap lifted (prefix_cache.py's own variants)."""
+    return adv.lift(cause, r, vpc)
 
 
 def state_grid(r: vpc.Rules) -> int:
