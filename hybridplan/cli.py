@@ -256,6 +256,7 @@ def fit(o: Options) -> None:
     """
     from hybridplan.reports.fit import fit as fit_report
 
+    _emit_args(o, "the report")
     report = fit_report(scenario(o), o.model, o.revision)
     code = 0 if report.verdict_ok else 1
     if o.emit is not None:
@@ -264,6 +265,14 @@ def fit(o: Options) -> None:
             raise typer.Exit(code)
     show(report, o, "fit_view")
     raise typer.Exit(code)
+
+
+def _emit_args(o: Options, what: str) -> None:
+    """``--emit`` and ``--out`` together as they can be: to stdout the files are all that is printed."""
+    if o.out is not None and o.emit is None:
+        raise PlanError("--out names the folder --emit writes into: give --emit FORMAT as well")
+    if o.emit is not None and o.out is None and (o.as_json or getattr(o, "as_csv", False)):
+        raise PlanError(f"--emit {o.emit} without --out prints the files: give --out DIR to print {what} too")
 
 
 def _emit(o: Options, targets: dict) -> bool:
@@ -516,8 +525,7 @@ def plan(o: Options) -> None:
     refuse_with_json(o.as_csv, o.as_json)
     if o.pick is not None and o.emit is None:
         raise PlanError("--pick chooses the plan --emit writes: give --emit FORMAT as well")
-    if o.emit is not None and o.out is None and (o.as_csv or o.as_json):
-        raise PlanError(f"--emit {o.emit} without --out prints the files: give --out DIR to print the plans too")
+    _emit_args(o, "the plans")
     if o.concurrency is None:
         raise PlanError("give --concurrency: the requests of --ctx tokens to hold at once")
     if getattr(o, "gpu_type", None) is None and getattr(o, "gpu_mem", None) is None:

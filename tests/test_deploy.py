@@ -139,6 +139,8 @@ def test_out_writes_the_files_and_the_report_follows(run_cli, tmp_path):
      "--emit sglang-config: no sglang start was planned (--engine sglang or both)"),
     (["--kv-budget", "1GiB", "--emit", "k8s", "--engine", "vllm", "--max-num-seqs", "4096"],
      "--emit k8s: no engine starts with these settings, so there is nothing to deploy"),
+    (["--emit", "k8s", "--json"], "--emit k8s without --out prints the files: give --out DIR to print the report too"),
+    (["--out", "deploy"], "--out names the folder --emit writes into: give --emit FORMAT as well"),
 ])
 def test_what_cannot_be_emitted_is_one_line(run_cli, args, message):
     base = ["fit", "nemotron-h", "--ctx", "8192"] + ([] if "--kv-budget" in args else ["--kv-budget", "40GiB"])
