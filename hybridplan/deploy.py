@@ -8,9 +8,6 @@ hybridplan/engines/vllm/deploy.py and hybridplan/engines/sglang/deploy.py; this 
 
 from __future__ import annotations
 
-import json
-from dataclasses import field
-
 import yaml
 
 from hybridplan import __version__
@@ -49,7 +46,6 @@ class Emitted:
 
     name: str
     text: str
-    kind: str = field(default="", compare=False)
 
 
 def _version(target: Target) -> str:
@@ -101,8 +97,8 @@ def config_items(target: Target) -> dict:
     argv = target.command.argv
     rest = list(argv[eng.program_length(argv):])
     items: dict = {}
-    if target.engine == "vllm" and rest and not rest[0].startswith("-"):
-        items[eng.model_key()] = rest.pop(0)
+    if eng.POSITIONAL_MODEL and rest and not rest[0].startswith("-"):
+        items[eng.POSITIONAL_MODEL] = rest.pop(0)
     if target.dp > 1 and not target.dp_coupled:  # the ranks become replicas (``layout``), each without the flag
         rest = _without(rest, "--data-parallel-size")
     i = 0
@@ -149,10 +145,9 @@ def engine_config(target: Target) -> Emitted:
     eng = _engine(target.engine)
     if not target.release.at_least(eng.CONFIG_FROM):  # type: ignore[attr-defined]
         raise PlanError(f"{target.engine} {_version(target)} reads no --config file (from {eng.CONFIG_FROM})")
-    run = ("vllm serve --config" if target.engine == "vllm" else "python -m sglang.launch_server --config")
     body = _dump([config_items(target)])
-    text = _header(target, f"{target.engine} --config file (run: {run} {target.engine}.yaml)") + body
-    return Emitted(f"{target.engine}.yaml", text, f"{target.engine}-config")
+    text = _header(target, f"{target.engine} --config file (run: {eng.RUN} {target.engine}.yaml)") + body
+    return Emitted(f"{target.engine}.yaml", text)
 
 
 def _dns(text: str) -> str:
@@ -170,11 +165,8 @@ def _container(target: Target, config_path: str, gpus: int, role: str = "server"
     if role != "server":
         leader, worker = eng.node_commands(config_path, nodes)
         command, args = (leader if role == "leader" else worker), []
-    elif target.engine == "vllm":
-        command, args = ["vllm", "serve"], ["--config", config_path]
     else:
-        command = ["python3", "-m", "sglang.launch_server"]
-        args = ["--config", config_path, "--host", "0.0.0.0", "--port", str(eng.PORT)]
+        command, args = eng.server_command(config_path)
     c: dict = {"name": target.engine, "image": eng.image(_version(target)), "command": command}
     if args:
         c["args"] = args
@@ -246,7 +238,7 @@ def k8s(target: Target) -> Emitted:
     head = _header(target, f"Kubernetes manifests ({replicas} replica(s) of {gpus * pods} GPU(s), "
                            f"{pods} pod(s) each)")
     text = head + _dump(docs)
-    return Emitted(f"{name}.k8s.yaml", text, "k8s")
+    return Emitted(f"{name}.k8s.yaml", text)
 
 
 def emit(fmt: str, targets: dict[str, Target]) -> list[Emitted]:
@@ -260,7 +252,3 @@ def emit(fmt: str, targets: dict[str, Target]) -> list[Emitted]:
         raise PlanError(f"--emit {fmt}: no {engine} start was planned (--engine {engine} or both)")
     return [engine_config(targets[engine])]
 
-
-def provenance(figures: dict) -> tuple[str, ...]:
-    """The figures a file came from, as header lines."""
-    return tuple(f"{k}: {json.dumps(v) if not isinstance(v, str) else v}" for k, v in figures.items())

@@ -25,13 +25,21 @@ def image(version: str) -> str:
     return f"lmsysorg/sglang:v{version}"
 
 
+#: no positional model (``--model-path`` is a flag like the others); the program a file is run with
+POSITIONAL_MODEL = None
+RUN = "python -m sglang.launch_server --config"
+
+
 def program_length(argv: tuple[str, ...]) -> int:
     """The tokens of ``argv`` before its flags: ``python -m sglang.launch_server`` or ``sglang serve``."""
     return 3 if argv[:1] == ("python",) or argv[:1] == ("python3",) else 2
 
 
-def model_key() -> str:
-    return "model-path"
+def server_command(config_path: str) -> tuple[list[str], list[str]]:
+    """The container's command and arguments: the server with the file, on every interface (its default host is
+    127.0.0.1) and its port."""
+    return ["python3", "-m", "sglang.launch_server"], ["--config", config_path, "--host", "0.0.0.0", "--port",
+                                                        str(PORT)]
 
 
 def dp_replicas(sc) -> bool:

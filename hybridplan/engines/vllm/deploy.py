@@ -28,13 +28,19 @@ def image(version: str) -> str:
     return f"vllm/vllm-openai:v{version}"
 
 
+#: the key the positional model is written under (``vllm serve MODEL``), and the program a file is run with
+POSITIONAL_MODEL = "model"
+RUN = "vllm serve --config"
+
+
 def program_length(argv: tuple[str, ...]) -> int:
-    """The tokens of ``argv`` before its flags: ``vllm serve`` (the model follows as ``model:``)."""
+    """The tokens of ``argv`` before its flags: ``vllm serve`` (the model follows, as ``model:``)."""
     return 2
 
 
-def model_key() -> str:
-    return "model"
+def server_command(config_path: str) -> tuple[list[str], list[str]]:
+    """The container's command and arguments: ``vllm serve`` with the file (it listens on every interface)."""
+    return ["vllm", "serve"], ["--config", config_path]
 
 
 def dp_replicas(sc) -> bool:
