@@ -9,11 +9,11 @@ one tensor-parallel rank (``state_shapes``); attention mixers know their KV elem
 
 from __future__ import annotations
 
-from dataclasses import field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, ClassVar, Union
+
+from msgspec import Struct
 
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.weights.checkpoint import Checkpoint
@@ -36,8 +36,7 @@ def divide(numerator: int, tp: int, what: str) -> int:
 Shape = tuple[int, ...]
 
 
-@frozen
-class StateShapes:
+class StateShapes(Struct, frozen=True):
     """Per-sequence state of one recurrent layer on one rank. ``conv``/``ssm`` are None where absent."""
 
     conv: Shape | None
@@ -49,8 +48,7 @@ class StateShapes:
 # --------------------------------------------------------------------------------------------------
 
 
-@frozen
-class Mamba2:
+class Mamba2(Struct, frozen=True):
     """Mamba-2 (SSD) mixer. ``intermediate`` is the inner width I as vLLM reads it for the family."""
 
     num_heads: int
@@ -59,7 +57,7 @@ class Mamba2:
     n_groups: int
     conv_kernel: int
     intermediate: int
-    kind: str = field(default="mamba2", init=False)
+    kind: ClassVar[str] = "mamba2"
 
     def padded_groups(self, tp: int) -> int:
         # vLLM extra_groups_for_head_shards: groups that TP cannot split are replicated up to tp.
@@ -79,14 +77,13 @@ class Mamba2:
                            ssm=(heads, self.head_dim, self.state_size))
 
 
-@frozen
-class Mamba1:
+class Mamba1(Struct, frozen=True):
     """Mamba-1 mixer: ``intermediate`` channels, each with a conv window and an SSM state of ``state_size``."""
 
     intermediate: int
     state_size: int
     conv_kernel: int
-    kind: str = field(default="mamba1", init=False)
+    kind: ClassVar[str] = "mamba1"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         # vLLM's Mamba-1 state has no speculative columns.
@@ -94,8 +91,7 @@ class Mamba1:
         return StateShapes(conv=(inner, self.conv_kernel - 1), ssm=(inner, self.state_size))
 
 
-@frozen
-class GatedDeltaNet:
+class GatedDeltaNet(Struct, frozen=True):
     """Gated DeltaNet (Qwen3-Next's linear attention): a short conv over q, k and v, and a (v × k) state per value
     head."""
 
@@ -104,7 +100,7 @@ class GatedDeltaNet:
     head_k_dim: int
     head_v_dim: int
     conv_kernel: int
-    kind: str = field(default="gdn", init=False)
+    kind: ClassVar[str] = "gdn"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         divide(self.num_k_heads, tp, "the linear-attention key heads")
@@ -114,14 +110,13 @@ class GatedDeltaNet:
                            ssm=(v_heads, self.head_v_dim, self.head_k_dim))
 
 
-@frozen
-class KimiDeltaAttention:
+class KimiDeltaAttention(Struct, frozen=True):
     """Kimi Delta Attention (Kimi-Linear): a short conv over q, k and v, and a (d × d) state per head."""
 
     num_heads: int
     head_dim: int
     conv_kernel: int
-    kind: str = field(default="kda", init=False)
+    kind: ClassVar[str] = "kda"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         heads = divide(self.num_heads, tp, "the KDA heads")
@@ -131,26 +126,24 @@ class KimiDeltaAttention:
                            ssm=(heads, self.head_dim, self.head_dim))
 
 
-@frozen
-class ShortConv:
+class ShortConv(Struct, frozen=True):
     """LFM2's short convolution over ``dim`` channels (kernel ``l_cache``): a conv state, no SSM state."""
 
     dim: int
     l_cache: int
-    kind: str = field(default="short_conv", init=False)
+    kind: ClassVar[str] = "short_conv"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         return StateShapes(conv=(divide(self.dim, tp, "the short-conv dimension"), self.l_cache - 1 + spec_tokens),
                            ssm=None)
 
 
-@frozen
-class LinearAttention:
+class LinearAttention(Struct, frozen=True):
     """Lightning (linear) attention: a (d × d) state per head, no conv."""
 
     num_heads: int
     head_dim: int
-    kind: str = field(default="linear_attention", init=False)
+    kind: ClassVar[str] = "linear_attention"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         heads = divide(self.num_heads, tp, "the linear-attention heads")
@@ -173,8 +166,7 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     return 1
 
 
-@frozen
-class Attention:
+class Attention(Struct, frozen=True):
     """Softmax attention with a per-token K and V. ``window`` set means a sliding-window layer."""
 
     num_heads: int
@@ -190,15 +182,14 @@ class Attention:
         return 2 * kv_heads_per_rank(self.num_heads, self.num_kv_heads, tp) * self.head_dim
 
 
-@frozen
-class MLA:
+class MLA(Struct, frozen=True):
     """Multi-head latent attention: one compressed latent + rope key per token, replicated on every rank."""
 
     num_heads: int
     kv_lora_rank: int
     qk_rope_head_dim: int
-    window: None = field(default=None, init=False)
-    kind: str = field(default="mla", init=False)
+    window: ClassVar[None] = None
+    kind: ClassVar[str] = "mla"
 
     def kv_elements_per_token(self, tp: int) -> int:
         divide(self.num_heads, tp, "the attention heads")
@@ -210,8 +201,7 @@ AttentionMixer = Union[Attention, MLA]
 Mixer = Union[RecurrentMixer, AttentionMixer]
 
 
-@frozen
-class RopeScaling:
+class RopeScaling(Struct, frozen=True):
     """One RoPE scaling entry of a config (``rope_scaling``, or ``rope_parameters`` per layer type)."""
 
     rope_type: str
@@ -221,8 +211,7 @@ class RopeScaling:
     original: int | None = None
 
 
-@frozen
-class ContextFields:
+class ContextFields(Struct, frozen=True):
     """What a config says about the longest context: every length field it sets, in the order it sets them,
     and its RoPE scaling. How an engine derives its maximum from them is an engine rule."""
 
@@ -233,8 +222,7 @@ class ContextFields:
         return dict(self.lengths).get(key)
 
 
-@frozen
-class ModelSpec:
+class ModelSpec(Struct, frozen=True):
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 
     ``mixers`` counts token mixers: a Falcon-H1 layer contributes one Mamba-2 and one attention mixer, a
@@ -258,12 +246,31 @@ class ModelSpec:
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     #: the config as read, JSON: what the weights are counted from (not part of the spec's identity)
-    config_json: str = field(default="", compare=False, repr=False)
-    #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py)
-    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
+    config_json: str = ""
+    #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py); not part of the
+    #: spec's identity either
+    checkpoint: Checkpoint | None = None
     #: the checkpoint's quantization (hybridplan/weights/quant.py), read once: the weights and the engines'
     #: KV-dtype rules read this value
     quantization: Quantization | None = None
+
+    #: the fields the spec's identity leaves out: equality, hash and repr skip them
+    _UNCOMPARED: ClassVar[frozenset[str]] = frozenset({"config_json", "checkpoint"})
+
+    def _identity(self) -> tuple:
+        return tuple([getattr(self, n) for n in self.__struct_fields__ if n not in self._UNCOMPARED])
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._identity() == other._identity()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__ if n not in self._UNCOMPARED)
+        return f"{type(self).__name__}({shown})"
 
     def config_dtype(self, field: str) -> str | None:
         return dict(self.config_dtypes).get(field)

@@ -34,8 +34,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.scenario import Speculative
 from hybridplan.spec import MLA, Attention, Mixer, ModelSpec
 
@@ -155,8 +156,7 @@ SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN
                                      "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
 
 
-@frozen
-class SglangFlags:
+class SglangFlags(Struct, frozen=True):
     """SGLang's speculative flags as typed (None = not given)."""
 
     algorithm: str | None = None

@@ -5,14 +5,14 @@ layouts on fewer GPUs fail."""
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
 from hybridplan.plan import Plan, PlanResult, Rejection
-from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 
 
-@frozen
-class PlanReport:
+class PlanReport(Struct, frozen=True):
     result: PlanResult
     model_ref: str | None = None
     revision: str | None = None

@@ -9,10 +9,11 @@ so a hybrid's figures are a prediction, not a fit (validation/speed.py, docs/VAL
 
 from __future__ import annotations
 
-from dataclasses import replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.work import Step, Work
 
@@ -21,8 +22,7 @@ BOUNDS = ("weights", "KV reads", "state reads and writes", "FLOPs", "fp32 FLOPs"
           "communication", "step overhead")
 
 
-@frozen
-class Efficiency:
+class Efficiency(Struct, frozen=True):
     """Achieved over peak, and the fixed costs, as one engine on one GPU reaches them."""
 
     #: HBM bandwidth a large decode GEMV or cache read reaches
@@ -56,7 +56,7 @@ class Efficiency:
     source: str = "fitted on attention-model fixtures (FITTED_ON; python validation/speed.py --fit)"
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__struct_fields__}
 
 
 #: µs one all-reduce takes, by TP degree and message size in bytes, for vLLM's custom all-reduce kernel on H100s
@@ -87,8 +87,7 @@ FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 DEFAULT = Efficiency()
 
 
-@frozen
-class KindTime:
+class KindTime(Struct, frozen=True):
     kind: str
     seconds: float
     bound: str
@@ -109,8 +108,7 @@ class KindTime:
         return d
 
 
-@frozen
-class StepTime:
+class StepTime(Struct, frozen=True):
     step: Step
     kinds: tuple[KindTime, ...]
     seconds: float

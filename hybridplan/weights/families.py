@@ -18,14 +18,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from msgspec import Struct
+
 from hybridplan.adapters import Fields, _qwen3_moe_layers
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import GatedDeltaNet
 
 
-@frozen
-class Part:
+class Part(Struct, frozen=True):
     """One tensor kind, summed over the layers that hold it."""
 
     group: str
@@ -38,8 +38,7 @@ class Part:
     section: str = "model"  # model, mtp, vision
 
 
-@frozen
-class How:
+class How(Struct, frozen=True):
     """How a linear layer splits over the ranks, whether it has a bias, and the heads or groups it is made of
     (replicated where the ranks outnumber them)."""
 
@@ -79,8 +78,7 @@ class Count:
 # --- shared blocks ---------------------------------------------------------------------------------
 
 
-@frozen
-class Attn:
+class Attn(Struct, frozen=True):
     """An attention block's shapes, as its weights are counted."""
 
     heads: int
@@ -95,8 +93,7 @@ class Attn:
     out: int | None = None
 
 
-@frozen
-class SSM2:
+class SSM2(Struct, frozen=True):
     """A Mamba-2 block's shapes, as its weights are counted."""
 
     heads: int
@@ -110,8 +107,7 @@ class SSM2:
     gated_norm: bool = True
 
 
-@frozen
-class SSM1:
+class SSM1(Struct, frozen=True):
     """A Mamba-1 block's shapes, as its weights are counted."""
 
     inner: int
@@ -124,8 +120,7 @@ class SSM1:
     inner_norms: bool = False
 
 
-@frozen
-class Experts:
+class Experts(Struct, frozen=True):
     """A mixture-of-experts block's shapes (routed and shared experts), as its weights are counted."""
 
     experts: int
