@@ -3,7 +3,7 @@ memory there is. Engines derive everything else from it (dtypes, footprints, pag
 of one run can never be computed from two different settings.
 
 Like vLLM's config object: frozen, built once at the edge, read everywhere, changed only by copying
-(``dataclasses.replace``).
+(``msgspec.structs.replace``).
 """
 
 from __future__ import annotations

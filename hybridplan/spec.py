@@ -1,8 +1,8 @@
 """The normalised model: a tuple of mixers (one per token-mixing block) and what each keeps per sequence.
 
-Every mixer is a small frozen dataclass. Recurrent mixers know the shapes of their per-sequence state on
-one tensor-parallel rank (``state_shapes``); attention mixers know their KV elements per token
-(``kv_elements_per_token``). Both refuse a TP degree the serving engine would refuse. Shapes follow vLLM's
+Every mixer is a small frozen record (a msgspec Struct). Recurrent mixers know the shapes of their
+per-sequence state on one tensor-parallel rank (``state_shapes``); attention mixers know their KV elements per
+token (``kv_elements_per_token``). Both refuse a TP degree the serving engine would refuse. Shapes follow vLLM's
 ``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py); conv shapes are written
 ``(channels, window)`` — vLLM stores some transposed, which changes no byte.
 """

@@ -74,7 +74,8 @@ class Prompt(Struct, frozen=True, dict=True):
 
     def __post_init__(self) -> None:
         if self.size < 0:
-            force_setattr(self, "size", len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs]))
+            size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
+            force_setattr(self, "size", size)  # msgspec's way to set a frozen Struct's field in __post_init__
 
     @classmethod
     def of_runs(cls, runs: tuple[tuple[object, int], ...], size: int) -> Prompt:
@@ -259,7 +260,7 @@ def _bad(path: Path, line: int, why: str) -> PlanError:
     return PlanError(f"{path}: line {line}: {why}")
 
 
-# --- the JSONL formats: each line's fields as msgspec types, decoded and checked by msgspec as it is read ----------
+# --- the JSONL formats: each line's fields as msgspec types, checked by msgspec as a line decodes ---------------
 
 #: a line's token count (``Count``: ≥ 0; ``Positive``: ≥ 1), at most MAX_PROMPT; a token id, ≥ 0
 Count = Annotated[int, Meta(ge=0, le=MAX_PROMPT)]
