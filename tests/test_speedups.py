@@ -124,8 +124,8 @@ def test_a_mooncake_lines_request_is_the_one_python_makes():
     field for field and with their prompt and output, to those the records' own constructors make."""
     rec = trace.MooncakeLine(timestamp=3, input_length=1100, output_length=7, hash_ids=[4, 9, 2])
     made = []
-    for native in (trace._native, None):
-        saved, trace._native = trace._native, native
+    for impl in (trace._native, None):
+        saved, trace._native = trace._native, impl
         try:
             made.append(trace._mooncake_line(rec, trace.Path("t.jsonl"), 5, 2))
         finally:
