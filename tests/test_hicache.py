@@ -1,0 +1,131 @@
+"""SGLang's hierarchical cache (HiCache) for hybrids: the host pools each release allocates, what it refuses,
+and the real log that pins the sizing (hybridplan/engines/sglang/hicache.py; SGLang's files named per test)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hybridplan.engines.sglang.hicache import HiCache, host_pools
+from hybridplan.engines.sglang.releases import release
+from hybridplan.errors import PlanError, Refused
+
+LOG = Path(__file__).parent / "data" / "logs" / "sglang-0.5.20-qwen3.8-flash-next-nvfp4-hicache-rtxpro6000-1.log"
+
+# --- the device pools the log prints, as bytes (the log's GB are GiB: memory_pool.py divides by 1 << 30) -------
+# KV: "#tokens: 240128, K 1.37 GB": 1.37 GiB / ((240,128 + 64 page rows) · 12 layers) = 510 B a token and layer,
+# i.e. 2 KV heads · 256 · 1 B (fp8_e4m3) = 512 B (1.374 GiB). Host KV per token: K and V of the 12 target layers
+# and the packed MTP draft layer ("total_layers=13"): 2 · 512 · 13 = 13,312 B
+T, PAGE, KV_LAYER = 240_128, 64, 512
+KV_DEVICE = (T + PAGE) * KV_LAYER * 2 * 12
+KV_HOST_UNIT = 2 * KV_LAYER * 13
+# Mamba: 36 GDN layers, 48 + 1 rows ("max_mamba_cache_size: 48"). conv 10,240 channels · 3 · 2 B = 61,440 B a
+# layer (49 · 36 · 61,440 = 0.10 GiB), SSM 48 heads · 128 · 128 · 2 B (bfloat16) = 1,572,864 B (49 · 36 · that =
+# 2.58 GiB); a host state is one slot over the 36 layers: 36 · (61,440 + 1,572,864) = 58,834,944 B
+SLOTS, CONV, SSM, GDN = 48, 61_440, 1_572_864, 36
+SLOT = GDN * (CONV + SSM)
+# speculative buffers: max_running_requests 4 + 1 rows, 4 draft tokens: SSM 5 · 4 · 36 · 1,572,864 = 1.05 GiB; the
+# conv windows are stored deduplicated, 5 · 10,240 · (4 + 3 − 1) · 2 B · 36 = 0.02 GiB as the log prints, but held
+# as an as_strided view of 5 · 4 · 61,440 B a layer, and mem_usage_bytes sums the view's shape
+SPEC_SSM = 5 * 4 * GDN * SSM
+CONV_PHYSICAL = 5 * 10_240 * (4 + 3 - 1) * 2 * GDN
+CONV_VIEW = 5 * 4 * GDN * CONV
+MAMBA_DEVICE = (SLOTS + 1) * SLOT + SPEC_SSM + CONV_VIEW
+SETTINGS = HiCache(size_gb=96, mem_layout="page_first", io_backend="direct")
+
+
+def _logged() -> tuple[int, float, float, str]:
+    text = LOG.read_text()
+    kv = re.search(r"hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory", text)
+    mamba = re.search(r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache \(layout=(\w+)\)", text)
+    assert kv and mamba
+    return int(kv[1]), float(kv[2]), float(mamba[1]), mamba[2]
+
+
+def _pools(version: str, hc: HiCache = SETTINGS, mamba_device: int = MAMBA_DEVICE):
+    return host_pools(release(version), hc, kv_tokens=T, kv_unit=KV_HOST_UNIT, kv_device_bytes=KV_DEVICE, page=PAGE,
+                      mamba_slots=SLOTS, mamba_unit=SLOT, mamba_device_bytes=mamba_device)
+
+
+def test_device_figures_are_the_logs():
+    # the byte counts above print as the log's own figures
+    gib = 1 << 30
+    assert f"{KV_DEVICE / 2 / gib:.2f}" == "1.37"
+    assert f"{(SLOTS + 1) * GDN * CONV / gib:.2f}" == "0.10" and f"{(SLOTS + 1) * GDN * SSM / gib:.2f}" == "2.58"
+    assert f"{SPEC_SSM / gib:.2f}" == "1.05" and f"{CONV_PHYSICAL / gib:.2f}" == "0.02"
+
+
+def test_host_pools_reproduce_a_real_log():
+    # sglang#39830's boot lines (0.5.20.dev728): --hicache-size 96 split by device bytes (0.5.17 on,
+    # _split_hicache_size), each pool one page past int(budget · 1e9 // unit), and page_first with the direct
+    # I/O backend logged as page_first_direct
+    tokens, kv_gb, mamba_gb, layout = _logged()
+    p = _pools("0.5.20")
+    assert p.kv.size == tokens == 3_035_904
+    assert f"{p.kv.bytes / 1e9:.2f}" == f"{kv_gb:.2f}" == "40.41"
+    assert f"{p.mamba.bytes / 1e9:.2f}" == f"{mamba_gb:.2f}" == "55.60"
+    assert p.layout == layout == "page_first_direct"
+    assert p.mamba.size == 945  # int(55.59… GB / 58,834,944 B) + 1
+    assert p.logs[0] == "Allocating kv hierarchical KV host pool: 3035904 tokens, 40.41 GB host memory."
+
+
+def test_the_split_counts_the_conv_view_not_the_printed_buffer():
+    # with the deduplicated conv windows at their physical size the split moves and the log is missed: the log
+    # pins that mem_usage_bytes counts the dense view (memory_pool.py SpeculativeState, as_strided)
+    p = _pools("0.5.20", mamba_device=(SLOTS + 1) * SLOT + SPEC_SSM + CONV_PHYSICAL)
+    assert p.kv.size != _logged()[0]
+
+
+def test_before_0_5_17_each_pool_takes_the_whole_size():
+    # sglang#29034: 0.5.10rc0-0.5.16 pass --hicache-size to both pools: KV int(96e9 // 13,312) = 7,211,538 tokens,
+    # one page past: (7,211,538 // 64 + 1) · 64 = 7,211,584; Mamba int(96e9 // 58,834,944) + 1 = 1,632 states
+    p = _pools("0.5.16")
+    assert p.kv.size == 7_211_584 and p.mamba.size == 1_632
+    assert p.bytes > 96e9 * 1.9 and any("whole --hicache-size" in n for n in p.notes)
+
+
+def test_ratio_sizes_each_pool_by_its_own_device_pool():
+    # --hicache-ratio 3: int(240,128 · 3) = 720,384 = 11,256 pages → 11,257 · 64 = 720,448 tokens; Mamba
+    # int(48 · 3) + 1 = 145 states (pool_host/base.py, pool_host/mamba.py)
+    p = _pools("0.5.23", HiCache(ratio=3))
+    assert (p.kv.size, p.mamba.size) == (720_448, 145)
+    assert p.logs[1].startswith("Allocating 8.53 GB host memory for hierarchical Mamba cache (145 state slots, ")
+
+
+def test_default_ratio_is_auto_sized_from_0_5_21():
+    # 0.5.21 on: the default ratio 2.0 is lowered to fit 0.8 of the host's free memory (hicache_auto_size.py)
+    assert any("hicache_auto_size.py" in n for n in _pools("0.5.21", HiCache()).notes)
+    assert not _pools("0.5.20", HiCache()).notes
+    assert not _pools("0.5.21", HiCache(ratio=2)).notes
+
+
+def test_hybrids_are_refused_before_0_5_10rc0():
+    # 0.5.2-0.5.9 build HiRadixCache, which raises for a HybridLinearKVPool (mem_cache/hiradix_cache.py)
+    with pytest.raises(Refused, match="HiRadixCache only supports MHA and MLA yet"):
+        _pools("0.5.9")
+    assert _pools("0.5.10rc0").kv.size
+
+
+def test_a_host_pool_no_larger_than_the_device_pool():
+    # ratio 0.5: int(48 · 0.5) + 1 = 25 ≤ 48 states. 0.5.10rc0-0.5.14 assert (memory_pool_host.py), 0.5.15 on warn
+    with pytest.raises(Refused, match="The host memory should be larger than the device memory"):
+        _pools("0.5.14", HiCache(ratio=0.5))
+    p = _pools("0.5.15", HiCache(ratio=0.5))
+    assert p.mamba.size == 25 and any("L2 cache effectiveness is reduced" in n for n in p.notes)
+
+
+def test_layout_and_log_line_per_release():
+    # default --hicache-mem-layout: layer_first to 0.5.13, page_first from 0.5.14; the KV line names its tokens
+    # from 0.5.17 (pool_host/base.py), memory_pool_host.py's "... for hierarchical KV cache." before
+    assert _pools("0.5.13", HiCache()).layout == "layer_first"
+    assert _pools("0.5.14", HiCache()).layout == "page_first"
+    assert _pools("0.5.16", HiCache()).logs[0].endswith("GB host memory for hierarchical KV cache.")
+
+
+def test_bad_settings_are_one_line():
+    with pytest.raises(PlanError, match="write_through, write_through_selective, write_back"):
+        HiCache(write_policy="write_once")
+    with pytest.raises(PlanError, match="--hicache-ratio must be positive"):
+        HiCache(ratio=0)
