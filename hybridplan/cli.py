@@ -16,6 +16,7 @@ import typer
 from hybridplan.errors import PlanError
 from hybridplan.options import (
     ADMISSION,
+    HICACHE,
     CHECK_LOG_FLAGS,
     ALLOW_LONG,
     BUDGET,
@@ -230,8 +231,8 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), ALLOW_LONG, OUTPUT,
-         EMIT, short="How many requests fit, whether the engines start, the commands to run")
+         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), HICACHE, ALLOW_LONG,
+         OUTPUT, EMIT, short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 

@@ -161,6 +161,16 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--dp-size": ("opt", "--dp"),
     "--enable-dp-attention": ("bool", "--enable-dp-attention"),
     "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
+    # the host tier (hybridplan/engines/sglang/hicache.py)
+    "--enable-hierarchical-cache": ("bool", "--enable-hierarchical-cache"),
+    "--hicache-ratio": ("opt", "--hicache-ratio"), "--hicache-size": ("opt", "--hicache-size"),
+    "--hicache-write-policy": ("opt", "--hicache-write-policy"),
+    "--hicache-mem-layout": ("opt", "--hicache-mem-layout"), "--hicache-io-backend": ("opt", "--hicache-io-backend"),
+    "--hicache-host-memory-fraction": ("ignore", "sizes the default --hicache-ratio to the host's free memory, "
+                                                 "which hybridplan does not know: give --hicache-ratio to pin it"),
+    "--hicache-storage-backend": ("refuse", "an L3 storage backend behind the host tier is not modelled"),
+    **_each(_CPU, "disable-hicache-numa-detect hicache-storage-backend-extra-config hicache-storage-prefetch-policy "
+                  "hicache-storage-prefetch-retry-max-attempts hicache-storage-prefetch-retry-poll-interval"),
     "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
                                      "gives"),
     "--schedule-conservativeness": ("ignore", "how far ahead the scheduler reserves tokens for running "
@@ -957,6 +967,18 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
             a += ["--speculative-draft-model-path", sc.speculative.draft_ref]
     if sc.budget.cpu_offload:
         a += ["--cpu-offload-gb", _gib(sc.budget.cpu_offload)]
+    if (hc := s.hicache) is not None:
+        a += ["--enable-hicache" if rel.at_least("0.5.23") else "--enable-hierarchical-cache"]  # flags.json
+        if hc.ratio is not None:
+            a += ["--hicache-ratio", f"{hc.ratio:g}"]
+        if hc.size_gb:
+            a += ["--hicache-size", f"{hc.size_gb:g}"]
+        if hc.write_policy != "write_through":
+            a += ["--hicache-write-policy", hc.write_policy]
+        if hc.mem_layout is not None:
+            a += ["--hicache-mem-layout", hc.mem_layout]
+        if hc.io_backend != "kernel":
+            a += ["--hicache-io-backend", hc.io_backend]
     a += _kept(sc, "sglang")
     notes = ()
     if sc.budget.kv_budget is not None:

@@ -441,10 +441,20 @@ def _sglang_fit(g, exact: bool = False) -> list:
         ("KV pool", f"{s['kv_tokens']:,} tokens", _b(s["kv_pool_bytes"], exact)) if g.pool.fp.kv else
         ("KV pool", "none", "no attention layers"),
         ("max running requests", f"{s['max_running_requests']:,}",
-         _slots(s))],
+         _slots(s)),
+        *_host_rows(s.get("hicache"), exact)],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
         left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
     return [*lead, t, *(log_line(line) for line in s["logs"])]
+
+
+def _host_rows(h: dict | None, exact: bool) -> list:
+    """The HiCache host pools (hybridplan/engines/sglang/hicache.py), in host memory beside the device pools."""
+    if h is None:
+        return []
+    return [("KV host pool", f"{h['kv_host_tokens']:,} tokens", f"{_b(h['kv_host_bytes'], exact)} host memory"),
+            ("Mamba host pool", f"{h['mamba_host_slots']:,} states",
+             f"{_b(h['mamba_host_bytes'], exact)} host memory, {h['write_policy']}")]
 
 
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}

@@ -129,3 +129,40 @@ def test_bad_settings_are_one_line():
         HiCache(write_policy="write_once")
     with pytest.raises(PlanError, match="--hicache-ratio must be positive"):
         HiCache(ratio=0)
+
+
+# --- fit, the pasted line and the printed command -------------------------------------------------------------
+
+
+def test_fit_shows_the_host_pools(run_cli):
+    # Qwen3-Next at TP 4 on an H100, 0.5.20, --hicache-ratio 3: the host KV pool is (int(T · 3) // 1 + 1) tokens
+    # of 12 layers · 1 KV head (2 heads over TP 4, replicated) · 256 · 2 (K, V) · 2 B = 12,288 B (pool_host/mha.py)
+    code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang",
+                             "--sglang-version", "0.5.20", "--enable-hierarchical-cache", "--hicache-ratio", "3",
+                             "--json")
+    assert code == 0, err
+    import json
+
+    s = json.loads(out)["sglang"]
+    h = s["hicache"]
+    assert h["kv_bytes_per_token"] == 12 * 1 * 256 * 2 * 2
+    assert h["kv_host_tokens"] == int(s["kv_tokens"] * 3) + 1
+    assert h["mamba_host_slots"] == int(s["max_mamba_cache_size"] * 3) + 1
+    assert any(line.startswith("Allocating kv hierarchical KV host pool: ") for line in s["logs"])
+
+
+def test_fit_refuses_hicache_where_the_release_does(run_cli):
+    code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang",
+                             "--sglang-version", "0.5.9", "--enable-hierarchical-cache")
+    assert code == 1 and "HiRadixCache only supports MHA and MLA yet" in out
+
+
+def test_pasted_line_round_trips(run_cli):
+    # the line SGLang 0.5.23 takes (--enable-hicache, flags.json) gives the same host pools as hybridplan's flags,
+    # and fit prints it back with the release's flag name
+    line = ("--", "sglang", "serve", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4",
+            "--enable-hicache", "--hicache-size", "64", "--hicache-write-policy", "write_back")
+    code, out, err = run_cli("fit", "--gpu-type", "h100", "--sglang-version", "0.5.23", "--engine", "sglang", *line)
+    assert code == 0, err
+    assert "--enable-hicache --hicache-size 64 --hicache-write-policy write_back" in out
+    assert "Mamba host pool" in out and "write_back" in out
