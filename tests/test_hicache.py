@@ -166,3 +166,29 @@ def test_pasted_line_round_trips(run_cli):
     assert code == 0, err
     assert "--enable-hicache --hicache-size 64 --hicache-write-policy write_back" in out
     assert "Mamba host pool" in out and "write_back" in out
+
+
+def test_check_log_reads_the_host_pool_lines(run_cli, tmp_path):
+    # the real 0.5.18 Qwen3.8-27B log (tests/data/logs, SOURCES.md) with the two host lines a start with
+    # --enable-hierarchical-cache at the default ratio 2 prints, derived from its own device pools: KV
+    # int(330,323 · 2) + 1 = 660,647 tokens of 16 layers · 4 KV heads · 256 · 2 (K, V) · 2 B = 65,536 B =
+    # 43.30 GB; Mamba int(124 · 2) + 1 = 249 states of 48 · (61,440 + 3,145,728) B = 38.33 GB; page_first, the
+    # default layout from 0.5.14
+    real = (LOG.parent / "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log").read_text()
+    log = tmp_path / "hicache.log"
+    log.write_text(real + "Allocating kv hierarchical KV host pool: 660647 tokens, 43.30 GB host memory.\n"
+                          "Allocating 38.33 GB host memory for hierarchical Mamba cache (layout=page_first).\n")
+    code, out, err = run_cli("check-log", log, "--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
+                             "--mem-fraction-static", "0.85", "--max-running-requests", "32", "--json")
+    import json
+
+    d = json.loads(out)
+    rows = {r["figure"]: r for r in d["rows"]}
+    assert code == 0 and d["ok"], err
+    for figure in ("KV host pool tokens", "KV host pool (GB)", "Mamba host pool (GB)", "host pool layout"):
+        assert rows[figure]["ok"], rows[figure]
+    # a wrong figure is a mismatch: the Mamba pool at the whole ratio of a different device pool
+    log.write_text(real + "Allocating 38.48 GB host memory for hierarchical Mamba cache (layout=page_first).\n")
+    code, out, _ = run_cli("check-log", log, "--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
+                           "--mem-fraction-static", "0.85", "--max-running-requests", "32", "--json")
+    assert code == 1 and not {r["figure"]: r for r in json.loads(out)["rows"]}["Mamba host pool (GB)"]["ok"]
