@@ -192,3 +192,78 @@ def test_check_log_reads_the_host_pool_lines(run_cli, tmp_path):
     code, out, _ = run_cli("check-log", log, "--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
                            "--mem-fraction-static", "0.85", "--max-running-requests", "32", "--json")
     assert code == 1 and not {r["figure"]: r for r in json.loads(out)["rows"]}["Mamba host pool (GB)"]["ok"]
+
+
+# --- the host tier in replay (hicache_tree.py) -----------------------------------------------------------------
+
+
+def _trace(tmp_path):
+    # P: 256 tokens; Q: 480 other tokens; then P again with 64 more. With a 512-token device KV pool, Q's 480
+    # tokens evict P's 256 (256 + 480 > 512); P's no_buffer state sits at its end, token 256 (a chunk end)
+    import json
+
+    p, q = list(range(256)), list(range(1000, 1480))
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"prompt_token_ids": ids, "output_len": 0}) + "\n"
+                            for ids in (p, q, p + list(range(5000, 5064)))))
+    return path
+
+
+def _replay(tmp_path, policy: str | None):
+    from hybridplan.engines.sglang import radix_cache as spc
+    from hybridplan.engines.sglang.hicache import WRITE_POLICIES
+    from hybridplan.replay import trace as tr
+    from hybridplan.replay.loop import Policy, replay
+
+    r = spc.Rules("t", "0.5.23", "no_buffer", 64, 8192, 512, 8, 1, -1, False, 1 << 20)
+    if policy is not None:
+        r = spc.Rules(**{**r.__dict__, "host_kv_tokens": 4096, "host_states": 16, "write_policy": policy,
+                         "write_threshold": WRITE_POLICIES[policy]})
+    runs, _ = replay([Policy("t", spc.cache(r), r.grid, r.max_model_len)], tr.read(_trace(tmp_path), "tokens"))
+    return runs["t"]
+
+
+@pytest.mark.parametrize("policy,host_tokens", [
+    (None, None),  # no host tier: P was evicted from the device, the third request recomputes it
+    ("write_through", 256),  # P backed up at its first insert: found on host, 256 tokens loaded back
+    ("write_back", 256),  # P backed up when Q evicts it from the device
+    ("write_through_selective", 0),  # P inserted once: never backed up, lost with its eviction
+])
+def test_host_hits_per_write_policy(tmp_path, policy, host_tokens):
+    run = _replay(tmp_path, policy)
+    assert run.evictions
+    if policy is None:
+        assert run.host is None and run.outcomes[2].reused == 0
+        return
+    assert run.host["host_hit_tokens"] == host_tokens
+    assert run.outcomes[2].reused == host_tokens
+    assert run.host["host_hit_requests"] == (1 if host_tokens else 0)
+    # write_through backs up every insert once: P's 4 grid units of 64 (256), Q's 7 (448; its last 32 tokens
+    # fill no unit), and the third request's one new unit (64; its first 256 are on host already)
+    if policy == "write_through":
+        assert run.host["written_tokens"] == 256 + 448 + 64
+
+
+def test_replay_refuses_what_the_release_refuses(run_cli, tmp_path):
+    trace = _trace(tmp_path)
+    code, out, err = run_cli("replay", trace, "qwen3-next", "--tp", "4", "--kv-budget", "20GiB", "--engine", "sglang",
+                             "--sglang-version", "0.5.9", "--enable-hierarchical-cache")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "SGLang 0.5.9 will not start: HiRadixCache only supports MHA and MLA yet" in err
+    code, out, err = run_cli("replay", trace, "qwen3-next", "--tp", "4", "--kv-budget", "20GiB", "--engine", "sglang",
+                             "--sglang-version", "0.5.18", "--enable-hierarchical-cache",
+                             "--enable-int8-mamba-checkpoint")
+    assert code == 2 and "--enable-int8-mamba-checkpoint is not supported together with" in err
+
+
+def test_replay_json_reports_the_host_tier(run_cli, tmp_path):
+    import json
+
+    code, out, err = run_cli("replay", _trace(tmp_path), "qwen3-next", "--tp", "4", "--kv-budget", "20GiB",
+                             "--engine", "sglang", "--enable-hierarchical-cache", "--hicache-ratio", "2", "--json")
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    h = row["host_tier"]
+    assert row["label"].endswith("+ HiCache write_through") and h["write_policy"] == "write_through"
+    assert h["device_hit_tokens"] + h["host_hit_tokens"] == row["reused_tokens"]
+    assert row["rules"]["host_kv_tokens"] > row["rules"]["kv_pool_tokens"]

@@ -60,6 +60,8 @@ class Run:
     keep_outcomes: bool = True
     #: the longest prompt refused at max_model_len (0: none)
     longest_refused: int = 0
+    #: a host tier's hits and write-backs (SGLang HiCache, ``host_stats()`` of the cache); None without one
+    host: dict | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -347,4 +349,6 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
         run.evictions = p.cache.evictions
         run.peak_states = p.cache.peak_states
         run.peak_blocks = p.cache.peak_blocks
+        if (stats := getattr(p.cache, "host_stats", None)) is not None:
+            run.host = stats()
     return runs, ideal_run

@@ -50,6 +50,8 @@ from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.pool import Fit
+    from hybridplan.engines.sglang.radix_cache import Rules
+    from hybridplan.replay.settings import ReplaySettings
     from hybridplan.engines.sglang.releases import Release
     from hybridplan.scenario import Scenario
 
@@ -74,6 +76,8 @@ SLOTS_LOG_SINCE = "0.5.23"
 PAGE_FIRST_SINCE = "0.5.14"
 #: the first release that packs an MTP draft's KV layers into the KV host pool (base_spec_worker.py)
 MTP_PACKED_SINCE = "0.5.18"
+#: the first release that refuses --enable-int8-mamba-checkpoint with the hierarchical cache
+INT8_REFUSED_SINCE = "0.5.18"
 #: --hicache-write-policy: the hits after which a node is backed up to host (None: on device eviction)
 WRITE_POLICIES = {"write_through": 1, "write_through_selective": 2, "write_back": None}
 DEFAULT_RATIO = 2.0
@@ -230,7 +234,26 @@ def draft_layers(rel: Release, sc: Scenario) -> int:
     return sum(m.kind in ATTENTION_KINDS for m in sp.layers)
 
 
-def for_fit(f: Fit, hc: HiCache, sc: Scenario) -> HostPools:
+def host_tier(r: Rules, sc: Scenario, rs: ReplaySettings, f: Fit) -> Rules:
+    """`replay`'s rules with the host tier behind the device pools; SGLang's refusal raised as its own."""
+    from dataclasses import replace
+
+    rel, hc = sc.sglang.release, sc.sglang.hicache
+    if rs.int8_checkpoint and rel.at_least(INT8_REFUSED_SINCE):
+        # server_args.py (0.5.18), arg_groups/mamba_hook.py ``handle_int8_mamba_checkpoint`` (0.5.19-0.5.23)
+        raise Refused(f"SGLang {rel.version}: --enable-int8-mamba-checkpoint is not supported together with "
+                      "--enable-hierarchical-cache: the host-offload path is not int8-aware. Disable one of them.")
+    try:
+        check(rel, radix_off=r.strategy == "off")
+        host = for_fit(f, hc, sc, kv_tokens=r.kv_tokens)
+    except Refused as exc:
+        raise Refused(f"SGLang {rel.version} will not start: {exc}") from None
+    return replace(r, label=f"{r.label} + HiCache {hc.write_policy}", host_kv_tokens=host.kv.size,
+                   host_states=host.mamba.size, write_policy=hc.write_policy, write_threshold=hc.threshold,
+                   host_notes=host.notes)
+
+
+def for_fit(f: Fit, hc: HiCache, sc: Scenario, kv_tokens: int | None = None) -> HostPools:
     """The host pools beside a start that ``fit`` sized (pool.py): T tokens of the full-attention layers'
     KV (and any packed MTP layers), and the Mamba pool's states, with the speculative buffers counted in its
     device bytes."""
@@ -246,7 +269,31 @@ def for_fit(f: Fit, hc: HiCache, sc: Scenario) -> HostPools:
     extra = draft_layers(f.rel, sc)
     if extra and layers:
         unit += extra * fp.kv_bytes_per_token // layers
-    return host_pools(f.rel, hc, kv_tokens=f.kv_tokens, kv_unit=unit,
-                      kv_device_bytes=(f.kv_tokens + f.page_size) * fp.kv_bytes_per_token, page=f.page_size,
+    t = kv_tokens if kv_tokens is not None else f.kv_tokens  # --max-total-tokens in `replay`
+    return host_pools(f.rel, hc, kv_tokens=t, kv_unit=unit,
+                      kv_device_bytes=(t + f.page_size) * fp.kv_bytes_per_token, page=f.page_size,
                       mamba_slots=f.pool.size, mamba_unit=fp.conv_bytes + fp.ssm_bytes,
                       mamba_device_bytes=f.pool.bytes + spec_bytes)
+
+
+def diagnose(run, rules: dict) -> list[str]:
+    """The host tier of a replayed row in words: its pools' warnings, and why it gave no host hit where the
+    device evicted (the write policy's rule, hi_mamba_radix_cache.py / unified_radix_cache.py)."""
+    h = run.host
+    if h is None:
+        return []
+    out = list(rules.get("hicache_notes", ()))
+    if h["host_hit_requests"] or not run.evictions:
+        return out
+    policy = h["write_policy"]
+    if policy == "write_through_selective":
+        why = ("write_through_selective backs a node up only when a second request inserts it "
+               "(write_through_threshold 2), so a prefix evicted after one sighting is not on host; "
+               "--hicache-write-policy write_through backs every insert up")
+    elif policy == "write_back":
+        why = ("write_back backs a node up only when the device evicts it, and no later request matched what "
+               "was backed up")
+    else:
+        why = "no later request matched a prefix that was on host and not on device"
+    out.append(f"the host tier gave no host hit over {run.evictions:,} device evictions: {why}")
+    return out
