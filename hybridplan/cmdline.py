@@ -166,6 +166,7 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--hicache-ratio": ("opt", "--hicache-ratio"), "--hicache-size": ("opt", "--hicache-size"),
     "--hicache-write-policy": ("opt", "--hicache-write-policy"),
     "--hicache-mem-layout": ("opt", "--hicache-mem-layout"), "--hicache-io-backend": ("opt", "--hicache-io-backend"),
+    "--hicache-host-memory-mode": ("opt", "--hicache-host-memory-mode"),
     "--hicache-host-memory-fraction": ("ignore", "sizes the default --hicache-ratio to the host's free memory, "
                                                  "which hybridplan does not know: give --hicache-ratio to pin it"),
     "--hicache-storage-backend": ("refuse", "an L3 storage backend behind the host tier is not modelled"),

@@ -418,6 +418,18 @@ ADMISSION = (
 )
 
 
+def _host_memory_mode(text: Any) -> str:
+    """``--hicache-host-memory-mode``: ``buffer_only`` stages for a storage backend, which SGLang requires and
+    hybridplan does not model (arg_groups/hicache_hook.py ``validate_hicache_host_memory_mode``)."""
+    if text == "cache":
+        return text
+    if text == "buffer_only":
+        raise PlanError("--hicache-host-memory-mode buffer_only requires a storage backend (--hicache-storage-backend): "
+                        "host memory is only a staging buffer and all cached data lives in storage; hybridplan does "
+                        "not model a storage backend")
+    raise PlanError(f"hicache_host_memory_mode must be 'cache' or 'buffer_only', got {text!r}")
+
+
 #: SGLang's hierarchical cache (hybridplan/engines/sglang/hicache.py): the host tier beside the device pools
 HICACHE = (
     param("hicache", Flag[bool, option(
@@ -442,6 +454,9 @@ HICACHE = (
     param("hicache_io_backend", Flag[str, option(
         "--hicache-io-backend", metavar="BACKEND", help="SGLang --hicache-io-backend (kernel or direct).")],
           "kernel"),
+    param("hicache_host_memory_mode", Flag[str, option(
+        "--hicache-host-memory-mode", metavar="MODE", parser=_host_memory_mode,
+        help="SGLang --hicache-host-memory-mode (0.5.19+): cache, the host tier hybridplan models.")], "cache"),
 )
 
 

@@ -267,3 +267,12 @@ def test_replay_json_reports_the_host_tier(run_cli, tmp_path):
     assert row["label"].endswith("+ HiCache write_through") and h["write_policy"] == "write_through"
     assert h["device_hit_tokens"] + h["host_hit_tokens"] == row["reused_tokens"]
     assert row["rules"]["host_kv_tokens"] > row["rules"]["kv_pool_tokens"]
+
+
+def test_buffer_only_host_memory_is_refused_as_sglang_refuses_it(run_cli):
+    # buffer_only needs a storage backend (arg_groups/hicache_hook.py validate_hicache_host_memory_mode, 0.5.19+)
+    code, out, err = run_cli("fit", "--gpu-type", "h100", "--engine", "sglang", "--", "sglang", "serve",
+                             "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4",
+                             "--enable-hierarchical-cache", "--hicache-host-memory-mode", "buffer_only")
+    assert code == 2 and not out and "buffer_only requires a storage backend" in err
+    assert len(err.strip().splitlines()) == 1
