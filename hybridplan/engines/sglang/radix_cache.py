@@ -21,6 +21,8 @@ Each rule names its release range and SGLang's file.
   Mamba pool's slots (or ``--max-mamba-cache-size``); a running request holds its KV and its state slots (1,
   2 or 3 by strategy, ``Strategy.ratio``); cached KV and cached states are evicted least recently used first,
   each in its own pool (a state can go while its KV stays).
+- ``--enable-hierarchical-cache``: the host tier behind these pools (hicache.py sizes it, hicache_tree.py runs
+  it; ``cache`` builds the one the rules name).
 """
 
 from __future__ import annotations
