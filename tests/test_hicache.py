@@ -276,3 +276,28 @@ def test_buffer_only_host_memory_is_refused_as_sglang_refuses_it(run_cli):
                              "--enable-hierarchical-cache", "--hicache-host-memory-mode", "buffer_only")
     assert code == 2 and not out and "buffer_only requires a storage backend" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_whole_size_to_each_pool_as_sglang_29037_reports():
+    # sglang#29037's table (Qwen3.5-397B-A17B-FP8, TP 8, --hicache-size 20, before its fix): KV host 20.00 GB,
+    # Mamba host 20.02 GB per rank. A host state at TP 8: 45 GDN layers · (conv 1,536 · 3 · 2 B + SSM 8 heads ·
+    # 128 · 128 · 4 B) = 24,007,680 B, so int(20e9 // that) + 1 = 834 states = 20.02 GB; host KV 15 layers · 1 KV
+    # head · 256 · 2 · 1 B (fp8) = 7,680 B a token. Device pools from the table: 13.42 GB of KV (1,747,395
+    # tokens), 1.34 GB of states (55)
+    from hybridplan.engines.sglang.pool import footprint
+    from hybridplan.loader import load_model
+    from hybridplan.scenario import DtypeChoice, Scenario
+
+    fp = footprint(Scenario(load_model("qwen3.5-397b-a17b"), ctx=8192, tp=8, engine="sglang",
+                            dtypes=DtypeChoice(kv="fp8_e4m3")))
+    slot = fp.conv_bytes + fp.ssm_bytes
+    assert slot == 45 * (1_536 * 3 * 2 + 8 * 128 * 128 * 4) and fp.kv_bytes_per_token == 7_680
+    p = host_pools(release("0.5.16"), HiCache(size_gb=20), kv_tokens=1_747_395, kv_unit=7_680,
+                   kv_device_bytes=13_420_000_000, page=1, mamba_slots=55, mamba_unit=slot,
+                   mamba_device_bytes=1_340_000_000)
+    assert f"{p.kv.bytes / 1e9:.2f}" == "20.00" and f"{p.mamba.bytes / 1e9:.2f}" == "20.02" and p.mamba.size == 834
+    # from 0.5.17 the 20 GB are split by device bytes: 20 · 13.42 / 14.76 = 18.18 GB of KV, 1.82 GB of states
+    q = host_pools(release("0.5.17"), HiCache(size_gb=20), kv_tokens=1_747_395, kv_unit=7_680,
+                   kv_device_bytes=13_420_000_000, page=1, mamba_slots=55, mamba_unit=slot,
+                   mamba_device_bytes=1_340_000_000)
+    assert f"{q.kv.bytes / 1e9:.2f}" == "18.18" and q.mamba.size == int(20e9 * 1.34 / 14.76 // slot) + 1
