@@ -424,9 +424,9 @@ def _host_memory_mode(text: Any) -> str:
     if text == "cache":
         return text
     if text == "buffer_only":
-        raise PlanError("--hicache-host-memory-mode buffer_only requires a storage backend (--hicache-storage-backend): "
-                        "host memory is only a staging buffer and all cached data lives in storage; hybridplan does "
-                        "not model a storage backend")
+        raise PlanError("--hicache-host-memory-mode buffer_only requires a storage backend "
+                        "(--hicache-storage-backend): host memory is only a staging buffer and all cached data lives "
+                        "in storage; hybridplan does not model a storage backend")
     raise PlanError(f"hicache_host_memory_mode must be 'cache' or 'buffer_only', got {text!r}")
 
 

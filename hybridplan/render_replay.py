@@ -71,9 +71,10 @@ def host_table(rows) -> Rows:
     return Rows(("cache", "write policy", "host pools", "reused from device", "loaded from host", "host hits",
                  "written to host", "host evictions"), out, title="the host tier (SGLang HiCache)",
                 caption="host pools, written, evictions: KV tokens / Mamba states; reused and loaded: prompt "
-                        "tokens; host hits: requests; written to host: backups per --hicache-write-policy (write_through at a node's first "
-                        "insert, write_through_selective at its second, write_back when the device evicts it); "
-                        "a host hit is loaded back into the device pools before the request runs")
+                        "tokens; host hits: requests; written to host: backups per --hicache-write-policy "
+                        "(write_through at a node's first insert, write_through_selective at its second, "
+                        "write_back when the device evicts it); a host hit is loaded back into the device pools "
+                        "before the request runs")
 
 
 def gap_table(row) -> Rows:
