@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridplan.engines.sglang.hicache import HiCache, host_pools
+from hybridplan.engines.sglang.hicache import DevicePools, HiCache, host_pools
 from hybridplan.engines.sglang.releases import release
 from hybridplan.errors import PlanError, Refused
 
@@ -45,8 +45,7 @@ def _logged() -> tuple[int, float, float, str]:
 
 
 def _pools(version: str, hc: HiCache = SETTINGS, mamba_device: int = MAMBA_DEVICE):
-    return host_pools(release(version), hc, kv_tokens=T, kv_unit=KV_HOST_UNIT, kv_device_bytes=KV_DEVICE, page=PAGE,
-                      mamba_slots=SLOTS, mamba_unit=SLOT, mamba_device_bytes=mamba_device)
+    return host_pools(release(version), hc, DevicePools(T, KV_HOST_UNIT, KV_DEVICE, PAGE, SLOTS, SLOT, mamba_device))
 
 
 def test_device_figures_are_the_logs():
@@ -292,12 +291,9 @@ def test_the_whole_size_to_each_pool_as_sglang_29037_reports():
                             dtypes=DtypeChoice(kv="fp8_e4m3")))
     slot = fp.conv_bytes + fp.ssm_bytes
     assert slot == 45 * (1_536 * 3 * 2 + 8 * 128 * 128 * 4) and fp.kv_bytes_per_token == 7_680
-    p = host_pools(release("0.5.16"), HiCache(size_gb=20), kv_tokens=1_747_395, kv_unit=7_680,
-                   kv_device_bytes=13_420_000_000, page=1, mamba_slots=55, mamba_unit=slot,
-                   mamba_device_bytes=1_340_000_000)
+    dev = DevicePools(1_747_395, 7_680, 13_420_000_000, 1, 55, slot, 1_340_000_000)
+    p = host_pools(release("0.5.16"), HiCache(size_gb=20), dev)
     assert f"{p.kv.bytes / 1e9:.2f}" == "20.00" and f"{p.mamba.bytes / 1e9:.2f}" == "20.02" and p.mamba.size == 834
     # from 0.5.17 the 20 GB are split by device bytes: 20 · 13.42 / 14.76 = 18.18 GB of KV, 1.82 GB of states
-    q = host_pools(release("0.5.17"), HiCache(size_gb=20), kv_tokens=1_747_395, kv_unit=7_680,
-                   kv_device_bytes=13_420_000_000, page=1, mamba_slots=55, mamba_unit=slot,
-                   mamba_device_bytes=1_340_000_000)
+    q = host_pools(release("0.5.17"), HiCache(size_gb=20), dev)
     assert f"{q.kv.bytes / 1e9:.2f}" == "18.18" and q.mamba.size == int(20e9 * 1.34 / 14.76 // slot) + 1

@@ -34,7 +34,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hybridplan.engines.sglang.hicache import HiCache, host_pools  # noqa: E402
+from hybridplan.engines.sglang.hicache import DevicePools, HiCache, host_pools  # noqa: E402
 from hybridplan.engines.sglang.releases import VERSIONS, release  # noqa: E402
 
 WHEELS = Path("/tmp/wheels")
@@ -132,9 +132,8 @@ def check(version: str) -> list[dict]:
             kv_gb, m_gb = split(size, kv_dev, m_dev) if size else (0, 0)
             engine = (_run(kv_code, t, kv_unit, page, r, kv_gb), _run(mamba_code, slots, slot, 1, r, m_gb))
             try:
-                p = host_pools(release(version), HiCache(ratio=ratio, size_gb=size), kv_tokens=t, kv_unit=kv_unit,
-                               kv_device_bytes=kv_dev, page=page, mamba_slots=slots, mamba_unit=slot,
-                               mamba_device_bytes=m_dev)
+                p = host_pools(release(version), HiCache(ratio=ratio, size_gb=size),
+                               DevicePools(t, kv_unit, kv_dev, page, slots, slot, m_dev))
                 ours = (p.kv.size, p.mamba.size)
             except Exception as exc:  # a refusal: SGLang's assert to 0.5.14 where the host pool is not larger
                 ours = (type(exc).__name__, str(exc)[:60])

@@ -187,11 +187,25 @@ def _size(device: int, unit: int, page: int, ratio: float, budget_gb: float | No
     return (size // page + 1) * page
 
 
-def host_pools(rel: Release, hc: HiCache, *, kv_tokens: int, kv_unit: int, kv_device_bytes: int, page: int,
-               mamba_slots: int, mamba_unit: int, mamba_device_bytes: int) -> HostPools:
-    """The KV and Mamba host pools a release allocates beside device pools of ``kv_tokens`` tokens
-    (``kv_unit`` host bytes each) and ``mamba_slots`` states (``mamba_unit`` bytes each)."""
+@frozen
+class DevicePools:
+    """The device pools a host tier backs: ``kv_tokens`` tokens of ``kv_unit`` host bytes each on ``page``-token
+    pages, ``mamba_slots`` states of ``mamba_unit`` bytes, and each pool's device bytes (``get_kv_size_bytes``)."""
+
+    kv_tokens: int
+    kv_unit: int
+    kv_device_bytes: int
+    page: int
+    mamba_slots: int
+    mamba_unit: int
+    mamba_device_bytes: int
+
+
+def host_pools(rel: Release, hc: HiCache, dev: DevicePools) -> HostPools:
+    """The KV and Mamba host pools a release allocates beside the device pools ``dev``."""
     check(rel)
+    kv_tokens, kv_unit, kv_device_bytes, page = dev.kv_tokens, dev.kv_unit, dev.kv_device_bytes, dev.page
+    mamba_slots, mamba_unit, mamba_device_bytes = dev.mamba_slots, dev.mamba_unit, dev.mamba_device_bytes
     notes: list[str] = []
     ratio = hc.ratio if hc.ratio is not None else DEFAULT_RATIO
     kv_gb = m_gb = None
@@ -270,10 +284,8 @@ def for_fit(f: Fit, hc: HiCache, sc: Scenario, kv_tokens: int | None = None) -> 
     if extra and layers:
         unit += extra * fp.kv_bytes_per_token // layers
     t = kv_tokens if kv_tokens is not None else f.kv_tokens  # --max-total-tokens in `replay`
-    return host_pools(f.rel, hc, kv_tokens=t, kv_unit=unit,
-                      kv_device_bytes=(t + f.page_size) * fp.kv_bytes_per_token, page=f.page_size,
-                      mamba_slots=f.pool.size, mamba_unit=fp.conv_bytes + fp.ssm_bytes,
-                      mamba_device_bytes=f.pool.bytes + spec_bytes)
+    return host_pools(f.rel, hc, DevicePools(t, unit, (t + f.page_size) * fp.kv_bytes_per_token, f.page_size,
+                                             f.pool.size, fp.conv_bytes + fp.ssm_bytes, f.pool.bytes + spec_bytes))
 
 
 def diagnose(run, rules: dict) -> list[str]:

@@ -299,15 +299,17 @@ def _hicache(log: Log, s: Settings):
                    mem_layout=s.get("hicache_mem_layout"), io_backend=str(s.get("hicache_io_backend") or "kernel"))
 
 
-def _host_rows(log: Log, sc: Scenario, fp, page: int, k: int | None, t: int | None, n: int | None,
+def _host_rows(log: Log, sc: Scenario, fp, page: int, pools: tuple[int | None, int | None, int | None],
                out: list[NotModelled]) -> list[Row]:
-    """The host pools the log prints beside those hybridplan sizes for its device pools (hicache.py)."""
+    """The host pools the log prints beside those hybridplan sizes for its device pools (hicache.py): ``pools``
+    is (the Mamba pool's states, the KV pool's tokens, max_running_requests)."""
     from hybridplan.engines.sglang import hicache
     from hybridplan.engines.sglang.pool import SpecBuffers
     from hybridplan.errors import Refused
 
     kv_line, m_line = log.last(HOST_KV), log.last(HOST_MAMBA)
     hc, rel = sc.sglang.hicache, sc.sglang.release
+    k, t, n = pools
     if hc is None or (kv_line is None and m_line is None):
         return []
     if k is None or t is None:
@@ -327,9 +329,9 @@ def _host_rows(log: Log, sc: Scenario, fp, page: int, k: int | None, t: int | No
 
     pool = Pool(k, fp)
     try:
-        h = hicache.host_pools(rel, hc, kv_tokens=t, kv_unit=unit, kv_device_bytes=(t + page) * fp.kv_bytes_per_token,
-                               page=page, mamba_slots=k, mamba_unit=fp.conv_bytes + fp.ssm_bytes,
-                               mamba_device_bytes=pool.bytes + spec)
+        dev = hicache.DevicePools(t, unit, (t + page) * fp.kv_bytes_per_token, page, k, fp.conv_bytes + fp.ssm_bytes,
+                                  pool.bytes + spec)
+        h = hicache.host_pools(rel, hc, dev)
     except Refused as exc:
         for f, what in ((kv_line, "KV host pool"), (m_line, "Mamba host pool")):
             if f is not None:
@@ -435,7 +437,7 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
     if (f := log.last(NOT_ENOUGH)) is not None:
         rows.append(Row(ENGINE, "mamba_cache_per_req (MB)", f[3], f"{per / (1 << 20):.2f}"))
         rows += _not_enough(sc, fp, strat, f)
-    rows += _host_rows(log, sc, fp, page, k, t, n, out)
+    rows += _host_rows(log, sc, fp, page, (k, t, n), out)
     for pattern, group, figure, why in NOT_MODELLED:
         if (f := log.last(pattern)) is not None:
             out.append(NotModelled(ENGINE, figure, f[group], why))
