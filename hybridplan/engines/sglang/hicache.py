@@ -45,14 +45,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hybridplan.errors import PlanError, Refused
-from hybridplan.spec import ATTENTION_KINDS
 from hybridplan.records import frozen
+from hybridplan.spec import ATTENTION_KINDS
 
 if TYPE_CHECKING:
     from hybridplan.engines.sglang.pool import Fit
     from hybridplan.engines.sglang.radix_cache import Rules
-    from hybridplan.replay.settings import ReplaySettings
     from hybridplan.engines.sglang.releases import Release
+    from hybridplan.replay.settings import ReplaySettings
     from hybridplan.scenario import Scenario
 
 #: the first release whose hierarchical cache takes a hybrid (hi_mamba_radix_cache.py, sglang#19663)
