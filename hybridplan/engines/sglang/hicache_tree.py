@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from hybridplan.engines.common import floor_to
-from hybridplan.engines.sglang.radix_cache import EVERY, Cache, Lookup
+from hybridplan.engines.sglang.radix_cache import Cache, Lookup
 
 
 class HostTierCache(Cache):
@@ -211,5 +211,3 @@ class HostTierCache(Cache):
                 "written_states": self.written_states, "host_evicted_tokens": self.host_evicted_tokens,
                 "host_evicted_states": self.host_evicted_states}
 
-
-__all__ = ["EVERY", "HostTierCache"]
