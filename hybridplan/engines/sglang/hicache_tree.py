@@ -210,4 +210,3 @@ class HostTierCache(Cache):
                 "host_hit_tokens": self.host_hit_tokens, "written_tokens": self.written_tokens,
                 "written_states": self.written_states, "host_evicted_tokens": self.host_evicted_tokens,
                 "host_evicted_states": self.host_evicted_states}
-
