@@ -55,7 +55,7 @@ from hybridplan.output import write
 from hybridplan.tables import CSV, refuse_with_json
 
 try:  # usage errors (unknown option, bad integer, missing argument)
-    _UsageError: type[Exception] = typer.TyperException
+    _UsageError: Any = typer.TyperException  # ctx, format_message() and exit_code, as click's
 except AttributeError:  # typer before 0.28 raises click's own
     from click import ClickException as _UsageError
 

@@ -351,7 +351,9 @@ def _program(tokens: list[str]) -> tuple[str, int]:
 
 def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str], int]:
     """Leading NAME=VALUE words (and an ``env`` before them)."""
-    options, ignored, i = [], [], 0
+    options: list[tuple[str, tuple[str, ...]]] = []
+    ignored: list[str] = []
+    i = 0
     while i < len(tokens) and ("=" in tokens[i] and not tokens[i].startswith("-") or tokens[i] == "env"):
         if tokens[i] == "env":
             i += 1
@@ -412,11 +414,10 @@ class Parser:
 
 
 def _versions(engine: str) -> tuple[str, ...]:
-    if engine == "vllm":
-        from hybridplan.engines.vllm.releases import VERSIONS
-    else:
-        from hybridplan.engines.sglang.releases import VERSIONS
-    return tuple(VERSIONS)
+    from hybridplan.engines.sglang import releases as sglang_releases
+    from hybridplan.engines.vllm import releases as vllm_releases
+
+    return tuple((vllm_releases if engine == "vllm" else sglang_releases).VERSIONS)
 
 
 @lru_cache(maxsize=4)
@@ -843,7 +844,7 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
     """``vllm serve`` with the settings of ``sc`` that change a figure, starting in ``mode`` with
     ``max_num_seqs``; ``lowered``: that is the most that starts, in place of a count that does not."""
     rel = sc.vllm.release
-    env = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
+    env: tuple[str, ...] = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
     if sc.pp_partition is not None:
         env += (f"VLLM_PP_LAYER_PARTITION={','.join(map(str, sc.pp_partition))}",)
     a: list[str] = ["vllm", "serve", model]
@@ -981,7 +982,7 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
         if hc.io_backend != "kernel":
             a += ["--hicache-io-backend", hc.io_backend]
     a += _kept(sc, "sglang")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if sc.budget.kv_budget is not None:
         notes = ("SGLang has no flag for the memory to split (--kv-budget): it starts with what its "
                  "--mem-fraction-static leaves",)

@@ -235,7 +235,7 @@ def _families(g: Gpu) -> set[str]:
 
 def _form(g: Gpu) -> str:
     """The board's form factor as its spellings name it; SXM where none says PCIe or NVL."""
-    forms = {p.form for p in _spellings(g)} - {None, "sxm"}
+    forms = {p.form for p in _spellings(g) if p.form is not None} - {"sxm"}
     return forms.pop() if forms else "sxm"
 
 

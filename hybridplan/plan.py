@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import field, replace
 from math import ceil
+from typing import Any
 
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
@@ -97,12 +98,12 @@ class Plan:
     variant: Variant
     scenario: Scenario
     #: the engine's fit (hybridplan.engines.*)
-    part: object
+    part: Any  # the engine's fit (hybridplan.engines FitPart)
     #: requests of the context all engines hold together
     holds: float
     target: int
     #: decode tokens/s at the target (hybridplan.speed.layout.Rate); None where no datasheet is known
-    rate: object = None
+    rate: Any = None
 
     @property
     def margin(self) -> float:
@@ -114,13 +115,13 @@ class Plan:
 
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
-        return self.rate.per_gpu if self.rate is not None else None  # type: ignore[attr-defined]
+        return self.rate.per_gpu if self.rate is not None else None
 
     def to_dict(self) -> dict:
         return {**self.layout.to_dict(), "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm,
                                                      "mode": self.variant.mode},
                 "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine,
-                "decode": self.rate.to_dict() if self.rate is not None else None}  # type: ignore[attr-defined]
+                "decode": self.rate.to_dict() if self.rate is not None else None}
 
 
 #: why a layout is rejected: the engine refuses it (its fit raises, with its reason), hybridplan does not model

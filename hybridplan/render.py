@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Union
 
@@ -183,7 +183,7 @@ def _height(renderable: RenderableType, width: int) -> int | None:
     marks a cut with "…", which no cell of ours holds)."""
     probe = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
     probe.print(renderable, crop=False)
-    lines = probe.file.getvalue().splitlines()
+    lines = probe.file.getvalue().splitlines()  # type: ignore[attr-defined]  # the StringIO given above
     if any("…" in line or cell_len(line.rstrip()) > width for line in lines):
         return None
     return len(lines)
@@ -387,7 +387,7 @@ def _sglang_pool(p, exact: bool) -> list:
     return [t, log_line(d["logs"][0])]
 
 
-_LAYOUT_VIEWS = {"vllm": _vllm_pages, "sglang": _sglang_pool}
+_LAYOUT_VIEWS: dict[str, Callable[..., list]] = {"vllm": _vllm_pages, "sglang": _sglang_pool}
 
 
 def engines_view(e: EngineReport, *, exact: bool = False, attention_only: bool = False) -> Group:

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import floor_to, lcm
+from hybridplan.engines.common import Shortfall, floor_to, lcm
 from hybridplan.engines.sglang.defaults import chunk as default_chunk
 from hybridplan.errors import NotServed, PlanError, Refused
 from hybridplan.records import frozen
@@ -101,7 +101,7 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
         f = fit(sc)
     except Refused as exc:  # SGLang's own start-up refusal: with --engine both, vLLM still replays
         raise NotServed(f'SGLang {rel.version} will not start: "{exc}"') from None
-    if not hasattr(f, "pool"):
+    if isinstance(f, Shortfall):
         raise NotServed(f"SGLang {rel.version}: {f.problem}")
     kv = rs.max_total_tokens or f.kv_tokens
     slots = sc.sglang.max_mamba_cache_size or f.pool.size

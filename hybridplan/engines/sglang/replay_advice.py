@@ -145,7 +145,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
             add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
-                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
+                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,  # type: ignore[misc]  # a default argument binds the loop's value
                                                            state_slots=k * r0.state_slots))
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1
