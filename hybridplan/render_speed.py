@@ -48,15 +48,25 @@ def speed_view(r: SpeedReport) -> Group:
         ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
         ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
     ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
-    benches = [_bench_rows(x, len(r.benches) > 1) for x in r.benches]
+    benches = [_bench_rows(x, len(r.benches) > 1, r.ranges(x)) for x in r.benches]
     return Group(head, decode, per_kind, prefill, *benches, *(note(n) for n in r.notes))
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _bench_rows(b, labelled: bool) -> Rows:
-    """One engine's benchmark figures; under --engine both each table names its engine and its tool."""
+def _with_range(value: float, rng) -> str:
+    """The figure, and its held-out P10–P90 range beside it (hybridplan/speed/ranges.py)."""
+    if rng is None:
+        return f"{value:,.2f}  (no held-out range)"
+    lo, hi = rng.around(value)
+    where = f"{rng.set}, all regimes" if rng.pooled else f"{rng.set}, {rng.regime}"
+    return f"{value:,.2f}  (P10–P90 {lo:,.2f}–{hi:,.2f}; {rng.rows} held-out rows, {where})"
+
+
+def _bench_rows(b, labelled: bool, ranges: dict) -> Rows:
+    """One engine's benchmark figures, each with its held-out range; under --engine both each table names its
+    engine and its tool."""
     wl = b.workload
     tool = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving"}.get(b.engine)
     title = (f"{_LABEL.get(b.engine, b.engine)} benchmark ({tool} figures)" if labelled and tool else
@@ -65,9 +75,12 @@ def _bench_rows(b, labelled: bool) -> Rows:
         ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
                      f"{wl.prompts:,} prompts"),
         ("running", f"{b.running:,} ({b.running_from})"),
-        ("Output token throughput (tok/s)", f"{b.output_tok_s:,.2f}"),
-        ("Mean TTFT (ms)", f"{b.mean_ttft_s * 1e3:,.2f}"),
-        ("Median TTFT (ms)", f"{b.median_ttft_s * 1e3:,.2f}"),
-        ("Mean TPOT (ms)", f"{b.tpot_s * 1e3:,.2f}"),
-        ("Mean ITL (ms)", f"{b.tpot_s * 1e3:,.2f}"),
+        ("Output token throughput (tok/s)", _with_range(b.output_tok_s, ranges["output_tok_s"])),
+        ("Mean TTFT (ms)", _with_range(b.mean_ttft_s * 1e3, ranges["mean_ttft_ms"])),
+        ("Median TTFT (ms)", _with_range(b.median_ttft_s * 1e3, ranges["median_ttft_ms"])),
+        ("Mean TPOT (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_tpot_ms"])),
+        ("Mean ITL (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_itl_ms"])),
+        *([("draft (speculative)", f"{b.draft_s * 1e3:,.3f} ms a step")] if b.draft_s is not None else []),
+        ("host per decode step", f"{b.decode.host_s * 1e3:,.3f} ms" + (" (overlapped with the GPU's step)"
+                                                                       if b.decode.overlap else "")),
     ], title=title, styles={0: "bold"}, left=(0, 1), prose=(1,))

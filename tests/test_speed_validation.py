@@ -109,7 +109,7 @@ def test_allreduce_latency_from_the_published_table():
     from hybridplan.loader import load_model
     from hybridplan.scenario import Scenario
     from hybridplan.speed.gpus import datasheet
-    from hybridplan.speed.model import (ALLREDUCE_FALLBACK_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
+    from hybridplan.speed.model import (ALLREDUCE_PCIE_TP8_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
     from hybridplan.speed.work import decode_step
 
     # SGLang PR #2904's "vllm" rows: TP 8 takes 9.3 µs for 4,096 float32 elements (16 KiB), 11.8 µs for 32,768
@@ -129,8 +129,9 @@ def test_allreduce_latency_from_the_published_table():
     assert step.allreduces == 64 and step.allreduce_bytes == 65536
     per = 8.8 + (8.7 - 8.8) * (65536 - 16384) / (131072 - 16384)
     assert comm_time(step, datasheet("h100"), DEFAULT, 2) == pytest.approx(64 * per * 1e-6)
-    # over PCIe (an L40S pair) no table applies: the fallback latency and the ring's bytes at 70 % of half the link
-    ring = ALLREDUCE_FALLBACK_US * 1e-6 + 2 * (2 - 1) / 2 * 65536 / (64e9 / 2 * 0.7)
+    # over PCIe (an L40S pair): NCCL's ring, 42.14 µs at 8 GPUs scaled by the hops (1/7 at TP 2), and the ring's
+    # bytes at 70 % of half the link
+    ring = ALLREDUCE_PCIE_TP8_US / 7 * 1e-6 + 2 * (2 - 1) / 2 * 65536 / (64e9 / 2 * 0.7)
     assert comm_time(step, datasheet("l40s"), DEFAULT, 2) == pytest.approx(64 * ring)
     # a set latency keeps the ring formula everywhere
     assert comm_time(step, datasheet("h100"), Efficiency(allreduce_us=8.0), 2) == pytest.approx(

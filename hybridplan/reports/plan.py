@@ -8,7 +8,7 @@ from __future__ import annotations
 from hybridplan.errors import PlanError
 from hybridplan.plan import Plan, PlanResult, Rejection
 from hybridplan.records import frozen
-from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.reports import schema_version
 
 
 @frozen
@@ -105,7 +105,7 @@ class PlanReport:
         for p in r.plans:
             c = self.command(p)
             plans.append({**p.to_dict(), "command": None if c is None else {"env": list(c.env), "argv": list(c.argv)}})
-        return {"schema_version": SCHEMA_VERSION, "model": r.base.spec.name, "ctx": r.base.ctx,
+        return {"schema_version": schema_version("plan"), "model": r.base.spec.name, "ctx": r.base.ctx,
                 "concurrency": r.concurrency, "gpu": r.base.budget.gpu, "max_gpus": r.max_gpus,
                 "layouts_tried": r.tried, "plans": plans, "rejected": [x.to_dict() for x in r.rejected],
                 "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else []}
