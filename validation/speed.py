@@ -273,7 +273,7 @@ def rows(eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ..
 #: token), the grouped GEMM's half-efficiency rows, and the recurrent kernels' own fractions (on the kernel rows).
 #: The other terms are derived (kernel counts, all-reduce tables, sampler bytes, graph sizes) and not fitted.
 DECODE_GRID = {"hbm": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
-               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0),
+               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0),
                "vllm_step_us": (0, 100, 200, 400, 800, 1600, 3200),
                "vllm_request_us": (0, 1, 2, 5, 10, 20, 40),
                "sglang_step_us": (0, 100, 200, 400, 800, 1600, 3200),
@@ -545,7 +545,8 @@ def fold_table(fitted) -> str:
              "|---:|---|" + "---:|" * len(FITTED_KEYS)]
     for i, (test, eff) in enumerate(fitted, 1):
         files = ", ".join(f"`{f}`" for f in sorted(test))
-        lines.append(f"| {i} | {files} | " + " | ".join(f"{getattr(eff, k):g}" for k in FITTED_KEYS) + " |")
+        lines.append(f"| {i} | {files} | " + " | ".join("—" if getattr(eff, k) is None else f"{getattr(eff, k):g}"
+                                                       for k in FITTED_KEYS) + " |")
     return "\n".join(lines)
 
 

@@ -125,8 +125,8 @@ FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 #: 2026-12-02); the terms the corpus does not resolve keep the starting values (scalar, link, the eager launch,
 #: the grouped GEMM's half point) or fit to 0 (the hosts' per-step times, which every priced row's engine
 #: overlaps with the GPU)
-DEFAULT = Efficiency(hbm=0.65, tensor=0.55, gdn_state_hbm=0.45, ssd_scan=0.2, kernel_floor_graph_us=3.0,
-                     prefill_step_us=8000.0, prefill_token_us=2.0,
+DEFAULT = Efficiency(hbm=0.8, tensor=0.5, gdn_state_hbm=0.5, ssd_scan=0.2, kernel_floor_graph_us=6.0,
+                     prefill_step_us=8000.0, prefill_token_us=1.0,
                      source="fitted on every file of tests/data/speed (python validation/speed.py --fit); "
                             "held-out accuracy: docs/VALIDATION.md")
 
