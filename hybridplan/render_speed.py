@@ -39,8 +39,9 @@ def speed_view(r: SpeedReport) -> Group:
     decode = Rows(("batch", "step ms", "tokens/s", "per request", "bound (share of the step)"), rows,
                   title="Decode, one rank", left=(4,), prose=(4,))
     at = next((st for st in r.steps if st.step.batch == b.running), b.decode)
-    kinds = [(k.kind, _ms(k.seconds), f"{k.share:.0%}", k.bound) for k in at.kinds if k.share >= 0.0005]
-    per_kind = Rows(("layer kind", "ms", "share", "bound"), kinds, left=(0, 3),
+    kinds = [(k.kind, _ms(k.seconds), f"{k.share:.0%}", f"{k.work.kernels:,}" if k.work else "",
+              _ms(k.launch_s) if k.work else "", k.bound) for k in at.kinds if k.share >= 0.0005]
+    per_kind = Rows(("layer kind", "ms", "share", "kernels", "launch ms", "bound"), kinds, left=(0, 5),
                     title=f"Decode step at batch {at.step.batch:,}, by layer kind")
     pname, pshare = r.prefill.main_bound
     prefill = Rows(None, [

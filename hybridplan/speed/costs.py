@@ -36,15 +36,15 @@ def decode_mode(sc: Scenario, batch: int) -> tuple[bool, bool]:
 
 
 def mode_notes(sc: Scenario, batch: int) -> list[str]:
+    """Whether the decode step replays a CUDA graph and whether the host's step is hidden, in words."""
     top = graph_max_batch(sc)
-    name = "SGLang" if engine_of(sc) == "sglang" else "vLLM"
     if top == 0:
-        graphs = f"{name}: --enforce-eager, every kernel launched by the host"
+        graphs = "--enforce-eager: the host launches every kernel of every step"
     elif batch <= top:
-        graphs = f"{name} replays the decode step from a CUDA graph (batches up to {top:,} captured)"
+        graphs = f"CUDA graphs captured up to batch {top:,}: the decode step at batch {batch:,} replays one"
     else:
-        graphs = (f"{name} captures CUDA graphs up to batch {top:,}: a decode batch of {batch:,} runs eager, a host "
-                  "launch per kernel")
+        graphs = (f"CUDA graphs captured up to batch {top:,} only: the decode step at batch {batch:,} runs eager, "
+                  "a host launch per kernel")
     return [graphs, _engine_module(sc).overlaps_cpu(sc)[1]]
 
 

@@ -51,5 +51,5 @@ def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     ``event_loop_overlap``): the CPU's scheduling and output processing of one batch run while the GPU runs the
     next."""
     if not sc.sglang.overlap:
-        return False, "SGLang --disable-overlap-schedule: the CPU's step adds to the GPU's"
-    return True, "SGLang's overlap scheduler: the CPU's step overlaps the GPU's"
+        return False, "--disable-overlap-schedule: the host's step adds to the GPU's"
+    return True, "the overlap scheduler (SGLang's default): the host's step overlaps the GPU's"

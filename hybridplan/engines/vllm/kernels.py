@@ -84,9 +84,10 @@ def graph_max_batch(sc: Scenario) -> int:
 def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     """Whether the CPU's per-step work overlaps the GPU's, and why."""
     if sc.vllm.release.before(ASYNC_SCHEDULING_FROM):
-        return False, f"vLLM {sc.vllm.release.version}: async scheduling off by default (on from 0.11.2)"
+        return False, (f"vLLM {sc.vllm.release.version}: async scheduling off by default (on from 0.11.2): the "
+                       "host's step adds")
     if sc.spec_tokens:
-        return False, "vLLM turns async scheduling off with speculative decoding (vllm/config/vllm.py)"
+        return False, "async scheduling is off with speculative decoding (vllm/config/vllm.py): the host's step adds"
     if sc.pp > 1:
-        return False, "vLLM turns async scheduling off with pipeline parallelism (vllm/config/vllm.py)"
-    return True, "vLLM async scheduling (on by default from 0.11.2): the CPU's step overlaps the GPU's"
+        return False, "async scheduling is off with pipeline parallelism (vllm/config/vllm.py): the host's step adds"
+    return True, "async scheduling (vLLM's default from 0.11.2): the host's step overlaps the GPU's"
