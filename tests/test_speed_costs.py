@@ -179,3 +179,36 @@ def test_speed_json_carries_the_range_beside_each_figure(capsys):
             assert r["p90"] == pytest.approx(d["bench"][key] * r["ratio_p90"])
             assert r["set"] == "hybrid" and r["regime"] in ("mid (2-127)",)
     assert "decode_host_ms" in d["bench"] and d["bench"]["draft_ms"] is None
+
+
+def test_each_recurrent_kernel_at_its_own_fraction():
+    g = datasheet("h200")  # 4,800 GB/s
+    eff = Efficiency(hbm=0.8, gdn_state_hbm=0.4, kernel_floor_graph_us=0.0)
+    # a GDN layer's decode update moving 48 MB of state: at 0.4 of 4,800 GB/s, 25 µs (weights at 0.8 elsewhere)
+    assert kind_time(Work("gdn", 1, state_bytes=48e6), g, eff, "bf16", True).seconds == pytest.approx(25e-6)
+    # a Mamba-2 layer's state is not GDN's: at hbm until a calibration or its own fraction says otherwise
+    assert kind_time(Work("mamba2", 1, state_bytes=48e6), g, eff, "bf16", True).seconds == pytest.approx(12.5e-6)
+    # Mamba-2's chunked scan at ssd_scan of the bf16 peak (989 TFLOP/s): 98.9 TFLOP at 0.2 takes 0.5 s
+    scan = Efficiency(tensor=0.5, ssd_scan=0.2, kernel_floor_graph_us=0.0)
+    assert kind_time(Work("mamba2", 1, scan_flops=98.9e12), g, scan, "bf16", True).seconds == pytest.approx(0.5)
+    # a profile's calibration (state_hbm) wins over the fitted per-architecture fraction
+    cal = replace(eff, state_hbm=0.6)
+    assert kind_time(Work("gdn", 1, state_bytes=48e6), g, cal, "bf16", True).seconds == pytest.approx(
+        48e6 / (4800e9 * 0.6))
+
+
+def test_plan_prints_and_carries_the_range(capsys):
+    from hybridplan.cli import main
+
+    assert main(["plan", "nemotron-h", "--ctx", "8k", "--concurrency", "16", "--gpu-type", "h100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema_version"] == 2
+    priced = [p for p in d["plans"] if p["decode"] and p["decode"]["tokens_per_s_per_gpu"]]
+    assert priced and any(p["decode_range"] for p in priced)
+    for p in priced:
+        r = p["decode_range"]
+        if r is not None:  # the figure times the cell's ratios
+            assert r["figure"] == "output tok/s" and r["set"] == "hybrid"
+            assert r["p10"] == pytest.approx(p["decode"]["tokens_per_s_per_gpu"] * r["ratio_p10"])
+    assert main(["plan", "nemotron-h", "--ctx", "8k", "--concurrency", "16", "--gpu-type", "h100"]) == 0
+    assert "tok/s/GPU range" in capsys.readouterr().out
