@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
+from hybridplan.engines.sglang import kernels as sglang_kernels
 from hybridplan.engines.sglang.releases import release as sglang_release
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm import kernels as vllm_kernels
-from hybridplan.engines.sglang import kernels as sglang_kernels
 from hybridplan.engines.vllm.releases import release as vllm_release
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.gpus import gpu
@@ -22,8 +22,15 @@ from hybridplan.scenario import Budget, Scenario
 from hybridplan.speed import ranges
 from hybridplan.speed.costs import decode_mode, draft_step, graph_max_batch
 from hybridplan.speed.gpus import datasheet
-from hybridplan.speed.model import (ALLREDUCE_PCIE_TP8_US, ALLREDUCE_XGMI_US, Efficiency, allreduce_time, kind_time,
-                                    link_class, step_time)
+from hybridplan.speed.model import (
+    ALLREDUCE_PCIE_TP8_US,
+    ALLREDUCE_XGMI_US,
+    Efficiency,
+    allreduce_time,
+    kind_time,
+    link_class,
+    step_time,
+)
 from hybridplan.speed.work import SAMPLING, Step, Work, decode_step, vocab_size
 
 

@@ -68,7 +68,7 @@ FIGURES = {"mean_tpot_ms": "TPOT", "median_tpot_ms": "TPOT", "mean_itl_ms": "TPO
            # a page that prints "TTFT" / "TPOT" without saying mean or median: compared to the mean
            "ttft_ms": "TTFT", "tpot_ms": "TPOT"}
 from hybridplan.speed.ranges import PATH as RANGES_PATH  # noqa: E402
-from hybridplan.speed.ranges import REGIMES, regime  # noqa: E402,F401  (the regimes, in one place)
+from hybridplan.speed.ranges import REGIMES, regime  # noqa: E402  (the regimes, in one place)
 
 
 def settings(doc: dict, m: dict) -> dict:

@@ -28,8 +28,8 @@ from statistics import median
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
-from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.costs import decode_mode, draft_step, engine_of, mode_notes
+from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import Step, decode_step, prefill_step
 

@@ -64,8 +64,10 @@ def draft_step(step: Step, sc: Scenario) -> Step:
             share = 1.0 / (counts.get(w.kind) or 1) / per
         else:
             continue
-        kinds.append(replace(w, layers=min(w.layers, 1), weight_bytes=w.weight_bytes * (share * per if w.kind in
-                     (HEAD, SAMPLING) else share * per), kv_bytes=w.kv_bytes * share,
+        # weights are read once a pass whatever its tokens (one layer's of ``count``, the head whole); the rest
+        # scales with the pass's tokens, one a request where the verify step pushed ``per``
+        kinds.append(replace(w, layers=min(w.layers, 1), weight_bytes=w.weight_bytes * share * per,
+                     kv_bytes=w.kv_bytes * share,
                      state_bytes=w.state_bytes * share, flops=w.flops * share, scalar_flops=w.scalar_flops * share,
                      scan_flops=w.scan_flops * share, logit_bytes=w.logit_bytes * share,
                      kernels=max(1, round(w.kernels * (share * per)))))

@@ -291,8 +291,8 @@ def allreduce_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> tuple[
         return (allreduce_nvlink_us(tp, nbytes) * 1e-6,
                 "vLLM's custom all-reduce measured on H100 NVLink (SGLang PR #2904)")
     if eff.allreduce_us is None and cls == "xgmi":
-        return _table_us(ALLREDUCE_XGMI_US, nbytes) * 1e-6, "the ROCm custom all-reduce measured on MI300X xGMI " \
-            "(SGLang PR #6619)"
+        return (_table_us(ALLREDUCE_XGMI_US, nbytes) * 1e-6,
+                "the ROCm custom all-reduce measured on MI300X xGMI (SGLang PR #6619)")
     link = _need(g.link_gbps, "the GPU-to-GPU link", g) * 1e9 / 2 * eff.link
     fixed = ALLREDUCE_PCIE_TP8_US * (tp - 1) / 7 if eff.allreduce_us is None else eff.allreduce_us
     src = (f"NCCL's ring over {g.link}: {fixed:.1f} µs latency (8 PCIe GPUs measured at {ALLREDUCE_PCIE_TP8_US} "
