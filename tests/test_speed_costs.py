@@ -100,7 +100,7 @@ def test_host_time_overlaps_or_adds():
     assert step_time(step, g, eff, overlap=False).seconds == pytest.approx(4e-3)  # 1 ms + 3 ms
     # SGLang's coefficients apply to an SGLang step
     sg = replace(eff, vllm_step_us=0.0, vllm_request_us=0.0, sglang_step_us=200.0)
-    assert step_time(step, g, sg, engine="sglang").seconds == pytest.approx(1.2e-3)
+    assert step_time(replace(step, engine="sglang"), g, sg).seconds == pytest.approx(1.2e-3)
 
 
 def test_eager_kernels_wait_on_the_host_launch():

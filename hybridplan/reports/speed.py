@@ -11,7 +11,7 @@ from hybridplan.reports import schema_version
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
 from hybridplan.speed.calibration import Calibration
-from hybridplan.speed.costs import decode_mode, engine_of
+from hybridplan.speed.costs import decode_mode
 from hybridplan.speed.gpus import Datasheet, datasheet
 from hybridplan.speed.ranges import CLASSES, Range, lookup
 from hybridplan.speed.ranges import source as ranges_source
@@ -99,7 +99,7 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
     benches, refused = _benches(sc, g, wl, eff)
     b = benches[0]
     steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=decode_mode(sc, n)[0],
-                            engine=engine_of(sc), overlap=decode_mode(sc, n)[1])
+                            overlap=decode_mode(sc, n)[1])
                   for n in batch_sizes(max(wl.concurrency, 1)))
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "

@@ -28,7 +28,7 @@ from statistics import median
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
-from hybridplan.speed.costs import decode_mode, draft_step, engine_of, mode_notes
+from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import Step, decode_step, prefill_step
@@ -155,7 +155,7 @@ def _prefill_seconds(sc: Scenario, st: StepTime, eff: Efficiency, tokens: int) -
 def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tuple[StepTime, float]:
     """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: eager (a host launch per
     kernel), the host's time for the prompt's tokens added (a prefill is not overlapped)."""
-    st = step_time(prefill_step(sc, tokens), g, eff, tp=sc.tp, graphs=False, engine=engine_of(sc))
+    st = step_time(prefill_step(sc, tokens), g, eff, tp=sc.tp, graphs=False)
     return st, _prefill_seconds(sc, st, eff, tokens)
 
 
@@ -192,9 +192,8 @@ def prepare(sc: Scenario, wl: Workload) -> Prepared:
 
 def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
-    engine = engine_of(sc)
-    dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs, engine=engine, overlap=p.overlap)
-    pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False, engine=engine)
+    dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs, overlap=p.overlap)
+    pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
     t_pf = _prefill_seconds(sc, pf, eff, wl.input)
     k = sc.spec_tokens
     notes: list[str] = list(filter(None, [prefill_chunk_note(sc)])) + list(p.mode_notes)
@@ -203,7 +202,7 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     if k and wl.acceptance is not None:
         a = wl.acceptance
         per_step = (1 - a ** (k + 1)) / (1 - a)
-        draft_s = k * step_time(p.draft, g, eff, tp=sc.tp, graphs=p.graphs, engine=engine).seconds
+        draft_s = k * step_time(p.draft, g, eff, tp=sc.tp, graphs=p.graphs).seconds
         notes.append(f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
                      f"the draft's {k} forward passes take {draft_s * 1e3:.3f} ms a step (one decoder block of "
                      "the target's shape, its LM head and sampler each)")

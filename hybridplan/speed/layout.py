@@ -23,7 +23,6 @@ from math import ceil
 from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 from hybridplan.speed.costs import decode_mode
-from hybridplan.speed.costs import engine_of as _engine
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, step_time
 from hybridplan.speed.work import HEAD, NORM, SAMPLING, Step, Work, decode_step
@@ -93,7 +92,7 @@ def decode_rate(sc: Scenario, g: Datasheet, batch: int, ctx: int, eff: Efficienc
                                     "than its MoE: not priced")
     m = ceil(batch / sc.pp)
     graphs, overlap = decode_mode(sc, m)
-    kw = {"tp": sc.tp, "graphs": graphs, "engine": _engine(sc), "overlap": overlap}
+    kw = {"tp": sc.tp, "graphs": graphs, "overlap": overlap}
     whole = decode_step(sc, m, ctx)
     if sc.engine != "sglang":
         whole = _moe_across_dp(sc, whole, m, ctx)

@@ -309,15 +309,15 @@ def comm_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> float:
 
 
 def step_time(step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True,
-              engine: str = "vllm", overlap: bool = False) -> StepTime:
-    """The step's time: its layer kinds' GPU times, its all-reduces, and the engine's host time for the step
-    (``Efficiency.cpu_step_us`` / ``cpu_prefill_us``), which the GPU hides where the engine overlaps the two
-    (``overlap``) and adds to otherwise. The breakdown carries the host time's visible part as "engine"."""
+              overlap: bool = False) -> StepTime:
+    """The step's time: its layer kinds' GPU times, its all-reduces, and its engine's (``Step.engine``) host time
+    for the step (``Efficiency.cpu_step_us`` / ``cpu_prefill_us``), which the GPU hides where the engine overlaps
+    the two (``overlap``) and adds to otherwise. The breakdown carries the host time's visible part as "engine"."""
     kinds = [kind_time(w, g, eff, step.tensor_dtype, graphs) for w in step.kinds if w.bytes or w.flops
              or w.scan_flops or w.scalar_flops or w.kernels]
     comm = comm_time(step, g, eff, tp)
     gpu = sum(k.seconds for k in kinds) + comm
-    host = (eff.cpu_step_us(engine, step.batch) if step.phase == "decode" else eff.cpu_prefill_us(step.tokens)) * 1e-6
+    host = (eff.cpu_step_us(step.engine, step.batch) if step.phase == "decode" else eff.cpu_prefill_us(step.tokens)) * 1e-6
     visible = max(0.0, host - gpu) if overlap else host
     extra = [KindTime("all-reduce", comm, "communication", 1.0, 0, 0, 0, 0)] if comm else []
     extra.append(KindTime("engine", visible, "step overhead", 1.0, 0, 0, 0, 0))
