@@ -48,7 +48,9 @@ class Efficiency:
     expert_tokens_half: float = 192.0
     #: fraction of the HBM bandwidth a GDN layer's decode state update reaches, and of the tensor peak Mamba-2's
     #: chunked scan (SSD) reaches in a prefill: per architecture, fitted on the kernel rows of tests/data/speed
-    #: (vllm-31722-gdn-decode-kernel.json, vllm-27299-ssd-prefill-kernel.json); None: as ``state_hbm``/``scan``
+    #: (vllm-31722-gdn-decode-kernel.json, vllm-27299-ssd-prefill-kernel.json); None: as ``state_hbm``/``scan``.
+    #: KDA's update takes GDN's (the same gated delta-rule kernel family, no KDA kernel row); Mamba-1, a short conv
+    #: and lightning attention have no kernel rows and stay at ``hbm``
     gdn_state_hbm: float | None = None
     ssd_scan: float | None = None
     #: µs each kernel of a CUDA-graph replay adds on the GPU (its launch and drain between dependent kernels);
