@@ -117,11 +117,23 @@ class Plan:
     def tokens_per_s_per_gpu(self) -> float | None:
         return self.rate.per_gpu if self.rate is not None else None
 
+    @property
+    def rate_range(self):
+        """The held-out P10–P90 range of output tok/s at the requests each engine runs (hybridplan/speed/ranges.py),
+        None where the layout is not priced or no held-out row gives one."""
+        from hybridplan.speed.ranges import lookup
+
+        if self.tokens_per_s_per_gpu is None:
+            return None
+        return lookup(self.scenario.spec.is_hybrid, "output tok/s", self.per_engine)
+
     def to_dict(self) -> dict:
+        rng = self.rate_range
         return {**self.layout.to_dict(), "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm,
                                                      "mode": self.variant.mode},
                 "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine,
-                "decode": self.rate.to_dict() if self.rate is not None else None}
+                "decode": self.rate.to_dict() if self.rate is not None else None,
+                "decode_range": None if rng is None else rng.to_dict(self.tokens_per_s_per_gpu)}
 
 
 #: why a layout is rejected: the engine refuses it (its fit raises, with its reason), hybridplan does not model
