@@ -31,3 +31,51 @@ def test_every_gpu_prices_a_step(g):
 
 def test_datasheets_are_the_gpus():
     assert set(DATASHEETS) == {g.key for g in GPUS}
+
+
+@pytest.fixture
+def offline_hub(monkeypatch, tmp_path):
+    """No Hub and an empty cache: a Hub id's config.json cannot be had."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+@pytest.mark.parametrize("repo_id, base, scheme, bytes_per_param", [
+    # NVIDIA's -FP8 releases are ModelOpt FP8: one byte a weight, per-tensor scales (hybridplan/weights/quant.py)
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", "nemotron-3-nano-30b-a3b", "modelopt fp8", 1.0),
+    # Qwen's -FP8 are block-wise fp8: one byte and a float32 scale per 128 × 128 block, 1 + 4 / 16384
+    ("Qwen/Qwen3.6-27B-FP8", "qwen3.6-27b", "fp8 (blocks 128×128)", 1 + 4 / 16384),
+    # NVFP4: half a byte and an fp8 scale per 16 weights, 0.5 + 1 / 16
+    ("nvidia/Qwen3.6-35B-A3B-NVFP4", "qwen3.6-35b-a3b", "modelopt nvfp4 (group 16)", 0.5 + 1 / 16),
+    # MXFP4: half a byte and an e8m0 scale per 32, 0.5 + 1 / 32; AMD's name for Meta's model
+    ("amd/Llama-3.3-70B-Instruct-MXFP4-Preview", "llama-3.3-70b-instruct", "mxfp4", 0.5 + 1 / 32),
+    # AWQ int4, group 128 with 4-bit zero points: 0.5 + 2 / 128 + 0.5 / 128
+    ("Qwen/Qwen3-8B-AWQ", "qwen3-8b", "awq int4 (group 128)", 0.5 + 2 / 128 + 0.5 / 128),
+    # GPTQ int4, group 128, symmetric (the Marlin kernels drop the zeros): 0.5 + 2 / 128
+    ("Qwen/Qwen3-8B-GPTQ-Int4", "qwen3-8b", "gptq int4 (group 128)", 0.5 + 2 / 128),
+])
+def test_a_quantized_variant_resolves_offline(offline_hub, repo_id, base, scheme, bytes_per_param):
+    spec, shipped = load_model(repo_id), load_model(base)
+    assert spec.architecture == shipped.architecture and spec.mixers == shipped.mixers and spec.ffn == shipped.ffn
+    assert spec.quantization is not None and spec.quantization.kv_declared is None
+    s = spec.quantization.weights_scheme()
+    assert s.name == scheme and s.bytes_per_param == pytest.approx(bytes_per_param)
+    assert any(repo_id in n and shipped.name in n and "suffix" in n for n in spec.notes)
+
+
+def test_a_bf16_variant_drops_the_shipped_quantization(offline_hub):
+    # the shipped Nemotron-3-Super spec is NVIDIA's FP8 release; its -BF16 sibling is the same model unquantized
+    assert load_model("nemotron-3-super").quantization is not None
+    spec = load_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16")
+    assert spec.quantization is None and spec.mixers == load_model("nemotron-3-super").mixers
+    assert any("unquantized" in n for n in spec.notes)
+
+
+def test_an_unknown_suffix_is_refused_not_guessed(offline_hub):
+    from hybridplan.errors import PlanError
+
+    with pytest.raises(PlanError, match="does not read as a quantization"):
+        load_model("Qwen/Qwen3-8B-Int3-Experimental")
+    # a name that is no shipped spec's: the Hub's own refusal
+    with pytest.raises(PlanError, match="not in the local Hugging Face cache"):
+        load_model("Qwen/Qwen3-4B-FP8")
