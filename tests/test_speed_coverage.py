@@ -79,3 +79,25 @@ def test_an_unknown_suffix_is_refused_not_guessed(offline_hub):
     # a name that is no shipped spec's: the Hub's own refusal
     with pytest.raises(PlanError, match="not in the local Hugging Face cache"):
         load_model("Qwen/Qwen3-4B-FP8")
+
+
+def _fit(capsys, *args):
+    import json
+
+    from hybridplan.cli import main
+
+    code = main(["fit", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_qwen35_397b_at_tp8_on_h20s(capsys, offline_hub):
+    # bf16 on the 96 GB H20: 396.8B parameters × 2 B / 8 ranks = 92.4 GiB of weights a GPU, more than vLLM's 0.92
+    # of the 95.1 GiB CUDA total and SGLang's static fraction of it: neither engine starts
+    code, d = _fit(capsys, "qwen3.5-397b-a17b", "--tp", "8", "--gpu-type", "h20")
+    assert code == 1 and not d["ok"] and d["vllm"]["starts"] is False and d["sglang"]["starts"] is False
+    # the H20-3e (141 GB HBM3e, nvidia-smi 143771 MiB) holds the same bf16 weights with room for the caches
+    code, d = _fit(capsys, "qwen3.5-397b-a17b", "--tp", "8", "--gpu-type", "h20-3e")
+    assert code == 0 and d["ok"] and "starts" not in d["vllm"] and "starts" not in d["sglang"]
+    # and Qwen's FP8 release (a byte a weight: about 46 GiB a rank) starts on the 96 GB H20, read offline
+    code, d = _fit(capsys, "Qwen/Qwen3.5-397B-A17B-FP8", "--tp", "8", "--gpu-type", "h20")
+    assert code == 0 and d["ok"] and "starts" not in d["vllm"] and "starts" not in d["sglang"]

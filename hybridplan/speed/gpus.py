@@ -74,6 +74,9 @@ DATASHEETS: dict[str, Datasheet] = {d.key: d for d in (
     Datasheet("h200-nvl", 4800, 835.5, 1670.5, 60, 900, "NVLink bridge (2- or 4-way)", "NVIDIA H200 Tensor Core "
               "GPU datasheet (H200 NVL column; sparse bf16 1,671 and fp8 3,341 halved)", url=_U_H200),
     Datasheet("h20", 4000, 148, 296, 44, 900, "NVLink 4", "NVIDIA H20 product brief (dense figures as printed)"),
+    Datasheet("h20-3e", 4000, 148, 296, 44, 900, "NVLink 4", "the H20 product brief's compute and NVLink (the "
+              "H20-3e is the H20 with 141 GB of HBM3e); NVIDIA publishes no bandwidth for it: the H20's 4.0 TB/s is "
+              "taken, a floor (the H200's HBM3e stacks run at 4.8 TB/s)"),
     Datasheet("gh200", 4000, 989, 1979, 67, 900, "NVLink 4", "NVIDIA GH200 Grace Hopper Superchip datasheet "
               "(96GB HBM3)", url=_U_GH200),
     Datasheet("gh200-144g", 4900, 989, 1979, 67, 900, "NVLink 4", "NVIDIA GH200 Grace Hopper Superchip "
