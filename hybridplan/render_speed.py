@@ -48,22 +48,23 @@ def speed_view(r: SpeedReport) -> Group:
         ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
         ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
     ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
-    benches = [_bench_rows(x, len(r.benches) > 1) for x in r.benches]
+    benches = [_bench_rows(x, len(r.benches) > 1, r.dataset) for x in r.benches]
     return Group(head, decode, per_kind, prefill, *benches, *(note(n) for n in r.notes))
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _bench_rows(b, labelled: bool) -> Rows:
+def _bench_rows(b, labelled: bool, dataset: str | None = None) -> Rows:
     """One engine's benchmark figures; under --engine both each table names its engine and its tool."""
     wl = b.workload
+    kind = (f"{dataset}, mean {wl.input:,} in / {wl.output:,} out" if dataset else
+            f"random, {wl.input:,} in / {wl.output:,} out")
     tool = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving"}.get(b.engine)
     title = (f"{_LABEL.get(b.engine, b.engine)} benchmark ({tool} figures)" if labelled and tool else
              f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)")
     return Rows(None, [
-        ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
-                     f"{wl.prompts:,} prompts"),
+        ("workload", f"{kind}, concurrency {wl.concurrency:,}, {wl.prompts:,} prompts"),
         ("running", f"{b.running:,} ({b.running_from})"),
         ("Output token throughput (tok/s)", f"{b.output_tok_s:,.2f}"),
         ("Mean TTFT (ms)", f"{b.mean_ttft_s * 1e3:,.2f}"),

@@ -101,3 +101,87 @@ def test_qwen35_397b_at_tp8_on_h20s(capsys, offline_hub):
     # and Qwen's FP8 release (a byte a weight: about 46 GiB a rank) starts on the 96 GB H20, read offline
     code, d = _fit(capsys, "Qwen/Qwen3.5-397B-A17B-FP8", "--tp", "8", "--gpu-type", "h20")
     assert code == 0 and d["ok"] and "starts" not in d["vllm"] and "starts" not in d["sglang"]
+
+
+def _sc(engine="vllm", gpu_key="h100", model="nemotron-h", ctx=4096):
+    from hybridplan.gpus import gpu
+
+    g = gpu(gpu_key)
+    return Scenario(spec=load_model(model), ctx=ctx, engine=engine, budget=Budget(gpu_mem=g.total, gpu=g.key))
+
+
+def test_dataset_of_one_length_is_that_benchmark():
+    from hybridplan.speed.dataset import bench_mix
+
+    # every record 1,024 in / 128 out: the mix's figures are those of the single-length benchmark, exactly
+    sc, g = _sc(), datasheet("h100")
+    mix = bench_mix(sc, g, ((1024, 128),) * 3, concurrency=8, num_prompts=300)
+    one = bench(sc, g, Workload(1024, 128, 8, 300))
+    for f in ("running", "output_tok_s", "mean_ttft_s", "median_ttft_s", "tpot_s"):
+        assert getattr(mix, f) == pytest.approx(getattr(one, f), rel=1e-12), f
+
+
+def test_dataset_mix_at_concurrency_one_is_each_request_in_turn():
+    from hybridplan.speed.dataset import bench_mix
+
+    # at --max-concurrency 1 the benchmark runs the requests one after another: each TTFT is its own prompt's
+    # prefill alone, the mean TTFT their mean, and the output throughput all outputs over the sum of the requests'
+    # times (each: its prefill and its output at one token a decode step)
+    sc, g = _sc(), datasheet("h100")
+    lengths = ((512, 64), (1536, 192), (4000, 32))
+    mix = bench_mix(sc, g, lengths, concurrency=1)
+    alone = [bench(sc, g, Workload(i, o, 1, 1)) for i, o in lengths]
+    assert mix.running == 1
+    assert mix.mean_ttft_s == pytest.approx(sum(b.mean_ttft_s for b in alone) / 3, rel=1e-12)
+    assert mix.median_ttft_s == pytest.approx(sorted(b.mean_ttft_s for b in alone)[1], rel=1e-12)
+    total_s = sum(o / b.output_tok_s for (_, o), b in zip(lengths, alone))
+    # the decode step of the mix is priced at its lifetime-weighted context, each alone at its own: within 2 %
+    assert mix.output_tok_s == pytest.approx(sum(o for _, o in lengths) / total_s, rel=0.02)
+    # the long prompt weighs on the mean TTFT more than one of the mean length would
+    mean_len = bench(sc, g, Workload(round(sum(i for i, _ in lengths) / 3), 96, 1, 3))
+    assert mix.mean_ttft_s > mean_len.mean_ttft_s
+
+
+def test_dataset_lengths_files(tmp_path, capsys):
+    from hybridplan.cli import main
+    from hybridplan.errors import PlanError
+    from hybridplan.speed.dataset import read
+
+    (tmp_path / "a.jsonl").write_text('{"prompt_len": 100, "output_len": 20}\n\n{"input": 300, "output": 40}\n')
+    (tmp_path / "b.csv").write_text("input_tokens,output_tokens,extra\n100,20,x\n300,40,y\n")
+    assert read(tmp_path / "a.jsonl") == read(tmp_path / "b.csv") == ((100, 20), (300, 40))
+    (tmp_path / "bad.jsonl").write_text('{"input": 100, "output": 20}\n{"input": 0, "output": 20}\n')
+    with pytest.raises(PlanError, match="line 2: input must be a positive whole number"):
+        read(tmp_path / "bad.jsonl")
+    (tmp_path / "none.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(PlanError, match="line 2 names no prompt and output lengths"):
+        read(tmp_path / "none.csv")
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--dataset-lengths", str(tmp_path / "a.jsonl"),
+                 "--input", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dataset-lengths" in err
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--dataset-lengths", str(tmp_path / "a.jsonl"),
+                 "--concurrency", "2", "--json"]) == 0
+    import json
+
+    d = json.loads(capsys.readouterr().out)
+    assert d["dataset"] == "a.jsonl" and d["bench"]["input"] == 200 and d["bench"]["output"] == 30
+
+
+def test_engine_both_benchmarks_each_engine_at_its_own_batch(capsys):
+    import json
+
+    from hybridplan import engines
+    from hybridplan.cli import main
+
+    # concurrency 1,000 of 1,024 + 128 tokens: each engine runs what its own sizing admits (hybridplan fit)
+    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
+                 "--concurrency", "1000", "--engine", "both", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [b["engine"] for b in d["benches"]] == ["vllm", "sglang"]
+    sglang = engines.get("sglang").fit(_sc("sglang", ctx=1152)).to_dict()["max_running_requests"]
+    vfit = engines.get("vllm").fit(_sc("vllm", ctx=1152)).to_dict()
+    mode = vfit["modes"][vfit["default_mode"]]
+    vllm = min(mode["max_num_seqs"], int(mode["max_concurrency"]))
+    assert [b["running"] for b in d["benches"]] == [min(1000, vllm), min(1000, sglang)]
+    assert vllm != sglang
