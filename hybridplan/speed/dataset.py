@@ -14,9 +14,9 @@ What the mix changes against one request of the mean lengths, and how each figur
 - each prompt's prefill is priced at its own length (attention's cost grows with the square of it, and a long
   prompt is cut into more chunks): TTFT per request, and the mean and median over the requests as the benchmark
   prints them;
-- TPOT: every running request emits a token each decode step, and the other running requests' prefills stall it,
-  B − 1 of them per request lifetime at the mean prefill and mean output: dec / tokens-a-step + (B − 1)·t̄_pf / ō,
-  the same for each request (the benchmark's mean TPOT and mean ITL);
+- TPOT: every running request emits a token each decode step, and the other running requests' prefills stall
+  it, B − 1 of them per request lifetime at the mean prefill and mean output:
+  dec / tokens-a-step + (B − 1)·t̄_pf / ō, the same for each request (the benchmark's mean TPOT and mean ITL);
 - a request's lifetime is its output at that TPOT plus its own prefill; a slot frees every c̄ / B; the output
   throughput is the total output over the benchmark's duration, B·ō / c̄.
 
