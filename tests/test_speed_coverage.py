@@ -78,7 +78,7 @@ def test_an_unknown_suffix_is_refused_not_guessed(offline_hub):
         load_model("Qwen/Qwen3-8B-Int3-Experimental")
     # a name that is no shipped spec's: the Hub's own refusal
     with pytest.raises(PlanError, match="not in the local Hugging Face cache"):
-        load_model("Qwen/Qwen3-4B-FP8")
+        load_model("Qwen/Qwen3-14B-FP8")
 
 
 def _fit(capsys, *args):
