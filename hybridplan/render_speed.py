@@ -49,7 +49,7 @@ def speed_view(r: SpeedReport) -> Group:
         ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
         ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
     ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
-    benches = [_bench_rows(x, len(r.benches) > 1, r.ranges(x)) for x in r.benches]
+    benches = [_bench_rows(x, len(r.benches) > 1, r.ranges(x), r.dataset) for x in r.benches]
     return Group(head, decode, per_kind, prefill, *benches, *(note(n) for n in r.notes))
 
 
@@ -65,16 +65,17 @@ def _with_range(value: float, rng) -> str:
     return f"{value:,.2f}  (P10–P90 {lo:,.2f}–{hi:,.2f}; {rng.rows} held-out rows, {where})"
 
 
-def _bench_rows(b, labelled: bool, ranges: dict) -> Rows:
+def _bench_rows(b, labelled: bool, ranges: dict, dataset: str | None = None) -> Rows:
     """One engine's benchmark figures, each with its held-out range; under --engine both each table names its
     engine and its tool."""
     wl = b.workload
+    kind = (f"{dataset}, mean {wl.input:,} in / {wl.output:,} out" if dataset else
+            f"random, {wl.input:,} in / {wl.output:,} out")
     tool = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving"}.get(b.engine)
     title = (f"{_LABEL.get(b.engine, b.engine)} benchmark ({tool} figures)" if labelled and tool else
              f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)")
     return Rows(None, [
-        ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
-                     f"{wl.prompts:,} prompts"),
+        ("workload", f"{kind}, concurrency {wl.concurrency:,}, {wl.prompts:,} prompts"),
         ("running", f"{b.running:,} ({b.running_from})"),
         ("Output token throughput (tok/s)", _with_range(b.output_tok_s, ranges["output_tok_s"])),
         ("Mean TTFT (ms)", _with_range(b.mean_ttft_s * 1e3, ranges["mean_ttft_ms"])),
