@@ -69,11 +69,10 @@ def _dump(docs: list) -> str:
 
 
 def _engine(name: str):
-    if name == "vllm":
-        from hybridplan.engines.vllm import deploy
-    else:
-        from hybridplan.engines.sglang import deploy
-    return deploy
+    from hybridplan.engines.sglang import deploy as sglang_deploy
+    from hybridplan.engines.vllm import deploy as vllm_deploy
+
+    return vllm_deploy if name == "vllm" else sglang_deploy
 
 
 def _value(text: str):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -24,6 +25,9 @@ from msgspec.structs import replace
 from hybridplan.errors import PlanError
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
 from hybridplan.weights.families import Part
+
+if TYPE_CHECKING:
+    from hybridplan.weights.quant import Scheme
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
 _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
@@ -219,7 +223,7 @@ def _whole_weights(whole: ModelSpec, tp: int, dtype: str):
 
 
 @lru_cache(maxsize=8192)
-def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: object, lay: tuple) -> float:
+def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: Scheme | None, lay: tuple) -> float:
     """One part's bytes on one of ``ranks`` ranks (hybridplan/weights ``_bytes``), the same for every stage."""
     from hybridplan.weights import _bytes, rank_params
 

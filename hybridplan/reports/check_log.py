@@ -7,7 +7,9 @@ override what the log says."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+from typing import Any
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -186,8 +188,8 @@ def _not_modelled_json(x: NotModelled) -> dict:
 
 
 _FIELDS = ("settings", "rows", "estimates", "not_modelled")
-_JSON = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
-         "not_modelled": _not_modelled_json}
+_JSON: dict[str, Callable[[Any], dict]] = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
+                                          "not_modelled": _not_modelled_json}
 
 
 def keywords() -> list[str]:
