@@ -470,7 +470,7 @@ def speed(o: Options) -> None:
     Examples:
 
     \b
-      hybridplan speed qwen3-next --gpu-type h100 --tp 2 --ctx 32k --concurrency 64 --output 512
+      hybridplan speed qwen3-next --gpu-type h100 --tp 4 --ctx 32k --concurrency 64 --output 512
       hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
       hybridplan speed nemotron-h --gpu-type h100 --calibration h100-nemotron-h.json
     """
