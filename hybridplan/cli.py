@@ -492,8 +492,9 @@ def speed(o: Options) -> None:
         if o.ctx is not None and o.ctx < longest:
             raise PlanError(f"--ctx {o.ctx} is shorter than the dataset's longest request ({longest:,} tokens)")
         sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else longest)
-        show(speed_report(sc, wl, wl.input + wl.output // 2, calibration=cal, lengths=reqs,
-                          dataset=o.dataset_lengths.name), o, "hybridplan.render_speed:speed_view", "speed_plot")
+        mix = dataset.Mix(reqs, o.concurrency, None, o.acceptance, source=o.dataset_lengths.name)
+        show(speed_report(sc, wl, wl.input + wl.output // 2, calibration=cal, mix=mix), o,
+             "hybridplan.render_speed:speed_view", "speed_plot")
         return
     out = o.output
     given = o.input if o.input is not None else (o.ctx - out if o.ctx is not None else 1024)

@@ -111,25 +111,25 @@ def _sc(engine="vllm", gpu_key="h100", model="nemotron-h", ctx=4096):
 
 
 def test_dataset_of_one_length_is_that_benchmark():
-    from hybridplan.speed.dataset import bench_mix
+    from hybridplan.speed.dataset import Mix, bench_mix
 
     # every record 1,024 in / 128 out: the mix's figures are those of the single-length benchmark, exactly
     sc, g = _sc(), datasheet("h100")
-    mix = bench_mix(sc, g, ((1024, 128),) * 3, concurrency=8, num_prompts=300)
+    mix = bench_mix(sc, g, Mix(((1024, 128),) * 3, concurrency=8, num_prompts=300))
     one = bench(sc, g, Workload(1024, 128, 8, 300))
     for f in ("running", "output_tok_s", "mean_ttft_s", "median_ttft_s", "tpot_s"):
         assert getattr(mix, f) == pytest.approx(getattr(one, f), rel=1e-12), f
 
 
 def test_dataset_mix_at_concurrency_one_is_each_request_in_turn():
-    from hybridplan.speed.dataset import bench_mix
+    from hybridplan.speed.dataset import Mix, bench_mix
 
     # at --max-concurrency 1 the benchmark runs the requests one after another: each TTFT is its own prompt's
     # prefill alone, the mean TTFT their mean, and the output throughput all outputs over the sum of the requests'
     # times (each: its prefill and its output at one token a decode step)
     sc, g = _sc(), datasheet("h100")
     lengths = ((512, 64), (1536, 192), (4000, 32))
-    mix = bench_mix(sc, g, lengths, concurrency=1)
+    mix = bench_mix(sc, g, Mix(lengths, concurrency=1))
     alone = [bench(sc, g, Workload(i, o, 1, 1)) for i, o in lengths]
     assert mix.running == 1
     assert mix.mean_ttft_s == pytest.approx(sum(b.mean_ttft_s for b in alone) / 3, rel=1e-12)

@@ -3,6 +3,7 @@ bounds each figure per layer kind, and what a serving benchmark of the workload 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -18,6 +19,9 @@ from hybridplan.speed.ranges import CLASSES, Range, lookup
 from hybridplan.speed.ranges import source as ranges_source
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, allreduce_time, step_time
 from hybridplan.speed.work import decode_step
+
+if TYPE_CHECKING:
+    from hybridplan.speed.dataset import Mix
 
 
 def batch_sizes(top: int) -> tuple[int, ...]:
@@ -83,11 +87,10 @@ class SpeedReport(Struct, frozen=True):
 
 
 def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
-          calibration: Calibration | None = None, lengths: tuple[tuple[int, int], ...] | None = None,
-          dataset: str | None = None) -> SpeedReport:
-    """The report for the scenario; ``calibration`` (a profile's measurements) refines ``eff``; ``lengths`` (each
-    request's prompt and output, from ``dataset``) benchmark that mix (hybridplan/speed/dataset.py), ``wl``
-    giving the concurrency, prompts and acceptance."""
+          calibration: Calibration | None = None, mix: Mix | None = None) -> SpeedReport:
+    """The report for the scenario; ``calibration`` (a profile's measurements) refines ``eff``; ``mix`` (each
+    request's prompt and output, from a dataset) is benchmarked as that mix (hybridplan/speed/dataset.py), ``wl``
+    its mean."""
     if sc.budget.gpu is None:
         raise PlanError("speed needs --gpu-type: the GPU's datasheet figures (hybridplan gpus lists the GPUs)")
     g = datasheet(sc.budget.gpu)
@@ -101,7 +104,7 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
         if not calibration.on_gpu:
             cal_notes.append(f"the calibration comes from {calibration.backend} (the CPU pipeline), not a GPU: its "
                              "figures test the plumbing and say nothing of a GPU's speed")
-    benches, refused = _benches(sc, g, wl, eff, lengths, dataset)
+    benches, refused = _benches(sc, g, wl, eff, mix)
     b = benches[0]
     steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=decode_mode(sc, n)[0],
                             overlap=decode_mode(sc, n)[1])
@@ -124,23 +127,23 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
                  f"(grouped k-fold, {ranges_source()}; docs/speed.md)")
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
-    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]), dataset)
+    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]),
+                       mix.source if mix is not None else None)
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _benches(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency,
-             lengths: tuple[tuple[int, int], ...] | None = None, dataset: str | None = None
+def _benches(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency, mix: Mix | None = None
              ) -> tuple[list[Bench], list[str]]:
     """The benchmark of each engine asked for; under ``both``, one engine's refusal is a note beside the other's
     figures (an error only when neither starts)."""
     def one(s: Scenario) -> Bench:
-        if lengths is None:
+        if mix is None:
             return bench(s, g, wl, eff)
         from hybridplan.speed.dataset import bench_mix
 
-        return bench_mix(s, g, lengths, wl.concurrency, wl.num_prompts, wl.acceptance, eff, dataset or "the dataset")
+        return bench_mix(s, g, mix, eff)
 
     if sc.engine != "both":
         return [one(sc)], []

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from statistics import median
 
+from msgspec import Struct
 from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
@@ -104,13 +105,24 @@ def mean_workload(reqs: tuple[tuple[int, int], ...], concurrency: int, acceptanc
                     concurrency, n, acceptance)
 
 
-def bench_mix(sc: Scenario, g: Datasheet, lengths: tuple[tuple[int, int], ...], concurrency: int,
-              num_prompts: int | None = None, acceptance: float | None = None, eff: Efficiency = DEFAULT,
-              source: str = "the dataset") -> Bench:
-    """The benchmark of those requests (module docstring); its ``workload`` is the mix's mean."""
-    reqs = requests(lengths, num_prompts)
+class Mix(Struct, frozen=True):
+    """A dataset's requests as the benchmark sends them: each one's prompt and output tokens (``lengths``), at
+    ``concurrency`` in flight, the first ``num_prompts`` of them, at an acceptance rate where speculative."""
+
+    lengths: tuple[tuple[int, int], ...]
+    concurrency: int
+    num_prompts: int | None = None
+    acceptance: float | None = None
+    #: where the lengths came from, as the notes name it
+    source: str = "the dataset"
+
+
+def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -> Bench:
+    """The benchmark of the mix's requests (module docstring); its ``workload`` is the mix's mean."""
+    reqs = requests(mix.lengths, mix.num_prompts)
     n = len(reqs)
-    wl = mean_workload(reqs, concurrency, acceptance)
+    concurrency, source = mix.concurrency, mix.source
+    wl = mean_workload(reqs, concurrency, mix.acceptance)
     running, running_from = running_cap(sc, wl)
     if running > n:
         running, running_from = n, f"the workload's {n:,} prompts"
