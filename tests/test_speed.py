@@ -353,6 +353,7 @@ def test_pipeline_rate_is_the_slowest_stage_or_the_round():
     """pp micro-batches of m = ⌈B / pp⌉ in flight: tokens/s = min(pp·m / Σ T_s, m / max T_s). Equal stages make
     both pp·m / Σ T_s; and at PP 1 it is B over the one step."""
     from hybridplan.engines.vllm.parallel import pipeline
+    from hybridplan.speed.costs import decode_mode
     from hybridplan.speed.layout import decode_rate, stage_step
     from hybridplan.speed.model import step_time
     from hybridplan.speed.work import decode_step
@@ -362,12 +363,19 @@ def test_pipeline_rate_is_the_slowest_stage_or_the_round():
     r = decode_rate(sc, g, 30, 32000)
     m = 8  # ⌈30 / 4⌉
     whole = decode_step(sc, m, 32000)
-    times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, tp=2).seconds for st in pipeline(sc)]
+    # each stage's step in the engine's decode mode: graphs at batch 8, the host not overlapped under PP (vLLM turns
+    # async scheduling off with pipeline parallelism, vllm/config/vllm.py)
+    graphs, overlap = decode_mode(sc, m)
+    assert graphs and not overlap
+    times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, tp=2, graphs=graphs, overlap=overlap).seconds
+             for st in pipeline(sc)]
     assert r.tokens_per_s == pytest.approx(min(4 * m / sum(times), m / max(times)))
     assert r.round_s == pytest.approx(sum(times)) and r.gpus == 8
     one = _layout_sc("qwen3.5-27b", tp=2)
+    graphs, overlap = decode_mode(one, 16)  # PP 1: async scheduling overlaps the host with the GPU's step
+    assert graphs and overlap
     assert decode_rate(one, g, 16, 32000).tokens_per_s == pytest.approx(
-        16 / step_time(decode_step(one, 16, 32000), g, tp=2).seconds)
+        16 / step_time(decode_step(one, 16, 32000), g, tp=2, graphs=graphs, overlap=overlap).seconds)
 
 
 def test_vllm_data_parallel_reads_the_moe_across_its_ranks():

@@ -3,6 +3,8 @@ and both engines' benchmarks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hybridplan.gpus import GPUS
@@ -119,6 +121,24 @@ def test_dataset_of_one_length_is_that_benchmark():
     one = bench(sc, g, Workload(1024, 128, 8, 300))
     for f in ("running", "output_tok_s", "mean_ttft_s", "median_ttft_s", "tpot_s"):
         assert getattr(mix, f) == pytest.approx(getattr(one, f), rel=1e-12), f
+
+
+def test_dataset_of_one_length_keeps_the_benchmarks_decode_mode():
+    from hybridplan.speed.dataset import bench_mix
+    from hybridplan.speed.model import Efficiency
+
+    # a host time the engine hides (vLLM's async scheduling from 0.11.2, no speculative decoding: overlapped) and
+    # one it adds (speculative decoding turns async scheduling off, vllm/config/vllm.py), and a draft's passes at
+    # acceptance 0.6: a one-length mix prices each exactly as its single-length benchmark
+    eff = Efficiency(vllm_step_us=500.0, vllm_request_us=20.0)
+    g = datasheet("h100")
+    for sc, acceptance in ((_sc(), None), (replace(_sc(), spec_tokens=2), 0.6)):
+        mix = bench_mix(sc, g, ((1024, 128),) * 3, concurrency=8, num_prompts=300, acceptance=acceptance, eff=eff)
+        one = bench(sc, g, Workload(1024, 128, 8, 300, acceptance), eff)
+        assert mix.decode.overlap == one.decode.overlap == (acceptance is None)
+        assert mix.draft_s == one.draft_s and (mix.draft_s is None) == (acceptance is None)
+        for f in ("running", "output_tok_s", "mean_ttft_s", "median_ttft_s", "tpot_s"):
+            assert getattr(mix, f) == pytest.approx(getattr(one, f), rel=1e-12), f
 
 
 def test_dataset_mix_at_concurrency_one_is_each_request_in_turn():

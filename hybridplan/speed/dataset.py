@@ -37,6 +37,7 @@ from msgspec.structs import replace
 from hybridplan.errors import PlanError
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Prepared, Workload, price, running_cap
+from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency
 from hybridplan.speed.work import decode_step, prefill_step
@@ -130,15 +131,19 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     mean_out = out_total / n
     ctx = max(1, round(sum(o * (i + o / 2) for i, o in reqs) / out_total))
     decode = decode_step(sc, running, ctx)
-    graphs = not sc.vllm.enforce_eager
+    # the decode step's mode (graph coverage, the host's overlap) and draft as bench.prepare decides them
+    graphs, overlap = decode_mode(sc, running)
+    draft = draft_step(decode, sc) if sc.spec_tokens and acceptance is not None else None
+    notes_mode = tuple(mode_notes(sc, running))
     priced: dict[int, Bench] = {}
     for i in sorted({i for i, _ in reqs}):
-        p = Prepared(sc, replace(wl, input=i), running, running_from, decode, prefill_step(sc, i), graphs)
+        p = Prepared(sc, replace(wl, input=i), running, running_from, decode, prefill_step(sc, i), graphs, overlap,
+                     draft, notes_mode)
         priced[i] = price(p, g, eff)
     one = priced[reqs[0][0]]
     t_pf = [priced[i].prefill_s for i, _ in reqs]
     mean_pf = sum(t_pf) / n
-    tpot = one.decode.seconds / one.tokens_per_step + (running - 1) * mean_pf / mean_out
+    tpot = (one.decode.seconds + (one.draft_s or 0.0)) / one.tokens_per_step + (running - 1) * mean_pf / mean_out
     cycles = [tpot * o + t for (_, o), t in zip(reqs, t_pf)]
     cycle = sum(cycles) / n
     c = min(concurrency, n)
@@ -161,4 +166,4 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
                      "in flight at once")
     return Bench(wl, one.engine, running, running_from, one.decode, priced[wl.input].prefill
                  if wl.input in priced else one.prefill, mean_pf, one.tokens_per_step, tpot,
-                 sum(ttft) / n, median(ttft), running * mean_out / cycle, tuple(notes))
+                 sum(ttft) / n, median(ttft), running * mean_out / cycle, tuple(notes), one.draft_s)

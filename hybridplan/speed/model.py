@@ -123,12 +123,12 @@ ALLREDUCE_PCIE_TP8_US = 42.14
 FITTED_ON_DENSE: tuple[str, ...] = ("tt-143-qwen2.5-72b-2xh100.json", "pages-llama-3.1-8b-decode.json")
 FITTED_ON_MOE: tuple[str, ...] = ("tt-340-qwen3-30b-a3b-a100.json",)
 FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
-#: the shipped figures: ``python validation/speed.py --fit`` on every file of tests/data/speed (19 files,
-#: 2026-12-02); the terms the corpus does not resolve keep the starting values (scalar, link, the eager launch,
-#: the grouped GEMM's half point) or fit to 0 (the hosts' per-step times, which every priced row's engine
-#: overlaps with the GPU)
-DEFAULT = Efficiency(hbm=0.8, tensor=0.5, gdn_state_hbm=0.5, ssd_scan=0.2, kernel_floor_graph_us=6.0,
-                     prefill_step_us=8000.0, prefill_token_us=1.0,
+#: the shipped figures: ``python validation/speed.py --fit`` on every file of tests/data/speed (19 files, 232 of
+#: 317 benchmark rows priced, 2026-12-02c: benchmarks/results/speed-kfold-2026-12-02c.md); the terms the corpus
+#: does not resolve keep the starting values (scalar, link, the eager launch, the grouped GEMM's half point) or
+#: fit to 0 (the hosts' per-step times and SGLang's per-request time)
+DEFAULT = Efficiency(hbm=0.7, tensor=0.55, gdn_state_hbm=0.5, ssd_scan=0.2, kernel_floor_graph_us=6.0,
+                     vllm_request_us=40.0, prefill_step_us=8000.0, prefill_token_us=4.0,
                      source="fitted on every file of tests/data/speed (python validation/speed.py --fit); "
                             "held-out accuracy: docs/VALIDATION.md")
 
