@@ -3,7 +3,7 @@ and both engines' benchmarks."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 import pytest
 
@@ -124,7 +124,7 @@ def test_dataset_of_one_length_is_that_benchmark():
 
 
 def test_dataset_of_one_length_keeps_the_benchmarks_decode_mode():
-    from hybridplan.speed.dataset import bench_mix
+    from hybridplan.speed.dataset import Mix, bench_mix
     from hybridplan.speed.model import Efficiency
 
     # a host time the engine hides (vLLM's async scheduling from 0.11.2, no speculative decoding: overlapped) and
@@ -133,7 +133,7 @@ def test_dataset_of_one_length_keeps_the_benchmarks_decode_mode():
     eff = Efficiency(vllm_step_us=500.0, vllm_request_us=20.0)
     g = datasheet("h100")
     for sc, acceptance in ((_sc(), None), (replace(_sc(), spec_tokens=2), 0.6)):
-        mix = bench_mix(sc, g, ((1024, 128),) * 3, concurrency=8, num_prompts=300, acceptance=acceptance, eff=eff)
+        mix = bench_mix(sc, g, Mix(((1024, 128),) * 3, concurrency=8, num_prompts=300, acceptance=acceptance), eff)
         one = bench(sc, g, Workload(1024, 128, 8, 300, acceptance), eff)
         assert mix.decode.overlap == one.decode.overlap == (acceptance is None)
         assert mix.draft_s == one.draft_s and (mix.draft_s is None) == (acceptance is None)

@@ -133,7 +133,7 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     decode = decode_step(sc, running, ctx)
     # the decode step's mode (graph coverage, the host's overlap) and draft as bench.prepare decides them
     graphs, overlap = decode_mode(sc, running)
-    draft = draft_step(decode, sc) if sc.spec_tokens and acceptance is not None else None
+    draft = draft_step(decode, sc) if sc.spec_tokens and mix.acceptance is not None else None
     notes_mode = tuple(mode_notes(sc, running))
     priced: dict[int, Bench] = {}
     for i in sorted({i for i, _ in reqs}):
