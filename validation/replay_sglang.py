@@ -39,6 +39,8 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
   trace says each request generates next (one per request per step, no sampling);
 - the KV cache object behind the allocator (the allocator only keeps indices), the attention backends and
   CUDA graphs (none), ``setproctitle`` and ``sgl_kernel`` (modules imported for names only);
+- ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` while ``ServerArgs`` is parsed: True,
+  as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer off CUDA);
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
@@ -79,6 +81,8 @@ STAND_INS = (
     "TpModelWorker's; forward_batch_generation returns each request's next trace token",
     "the KV cache object behind the allocator; attention backends and CUDA graphs (none)",
     "setproctitle and sgl_kernel: modules imported for names only",
+    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() while ServerArgs is parsed: True (extra_buffer's "
+    "device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
 )
 STUB_MODULES = ("setproctitle", "sgl_kernel")
@@ -94,37 +98,47 @@ def _token(key, off: int) -> int:
     return int.from_bytes(h, "little") % VOCAB
 
 
-def trace_requests(name: str) -> list:
-    sys.path.insert(0, str(ROOT))
-    from hybridplan.replay.trace import Synthetic, mooncake
+#: the synthetic traces (``hybridplan.replay.trace.Synthetic``'s fields; outputs at most MAX_OUTPUT)
+SYNTHETIC = {
+    "shared-prefix": {"shared": 3000, "users": 8, "private": 400, "output": 4},
+    "shared-prefix-groups": {"shared": 1200, "users": 8, "private": 300, "output": 4, "group_size": 4,
+                             "group_shared": 2500},
+    "vllm-45238-1500-700": {"shared": 1500, "users": 16, "private": 700, "output": 1},
+    "vllm-45238-1600-500": {"shared": 1600, "users": 16, "private": 500, "output": 1},
+    "conversation": {"shared": 1000, "users": 3, "turns": 3, "private": 700, "output": 8, "order": "round-robin"},
+    "revisited-documents": {"shared": 0, "users": 6, "turns": 3, "private": 200, "output": 2, "group_size": 1,
+                            "group_shared": 2000, "history": False, "order": "round-robin"},
+    "prefix-4000-200": {"shared": 4000, "users": 3, "private": 200, "output": 1},
+    "prefix-10000-5000": {"shared": 10000, "users": 3, "private": 5000, "output": 1},
+}
+MOONCAKE = ROOT / "tests/data/traces/mooncake-conversation-300.jsonl"
 
-    moon = ROOT / "tests/data/traces/mooncake-conversation-300.jsonl"
-    table = {
-        "shared-prefix": lambda: Synthetic(shared=3000, users=8, private=400, output=4).requests(),
-        "shared-prefix-groups": lambda: Synthetic(shared=1200, users=8, private=300, output=4, group_size=4,
-                                                  group_shared=2500).requests(),
-        "vllm-45238-1500-700": lambda: Synthetic(shared=1500, users=16, private=700, output=1).requests(),
-        "vllm-45238-1600-500": lambda: Synthetic(shared=1600, users=16, private=500, output=1).requests(),
-        "conversation": lambda: Synthetic(shared=1000, users=3, turns=3, private=700, output=8,
-                                          order="round-robin").requests(),
-        "revisited-documents": lambda: Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1,
-                                                 group_shared=2000, history=False, order="round-robin").requests(),
-        "prefix-4000-200": lambda: Synthetic(shared=4000, users=3, private=200, output=1).requests(),
-        "prefix-10000-5000": lambda: Synthetic(shared=10000, users=3, private=5000, output=1).requests(),
-        "mooncake-conversation-300": lambda: mooncake(moon),
-    }
+
+def write_trace(name: str, tmp: Path) -> tuple[Path, list]:
+    """The trace as a file `hybridplan replay` reads (a synthetic YAML; the Mooncake JSONL with its outputs
+    capped) and as token ids for SGLang: hybridplan's own requests, each block of the trace hashed into the
+    vocabulary (a turn's history holds the earlier reply, which the model stand-in generates)."""
+    sys.path.insert(0, str(ROOT))
+    from hybridplan.replay.trace import read
+
+    if name in SYNTHETIC:
+        path = tmp / f"{name}.yaml"
+        path.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in SYNTHETIC[name].items()))
+    else:
+        path = tmp / f"{name}.jsonl"
+        lines = [json.loads(x) for x in MOONCAKE.read_text().splitlines() if x.strip()]
+        path.write_text("".join(json.dumps({**x, "output_length": min(x.get("output_length", 0), MAX_OUTPUT)}) + "\n"
+                                for x in lines))
     out = []
-    for r in table[name]():
+    for r in read(path):
         full = r.with_output()
         toks = list(full.tokens) if full.tokens is not None else [_token(k, j) for k, n in full.runs
                                                                   for j in range(n)]
-        n_out = min(r.output_len, MAX_OUTPUT)
-        out.append({"prompt": toks[:r.prompt_len], "output": toks[r.prompt_len:r.prompt_len + n_out]})
-    return out
+        out.append({"prompt": toks[:r.prompt_len], "output": toks[r.prompt_len:r.prompt_len + r.output_len]})
+    return path, out
 
 
-TRACES = ("shared-prefix", "shared-prefix-groups", "vllm-45238-1500-700", "vllm-45238-1600-500", "conversation",
-          "revisited-documents", "prefix-4000-200", "prefix-10000-5000", "mooncake-conversation-300")
+TRACES = (*SYNTHETIC, "mooncake-conversation-300")
 QUICK_TRACES = ("shared-prefix", "conversation", "mooncake-conversation-300")
 
 
@@ -275,6 +289,15 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
         def __init__(self, server_args, *a, **kw):
             self.server_args = server_args
             self.model_config = ModelConfig.from_server_args(server_args)
+            from sglang.srt.distributed import parallel_state as ps
+            from sglang.srt.model_executor import model_runner as mr
+
+            if not ps.model_parallel_is_initialized():  # to 0.5.2x the model runner builds the groups
+                mr.ModelRunner.init_torch_distributed(StandIn(
+                    _name="model_runner", server_args=server_args, device="cpu", gpu_id=0, tp_size=1, tp_rank=0,
+                    pp_size=1, pp_rank=0, dp_size=1, moe_ep_size=1, attn_cp_size=1, moe_dp_size=1,
+                    dist_port=kw.get("nccl_port"), is_draft_worker=False, local_omp_cpuid=None,
+                    model_config=self.model_config))
             self.is_hybrid_swa = False
             self.random_seed, self.device = 0, "cpu"
             self.weight_load_time, self.graph_time_usage = 0.0, {}
@@ -292,6 +315,12 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             kvc = StandIn(_name="kvcache", size=kv)
             allocator = alloc_mod.TokenToKVPoolAllocator(kv, torch.float32, "cpu", kvc, False)
             self._pools = pool, allocator
+            # what get_worker_info returns before 0.5.10 (TpModelWorker.__init__'s statements, 0.5.9 tp_worker.py)
+            self.max_total_num_tokens, self.max_running_requests = kv, reqs
+            self.max_prefill_tokens = server_args.max_prefill_tokens
+            self.max_queued_requests = server_args.max_queued_requests
+            self.max_req_len = min(self.model_config.context_len - 1, kv - 1)
+            self.max_req_input_len = self.max_req_len - 5
             self.model_runner = StandIn(_name="model_runner", model_config=self.model_config, req_to_token_pool=pool,
                                         token_to_kv_pool_allocator=allocator, token_to_kv_pool=kvc,
                                         memory_pool_config=object(), effective_logical_max_total_num_tokens=kv,
@@ -310,8 +339,6 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 pass
             # the model kind, from ModelRunner's own properties where the release has them (0.5.9's
             # init_cache_with_memory_pool reads hybrid_gdn_config / mamba2_config)
-            from sglang.srt.model_executor import model_runner as mr
-
             for prop in ("hybrid_gdn_config", "mamba2_config", "mambaish_config"):
                 fget = getattr(getattr(mr.ModelRunner, prop, None), "fget", None)
                 if fget is not None:
@@ -335,17 +362,54 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     for case in json.loads(cases_file.read_text()):
         started = time.perf_counter()
         case_sizes.update(case["sizes"])
-        sa = prepare_server_args(case["argv"])
-        publish(sa)
-        sched = _scheduler(S, sa, PortArgs.init_new(sa))
-        loop = _Loop(sched, outs, TokenizedGenerateReqInput, SamplingParams, array)
-        reused, cached = loop.run(case["requests"], case["concurrency"])
-        results.append({"name": case["name"], "reused": reused, "cached": cached, "tree": type(sched.tree_cache).__name__,
-                        "steps": loop.steps, "seconds": round(time.perf_counter() - started, 1)})
-        print(f"  {case['name']}: {sum(reused):,} reused [{results[-1]['seconds']} s]", file=sys.stderr, flush=True)
-        _teardown(sched)
-    out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(read)}))
+        try:
+            sa = _server_args(prepare_server_args, case["argv"])
+            publish(sa)
+            sched = _scheduler(S, sa, PortArgs.init_new(sa))
+            loop = _Loop(sched, outs, TokenizedGenerateReqInput, SamplingParams, array)
+            reused, cached = loop.run(case["requests"], case["concurrency"])
+        except Exception as exc:  # noqa: BLE001 - one case that will not run is reported; the others run
+            import traceback
+
+            results.append({"name": case["name"], "error": f"{type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc()[-3000:]})
+            print(f"  {case['name']}: {results[-1]['error']}", file=sys.stderr, flush=True)
+        else:
+            results.append({"name": case["name"], "reused": reused, "cached": cached,
+                            "tree": type(sched.tree_cache).__name__, "steps": loop.steps,
+                            "seconds": round(time.perf_counter() - started, 1)})
+            print(f"  {case['name']}: {sum(reused):,} reused [{results[-1]['seconds']} s]", file=sys.stderr,
+                  flush=True)
+            _teardown(sched)
+        out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(read)}))
     return 0
+
+
+def _server_args(prepare, argv):
+    """``prepare_server_args(argv)`` as on a CUDA host: extra_buffer's "only supported on CUDA devices" check
+    (server_args.py ``_handle_mamba_radix_cache``, to 0.5.1x; arg_groups after) reads ``is_cuda()``, which is
+    True there for the time of the parse."""
+    import importlib
+
+    try:
+        importlib.import_module("sglang.srt.arg_groups.mamba_hook")
+    except ImportError:
+        pass
+    mods = [m for name, m in list(sys.modules.items()) if name == "sglang.srt.server_args" or
+            name.startswith("sglang.srt.arg_groups")]
+    saved = [(m, f, m.__dict__[f]) for m in mods for f in DEVICE_CHECKS if f in m.__dict__]
+    for m, f, _ in saved:
+        setattr(m, f, lambda: True)
+    try:
+        return prepare(argv)
+    finally:
+        for m, f, old in saved:
+            setattr(m, f, old)
+
+
+#: the checks of a CUDA host that ``ServerArgs`` makes for extra_buffer: 0.5.9 ``is_cuda()``; 0.5.23
+#: arg_groups/mamba_hook.py ``_platform_supports_mamba_cache_extra_buffer()``
+DEVICE_CHECKS = ("is_cuda", "_platform_supports_mamba_cache_extra_buffer")
 
 
 def _subclasses(mod):
@@ -569,13 +633,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="hybridplan-sglang-replay-") as tmp_name:
         tmp = Path(tmp_name)
-        files = {}
-        reqs = {}
+        files, reqs = {}, {}
         for t in traces:
-            reqs[t] = trace_requests(t)
-            files[t] = tmp / f"{t}.jsonl"
-            files[t].write_text("".join(json.dumps({"prompt_token_ids": r["prompt"], "output_len": len(r["output"])})
-                                        + "\n" for r in reqs[t]))
+            files[t], reqs[t] = write_trace(t, tmp)
         for version in releases:
             start = time.time()
             src = unpack(version, cache)
@@ -603,7 +663,7 @@ def main() -> int:
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
                                    str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
-            if proc.returncode != 0 or not out_file.exists():
+            if not out_file.exists():
                 tail = proc.stdout[-4000:]
                 report["failed"][version] = tail
                 log(f"SGLang {version}: failed\n{tail}")
@@ -612,6 +672,9 @@ def main() -> int:
             n = bad = 0
             for res in out["results"]:
                 mine = ours[res["name"]]
+                if "error" in res:
+                    report["failed"][f"{version} {res['name']}"] = res["traceback"]
+                    continue
                 report["cases"][f"{version} {res['name']}"] = {
                     "requests": len(res["reused"]), "tree": res["tree"], "steps": res["steps"],
                     "sglang_reused_tokens": sum(max(x, 0) for x in res["reused"]),
@@ -623,6 +686,9 @@ def main() -> int:
                         bad += 1
                         report["mismatches"].append({"release": version, "case": res["name"], "request": i,
                                                      "sglang": a, "hybridplan": b, "why": mine["why"][i]})
+            if proc.returncode != 0:
+                report["failed"][version] = proc.stdout[-4000:]
+                log(f"SGLang {version}: the worker stopped\n{proc.stdout[-4000:]}")
             report["compared"][version] = n
             report.setdefault("stand_in_fields_read", {})[version] = out["stand_in_fields_read"]
             log(f"SGLang {version}: {n} requests compared, {bad} mismatches [{time.time() - start:.0f} s]")

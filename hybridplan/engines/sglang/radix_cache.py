@@ -334,6 +334,71 @@ class Cache:
         self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
         return True
 
+    # --- a request step by step (hybridplan/engines/sglang/scheduler.py: SGLang's scheduler loop) -------
+
+    def reserve(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        """``admit`` without the caching: the hit pinned, the KV and state slots the request needs taken
+        (evicting), nothing inserted yet; ``insert`` caches as the request computes. False when the pools
+        cannot hold it now."""
+        r = self.r
+        hit_units = look.hit // r.grid
+        held_kv = keys[:hit_units]
+        self._hold_all(held_kv)
+        new_kv = max(req.prompt_len + req.output_len - hit_units * r.grid, 0)
+        if (req.prompt_len + req.output_len > r.kv_tokens or not self._evict_kv(new_kv)
+                or not self._evict_state(r.slots_per_request)):
+            self._release_all(held_kv[::-1])  # in order
+            return False
+        self.kv_private += new_kv
+        self.st_private += r.slots_per_request
+        mine_st: list[object] = []
+        if look.hit:
+            sk = self._state_key(req, keys, look.hit)[2]
+            self._hold_st(sk)
+            mine_st.append(sk)
+        self.running[req.index] = (list(held_kv), mine_st, new_kv, r.slots_per_request)
+        self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
+        return True
+
+    def insert(self, req: Request, keys: list[int], positions: list[int], kv_limit: int) -> None:
+        """Cache what a reserved request has computed: its KV up to ``kv_limit`` (whole grid units) and a
+        state at each of ``positions`` (``cache_unfinished_req`` / ``cache_finished_req``)."""
+        r = self.r
+        mine_kv, mine_st, priv, slots = self.running[req.index]
+        have = len(mine_kv)
+        upto = min(kv_limit // r.grid, len(keys))
+        kv_cost, grid = self.kv_cost, r.grid
+        inserted = 0
+        for k in keys[have:upto]:
+            if k not in kv_cost:
+                kv_cost[k] = grid
+                inserted += 1
+        self.kv_used += inserted * grid
+        fresh = keys[have:upto]
+        self._hold_all(fresh)
+        mine_kv.extend(fresh)
+        moved = min(inserted * grid, priv)
+        self.kv_private -= moved
+        cost = 0.5 if r.int8 else 1.0
+        for pos in positions:
+            if pos // r.grid > len(keys) or pos <= 0:
+                continue
+            base, t, sk = self._state_key(req, keys, pos)
+            if sk not in self.st_cost:
+                if not self._evict_state(cost):
+                    continue
+                self.st_cost[sk] = cost
+                self.st_used += cost
+                self.states += 1
+                self.peak_states = max(self.peak_states, self.states)
+                self.tails.setdefault(base, set()).add(t)
+            self._hold_st(sk)
+            mine_st.append(sk)
+        if r.max_states_per_path > 0 and positions:
+            self._cap_path(mine_st)
+        self.running[req.index] = (mine_kv, mine_st, priv - moved, slots)
+        self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
+
     def _cap_path(self, path: list[object]) -> None:
         """Drop the shallowest states of this path beyond the cap; the tail stays (#31230)."""
         present = [k for k in dict.fromkeys(path) if k in self.st_cost]

@@ -43,7 +43,11 @@ def _any_budget(s: Scenario) -> Scenario:
 
 
 def _policy(r: spc.Rules, concurrency: int | None = None) -> Policy:
-    return Policy(r.label, spc.Cache(r), r.grid, r.max_model_len, concurrency)
+    """The rules' radix cache behind SGLang's scheduler loop (scheduler.py: prefill batches, chunks, when each
+    request is cached)."""
+    from hybridplan.engines.sglang.scheduler import Scheduled
+
+    return Policy(r.label, Scheduled(r), r.grid, r.max_model_len, concurrency)
 
 
 def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
