@@ -39,8 +39,10 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
   trace says each request generates next (one per request per step, no sampling);
 - the KV cache object behind the allocator (the allocator only keeps indices), the attention backends and
   CUDA graphs (none), ``setproctitle`` and ``sgl_kernel`` (modules imported for names only);
-- ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` while ``ServerArgs`` is parsed: True,
-  as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer off CUDA);
+- ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` as ``ServerArgs`` (server_args.py,
+  arg_groups/) reads them: True, as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer
+  off CUDA);
+- ``torch.Tensor.pin_memory``: the tensor itself (page-locking is for a copy to a GPU);
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
@@ -87,7 +89,8 @@ STAND_INS = (
     "TpModelWorker's; forward_batch_generation returns each request's next trace token",
     "the KV cache object behind the allocator; attention backends and CUDA graphs (none)",
     "setproctitle and sgl_kernel: modules imported for names only",
-    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() while ServerArgs is parsed: True (extra_buffer's "
+    "torch.Tensor.pin_memory: the tensor itself",
+    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() as ServerArgs reads them: True (extra_buffer's "
     "device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
 )
@@ -258,6 +261,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     except ImportError:
         from sglang.srt.managers.scheduler import GenerationBatchResult
     real_worker = next(c for c in _subclasses(tpw) if c.__name__ == "TpModelWorker")
+    torch.Tensor.pin_memory = lambda self, *a, **k: self  # no CUDA host to pin for (extra_buffer's decode)
     read: set[str] = set()
     calls = {"prewarm_sampling", "init_attention_backends", "init_cuda_graphs", "get_pad_input_ids_func",
              "register_hicache_layer_transfer_counter"}
@@ -364,7 +368,8 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     S.TpModelWorker = Worker
     publish = _publisher(S)
     results = []
-    for case in json.loads(cases_file.read_text()):
+    doc = json.loads(cases_file.read_text())
+    for case in doc["cases"]:
         started = time.perf_counter()
         case_sizes.update(case["sizes"])
         try:
@@ -372,7 +377,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             publish(sa)
             sched = _scheduler(S, sa, PortArgs.init_new(sa))
             loop = _Loop(sched, outs, TokenizedGenerateReqInput, SamplingParams, array)
-            reused, cached = loop.run(case["requests"], case["concurrency"])
+            reused, cached = loop.run(doc["traces"][case["trace"]], case["concurrency"])
         except Exception as exc:  # noqa: BLE001 - one case that will not run is reported; the others run
             import traceback
 
@@ -391,9 +396,8 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
 
 
 def _server_args(prepare, argv):
-    """``prepare_server_args(argv)`` as on a CUDA host: extra_buffer's "only supported on CUDA devices" check
-    (server_args.py ``_handle_mamba_radix_cache``, to 0.5.1x; arg_groups after) reads ``is_cuda()``, which is
-    True there for the time of the parse."""
+    """``prepare_server_args(argv)`` as on a CUDA host: extra_buffer's device checks (``DEVICE_CHECKS``) in
+    server_args.py and arg_groups/ answer True (those modules' own names only; the scheduler's are left)."""
     import importlib
 
     try:
@@ -402,14 +406,15 @@ def _server_args(prepare, argv):
         pass
     mods = [m for name, m in list(sys.modules.items()) if name == "sglang.srt.server_args" or
             name.startswith("sglang.srt.arg_groups")]
-    saved = [(m, f, m.__dict__[f]) for m in mods for f in DEVICE_CHECKS if f in m.__dict__]
-    for m, f, _ in saved:
-        setattr(m, f, lambda: True)
-    try:
-        return prepare(argv)
-    finally:
-        for m, f, old in saved:
-            setattr(m, f, old)
+    for m in mods:  # for the process: 0.5.2x resolve the arguments when first read, in the Scheduler
+        for f in DEVICE_CHECKS:
+            if f in m.__dict__:
+                setattr(m, f, _true)
+    return prepare(argv)
+
+
+def _true(*a, **k) -> bool:
+    return True
 
 
 #: the checks of a CUDA host that ``ServerArgs`` makes for extra_buffer: 0.5.9 ``is_cuda()``; 0.5.23
@@ -616,6 +621,7 @@ def main() -> int:
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--progress", type=Path, help="append one line per release and case to this file")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", type=Path, help="write the JSON report here after each release")
     ap.add_argument("--worker", nargs=4, metavar=("VERSION", "SRC", "CASES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     here = Path(__file__).resolve().parent
@@ -657,13 +663,13 @@ def main() -> int:
                                 continue
                             ours[name] = side
                             r = side["rules"]
-                            todo.append({"name": name, "concurrency": c, "requests": reqs[t],
+                            todo.append({"name": name, "concurrency": c, "trace": t,
                                          "argv": argv_for(version, src, mdir, r["strategy"], r, MODELS[model][2]),
                                          "sizes": {"kv": r["kv_pool_tokens"], "slots": r["mamba_pool_slots"],
                                                    "reqs": MAX_RUNNING, "extra_buffer": r["strategy"] != "no_buffer",
                                                    "overlap": OVERLAP}})
             cases_file, out_file = tmp / f"cases-{version}.json", tmp / f"out-{version}.json"
-            cases_file.write_text(json.dumps(todo))
+            cases_file.write_text(json.dumps({"cases": todo, "traces": {t: reqs[t] for t in {c["trace"] for c in todo}}}))
             log(f"SGLang {version}: {len(todo)} cases ...")
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
                                    str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE,
@@ -699,6 +705,8 @@ def main() -> int:
             report["compared"][version] = n
             report.setdefault("stand_in_fields_read", {})[version] = out["stand_in_fields_read"]
             log(f"SGLang {version}: {n} requests compared, {bad} mismatches [{time.time() - start:.0f} s]")
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=1))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
