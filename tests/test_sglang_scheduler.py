@@ -66,3 +66,40 @@ def test_concurrency_one_equals_the_one_request_policy():
     reused, _, r = run("no_buffer", 1, chunk=1024)
     assert r.chunk == 1024
     assert reused == [0] + [2048] * 7
+
+
+def test_to_0_5_12_a_long_prompt_waits_for_the_next_batch():
+    # prompts of 15,000 tokens (3,000 shared), one output token, 4 in flight, chunk 8,192. 0.5.23: batch 1 cuts
+    # r0 at 8,192; batch 2 ends r0 (6,808) and cuts r1 at the 1,384 left (its state at 1,384, on the shared
+    # prompt); batch 3 takes r1 on to 9,576; batch 4 ends it (5,424) and r2, matching 1,384, is cut at the
+    # 2,768 left; batch 6 ends r2 and r3 matches 1,384 too. 0.5.9: in batch 2 r1's whole 15,000 reach the
+    # 16,384 − 6,808 left of --max-prefill-tokens, so the batch ends (schedule_policy.py add_one_req,
+    # real_input_tokens >= rem_input_tokens); every request then starts alone, its first state at 8,192, past
+    # the 3,000 they share
+    work = Synthetic(shared=3000, users=4, private=12000, output=1)
+
+    def reuse(version):
+        sc = scenario("qwen3.5-4b", 32768, sglang_version=version, chunk=8192, budget=Budget(kv_budget=40 * GiB),
+                      sglang=dict(radix="no_buffer", overlap=False))
+        r = spc.rules(sc, ReplaySettings())
+        runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], work.requests(), 4)
+        return [o.reused for o in runs[r.label].outcomes]
+
+    assert reuse("0.5.23") == [0, 0, 1384, 1384]
+    assert reuse("0.5.9") == [0, 0, 0, 0]
+
+
+def test_extra_buffer_decode_tracks_only_past_the_prompt():
+    # the three-user conversation (1,000 shared, 700 a turn, 8 output tokens), one in flight, extra_buffer,
+    # grid 64. r1 (user 2, turn 1) matches r0's KV over the system prompt to 960 (⌊1,000/64⌋·64), its
+    # branching point, where it keeps its state; its decode goes from 1,700 to 1,707 tokens and reaches no
+    # multiple of 256 (schedule_batch.py prepare_for_decode tracks seq_len % 256 == 0), so no other state.
+    # r4 (user 2, turn 2) holds r1's 1,708 tokens and resumes from 960 (SGLang 0.5.9's own Scheduler reuses
+    # 960 there: benchmarks/results/replay-validation-sglang-2026-12-02.md)
+    sc = scenario("qwen3.5-4b", 32768, sglang_version="0.5.23", chunk=8192, budget=Budget(kv_budget=40 * GiB),
+                  sglang=dict(radix="extra_buffer", overlap=False))
+    r = spc.rules(sc, ReplaySettings())
+    work = Synthetic(shared=1000, users=3, turns=3, private=700, output=8, order="round-robin")
+    for cache in (Scheduled(r), spc.Cache(r)):
+        runs, _ = replay([Policy(r.label, cache, r.grid, r.max_model_len)], work.requests(), 1)
+        assert runs[r.label].outcomes[4].reused == 960

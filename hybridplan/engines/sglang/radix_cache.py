@@ -11,8 +11,9 @@ Each rule names its release range and SGLang's file.
   extra_buffer / extra_buffer_lazy: one tracked state per forward, at the chunk's last point of the checkpoint
   grid lcm(max(chunk, page), tree page) (radix.py ``checkpoint_grid``), or at the branching point
   (``mamba_branching_seqlen``: the KV match floored to the grid, when the KV reaches past the state hit) when
-  that lies inside the chunk (managers/schedule_batch.py ``mamba_last_track_seqlen``); decoding tracks every
-  lcm(grid, ``mamba_track_interval`` 256) tokens and the last tracked state is inserted at the end.
+  that lies inside the chunk (managers/schedule_batch.py ``mamba_last_track_seqlen``); decoding tracks where
+  the sequence reaches a multiple of lcm(grid, ``mamba_track_interval`` 256) past the prompt
+  (``decode_track``) and the last tracked state is inserted at the end.
 - ``--mamba-max-states-per-path N`` (present in 0.5.18 and 0.5.23, absent in 0.5.9; #31230): after an insert,
   the shallowest interior states of the path beyond N are dropped; the tail is kept.
   ``--enable-int8-mamba-checkpoint`` (the same releases; #28185): cached states are stored as int8, about
@@ -123,6 +124,15 @@ def every_checkpoint(r: Rules) -> Rules:
     """A state kept at every point of the checkpoint grid, prompt and decode, and all the KV kept (no chunk ends,
     branching points or tracking interval decide where; no per-path cap)."""
     return replace(r, strategy=EVERY, max_states_per_path=-1)
+
+
+def decode_track(r: Rules, prompt: int, kv_end: int) -> int:
+    """extra_buffer's last state tracked while decoding (0: none): decode steps track where the sequence
+    reaches a multiple of the interval (managers/schedule_batch.py ``prepare_for_decode``, ``seq_lens %
+    mamba_track_interval == 0`` after the step's token, 0.5.9–0.5.23), so only multiples past the prompt:
+    the first decode step reaches prompt + 1, the last the KV's end."""
+    last = floor_to(kv_end, lcm(r.grid, TRACK_INTERVAL))
+    return last if last > prompt else 0
 
 
 def state_grid(r: Rules) -> int:
@@ -272,8 +282,7 @@ class Cache:
             if r.strategy == "no_buffer":
                 out.append(kv_end)
             else:
-                track = lcm(r.grid, TRACK_INTERVAL)
-                last = floor_to(kv_end, track)
+                last = decode_track(r, L, kv_end)
                 if last > max(out, default=0):
                     out.append(last)
         return out

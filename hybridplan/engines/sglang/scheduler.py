@@ -8,7 +8,9 @@ One step of the loop is one forward:
 
 - A prefill batch comes first whenever one can be formed. Its token budget is ``--chunked-prefill-size``:
   the request being chunked continues first (``add_chunked_req``), then the waiting requests in arrival order
-  (the default ``fcfs`` policy). Each is matched against the tree as it stands at this step
+  (the default ``fcfs`` policy); to 0.5.12 one whose whole remaining prompt reaches what is left of
+  ``--max-prefill-tokens`` (16,384) ends the batch unless the batch is empty (``INPUT_CAP_UNTIL``). Each is
+  matched against the tree as it stands at this step
   (``init_next_round_input``), so requests admitted in the same batch cannot hit each other. A request whose
   remaining prompt fits the budget left is taken whole; the first that does not is cut at the budget left
   (``add_one_req``'s truncation) and becomes the chunked request, and nothing more joins the batch.
@@ -34,11 +36,20 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import floor_to, lcm
-from hybridplan.engines.sglang.radix_cache import EVERY, TRACK_INTERVAL, Cache, Lookup, Rules
+from hybridplan.engines.common import floor_to
+from hybridplan.engines.sglang.radix_cache import EVERY, Cache, Lookup, Rules, decode_track
 
 if TYPE_CHECKING:
     from hybridplan.replay.trace import Request
+
+
+#: ``--max-prefill-tokens`` (server_args.py's default, 0.5.9–0.5.23)
+MAX_PREFILL_TOKENS = 16384
+#: the first release whose PrefillAdder checks a request against --max-prefill-tokens only with chunked
+#: prefill off (managers/schedule_policy.py ``add_one_req``: 0.5.9–0.5.12 ``real_input_tokens >=
+#: self.rem_input_tokens and len(self.can_run_list) != 0`` ends the batch whatever the chunk; 0.5.13 adds
+#: ``self.rem_chunk_tokens is None``)
+INPUT_CAP_UNTIL = "0.5.13"
 
 
 @dataclass
@@ -62,7 +73,10 @@ class Scheduled:
     deferred = True
 
     def __init__(self, r: Rules) -> None:
+        from hybridplan.engines.sglang.releases import release
+
         self.r = r
+        self.input_cap = release(r.version).before(INPUT_CAP_UNTIL) if r.version else False
         self.cache = Cache(r)
         self.waiting: deque[_Entry] = deque()
         self.running: list[_Entry] = []
@@ -135,9 +149,12 @@ class Scheduled:
             if e.done + n < e.req.prompt_len:
                 self.chunked = e
                 return batch
+        taken = sum(n for _, n in batch)
         while self.waiting and budget > 0:
             e = self.waiting[0]
             look = self.cache.lookup(e.req, e.keys)
+            if self.input_cap and batch and e.req.prompt_len - look.hit >= MAX_PREFILL_TOKENS - taken:
+                break  # 0.5.9-0.5.12: the batch's --max-prefill-tokens, the request's whole prompt counted
             if not self.cache.reserve(e.req, look, e.keys):
                 break  # NO_TOKEN: it waits for memory
             self.waiting.popleft()
@@ -147,6 +164,7 @@ class Scheduled:
             n = min(need, budget)
             batch.append((e, n))
             budget -= n
+            taken += n
             if n < need:
                 self.chunked = e
                 break
@@ -221,7 +239,7 @@ class Scheduled:
             if r.strategy == "no_buffer":
                 self.cache.insert(e.req, e.keys, [kv_end], kv_end)
             elif e.req.output_len:
-                last = floor_to(kv_end, lcm(r.grid, TRACK_INTERVAL))
+                last = decode_track(r, L, kv_end)
                 if last > max(e.states, default=0):
                     e.states.append(last)
                     self.cache.insert(e.req, e.keys, [last], last)
