@@ -49,8 +49,9 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 The overlap scheduler is not driven (``OVERLAP``): every case runs ``event_loop_normal`` with
 ``--disable-overlap-schedule`` on both sides (no_buffer runs so anyway; extra_buffer then holds one slot fewer).
 
-The client: request i is sent once request i − N has finished (N the concurrency), which is hybridplan's
-replay loop (at most N in flight, the oldest finishing first). Outputs are capped at ``MAX_OUTPUT`` tokens
+The client is hybridplan's replay loop: at most N requests in flight (N the concurrency), the next one sent
+once the oldest in flight has finished; a request SGLang aborts on arrival (a prompt too long for the
+context) takes no place, as hybridplan's loop refuses it without admitting it. Outputs are capped at ``MAX_OUTPUT`` tokens
 (the same trace goes to both sides), token ids are the trace's blocks hashed into the vocabulary.
 
 Exit status 0 when every request's reused tokens are equal, 1 otherwise.
@@ -537,11 +538,21 @@ class _Loop:
         return bool(batch)
 
     def run(self, requests: list, concurrency: int):
+        from collections import deque
+
         n, sent = len(requests), 0
         idle = 0
+        flight: deque[int] = deque()  # the requests SGLang took, oldest first (one it aborts takes no place)
         while True:
-            while sent < n and (sent < concurrency or self.finished(sent - concurrency)):
+            while sent < n:
+                if len(flight) >= concurrency:
+                    if not self.finished(flight[0]):
+                        break
+                    flight.popleft()
+                    continue
                 self.submit(sent, requests[sent])
+                if f"r{sent}" in self.reqs:
+                    flight.append(sent)
                 sent += 1
             if self.step():
                 idle = 0
