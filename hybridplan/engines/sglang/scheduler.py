@@ -26,8 +26,8 @@ Where a cached chunk keeps a Mamba state is the strategy's (radix_cache.py modul
 chunk's end, extra_buffer at the chunk's last grid point or at the branching point inside it.
 
 The client keeps at most N requests in flight (the replay's concurrency), the next sent once the oldest in
-flight has finished (the replay loop's ``finish``). Decoding with nothing to admit runs to the next finish in one jump (nothing reaches the
-tree meanwhile).
+flight has finished (the replay loop's ``finish``). Decoding with nothing to admit runs to the next finish in
+one jump (nothing reaches the tree meanwhile).
 """
 
 from __future__ import annotations
