@@ -387,13 +387,25 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             print(f"  {case['name']}: {results[-1]['error']}", file=sys.stderr, flush=True)
         else:
             results.append({"name": case["name"], "reused": reused, "cached": cached,
-                            "tree": type(sched.tree_cache).__name__, "steps": loop.steps,
+                            "tree": _tree_name(sched.tree_cache), "steps": loop.steps,
                             "seconds": round(time.perf_counter() - started, 1)})
             print(f"  {case['name']}: {sum(reused):,} reused [{results[-1]['seconds']} s]", file=sys.stderr,
                   flush=True)
             _teardown(sched)
         out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(read)}))
     return 0
+
+
+def _tree_name(tree) -> str:
+    """The tree cache's class, and its compiled tree core's where it has one (0.5.23: the wheel's
+    ``mem_cache/rust_tree_core`` extension behind ``RustUnifiedTreeCore``)."""
+    core = getattr(tree, "tree_core", None)
+    binding = getattr(core, "_binding", None)
+    name = type(tree).__name__
+    if core is not None:
+        name += f" ({type(core).__name__}" + (f", {type(binding).__name__} from {type(binding).__module__}"
+                                               if binding is not None else "") + ")"
+    return name
 
 
 def _server_args(prepare, argv):
