@@ -101,6 +101,9 @@ class Scheduled:
         return self.cache.keys(req, stop)
 
     def held_states(self, req: Request) -> list[int]:
+        """Where the tree holds states along ``req`` once it has run (the loop runs it to its end first: the
+        replay loop's own order at one in flight, `prefix`'s)."""
+        self.finish(req)
         return self.cache.held_states(req)
 
     def submit(self, req: Request, keys: list[int]) -> None:
