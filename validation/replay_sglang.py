@@ -42,6 +42,8 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 - ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` as ``ServerArgs`` (server_args.py,
   arg_groups/) reads them: True, as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer
   off CUDA);
+- ``transformers.AutoConfig.register`` with ``exist_ok``: transformers 5.19 ships a config (qwen3_asr) that
+  0.5.12 on register themselves;
 - ``torch.Tensor.pin_memory``: the tensor itself (page-locking is for a copy to a GPU);
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
@@ -91,6 +93,7 @@ STAND_INS = (
     "the KV cache object behind the allocator; attention backends and CUDA graphs (none)",
     "setproctitle and sgl_kernel: modules imported for names only",
     "torch.Tensor.pin_memory: the tensor itself",
+    "transformers.AutoConfig.register(exist_ok=True): the release's own config over transformers 5.19's",
     "is_cuda() / _platform_supports_mamba_cache_extra_buffer() as ServerArgs reads them: True (extra_buffer's "
     "device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
@@ -247,6 +250,13 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     from array import array
 
     import torch
+    from transformers import AutoConfig
+
+    register = AutoConfig.register
+    # transformers 5.19 (the environment's) ships configs the older releases register themselves (qwen3_asr,
+    # 0.5.12-0.5.2x): theirs replace it, as under the transformers they pin
+    AutoConfig.register = staticmethod(lambda model_type, config, exist_ok=False: register(model_type, config,
+                                                                                         exist_ok=True))
 
     import sglang.srt.managers.scheduler as S
     import sglang.srt.managers.tp_worker as tpw
