@@ -44,7 +44,7 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
   off CUDA);
 - ``transformers.AutoConfig.register`` with ``exist_ok``: transformers 5.19 ships a config (qwen3_asr) that
   0.5.12 on register themselves;
-- ``torch.Tensor.pin_memory``: the tensor itself (page-locking is for a copy to a GPU);
+- ``torch.Tensor.pin_memory`` and ``torch.tensor(..., pin_memory=True)``: the tensor itself (page-locking is for a copy to a GPU);
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
@@ -52,8 +52,9 @@ The overlap scheduler is not driven (``OVERLAP``): every case runs ``event_loop_
 ``--disable-overlap-schedule`` on both sides (no_buffer runs so anyway; extra_buffer then holds one slot fewer).
 
 The client is hybridplan's replay loop: at most N requests in flight (N the concurrency), the next one sent
-once the oldest in flight has finished; a request SGLang aborts on arrival (a prompt too long for the
-context) takes no place, as hybridplan's loop refuses it without admitting it. Outputs are capped at ``MAX_OUTPUT`` tokens
+once the oldest in flight has finished; a request SGLang aborts on arrival (a prompt of
+``max_req_input_len`` tokens or more) is sent at once and takes no place, as hybridplan's loop refuses it
+before it waits for one. Outputs are capped at ``MAX_OUTPUT`` tokens
 (the same trace goes to both sides), token ids are the trace's blocks hashed into the vocabulary.
 
 Exit status 0 when every request's reused tokens are equal, 1 otherwise.
@@ -92,7 +93,7 @@ STAND_INS = (
     "TpModelWorker's; forward_batch_generation returns each request's next trace token",
     "the KV cache object behind the allocator; attention backends and CUDA graphs (none)",
     "setproctitle and sgl_kernel: modules imported for names only",
-    "torch.Tensor.pin_memory: the tensor itself",
+    "torch.Tensor.pin_memory, torch.tensor(pin_memory=True): the tensor itself",
     "transformers.AutoConfig.register(exist_ok=True): the release's own config over transformers 5.19's",
     "is_cuda() / _platform_supports_mamba_cache_extra_buffer() as ServerArgs reads them: True (extra_buffer's "
     "device check)",
@@ -273,6 +274,8 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
         from sglang.srt.managers.scheduler import GenerationBatchResult
     real_worker = next(c for c in _subclasses(tpw) if c.__name__ == "TpModelWorker")
     torch.Tensor.pin_memory = lambda self, *a, **k: self  # no CUDA host to pin for (extra_buffer's decode)
+    tensor = torch.tensor
+    torch.tensor = lambda *a, pin_memory=False, **k: tensor(*a, **k)  # the same, as a keyword (0.5.10)
     read: set[str] = set()
     calls = {"prewarm_sampling", "init_attention_backends", "init_cuda_graphs", "get_pad_input_ids_func",
              "register_hicache_layer_transfer_counter"}
@@ -567,6 +570,10 @@ class _Loop:
         flight: deque[int] = deque()  # the requests SGLang took, oldest first (one it aborts takes no place)
         while True:
             while sent < n:
+                if len(requests[sent]["prompt"]) >= self.s.max_req_input_len:
+                    self.submit(sent, requests[sent])  # aborted on arrival: sent at once, it takes no place
+                    sent += 1
+                    continue
                 if len(flight) >= concurrency:
                     if not self.finished(flight[0]):
                         break

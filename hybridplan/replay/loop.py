@@ -329,6 +329,8 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
                     run.longest_refused = prompt_len
                 if not p.aside:
                     refused = why
+                if getattr(cache, "deferred", False):  # the engine's scheduler still sees it pass
+                    cache.submit_refused(req)
                 continue
             while len(flight) >= in_flight:
                 cache.finish(flight.popleft())

@@ -62,6 +62,8 @@ class _Entry:
     generated: int = 0
     #: positions whose state this request has cached
     states: list[int] = field(default_factory=list)
+    #: a prompt SGLang refuses: it passes the scheduler as one token and ends at that prefill
+    aborted: bool = False
 
 
 class Scheduled:
@@ -109,6 +111,12 @@ class Scheduled:
     def submit(self, req: Request, keys: list[int]) -> None:
         self.waiting.append(_Entry(req, keys))
 
+    def submit_refused(self, req: Request) -> None:
+        """A prompt too long for the context: ``handle_generate_request`` aborts it but queues it, its prompt
+        set to one token "to skip the long prefill" (managers/schedule_batch.py ``set_finish_with_abort``,
+        0.5.9-0.5.23), so it takes one token of a prefill batch's budget and ends there."""
+        self.waiting.append(_Entry(req, [], aborted=True))
+
     def finish(self, req: Request) -> None:
         """Run the loop until ``req`` has finished (or nothing can run: then it is refused)."""
         while req.index not in self.done:
@@ -155,6 +163,12 @@ class Scheduled:
         taken = sum(n for _, n in batch)
         while self.waiting and budget > 0:
             e = self.waiting[0]
+            if e.aborted:
+                self.waiting.popleft()
+                batch.append((e, 1))
+                budget -= 1
+                taken += 1
+                continue
             look = self.cache.lookup(e.req, e.keys)
             if self.input_cap and batch and e.req.prompt_len - look.hit >= MAX_PREFILL_TOKENS - taken:
                 break  # 0.5.9-0.5.12: the batch's --max-prefill-tokens, the request's whole prompt counted
@@ -189,6 +203,8 @@ class Scheduled:
     def _after_prefill(self, batch: list[tuple[_Entry, int]]) -> None:
         chunked = self.chunked
         for e, n in sorted(batch, key=lambda x: x[0] is chunked):  # the chunked request is cached last
+            if e.aborted:
+                continue
             start = e.done
             e.done += n
             if self.r.strategy in (EVERY, "off"):
