@@ -44,7 +44,8 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
   off CUDA);
 - ``transformers.AutoConfig.register`` with ``exist_ok``: transformers 5.19 ships a config (qwen3_asr) that
   0.5.12 on register themselves;
-- ``torch.Tensor.pin_memory`` and ``torch.tensor(..., pin_memory=True)``: the tensor itself (page-locking is for a copy to a GPU);
+- ``torch.Tensor.pin_memory`` and ``torch.tensor(..., pin_memory=True)``: the tensor itself (page-locking is
+  for a copy to a GPU);
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
@@ -642,7 +643,8 @@ def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: di
     flag = "--mamba-radix-cache-strategy" if "--mamba-radix-cache-strategy" in text else "--mamba-scheduler-strategy"
     argv = ["--model-path", str(model_path), "--skip-tokenizer-init", "--device", "cpu", "--load-format", "dummy",
             "--chunked-prefill-size", str(rules["chunked_prefill_size"]), flag, strategy,
-            "--max-total-tokens", str(rules["kv_pool_tokens"]), "--max-mamba-cache-size", str(rules["mamba_pool_slots"]),
+            "--max-total-tokens", str(rules["kv_pool_tokens"]),
+            "--max-mamba-cache-size", str(rules["mamba_pool_slots"]),
             "--max-running-requests", str(MAX_RUNNING)]  # one rank: the pools are already the TP rank's
     if not OVERLAP:
         argv.append("--disable-overlap-schedule")
@@ -709,7 +711,8 @@ def main() -> int:
                                                    "reqs": MAX_RUNNING, "extra_buffer": r["strategy"] != "no_buffer",
                                                    "overlap": OVERLAP}})
             cases_file, out_file = tmp / f"cases-{version}.json", tmp / f"out-{version}.json"
-            cases_file.write_text(json.dumps({"cases": todo, "traces": {t: reqs[t] for t in {c["trace"] for c in todo}}}))
+            used = {c["trace"] for c in todo}
+            cases_file.write_text(json.dumps({"cases": todo, "traces": {t: reqs[t] for t in used}}))
             log(f"SGLang {version}: {len(todo)} cases ...")
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
                                    str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE,
