@@ -255,7 +255,8 @@ def draft_extra_parts(kind: str, cfg: dict, target_hidden: int) -> tuple[Part, .
     if kind not in ("eagle3", "dflash", "dspark"):
         return ()
     n_aux = _aux_layers(cfg, 3 if kind == "eagle3" else int(cfg.get("num_hidden_layers") or 1))
-    extra = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"), Part("draft", "hidden_norm", h))
+    extra: tuple[Part, ...] = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"),
+                               Part("draft", "hidden_norm", h))
     if kind == "eagle3":
         heads = int(cfg.get("num_attention_heads") or 1)
         kv = int(cfg.get("num_key_value_heads") or heads)

@@ -43,8 +43,10 @@ def _any_budget(s: Scenario) -> Scenario:
 
 
 def _policy(r: spc.Rules, concurrency: int | None = None) -> Policy:
-    """The rules' radix cache behind SGLang's scheduler loop (scheduler.py: prefill batches, chunks, when each
-    request is cached)."""
+    """The rules' radix cache: with its host tier where HiCache is on (radix_cache.py ``cache``), else behind
+    SGLang's scheduler loop (scheduler.py: prefill batches, chunks, when each request is cached)."""
+    if r.write_policy is not None:
+        return Policy(r.label, spc.cache(r), r.grid, r.max_model_len, concurrency)
     from hybridplan.engines.sglang.scheduler import Scheduled
 
     return Policy(r.label, Scheduled(r), r.grid, r.max_model_len, concurrency)
@@ -121,7 +123,9 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
                               rerun(radix="extra_buffer"), run)
         out.append(msg)
     out += adv.common(run, rules, ADMISSION, "--max-mamba-cache-size", rerun)
-    return out
+    from hybridplan.engines.sglang.hicache import diagnose as host_tier
+
+    return out + host_tier(run, rules)
 
 
 def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
@@ -147,7 +151,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
             add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
-                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
+                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,  # type: ignore[misc]  # a default argument binds the loop's value
                                                            state_slots=k * r0.state_slots))
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1

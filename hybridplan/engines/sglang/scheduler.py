@@ -111,6 +111,15 @@ class Scheduled:
     def submit(self, req: Request, keys: list[int]) -> None:
         self.waiting.append(_Entry(req, keys))
 
+    # the loop's protocol for an undeferred cache (``EngineCache``): a lookup against the tree as it stands, and
+    # admission as submission
+    def lookup(self, req: Request, keys: list[int]) -> Lookup:
+        return self.cache.lookup(req, keys)
+
+    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        self.submit(req, keys)
+        return True
+
     def submit_refused(self, req: Request) -> None:
         """A prompt too long for the context: ``handle_generate_request`` aborts it but queues it, its prompt
         set to one token "to skip the long prefill" (managers/schedule_batch.py ``set_finish_with_abort``,
