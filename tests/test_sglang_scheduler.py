@@ -103,3 +103,27 @@ def test_extra_buffer_decode_tracks_only_past_the_prompt():
     for cache in (Scheduled(r), spc.Cache(r)):
         runs, _ = replay([Policy(r.label, cache, r.grid, r.max_model_len)], work.requests(), 1)
         assert runs[r.label].outcomes[4].reused == 960
+
+
+def test_a_refused_prompt_takes_one_token_of_the_batch():
+    # context 8,192, chunk 8,192, 5 in flight: r1's 9,000 tokens are refused, but SGLang queues it with its
+    # prompt set to one token (schedule_batch.py set_finish_with_abort, "to skip the long prefill"). Batch 1:
+    # r0 whole (3,400), r1's one token, r2 whole (3,400), r3 cut at the 8,192 − 6,801 = 1,391 left. Batch 2:
+    # r3's rest, r4 matches r3's state at 1,391 (1,392 if the refused request took nothing).
+    from hybridplan.replay.trace import Prompt, Request
+
+    shared = tuple(range(1, 3001))
+
+    def req(i, toks):
+        return Request(i, Prompt(tokens=toks), 1, float(i), f"request {i}")
+
+    own = [tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + 400)) for i in range(5)]
+    reqs = [req(0, shared + own[0]), req(1, tuple(range(100_000, 109_000))), req(2, shared + own[2]),
+            req(3, shared + own[3]), req(4, shared + own[4])]
+    sc = scenario("qwen3.5-4b", 8192, sglang_version="0.5.23", chunk=8192, budget=Budget(kv_budget=40 * GiB),
+                  sglang=dict(radix="no_buffer", overlap=False))
+    r = spc.rules(sc, ReplaySettings())
+    runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], reqs, 5)
+    out = runs[r.label].outcomes
+    assert [o.reason for o in out][1] == "refused"
+    assert [o.reused for o in out] == [0, 0, 0, 0, 1391]
