@@ -321,7 +321,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                     _name="model_runner", server_args=server_args, device="cpu", gpu_id=0, tp_size=1, tp_rank=0,
                     pp_size=1, pp_rank=0, dp_size=1, moe_ep_size=1, attn_cp_size=1, moe_dp_size=1,
                     dist_port=kw.get("nccl_port"), is_draft_worker=False, local_omp_cpuid=None,
-                    model_config=self.model_config))
+                    model_config=self.model_config, ps=kw.get("ps")))  # ps: the ParallelState 0.5.1x hand over
             self.is_hybrid_swa = False
             self.random_seed, self.device = 0, "cpu"
             self.weight_load_time, self.graph_time_usage = 0.0, {}
