@@ -349,6 +349,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                                         token_to_kv_pool_allocator=allocator, token_to_kv_pool=kvc,
                                         memory_pool_config=object(), effective_logical_max_total_num_tokens=kv,
                                         logical_max_total_num_tokens=kv, max_total_num_tokens=kv,
+                                        max_token_pool_size=kv,
                                         max_running_requests=reqs, device="cpu", forward_stream=None,
                                         mtp_draft_device_pools=None, mtp_draft_mamba_pools=None,
                                         hybrid_gdn_config=None, mamba2_config=None)
@@ -356,9 +357,11 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
                     NgramEmbeddingManager)
 
+                args = {"model": None, "model_config": self.model_config, "req_to_token_pool": pool,
+                        "max_running_requests": reqs, "device": "cpu", "server_args": server_args}
+                wanted = inspect.signature(NgramEmbeddingManager.from_model).parameters
                 self.model_runner.ngram_embedding_manager = NgramEmbeddingManager.from_model(
-                    model=None, model_config=self.model_config, req_to_token_pool=pool, max_running_requests=reqs,
-                    device="cpu")
+                    **{k: v for k, v in args.items() if k in wanted})
             except ImportError:
                 pass
             # the model kind, from ModelRunner's own properties where the release has them (0.5.9's
