@@ -312,6 +312,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
 
         def __init__(self, server_args, *a, **kw):
             self.server_args = server_args
+            self.ps = kw.get("ps")  # the ParallelState the Scheduler hands its worker (0.5.1x)
             self.model_config = ModelConfig.from_server_args(server_args)
             from sglang.srt.distributed import parallel_state as ps
             from sglang.srt.model_executor import model_runner as mr
@@ -349,7 +350,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                                         token_to_kv_pool_allocator=allocator, token_to_kv_pool=kvc,
                                         memory_pool_config=object(), effective_logical_max_total_num_tokens=kv,
                                         logical_max_total_num_tokens=kv, max_total_num_tokens=kv,
-                                        max_token_pool_size=kv,
+                                        max_token_pool_size=kv, effective_max_total_num_tokens=kv,
                                         max_running_requests=reqs, device="cpu", forward_stream=None,
                                         mtp_draft_device_pools=None, mtp_draft_mamba_pools=None,
                                         hybrid_gdn_config=None, mamba2_config=None)
