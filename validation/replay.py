@@ -273,158 +273,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     return 0
 
 
-# ==================================================================================================
-# SGLang: its MambaRadixCache (mem_cache/mamba_radix_cache.py) under hybridplan's checkpoint placement
-# ==================================================================================================
-
-SGLANG_RELEASES = ("0.5.9", "0.5.18")
-#: (strategy, page size) run on every trace; no_buffer takes pages of one token, and from 0.5.14 needs the
-#: overlap scheduler off
-SGLANG_STRATEGIES = (("no_buffer", 1), ("extra_buffer", 64), ("extra_buffer", 1))
-
-
-def sglang_side(version: str, model: str, strategy: str, page: int, trace: str) -> dict:
-    """hybridplan's SGLang radix cache over a trace (pools too large to evict): each request's match, branching
-    point and the positions where it saves states, and its tokens."""
-    from hybridplan.engines.sglang import radix_cache as spc
-    from hybridplan.engines.sglang.releases import release
-    from hybridplan.engines.sglang.settings import SglangSettings
-    from hybridplan.loader import load_model
-    from hybridplan.replay.settings import ReplaySettings
-    from hybridplan.scenario import Budget, Scenario
-
-    factory, ctx = traces()[trace]
-    sc = Scenario(load_model(model), ctx=ctx, chunk=8192, budget=Budget(kv_budget=400 * GiB),
-                  sglang=SglangSettings(release=release(version), radix=strategy, page_size=page,
-                                        overlap=strategy != "no_buffer"))
-    rules = spc.rules(sc, ReplaySettings())
-    cache = spc.Cache(rules)
-    ids: dict = {}
-
-    def token(key, off: int) -> int:
-        return ids.setdefault(key, len(ids)) * (1 << 20) + off
-
-    out = []
-    for r in factory():
-        keys = cache.keys(r, r.prompt_len + r.output_len)
-        look = cache.lookup(r, keys)
-        kv_end = r.prompt_len + max(r.output_len - 1, 0)
-        positions = [p for p in cache.state_positions(r, look.hit, look.branching) if p <= kv_end]
-        cache.admit(r, look, keys)
-        cache.finish(r)
-        full = r.with_output()
-        toks = list(full.tokens) if full.tokens is not None else [token(k, j) for k, n in full.runs for j in range(n)]
-        out.append({"tokens": toks[:kv_end], "prompt_len": r.prompt_len, "hit": look.hit,
-                    "branching": look.branching or None, "positions": positions})
-    return {"grid": rules.grid, "page": page, "extra_buffer": strategy != "no_buffer", "requests": out}
-
-
-def sglang_worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> int:
-    """SGLang's MambaRadixCache loaded from the wheel's files with stand-ins for the modules it imports that
-    need a GPU or a server (see ``SGLANG_STAND_INS``); each request matched, then its states inserted."""
-    import importlib.util as iu
-    import types
-
-    import torch
-
-    root = src / "sglang"
-
-    class Any_:
-        def __init__(self, *a, **k):
-            pass
-
-    def stub(name, **attrs):
-        m = types.ModuleType(name)
-        m.__dict__.update(attrs)
-        m.__getattr__ = lambda a: (_ for _ in ()).throw(AttributeError(a)) if a.startswith("__") else type(
-            a, (Any_,), {})
-        sys.modules[name] = m
-
-    import importlib.abc
-
-    class Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-        """Any other sglang module imported by the files loaded below is a stand-in."""
-
-        def find_spec(self, name, path=None, target=None):
-            if name.startswith("sglang.") and name not in sys.modules:
-                return iu.spec_from_loader(name, self, is_package=True)
-            return None
-
-        def create_module(self, spec):
-            m = types.ModuleType(spec.name)
-            m.__path__ = []
-            m.__getattr__ = lambda a: (_ for _ in ()).throw(AttributeError(a)) if a.startswith("__") else type(
-                a, (Any_,), {})
-            return m
-
-        def exec_module(self, module):
-            pass
-
-    sys.meta_path.insert(0, Stubs())
-    for name, path in (("sglang", root), ("sglang.srt", root / "srt"), ("sglang.srt.mem_cache", root / "srt/mem_cache")):
-        m = types.ModuleType(name)
-        m.__path__ = [str(path)]
-        sys.modules[name] = m
-    grid = {"g": 64}
-    # nothing is evicted; a duplicate segment an insert gives back is dropped
-    alloc = type("TokenToKVPoolAllocator", (), {"device": torch.device("cpu"), "free": lambda self, *a, **k: None,
-                                                "free_segment": lambda self, *a, **k: None})
-    stub("sglang.srt.distributed", get_tensor_model_parallel_rank=lambda: 0)
-    stub("sglang.srt.layers.attention.fla.chunk_delta_h", CHUNK_SIZE=64)
-    stub("sglang.srt.mem_cache.allocator", TokenToKVPoolAllocator=alloc,
-         PagedTokenToKVPoolAllocator=type("PagedTokenToKVPoolAllocator", (alloc,), {}))
-    stub("sglang.srt.mem_cache.memory_pool")
-    stub("sglang.srt.runtime_context", mamba_cache_chunk_size=lambda: grid["g"],
-         get_parallel=lambda: types.SimpleNamespace(tp_rank=0, tp_size=1, attn_tp_rank=0, attn_tp_size=1))
-    stub("sglang.srt.server_args",
-         get_global_server_args=lambda: types.SimpleNamespace(mamba_cache_chunk_size=grid["g"]))
-    for name in ("sglang.srt.metrics.collector", "sglang.srt.disaggregation.kv_events",
-                 "sglang.srt.mem_cache.hicache_storage"):
-        stub(name, get_hash_str=lambda *a, **k: "", hash_str_to_int64=lambda *a, **k: 0)
-
-    def load(name: str, rel: str):
-        spec = iu.spec_from_file_location(name, root / rel)
-        mod = iu.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        return mod
-
-    for rel in ("evict_policy", "cache_init_params", "utils", "events", "base_prefix_cache", "radix_cache"):
-        if (root / f"srt/mem_cache/{rel}.py").exists():
-            load(f"sglang.srt.mem_cache.{rel}", f"srt/mem_cache/{rel}.py")
-    mrc = load("sglang.srt.mem_cache.mamba_radix_cache", "srt/mem_cache/mamba_radix_cache.py")
-    bpc = sys.modules["sglang.srt.mem_cache.base_prefix_cache"]
-    RadixKey = sys.modules["sglang.srt.mem_cache.radix_cache"].RadixKey
-    CacheInitParams = sys.modules["sglang.srt.mem_cache.cache_init_params"].CacheInitParams
-    results = []
-    for case in json.loads(cases_file.read_text()):
-        grid["g"] = case["grid"]
-        pools = types.SimpleNamespace(mamba_pool=types.SimpleNamespace(free=lambda *a, **k: None))
-        params = CacheInitParams(disable=False, req_to_token_pool=pools, page_size=case["page"],
-                                 token_to_kv_pool_allocator=alloc(),
-                                 enable_mamba_extra_buffer=case["extra_buffer"])
-        cache = mrc.MambaRadixCache(params)
-        got, slot = [], 1
-        for r in case["requests"]:
-            toks = r["tokens"]
-            m = cache.match_prefix(bpc.MatchPrefixParams(key=RadixKey(toks[:r["prompt_len"] - 1])))
-            got.append({"hit": len(m.device_indices), "branching": getattr(m, "mamba_branching_seqlen", None)})
-            for p in r["positions"]:
-                cache.insert(bpc.InsertParams(key=RadixKey(toks[:p]), value=torch.arange(p, dtype=torch.int64),
-                                              mamba_value=torch.tensor([slot])))
-                slot += 1
-        results.append({"name": case["name"], "got": got})
-    out_file.write_text(json.dumps({"results": results}))
-    return 0
-
-
-SGLANG_STAND_INS = (
-    "the modules mamba_radix_cache.py imports for a GPU or a server: the KV allocator (a class with a CPU device), "
-    "the request-to-token pools (never touched: nothing is evicted), metrics, KV events, HiCache hashing",
-    "get_global_server_args() (0.5.9) and runtime_context.mamba_cache_chunk_size() (0.5.18): the grid",
-    "the scheduler: each request is matched with its prompt less one token, then its states are inserted where "
-    "hybridplan places them (cache_unfinished_req / cache_finished_req insert the tokens up to each state)",
-)
+# SGLang: validation/replay_sglang.py drives SGLang's own Scheduler (its prefill batches, chunks and caching calls)
 
 
 # ==================================================================================================
@@ -440,77 +289,18 @@ def _vllm_script():
     return mod
 
 
-def sglang_src(version: str, cache: Path) -> Path:
-    """The unpacked SGLang wheel (validation/sglang.py's cache layout: sglang-X.Y.Z/)."""
-    src = cache / f"sglang-{version}"
-    if not (src / "sglang").is_dir():
-        wheels = sorted(cache.glob(f"sglang-{version}-*.whl")) + sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
-        if not wheels:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}",
-                            "-d", str(cache)], check=True)
-            wheels = sorted(cache.glob(f"sglang-{version}-*.whl"))
-        import zipfile
-
-        with zipfile.ZipFile(wheels[0]) as zf:
-            zf.extractall(src, [n for n in zf.namelist() if n.startswith("sglang/srt/mem_cache/")])
-    return src
-
-
-def run_sglang(version: str, cache: Path, names: list[str], tmp: Path, report: dict) -> None:
-    start = time.time()
-    src = sglang_src(version, cache)
-    todo, ours = [], {}
-    for strategy, page in SGLANG_STRATEGIES:
-        for trace in names:
-            name = f"qwen3.5-4b {strategy} page {page} {trace}"
-            side = sglang_side(version, "qwen3.5-4b", strategy, page, trace)
-            ours[name] = side
-            todo.append({"name": name, **{k: side[k] for k in ("grid", "page", "extra_buffer", "requests")}})
-    cases_file, out_file = tmp / f"cases-sglang-{version}.json", tmp / f"out-sglang-{version}.json"
-    cases_file.write_text(json.dumps(todo))
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", f"sglang-{version}", str(src),
-                           str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    if proc.returncode != 0:
-        print(proc.stdout[-6000:], file=sys.stderr)
-        report["failed"].append(f"sglang-{version}")
-        return
-    n = bad = 0
-    for res in json.loads(out_file.read_text())["results"]:
-        mine = ours[res["name"]]["requests"]
-        hits = 0
-        for i, (g, m) in enumerate(zip(res["got"], mine)):
-            n += 1
-            hits += g["hit"]
-            # a branching point at or before the hit tracks nothing (schedule_batch.py tracks it only past the prefix)
-            branch = g["branching"] if g["branching"] and g["branching"] > g["hit"] else None
-            if g["hit"] != m["hit"] or (ours[res["name"]]["extra_buffer"] and branch != m["branching"]):
-                bad += 1
-                report["mismatches"].append({"release": f"sglang {version}", "case": res["name"], "request": i,
-                                             "sglang": g, "hybridplan": {"hit": m["hit"], "branching": m["branching"]}})
-        report["cases"][f"sglang {version} {res['name']}"] = {"requests": len(mine), "block": ours[res["name"]]["grid"],
-                                                              "num_blocks": 0, "vllm_reused_tokens": hits,
-                                                              "hybridplan_reused_tokens": sum(m["hit"] for m in mine)}
-    report["compared"][f"sglang {version}"] = n
-    print(f"SGLang {version}: {n} requests compared, {bad} mismatches [{time.time() - start:.0f} s]", file=sys.stderr,
-          flush=True)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--releases", nargs="*", default=list(RELEASES), metavar="X.Y.Z")
     ap.add_argument("--cases", nargs="+", metavar="TRACE", help="only these traces")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--sglang-releases", nargs="*", default=list(SGLANG_RELEASES), metavar="X.Y.Z")
     ap.add_argument("--worker", nargs=4, metavar=("VERSION", "SRC", "CASES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     if args.worker:
         version, src, cases_file, out_file = args.worker
-        if version.startswith("sglang-"):
-            return sglang_worker_main(version, Path(src), Path(cases_file), Path(out_file))
         return worker_main(version, Path(src), Path(cases_file), Path(out_file))
     sys.path.insert(0, str(ROOT))
     vv = _vllm_script()
@@ -564,8 +354,6 @@ def main() -> int:
             print(f"vLLM {version}: {n} requests compared, "
                   f"{sum(m['release'] == version for m in report['mismatches'])} mismatches "
                   f"[{time.time() - start:.0f} s]", file=sys.stderr, flush=True)
-        for version in args.sglang_releases:
-            run_sglang(version, cache, names, Path(tmp), report)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

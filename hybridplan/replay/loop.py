@@ -233,6 +233,22 @@ except ImportError:
     Ideal = PyIdeal
 
 
+def _record(p: Policy, run: Run, resolved: list, pending: dict[int, int]) -> None:
+    """The outcomes of a deferred policy's requests, as its scheduler looked them up (None: refused, the pool
+    cannot hold it)."""
+    for req, look in resolved:
+        shared = pending.pop(req.index)
+        if look is None:
+            run.refused.append((req.index, "needs more blocks than the whole pool holds"))
+            run.add(Outcome(req.index, 0, 0, 0, 0, "refused"))
+            continue
+        reason = classify(look, req, shared, p.block, p.max_len)
+        if run.keep_outcomes:
+            run.add(Outcome(req.index, req.prompt_len, look.hit, look.attention_hit, shared, reason))
+        else:
+            run.count(req.prompt_len, look.hit, reason)
+
+
 def classify(look, req: Request, shared: int, block: int, max_len: int) -> str:
     if look.hit:
         return "hit" if look.hit >= min(shared, req.prompt_len - 1) or shared == 0 else "partial"
@@ -319,6 +335,8 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
     ideal_run = Run(Ideal.label, 1, keep_outcomes=keep_outcomes)
     flights: dict[str, deque] = {p.label: deque() for p in policies}
     lanes = [(p, runs[p.label], flights[p.label], p.concurrency or concurrency) for p in policies]
+    #: per deferred policy, the requests submitted and not yet resolved → what they share with earlier ones
+    deferred: dict[str, dict[int, int]] = {p.label: {} for p in policies}
     for n, req in enumerate(requests, 1):
         prompt_len = req.prompt_len
         shared = min(ideal.visit(req), prompt_len - 1)
@@ -334,10 +352,18 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
                     run.longest_refused = prompt_len
                 if not p.aside:
                     refused = why
+                if getattr(cache, "deferred", False):  # the engine's scheduler still sees it pass
+                    cache.submit_refused(req)
                 continue
             while len(flight) >= in_flight:
                 cache.finish(flight.popleft())
             keys = cache.keys(req, stop)
+            if getattr(cache, "deferred", False):  # an engine's scheduler decides when it is looked up
+                cache.submit(req, keys)
+                flight.append(req)
+                deferred[p.label][req.index] = shared
+                _record(p, run, cache.take_resolved(), deferred[p.label])
+                continue
             look = cache.lookup(req, keys)
             while not cache.admit(req, look, keys):
                 if not flight:
@@ -367,6 +393,9 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
     for p, run, flight, _ in lanes:
         while flight:
             p.cache.finish(flight.popleft())
+        if getattr(p.cache, "deferred", False):
+            _record(p, run, p.cache.take_resolved(), deferred[p.label])
+            run.outcomes.sort(key=lambda o: o.index)
         run.evictions = p.cache.evictions
         run.peak_states = p.cache.peak_states
         run.peak_blocks = p.cache.peak_blocks

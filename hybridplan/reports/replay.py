@@ -377,9 +377,9 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
                          f"{', '.join(labels)} run{'s' if len(labels) == 1 else ''} {c:,} at once"
                          for c, labels in by.items()))
     if rs.concurrency > 1:
-        notes.append(f"{rs.concurrency} requests in flight: a request's prefill is cached when it is admitted; "
-                     "the engines' shared prefill budget (smaller chunks under load) is not modelled "
-                     "(docs/replay.md)")
+        notes.append(f"{rs.concurrency} requests in flight: SGLang's rows run its scheduler loop (prefills share "
+                     "the chunk budget of a step, requests of one batch cannot hit each other); vLLM's cache a "
+                     "request's prefill when it is admitted, its shared prefill budget not modelled (docs/replay.md)")
     notes += _default_notes(sc)
     if any(o.reason == "refused" for o in ideal.outcomes) and found:
         notes.append("the gap is to the ideal cache over every request, those refused at max_model_len too")

@@ -11,8 +11,9 @@ Each rule names its release range and SGLang's file.
   extra_buffer / extra_buffer_lazy: one tracked state per forward, at the chunk's last point of the checkpoint
   grid lcm(max(chunk, page), tree page) (radix.py ``checkpoint_grid``), or at the branching point
   (``mamba_branching_seqlen``: the KV match floored to the grid, when the KV reaches past the state hit) when
-  that lies inside the chunk (managers/schedule_batch.py ``mamba_last_track_seqlen``); decoding tracks every
-  lcm(grid, ``mamba_track_interval`` 256) tokens and the last tracked state is inserted at the end.
+  that lies inside the chunk (managers/schedule_batch.py ``mamba_last_track_seqlen``); decoding tracks where
+  the sequence reaches a multiple of lcm(grid, ``mamba_track_interval`` 256) past the prompt
+  (``decode_track``) and the last tracked state is inserted at the end.
 - ``--mamba-max-states-per-path N`` (present in 0.5.18 and 0.5.23, absent in 0.5.9; #31230): after an insert,
   the shallowest interior states of the path beyond N are dropped; the tail is kept.
   ``--enable-int8-mamba-checkpoint`` (the same releases; #28185): cached states are stored as int8, about
@@ -152,6 +153,15 @@ def every_checkpoint(r: Rules) -> Rules:
     """A state kept at every point of the checkpoint grid, prompt and decode, and all the KV kept (no chunk ends,
     branching points or tracking interval decide where; no per-path cap)."""
     return replace(r, strategy=EVERY, max_states_per_path=-1)
+
+
+def decode_track(r: Rules, prompt: int, kv_end: int) -> int:
+    """extra_buffer's last state tracked while decoding (0: none): decode steps track where the sequence
+    reaches a multiple of the interval (managers/schedule_batch.py ``prepare_for_decode``, ``seq_lens %
+    mamba_track_interval == 0`` after the step's token, 0.5.9–0.5.23), so only multiples past the prompt:
+    the first decode step reaches prompt + 1, the last the KV's end."""
+    last = floor_to(kv_end, lcm(r.grid, TRACK_INTERVAL))
+    return last if last > prompt else 0
 
 
 def state_grid(r: Rules) -> int:
@@ -301,8 +311,7 @@ class Cache:
             if r.strategy == "no_buffer":
                 out.append(kv_end)
             else:
-                track = lcm(r.grid, TRACK_INTERVAL)
-                last = floor_to(kv_end, track)
+                last = decode_track(r, L, kv_end)
                 if last > max(out, default=0):
                     out.append(last)
         return out
@@ -362,6 +371,71 @@ class Cache:
         self.running[req.index] = (mine_kv, mine_st, new_kv - moved, r.slots_per_request)
         self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
         return True
+
+    # --- a request step by step (hybridplan/engines/sglang/scheduler.py: SGLang's scheduler loop) -------
+
+    def reserve(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+        """``admit`` without the caching: the hit pinned, the KV and state slots the request needs taken
+        (evicting), nothing inserted yet; ``insert`` caches as the request computes. False when the pools
+        cannot hold it now."""
+        r = self.r
+        hit_units = look.hit // r.grid
+        held_kv = keys[:hit_units]
+        self._hold_all(held_kv)
+        new_kv = max(req.prompt_len + req.output_len - hit_units * r.grid, 0)
+        if (req.prompt_len + req.output_len > r.kv_tokens or not self._evict_kv(new_kv)
+                or not self._evict_state(r.slots_per_request)):
+            self._release_all(held_kv[::-1])  # in order
+            return False
+        self.kv_private += new_kv
+        self.st_private += r.slots_per_request
+        mine_st: list[object] = []
+        if look.hit:
+            sk = self._state_key(req, keys, look.hit)[2]
+            self._hold_st(sk)
+            mine_st.append(sk)
+        self.running[req.index] = (list(held_kv), mine_st, new_kv, r.slots_per_request)
+        self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
+        return True
+
+    def insert(self, req: Request, keys: list[int], positions: list[int], kv_limit: int) -> None:
+        """Cache what a reserved request has computed: its KV up to ``kv_limit`` (whole grid units) and a
+        state at each of ``positions`` (``cache_unfinished_req`` / ``cache_finished_req``)."""
+        r = self.r
+        mine_kv, mine_st, priv, slots = self.running[req.index]
+        have = len(mine_kv)
+        upto = min(kv_limit // r.grid, len(keys))
+        kv_cost, grid = self.kv_cost, r.grid
+        inserted = 0
+        for k in keys[have:upto]:
+            if k not in kv_cost:
+                kv_cost[k] = grid
+                inserted += 1
+        self.kv_used += inserted * grid
+        fresh = keys[have:upto]
+        self._hold_all(fresh)
+        mine_kv.extend(fresh)
+        moved = min(inserted * grid, priv)
+        self.kv_private -= moved
+        cost = 0.5 if r.int8 else 1.0
+        for pos in positions:
+            if pos // r.grid > len(keys) or pos <= 0:
+                continue
+            base, t, sk = self._state_key(req, keys, pos)
+            if sk not in self.st_cost:
+                if not self._evict_state(cost):
+                    continue
+                self.st_cost[sk] = cost
+                self.st_used += cost
+                self.states += 1
+                self.peak_states = max(self.peak_states, self.states)
+                self.tails.setdefault(base, set()).add(t)
+            self._hold_st(sk)
+            mine_st.append(sk)
+        if r.max_states_per_path > 0 and positions:
+            self._cap_path(mine_st)
+        self.running[req.index] = (mine_kv, mine_st, priv - moved, slots)
+        self.peak_blocks = max(self.peak_blocks, self.kv_used + self.kv_private)
 
     def _cap_path(self, path: list[object]) -> None:
         """Drop the shallowest states of this path beyond the cap; the tail stays (#31230)."""

@@ -44,7 +44,13 @@ def _any_budget(s: Scenario) -> Scenario:
 
 
 def _policy(r: spc.Rules, concurrency: int | None = None) -> Policy:
-    return Policy(r.label, spc.cache(r), r.grid, r.max_model_len, concurrency)
+    """The rules' radix cache: with its host tier where HiCache is on (radix_cache.py ``cache``), else behind
+    SGLang's scheduler loop (scheduler.py: prefill batches, chunks, when each request is cached)."""
+    if r.write_policy is not None:
+        return Policy(r.label, spc.cache(r), r.grid, r.max_model_len, concurrency)
+    from hybridplan.engines.sglang.scheduler import Scheduled
+
+    return Policy(r.label, Scheduled(r), r.grid, r.max_model_len, concurrency)
 
 
 def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
