@@ -73,11 +73,11 @@ def test_the_header_names_the_figures_it_came_from(run_cli):
 
 
 def test_sglang_before_its_config_file_is_refused(run_cli):
-    """--config came in 0.5.3 (server_args_config_parser.py is absent from the 0.5.2 wheel)."""
+    """--config came in 0.5.3rc2 (server_args_config_parser.py is absent from the 0.5.2 and 0.5.3rc0 wheels)."""
     code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--ctx", "8192", "--kv-budget", "40GiB", "--engine",
                              "sglang", "--sglang-version", "0.5.2", "--emit", "sglang-config")
     assert code == 2 and out == ""
-    assert err.strip() == "hybridplan: error: sglang 0.5.2 reads no --config file (from 0.5.3)"
+    assert err.strip() == "hybridplan: error: sglang 0.5.2 reads no --config file (from 0.5.3rc2)"
 
 
 def _docs(text: str) -> list[dict]:
