@@ -86,13 +86,32 @@ def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> di
     done = subprocess.run([*base, "--json", *args[cut:]], capture_output=True, text=True, cwd=ROOT)
     if done.returncode not in (0, 1):
         raise RuntimeError(done.stderr.strip())
-    command = json.loads(done.stdout)["commands"][engine]
+    report = json.loads(done.stdout)
+    command = report["commands"][engine]
     path = out / f"{engine}.yaml"
     emitted = subprocess.run([*base, "--emit", f"{engine}-config", "--out", str(out), *args[cut:]],
                              capture_output=True, text=True, cwd=ROOT)
     if emitted.returncode not in (0, 1) or not path.exists():
         raise RuntimeError(emitted.stderr.strip())
-    return {"argv": command["argv"], "file": str(path)}
+    # what the engine's argv alone does not hold, for the feed-back (``feed_back``): the GPU, and SGLang's budget
+    given = {k: args[args.index(k) + 1] for k in ("--gpu-type", "--kv-budget") if k in args[:cut]}
+    if engine == "vllm":
+        given.pop("--kv-budget", None)  # vLLM's command carries it (--kv-cache-memory-bytes)
+    return {"argv": command["argv"], "file": str(path), "figures": {"engine": report[engine], "command": command},
+            "options": [*[t for kv in given.items() for t in kv], "--engine", engine, flag, version]}
+
+
+def feed_back(case: dict, argv: list[str]) -> dict:
+    """``fit`` given the engine command the file stands for (as the engine's own parser expanded it): its figures
+    against the case's, the differing keys (empty: the same)."""
+    done = subprocess.run([sys.executable, "-m", "hybridplan", "fit", *case["options"], "--json", "--", *argv],
+                          capture_output=True, text=True, cwd=ROOT)
+    if done.returncode not in (0, 1):
+        return {"fit": done.stderr.strip()}
+    report = json.loads(done.stdout)
+    engine = case["options"][case["options"].index("--engine") + 1]
+    got = {"engine": report[engine], "command": report["commands"][engine]}
+    return {k: "differs" for k in got if got[k] != case["figures"][k]}
 
 
 # --- the workers: run with the engine's unpacked wheel first on sys.path -----------------------------------
@@ -213,8 +232,11 @@ def vllm_worker(cases: list[dict], src: Path) -> list[dict]:
     out = []
     for c in cases:
         argv = c["argv"]  # vllm serve MODEL --flag ...
-        out.append(_compared(lambda: _served(vars(parser.parse_args(["serve", "--config", c["file"]]))),
-                             lambda: _served(vars(parser.parse_args(["serve", *argv[2:]])))))
+        diff = _compared(lambda: _served(vars(parser.parse_args(["serve", "--config", c["file"]]))),
+                         lambda: _served(vars(parser.parse_args(["serve", *argv[2:]]))))
+        # the arguments the file stands for, as the parser inserts them (FlexibleArgumentParser._pull_args_from_config)
+        expanded = ["vllm", *parser._pull_args_from_config(["serve", "--config", c["file"]])]
+        out.append({"diff": diff, "argv": expanded})
     return out
 
 
@@ -253,8 +275,10 @@ def sglang_worker(cases: list[dict]) -> list[dict]:
     out = []
     for c in cases:
         argv = c["argv"]  # python -m sglang.launch_server --flag ...
-        out.append(_compared(lambda: vars(parser.parse_args(merger.merge_config_with_args(["--config", c["file"]]))),
-                             lambda: vars(parser.parse_args(argv[3:]))))
+        diff = _compared(lambda: vars(parser.parse_args(merger.merge_config_with_args(["--config", c["file"]]))),
+                         lambda: vars(parser.parse_args(argv[3:])))
+        expanded = [*argv[:3], *merger.merge_config_with_args(["--config", c["file"]])]
+        out.append({"diff": diff, "argv": expanded})
     return out
 
 
@@ -338,11 +362,14 @@ def main() -> int:
                 failed += 1
                 print(f"{engine} {version}: the worker failed: {done.stderr.strip().splitlines()[-1:]}")
                 continue
-            for case, diff in zip(cases, json.loads(done.stdout.splitlines()[-1])):
+            for case, got in zip(cases, json.loads(done.stdout.splitlines()[-1])):
                 compared += 1
+                diff, back = got["diff"], feed_back(case, got["argv"])
                 status = "equal" if not diff else f"DIFFERS: {diff}"
-                failed += bool(diff)
-                print(f"{engine} {version} {case['name']}: the file and the command parse {status}")
+                again = "the same figures" if not back else f"FIGURES DIFFER: {back}"
+                failed += bool(diff) or bool(back)
+                print(f"{engine} {version} {case['name']}: the file and the command parse {status}; fed back to "
+                      f"fit, {again}")
     print(f"{compared} files compared, {failed} failures")
     return 1 if failed else 0
 
