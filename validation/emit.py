@@ -77,20 +77,37 @@ def unpack(engine: str, version: str, cache: Path) -> Path:
     return src
 
 
+def _fit(argv: list[str]) -> subprocess.CompletedProcess:
+    """``hybridplan fit ARGV`` run in this process (as scripts/docs.py runs the docs' commands), from this
+    checkout: its exit status, stdout and stderr."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(ROOT))
+    from hybridplan.cli import main as hybridplan_main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = hybridplan_main(["fit", *argv]) or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
 def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> dict:
     """The file and the command hybridplan writes for one case."""
     flag = "--vllm-version" if engine == "vllm" else "--sglang-version"
     # hybridplan's options go before an engine command line (``-- COMMAND``)
     cut = args.index("--") if "--" in args else len(args)
-    base = [sys.executable, "-m", "hybridplan", "fit", *args[:cut], "--engine", engine, flag, version]
-    done = subprocess.run([*base, "--json", *args[cut:]], capture_output=True, text=True, cwd=ROOT)
+    base = [*args[:cut], "--engine", engine, flag, version]
+    done = _fit([*base, "--json", *args[cut:]])
     if done.returncode not in (0, 1):
         raise RuntimeError(done.stderr.strip())
     report = json.loads(done.stdout)
     command = report["commands"][engine]
     path = out / f"{engine}.yaml"
-    emitted = subprocess.run([*base, "--emit", f"{engine}-config", "--out", str(out), *args[cut:]],
-                             capture_output=True, text=True, cwd=ROOT)
+    emitted = _fit([*base, "--emit", f"{engine}-config", "--out", str(out), *args[cut:]])
     if emitted.returncode not in (0, 1) or not path.exists():
         raise RuntimeError(emitted.stderr.strip())
     # what the engine's argv alone does not hold, for the feed-back (``feed_back``): the GPU, and SGLang's budget
@@ -104,8 +121,7 @@ def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> di
 def feed_back(case: dict, argv: list[str]) -> dict:
     """``fit`` given the engine command the file stands for (as the engine's own parser expanded it): its figures
     against the case's, the differing keys (empty: the same)."""
-    done = subprocess.run([sys.executable, "-m", "hybridplan", "fit", *case["options"], "--json", "--", *argv],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = _fit([*case["options"], "--json", "--", *argv])
     if done.returncode not in (0, 1):
         return {"fit": done.stderr.strip()}
     report = json.loads(done.stdout)
