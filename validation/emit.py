@@ -1,25 +1,30 @@
 """`--emit vllm-config` and `--emit sglang-config` read back by the engines' own parsers, from their wheels.
 
-For each release and case, hybridplan writes the engine's --config file and prints the command that starts
-the engine (`fit ... --json`'s ``commands``). A worker, with the unpacked wheel first on ``sys.path``, parses both
-with the engine's own code:
+For each release and case, hybridplan (in this process) writes the engine's --config file and prints the
+command that starts the engine (`fit ... --json`'s ``commands``). A worker, with the unpacked wheel first on
+``sys.path``, parses both with the engine's own code:
 
 - vLLM: the ``vllm serve`` parser as vLLM's CLI builds it (vllm/entrypoints/cli/serve.py
   ``ServeSubcommand.subparser_init`` on a ``FlexibleArgumentParser``), ``serve --config FILE`` against the
   printed ``serve MODEL --flag …``;
 - SGLang: ``ServerArgs.add_cli_args`` on an ``argparse.ArgumentParser`` with its ``ConfigArgumentMerger``
-  (python/sglang/srt/server_args_config_parser.py, 0.5.3 on), ``--config FILE`` against the printed flags.
+  (python/sglang/srt/server_args_config_parser.py, 0.5.3rc2 on), built as the release's ``prepare_server_args``
+  builds it, ``--config FILE`` against the printed flags.
 
-The two namespaces must be equal, every field (the --config field itself aside): so the file starts the engine
-exactly as the command does, and the command, pasted back into `fit`, gives the figures shown
-(tests/test_cmdline.py holds that round trip). Nothing of hybridplan's is fed to the engine but the file and
-the command it wrote.
+The two namespaces must be equal, every field (the --config field itself aside). Then the arguments the file
+stands for, as the engine's parser expands them (vLLM ``FlexibleArgumentParser._pull_args_from_config``,
+SGLang ``merge_config_with_args``), are fed back to `fit` as the engine's command line: its figures and its
+printed command must be the case's. A release hybridplan writes no file for must be one whose wheel has no
+--config reader. Nothing of hybridplan's is fed to the engine but the file and the command it wrote.
 
-    /tmp/hp-validation/bin/python validation/emit.py                          # the default releases
+The workers' stand-ins, each the least that lets the parser's modules import on a CPU in the validation
+environment, are listed in ``STAND_INS``; none changes a flag, a default or the parsing.
+
+    /tmp/hp-validation/bin/python validation/emit.py                          # every release of both engines
     /tmp/hp-validation/bin/python validation/emit.py --vllm 0.33.0 --sglang 0.5.23
 
-The wheels come from ``pip download --no-deps`` into ``--cache-dir`` (validation/vllm.py's cache). Exit 1 on
-any difference or failed release.
+The wheels come from /tmp/wheels/<engine>-<version>/, else ``--cache-dir``'s wheels/ (validation/vllm.py's
+cache), else ``pip download --no-deps``. Exit 1 on any difference or failed release.
 """
 
 from __future__ import annotations
@@ -251,7 +256,12 @@ def vllm_worker(cases: list[dict], src: Path) -> list[dict]:
         diff = _compared(lambda: _served(vars(parser.parse_args(["serve", "--config", c["file"]]))),
                          lambda: _served(vars(parser.parse_args(["serve", *argv[2:]]))))
         # the arguments the file stands for, as the parser inserts them (FlexibleArgumentParser._pull_args_from_config)
-        expanded = ["vllm", *parser._pull_args_from_config(["serve", "--config", c["file"]])]
+        expanded = parser._pull_args_from_config(["serve", "--config", c["file"]])
+        if len(expanded) > 2 and expanded[1] == "--model":
+            # to 0.10.x the file's model is inserted as --model, which serve runs as its model
+            # (ServeSubcommand.cmd); as a typed command that is refused, so it is given as the positional
+            expanded = ["serve", expanded[2], *expanded[3:]]
+        expanded = ["vllm", *expanded]
         out.append({"diff": diff, "argv": expanded})
     return out
 
