@@ -88,7 +88,8 @@ def _fit(argv: list[str]) -> subprocess.CompletedProcess:
     import contextlib
     import io
 
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from hybridplan.cli import main as hybridplan_main
 
     out, err = io.StringIO(), io.StringIO()
@@ -117,8 +118,8 @@ def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> di
         raise RuntimeError(emitted.stderr.strip())
     # what the engine's argv alone does not hold, for the feed-back (``feed_back``): the GPU, and SGLang's budget
     given = {k: args[args.index(k) + 1] for k in ("--gpu-type", "--kv-budget") if k in args[:cut]}
-    if engine == "vllm":
-        given.pop("--kv-budget", None)  # vLLM's command carries it (--kv-cache-memory-bytes)
+    if "--kv-cache-memory-bytes" in command["argv"]:
+        given.pop("--kv-budget", None)  # the command carries it (where the release has the flag)
     return {"argv": command["argv"], "file": str(path), "figures": {"engine": report[engine], "command": command},
             "options": [*[t for kv in given.items() for t in kv], "--engine", engine, flag, version]}
 
