@@ -1,5 +1,6 @@
-"""What `fit` and `plan` decided, as files a deployment reads: each engine's ``--config`` YAML and Kubernetes
-manifests that run the engine's own image with it (``--emit vllm-config | sglang-config | k8s``).
+"""What `fit` and `plan` decided, as files a deployment reads: each engine's ``--config`` YAML, Kubernetes
+manifests that run the engine's own image with it, and a KServe ``LLMInferenceService``
+(``--emit vllm-config | sglang-config | k8s | kserve``).
 
 Pure: a ``Target`` (the engine command hybridplan prints, the release, the layout) in, ``Emitted`` files out.
 The engines' own rules for their files, images, ports and health endpoints are in
@@ -8,6 +9,8 @@ hybridplan/engines/vllm/deploy.py and hybridplan/engines/sglang/deploy.py; this 
 
 from __future__ import annotations
 
+import shlex
+
 from msgspec import Struct
 import yaml
 
@@ -15,7 +18,7 @@ from hybridplan import __version__
 from hybridplan.cmdline import Command
 from hybridplan.errors import PlanError
 
-FORMATS = ("vllm-config", "sglang-config", "k8s")
+FORMATS = ("vllm-config", "sglang-config", "k8s", "kserve")
 #: GPUs a node offers where the user does not say (an HGX / DGX board)
 GPUS_PER_NODE = 8
 
@@ -242,12 +245,94 @@ def k8s(target: Target) -> Emitted:
     return Emitted(f"{name}.k8s.yaml", text)
 
 
+# --- KServe (kserve/kserve v0.20.0) ------------------------------------------------------------------------------
+#: the KServe release whose CRD and default template the resource is written for
+KSERVE_RELEASE = "v0.20.0"
+#: the resource written, as the CRD serves and stores it (config/crd/full/llmisvc/
+#: serving.kserve.io_llminferenceservices.yaml: v1alpha2 ``storage: true``)
+KSERVE_API = "serving.kserve.io/v1alpha2"
+#: the flags KServe's default template (config/llmisvcconfig/config-llm-template.yaml, kserve-config-llm-template)
+#: already gives ``vllm serve /mnt/models``: the model is the folder its storage initializer fills from
+#: ``spec.model.uri``, ``--served-model-name`` is ``spec.model.name``, ``--port 8000``, and
+#: ``--tensor-parallel-size`` is ``spec.parallelism.tensor``
+KSERVE_SETS = ("--tensor-parallel-size", "--port", "--served-model-name")
+#: the template's container, merged with the one written here by name (pkg/controller/v1alpha2/llmisvc/
+#: config_merge.go, a strategic merge)
+KSERVE_CONTAINER = "main"
+
+
+def _model_uri(model: str) -> str:
+    """``spec.model.uri``: a Hugging Face id as ``hf://ORG/NAME``; a URI KServe reads (``hf://``, ``pvc://``,
+    ``s3://``, ``gs://``, ``oci://``) as it is."""
+    if "://" in model:
+        return model
+    org, _, name = model.partition("/")
+    if not org or not name or "/" in name or model.startswith((".", "~")):
+        raise PlanError(f"--emit kserve: the model {model!r} is neither a Hugging Face id nor a URI KServe "
+                        "downloads from (hf://, pvc://, s3://, gs://, oci://)")
+    return f"hf://{model}"
+
+
+def kserve(target: Target) -> Emitted:
+    """``--emit kserve``: an ``LLMInferenceService`` that runs vLLM's image at the release sized, on KServe's
+    default template (its router, scheduler and gateway left to KServe's defaults).
+
+    The template starts ``eval "exec vllm serve /mnt/models … $@"`` with the container's ``args`` as ``$@``: each
+    flag the figures depend on is an argument there, quoted for that ``eval`` (a JSON config keeps its quotes).
+    ``spec.parallelism`` holds TP (and PP); data-parallel ranks that are independent engines are
+    ``spec.replicas``, coupled ones (a MoE's) stay ``--data-parallel-size`` in one pod with all their GPUs."""
+    if target.engine != "vllm":
+        raise PlanError("--emit kserve: KServe's LLMInferenceService template runs vllm serve; "
+                        f"{target.engine} is written by --emit k8s")
+    replicas, gpus, pods = layout(target)
+    if pods > 1:
+        raise PlanError(f"--emit kserve: a replica of {gpus * pods} GPUs spans {pods} nodes of "
+                        f"{target.gpus_per_node}, which --emit kserve does not write (--emit k8s writes a "
+                        "LeaderWorkerSet)")
+    eng = _engine(target.engine)
+    argv = target.command.argv
+    rest = list(argv[eng.program_length(argv):])
+    model = rest.pop(0)
+    for flag in KSERVE_SETS:
+        rest = _without(rest, flag)
+    if not target.dp_coupled:
+        rest = _without(rest, "--data-parallel-size")
+    parallelism: dict = {"tensor": target.tp}
+    if target.pp > 1:
+        parallelism["pipeline"] = target.pp
+    container: dict = {"name": KSERVE_CONTAINER, "image": eng.image(_version(target))}
+    if rest:
+        container["args"] = [shlex.quote(tok) for tok in rest]
+    env = [{"name": k, "value": v} for k, _, v in (e.partition("=") for e in target.command.env)]
+    if env:
+        container["env"] = env
+    container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
+    # the template asks runAsNonRoot; vLLM's image names no user of its own (it would run as root)
+    container["securityContext"] = {"runAsUser": 1000, "runAsGroup": 1000}
+    name = _dns(f"{target.name}-{target.engine}")
+    doc = {"apiVersion": KSERVE_API, "kind": "LLMInferenceService",
+           "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name,
+                                                 "app.kubernetes.io/managed-by": "hybridplan"}},
+           "spec": {"model": {"uri": _model_uri(model), "name": model}, "replicas": replicas,
+                    "parallelism": parallelism, "template": {"containers": [container]},
+                    "router": {"scheduler": {}, "route": {}, "gateway": {}}}}
+    head = _header(target, f"KServe LLMInferenceService ({KSERVE_API}, KServe {KSERVE_RELEASE}'s default "
+                           f"template; {replicas} replica(s) of {gpus} GPU(s))")
+    head += "# the args are quoted for the template's eval (exec vllm serve /mnt/models ... $@)\n"
+    return Emitted(f"{name}.kserve.yaml", head + _dump([doc]))
+
+
 def emit(fmt: str, targets: dict[str, Target]) -> list[Emitted]:
     """The files of one ``--emit`` format for the engines planned (``targets`` by engine name)."""
     if fmt not in FORMATS:
         raise PlanError(f"unknown --emit format {fmt!r} (known: {', '.join(FORMATS)})")
     if fmt == "k8s":
         return [k8s(t) for t in targets.values()]
+    if fmt == "kserve":
+        if "vllm" not in targets:
+            raise PlanError("--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm "
+                            "start was planned (--engine vllm or both)")
+        return [kserve(targets["vllm"])]
     engine = fmt.split("-")[0]
     if engine not in targets:
         raise PlanError(f"--emit {fmt}: no {engine} start was planned (--engine {engine} or both)")

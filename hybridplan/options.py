@@ -353,8 +353,9 @@ JSON = (param("as_json", AsJson, False),)
 EMIT = (param("emit", Flag[Optional[str], option(
             "--emit", metavar="FORMAT",
             help="Write the chosen start as a deployment file: vllm-config (for vllm serve --config), "
-                 "sglang-config (for sglang.launch_server --config) or k8s (a ConfigMap, a Deployment or, past "
-                 "one node, a LeaderWorkerSet, and a Service). To stdout, or into --out.")], None),
+                 "sglang-config (for sglang.launch_server --config), k8s (a ConfigMap, a Deployment or, past "
+                 "one node, a LeaderWorkerSet, and a Service) or kserve (a KServe LLMInferenceService running "
+                 "vLLM). To stdout, or into --out.")], None),
         param("out", Flag[Optional[Path], option(
             "--out", metavar="DIR", help="With --emit: the folder to write the files into (made if missing).")],
             None),

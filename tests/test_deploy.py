@@ -10,6 +10,8 @@ strict)."""
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -71,11 +73,11 @@ def test_the_header_names_the_figures_it_came_from(run_cli):
 
 
 def test_sglang_before_its_config_file_is_refused(run_cli):
-    """--config came in 0.5.3 (server_args_config_parser.py is absent from the 0.5.2 wheel)."""
+    """--config came in 0.5.3rc2 (server_args_config_parser.py is absent from the 0.5.2 and 0.5.3rc0 wheels)."""
     code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--ctx", "8192", "--kv-budget", "40GiB", "--engine",
                              "sglang", "--sglang-version", "0.5.2", "--emit", "sglang-config")
     assert code == 2 and out == ""
-    assert err.strip() == "hybridplan: error: sglang 0.5.2 reads no --config file (from 0.5.3)"
+    assert err.strip() == "hybridplan: error: sglang 0.5.2 reads no --config file (from 0.5.3rc2)"
 
 
 def _docs(text: str) -> list[dict]:
@@ -150,7 +152,7 @@ def test_out_writes_the_files_and_the_report_follows(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--emit", "helm"], "unknown --emit format 'helm' (known: vllm-config, sglang-config, k8s)"),
+    (["--emit", "helm"], "unknown --emit format 'helm' (known: vllm-config, sglang-config, k8s, kserve)"),
     (["--engine", "vllm", "--emit", "sglang-config"],
      "--emit sglang-config: no sglang start was planned (--engine sglang or both)"),
     (["--kv-budget", "1GiB", "--emit", "k8s", "--engine", "vllm", "--max-num-seqs", "4096"],
@@ -161,5 +163,117 @@ def test_out_writes_the_files_and_the_report_follows(run_cli, tmp_path):
 def test_what_cannot_be_emitted_is_one_line(run_cli, args, message):
     base = ["fit", "nemotron-h", "--ctx", "8192"] + ([] if "--kv-budget" in args else ["--kv-budget", "40GiB"])
     code, out, err = run_cli(*base, *args)
+    assert code == 2 and out == ""
+    assert err.strip() == f"hybridplan: error: {message}"
+
+
+# --- KServe -------------------------------------------------------------------------------------------------------
+
+#: the LLMInferenceService CRD's openAPIV3Schema, v1alpha2 (kserve/kserve v0.20.0; tests/data/SOURCES.md)
+KSERVE_SCHEMA = Path(__file__).parent / "data" / "kserve" / "llminferenceservice-v1alpha2.schema.json"
+
+
+def _strict(schema):
+    """The CRD's schema as the API server applies it with strict field validation (kubectl's default): an object
+    that lists its properties takes no other key, unless it keeps unknown fields
+    (``x-kubernetes-preserve-unknown-fields``) or says what its other keys hold (``additionalProperties``)."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "properties":  # field name → schema
+            out[key] = {name: _strict(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "anyOf", "allOf", "oneOf", "not"):
+            out[key] = _strict(value)
+        else:
+            out[key] = value
+    if "properties" in schema and "additionalProperties" not in schema \
+            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+@pytest.fixture(scope="module")
+def kserve_validator():
+    import jsonschema
+
+    return jsonschema.Draft4Validator(_strict(json.loads(KSERVE_SCHEMA.read_text())))
+
+
+def _kserve(run_cli, args) -> tuple[dict, dict]:
+    code, out, err = run_cli("fit", *args, "--engine", "vllm", "--emit", "kserve")
+    assert code == 0 and err == ""
+    (doc,) = _docs(out)
+    return doc, _commands(run_cli, [*args, "--engine", "vllm"])["vllm"]
+
+
+def _pairs(argv: list[str], drop: tuple[str, ...]) -> tuple[list[str], dict]:
+    """The flags of ``argv`` without those in ``drop`` (each with its value), and the dropped ones' values."""
+    kept, dropped, i = [], {}, 0
+    while i < len(argv):
+        if argv[i] in drop:
+            dropped[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            kept.append(argv[i])
+            i += 1
+    return kept, dropped
+
+
+@pytest.mark.parametrize("args,replicas,gpus", [
+    (["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"], 1, 1),
+    # a JSON-valued flag and a switch; TP 2
+    (["qwen3.5-4b", "--ctx", "16384", "--kv-budget", "30GiB", "--enforce-eager", "--tp", "2",
+      "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'], 1, 2),
+    # a dense model's data-parallel ranks: replicas of one engine (hybridplan/engines/vllm/deploy.py dp_replicas)
+    (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--dp", "2"], 2, 1),
+    (["qwen3-next", "--ctx", "32k", "--gpu-type", "h100", "--tp", "2", "--pp", "2", "--kv-dtype", "fp8"], 1, 4),
+], ids=["nemotron-h", "qwen3.5-mtp-tp2", "nemotron-h-dp2", "qwen3-next-tp2-pp2"])
+def test_kserve_passes_its_published_schema_and_runs_the_printed_command(run_cli, kserve_validator, args, replicas,
+                                                                         gpus):
+    doc, command = _kserve(run_cli, args)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in kserve_validator.iter_errors(doc)]
+    assert errors == []
+    spec = doc["spec"]
+    # the CRD's one rule on spec (x-kubernetes-validations): replicas and scaling are not both given
+    assert "scaling" not in spec and spec["replicas"] == replicas
+    (container,) = spec["template"]["containers"]
+    assert container["name"] == "main" and container["image"] == "vllm/vllm-openai:v0.33.0"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    # the template runs eval "exec vllm serve /mnt/models --served-model-name … --port 8000
+    # --tensor-parallel-size {spec.parallelism.tensor} … $@": the args, as eval reads them, are the printed
+    # command's flags but the one the template writes; the model is spec.model's
+    argv = command["argv"]
+    assert spec["model"] == {"uri": f"hf://{argv[2]}", "name": argv[2]}
+    kept, dropped = _pairs(argv[3:], ("--tensor-parallel-size", "--data-parallel-size"))
+    assert shlex.split(" ".join(container.get("args", []))) == kept
+    assert spec["parallelism"]["tensor"] == int(dropped.get("--tensor-parallel-size", 1))
+    assert replicas == int(dropped.get("--data-parallel-size", 1))
+    assert spec["parallelism"].get("pipeline", 1) * spec["parallelism"]["tensor"] == gpus
+
+
+def test_the_kserve_schema_holds_unknown_fields_out(kserve_validator, run_cli):
+    """The strict schema refuses a key the CRD does not list (so the test above can fail), and the CRD's own
+    ``minimum: 1`` on the tensor size."""
+    doc, _ = _kserve(run_cli, ["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"])
+    doc["spec"]["template"]["containers"][0]["gpus"] = 1
+    doc["spec"]["parallelism"]["tensor"] = 0
+    messages = sorted(e.message for e in kserve_validator.iter_errors(doc))
+    assert len(messages) == 2
+    assert any("'gpus' was unexpected" in m for m in messages) and any("less than the minimum" in m for m in messages)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang"],
+     "--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm start was planned "
+     "(--engine vllm or both)"),
+    (["qwen3.5-397b-a17b", "--ctx", "32768", "--gpu-type", "h100", "--tp", "8", "--pp", "2", "--engine", "vllm"],
+     "--emit kserve: a replica of 16 GPUs spans 2 nodes of 8, which --emit kserve does not write (--emit k8s "
+     "writes a LeaderWorkerSet)"),
+])
+def test_what_kserve_cannot_run_is_one_line(run_cli, args, message):
+    code, out, err = run_cli("fit", *args, "--emit", "kserve")
     assert code == 2 and out == ""
     assert err.strip() == f"hybridplan: error: {message}"

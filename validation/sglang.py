@@ -87,6 +87,10 @@ CONFIG_CLASSES = {
     "Qwen3NextForCausalLM": ("qwen3_next", "Qwen3NextConfig"),
     "Qwen3_5ForConditionalGeneration": ("qwen3_5", "Qwen3_5Config"),
     "Qwen3_5MoeForConditionalGeneration": ("qwen3_5", "Qwen3_5MoeConfig"),
+    # a text-only checkpoint (model_type qwen3_5_text / qwen3_5_moe_text): SGLang builds its text config directly
+    # (python/sglang/srt/configs/qwen3_5.py Qwen3_5TextConfig / Qwen3_5MoeTextConfig, 0.5.17 on)
+    "Qwen3_5ForCausalLM": ("qwen3_5", "Qwen3_5TextConfig"),
+    "Qwen3_5MoeForCausalLM": ("qwen3_5", "Qwen3_5MoeTextConfig"),
     "Lfm2ForCausalLM": ("lfm2", "Lfm2Config"),
     "MambaForCausalLM": ("mamba", "MambaConfig"),
     "FalconMambaForCausalLM": ("mamba", "FalconMambaConfig"),

@@ -610,6 +610,19 @@ class Worker:
             settings["swap_space"] = 0
         return settings
 
+    @staticmethod
+    def resolved_kv_dtype(kv_dtype: str, mc) -> str:
+        """``--kv-cache-dtype`` as ``EngineArgs.create_engine_config`` hands it to CacheConfig: from 0.14.0 an
+        "auto" is resolved from the checkpoint's quantization config (vllm/utils/torch_utils.py
+        ``resolve_kv_cache_dtype_string``: a ModelOpt ``kv_cache_quant_algo`` FP8 gives fp8_e4m3); before, auto
+        stays auto. CacheConfig built without the engine args skips that step, so it is called here."""
+        try:
+            from vllm.utils import torch_utils
+        except ImportError:  # before 0.11.1 vllm.utils is a module without it
+            return kv_dtype
+        resolve = getattr(torch_utils, "resolve_kv_cache_dtype_string", None)
+        return resolve(kv_dtype, mc) if resolve is not None else kv_dtype
+
     def cache_mode(self, cache_config) -> str:
         """The mode the config hooks left (they may switch prefix caching off, or `all` to `align`)."""
         if since(self.version, "0.15.0"):
@@ -624,7 +637,9 @@ class Worker:
         from vllm.config import CacheConfig, ParallelConfig, VllmConfig
 
         mc = copy.deepcopy(self.model_config(case["model"]))
-        cc = CacheConfig(**self.cache_settings(case))
+        settings = self.cache_settings(case)
+        settings["cache_dtype"] = self.resolved_kv_dtype(settings.get("cache_dtype", "auto"), mc)
+        cc = CacheConfig(**settings)
         pc = ParallelConfig(tensor_parallel_size=case["tp"], **(
             {"pipeline_parallel_size": case["pp"]} if case.get("pp") else {}))
         return VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc)
@@ -1048,10 +1063,14 @@ class Worker:
             padding = re.search(r"Padding mamba page size by ([\d.]+)%", "\n".join(block_logs))
             # the attention groups' block as the engine sizes them (0.18.0-0.19.1: scaled up to the padded page
             # by unify_kv_cache_spec_page_size after the worker set the config's block back to 16)
+            # a draft's own group holds draft layers only; under PP the scheduler's groups are the first stage's,
+            # whose attention group holds no layer where the stage has none (Nemotron-Nano-9B-v2 at PP 4)
+            def draft(g) -> bool:
+                return bool(g.layer_names) and all(n.startswith("draft.") for n in g.layer_names)
+
             (block_size,) = {g.kv_cache_spec.block_size for g in kv_groups
-                             if type(g.kv_cache_spec).__name__ != "MambaSpec"
-                             and not all(n.startswith("draft.") for n in g.layer_names)}
-            own = {g.kv_cache_spec.block_size for g in kv_groups if all(n.startswith("draft.") for n in g.layer_names)}
+                             if type(g.kv_cache_spec).__name__ != "MambaSpec" and not draft(g)}
+            own = {g.kv_cache_spec.block_size for g in kv_groups if draft(g)}
             if own:
                 (out["draft_block_size"],) = own
             out.update({"block_size": block_size,

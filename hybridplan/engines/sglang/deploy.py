@@ -1,7 +1,7 @@
 """How SGLang is deployed from a file: its ``--config`` YAML, its image, its port and health endpoint.
 
-- ``python -m sglang.launch_server --config FILE`` came in 0.5.3 (python/sglang/srt/server_args_config_parser.py,
-  absent from the 0.5.2 wheel; python/sglang/srt/utils/server_args_config_parser.py by 0.5.23):
+- ``python -m sglang.launch_server --config FILE`` came in 0.5.3rc2 (python/sglang/srt/server_args_config_parser.py,
+  absent from the 0.5.2 and 0.5.3rc0 wheels; python/sglang/srt/utils/server_args_config_parser.py by 0.5.23):
   ``ConfigArgumentMerger`` turns each top-level key into ``--key`` (dashes or underscores, any long spelling of
   the flag), a store_true flag given ``true`` into the bare switch, anything else into ``--key value``; the
   command line wins over the file. A flag that takes several values is refused in a file, so the file holds
@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-CONFIG_FROM = "0.5.3"
+CONFIG_FROM = "0.5.3rc2"
 PORT = 30000
 HEALTH = "/health"
 
