@@ -23,12 +23,12 @@ from hybridplan.errors import PlanError
 
 __all__ = ["size", "fit", "prefix", "replay", "speed", "plan", "check_log", "crossover", "PlanError"]
 
-#: set while an API call runs its command: ``cli.show`` hands the report here instead of rendering it
+#: set while an API call runs its command: ``show.show`` hands the report here instead of rendering it
 capturing: ContextVar[bool] = ContextVar("hybridplan_api_capturing", default=False)
 
 
 class Captured(Exception):
-    """The command's report, on its way back to the API caller (raised by ``cli.show``)."""
+    """The command's report, on its way back to the API caller (raised by ``show.show``)."""
 
     def __init__(self, report: Any) -> None:
         super().__init__("report")

@@ -639,14 +639,14 @@ def _speculative(o: Options, spec: Any, vrel: Any) -> tuple[int, Any]:
     if cfg is not None and algorithm is not None:
         raise PlanError("give vLLM's --speculative-config or SGLang's --speculative-algorithm, not both")
     if cfg is not None:
-        from hybridplan.speculative import speculative_from_vllm
+        from hybridplan.engines.vllm.speculative import speculative_from_vllm
 
         sp = speculative_from_vllm(cfg, spec, vrel)
         if n and n != sp.num_tokens:
             raise PlanError(f"--spec-tokens {n} and --speculative-config's {sp.num_tokens} tokens disagree")
         return sp.num_tokens, sp
     if algorithm is not None:
-        from hybridplan.speculative import SglangFlags, speculative_from_sglang
+        from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
 
         flags = SglangFlags(algorithm, getattr(o, "spec_draft", None), n or None, getattr(o, "eagle_topk", None),
                             getattr(o, "draft_tokens", None))

@@ -27,7 +27,8 @@ from hybridplan.engines.vllm.releases import release
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.loader import load_model
 from hybridplan.scenario import Budget, DtypeChoice, Scenario
-from hybridplan.speculative import SglangFlags, speculative_from_sglang, speculative_from_vllm
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.weights import mtp_rank_bytes
 
 pytestmark = pytest.mark.unit

@@ -22,7 +22,9 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_model
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import MLA, Attention
-from hybridplan.speculative import SglangFlags, mtp_layers, speculative_from_sglang, speculative_from_vllm
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
+from hybridplan.speculative import mtp_layers
 
 pytestmark = pytest.mark.unit
 

@@ -50,7 +50,7 @@ def profile(o: Options) -> None:
       hybridplan profile nemotron-h --interpret --json
       hybridplan profile nemotron-h --gpu 0 --save-calibration h100-nemotron-h.json
     """
-    from hybridplan.cli import show
+    from hybridplan.show import show
     from hybridplan.loader import load_model
     from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display

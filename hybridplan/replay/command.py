@@ -189,6 +189,6 @@ def replay(o: Options) -> None:
                            sweep_over=o.plot_over)
     if o.requests_out is not None:
         write_requests(report, o.requests_out)
-    from hybridplan.cli import show
+    from hybridplan.show import show
 
     show(report, o, "hybridplan.render_replay:replay_view", "replay_plot")

@@ -313,7 +313,7 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
     """The speculative method and draft the log names (``speculative_config``), read as
     ``speculative_from_vllm`` reads ``--speculative-config``; a bare token count (a flag, or a log that names no
     method) stays a count. A draft that cannot be read is said in the notes."""
-    from hybridplan.speculative import speculative_from_vllm
+    from hybridplan.engines.vllm.speculative import speculative_from_vllm
 
     method = s.get("speculative_method")
     if method is None or not spec_tokens:
