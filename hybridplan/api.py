@@ -16,24 +16,12 @@ the line the command would print. The report's ``to_dict()`` is what ``--json`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any
 
 from hybridplan.errors import PlanError
+from hybridplan.show import Captured, capturing
 
 __all__ = ["size", "fit", "prefix", "replay", "speed", "plan", "check_log", "crossover", "PlanError"]
-
-#: set while an API call runs its command: ``show.show`` hands the report here instead of rendering it
-capturing: ContextVar[bool] = ContextVar("hybridplan_api_capturing", default=False)
-
-
-class Captured(Exception):
-    """The command's report, on its way back to the API caller (raised by ``show.show``)."""
-
-    def __init__(self, report: Any) -> None:
-        super().__init__("report")
-        self.report = report
-
 
 def _tokens(cmd: Any, positional: Sequence[Any], options: dict[str, Any]) -> list[str]:
     """The command line that says what the call says, through the command's own option names."""

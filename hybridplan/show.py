@@ -4,19 +4,31 @@ commands (hybridplan/cli.py, replay/command.py, profile/command.py) call it; it 
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hybridplan.options import Options
 from hybridplan.output import write
+
+if TYPE_CHECKING:
+    from hybridplan.options import Options
+
+#: set while an API call runs its command: ``show`` hands the report here instead of rendering it
+capturing: ContextVar[bool] = ContextVar("hybridplan_api_capturing", default=False)
+
+
+class Captured(Exception):
+    """The command's report, on its way back to the API caller (raised by ``show``)."""
+
+    def __init__(self, report: Any) -> None:
+        super().__init__("report")
+        self.report = report
 
 
 def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
     """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
     hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
     --json runs)."""
-    from hybridplan.api import Captured, capturing
-
     if capturing.get():  # a call of hybridplan.api: the report goes back to it, nothing is shown
         raise Captured(report)
     plot: Path | None = getattr(o, "plot", None)
@@ -41,7 +53,6 @@ def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
 def show_csv(report: Any, o: Options, plotter: str = "") -> bool:
     """``--csv``: the report's table on stdout and nothing else (the plot still written when asked); False
     without --csv, or in a call of hybridplan.api (the report goes back to it)."""
-    from hybridplan.api import capturing
     from hybridplan.tables import to_csv
 
     if not getattr(o, "as_csv", False) or capturing.get():
