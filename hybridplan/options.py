@@ -663,10 +663,7 @@ def _check_quantization(o: Options, spec: Any) -> None:
     q = getattr(o, "quantization", None)
     if q is None:
         return
-    import json
-
-    cfg = json.loads(spec.config_json or "{}")
-    own = (cfg.get("quantization_config") or {}).get("quant_method")
+    own = spec.facts.quant_method
     if own is None or str(own).lower() != q.strip().lower():
         raise PlanError(f"--quantization {q}: hybridplan sizes the checkpoint's own weights "
                         f"({own or 'not quantized'}); give --weights with the quantized size")

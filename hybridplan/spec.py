@@ -234,6 +234,63 @@ class ContextFields:
 
 
 @frozen
+class DraftFields:
+    """What a speculative draft's own config says of the tensors its draft class adds (hybridplan/weights
+    ``draft_extra_parts``): its width, decoder layers and attention heads, the target layers it takes hidden
+    states from, its vocabulary, and the target width it was trained on. Zero where the config does not say."""
+
+    hidden_size: int = 0
+    num_hidden_layers: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    #: ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.target_layer_ids`` (their count), else
+    #: ``num_aux_hidden_states``
+    aux_layers: int = 0
+    #: ``draft_vocab_size``, else ``vocab_size``
+    vocab_size: int = 0
+    target_hidden_size: int = 0
+
+
+@frozen
+class ConfigFacts:
+    """What the engines, the weights and the reports read of a config beyond its mixers, read once where the spec
+    is built (hybridplan/adapters.py ``config_facts``), so that no rule parses the config again."""
+
+    #: the config's top-level field names (sorted)
+    fields: tuple[str, ...] = ()
+    #: the text config's vocabulary (``text_config.vocab_size``, else the config's)
+    vocab_size: int = 0
+    #: the vision tower's depth and width (``vision_config``: ``num_hidden_layers`` or ``depth``, 24 where
+    #: unset; ``hidden_size``, 1024 where unset); None without one
+    vision: tuple[int, int] | None = None
+    #: ``quantization_config.quant_method`` as written
+    quant_method: str | None = None
+    #: Nemotron-H's ``mamba_expand`` (2 where unset: NemotronHConfig's default)
+    mamba_expand: int = 2
+    #: Nemotron-H's layers, one character each (M mamba, * attention, - MLP, E MoE), from
+    #: ``hybrid_override_pattern``, else ``layers_block_type`` or ``layer_types``; "" for other families
+    layer_pattern: str = ""
+    #: the text config's layer counts as written (only those it sets): ``num_hidden_layers``, ``n_layer``,
+    #: ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``, ``mtp_hybrid_override_pattern``
+    counts: tuple[tuple[str, object], ...] = ()
+    #: routed experts per MoE layer and experts a token is routed to (0 without experts)
+    experts: int = 0
+    experts_per_token: int = 0
+    draft: DraftFields = DraftFields()
+    #: the tensors hybridplan/weights/families.py counts from the config, or why it cannot count them
+    parts: tuple = ()
+    parts_error: str | None = None
+
+    def count(self, key: str, default: object = None) -> object:
+        return dict(self.counts).get(key, default)
+
+    @property
+    def multimodal(self) -> bool:
+        return "vision_config" in self.fields
+
+
+@frozen
 class ModelSpec:
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 
@@ -257,8 +314,11 @@ class ModelSpec:
     source: str | None = None
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    #: the config as read, JSON: what the weights are counted from (not part of the spec's identity)
+    #: the config as read, JSON (not part of the spec's identity): kept for the scripts and tests that derive
+    #: figures from it; hybridplan's rules read ``facts``
     config_json: str = field(default="", compare=False, repr=False)
+    #: what the rules read of the config beyond the mixers, read once with them (``ConfigFacts``)
+    facts: ConfigFacts = field(default=ConfigFacts(), compare=False, repr=False)
     #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py)
     checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
     #: the checkpoint's quantization (hybridplan/weights/quant.py), read once: the weights and the engines'

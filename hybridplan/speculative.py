@@ -85,8 +85,7 @@ def _raw_config(ref: str) -> dict:
 
 def mtp_layers(target: ModelSpec) -> tuple[tuple[Mixer, ...], int]:
     """The target's MTP layers that keep a cache, and how many MTP steps it has (vLLM's ``n_predict``)."""
-    raw = json.loads(target.config_json or "{}")
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text = dict(target.facts.counts)  # the text config's MTP counts as written
     arch = target.architecture
     full = next((m for m in target.attention if isinstance(m, Attention) and m.window is None), None)
     if arch.startswith("Qwen3_5") or arch == "Qwen3NextForCausalLM":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridplan.adapters import config_facts
 from hybridplan.engines.sglang.memory import drafter as sglang_drafter, drafter_shortfall, memory as sglang_memory
 from hybridplan.engines.sglang.releases import release as sglang_release
 from hybridplan.engines.sglang.settings import SglangSettings
@@ -100,7 +101,7 @@ def test_nemotron_h_mtp_builds_every_step():
     path = CONFIGS / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"
     cfg = json.loads(path.read_text())
     one = load_model(str(path))
-    two = replace(one, config_json=json.dumps({**cfg, "num_nextn_predict_layers": 2}))
+    two = replace(one, facts=config_facts({**cfg, "num_nextn_predict_layers": 2}, one.architecture, one.family))
     p1, p2 = mtp_rank_bytes(one, 1, "bfloat16")[0], mtp_rank_bytes(two, 1, "bfloat16")[0]
     assert p1 > 0 and p2 == 2 * p1
 

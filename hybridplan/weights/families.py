@@ -18,7 +18,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hybridplan.adapters import Fields, _qwen3_moe_layers
+from hybridplan.fields import Fields
+from hybridplan.fields import qwen3_moe_layers as _qwen3_moe_layers
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
 from hybridplan.spec import GatedDeltaNet

@@ -675,8 +675,7 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     f = log.last(LOADED)
     if f is None:
         return (), []
-    config = json.loads(sc.spec.config_json or "{}")
-    if quantization not in (None, "None") and "quantization_config" not in config:
+    if quantization not in (None, "None") and "quantization_config" not in sc.spec.facts.fields:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
                                 "config is not: pass the checkpoint's config.json as the model")]
     from hybridplan.engines.vllm.memory import drafter
