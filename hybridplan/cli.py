@@ -49,7 +49,7 @@ from hybridplan.options import (
     size_option,
     tokens_option,
 )
-from hybridplan.output import write
+from hybridplan.output import say, write
 from hybridplan.show import show, show_csv
 from hybridplan.tables import CSV, refuse_with_json
 
@@ -249,7 +249,7 @@ def _emit(o: Options, targets: dict) -> bool:
     except OSError as exc:
         raise PlanError(f"--out {o.out}: {exc.strerror or exc}") from None
     for f in files:
-        sys.stderr.write(f"hybridplan: wrote {o.out / f.name}\n")
+        say(f"wrote {o.out / f.name}")
     return True
 
 
@@ -490,7 +490,7 @@ def plan(o: Options) -> None:
 
     def progress(done: int, total: int) -> None:
         if total > 200 and not shown[0] and sys.stderr.isatty():
-            sys.stderr.write(f"hybridplan: trying up to {total} layouts…\n")
+            say(f"trying up to {total} layouts…")
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
@@ -546,20 +546,20 @@ def main(argv: list[str] | None = None) -> int:
         args, notes = _engine_flags(args, group)
         rv = group.main(args=args, standalone_mode=False, prog_name="hybridplan")
     except PlanError as exc:
-        sys.stderr.write(f"hybridplan: error: {exc}\n")
+        say(f"error: {exc}")
         code = exc.exit_code
     except _UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `hybridplan` or a bare group: its help
             write(exc.ctx.get_help() + "\n")
             code = 0
         else:
-            sys.stderr.write(f"hybridplan: error: {exc.format_message()}\n")
+            say(f"error: {exc.format_message()}")
             code = exc.exit_code
     except typer.Abort:
-        sys.stderr.write("hybridplan: interrupted\n")
+        say("interrupted")
         code = 130
     except KeyboardInterrupt:
-        sys.stderr.write("hybridplan: interrupted\n")
+        say("interrupted")
         code = 130
     except BrokenPipeError:
         code = 0
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     notes += said()  # the default MODEL taken (hybridplan/options.py)
     if code in (0, 1):
         for line in notes:
-            sys.stderr.write(f"hybridplan: {line}\n")
+            say(line)
     if argv is None:
         sys.exit(code)
     return code
