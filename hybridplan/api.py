@@ -70,7 +70,7 @@ def run(command: str, *positional: Any, engine_line: Sequence[str] | None = None
         raise PlanError(exc.format_message()) from None
     finally:
         capturing.reset(token)
-        from hybridplan.options import said
+        from hybridplan.build import said
 
         said()  # the notes the command line prints after its output (a default MODEL): not kept between calls
     raise PlanError(f"{command} gave no report")

@@ -33,8 +33,6 @@ from hybridplan.options import (
     Chunk,
     Options,
     SglangVersion,
-    command,
-    command_in,
     Flag,
     argument,
     count_value,
@@ -43,14 +41,13 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
-    said,
-    scenario,
-    signature,
     size_option,
     tokens_option,
 )
+from hybridplan.build import said, scenario
 from hybridplan.output import say, write
 from hybridplan.show import show, show_csv
+from hybridplan.signature import command, command_in, signature
 from hybridplan.tables import CSV, refuse_with_json
 
 try:  # usage errors (unknown option, bad integer, missing argument)
@@ -525,8 +522,8 @@ def _command_group(args: list[str]) -> Any:
 
 def _engine_flags(args: list[str], group: Any) -> tuple[list[str], list[str]]:
     """The command's arguments with engine flags and a pasted engine line read as hybridplan's options
-    (options.expand), and the notes on what was set aside."""
-    from hybridplan.options import expand
+    (pasted.expand), and the notes on what was set aside."""
+    from hybridplan.pasted import expand
 
     if not args or args[0].startswith("-"):
         return args, []
@@ -569,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
-    notes += said()  # the default MODEL taken (hybridplan/options.py)
+    notes += said()  # the default MODEL taken (hybridplan/build.py)
     if code in (0, 1):
         for line in notes:
             say(line)

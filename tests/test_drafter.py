@@ -214,7 +214,7 @@ def test_drafter_on_the_last_pipeline_stage_only():
 
 
 def _sglang(spec, sp, fraction=None):
-    """As hybridplan/options.py builds it: the steps (D − 1) as spec_tokens, D as the settings' draft tokens."""
+    """As hybridplan/build.py builds it: the steps (D − 1) as spec_tokens, D as the settings' draft tokens."""
     steps = sp.num_tokens - 1
     settings = SglangSettings(release=sglang_release("0.5.23"), mem_fraction_static=fraction,
                               draft_tokens=sp.num_tokens)

@@ -54,7 +54,7 @@ def profile(o: Options) -> None:
     from hybridplan.loader import load_model
     from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display
-    from hybridplan.options import note_default_model
+    from hybridplan.build import note_default_model
     from hybridplan.scenario import DtypeChoice
 
     spec = load_model(o.model, o.revision)

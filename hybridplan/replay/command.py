@@ -156,7 +156,7 @@ def replay(o: Options) -> None:
       hybridplan replay tests/data/traces/mooncake-conversation-300.jsonl qwen3-next --tp 4 --kv-budget 60GiB
       hybridplan replay chat.yaml nemotron-h --gpu-type h100 --concurrency 8 --json
     """
-    from hybridplan.options import scenario
+    from hybridplan.build import scenario
     from hybridplan.replay import trace as tr
     from hybridplan.replay.settings import ReplaySettings
     from hybridplan.reports.replay import replay_report

@@ -185,7 +185,7 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
 
 
 def _steps(s: Settings, sp):
-    """As hybridplan/options.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
+    """As hybridplan/build.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
     ``SglangSettings.draft_tokens``."""
     from dataclasses import replace
 

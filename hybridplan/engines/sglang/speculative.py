@@ -39,7 +39,7 @@ def speculative_from_sglang(flags: SglangFlags, target: ModelSpec, release: str 
     """SGLang's speculative flags as its server arguments resolve them at ``release``. ``num_tokens`` is D,
     ``--speculative-num-draft-tokens`` (the verify step's tokens per request): given, else ``num_steps + 1`` for
     top-k 1 (SGLang's ServerArgs sets it so). A Scenario takes the steps (``num_steps``, else D − 1) as its
-    ``spec_tokens`` and D as ``SglangSettings.draft_tokens`` (hybridplan/options.py does so)."""
+    ``spec_tokens`` and D as ``SglangSettings.draft_tokens`` (hybridplan/build.py does so)."""
     from hybridplan.engines.sglang.releases import release as parse
 
     rel = parse(release)
