@@ -25,6 +25,16 @@ _BUDGET = {"kv_budget": "kv_budget", "weights": "weights", "params": "params", "
 _BUDGET = {**_BUDGET, "cpu_offload": "cpu_offload"}  # --cpu-offload-gb, read as bytes
 
 
+def _hicache(o: Options):
+    """``--enable-hierarchical-cache`` with its ``--hicache-*`` flags; None where it is off or not taken."""
+    if not getattr(o, "hicache", False):
+        return None
+    from hybridplan.engines.sglang.hicache import HiCache
+
+    return HiCache(ratio=o.hicache_ratio, size_gb=o.hicache_size or 0, write_policy=o.hicache_write_policy,
+                   mem_layout=o.hicache_mem_layout, io_backend=o.hicache_io_backend)
+
+
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
     """The fields whose option this command takes; the others keep their defaults."""
     return {f: getattr(o, name) for f, name in fields.items() if hasattr(o, name)}
@@ -184,7 +194,7 @@ def scenario(o: Options) -> Scenario:
         engine=engine,
         vllm=VllmSettings(release=vrel, **vllm),
         sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
-                              overlap=not getattr(o, "no_overlap", False),
+                              overlap=not getattr(o, "no_overlap", False), hicache=_hicache(o),
                               **parse_env(getattr(o, "sglang_env", None) or ())),
         budget=budget(o),
         speculative=speculative,

@@ -15,6 +15,7 @@ import typer
 from hybridplan.errors import PlanError
 from hybridplan.options import (
     ADMISSION,
+    HICACHE,
     CHECK_LOG_FLAGS,
     ALLOW_LONG,
     BUDGET,
@@ -51,7 +52,7 @@ from hybridplan.signature import command, command_in, signature
 from hybridplan.tables import CSV, refuse_with_json
 
 try:  # usage errors (unknown option, bad integer, missing argument)
-    _UsageError: type[Exception] = typer.TyperException
+    _UsageError: Any = typer.TyperException  # ctx, format_message() and exit_code, as click's
 except AttributeError:  # typer before 0.28 raises click's own
     from click import ClickException as _UsageError
 
@@ -183,8 +184,8 @@ def crossover(o: Options) -> None:
 @command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
                                                "default: the model's maximum as the engines derive it, 2048 where "
                                                "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), ALLOW_LONG, OUTPUT,
-         EMIT, short="How many requests fit, whether the engines start, the commands to run")
+         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), HICACHE, ALLOW_LONG,
+         OUTPUT, EMIT, short="How many requests fit, whether the engines start, the commands to run")
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
@@ -398,6 +399,10 @@ SPEED = (
         "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
         help="With --spec-tokens: the chance a proposed token is accepted.")], None),
     param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
+    param("dataset_lengths", Flag[Optional[Path], option(
+        "--dataset-lengths", metavar="FILE", help="Each request's prompt and output tokens (JSONL or CSV: "
+                                                  "input,output): the benchmark of that mix, in place of "
+                                                  "--input/--output.")], None),
     param("calibration", Flag[Optional[Path], option(
         "--calibration", metavar="FILE", help="A profile's measurements (hybridplan profile --save-calibration) "
                                               "in place of the fitted efficiencies where they say more.")], None),
@@ -418,7 +423,7 @@ def speed(o: Options) -> None:
     Examples:
 
     \b
-      hybridplan speed qwen3-next --gpu-type h100 --tp 2 --ctx 32k --concurrency 64 --output 512
+      hybridplan speed qwen3-next --gpu-type h100 --tp 4 --ctx 32k --concurrency 64 --output 512
       hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
       hybridplan speed nemotron-h --gpu-type h100 --calibration h100-nemotron-h.json
     """
@@ -428,13 +433,27 @@ def speed(o: Options) -> None:
     from hybridplan.speed.bench import Workload
     from hybridplan.speed.calibration import load as load_calibration
 
+    cal = load_calibration(o.calibration) if o.calibration is not None else None
+    if o.dataset_lengths is not None:
+        from hybridplan.speed import dataset
+
+        if o.input is not None:
+            raise PlanError("--dataset-lengths gives each request's prompt and output: drop --input")
+        reqs = dataset.requests(dataset.read(o.dataset_lengths), o.num_prompts)
+        wl = dataset.mean_workload(reqs, o.concurrency, o.acceptance)
+        longest = max(i + n for i, n in reqs)
+        if o.ctx is not None and o.ctx < longest:
+            raise PlanError(f"--ctx {o.ctx} is shorter than the dataset's longest request ({longest:,} tokens)")
+        sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else longest)
+        show(speed_report(sc, wl, wl.input + wl.output // 2, calibration=cal, lengths=reqs,
+                          dataset=o.dataset_lengths.name), o, "hybridplan.render_speed:speed_view", "speed_plot")
+        return
     out = o.output
     given = o.input if o.input is not None else (o.ctx - out if o.ctx is not None else 1024)
     if given < 1:
         raise PlanError(f"--ctx {o.ctx} leaves no prompt for --output {out}: give --input")
     sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else given + out)
     wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance)
-    cal = load_calibration(o.calibration) if o.calibration is not None else None
     show(speed_report(sc, wl, given + out // 2, calibration=cal), o, "hybridplan.render_speed:speed_view",
          "speed_plot")
 

@@ -161,6 +161,17 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--dp-size": ("opt", "--dp"),
     "--enable-dp-attention": ("bool", "--enable-dp-attention"),
     "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
+    # the host tier (hybridplan/engines/sglang/hicache.py)
+    "--enable-hierarchical-cache": ("bool", "--enable-hierarchical-cache"),
+    "--hicache-ratio": ("opt", "--hicache-ratio"), "--hicache-size": ("opt", "--hicache-size"),
+    "--hicache-write-policy": ("opt", "--hicache-write-policy"),
+    "--hicache-mem-layout": ("opt", "--hicache-mem-layout"), "--hicache-io-backend": ("opt", "--hicache-io-backend"),
+    "--hicache-host-memory-mode": ("opt", "--hicache-host-memory-mode"),
+    "--hicache-host-memory-fraction": ("ignore", "sizes the default --hicache-ratio to the host's free memory, "
+                                                 "which hybridplan does not know: give --hicache-ratio to pin it"),
+    "--hicache-storage-backend": ("refuse", "an L3 storage backend behind the host tier is not modelled"),
+    **_each(_CPU, "disable-hicache-numa-detect hicache-storage-backend-extra-config hicache-storage-prefetch-policy "
+                  "hicache-storage-prefetch-retry-max-attempts hicache-storage-prefetch-retry-poll-interval"),
     "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
                                      "gives"),
     "--schedule-conservativeness": ("ignore", "how far ahead the scheduler reserves tokens for running "
@@ -340,7 +351,9 @@ def _program(tokens: list[str]) -> tuple[str, int]:
 
 def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str], int]:
     """Leading NAME=VALUE words (and an ``env`` before them)."""
-    options, ignored, i = [], [], 0
+    options: list[tuple[str, tuple[str, ...]]] = []
+    ignored: list[str] = []
+    i = 0
     while i < len(tokens) and ("=" in tokens[i] and not tokens[i].startswith("-") or tokens[i] == "env"):
         if tokens[i] == "env":
             i += 1
@@ -401,11 +414,10 @@ class Parser:
 
 
 def _versions(engine: str) -> tuple[str, ...]:
-    if engine == "vllm":
-        from hybridplan.engines.vllm.releases import VERSIONS
-    else:
-        from hybridplan.engines.sglang.releases import VERSIONS
-    return tuple(VERSIONS)
+    from hybridplan.engines.sglang import releases as sglang_releases
+    from hybridplan.engines.vllm import releases as vllm_releases
+
+    return tuple((vllm_releases if engine == "vllm" else sglang_releases).VERSIONS)
 
 
 @lru_cache(maxsize=4)
@@ -832,7 +844,7 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
     """``vllm serve`` with the settings of ``sc`` that change a figure, starting in ``mode`` with
     ``max_num_seqs``; ``lowered``: that is the most that starts, in place of a count that does not."""
     rel = sc.vllm.release
-    env = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
+    env: tuple[str, ...] = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",) if sc.allow_long_context else ()
     if sc.pp_partition is not None:
         env += (f"VLLM_PP_LAYER_PARTITION={','.join(map(str, sc.pp_partition))}",)
     a: list[str] = ["vllm", "serve", model]
@@ -957,8 +969,20 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
             a += ["--speculative-draft-model-path", sc.speculative.draft_ref]
     if sc.budget.cpu_offload:
         a += ["--cpu-offload-gb", _gib(sc.budget.cpu_offload)]
+    if (hc := s.hicache) is not None:
+        a += ["--enable-hicache" if rel.at_least("0.5.23") else "--enable-hierarchical-cache"]  # flags.json
+        if hc.ratio is not None:
+            a += ["--hicache-ratio", f"{hc.ratio:g}"]
+        if hc.size_gb:
+            a += ["--hicache-size", f"{hc.size_gb:g}"]
+        if hc.write_policy != "write_through":
+            a += ["--hicache-write-policy", hc.write_policy]
+        if hc.mem_layout is not None:
+            a += ["--hicache-mem-layout", hc.mem_layout]
+        if hc.io_backend != "kernel":
+            a += ["--hicache-io-backend", hc.io_backend]
     a += _kept(sc, "sglang")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if sc.budget.kv_budget is not None:
         notes = ("SGLang has no flag for the memory to split (--kv-budget): it starts with what its "
                  "--mem-fraction-static leaves",)

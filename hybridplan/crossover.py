@@ -21,7 +21,7 @@ class Curve:
     terms: tuple[tuple[int, int | None], ...]
 
     def at(self, x: Fraction | int) -> Fraction:
-        return self.constant + sum(s * (x if c is None else min(x, c)) for s, c in self.terms)
+        return Fraction(self.constant + sum(s * (x if c is None else min(x, c)) for s, c in self.terms))
 
     def breakpoints(self) -> list[int]:
         return sorted({c for _, c in self.terms if c is not None})

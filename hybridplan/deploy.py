@@ -71,11 +71,10 @@ def _dump(docs: list) -> str:
 
 
 def _engine(name: str):
-    if name == "vllm":
-        from hybridplan.engines.vllm import deploy
-    else:
-        from hybridplan.engines.sglang import deploy
-    return deploy
+    from hybridplan.engines.sglang import deploy as sglang_deploy
+    from hybridplan.engines.vllm import deploy as vllm_deploy
+
+    return vllm_deploy if name == "vllm" else sglang_deploy
 
 
 def _value(text: str):
@@ -195,16 +194,20 @@ def _pod_spec(target: Target, config_map: str, gpus: int, role: str = "server", 
 
 def layout(target: Target) -> tuple[int, int, int]:
     """(replicas, GPUs per pod, pods per replica): data-parallel ranks become replicas where they are
-    independent engines; a replica past one node's GPUs is a group of pods (a LeaderWorkerSet)."""
+    independent engines; a replica past one node's GPUs is a group of pods (a LeaderWorkerSet), as many GPUs
+    each as divide it evenly with its TP groups whole."""
     per_replica = target.tp * target.pp * (target.dp if target.dp_coupled else 1)
     replicas = 1 if target.dp_coupled else target.dp
     node = target.gpus_per_node
     if per_replica <= node:
         return replicas, per_replica, 1
-    if per_replica % node:
-        raise PlanError(f"{per_replica} GPUs a replica do not fill whole nodes of {node} GPUs "
-                        "(--gpus-per-node)")
-    return replicas, node, per_replica // node
+    # past one node: the fullest pod that divides the replica evenly and keeps each TP group whole, one a node
+    # (vLLM's and SGLang's multi-node starts take the same GPUs from every node)
+    fits = [g for g in range(node, 0, -1) if per_replica % g == 0 and g % target.tp == 0]
+    if not fits:
+        raise PlanError(f"{per_replica} GPUs a replica at TP {target.tp} cannot be dealt evenly over nodes of {node} "
+                        "GPUs with each TP group on one node (--gpus-per-node)")
+    return replicas, fits[0], per_replica // fits[0]
 
 
 def k8s(target: Target) -> Emitted:

@@ -3,6 +3,7 @@ the mixers) and the weight counts (hybridplan/weights/families.py: the tensors),
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -18,17 +19,17 @@ _MAX_DIM = 1 << 24
 class Fields:
     """Typed, validated access to one config dict; remembers which class defaults it applied."""
 
-    def __init__(self, raw: Mapping[str, Any], family: str) -> None:
+    def __init__(self, raw: Mapping[builtins.str, Any], family: builtins.str) -> None:
         if not isinstance(raw, Mapping):
             raise PlanError(f"{family} config must be an object of fields, got {type(raw).__name__}")
         self.raw = raw
         self.family = family
         self.notes: list[str] = []
 
-    def has(self, *keys: str) -> bool:
+    def has(self, *keys: builtins.str) -> bool:
         return any(self.raw.get(k) is not None for k in keys)
 
-    def _lookup(self, keys: tuple[str, ...], default: Any) -> tuple[str, Any]:
+    def _lookup(self, keys: tuple[builtins.str, ...], default: Any) -> tuple[builtins.str, Any]:
         for key in keys:
             if self.raw.get(key) is not None:
                 return key, self.raw[key]
@@ -38,7 +39,7 @@ class Fields:
         self.notes.append(f"{keys[0]} not in config: using the {self.family} class default {default!r}")
         return keys[0], default
 
-    def int(self, *keys: str, default: Any = _REQUIRED, minimum: int = 1) -> int:
+    def int(self, *keys: builtins.str, default: Any = _REQUIRED, minimum: builtins.int = 1) -> builtins.int:
         key, value = self._lookup(keys, default)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -48,21 +49,21 @@ class Fields:
             raise PlanError(f"{self.family} config field {key!r} is out of range: {value}")
         return value
 
-    def number(self, *keys: str, default: Any = _REQUIRED) -> float:
+    def number(self, *keys: builtins.str, default: Any = _REQUIRED) -> float:
         key, value = self._lookup(keys, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise PlanError(f"{self.family} config field {key!r} must be a positive number, got {value!r}")
         return value
 
-    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
+    def opt_int(self, *keys: builtins.str, minimum: builtins.int = 1) -> builtins.int | None:
         return self.int(*keys, minimum=minimum) if self.has(*keys) else None
 
-    def count(self, *keys: str, default: int = 0) -> int:
+    def count(self, *keys: builtins.str, default: builtins.int = 0) -> builtins.int:
         """A whole number ≥ 0 that may be absent (experts, MTP layers, shared experts): ``default`` then, with no
         note (the absence is the model's shape, not a class default)."""
         return self.int(*keys, minimum=0) if self.has(*keys) else default
 
-    def int_list(self, *keys: str) -> list[int]:
+    def int_list(self, *keys: builtins.str) -> builtins.list[builtins.int]:
         """A list of whole numbers that may be absent (layer indices): empty then."""
         if not self.has(*keys):
             return []
@@ -71,28 +72,28 @@ class Fields:
             raise PlanError(f"{self.family} config field {key!r} must be a list of integers, got {value!r}")
         return value
 
-    def list(self, *keys: str, default: Any = _REQUIRED) -> list:
+    def list(self, *keys: builtins.str, default: Any = _REQUIRED) -> builtins.list:
         key, value = self._lookup(keys, default)
         if not isinstance(value, list) or len(value) > _MAX_LAYERS:
             raise PlanError(f"{self.family} config field {key!r} must be a list, got {type(value).__name__}")
         return value
 
-    def str(self, *keys: str, default: Any = _REQUIRED) -> str:
+    def str(self, *keys: builtins.str, default: Any = _REQUIRED) -> builtins.str:
         key, value = self._lookup(keys, default)
         if not isinstance(value, str):
             raise PlanError(f"{self.family} config field {key!r} must be a string, got {value!r}")
         return value
 
-    def dtype(self, *keys: str, default: Any = "bfloat16") -> str:
+    def dtype(self, *keys: builtins.str, default: Any = "bfloat16") -> builtins.str:
         key, value = self._lookup(keys, default)
         if not isinstance(value, str):
             raise PlanError(f"{self.family} config field {key!r} must be a dtype name, got {value!r}")
         return parse_dtype(value, what=f"dtype in config field {key!r}")
 
-    def opt_dtype(self, *keys: str) -> str | None:
+    def opt_dtype(self, *keys: builtins.str) -> builtins.str | None:
         return self.dtype(*keys) if self.has(*keys) else None
 
-    def indices(self, key: str, num_layers: int, base: int = 0) -> set[int]:
+    def indices(self, key: builtins.str, num_layers: builtins.int, base: builtins.int = 0) -> set[builtins.int]:
         values = self.list(key)
         out = set()
         for v in values:

@@ -93,6 +93,11 @@ GPUS: tuple[Gpu, ...] = (
         aliases=("NVIDIA H200 NVL", "h200nvl")),
     Gpu("h20", "NVIDIA H20 96GB", 97871 * MiB, "nvidia-smi", "nvidia-smi: 97871MiB", aliases=("NVIDIA H20",),
         nvswitch=True),
+    Gpu("h20-3e", "NVIDIA H20-3e 141GB", 143771 * MiB, "nvidia-smi",
+        "nvidia-smi: NVIDIA H20-3e, 143771 MiB (the H200's figure: the same 141 GB HBM3e), as public run notes on "
+        "GitHub print it; 8 × H20-3e (143 GB) a node in Mooncake's SGLang PD-disaggregation benchmark "
+        "(kvcache-ai/Mooncake docs, Qwen3-235B-A22B in bf16 at TP 8)",
+        aliases=("NVIDIA H20-3e", "h20-141g", "NVIDIA H20 141GB"), nvswitch=True),
     Gpu("gh200", "NVIDIA GH200 96GB (480GB superchip)", 97871 * MiB, "nvidia-smi",
         "nvidia-smi: NVIDIA GH200 480GB, 97871MiB", aliases=("gh200-96g", "NVIDIA GH200 480GB")),
     Gpu("gh200-144g", "NVIDIA GH200 144G HBM3e", 146831 * MiB, "nvidia-smi", "nvidia-smi: 146831 MiB"),
@@ -235,7 +240,7 @@ def _families(g: Gpu) -> set[str]:
 
 def _form(g: Gpu) -> str:
     """The board's form factor as its spellings name it; SXM where none says PCIe or NVL."""
-    forms = {p.form for p in _spellings(g)} - {None, "sxm"}
+    forms = {p.form for p in _spellings(g) if p.form is not None} - {"sxm"}
     return forms.pop() if forms else "sxm"
 
 

@@ -25,6 +25,11 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 _TRUE = ("1", "on", "yes", "true")
 
 
+class HubUnreachable(PlanError):
+    """The config.json is in no local cache and the Hub cannot be asked for it: hybridplan/loader.py may then
+    still read a quantized variant's id as the shipped spec it was made from (``variant_of``)."""
+
+
 def is_hub_id(ref: str) -> bool:
     return bool(_HUB_ID.fullmatch(ref)) and not ref.lower().endswith((".json", ".yaml", ".yml"))
 
@@ -69,8 +74,8 @@ def config(repo_id: str, revision: str | None = None) -> tuple[dict[str, Any], s
         return _read(Path(cached), where), "cache"
     if offline() or not reachable():
         why = "HF_HUB_OFFLINE is set" if offline() else f"no answer from {endpoint()}"
-        raise PlanError(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached ({why}): "
-                        "download its config.json or pass a folder")
+        raise HubUnreachable(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached ({why}): "
+                             "download its config.json or pass a folder")
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings are not ours to print
     try:
         path = huggingface_hub.hf_hub_download(repo_id, "config.json", revision=revision, cache_dir=cache_dir())
@@ -85,8 +90,8 @@ def config(repo_id: str, revision: str | None = None) -> tuple[dict[str, Any], s
     except errors.RemoteEntryNotFoundError:
         raise PlanError(f"{where} has no config.json{_gguf_hint(repo_id, revision)}") from None
     except (errors.LocalEntryNotFoundError, errors.HfHubHTTPError, OSError) as exc:
-        raise PlanError(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached "
-                        f"({type(exc).__name__}): download its config.json or pass a folder") from None
+        raise HubUnreachable(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached "
+                             f"({type(exc).__name__}): download its config.json or pass a folder") from None
     return _read(Path(path), where), "hub"
 
 

@@ -246,7 +246,13 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
             return _spec_from_document(doc, filename)
     from hybridplan.weights.checkpoint import from_hub
 
-    cfg, _ = hub.config(repo_id, revision)
+    try:
+        cfg, _ = hub.config(repo_id, revision)
+    except hub.HubUnreachable:
+        spec = _offline_variant(repo_id, revision)
+        if spec is None:
+            raise
+        return spec
     ckpt = from_hub(repo_id, revision, _layers(cfg))
     quant_file = hub.quant_config(repo_id, revision) if cfg.get("quantization_config") is None else None
     own = _with_quant_file(cfg, quant_file, name=repo_id.split("/")[-1],
@@ -263,6 +269,28 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
                                                + (f", quantized: {own.quantization.describe()}"
                                                   if own.quantization else ""),))
     return replace(own, checkpoint=ckpt)
+
+
+def _offline_variant(repo_id: str, revision: str | None) -> ModelSpec | None:
+    """A Hub id whose config.json cannot be had, read as the quantized (or unquantized) variant of the shipped
+    spec its name extends (hybridplan/variants.py); None when it is none's."""
+    from hybridplan import variants
+    from hybridplan.quant_config import stated_quantization
+
+    docs = {fn: _read_spec_document(fn) for fn in _spec_documents()}
+    found = variants.variant_of(repo_id, {fn: str(d.get("source") or "") for fn, d in docs.items()},
+                                {fn: stated_quantization(d["config"])[0] is not None for fn, d in docs.items()})
+    if found is None:
+        return None
+    filename, suffix = found
+    doc = docs[filename]
+    config, how = variants.config_of(doc["config"], repo_id, suffix)
+    base = _spec_from_document(doc, filename)
+    spec = spec_from_config(config, name=f"{base.name}-{suffix}" if not base.name.endswith(suffix) else base.name,
+                            source=f"{repo_id}@{revision}" if revision else repo_id)
+    note = (f"{repo_id}: no config.json at hand (not cached, no Hub): read as the shipped spec {base.name} "
+            f"({doc.get('source')}), {how}")
+    return replace(spec, notes=spec.notes + (note,))
 
 
 def _subset(part: Any, whole: Any) -> bool:

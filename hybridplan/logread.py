@@ -80,11 +80,12 @@ class Log:
     def containers(self) -> list[Log]:
         """The log cut by the container each line comes from, where ``docker compose logs`` prefixed every line with
         its service (``qwen3.5-9b  | …``) and two or more services are interleaved; else the log itself."""
-        names = [_COMPOSE.match(line.text) for line in self.lines]
-        if not self.lines or any(m is None for m in names) or len({m.group(1) for m in names}) < 2:
+        matches = [_COMPOSE.match(line.text) for line in self.lines]
+        names = [m.group(1) for m in matches if m is not None]
+        if not self.lines or len(names) < len(matches) or len(set(names)) < 2:
             return [self]
-        order = list(dict.fromkeys(m.group(1) for m in names))
-        return [Log(tuple(line for line, m in zip(self.lines, names) if m.group(1) == name), f"container {name}")
+        order = list(dict.fromkeys(names))
+        return [Log(tuple(line for line, n in zip(self.lines, names) if n == name), f"container {name}")
                 for name in order]
 
     def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]],

@@ -11,7 +11,7 @@ from math import prod
 from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
-from hybridplan.spec import RECURRENT_KINDS, ModelSpec, Shape
+from hybridplan.spec import Mixer, ModelSpec, Shape, is_recurrent
 
 
 @frozen
@@ -122,13 +122,13 @@ def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens:
     if spec_tokens < 0:
         raise PlanError(f"--spec-tokens must be ≥ 0, got {spec_tokens}")
     spec.check_tp(tp)
-    counts: dict[object, int] = {}
+    counts: dict[Mixer, int] = {}
     for m in spec.mixers:
         counts[m] = counts.get(m, 0) + 1
     state: list[StateGroup] = []
     kv: list[KVGroup] = []
     for mixer, count in counts.items():
-        if mixer.kind in RECURRENT_KINDS:
+        if is_recurrent(mixer):
             shapes = mixer.state_shapes(tp, spec_tokens if conv_holds_spec else 0)
             state.append(StateGroup(kind=mixer.kind, count=count, conv_shape=shapes.conv, ssm_shape=shapes.ssm,
                                     conv_dtype=dtypes.conv if shapes.conv else None,

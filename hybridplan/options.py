@@ -414,6 +414,48 @@ ADMISSION = (
 )
 
 
+def _host_memory_mode(text: Any) -> str:
+    """``--hicache-host-memory-mode``: ``buffer_only`` stages for a storage backend, which SGLang requires and
+    hybridplan does not model (arg_groups/hicache_hook.py ``validate_hicache_host_memory_mode``)."""
+    if text == "cache":
+        return text
+    if text == "buffer_only":
+        raise PlanError("--hicache-host-memory-mode buffer_only requires a storage backend "
+                        "(--hicache-storage-backend): host memory is only a staging buffer and all cached data lives "
+                        "in storage; hybridplan does not model a storage backend")
+    raise PlanError(f"hicache_host_memory_mode must be 'cache' or 'buffer_only', got {text!r}")
+
+
+#: SGLang's hierarchical cache (hybridplan/engines/sglang/hicache.py): the host tier beside the device pools
+HICACHE = (
+    param("hicache", Flag[bool, option(
+        "--enable-hierarchical-cache", "--enable-hicache",
+        help="SGLang's hierarchical cache (--enable-hicache in 0.5.23): host pools beside the device pools.")],
+          False),
+    param("hicache_ratio", Flag[Optional[float], option(
+        "--hicache-ratio", metavar="RATIO", parser=number_value("--hicache-ratio", 0, 1e6, "a host/device ratio"),
+        help="SGLang --hicache-ratio: host pools this many times their device pools (default 2).")], None),
+    param("hicache_size", Flag[Optional[float], option(
+        "--hicache-size", metavar="GB",
+        parser=lambda t: 0.0 if str(t).strip() in ("0", "0.0") else number_value("--hicache-size", 0, 1e7,
+                                                                                    "GB of host memory")(t),
+        help="SGLang --hicache-size: GB (1e9 bytes) of host memory per rank, in place of the ratio.")], None),
+    param("hicache_write_policy", Flag[str, option(
+        "--hicache-write-policy", metavar="POLICY",
+        help="SGLang --hicache-write-policy: write_through, write_through_selective or write_back.")],
+          "write_through"),
+    param("hicache_mem_layout", Flag[Optional[str], option(
+        "--hicache-mem-layout", metavar="LAYOUT", help="SGLang --hicache-mem-layout (default: the release's).")],
+          None),
+    param("hicache_io_backend", Flag[str, option(
+        "--hicache-io-backend", metavar="BACKEND", help="SGLang --hicache-io-backend (kernel or direct).")],
+          "kernel"),
+    param("hicache_host_memory_mode", Flag[str, option(
+        "--hicache-host-memory-mode", metavar="MODE", parser=_host_memory_mode,
+        help="SGLang --hicache-host-memory-mode (0.5.19+): cache, the host tier hybridplan models.")], "cache"),
+)
+
+
 #: check-log's share of the flags fit takes (issue 28 item 7), each None unless given, so that the log's own
 #: settings stand where no flag says otherwise (hybridplan/engines/given.py LogGiven)
 CHECK_LOG_FLAGS = (

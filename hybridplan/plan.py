@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import field, replace
 from math import ceil
+from typing import Any
 
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
@@ -97,12 +98,12 @@ class Plan:
     variant: Variant
     scenario: Scenario
     #: the engine's fit (hybridplan.engines.*)
-    part: object
+    part: Any  # the engine's fit (hybridplan.engines FitPart)
     #: requests of the context all engines hold together
     holds: float
     target: int
     #: decode tokens/s at the target (hybridplan.speed.layout.Rate); None where no datasheet is known
-    rate: object = None
+    rate: Any = None
 
     @property
     def margin(self) -> float:
@@ -114,13 +115,25 @@ class Plan:
 
     @property
     def tokens_per_s_per_gpu(self) -> float | None:
-        return self.rate.per_gpu if self.rate is not None else None  # type: ignore[attr-defined]
+        return self.rate.per_gpu if self.rate is not None else None
+
+    @property
+    def rate_range(self):
+        """The held-out P10–P90 range of output tok/s at the requests each engine runs (hybridplan/speed/ranges.py),
+        None where the layout is not priced or no held-out row gives one."""
+        from hybridplan.speed.ranges import lookup
+
+        if self.tokens_per_s_per_gpu is None:
+            return None
+        return lookup(self.scenario.spec.is_hybrid, "output tok/s", self.per_engine)
 
     def to_dict(self) -> dict:
+        rng = self.rate_range
         return {**self.layout.to_dict(), "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm,
                                                      "mode": self.variant.mode},
                 "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine,
-                "decode": self.rate.to_dict() if self.rate is not None else None}  # type: ignore[attr-defined]
+                "decode": self.rate.to_dict() if self.rate is not None else None,
+                "decode_range": None if rng is None else rng.to_dict(self.tokens_per_s_per_gpu)}
 
 
 #: why a layout is rejected: the engine refuses it (its fit raises, with its reason), hybridplan does not model

@@ -58,8 +58,8 @@ def crossover_plot(r: CrossoverReport, path: Path) -> None:
                 continue
             lines.append(f"{row.ssm_dtype:>9}  {what:<10} {float(x):>10,.2f}")
             if x >= lo:  # a crossover at 0 (the reference larger from the start) has no place on a log axis
-                ax.plot([float(x)], [float(r.ref_fp.total_at(x)) / GiB], marker, color=c, mec="black", ms=7,
-                        zorder=5)
+                y = r.ref_fp.total_at(x)  # type: ignore[arg-type]  # a crossover lies between whole tokens
+                ax.plot([float(x)], [float(y) / GiB], marker, color=c, mec="black", ms=7, zorder=5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlim(lo, ctxs[-1])
@@ -208,8 +208,8 @@ def trace_plot(r, path: Path) -> None:
     if n_bars:
         bx = axes[1, 0]
         labels = [label for label, _, _ in bars]
-        ys = list(range(n_bars))[::-1]
-        bx.barh(ys, [reused for _, reused, _ in bars], color=[styles[label]["color"] for label in labels],
+        bar_ys = list(range(n_bars))[::-1]
+        bx.barh(bar_ys, [reused for _, reused, _ in bars], color=[styles[label]["color"] for label in labels],
                 alpha=0.85, edgecolor="white")
         handles = [Patch(facecolor="0.85", edgecolor="0.5", label="reused by the row (its colour above)")]
         left = [float(reused) for _, reused, _ in bars]
@@ -217,19 +217,19 @@ def trace_plot(r, path: Path) -> None:
             widths = [dict(causes).get(name, 0) for _, _, causes in bars]
             if not any(w > 0 for w in widths):
                 continue
-            handles.append(bx.barh(ys, [max(w, 0) for w in widths], left=left, color=_CAUSE_COLORS[name],
+            handles.append(bx.barh(bar_ys, [max(w, 0) for w in widths], left=left, color=_CAUSE_COLORS[name],
                                    edgecolor="white", hatch="//", label=f"lost: {CAUSE_TEXT[name]}"))
             left = [a + max(w, 0) for a, w in zip(left, widths)]
         ideal = next(row.gap.ideal_tokens for row in r.rows if row.gap is not None)
         handles.append(bx.axvline(ideal, color="black", ls="--", lw=1.2, label=f"ideal cache: {ideal:,} tokens"))
-        bx.set_yticks(ys)
+        bx.set_yticks(bar_ys)
         bx.set_yticklabels(labels, fontsize=8)
         negative = [f"{label}: {CAUSE_TEXT[name]} {t:,}" for label, _, causes in bars for name, t in causes
                     if t < 0]
         bx.set_xlabel("prompt tokens reused, and lost to each cause (together: what the ideal cache reuses)" + (
             "\nnot drawn, lifting it lowered the rate: " + "; ".join(negative) if negative else ""))
         bx.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        for y, (_, reused, causes) in zip(ys, bars):
+        for y, (_, reused, causes) in zip(bar_ys, bars):
             gap = sum(t for _, t in causes)
             bx.text(ideal * 1.01, y, f" gap {gap:,}" + (f" ({100 * gap / ideal:.0f} %)" if ideal else ""),
                     va="center", fontsize=7.5)

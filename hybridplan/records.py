@@ -18,12 +18,19 @@ classes a replay makes per request stay plain dataclasses.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # type checkers read @frozen as the frozen dataclass it behaves as
+    from typing import dataclass_transform
+else:
+    def dataclass_transform(**_):
+        return lambda f: f
 
 _MISSING = dataclasses.MISSING
 _set = object.__setattr__
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def frozen(cls: type | None = None, /, *, order: bool = False):
     """The class as a frozen record (``@frozen`` or ``@frozen(order=True)``)."""
     if cls is None:
@@ -96,7 +103,7 @@ def _fields(cls: type) -> list[dataclasses.Field]:
                              "default_factory")
         f.name, f.type, f._field_type = name, kind, dataclasses._FIELD  # type: ignore[attr-defined]
         if getattr(f, "kw_only", False) is _MISSING:
-            f.kw_only = False  # type: ignore[attr-defined]
+            f.kw_only = False
         found[name] = f
         if f.default is _MISSING:
             if isinstance(default, dataclasses.Field):

@@ -7,7 +7,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Union
 
@@ -183,7 +183,7 @@ def _height(renderable: RenderableType, width: int) -> int | None:
     marks a cut with "…", which no cell of ours holds)."""
     probe = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
     probe.print(renderable, crop=False)
-    lines = probe.file.getvalue().splitlines()
+    lines = probe.file.getvalue().splitlines()  # type: ignore[attr-defined]  # the StringIO given above
     if any("…" in line or cell_len(line.rstrip()) > width for line in lines):
         return None
     return len(lines)
@@ -387,7 +387,7 @@ def _sglang_pool(p, exact: bool) -> list:
     return [t, log_line(d["logs"][0])]
 
 
-_LAYOUT_VIEWS = {"vllm": _vllm_pages, "sglang": _sglang_pool}
+_LAYOUT_VIEWS: dict[str, Callable[..., list]] = {"vllm": _vllm_pages, "sglang": _sglang_pool}
 
 
 def engines_view(e: EngineReport, *, exact: bool = False, attention_only: bool = False) -> Group:
@@ -441,10 +441,20 @@ def _sglang_fit(g, exact: bool = False) -> list:
         ("KV pool", f"{s['kv_tokens']:,} tokens", _b(s["kv_pool_bytes"], exact)) if g.pool.fp.kv else
         ("KV pool", "none", "no attention layers"),
         ("max running requests", f"{s['max_running_requests']:,}",
-         _slots(s))],
+         _slots(s)),
+        *_host_rows(s.get("hicache"), exact)],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
         left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
     return [*lead, t, *(log_line(line) for line in s["logs"])]
+
+
+def _host_rows(h: dict | None, exact: bool) -> list:
+    """The HiCache host pools (hybridplan/engines/sglang/hicache.py), in host memory beside the device pools."""
+    if h is None:
+        return []
+    return [("KV host pool", f"{h['kv_host_tokens']:,} tokens", f"{_b(h['kv_host_bytes'], exact)} host memory"),
+            ("Mamba host pool", f"{h['mamba_host_slots']:,} states",
+             f"{_b(h['mamba_host_bytes'], exact)} host memory, {h['write_policy']}")]
 
 
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}

@@ -15,6 +15,21 @@ if TYPE_CHECKING:
     from hybridplan.reports.plan import PlanReport
 
 
+def _range_notes(plans) -> list[str]:
+    """The held-out P10–P90 range of tok/s/GPU, once per regime the plans fall in (hybridplan/speed/ranges.py)."""
+    seen: dict[tuple, list[str]] = {}
+    for i, p in enumerate(plans):
+        r = p.rate_range
+        if r is not None:
+            seen.setdefault((r.regime, r.p10, r.p90, r.rows, r.pooled, r.set), []).append(str(i + 1))
+    out = []
+    for (regime, lo, hi, rows, pooled, which), ids in seen.items():
+        where = f"{which} models, all regimes" if pooled else f"{which} models, {regime}"
+        out.append(f"tok/s/GPU range (plan{'s' * (len(ids) > 1)} {', '.join(ids)}): P10–P90 {lo:.2f}×–{hi:.2f}× the figure, from "
+                   f"{rows} held-out published runs ({where}; docs/speed.md)")
+    return out
+
+
 def plan_view(r: PlanReport, *, exact: bool = False):
     res = r.result
     sc = res.base
@@ -57,6 +72,7 @@ def plan_view(r: PlanReport, *, exact: bool = False):
         parts.append(note("tok/s/GPU: decode output tokens/s per GPU with the target's requests running, each at "
                           "the context (hybridplan speed's step model; plans within a 10 % step of margin rank by "
                           "it)"))
+        parts += [note(n) for n in _range_notes(res.plans)]
     parts += [note(f"{what} not tried: {why}") for what, why in res.skipped]
     parts.append(note(f"{res.tried} layouts tried, from 1 GPU up: every split of each count into TP × PP × DP (any "
                       "TP the engine takes for the model's heads, groups and experts, PP up to its layers), experts "

@@ -42,6 +42,8 @@ def replay_view(r: ReplayReport) -> Group:
                      "ideal cache: resumes anywhere, no memory limit; attention layers alone: the same model's "
                      "KV in 16-token blocks at the same memory")
     parts: list = [t]
+    if hosted := [row for row in r.rows if row.run.host is not None]:
+        parts.append(host_table(hosted))
     gapped = [row for row in r.rows if row.gap is not None and row.gap.tokens]
     parts += [gap_table(row) for row in gapped]
     if gapped:
@@ -55,6 +57,24 @@ def replay_view(r: ReplayReport) -> Group:
     parts += _skipped(r.skipped)
     parts += _notes(r.notes)
     return Group(*parts)
+
+
+def host_table(rows) -> Rows:
+    """SGLang's host tier (HiCache) beside each row's device hits: what was read back from host and written to it."""
+    out = []
+    for row in rows:
+        h, run = row.run.host, row.run
+        out.append((row.label, h["write_policy"], f"{h['host_kv_tokens']:,} / {h['host_states']:,}",
+                    f"{run.reused_tokens - h['host_hit_tokens']:,}", f"{h['host_hit_tokens']:,}",
+                    f"{h['host_hit_requests']:,}", f"{h['written_tokens']:,} / {h['written_states']:,}",
+                    f"{h['host_evicted_tokens']:,} / {h['host_evicted_states']:,}"))
+    return Rows(("cache", "write policy", "host pools", "reused from device", "loaded from host", "host hits",
+                 "written to host", "host evictions"), out, title="the host tier (SGLang HiCache)",
+                caption="host pools, written, evictions: KV tokens / Mamba states; reused and loaded: prompt "
+                        "tokens; host hits: requests; written to host: backups per --hicache-write-policy "
+                        "(write_through at a node's first insert, write_through_selective at its second, "
+                        "write_back when the device evicts it); a host hit is loaded back into the device pools "
+                        "before the request runs")
 
 
 def gap_table(row) -> Rows:

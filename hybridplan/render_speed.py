@@ -39,8 +39,9 @@ def speed_view(r: SpeedReport) -> Group:
     decode = Rows(("batch", "step ms", "tokens/s", "per request", "bound (share of the step)"), rows,
                   title="Decode, one rank", left=(4,), prose=(4,))
     at = next((st for st in r.steps if st.step.batch == b.running), b.decode)
-    kinds = [(k.kind, _ms(k.seconds), f"{k.share:.0%}", k.bound) for k in at.kinds if k.share >= 0.0005]
-    per_kind = Rows(("layer kind", "ms", "share", "bound"), kinds, left=(0, 3),
+    kinds = [(k.kind, _ms(k.seconds), f"{k.share:.0%}", f"{k.work.kernels:,}" if k.work else "",
+              _ms(k.launch_s) if k.work else "", k.bound) for k in at.kinds if k.share >= 0.0005]
+    per_kind = Rows(("layer kind", "ms", "share", "kernels", "launch ms", "bound"), kinds, left=(0, 5),
                     title=f"Decode step at batch {at.step.batch:,}, by layer kind")
     pname, pshare = r.prefill.main_bound
     prefill = Rows(None, [
@@ -48,26 +49,40 @@ def speed_view(r: SpeedReport) -> Group:
         ("prefill", f"{_ms(r.prefill_s)} ms, {_tok(wl.input / r.prefill_s)} tokens/s, {pname} {pshare:.0%}"),
         ("TTFT alone", f"{_ms(r.prefill_s)} ms (one request, nothing queued)"),
     ], title="Prefill", styles={0: "bold"}, left=(0, 1), prose=(1,))
-    benches = [_bench_rows(x, len(r.benches) > 1) for x in r.benches]
+    benches = [_bench_rows(x, len(r.benches) > 1, r.ranges(x), r.dataset) for x in r.benches]
     return Group(head, decode, per_kind, prefill, *benches, *(note(n) for n in r.notes))
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _bench_rows(b, labelled: bool) -> Rows:
-    """One engine's benchmark figures; under --engine both each table names its engine and its tool."""
+def _with_range(value: float, rng) -> str:
+    """The figure, and its held-out P10–P90 range beside it (hybridplan/speed/ranges.py)."""
+    if rng is None:
+        return f"{value:,.2f}  (no held-out range)"
+    lo, hi = rng.around(value)
+    where = f"{rng.set}, all regimes" if rng.pooled else f"{rng.set}, {rng.regime}"
+    return f"{value:,.2f}  (P10–P90 {lo:,.2f}–{hi:,.2f}; {rng.rows} held-out rows, {where})"
+
+
+def _bench_rows(b, labelled: bool, ranges: dict, dataset: str | None = None) -> Rows:
+    """One engine's benchmark figures, each with its held-out range; under --engine both each table names its
+    engine and its tool."""
     wl = b.workload
+    kind = (f"{dataset}, mean {wl.input:,} in / {wl.output:,} out" if dataset else
+            f"random, {wl.input:,} in / {wl.output:,} out")
     tool = {"vllm": "vllm bench serve", "sglang": "sglang.bench_serving"}.get(b.engine)
     title = (f"{_LABEL.get(b.engine, b.engine)} benchmark ({tool} figures)" if labelled and tool else
              f"{b.engine} benchmark (vllm bench serve / sglang.bench_serving figures)")
     return Rows(None, [
-        ("workload", f"random, {wl.input:,} in / {wl.output:,} out, concurrency {wl.concurrency:,}, "
-                     f"{wl.prompts:,} prompts"),
+        ("workload", f"{kind}, concurrency {wl.concurrency:,}, {wl.prompts:,} prompts"),
         ("running", f"{b.running:,} ({b.running_from})"),
-        ("Output token throughput (tok/s)", f"{b.output_tok_s:,.2f}"),
-        ("Mean TTFT (ms)", f"{b.mean_ttft_s * 1e3:,.2f}"),
-        ("Median TTFT (ms)", f"{b.median_ttft_s * 1e3:,.2f}"),
-        ("Mean TPOT (ms)", f"{b.tpot_s * 1e3:,.2f}"),
-        ("Mean ITL (ms)", f"{b.tpot_s * 1e3:,.2f}"),
+        ("Output token throughput (tok/s)", _with_range(b.output_tok_s, ranges["output_tok_s"])),
+        ("Mean TTFT (ms)", _with_range(b.mean_ttft_s * 1e3, ranges["mean_ttft_ms"])),
+        ("Median TTFT (ms)", _with_range(b.median_ttft_s * 1e3, ranges["median_ttft_ms"])),
+        ("Mean TPOT (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_tpot_ms"])),
+        ("Mean ITL (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_itl_ms"])),
+        *([("draft (speculative)", f"{b.draft_s * 1e3:,.3f} ms a step")] if b.draft_s is not None else []),
+        ("host per decode step", f"{b.decode.host_s * 1e3:,.3f} ms" + (" (overlapped with the GPU's step)"
+                                                                       if b.decode.overlap else "")),
     ], title=title, styles={0: "bold"}, left=(0, 1), prose=(1,))

@@ -16,6 +16,8 @@ from hybridplan.errors import PlanError
 from hybridplan.records import frozen
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from hybridplan.weights.checkpoint import Checkpoint
     from hybridplan.weights.quant import Quantization
 
@@ -210,6 +212,16 @@ AttentionMixer = Union[Attention, MLA]
 Mixer = Union[RecurrentMixer, AttentionMixer]
 
 
+def is_recurrent(m: Mixer) -> TypeIs[RecurrentMixer]:
+    """Whether the mixer keeps a state per sequence (and a type checker knows which kinds those are)."""
+    return m.kind in RECURRENT_KINDS
+
+
+def is_attention(m: Mixer) -> TypeIs[AttentionMixer]:
+    """Whether the mixer keeps KV per token."""
+    return m.kind in ATTENTION_KINDS
+
+
 @frozen
 class RopeScaling:
     """One RoPE scaling entry of a config (``rope_scaling``, or ``rope_parameters`` per layer type)."""
@@ -330,11 +342,11 @@ class ModelSpec:
 
     @property
     def recurrent(self) -> tuple[RecurrentMixer, ...]:
-        return tuple(m for m in self.mixers if m.kind in RECURRENT_KINDS)
+        return tuple(m for m in self.mixers if is_recurrent(m))
 
     @property
     def attention(self) -> tuple[AttentionMixer, ...]:
-        return tuple(m for m in self.mixers if m.kind in ATTENTION_KINDS)
+        return tuple(m for m in self.mixers if is_attention(m))
 
     @property
     def is_hybrid(self) -> bool:
@@ -352,7 +364,7 @@ class ModelSpec:
         if tp < 1:
             raise PlanError(f"--tp must be a positive integer, got {tp}")
         for m in dict.fromkeys(self.mixers):  # layer order: the same message every run
-            if m.kind in RECURRENT_KINDS:
+            if is_recurrent(m):
                 m.state_shapes(tp)
             else:
                 m.kv_elements_per_token(tp)

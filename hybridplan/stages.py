@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
 from hybridplan.weights.families import Part
+
+if TYPE_CHECKING:
+    from hybridplan.weights.quant import Scheme
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
 _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
@@ -212,7 +216,7 @@ def _whole_weights(whole: ModelSpec, tp: int, dtype: str):
 
 
 @lru_cache(maxsize=8192)
-def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: object, lay: tuple) -> float:
+def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: Scheme | None, lay: tuple) -> float:
     """One part's bytes on one of ``ranks`` ranks (hybridplan/weights ``_bytes``), the same for every stage."""
     from hybridplan.weights import _bytes, rank_params
 

@@ -71,6 +71,7 @@ def parse_count(text: str, *, what: str, limit: int = MAX_COUNT) -> int:
     Zero and negative numbers are left for the caller to refuse with its own words."""
     value = str(text).strip().replace(",", "").replace("_", "")
     m = None if value.isascii() and value.isdigit() else re.fullmatch(_TOKENS, value)
+    n: float
     try:
         if m and m.group(2) in _DECIMAL:  # as vLLM: the decimal product, truncated
             n = int(float(m.group(1)) * _DECIMAL[m.group(2)])

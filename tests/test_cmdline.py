@@ -440,8 +440,11 @@ def test_sglang_schedule_conservativeness_is_listed():
 def test_a_flag_hybridplan_does_not_model_is_refused():
     with pytest.raises(PlanError, match="--kv-offloading-size: KV offloading"):
         translate(["vllm", "serve", "m", "--kv-offloading-size", "8"])
-    with pytest.raises(PlanError, match="--enable-hierarchical-cache: hybridplan does not model"):
-        translate(["sglang", "serve", "--model-path", "m", "--enable-hierarchical-cache"])
+    with pytest.raises(PlanError, match="--enable-lora: hybridplan does not model"):
+        translate(["sglang", "serve", "--model-path", "m", "--enable-lora"])
+    with pytest.raises(PlanError, match="--hicache-storage-backend: an L3 storage backend"):
+        translate(["sglang", "serve", "--model-path", "m", "--enable-hierarchical-cache", "--hicache-storage-backend",
+                   "file"])
 
 
 def test_kimi_linear_round_trip_keeps_trust_remote_code(run_cli):

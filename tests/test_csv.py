@@ -59,6 +59,8 @@ def test_plan_csv_is_a_row_per_plan(run_cli):
         _same(r["holds_requests"], p["holds"])
         _same(r["margin_fraction"], p["margin"])
         _same(r["decode_tokens_per_s_per_gpu"], p["decode"]["tokens_per_s_per_gpu"])
+        for q in ("p10", "p90"):  # the held-out range beside it, as --json carries it
+            _same(r[f"decode_tokens_per_s_per_gpu_{q}"], (p["decode_range"] or {}).get(q))
         assert shlex.split(r["command"]) == p["command"]["env"] + p["command"]["argv"]
 
 

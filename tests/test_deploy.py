@@ -124,6 +124,22 @@ def test_past_one_node_a_replica_is_a_leader_worker_set(run_cli):
     kubernetes_validate.validate(docs[2], K8S, strict=True)
 
 
+def test_a_replica_that_does_not_fill_whole_nodes_is_dealt_evenly(run_cli):
+    """TP 2 × PP 6 = 12 GPUs a replica on nodes of 8: not whole nodes, so the largest pod that divides 12 and
+    keeps each TP pair whole, 6 GPUs, twice. TP 8 on nodes of 6 cannot keep a TP group on one node."""
+    # plan's second pick for 128 requests of 32k (`plan qwen3.5-397b-a17b --ctx 32k --concurrency 128`)
+    base = ["fit", "qwen3.5-397b-a17b", "--ctx", "32k", "--gpu-type", "h100", "--kv-cache-dtype", "fp8",
+            "--mamba-ssm-cache-dtype", "bfloat16", "--max-num-seqs", "128", "--engine", "vllm", "--emit", "k8s"]
+    code, out, err = run_cli(*base, "--tp", "2", "--pp", "6")
+    assert code == 0, err
+    lws = _docs(out)[1]
+    assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    (container,) = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 6
+    code, _, err = run_cli(*base, "--tp", "8", "--pp", "2", "--gpus-per-node", "6")
+    assert code == 2 and "cannot be dealt evenly over nodes of 6 GPUs" in err
+
+
 def test_out_writes_the_files_and_the_report_follows(run_cli, tmp_path):
     code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--emit", "k8s",
                              "--out", str(tmp_path / "deploy"))

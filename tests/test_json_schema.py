@@ -33,8 +33,12 @@ RUNS = [
     ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"),
     ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang"),
     ("fit", "llama-3.1-70b", "--gpu-type", "rtx-4090", "--ctx", "8192"),
+    ("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang", "--enable-hierarchical-cache",
+     "--hicache-size", "64"),
     ("prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:250"),
     ("replay", str(TRACE), "qwen3.5-4b", "--kv-budget", "4GiB"),
+    ("replay", str(TRACE), "qwen3.5-4b", "--kv-budget", "4GiB", "--engine", "sglang", "--enable-hierarchical-cache",
+     "--limit", "40"),
     ("check-log", str(DATA / "vllm-0.23-nemotron-h.log")),
     ("check-log", str(DATA / "sglang-0.5.23-nemotron-h.log")),
     # a mismatch (no release given, so 0.33.0's rules against a 0.11 build) and an SGLang split
@@ -181,7 +185,7 @@ def test_speed_bytes_are_whole(run_cli):
     d = json.loads(out)
     works = [k["work"] for st in d["decode_steps"] for k in st["kinds"] if "work" in k]
     assert works and all(type(w[f]) is int for w in works for f in ("weight_bytes", "kv_bytes", "state_bytes"))
-    assert d["schema_version"] == 2
+    assert d["schema_version"] == 3  # 3: the held-out ranges beside the figures, the host and draft times
 
 
 def test_the_schema_refuses_what_the_issue_reported():

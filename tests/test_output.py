@@ -387,3 +387,33 @@ def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
     code, out, err = run_cli(*argv, "--bytes")
     assert code in (0, 1), err
     assert f"({n:,} B)" in out and f"({n:,} B)" not in plain
+
+
+#: the help examples that need what a user brings: their own config, trace, log or calibration file, or a GPU
+_NEEDS_A_USER_FILE = ("./Zamba2-7B/config.json", "chat.yaml", "vllm.log", "sglang.log", "excerpt.log",
+                      "h100-nemotron-h.json", "--gpu 0", "--gpu 1")
+
+
+@pytest.mark.parametrize("command", ["size", "fit", "crossover", "prefix", "replay", "check-log", "speed", "plan",
+                                     "profile"])
+def test_help_examples_run(run_cli, monkeypatch, tmp_path, command):
+    # every example a help shows runs as written (less a shell redirect; the files it writes go to a scratch
+    # folder),
+    # where it needs nothing the user brings
+    import shlex
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.chdir(tmp_path)
+    _, wide, _ = run_cli(command, "--help")
+    ran = 0
+    for line in _EXAMPLES.findall(wide):
+        if any(f in line for f in _NEEDS_A_USER_FILE):
+            continue
+        words = shlex.split(line.split(" > ")[0])[1:]
+        words = [str(Path(__file__).parents[1] / w) if w.startswith("tests/data/") else w for w in words]
+        code, out, err = run_cli(*words)
+        # exit 1 is fit's verdict that an engine does not start (the example that shows one), never an error
+        assert code in (0, 1) and "error" not in err, (line, err)
+        assert out.strip() or list(tmp_path.iterdir()), line
+        ran += 1
+    assert ran or command in ("check-log",)

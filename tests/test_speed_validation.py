@@ -96,20 +96,20 @@ def test_regimes_and_quantile():
 
 
 def test_unpredicted_rows_say_why():
-    rows = validation.rows(files=("sglang-30179-qwen3.5-4b-mi300x.json", "tt-394-qwen3-4b-rtx4090.json"))
+    rows = validation.rows(files=("sglang-30179-qwen3.5-4b-mi300x.json", "inferencex-1053-gpt-oss-120b-mi300x.json"))
     assert rows
     for r in rows:
         assert (r.predicted is None) == bool(r.reason), r.id
-    # the low-latency cells state no accept length; the Qwen3-4B checkpoint is not shipped
+    # the low-latency cells state no accept length; gpt-oss-120b is not shipped (nor a variant of a shipped spec)
     assert any("accept length" in r.reason for r in rows)
-    assert any("Qwen/Qwen3-4B" in r.reason for r in rows)
+    assert any("openai/gpt-oss-120b" in r.reason for r in rows)
 
 
 def test_allreduce_latency_from_the_published_table():
     from hybridplan.loader import load_model
     from hybridplan.scenario import Scenario
     from hybridplan.speed.gpus import datasheet
-    from hybridplan.speed.model import (ALLREDUCE_FALLBACK_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
+    from hybridplan.speed.model import (ALLREDUCE_PCIE_TP8_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
     from hybridplan.speed.work import decode_step
 
     # SGLang PR #2904's "vllm" rows: TP 8 takes 9.3 µs for 4,096 float32 elements (16 KiB), 11.8 µs for 32,768
@@ -129,9 +129,36 @@ def test_allreduce_latency_from_the_published_table():
     assert step.allreduces == 64 and step.allreduce_bytes == 65536
     per = 8.8 + (8.7 - 8.8) * (65536 - 16384) / (131072 - 16384)
     assert comm_time(step, datasheet("h100"), DEFAULT, 2) == pytest.approx(64 * per * 1e-6)
-    # over PCIe (an L40S pair) no table applies: the fallback latency and the ring's bytes at 70 % of half the link
-    ring = ALLREDUCE_FALLBACK_US * 1e-6 + 2 * (2 - 1) / 2 * 65536 / (64e9 / 2 * 0.7)
+    # over PCIe (an L40S pair): NCCL's ring, 42.14 µs at 8 GPUs scaled by the hops (1/7 at TP 2), and the ring's
+    # bytes at 70 % of half the link
+    ring = ALLREDUCE_PCIE_TP8_US / 7 * 1e-6 + 2 * (2 - 1) / 2 * 65536 / (64e9 / 2 * 0.7)
     assert comm_time(step, datasheet("l40s"), DEFAULT, 2) == pytest.approx(64 * ring)
     # a set latency keeps the ring formula everywhere
     assert comm_time(step, datasheet("h100"), Efficiency(allreduce_us=8.0), 2) == pytest.approx(
         64 * (8e-6 + 65536 / (450e9 * 0.7)))
+
+
+def test_a_folds_fit_starts_from_the_round_values_not_the_shipped_ones():
+    from hybridplan.speed.model import DEFAULT, Efficiency
+
+    # with no file to fit on, the fit returns its starting point: the class's round values, never DEFAULT (the
+    # fit on every file), so no fold starts from figures that saw its test files
+    got = validation.fit(files=frozenset())
+    assert got.hbm == Efficiency().hbm and got.kernel_floor_graph_us == Efficiency().kernel_floor_graph_us
+    assert (got.hbm, got.kernel_floor_graph_us) != (DEFAULT.hbm, DEFAULT.kernel_floor_graph_us)
+
+
+def test_ranges_are_the_held_out_ratios_nearest_rank():
+    # ten held-out hybrid TPOT rows at concurrency 1, measured / predicted = 0.5, 0.6, …, 1.4: P10 by nearest rank
+    # is the 1st (0.5), P90 the 9th (1.3); two reference rows give a cell of 2
+    rows = [validation.Row("f.json", f"r{i}", "bench", "mean_tpot_ms", (0.5 + i / 10) * 10.0, 10.0, True, False,
+                           concurrency=1) for i in range(10)]
+    rows += [validation.Row("g.json", f"s{i}", "bench", "output_tok_s", 100.0, 50.0 * (i + 1), False, False,
+                            concurrency=64) for i in range(2)]
+    cells = {(c["set"], c["figure"], c["regime"]): c for c in validation.ranges(rows, 5)["ranges"]}
+    c = cells[("hybrid", "TPOT", "concurrency 1")]
+    assert c["rows"] == 10 and c["p10"] == pytest.approx(0.5) and c["p90"] == pytest.approx(1.3)
+    assert cells[("hybrid", "TPOT", "all")]["rows"] == 10
+    r = cells[("reference", "output tok/s", "mid (2-127)")]
+    assert r["rows"] == 2 and r["p10"] == pytest.approx(1.0) and r["p90"] == pytest.approx(2.0)
+    assert ("hybrid", "TTFT", "concurrency 1") not in cells

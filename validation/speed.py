@@ -67,12 +67,8 @@ FIGURES = {"mean_tpot_ms": "TPOT", "median_tpot_ms": "TPOT", "mean_itl_ms": "TPO
            "total_tok_s": "total tok/s",
            # a page that prints "TTFT" / "TPOT" without saying mean or median: compared to the mean
            "ttft_ms": "TTFT", "tpot_ms": "TPOT"}
-#: the regimes, by the benchmark's --max-concurrency
-REGIMES = ("concurrency 1", "mid (2-127)", "saturated (>=128)")
-
-
-def regime(concurrency: int) -> str:
-    return REGIMES[0] if concurrency <= 1 else REGIMES[1] if concurrency < 128 else REGIMES[2]
+from hybridplan.speed.ranges import PATH as RANGES_PATH  # noqa: E402
+from hybridplan.speed.ranges import REGIMES, regime  # noqa: E402  (the regimes, in one place)
 
 
 def settings(doc: dict, m: dict) -> dict:
@@ -272,14 +268,44 @@ def rows(eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ..
 
 # --- the fit: what hybridplan fits, as a function of the rows it is fitted on ---------------------------------
 
-#: the grids of the coordinate search (validation/speed.py has always fitted these terms, and only these: the
-#: others keep DEFAULT's values, as no benchmark row resolves them apart)
+#: the grids of the coordinate search: the achieved fractions, the per-kernel GPU floor of a graph replay, each
+#: engine's host time per decode step (fixed and per running request), a prefill chunk's host time (fixed and per
+#: token), the grouped GEMM's half-efficiency rows, and the recurrent kernels' own fractions (on the kernel rows).
+#: The other terms are derived (kernel counts, all-reduce tables, sampler bytes, graph sizes) and not fitted.
 DECODE_GRID = {"hbm": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
-               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0),
-               "step_overhead_us": (0, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)}
+               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0),
+               "vllm_step_us": (0, 100, 200, 400, 800, 1600, 3200),
+               "vllm_request_us": (0, 1, 2, 5, 10, 20, 40),
+               "sglang_step_us": (0, 100, 200, 400, 800, 1600, 3200),
+               "sglang_request_us": (0, 1, 2, 5, 10, 20, 40)}
 PREFILL_GRID = {"tensor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
-                "prefill_overhead_us": (0, 1000, 2000, 4000, 8000, 16000, 32000)}
+                "prefill_step_us": (0, 250, 500, 1000, 2000, 4000, 8000),
+                "prefill_token_us": (0, 0.25, 0.5, 1, 2, 4)}
 MOE_GRID = {"expert_tokens_half": (0, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)}
+#: the recurrent kernels' own fractions, each on its kernel rows alone
+KERNEL_GRIDS = {"gdn_decode_kernel": {"gdn_state_hbm": (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65,
+                                                        0.7, 0.75, 0.8, 0.85, 0.9)},
+                "ssd_prefill_kernel": {"ssd_scan": (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4,
+                                                    0.5, 0.6, 0.7)}}
+
+
+def _kernel_loss(eff: Efficiency, files, kind: str) -> float | None:
+    """Mean |log(predicted / measured)| over those files' kernel rows of that kind."""
+    errs = [abs(math.log(r.predicted / r.measured)) for doc in _docs() if doc["kind"] == kind
+            and doc["_file"] in files for r in (KINDS[kind](doc, m, eff) for m in doc["measurements"])
+            if r.predicted]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _kernel_search(base: Efficiency, files) -> Efficiency:
+    best = base
+    for kind, grid in KERNEL_GRIDS.items():
+        for key, values in grid.items():
+            scored = [(_kernel_loss(replace(best, **{key: v}), files, kind), v) for v in values]
+            scored = [(loss, v) for loss, v in scored if loss is not None]
+            if scored:
+                best = replace(best, **{key: min(scored)[1]})
+    return best
 
 
 def _loss(eff: Efficiency, files, classes: tuple[str, ...], moe_only: bool = False) -> float | None:
@@ -335,15 +361,19 @@ def _search(base: Efficiency, grid: dict, files, classes, moe_only: bool = False
 
 
 def fit(files=None) -> Efficiency:
-    """The efficiencies that fit those files' benchmark rows best (every file by default), by grid search: the
-    decode terms (HBM fraction, kernel floor, step overhead) on the TPOTs, then the prefill terms (tensor
-    fraction, chunk overhead) on the TTFTs, then the routed experts' grouped-GEMM term (expert_tokens_half) on
-    the MoE models' TTFTs, each with the others held (a coordinate search from DEFAULT over the grids above).
+    """The efficiencies that fit those files' rows best (every file by default), by grid search: the decode terms
+    (HBM fraction, per-kernel graph floor, each engine's host time per step and per request) on the TPOTs and
+    output tok/s, then
+    the prefill terms (tensor fraction, a chunk's host time and per token) on the TTFTs, then the routed experts'
+    grouped-GEMM term (expert_tokens_half) on the MoE models' TTFTs, each with the others held (a coordinate
+    search from DEFAULT over the grids above), then the GDN and SSD kernels' own fractions on the kernel rows.
     A stage with no row keeps DEFAULT's values."""
     files = frozenset(d["_file"] for d in _docs()) if files is None else frozenset(files)
-    best = _search(DEFAULT, DECODE_GRID, files, ("TPOT",))
+    # from the class defaults (round starting values), never from DEFAULT: DEFAULT is the fit on every file
+    best = _search(Efficiency(), DECODE_GRID, files, ("TPOT", "output tok/s"))
     best = _search(best, PREFILL_GRID, files, ("TTFT",))
     best = _search(best, MOE_GRID, files, ("TTFT",), moe_only=True)
+    best = _kernel_search(best, files)
     return replace(best, source=f"fitted on {len(files)} files of tests/data/speed (validation/speed.py fit)")
 
 
@@ -482,12 +512,46 @@ def corpus_counts() -> dict:
             "models": sorted({str(s["model"]).rsplit("/", 1)[-1] for _, s in bench})}
 
 
+def ranges(rs: list[Row], k: int) -> dict:
+    """The data file hybridplan/speed/ranges.json: per set, figure class and regime (and over every regime), the
+    held-out rows' measured / predicted at P10 and P90 (nearest rank), from the grouped k-fold's rows alone."""
+    cells = []
+    bench = [r for r in rs if r.kind == "bench" and r.predicted]
+    for which in ("hybrid", "reference"):
+        for cls in ("TPOT", "TTFT", "output tok/s"):
+            for reg in (*REGIMES, "all"):
+                sel = [r.measured / r.predicted for r in bench if set_of(r) == which and FIGURES[r.figure] == cls
+                       and (reg == "all" or regime(r.concurrency) == reg)]
+                if sel:
+                    cells.append({"set": which, "figure": cls, "regime": reg, "rows": len(sel),
+                                  "p10": _quantile(sel, 0.1), "median": statistics.median(sel),
+                                  "p90": _quantile(sel, 0.9)})
+    return {"command": f"PYTHONPATH=. python validation/speed.py --folds {k} --write-ranges",
+            "what": "measured / predicted of the grouped k-fold's held-out rows (tests/data/speed), P10 and P90 "
+                    "by nearest rank, per model set, figure class and regime (validation/speed.py ranges)",
+            "folds": k, "ranges": cells}
+
+
 def _pct(x) -> str:
     return "—" if x is None else f"{x:.1%}"
 
 
-def markdown(tab: list[dict], k: int, rs: list[Row]) -> str:
-    lines = [f"| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
+FITTED_KEYS = (*DECODE_GRID, *PREFILL_GRID, *MOE_GRID, *(k for g in KERNEL_GRIDS.values() for k in g))
+
+
+def fold_table(fitted) -> str:
+    """One line a fold: its test files and what its fit (on the other folds) chose."""
+    lines = ["| fold | test files | " + " | ".join(FITTED_KEYS) + " |",
+             "|---:|---|" + "---:|" * len(FITTED_KEYS)]
+    for i, (test, eff) in enumerate(fitted, 1):
+        files = ", ".join(f"`{f}`" for f in sorted(test))
+        lines.append(f"| {i} | {files} | " + " | ".join("—" if getattr(eff, k) is None else f"{getattr(eff, k):g}"
+                                                       for k in FITTED_KEYS) + " |")
+    return "\n".join(lines)
+
+
+def markdown(tab: list[dict], k: int, rs: list[Row], fitted=()) -> str:
+    lines = ([fold_table(fitted), ""] if fitted else []) + [f"| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in tab:
         worst = f"{t['worst']:.2f}× (`{t['worst_id']}`)" if "worst" in t else "—"
@@ -512,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every held-out row")
     ap.add_argument("--folds", type=int, default=5, help="K of the grouped k-fold (default 5)")
     ap.add_argument("--fit", action="store_true", help="fit the efficiencies on every file and print them")
+    ap.add_argument("--write-ranges", action="store_true",
+                    help=f"write the held-out P10–P90 ranges speed prints ({RANGES_PATH.relative_to(ROOT)})")
     ap.add_argument("--in-sample", action="store_true",
                     help="the old table: every row at the shipped efficiencies (some fitted on these rows)")
     args = ap.parse_args(argv)
@@ -528,12 +594,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rs, fitted = kfold(args.folds)
     tab = table(rs)
+    if args.write_ranges:
+        RANGES_PATH.write_text(json.dumps(ranges(rs, args.folds), indent=1) + "\n")
+        print(f"wrote {RANGES_PATH.relative_to(ROOT)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"folds": [{"test": sorted(t), "efficiency": e.to_dict()} for t, e in fitted],
                           "corpus": corpus_counts(), "table": tab, "rows": [r.to_dict() for r in rs]}, indent=1))
         return 0
     if args.markdown:
-        print(markdown(tab, args.folds, rs))
+        print(markdown(tab, args.folds, rs, fitted))
         return 0
     if args.rows:
         for r in rs:

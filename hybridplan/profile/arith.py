@@ -8,6 +8,7 @@ divided by its measured time (``hybridplan.kernels.bench``), so redundant traffi
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 #: PyTorch's CUDA caching allocator hands out blocks in multiples of 512 bytes (``kMinBlockSize``).
 ALLOCATOR_BLOCK = 512
@@ -77,7 +78,10 @@ def fraction(part: float | None, whole: float | None) -> float | None:
     return part / whole
 
 
-def difference(predicted: int | float | None, measured: int | float | None) -> int | float | None:
+_N = TypeVar("_N", int, float)
+
+
+def difference(predicted: _N | None, measured: _N | None) -> _N | None:
     """measured − predicted (positive: more was measured than predicted)."""
     if predicted is None or measured is None:
         return None

@@ -59,7 +59,7 @@ class _Fields:
 
     def to_dict(self) -> dict:
         out = {}
-        for f in fields(self):
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a frozen record
             value = getattr(self, f.name)
             if value is not None:
                 out[f.name] = list(value) if isinstance(value, tuple) else value
@@ -216,6 +216,7 @@ def _names(kinds: list[str]) -> list[str]:
 
 def _kv_shape(g: KVGroup, mixer, tokens: int) -> tuple[int, ...]:
     per_token = g.bytes_per_token_per_layer // size_of(g.dtype)
+    shape: tuple[int, ...]
     if isinstance(mixer, Attention):
         shape = (g.count, 2, tokens, kv_heads_per_rank(mixer.num_heads, mixer.num_kv_heads, 1), mixer.head_dim)
     elif isinstance(mixer, MLA):
@@ -236,8 +237,8 @@ def pool_tensors(spec: ModelSpec, fp: Footprint, slots: int, ctx: int) -> tuple[
             out.append(TensorPlan(f"{name}.conv", "state", "conv", i, (g.count, slots, *g.conv_shape), g.conv_dtype))
         if g.ssm_shape:
             out.append(TensorPlan(f"{name}.ssm", "state", "ssm", i, (g.count, slots, *g.ssm_shape), g.ssm_dtype))
-    for i, ((g, m), name) in enumerate(zip(kvs, _names([g.kind for g, _ in kvs]))):
-        out.append(TensorPlan(f"{name}.kv", "kv", "kv", i, _kv_shape(g, m, g.tokens_kept(ctx)), g.dtype))
+    for i, ((k, m), name) in enumerate(zip(kvs, _names([k.kind for k, _ in kvs]))):
+        out.append(TensorPlan(f"{name}.kv", "kv", "kv", i, _kv_shape(k, m, k.tokens_kept(ctx)), k.dtype))
     return tuple(out)
 
 

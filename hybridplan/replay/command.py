@@ -14,6 +14,7 @@ from hybridplan.options import (
     BUDGET,
     DTYPES,
     ENGINES,
+    HICACHE,
     JSON,
     MODEL,
     SPEC_TOKENS,
@@ -94,7 +95,8 @@ REPLAY = (
 )
 
 GROUPS = (TRACE, MODEL, (param("ctx", ctx_option("max_model_len (default: the model's maximum):"), None),), BUDGET,
-          ADMISSION, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, SPEC_TOKENS, REPLAY, ALLOW_LONG, JSON)
+          ADMISSION, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, SPEC_TOKENS, REPLAY, HICACHE, ALLOW_LONG,
+          JSON)
 
 
 def _progress(total_hint: int | None):

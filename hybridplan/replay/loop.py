@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 from itertools import repeat
 from struct import Struct
 
@@ -60,6 +61,8 @@ class Run:
     keep_outcomes: bool = True
     #: the longest prompt refused at max_model_len (0: none)
     longest_refused: int = 0
+    #: a host tier's hits and write-backs (SGLang HiCache, ``host_stats()`` of the cache); None without one
+    host: dict | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -121,6 +124,7 @@ class PyIdeal:
         own prompt and output remembered."""
         full = req.with_output()
         pairs = full.pairs()
+        runs: Sequence[tuple[Any, int]]
         if full.tokens is not None:  # a token is a run of one (keyed by its id)
             runs, prompt_end = tuple(zip(full.tokens, repeat(1))), 2 * req.prompt_len
         else:
@@ -224,7 +228,7 @@ class NativeIdeal:
 
 try:
     from hybridplan.replay import _speedups  # noqa: F401 - built where a C compiler was at hand
-    Ideal: type = NativeIdeal
+    Ideal: type[PyIdeal] | type[NativeIdeal] = NativeIdeal
 except ImportError:
     Ideal = PyIdeal
 
@@ -253,12 +257,31 @@ def classify(look, req: Request, shared: int, block: int, max_len: int) -> str:
     return "evicted"
 
 
+class EngineCache(Protocol):
+    """What the loop asks of an engine's cache (hybridplan/engines/*/prefix_cache.py and radix_cache.py)."""
+
+    r: Any  # the engine's rules the cache was built from
+
+    def __init__(self, r: Any) -> None: ...
+    def keys(self, req: Request, stop: int) -> list[int]: ...
+    def lookup(self, req: Request, keys: list[int]) -> Any: ...
+    def admit(self, req: Request, look: Any, keys: list[int]) -> bool: ...
+    def finish(self, req: Request) -> None: ...
+    def held_states(self, req: Request) -> list[int]: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def peak_states(self) -> int: ...
+    @property
+    def peak_blocks(self) -> int: ...
+
+
 @dataclass
 class Policy:
     """A cache and how its runs are labelled."""
 
     label: str
-    cache: object
+    cache: EngineCache
     block: int
     max_len: int
     #: the most requests in flight for this policy (None: the replay's ``concurrency``): an engine's running
@@ -347,4 +370,6 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
         run.evictions = p.cache.evictions
         run.peak_states = p.cache.peak_states
         run.peak_blocks = p.cache.peak_blocks
+        if (stats := getattr(p.cache, "host_stats", None)) is not None:
+            run.host = stats()
     return runs, ideal_run

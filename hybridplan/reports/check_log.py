@@ -7,8 +7,10 @@ override what the log says."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from dataclasses import replace
+from typing import Any
 
 from hybridplan import engines
 from hybridplan.engines import LogGiven
@@ -187,8 +189,8 @@ def _not_modelled_json(x: NotModelled) -> dict:
 
 
 _FIELDS = ("settings", "rows", "estimates", "not_modelled")
-_JSON = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
-         "not_modelled": _not_modelled_json}
+_JSON: dict[str, Callable[[Any], dict]] = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
+                                          "not_modelled": _not_modelled_json}
 
 
 def keywords() -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 from hybridplan import engines
 from hybridplan.cmdline import Command, sglang_command, vllm_command
@@ -108,10 +109,11 @@ class FitReport:
             if isinstance(p, Shortfall) or (isinstance(p, Refusal) and name == "vllm"):
                 out[name] = None
             elif name == "vllm":
-                f = p.chosen
+                v: Any = p  # vLLM's part: its Fit (with the mode chosen and the refusal, if any)
+                f = v.chosen
                 n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
-                out[name] = vllm_command(self.sc, model, mode=p.default_mode, max_num_seqs=n, revision=self.revision,
-                                         lowered=not f.starts and p.refusal is None)
+                out[name] = vllm_command(self.sc, model, mode=v.default_mode, max_num_seqs=n, revision=self.revision,
+                                         lowered=not f.starts and v.refusal is None)
             else:
                 out[name] = sglang_command(self.sc, model, revision=self.revision)
         return out

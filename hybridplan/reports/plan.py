@@ -8,7 +8,14 @@ from __future__ import annotations
 from hybridplan.errors import PlanError
 from hybridplan.plan import Plan, PlanResult, Rejection
 from hybridplan.records import frozen
-from hybridplan.reports import SCHEMA_VERSION
+from hybridplan.reports import schema_version
+
+
+def _range_columns(p) -> dict:
+    """The plan's held-out P10 and P90 of tok/s per GPU (hybridplan/speed/ranges.py), None where it has none."""
+    r = p.rate_range
+    lo, hi = r.around(p.tokens_per_s_per_gpu) if r is not None else (None, None)
+    return {"decode_tokens_per_s_per_gpu_p10": lo, "decode_tokens_per_s_per_gpu_p90": hi}
 
 
 @frozen
@@ -42,7 +49,8 @@ class PlanReport:
 
     csv_columns = ("rank", "engine", "gpus", "tp", "pp", "dp", "expert_parallel", "ep_size", "dp_attention",
                    "kv_dtype", "ssm_dtype", "mamba_cache_mode", "holds_requests", "margin_fraction",
-                   "decode_tokens_per_s_per_gpu", "command")
+                   "decode_tokens_per_s_per_gpu", "decode_tokens_per_s_per_gpu_p10", "decode_tokens_per_s_per_gpu_p90",
+                   "command")
 
     def csv_rows(self) -> list[dict]:
         """One row per plan, in the order `plan` lists them (``csv_columns``; a variant's None: the engine's
@@ -55,7 +63,7 @@ class PlanReport:
                         "dp_attention": lay.dp_attention, "kv_dtype": v.kv, "ssm_dtype": v.ssm,
                         "mamba_cache_mode": v.mode, "holds_requests": p.holds, "margin_fraction": p.margin,
                         "decode_tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-                        "command": None if c is None else str(c)})
+                        **_range_columns(p), "command": None if c is None else str(c)})
         return out
 
     @property
@@ -105,7 +113,7 @@ class PlanReport:
         for p in r.plans:
             c = self.command(p)
             plans.append({**p.to_dict(), "command": None if c is None else {"env": list(c.env), "argv": list(c.argv)}})
-        return {"schema_version": SCHEMA_VERSION, "model": r.base.spec.name, "ctx": r.base.ctx,
+        return {"schema_version": schema_version("plan"), "model": r.base.spec.name, "ctx": r.base.ctx,
                 "concurrency": r.concurrency, "gpu": r.base.budget.gpu, "max_gpus": r.max_gpus,
                 "layouts_tried": r.tried, "plans": plans, "rejected": [x.to_dict() for x in r.rejected],
                 "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else []}

@@ -90,6 +90,8 @@ class Row:
                 "rules": self.rules, "diagnostics": list(self.diagnostics)}
         if self.in_flight is not None:
             d["in_flight"] = self.in_flight
+        if r.host is not None:  # SGLang's host tier: its hits beside the device's, and what it wrote
+            d["host_tier"] = {**r.host, "device_hit_tokens": r.reused_tokens - r.host["host_hit_tokens"]}
         if self.gap is not None:
             d["gap"] = self.gap.to_dict()
         return d

@@ -180,7 +180,7 @@ def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport
         w = weights(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype))
     except PlanError:
         w = None
-    staged = ()
+    staged: tuple = ()
     if sc.pp > 1 or sc.dp > 1 or sc.expert_parallel:
         from hybridplan.engines.vllm.parallel import stage_sizes
 

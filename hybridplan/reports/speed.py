@@ -11,7 +11,10 @@ from hybridplan.reports import schema_version
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
 from hybridplan.speed.calibration import Calibration
+from hybridplan.speed.costs import decode_mode
 from hybridplan.speed.gpus import Datasheet, datasheet
+from hybridplan.speed.ranges import CLASSES, Range, lookup
+from hybridplan.speed.ranges import source as ranges_source
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, allreduce_time, step_time
 from hybridplan.speed.work import decode_step
 
@@ -39,6 +42,18 @@ class SpeedReport:
     notes: tuple[str, ...] = ()
     #: under ``--engine both``, SGLang's benchmark beside vLLM's (``bench``): each engine admits its own number
     others: tuple[Bench, ...] = ()
+    #: ``--dataset-lengths``: the file the requests' lengths came from (the benchmark's workload is its mean)
+    dataset: str | None = None
+
+    def ranges(self, b: Bench) -> dict[str, Range | None]:
+        """The held-out P10–P90 range of each of the benchmark's figures (hybridplan/speed/ranges.py)."""
+        return {key: lookup(self.sc.spec.is_hybrid, cls, b.workload.concurrency) for key, cls in CLASSES.items()}
+
+    def _bench_dict(self, b: Bench) -> dict:
+        """A benchmark's figures, each one's held-out range beside it (None where no held-out row prices one)."""
+        d = b.to_dict()
+        d["ranges"] = {key: (r.to_dict(d[key]) if r is not None else None) for key, r in self.ranges(b).items()}
+        return d
 
     @property
     def benches(self) -> tuple[Bench, ...]:
@@ -63,13 +78,16 @@ class SpeedReport:
                 "prefill": {"tokens": self.bench.workload.input, "seconds": self.prefill_s,
                             "tokens_per_s": self.bench.workload.input / self.prefill_s,
                             **self.prefill.to_dict()},
-                "bench": self.bench.to_dict(), "benches": [b.to_dict() for b in self.benches],
-                "notes": list(self.notes)}
+                "bench": self._bench_dict(self.bench), "benches": [self._bench_dict(b) for b in self.benches],
+                "dataset": self.dataset, "notes": list(self.notes)}
 
 
 def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
-          calibration: Calibration | None = None) -> SpeedReport:
-    """The report for the scenario; ``calibration`` (a profile's measurements) refines ``eff``."""
+          calibration: Calibration | None = None, lengths: tuple[tuple[int, int], ...] | None = None,
+          dataset: str | None = None) -> SpeedReport:
+    """The report for the scenario; ``calibration`` (a profile's measurements) refines ``eff``; ``lengths`` (each
+    request's prompt and output, from ``dataset``) benchmark that mix (hybridplan/speed/dataset.py), ``wl``
+    giving the concurrency, prompts and acceptance."""
     if sc.budget.gpu is None:
         raise PlanError("speed needs --gpu-type: the GPU's datasheet figures (hybridplan gpus lists the GPUs)")
     g = datasheet(sc.budget.gpu)
@@ -83,10 +101,10 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
         if not calibration.on_gpu:
             cal_notes.append(f"the calibration comes from {calibration.backend} (the CPU pipeline), not a GPU: its "
                              "figures test the plumbing and say nothing of a GPU's speed")
-    graphs = not sc.vllm.enforce_eager
-    benches, refused = _benches(sc, g, wl, eff)
+    benches, refused = _benches(sc, g, wl, eff, lengths, dataset)
     b = benches[0]
-    steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=graphs)
+    steps = tuple(step_time(decode_step(sc, n, ctx), g, eff, tp=sc.tp, graphs=decode_mode(sc, n)[0],
+                            overlap=decode_mode(sc, n)[1])
                   for n in batch_sizes(max(wl.concurrency, 1)))
     pf, t_pf = prefill_time(sc, g, eff, wl.input)
     notes = [f"efficiencies: {eff.source}; HBM {eff.hbm:.0%} and tensor {eff.tensor:.0%} of the datasheet "
@@ -101,23 +119,35 @@ def speed(sc: Scenario, wl: Workload, ctx: int, eff: Efficiency = DEFAULT,
         st = b.decode.step
         notes.append(f"all-reduce: {st.allreduces} per decode step of {st.allreduce_bytes:,.0f} B, "
                      f"{per * 1e6:.1f} µs each ({src})")
+    notes.append(f"ranges: P10–P90 of the measured / predicted ratio of held-out published runs of "
+                 f"{'hybrid' if sc.spec.is_hybrid else 'attention-only'} models at this concurrency's regime "
+                 f"(grouped k-fold, {ranges_source()}; docs/speed.md)")
     if g.fp32_tflops is None and any(w.scalar_flops for st in steps for w in st.step.kinds):
         notes.append(f"{g.key}: no fp32 figure in its datasheet; the recurrent layers' fp32 work is not timed")
-    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]))
+    return SpeedReport(sc, g, eff, ctx, steps, pf, t_pf, b, tuple(notes), tuple(benches[1:]), dataset)
 
 
 _LABEL = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def _benches(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency) -> tuple[list[Bench], list[str]]:
+def _benches(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency,
+             lengths: tuple[tuple[int, int], ...] | None = None, dataset: str | None = None
+             ) -> tuple[list[Bench], list[str]]:
     """The benchmark of each engine asked for; under ``both``, one engine's refusal is a note beside the other's
     figures (an error only when neither starts)."""
+    def one(s: Scenario) -> Bench:
+        if lengths is None:
+            return bench(s, g, wl, eff)
+        from hybridplan.speed.dataset import bench_mix
+
+        return bench_mix(s, g, lengths, wl.concurrency, wl.num_prompts, wl.acceptance, eff, dataset or "the dataset")
+
     if sc.engine != "both":
-        return [bench(sc, g, wl, eff)], []
+        return [one(sc)], []
     out, refused, first = [], [], None
     for e in ("vllm", "sglang"):
         try:
-            out.append(bench(replace(sc, engine=e), g, wl, eff))
+            out.append(one(replace(sc, engine=e)))
         except PlanError as exc:
             first = first or exc
             refused.append(f"{_LABEL[e]}: no benchmark: {exc}")

@@ -28,6 +28,7 @@ from statistics import median
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
+from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
 from hybridplan.speed.work import Step, decode_step, prefill_step
@@ -74,6 +75,8 @@ class Bench:
     median_ttft_s: float
     output_tok_s: float
     notes: tuple[str, ...] = ()
+    #: speculative decoding: the draft's forward passes a step (seconds), None without one
+    draft_s: float | None = None
 
     def to_dict(self) -> dict:
         return {"input": self.workload.input, "output": self.workload.output,
@@ -83,6 +86,8 @@ class Bench:
                 "median_ttft_ms": self.median_ttft_s * 1e3, "mean_tpot_ms": self.tpot_s * 1e3,
                 "mean_itl_ms": self.tpot_s * 1e3, "tokens_per_step": self.tokens_per_step,
                 "decode_step_ms": self.decode.seconds * 1e3, "prefill_ms": self.prefill_s * 1e3,
+                "draft_ms": None if self.draft_s is None else self.draft_s * 1e3,
+                "decode_host_ms": self.decode.host_s * 1e3, "decode_host_overlapped": self.decode.overlap,
                 "notes": list(self.notes)}
 
 
@@ -141,12 +146,17 @@ def prefill_chunk_note(sc: Scenario) -> str | None:
     return vllm_note(sc)
 
 
+def _prefill_seconds(sc: Scenario, st: StepTime, eff: Efficiency, tokens: int) -> float:
+    """The prefill's time in chunks of the scenario's ``--max-num-batched-tokens``: the work of the whole prompt
+    (``st``, its host time for one chunk of all its tokens included), and each further chunk's fixed host time."""
+    return st.seconds + (ceil(tokens / prefill_chunk(sc)) - 1) * eff.prefill_step_us * 1e-6
+
+
 def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tuple[StepTime, float]:
-    """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: the work of the whole
-    prompt, and the fixed cost once a chunk."""
+    """One prompt's prefill, in chunks of the scenario's ``--max-num-batched-tokens``: eager (a host launch per
+    kernel), the host's time for the prompt's tokens added (a prefill is not overlapped)."""
     st = step_time(prefill_step(sc, tokens), g, eff, tp=sc.tp, graphs=False)
-    chunks = ceil(tokens / prefill_chunk(sc))
-    return st, st.seconds + (chunks - 1) * eff.prefill_overhead_us * 1e-6
+    return st, _prefill_seconds(sc, st, eff, tokens)
 
 
 @frozen
@@ -162,34 +172,45 @@ class Prepared:
     decode: Step
     prefill: Step
     graphs: bool
+    #: whether the engine's host time for a decode step overlaps the GPU's
+    overlap: bool = False
+    #: one draft forward pass (speculative decoding), None without one
+    draft: Step | None = None
+    mode_notes: tuple[str, ...] = ()
 
 
 def prepare(sc: Scenario, wl: Workload) -> Prepared:
     running, running_from = running_cap(sc, wl)
     if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
         running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
-    return Prepared(sc, wl, running, running_from, decode_step(sc, running, wl.input + wl.output // 2),
-                    prefill_step(sc, wl.input), not sc.vllm.enforce_eager)
+    dec = decode_step(sc, running, wl.input + wl.output // 2)
+    graphs, overlap = decode_mode(sc, running)
+    draft = draft_step(dec, sc) if sc.spec_tokens and wl.acceptance is not None else None
+    return Prepared(sc, wl, running, running_from, dec, prefill_step(sc, wl.input), graphs, overlap, draft,
+                    tuple(mode_notes(sc, running)))
 
 
 def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
-    dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs)
+    dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs, overlap=p.overlap)
     pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
-    t_pf = pf.seconds + (ceil(wl.input / prefill_chunk(sc)) - 1) * eff.prefill_overhead_us * 1e-6
+    t_pf = _prefill_seconds(sc, pf, eff, wl.input)
     k = sc.spec_tokens
-    notes: list[str] = list(filter(None, [prefill_chunk_note(sc)]))
+    notes: list[str] = list(filter(None, [prefill_chunk_note(sc)])) + list(p.mode_notes)
     per_step = 1.0
+    draft_s = None
     if k and wl.acceptance is not None:
         a = wl.acceptance
         per_step = (1 - a ** (k + 1)) / (1 - a)
+        draft_s = k * step_time(p.draft, g, eff, tp=sc.tp, graphs=p.graphs).seconds
         notes.append(f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
-                     "the draft's forward passes are not timed")
+                     f"the draft's {k} forward passes take {draft_s * 1e3:.3f} ms a step (one decoder block of "
+                     "the target's shape, its LM head and sampler each)")
     elif k:
         notes.append(f"--spec-tokens {k} without --acceptance: every step verifies {k + 1} tokens a request but "
                      "only one is counted as emitted")
     steps = wl.output / per_step
-    tpot = (dec.seconds * steps + (running - 1) * t_pf) / wl.output
+    tpot = ((dec.seconds + (draft_s or 0.0)) * steps + (running - 1) * t_pf) / wl.output
     cycle = tpot * wl.output + t_pf  # one request's lifetime, its own prefill with it; a slot frees every cycle / B
     n, c = wl.prompts, min(wl.concurrency, wl.prompts)
     ttft = [(i + 1) * t_pf for i in range(min(running, n))]
@@ -201,7 +222,8 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     if running < c:
         notes.append(f"{c - running:,} of the {c:,} concurrent requests wait for a slot: {running_from}")
     return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
-                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes))
+                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes),
+                 draft_s)
 
 
 def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:

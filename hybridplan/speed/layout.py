@@ -22,9 +22,10 @@ from math import ceil
 
 from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
+from hybridplan.speed.costs import decode_mode
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, step_time
-from hybridplan.speed.work import HEAD, NORM, Step, Work, decode_step
+from hybridplan.speed.work import HEAD, NORM, SAMPLING, Step, Work, decode_step
 
 
 @frozen
@@ -51,7 +52,7 @@ def _scaled(w: Work, share: float) -> Work:
     return replace(w, layers=round(w.layers * share), weight_bytes=w.weight_bytes * share,
                    kv_bytes=w.kv_bytes * share, state_bytes=w.state_bytes * share, flops=w.flops * share,
                    scalar_flops=w.scalar_flops * share, scan_flops=w.scan_flops * share,
-                   kernels=round(w.kernels * share))
+                   kernels=round(w.kernels * share), logit_bytes=w.logit_bytes * share)
 
 
 def stage_step(step: Step, whole, stage_spec, last: bool) -> Step:
@@ -61,7 +62,7 @@ def stage_step(step: Step, whole, stage_spec, last: bool) -> Step:
     share_layers = len(stage_spec.mixers) / layers
     kinds = []
     for w in step.kinds:
-        if w.kind == HEAD:
+        if w.kind in (HEAD, SAMPLING):
             share = 1.0 if last else 0.0
         elif w.kind in total:
             share = held.get(w.kind, 0) / total[w.kind]
@@ -89,8 +90,9 @@ def decode_rate(sc: Scenario, g: Datasheet, batch: int, ctx: int, eff: Efficienc
     if sc.dp_attention:
         return Rate(None, gpus, why="SGLang DP attention runs its attention and recurrent layers at a smaller TP "
                                     "than its MoE: not priced")
-    graphs = not sc.vllm.enforce_eager
     m = ceil(batch / sc.pp)
+    graphs, overlap = decode_mode(sc, m)
+    kw = {"tp": sc.tp, "graphs": graphs, "overlap": overlap}
     whole = decode_step(sc, m, ctx)
     if sc.engine != "sglang":
         whole = _moe_across_dp(sc, whole, m, ctx)
@@ -99,9 +101,8 @@ def decode_rate(sc: Scenario, g: Datasheet, batch: int, ctx: int, eff: Efficienc
         from hybridplan.engines.vllm.parallel import pipeline as vllm_pipeline
 
         stages = (sglang_pipeline if sc.engine == "sglang" else vllm_pipeline)(sc)
-        times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, eff, tp=sc.tp, graphs=graphs).seconds
-                 for st in stages]
+        times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, eff, **kw).seconds for st in stages]
     else:
-        times = [step_time(whole, g, eff, tp=sc.tp, graphs=graphs).seconds]
+        times = [step_time(whole, g, eff, **kw).seconds]
     per_engine = min(sc.pp * m / sum(times), m / max(times))
     return Rate(per_engine * sc.dp, gpus, round_s=sum(times))

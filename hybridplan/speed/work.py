@@ -28,11 +28,40 @@ from hybridplan.weights import counted_parts, rank_params, weights
 #: the layer kinds a step is split into, beside the mixer and FFN kinds of hybridplan/spec.py
 HEAD, NORM, SHARED = "lm_head", "norms", "shared"
 
-#: kernels one block launches in a decode step (norm, projections, the mixer's own kernels, the residual):
-#: counted from vLLM 0.11–0.20's model files (vllm/model_executor/models/{llama,nemotron_h,qwen3_next}.py) and the
-#: layers they call; an estimate of the order of magnitude, which sets only the launch floor
-KERNELS = {"attention": 7, "sliding_attention": 7, "mla": 9, "mamba2": 8, "mamba1": 9, "gdn": 9, "kda": 10,
-           "short_conv": 5, "linear_attention": 7, "mlp": 4, "moe": 9, HEAD: 6, SHARED: 4, NORM: 0}
+#: the sampler's kind: the logits' fp32 copies, temperature, softmax and the draw, over the whole vocabulary
+SAMPLING = "sampling"
+
+
+def kernel_list(engine: str, kind: str) -> tuple[str, ...]:
+    """The kernels one block of ``kind`` launches in a step under ``engine``, by name (hybridplan/engines/*/
+    kernels.py, counted from each engine's model files); a kind neither engine names: a norm, two GEMMs and the
+    activation, as a dense FFN."""
+    if engine == "sglang":
+        from hybridplan.engines.sglang.kernels import DECODE_KERNELS
+    else:
+        from hybridplan.engines.vllm.kernels import DECODE_KERNELS
+    return DECODE_KERNELS.get(kind, DECODE_KERNELS["mlp"])
+
+
+def sampler(engine: str) -> tuple[tuple[str, int], ...]:
+    if engine == "sglang":
+        from hybridplan.engines.sglang.kernels import SAMPLER_KERNELS
+    else:
+        from hybridplan.engines.vllm.kernels import SAMPLER_KERNELS
+    return SAMPLER_KERNELS
+
+
+def vocab_size(spec: ModelSpec) -> int:
+    return spec.facts.vocab_size  # the text config's, else the config's (adapters.py ``config_facts``)
+
+
+def sampling_work(spec: ModelSpec, engine: str, rows: int) -> Work:
+    """The sampler over ``rows`` logit rows (one a request, or each verified token): each kernel of the engine's
+    sampler reads and writes the vocabulary once (``sampler``'s bytes per logit), on every TP rank (the logits are
+    gathered whole before sampling)."""
+    per = sum(b for _, b in sampler(engine))
+    return Work(SAMPLING, 0, kernels=len(sampler(engine)), logit_bytes=float(rows * vocab_size(spec) * per))
+
 
 #: GDN/KDA chunk length of the chunked prefill (fla's ``chunk_gated_delta_rule``: 64 in every vLLM release)
 GDN_CHUNK = 64
@@ -63,17 +92,20 @@ class Work:
     #: it), and the tokens each routed expert multiplies there on average, T·top_k/E
     routed_flops: float = 0.0
     expert_tokens: float = 0.0
+    #: bytes of activations a kind reads and writes on its own (the sampler's logits)
+    logit_bytes: float = 0.0
 
     @property
     def bytes(self) -> float:
-        return self.weight_bytes + self.kv_bytes + self.state_bytes
+        return self.weight_bytes + self.kv_bytes + self.state_bytes + self.logit_bytes
 
     def to_dict(self) -> dict:
         # bytes as whole bytes (a rank's share of a tensor can be fractional in the model: rounded here only)
         return {"kind": self.kind, "layers": self.layers, "weight_bytes": round(self.weight_bytes),
                 "kv_bytes": round(self.kv_bytes), "state_bytes": round(self.state_bytes), "flops": self.flops,
                 "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels,
-                "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens}
+                "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens,
+                "logit_bytes": round(self.logit_bytes)}
 
 
 @frozen
@@ -90,6 +122,8 @@ class Step:
     #: the weights' dtype class for the tensor peak: bf16 or fp8 (fp8 and narrower checkpoints)
     tensor_dtype: str = "bf16"
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: the engine whose kernels and host time the step is priced with
+    engine: str = "vllm"
 
     def total(self, attr: str) -> float:
         return sum(getattr(w, attr) for w in self.kinds)
@@ -330,10 +364,13 @@ def decode_step(sc: Scenario, batch: int, ctx: int) -> Step:
                 flops += n * attention_flops(m, tp, tokens, keys)
             else:
                 scalar += n * recurrent_update_flops(m, tp) * tokens
-        launches = KERNELS.get(kind, 4) * (layers or 1) if kind not in (NORM,) else 0
+        launches = len(kernel_list(sc.engine, kind)) * (layers or 1) if kind not in (NORM,) else 0
         out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches))
+    if vocab_size(spec):
+        out.append(sampling_work(spec, sc.engine, tokens))
     return Step("decode", batch, ctx, tokens, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
-                allreduce_bytes=float(tokens * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype)
+                allreduce_bytes=float(tokens * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype,
+                engine=_engine(sc))
 
 
 def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
@@ -377,7 +414,7 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
                 scan_flops += n * scan.scan_flops
                 scalar += n * scan.scalar_flops
                 st += n * scan.state_bytes
-        launches = KERNELS.get(kind, 4) * (layers or 1) if kind != NORM else 0
+        launches = len(kernel_list(sc.engine, kind)) * (layers or 1) if kind != NORM else 0
         routed = m_tokens = 0.0
         if kind == "moe" and ex is not None:
             # each token goes through top_k of the E experts: the routed share of the FLOPs above, and the
@@ -385,5 +422,12 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
             routed = 2.0 * rw.routed_params * (ex.top_k / ex.count) * total
             m_tokens = total * ex.top_k / ex.count
         out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches, scan_flops, routed, m_tokens))
+    if vocab_size(spec):
+        out.append(sampling_work(spec, sc.engine, sequences))
     return Step("prefill", sequences, tokens, total, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
-                allreduce_bytes=float(total * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype)
+                allreduce_bytes=float(total * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype,
+                engine=_engine(sc))
+
+
+def _engine(sc: Scenario) -> str:
+    return "sglang" if sc.engine == "sglang" else "vllm"

@@ -252,7 +252,8 @@ def draft_extra_parts(kind: str, cfg: DraftFields, target_hidden: int) -> tuple[
     # wide): ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.target_layer_ids``
     # (vllm/model_executor/models/llama_eagle3.py, qwen3_dflash.py), else 3 (EAGLE-3) or the draft's layers
     n_aux = cfg.aux_layers or (3 if kind == "eagle3" else cfg.num_hidden_layers or 1)
-    extra = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"), Part("draft", "hidden_norm", h))
+    extra: tuple[Part, ...] = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"),
+                               Part("draft", "hidden_norm", h))
     if kind == "eagle3":
         heads = cfg.heads or 1
         kv = cfg.kv_heads or heads

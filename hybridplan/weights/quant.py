@@ -97,11 +97,11 @@ class Scheme:
             return model_bytes if skipped or self.per_module else self.bytes_per_param
         held = 1 if len(names) == 1 else max(kind_layers, 1)
         modules = dict(self.per_module)
-        skipped = priced = 0
+        n_skipped = priced = 0
         cost = 0.0
         for per_layer in names:
             if any(_matches(n, p) for n in per_layer for p in self.patterns):
-                skipped += 1
+                n_skipped += 1
             elif self.per_module:
                 algo = next((modules[k] for n in per_layer for k in modules if n == k or n.startswith(k + ".")),
                             None)
@@ -112,7 +112,7 @@ class Scheme:
                 return float(model_bytes)
             share = min(priced, held)
             return (cost / priced * share + model_bytes * (held - share)) / held
-        share = min(skipped, held)
+        share = min(n_skipped, held)
         return (model_bytes * share + self.bytes_per_param * (held - share)) / held
 
     @staticmethod
@@ -213,7 +213,9 @@ def _read_cached(text: str, where: str) -> Quantization:
         return Quantization("", None, None, None, False, where, None, "quantization_config must be an object")
     inner = q.get("quantization") if isinstance(q.get("quantization"), Mapping) else None
     method = str(q.get("quant_method") or "").lower()
-    producer = q.get("producer") if isinstance(q.get("producer"), Mapping) else {}
+    producer = q.get("producer")
+    if not isinstance(producer, Mapping):
+        producer = {}
     if not method and str(producer.get("name", "")).lower() == "modelopt":
         method = "modelopt"
     section = inner if inner is not None else q
@@ -291,8 +293,9 @@ def _scheme(q: Mapping[str, Any], method: str, section: Mapping[str, Any]) -> Sc
     ignore = _ignore(q) + (_ignore(section) if section is not q else ())
     if method == "fp8":
         block = q.get("weight_block_size")
-        extra = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0
-        return Scheme("fp8" + (f" (blocks {block[0]}×{block[1]})" if extra else ""), 1 + extra, ignore)
+        if isinstance(block, list) and len(block) == 2:
+            return Scheme(f"fp8 (blocks {block[0]}×{block[1]})", 1 + 4 / (block[0] * block[1]), ignore)
+        return Scheme("fp8", 1.0, ignore)
     if method in ("modelopt", "modelopt_fp4"):
         algo = str(section.get("quant_algo") or q.get("quant_algo") or "").upper()
         if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):

@@ -6,6 +6,8 @@
 - ``pool``: the state dtypes, the MambaPool, the speculative buffers, the split, the request cap;
 - ``radix``: the strategy a scenario runs, the grid states are checkpointed on, `prefix`'s part and refusal;
 - ``radix_cache``: the radix-cache policy `replay` and `prefix` run;
+- ``hicache``: the hierarchical cache's host pools per release, its refusals; ``hicache_tree``: the host tier
+  `replay` runs behind ``radix_cache``;
 - ``logs``: the start-up log read back;
 - ``engine``: the verbs of the ``Engine`` protocol.
 

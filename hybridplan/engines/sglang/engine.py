@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hybridplan.engines import ReplayAdvice
-    from hybridplan.engines.common import Reuse
+    from hybridplan.engines.common import Reuse, Shortfall
     from hybridplan.engines.sglang.pool import Fit, PoolLayout
     from hybridplan.engines.sglang.radix import Prefix
     from hybridplan.scenario import Scenario
@@ -37,7 +37,7 @@ class SglangEngine(LogVerbs):
         self.check_served(sc)
         return layout(sc)
 
-    def fit(self, sc: Scenario) -> Fit:
+    def fit(self, sc: Scenario) -> Fit | Shortfall:
         from hybridplan.engines.sglang.pool import fit
 
         self.check_served(sc)
@@ -57,7 +57,7 @@ class SglangEngine(LogVerbs):
         """`replay`'s rows, diagnosis and recovery candidates on SGLang (replay_advice.py)."""
         from hybridplan.engines.sglang import replay_advice
 
-        return replay_advice  # type: ignore[return-value]
+        return replay_advice
 
 
 ENGINE = SglangEngine()

@@ -23,7 +23,8 @@ GB = 1 << 30
 ENGINE = "sglang"
 #: substrings one of which every line read here holds: a log is filtered by them before it is read
 KEYWORDS = ("server_args", "Mamba Cache is allocated", "KV Cache is allocated", "max_running_requests",
-            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end", "Found local HF snapshot")
+            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end", "Found local HF snapshot",
+            "hierarchical")
 
 SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(.*)")
 _PAIR = re.compile(r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?\d[\d.e+-]*|"
@@ -34,7 +35,8 @@ FIELDS = ("model_path", "tp_size", "dp_size", "enable_dp_attention", "pp_size", 
           "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_eagle_topk",
           "speculative_draft_model_path", "speculative_num_steps",
           "disable_overlap_schedule", "max_mamba_cache_size", "mamba_ssm_dtype", "mamba_full_memory_ratio",
-          "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "quantization")
+          "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "quantization", "enable_hierarchical_cache",
+          "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_mem_layout", "hicache_io_backend")
 
 POOL = re.compile(r"Mamba Cache is allocated\. (?:max_mamba_cache_size: (\d+), )?conv_state size: ([\d.]+)GB, "
                   r"ssm_state size: ([\d.]+)GB(?: intermediate_ssm_state_cache size: ([\d.]+)GB "
@@ -48,6 +50,11 @@ CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state ca
 REDUCED = re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+)")
 NOT_ENOUGH = re.compile(r"Computed max_mamba_cache_size=(-?\d+) \(total_rest_memory=(-?[\d.]+) GB, "
                         r"mamba_cache_per_req=([\d.]+) MB\)")
+#: the HiCache host pools (pool_host/base.py from 0.5.17, memory_pool_host.py before; pool_host/mamba.py)
+HOST_KV = re.compile(r"Allocating (?:kv hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory|"
+                     r"([\d.]+) GB host memory for hierarchical KV cache)")
+HOST_MAMBA = re.compile(r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache \((?:(\d+) state slots, )?"
+                        r"layout=(\w+)\)")
 #: the weights' download step names the Hub repository where no server_args line is in the excerpt
 #: (sglang/srt/model_loader/weight_utils.py), and the loader's last line names the class it loaded
 SNAPSHOT = re.compile(r"Found local HF snapshot for (\S+?) at ")
@@ -168,7 +175,8 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
         full_memory_ratio=float(s.get("mamba_full_memory_ratio") or FULL_MEMORY_RATIO),
         max_running_requests=s.get("max_running_requests"), max_mamba_cache_size=s.get("max_mamba_cache_size"),
         page_size=int(s.get("page_size") or 1), draft_tokens=int(draft) if draft else None,
-        mem_fraction_static=float(s.get("mem_fraction_static")) if s.get("mem_fraction_static") else None)
+        mem_fraction_static=float(s.get("mem_fraction_static")) if s.get("mem_fraction_static") else None,
+        hicache=_hicache(log, s))
     kv = s.get("kv_cache_dtype")
     if kv in (None, "auto"):  # a ModelOpt checkpoint's fp8 KV under auto (hybridplan/engines/sglang/dtypes.py)
         from hybridplan.engines.sglang.dtypes import checkpoint_kv
@@ -276,6 +284,72 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     return with_(best, settings=settings, notes=(note, *best.notes))
 
 
+def _hicache(log: Log, s: Settings):
+    """The hierarchical cache the server arguments (or a host pool line) say is on, with its flags."""
+    from hybridplan.engines.sglang.hicache import HiCache
+
+    if not s.get("enable_hierarchical_cache"):
+        if (f := log.last(HOST_KV)) is None and (f := log.last(HOST_MAMBA)) is None:
+            return None
+        s.put("enable_hierarchical_cache", True, f.source)
+    size = s.get("hicache_size")
+    ratio = s.get("hicache_ratio")
+    return HiCache(ratio=float(ratio) if ratio is not None else None, size_gb=float(size or 0),
+                   write_policy=str(s.get("hicache_write_policy") or "write_through"),
+                   mem_layout=s.get("hicache_mem_layout"), io_backend=str(s.get("hicache_io_backend") or "kernel"))
+
+
+def _host_rows(log: Log, sc: Scenario, fp, page: int, pools: tuple[int | None, int | None, int | None],
+               out: list[NotModelled]) -> list[Row]:
+    """The host pools the log prints beside those hybridplan sizes for its device pools (hicache.py): ``pools``
+    is (the Mamba pool's states, the KV pool's tokens, max_running_requests)."""
+    from hybridplan.engines.sglang import hicache
+    from hybridplan.engines.sglang.pool import SpecBuffers
+    from hybridplan.errors import Refused
+
+    kv_line, m_line = log.last(HOST_KV), log.last(HOST_MAMBA)
+    hc, rel = sc.sglang.hicache, sc.sglang.release
+    k, t, n = pools
+    if hc is None or (kv_line is None and m_line is None):
+        return []
+    if k is None or t is None:
+        for f, what in ((kv_line, "KV host pool"), (m_line, "Mamba host pool")):
+            if f is not None:
+                out.append(NotModelled(ENGINE, what, f.line.excerpt, "the device pools are not known from the log"))
+        return []
+    d = sc.sglang.draft(sc.spec_tokens)
+    spec = 0
+    if d:
+        rows_s = (n if rel.spec_rows_follow_requests and n is not None else k) + 1
+        buf = SpecBuffers(rows_s, d, fp, dedup=False)  # the split counts the dense view (hicache.for_fit)
+        spec = buf.bytes
+    layers = sum(g.count for g in fp.kv)
+    unit = fp.kv_bytes_per_token + (hicache.draft_layers(rel, sc) * fp.kv_bytes_per_token // layers if layers else 0)
+    from hybridplan.engines.sglang.pool import Pool
+
+    pool = Pool(k, fp)
+    try:
+        dev = hicache.DevicePools(t, unit, (t + page) * fp.kv_bytes_per_token, page, k, fp.conv_bytes + fp.ssm_bytes,
+                                  pool.bytes + spec)
+        h = hicache.host_pools(rel, hc, dev)
+    except Refused as exc:
+        for f, what in ((kv_line, "KV host pool"), (m_line, "Mamba host pool")):
+            if f is not None:
+                out.append(NotModelled(ENGINE, what, f.line.excerpt, f"SGLang {rel.version} refuses it: {exc}"))
+        return []
+    rows = []
+    if kv_line is not None:
+        if kv_line[1] is not None:
+            rows.append(Row(ENGINE, "KV host pool tokens", kv_line[1], str(h.kv.size)))
+        rows.append(Row(ENGINE, "KV host pool (GB)", kv_line[2] or kv_line[3], f"{h.kv.bytes / hicache.GB:.2f}"))
+    if m_line is not None:
+        if m_line[2] is not None:
+            rows.append(Row(ENGINE, "Mamba host pool states", m_line[2], str(h.mamba.size)))
+        rows.append(Row(ENGINE, "Mamba host pool (GB)", m_line[1], f"{h.mamba.bytes / hicache.GB:.2f}"))
+        rows.append(Row(ENGINE, "host pool layout", m_line[3], h.layout))
+    return rows
+
+
 def _check(log: Log, given: LogGiven) -> LogCheck:
     from hybridplan.engines.sglang.pool import Admission, Pool, SpecBuffers, footprint, per_request_bytes
     from hybridplan.engines.sglang.radix import page_size
@@ -363,6 +437,7 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
     if (f := log.last(NOT_ENOUGH)) is not None:
         rows.append(Row(ENGINE, "mamba_cache_per_req (MB)", f[3], f"{per / (1 << 20):.2f}"))
         rows += _not_enough(sc, fp, strat, f)
+    rows += _host_rows(log, sc, fp, page, (k, t, n), out)
     for pattern, group, figure, why in NOT_MODELLED:
         if (f := log.last(pattern)) is not None:
             out.append(NotModelled(ENGINE, figure, f[group], why))

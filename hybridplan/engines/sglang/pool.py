@@ -26,6 +26,7 @@ from hybridplan.spec import ATTENTION_KINDS, ModelSpec
 from hybridplan.units import human_bytes
 
 if TYPE_CHECKING:
+    from hybridplan.engines.sglang.hicache import HostPools
     from hybridplan.scenario import DtypeChoice, Scenario
 
 GB = 1 << 30  # SGLang's "GB" in its logs is 2^30
@@ -411,6 +412,8 @@ class Fit:
     memory: Waterfall | None = None
     #: what the draft's KV takes (``draft_kv_note``), where the scenario names a draft with layers
     draft: str | None = None
+    #: the HiCache host pools (hicache.py), with --enable-hierarchical-cache
+    host: HostPools | None = None
 
     @property
     def rel(self) -> Release:
@@ -449,7 +452,8 @@ class Fit:
 
     @property
     def logs(self) -> list[str]:
-        return [self.pool.log(self.spec), *([self.kv_log] if self.kv_log else []), *self.admission.logs]
+        host = self.host.logs if self.host is not None else []
+        return [self.pool.log(self.spec), *([self.kv_log] if self.kv_log else []), *host, *self.admission.logs]
 
     @property
     def starts(self) -> bool:
@@ -498,6 +502,8 @@ class Fit:
                          f"{human_bytes(per)} more than the budget")
         if self.draft is not None:
             notes.append(self.draft)
+        if self.host is not None:
+            notes.extend(self.host.notes)
         return tuple(notes)
 
     def to_dict(self) -> dict:
@@ -511,7 +517,7 @@ class Fit:
                 "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
                 "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
                 "state_pool_cap": a.cap, "capped": a.capped, "context_length_refused": self.refusal,
-                "logs": self.logs}
+                "logs": self.logs, **({"hicache": self.host.to_dict()} if self.host is not None else {})}
 
 
 #: The draft's KV in the target's KV cell (sglang/srt/model_executor/pool_configurator.py,
@@ -650,5 +656,14 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     draft = draft_kv_note(rel, sc, fp, admission.kv_tokens)
     from hybridplan.engines.sglang.memory import drafter_shortfall
 
-    return Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-               refusal(sc) or drafter_shortfall(water), water, draft)
+    out = Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
+              refusal(sc) or drafter_shortfall(water), water, draft)
+    if s.hicache is not None and fp.kv and out.kv_tokens > 0:
+        from hybridplan.engines.sglang import hicache
+
+        try:
+            hicache.check(rel, radix_off=strat.name == "off")
+            out = replace(out, host=hicache.for_fit(out, s.hicache, sc))
+        except Refused as exc:  # SGLang's own start-up refusal of the hierarchical cache
+            out = replace(out, refusal=out.refusal or str(exc))
+    return out

@@ -21,6 +21,8 @@ Each rule names its release range and SGLang's file.
   Mamba pool's slots (or ``--max-mamba-cache-size``); a running request holds its KV and its state slots (1,
   2 or 3 by strategy, ``Strategy.ratio``); cached KV and cached states are evicted least recently used first,
   each in its own pool (a state can go while its KV stays).
+- ``--enable-hierarchical-cache``: the host tier behind these pools (hicache.py sizes it, hicache_tree.py runs
+  it; ``cache`` builds the one the rules name).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import floor_to, lcm
+from hybridplan.engines.common import Shortfall, floor_to, lcm
 from hybridplan.engines.sglang.defaults import chunk as default_chunk
 from hybridplan.errors import NotServed, PlanError, Refused
 from hybridplan.records import frozen
@@ -58,12 +60,24 @@ class Rules:
     max_states_per_path: int
     int8: bool
     max_model_len: int
+    #: the HiCache host tier (hicache.py, hicache_tree.py): its pools, and the hits after which a node is backed
+    #: up (None: write_back, on device eviction); no host tier where write_policy is None
+    host_kv_tokens: int = 0
+    host_states: int = 0
+    write_policy: str | None = None
+    write_threshold: int | None = None
+    #: what SGLang warns of its host pools (hicache.py ``host_pools``)
+    host_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "strategy": self.strategy, "checkpoint_grid": self.grid,
-                "chunked_prefill_size": self.chunk, "kv_pool_tokens": self.kv_tokens,
-                "mamba_pool_slots": self.state_slots, "slots_per_request": self.slots_per_request,
-                "mamba_max_states_per_path": self.max_states_per_path, "int8_checkpoint": self.int8}
+        d = {"version": self.version, "strategy": self.strategy, "checkpoint_grid": self.grid,
+             "chunked_prefill_size": self.chunk, "kv_pool_tokens": self.kv_tokens,
+             "mamba_pool_slots": self.state_slots, "slots_per_request": self.slots_per_request,
+             "mamba_max_states_per_path": self.max_states_per_path, "int8_checkpoint": self.int8}
+        if self.write_policy is not None:
+            d.update(hicache_write_policy=self.write_policy, host_kv_tokens=self.host_kv_tokens,
+                     host_states=self.host_states, hicache_notes=list(self.host_notes))
+        return d
 
 
 def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
@@ -87,13 +101,27 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
         f = fit(sc)
     except Refused as exc:  # SGLang's own start-up refusal: with --engine both, vLLM still replays
         raise NotServed(f'SGLang {rel.version} will not start: "{exc}"') from None
-    if not hasattr(f, "pool"):
+    if isinstance(f, Shortfall):
         raise NotServed(f"SGLang {rel.version}: {f.problem}")
     kv = rs.max_total_tokens or f.kv_tokens
     slots = sc.sglang.max_mamba_cache_size or f.pool.size
     name = strat.name
-    return Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, default_chunk(sc), kv, slots, strat.ratio,
-                 rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
+    out = Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, default_chunk(sc), kv, slots, strat.ratio,
+                rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
+    if sc.sglang.hicache is not None:
+        from hybridplan.engines.sglang.hicache import host_tier
+
+        out = host_tier(out, sc, rs, f)
+    return out
+
+
+def cache(r: Rules) -> Cache:
+    """The cache of these rules: with its host tier where HiCache is on (hicache_tree.py)."""
+    if r.write_policy is not None:
+        from hybridplan.engines.sglang.hicache_tree import HostTierCache
+
+        return HostTierCache(r)
+    return Cache(r)
 
 
 def unbounded(r: Rules, size: int) -> Rules:

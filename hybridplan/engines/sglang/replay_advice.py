@@ -43,7 +43,7 @@ def _any_budget(s: Scenario) -> Scenario:
 
 
 def _policy(r: spc.Rules, concurrency: int | None = None) -> Policy:
-    return Policy(r.label, spc.Cache(r), r.grid, r.max_model_len, concurrency)
+    return Policy(r.label, spc.cache(r), r.grid, r.max_model_len, concurrency)
 
 
 def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
@@ -117,7 +117,9 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
                               rerun(radix="extra_buffer"), run)
         out.append(msg)
     out += adv.common(run, rules, ADMISSION, "--max-mamba-cache-size", rerun)
-    return out
+    from hybridplan.engines.sglang.hicache import diagnose as host_tier
+
+    return out + host_tier(run, rules)
 
 
 def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
@@ -143,7 +145,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
             add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
-                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,
+                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,  # type: ignore[misc]  # a default argument binds the loop's value
                                                            state_slots=k * r0.state_slots))
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from hybridplan.engines.sglang.hicache import HiCache
 from hybridplan.engines.sglang.releases import DEFAULT, STRATEGIES, Release
 from hybridplan.errors import PlanError
 from hybridplan.records import frozen
@@ -37,6 +38,8 @@ class SglangSettings:
     draft_tokens: int | None = None
     #: ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1``
     skip_decode_lock: bool = False
+    #: ``--enable-hierarchical-cache`` and its ``--hicache-*`` flags (hicache.py); None = off
+    hicache: HiCache | None = None
 
     def __post_init__(self) -> None:
         if self.radix not in STRATEGIES:

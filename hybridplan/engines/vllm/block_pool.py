@@ -134,7 +134,7 @@ class PyPool:
 
     def _oldest(self, entry: tuple[int, int]) -> int:
         holders = self.cached_in[entry[0]][entry[1]]
-        return holders if type(holders) is int else holders[0]
+        return holders if isinstance(holders, int) else holders[0]
 
     def _touch(self, entry: tuple[int, int]) -> int:
         slot = self._oldest(entry)
@@ -192,7 +192,9 @@ class PyPool:
         freed = [False] * len(need)
         a_next, m_next, m_gone = hit_blocks, 0, 0
         n_index = len(m_index)
-        m_offsets, a_offsets, kinds = [], [], []
+        m_offsets: list[int] = []
+        a_offsets: list[int] = []
+        kinds: list[tuple[int, bool]] = []
         for g, kind in enumerate(self.groups):
             (a_offsets if kind == "a" else m_offsets).append(offset[g])
             kinds.append((offset[g], kind == "a"))
@@ -305,7 +307,7 @@ class PyPool:
                     g, key = entry
                     mine = cached_in[g]
                     holders = mine.pop(key)
-                    if type(holders) is int:
+                    if isinstance(holders, int):
                         if g == first:
                             states -= 1
                     else:  # others still cache the key (the dicts are only looked up: where it sits is no matter)
@@ -323,7 +325,7 @@ class PyPool:
                         states += 1
                         if states > peak:
                             peak = states
-                elif type(holders) is int:
+                elif isinstance(holders, int):
                     cached_in[g][key] = [holders, slot]
                 else:
                     holders.append(slot)

@@ -18,6 +18,7 @@ from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.memory import Footprint
 from hybridplan.records import frozen
+from hybridplan.spec import Attention
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -121,7 +122,7 @@ def _unit(sc: Scenario, fp: Footprint, mode: str) -> int:
     if rel.before("0.20.0"):
         if mla:
             return MLA_BLOCK if rel.at_least("0.11.1") else KERNEL_BLOCK
-        head = max((m.head_dim for m in sc.spec.attention if m.kind != "mla"), default=0)
+        head = max((m.head_dim for m in sc.spec.attention if isinstance(m, Attention)), default=0)
         # FlashInfer (the default there) with head size 256: compute capability 10.0 exactly in 0.11.1–0.12.0
         # (is_device_capability(100)), any 10.x in 0.13.0–0.17.1 (is_device_capability_family(100)); gone in 0.18.0
         blackwell = cc == (10, 0) if rel.before("0.13.0") else cc[0] == 10

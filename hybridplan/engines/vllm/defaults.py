@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.settings import PERFORMANCE_MODE_FROM
 from hybridplan.records import frozen
+from hybridplan.spec import GatedDeltaNet
 
 if TYPE_CHECKING:
     from hybridplan.gpus import Gpu
@@ -221,7 +222,7 @@ def gdn_prefill_backend(sc: Scenario) -> str:
     if g is not None and g.name.startswith("AMD"):
         return "triton"  # ROCm: triton, or AITER FlyDSL where VLLM_ROCM_USE_AITER is set (not modelled)
     cc = compute_capability(sc)
-    heads = {m.head_k_dim for m in sc.spec.recurrent if m.kind == "gdn"}
+    heads = {m.head_k_dim for m in sc.spec.recurrent if isinstance(m, GatedDeltaNet)}
     if cc == (9, 0):
         return "flashinfer"
     if cc[0] in (10, 12) and heads == {GDN_FLASHINFER_HEAD_K}:

@@ -11,7 +11,7 @@ from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
-from hybridplan.spec import ModelSpec
+from hybridplan.spec import Attention, Mamba2, ModelSpec
 
 if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario
@@ -234,7 +234,7 @@ def _as_sized(spec: ModelSpec, rel: Release) -> ModelSpec:
     # NemotronHConfig's ``expand`` is the config's ``mamba_expand``, 2 by default (transformers_utils/configs/
     # nemotron_h.py)
     inner = spec.facts.mamba_expand * spec.hidden_size
-    return replace(spec, mixers=tuple(replace(m, intermediate=inner) if m.kind == "mamba2" else m
+    return replace(spec, mixers=tuple(replace(m, intermediate=inner) if isinstance(m, Mamba2) else m
                                       for m in spec.mixers))
 
 
@@ -246,9 +246,9 @@ def _with_scales(spec: ModelSpec, fp: Footprint, tp: int) -> Footprint:
         return fp
     from hybridplan.spec import kv_heads_per_rank
 
-    heads = {}
+    heads: dict[tuple[str, int | None], int] = {}
     for m in spec.mixers:
-        if m.kind not in {g.kind for g in fp.kv} or not hasattr(m, "num_kv_heads"):
+        if m.kind not in {g.kind for g in fp.kv} or not isinstance(m, Attention):
             continue
         heads.setdefault((m.kind, m.window), kv_heads_per_rank(m.num_heads, m.num_kv_heads, tp))
     if any((g.kind, g.window) not in heads for g in fp.kv):

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hybridplan.engines import ReplayAdvice
-    from hybridplan.engines.common import Reuse
+    from hybridplan.engines.common import Reuse, Shortfall
     from hybridplan.engines.vllm.blocks import Pages
     from hybridplan.engines.vllm.prefix import Prefix
     from hybridplan.engines.vllm.sizing import Fit
@@ -38,7 +38,7 @@ class VllmEngine(LogVerbs):
         self.check_served(sc)
         return pages(sc)
 
-    def fit(self, sc: Scenario) -> Fit:
+    def fit(self, sc: Scenario) -> Fit | Shortfall:
         from hybridplan.engines.vllm.sizing import fit
 
         self.check_served(sc)
@@ -58,7 +58,7 @@ class VllmEngine(LogVerbs):
         """`replay`'s rows, diagnosis and recovery candidates on vLLM (replay_advice.py)."""
         from hybridplan.engines.vllm import replay_advice
 
-        return replay_advice  # type: ignore[return-value]
+        return replay_advice
 
 
 ENGINE = VllmEngine()

@@ -220,13 +220,13 @@ def _group_layers(sc: Scenario, cap: Capacity) -> list[list[int]]:
     """The decoder layer of each layer of each global KV cache group, in group order: a bucket's layers (in
     layer order) dealt strided over its groups, ``layers[i::k]`` (vllm/v1/core/kv_cache_utils.py)."""
     from hybridplan.engines.vllm.sizing import _attention_key
-    from hybridplan.spec import ATTENTION_KINDS
+    from hybridplan.spec import is_attention
 
-    positions: dict[object, list[int]] = {}
-    kinds: dict[object, str] = {}
+    positions: dict[tuple, list[int]] = {}
+    kinds: dict[tuple, str] = {}
     for i, layer in enumerate(decoder_layers(sc.spec)):
         for m in layer.mixers:
-            key = _attention_key(m, sc.tp) if m.kind in ATTENTION_KINDS else ("state", m)
+            key = _attention_key(m, sc.tp) if is_attention(m) else ("state", m)
             positions.setdefault(key, []).append(i)
             kinds[key] = m.kind
     unused = list(positions)
@@ -372,11 +372,17 @@ class PipelineFit(Fit):
 
     @property
     def stage_caches(self) -> tuple[StageCache, ...]:
-        return self.chosen.capacity.stage_caches
+        return self._capacity.stage_caches
 
     @property
     def binding(self) -> int:
-        return self.chosen.capacity.binding
+        return self._capacity.binding
+
+    @property
+    def _capacity(self) -> StagedCapacity:
+        cap = self.chosen.capacity
+        assert isinstance(cap, StagedCapacity)  # a pipeline fit's capacity is its stages'
+        return cap
 
     @property
     def flags(self) -> str:
@@ -419,6 +425,7 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
             for mode in modes}
     chosen = modes[0] if sc.vllm.mode else rel.default_mode(sc.spec, sc.spec_tokens)
     cap = fits[chosen].capacity
+    assert isinstance(cap, StagedCapacity)  # _stage_caches builds one
     notes = list(rel.caveats(sc.spec))
     if waters[0] is not None and sc.budget.overhead is None:
         from hybridplan.engines.vllm.memory import encoder_note

@@ -180,7 +180,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
             add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
-                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))
+                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))  # type: ignore[misc]  # a default argument binds the loop's value
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1
         add("max_model_len", f"--max-model-len {m}", lambda: vl(replace(sc, ctx=m)))
@@ -202,7 +202,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
             for u in (64, 16):
                 if B % u == 0 and u < B:
                     add("policy", f"{flag} --prefix-match-unit {u}",
-                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))
+                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))  # type: ignore[misc]  # a default argument binds the loop's value
         x = adv.median(run, "checkpoint_past_divergence")
         target = vpc.chunk_ending_at_block(x, B) if mode == "align" else 0
         if target and target != sc.chunk:
@@ -215,7 +215,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
         if r0.unit == B and rel.at_least("0.26.0") and mode == "align":  # --prefix-match-unit: 0.26.0+
             for u in (64, 16):
                 if B % u == 0 and u < B:
-                    add("grid", f"--prefix-match-unit {u}", lambda u=u: vl(r=replace(rs, prefix_match_unit=u)))
+                    add("grid", f"--prefix-match-unit {u}", lambda u=u: vl(r=replace(rs, prefix_match_unit=u)))  # type: ignore[misc]  # a default argument binds the loop's value
     return out
 
 

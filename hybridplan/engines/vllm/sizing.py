@@ -31,6 +31,7 @@ DEFAULT_SERVE_TOKENS = defaults.TIERS["serve"]["large"][0]
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
+    from hybridplan.spec import AttentionMixer
 
 GiB = 1 << 30
 
@@ -70,7 +71,7 @@ PAD_ATTENTION_PAGE = "0.24.0"
 PAD_MAMBA_PAGE = "0.26.0"
 
 
-def _attention_key(m: object, tp: int) -> tuple:
+def _attention_key(m: AttentionMixer, tp: int) -> tuple:
     """What makes two attention layers one vLLM spec (``AttentionSpec`` equality: KV heads on the rank, head
     size, window, and the shared dtype and block)."""
     from hybridplan.spec import MLA, kv_heads_per_rank
@@ -126,12 +127,12 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
             continue
         out.append([key, Bucket(g.kind, g.count, g.window, False, None, True)])
         own_pages[len(out) - 1] = block * g.bytes_per_token_per_layer
-    for g in draft.state:
-        key = ("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype)
+    for s in draft.state:
+        key = ("state", s.kind, s.conv_shape, s.ssm_shape, s.conv_dtype, s.ssm_dtype)
         same = next((b for b in out if b[0] == key), None)
         if same is None:
-            raise PlanError(f"the draft's {g.kind} layers keep a state unlike the target's: not modelled")
-        same[1] = replace(same[1], layers=same[1].layers + g.count)
+            raise PlanError(f"the draft's {s.kind} layers keep a state unlike the target's: not modelled")
+        same[1] = replace(same[1], layers=same[1].layers + s.count)
     common = max([page, *own_pages.values()])
     if common > page and fp.state and rel.before(PAD_MAMBA_PAGE):
         raise Refused(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
