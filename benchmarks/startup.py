@@ -5,8 +5,8 @@
 
 What it costs beyond the baseline is mostly loading the modules the command uses, typer turning the invoked
 command's options into click parameters (only that one is built: hybridplan/cli.py), two YAML specs, the
-figures and the JSON. The command's classes are frozen records (hybridplan/records.py), which compile no
-generated methods, and the shipped specs' names come from model_specs/index.json. Measured runs, step by
+figures and the JSON. The command's classes are msgspec Structs, whose methods are built in C (no generated
+source to compile), and the shipped specs' names come from model_specs/index.json. Measured runs, step by
 step, are in docs/startup.md.
 
 The package's bytecode is compiled first, as a wheel install does, so that both sides start from .pyc files.

@@ -98,7 +98,7 @@ def _speculative(o: Options, spec: Any, vrel: Any) -> tuple[int, Any]:
     its steps, top-k, draft tokens and draft read by hybridplan/speculative.py as each engine reads them; a bare
     --spec-tokens stays a count. SGLang's count is its steps (``Scenario.spec_tokens``; the draft tokens it
     verifies are ``SglangSettings.draft_tokens``)."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from hybridplan.scenario import Speculative
 

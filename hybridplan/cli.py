@@ -427,7 +427,7 @@ def speed(o: Options) -> None:
       hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
       hybridplan speed nemotron-h --gpu-type h100 --calibration h100-nemotron-h.json
     """
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from hybridplan.reports.speed import speed as speed_report
     from hybridplan.speed.bench import Workload

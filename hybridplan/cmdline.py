@@ -20,11 +20,11 @@ import difflib
 import json
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import field
 from functools import lru_cache
 
+from msgspec import Struct, field
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 # --- the flags ------------------------------------------------------------------------------------------
 #
@@ -241,8 +241,7 @@ SGLANG_NO_FP8 = "SGLang's --kv-cache-dtype takes fp8_e4m3 or fp8_e5m2, not fp8 (
 O0_FROM = "0.12.0"
 
 
-@frozen
-class Line:
+class Line(Struct, frozen=True):
     """What a pasted line or an engine flag among hybridplan's says, in hybridplan's options."""
 
     #: "vllm" or "sglang" where the line names its engine
@@ -380,8 +379,7 @@ def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str
 # --- the engines' tables and how their parsers read a line --------------------------------------------------
 
 
-@frozen
-class Flag:
+class Flag(Struct, frozen=True):
     """One flag of an engine's parser at a release (its row of flags.json)."""
 
     name: str
@@ -397,8 +395,7 @@ class Flag:
         return self.takes in ("value", "list") and self.nargs not in ("*",)
 
 
-@frozen
-class Parser:
+class Parser(Struct, frozen=True):
     """An engine's parser at a release: its flags by every option string, and what it does to a line first."""
 
     engine: str
@@ -764,8 +761,7 @@ def engine_flag_names() -> set[str]:
 # --- the commands back ----------------------------------------------------------------------------------
 
 
-@frozen
-class Command:
+class Command(Struct, frozen=True):
     """A command line to run: environment variables, the program and its arguments."""
 
     env: tuple[str, ...] = ()

@@ -9,12 +9,12 @@ from __future__ import annotations
 from fractions import Fraction
 from math import floor
 
+from msgspec import Struct
+
 from hybridplan.memory import Footprint
-from hybridplan.records import frozen
 
 
-@frozen
-class Curve:
+class Curve(Struct, frozen=True):
     """bytes(x) = constant + Σ slope·min(x, cap); cap None means uncapped."""
 
     constant: int
@@ -68,8 +68,7 @@ def first_whole_smaller(ref: Curve, hybrid: Curve, crossing: Fraction | None) ->
     return n
 
 
-@frozen
-class CrossoverRow:
+class CrossoverRow(Struct, frozen=True):
     ssm_dtype: str
     state_bytes: int
     state_only: Fraction | None

@@ -8,20 +8,19 @@ hybridplan/engines/vllm/deploy.py and hybridplan/engines/sglang/deploy.py; this 
 
 from __future__ import annotations
 
+from msgspec import Struct
 import yaml
 
 from hybridplan import __version__
 from hybridplan.cmdline import Command
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 FORMATS = ("vllm-config", "sglang-config", "k8s")
 #: GPUs a node offers where the user does not say (an HGX / DGX board)
 GPUS_PER_NODE = 8
 
 
-@frozen
-class Target:
+class Target(Struct, frozen=True):
     """One engine's start, as `fit` or `plan` chose it."""
 
     engine: str
@@ -40,8 +39,7 @@ class Target:
     gpus_per_node: int = GPUS_PER_NODE
 
 
-@frozen
-class Emitted:
+class Emitted(Struct, frozen=True):
     """One file: its name and its text."""
 
     name: str

@@ -16,14 +16,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError, did_you_mean
-from hybridplan.records import frozen
 
 GiB, MiB = 1 << 30, 1 << 20
 
 
-@frozen
-class Gpu:
+class Gpu(Struct, frozen=True):
     key: str
     name: str
     #: total memory in bytes, as the source gives it
@@ -192,8 +192,7 @@ _PLAIN = frozenset({"hbm2", "hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7"
                     "server", "blackwell", "superchip", "unified", "memory", "graphics", "card"})
 
 
-@frozen
-class _Parsed:
+class _Parsed(Struct, frozen=True):
     family: str
     mem_gb: int | None
     #: "sxm", "pcie", "nvl" or None

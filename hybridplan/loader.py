@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
 from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
 import yaml
 
 from hybridplan.adapters import spec_from_config

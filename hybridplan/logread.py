@@ -9,8 +9,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 BLOCK = 1 << 22
 #: the most kept lines: the last ones win, as a setting printed twice counts as it was printed last
@@ -19,8 +20,7 @@ MAX_LINES = 50_000
 EXCERPT = 100
 
 
-@frozen
-class Line:
+class Line(Struct, frozen=True):
     no: int
     text: str
 
@@ -33,8 +33,7 @@ class Line:
         return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
 
 
-@frozen
-class Found:
+class Found(Struct, frozen=True):
     """A pattern's match and the line it is on."""
 
     line: Line
@@ -48,8 +47,7 @@ class Found:
         return f"line {self.line.no}: {self.line.excerpt}"
 
 
-@frozen
-class Log:
+class Log(Struct, frozen=True):
     lines: tuple[Line, ...]
     #: why this start was cut from the one before it, where it was not by an opener printed again: the figure
     #: printed again (runs pasted without their banner)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from math import prod
 
+from msgspec import Struct
+
 from hybridplan.dtypes import size_of
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import Mixer, ModelSpec, Shape, is_recurrent
 
 
-@frozen
-class CacheDtypes:
+class CacheDtypes(Struct, frozen=True):
     """Resolved cache dtypes. ``ssm_by_kind`` overrides ``ssm`` for a mixer kind (KDA keeps fp32)."""
 
     conv: str
@@ -27,8 +27,7 @@ class CacheDtypes:
         return dict(self.ssm_by_kind).get(kind, self.ssm)
 
 
-@frozen
-class StateGroup:
+class StateGroup(Struct, frozen=True):
     """Identical recurrent layers: ``count`` layers each holding one conv and/or one SSM tensor per sequence."""
 
     kind: str
@@ -55,8 +54,7 @@ class StateGroup:
         return self.count * self.bytes_per_layer
 
 
-@frozen
-class KVGroup:
+class KVGroup(Struct, frozen=True):
     """Identical attention layers; a sliding window caps what each keeps at ``window`` tokens."""
 
     kind: str
@@ -76,8 +74,7 @@ class KVGroup:
         return self.count * self.bytes_per_token_per_layer
 
 
-@frozen
-class Footprint:
+class Footprint(Struct, frozen=True):
     """One sequence of a model as an engine caches it on one rank: its state groups and its KV groups."""
 
     model: str

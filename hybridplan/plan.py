@@ -27,20 +27,20 @@ Pure: no printing; ``progress`` is called with (layouts tried, layouts there are
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field, replace
 from math import ceil
 from typing import Any
 
+from msgspec import Struct, field
+from msgspec.structs import replace
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.scenario import DtypeChoice, Scenario
 
 #: the most GPUs tried where --gpus is not given
 DEFAULT_MAX_GPUS = 64
 
 
-@frozen
-class Layout:
+class Layout(Struct, frozen=True):
     """How the GPUs are split for one engine."""
 
     engine: str
@@ -78,8 +78,7 @@ class Layout:
                 "expert_parallel": self.expert_parallel, "ep_size": self.ep_size, "dp_attention": self.dp_attention}
 
 
-@frozen
-class Variant:
+class Variant(Struct, frozen=True):
     """The cache settings a layout is tried with: None = the engine's default."""
 
     kv: str | None = None
@@ -92,8 +91,7 @@ class Variant:
         return ", ".join(said) or "defaults"
 
 
-@frozen
-class Plan:
+class Plan(Struct, frozen=True):
     layout: Layout
     variant: Variant
     scenario: Scenario
@@ -143,8 +141,7 @@ class Plan:
 REJECTION_KINDS = ("refused", "not modelled", "weights", "too few", "does not start", "memory")
 
 
-@frozen
-class Rejection:
+class Rejection(Struct, frozen=True):
     layout: Layout
     reason: str
     #: the most requests any variant held, where it started
@@ -159,8 +156,7 @@ class Rejection:
                 "best_holds": self.best_holds}
 
 
-@frozen
-class PlanResult:
+class PlanResult(Struct, frozen=True):
     base: Scenario
     concurrency: int
     max_gpus: int
@@ -366,8 +362,7 @@ class _Refusals:
         return self.seen[key]
 
 
-@frozen
-class MemoryBound:
+class MemoryBound(Struct, frozen=True):
     """The most requests ``gpus`` GPUs of one engine could hold, whatever the layout: their memory, less the
     model's weights once, over the least one request of the context keeps. Every layout stores each weight on
     at least one rank (TP and PP split them, DP copies them), each request's full-attention KV at the context

@@ -8,9 +8,9 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import field
 from typing import TYPE_CHECKING, Union
 
+from msgspec import Struct, field
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from hybridplan.output import write
-from hybridplan.records import frozen
 from hybridplan.units import human_bytes, human_tokens
 
 if TYPE_CHECKING:
@@ -85,8 +84,7 @@ def _len(cell: Cell) -> int:
     return max(cell_len(line) for line in _plain(cell).split("\n"))
 
 
-@frozen
-class Rows:
+class Rows(Struct, frozen=True):
     """A table that never cuts a cell. Every column is kept as wide as its widest cell (headers wrap between
     words instead), except ``prose`` columns, which wrap. Where that is wider than the output, the columns
     close up, then the ``optional`` ones are left out in that order, and as a last resort the rows are

@@ -3,17 +3,17 @@ memory there is. Engines derive everything else from it (dtypes, footprints, pag
 of one run can never be computed from two different settings.
 
 Like vLLM's config object: frozen, built once at the edge, read everywhere, changed only by copying
-(``dataclasses.replace``).
+(``msgspec.structs.replace``).
 """
 
 from __future__ import annotations
 
-from dataclasses import field
+
+from msgspec import Struct, field
 
 from hybridplan.engines.sglang.settings import SglangSettings
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import Mixer, ModelSpec
 
 #: ``--engine``: one engine or both
@@ -22,8 +22,7 @@ ENGINE_CHOICES = ("vllm", "sglang", "both")
 FALLBACK_CTX = 131072
 
 
-@frozen
-class DtypeChoice:
+class DtypeChoice(Struct, frozen=True):
     """The dtype flags a user typed (None = the engine's "auto")."""
 
     dtype: str | None = None
@@ -40,8 +39,7 @@ SPECULATIVE_METHODS = ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp", "de
                        "extract_hidden_states", "custom_class", "dspark")
 
 
-@frozen
-class Speculative:
+class Speculative(Struct, frozen=True):
     """Speculative decoding as served: the method, the tokens proposed per step, and the draft model where the
     method has one of its own (EAGLE, EAGLE-3, DFlash, a draft model). ``draft`` is None for MTP (the target's
     own MTP layers draft) and for n-gram (no model). ``num_tokens`` equals ``Scenario.spec_tokens``; how each
@@ -71,8 +69,7 @@ class Speculative:
         return self.num_tokens > 0
 
 
-@frozen
-class Budget:
+class Budget(Struct, frozen=True):
     """What the caches may take: given directly (``kv_budget``), or derived from the GPU's memory (``gpu_mem``,
     or ``gpu`` by name) less the weights (``weights`` over all ranks, ``params`` at the model dtype, else counted
     from the config) and what the engine needs besides (``overhead`` when given, else each engine's own
@@ -98,8 +95,7 @@ class Budget:
             raise PlanError(f"--params must be positive, got {self.params:g}")
 
 
-@frozen
-class Scenario:
+class Scenario(Struct, frozen=True):
     """A model served one way: the model, its tensor-parallel degree, the context per request, the dtype
     flags, speculative tokens, the engines asked for and their flags, and the memory budget."""
 

@@ -1,19 +1,20 @@
 """The normalised model: a tuple of mixers (one per token-mixing block) and what each keeps per sequence.
 
-Every mixer is a small frozen dataclass. Recurrent mixers know the shapes of their per-sequence state on
-one tensor-parallel rank (``state_shapes``); attention mixers know their KV elements per token
-(``kv_elements_per_token``). Both refuse a TP degree the serving engine would refuse. Shapes follow vLLM's
+Every mixer is a small frozen record (a msgspec Struct). Recurrent mixers know the shapes of their
+per-sequence state on one tensor-parallel rank (``state_shapes``); attention mixers know their KV elements per
+token (``kv_elements_per_token``). Both refuse a TP degree the serving engine would refuse. Shapes follow vLLM's
 ``MambaStateShapeCalculator`` (vllm/model_executor/layers/mamba/mamba_utils.py); conv shapes are written
 ``(channels, window)`` — vLLM stores some transposed, which changes no byte.
 """
 
 from __future__ import annotations
 
-from dataclasses import field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, ClassVar, Union
+
+import msgspec
+from msgspec import Struct
 
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -38,8 +39,7 @@ def divide(numerator: int, tp: int, what: str) -> int:
 Shape = tuple[int, ...]
 
 
-@frozen
-class StateShapes:
+class StateShapes(Struct, frozen=True):
     """Per-sequence state of one recurrent layer on one rank. ``conv``/``ssm`` are None where absent."""
 
     conv: Shape | None
@@ -51,8 +51,7 @@ class StateShapes:
 # --------------------------------------------------------------------------------------------------
 
 
-@frozen
-class Mamba2:
+class Mamba2(Struct, frozen=True):
     """Mamba-2 (SSD) mixer. ``intermediate`` is the inner width I as vLLM reads it for the family."""
 
     num_heads: int
@@ -61,7 +60,7 @@ class Mamba2:
     n_groups: int
     conv_kernel: int
     intermediate: int
-    kind: str = field(default="mamba2", init=False)
+    kind: ClassVar[str] = "mamba2"
 
     def padded_groups(self, tp: int) -> int:
         # vLLM extra_groups_for_head_shards: groups that TP cannot split are replicated up to tp.
@@ -81,14 +80,13 @@ class Mamba2:
                            ssm=(heads, self.head_dim, self.state_size))
 
 
-@frozen
-class Mamba1:
+class Mamba1(Struct, frozen=True):
     """Mamba-1 mixer: ``intermediate`` channels, each with a conv window and an SSM state of ``state_size``."""
 
     intermediate: int
     state_size: int
     conv_kernel: int
-    kind: str = field(default="mamba1", init=False)
+    kind: ClassVar[str] = "mamba1"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         # vLLM's Mamba-1 state has no speculative columns.
@@ -96,8 +94,7 @@ class Mamba1:
         return StateShapes(conv=(inner, self.conv_kernel - 1), ssm=(inner, self.state_size))
 
 
-@frozen
-class GatedDeltaNet:
+class GatedDeltaNet(Struct, frozen=True):
     """Gated DeltaNet (Qwen3-Next's linear attention): a short conv over q, k and v, and a (v × k) state per value
     head."""
 
@@ -106,7 +103,7 @@ class GatedDeltaNet:
     head_k_dim: int
     head_v_dim: int
     conv_kernel: int
-    kind: str = field(default="gdn", init=False)
+    kind: ClassVar[str] = "gdn"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         divide(self.num_k_heads, tp, "the linear-attention key heads")
@@ -116,14 +113,13 @@ class GatedDeltaNet:
                            ssm=(v_heads, self.head_v_dim, self.head_k_dim))
 
 
-@frozen
-class KimiDeltaAttention:
+class KimiDeltaAttention(Struct, frozen=True):
     """Kimi Delta Attention (Kimi-Linear): a short conv over q, k and v, and a (d × d) state per head."""
 
     num_heads: int
     head_dim: int
     conv_kernel: int
-    kind: str = field(default="kda", init=False)
+    kind: ClassVar[str] = "kda"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         heads = divide(self.num_heads, tp, "the KDA heads")
@@ -133,26 +129,24 @@ class KimiDeltaAttention:
                            ssm=(heads, self.head_dim, self.head_dim))
 
 
-@frozen
-class ShortConv:
+class ShortConv(Struct, frozen=True):
     """LFM2's short convolution over ``dim`` channels (kernel ``l_cache``): a conv state, no SSM state."""
 
     dim: int
     l_cache: int
-    kind: str = field(default="short_conv", init=False)
+    kind: ClassVar[str] = "short_conv"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         return StateShapes(conv=(divide(self.dim, tp, "the short-conv dimension"), self.l_cache - 1 + spec_tokens),
                            ssm=None)
 
 
-@frozen
-class LinearAttention:
+class LinearAttention(Struct, frozen=True):
     """Lightning (linear) attention: a (d × d) state per head, no conv."""
 
     num_heads: int
     head_dim: int
-    kind: str = field(default="linear_attention", init=False)
+    kind: ClassVar[str] = "linear_attention"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         heads = divide(self.num_heads, tp, "the linear-attention heads")
@@ -175,8 +169,7 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     return 1
 
 
-@frozen
-class Attention:
+class Attention(Struct, frozen=True):
     """Softmax attention with a per-token K and V. ``window`` set means a sliding-window layer."""
 
     num_heads: int
@@ -192,15 +185,14 @@ class Attention:
         return 2 * kv_heads_per_rank(self.num_heads, self.num_kv_heads, tp) * self.head_dim
 
 
-@frozen
-class MLA:
+class MLA(Struct, frozen=True):
     """Multi-head latent attention: one compressed latent + rope key per token, replicated on every rank."""
 
     num_heads: int
     kv_lora_rank: int
     qk_rope_head_dim: int
-    window: None = field(default=None, init=False)
-    kind: str = field(default="mla", init=False)
+    window: ClassVar[None] = None
+    kind: ClassVar[str] = "mla"
 
     def kv_elements_per_token(self, tp: int) -> int:
         divide(self.num_heads, tp, "the attention heads")
@@ -222,8 +214,7 @@ def is_attention(m: Mixer) -> TypeIs[AttentionMixer]:
     return m.kind in ATTENTION_KINDS
 
 
-@frozen
-class RopeScaling:
+class RopeScaling(Struct, frozen=True):
     """One RoPE scaling entry of a config (``rope_scaling``, or ``rope_parameters`` per layer type)."""
 
     rope_type: str
@@ -233,8 +224,7 @@ class RopeScaling:
     original: int | None = None
 
 
-@frozen
-class ContextFields:
+class ContextFields(Struct, frozen=True):
     """What a config says about the longest context: every length field it sets, in the order it sets them,
     and its RoPE scaling. How an engine derives its maximum from them is an engine rule."""
 
@@ -245,8 +235,7 @@ class ContextFields:
         return dict(self.lengths).get(key)
 
 
-@frozen
-class DraftFields:
+class DraftFields(Struct, frozen=True):
     """What a speculative draft's own config says of the tensors its draft class adds (hybridplan/weights
     ``draft_extra_parts``): its width, decoder layers and attention heads, the target layers it takes hidden
     states from, its vocabulary, and the target width it was trained on. Zero where the config does not say."""
@@ -264,8 +253,7 @@ class DraftFields:
     target_hidden_size: int = 0
 
 
-@frozen
-class ConfigFacts:
+class ConfigFacts(Struct, frozen=True):
     """What the engines, the weights and the reports read of a config beyond its mixers, read once where the spec
     is built (hybridplan/adapters.py ``config_facts``), so that no rule parses the config again."""
 
@@ -289,7 +277,7 @@ class ConfigFacts:
     #: routed experts per MoE layer and experts a token is routed to (0 without experts)
     experts: int = 0
     experts_per_token: int = 0
-    draft: DraftFields = DraftFields()
+    draft: DraftFields = msgspec.field(default_factory=DraftFields)
     #: the tensors hybridplan/weights/families.py counts from the config, or why it cannot count them
     parts: tuple = ()
     parts_error: str | None = None
@@ -302,8 +290,7 @@ class ConfigFacts:
         return "vision_config" in self.fields
 
 
-@frozen
-class ModelSpec:
+class ModelSpec(Struct, frozen=True):
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 
     ``mixers`` counts token mixers: a Falcon-H1 layer contributes one Mamba-2 and one attention mixer, a
@@ -328,14 +315,34 @@ class ModelSpec:
     notes: tuple[str, ...] = ()
     #: the config as read, JSON (not part of the spec's identity): kept for the scripts and tests that derive
     #: figures from it; hybridplan's rules read ``facts``
-    config_json: str = field(default="", compare=False, repr=False)
-    #: what the rules read of the config beyond the mixers, read once with them (``ConfigFacts``)
-    facts: ConfigFacts = field(default=ConfigFacts(), compare=False, repr=False)
-    #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py)
-    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
+    config_json: str = ""
+    #: what the rules read of the config beyond the mixers, read once with them (``ConfigFacts``); not part of
+    #: the spec's identity either
+    facts: ConfigFacts = msgspec.field(default_factory=ConfigFacts)
+    #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py); not part of the
+    #: spec's identity either
+    checkpoint: Checkpoint | None = None
     #: the checkpoint's quantization (hybridplan/weights/quant.py), read once: the weights and the engines'
     #: KV-dtype rules read this value
     quantization: Quantization | None = None
+
+    #: the fields the spec's identity leaves out: equality, hash and repr skip them
+    _UNCOMPARED: ClassVar[frozenset[str]] = frozenset({"config_json", "facts", "checkpoint"})
+
+    def _identity(self) -> tuple:
+        return tuple([getattr(self, n) for n in self.__struct_fields__ if n not in self._UNCOMPARED])
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._identity() == other._identity()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__ if n not in self._UNCOMPARED)
+        return f"{type(self).__name__}({shown})"
 
     def config_dtype(self, field: str) -> str | None:
         return dict(self.config_dtypes).get(field)

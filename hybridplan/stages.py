@@ -15,12 +15,13 @@ the stage's share of the layers (the final norm, one hidden-size vector, goes wi
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS, Mixer, ModelSpec
 from hybridplan.weights.families import Part
 
@@ -33,8 +34,7 @@ _PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn
                "moe": ("moe",)}
 
 
-@frozen
-class Layer:
+class Layer(Struct, frozen=True):
     """One decoder layer: its token mixers and FFN blocks (Falcon-H1 layers hold two mixers, a Nemotron-H
     layer one mixer or one FFN)."""
 
@@ -62,8 +62,7 @@ def decoder_layers(spec: ModelSpec) -> tuple[Layer, ...]:
                     "make decoder layers is not modelled, so its pipeline stages are not either")
 
 
-@frozen
-class Stage:
+class Stage(Struct, frozen=True):
     """One pipeline stage: decoder layers ``[start, end)`` of the model, and the spec restricted to them."""
 
     rank: int
@@ -141,8 +140,7 @@ def stage_shares(whole: ModelSpec, stage: Stage) -> dict[str, float]:
     return shares
 
 
-@frozen
-class Sharding:
+class Sharding(Struct, frozen=True):
     """How one rank's weights split: ``tp`` ranks for the attention and recurrent layers, the norms and the
     embedding; ``ffn_tp`` for the dense MLPs and shared experts and ``lm_head_tp`` for the LM head (``tp`` where
     None); the routed experts sliced over ``expert_tp`` ranks and dealt whole over ``ep`` ranks, the most loaded
@@ -178,8 +176,7 @@ def _experts(parts: list, whole: ModelSpec) -> int | None:
     return router // (whole.hidden_size * layers)
 
 
-@frozen
-class ExpertShape:
+class ExpertShape(Struct, frozen=True):
     """A MoE layer's routed experts as the weights count them: how many, and each one's intermediate size (what
     the engines' fused MoE slices over its TP ranks)."""
 

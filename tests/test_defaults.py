@@ -4,8 +4,8 @@ prefill backend it resolves (hybridplan/engines/vllm/defaults.py), SGLang's --ch
 
 from __future__ import annotations
 
-from dataclasses import replace
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines.sglang.defaults import chunked_prefill_size

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.adapters import config_facts

@@ -2,8 +2,8 @@
 or a derivation written out in the comment beside it."""
 
 import json
-from dataclasses import replace
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines import sglang, vllm

@@ -91,7 +91,7 @@ def token_line(draw) -> dict:
 
 
 def _dump(obj) -> str:
-    return json.dumps(obj)  # NaN and Infinity as Python writes them: json reads them, orjson does not
+    return json.dumps(obj)  # NaN and Infinity as Python writes them: json reads them, strict JSON (msgspec) does not
 
 
 @st.composite

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines.sglang.hicache import DevicePools, HiCache, host_pools
 from hybridplan.engines.sglang.releases import release
@@ -216,8 +217,8 @@ def _replay(tmp_path, policy: str | None):
 
     r = spc.Rules("t", "0.5.23", "no_buffer", 64, 8192, 512, 8, 1, -1, False, 1 << 20)
     if policy is not None:
-        r = spc.Rules(**{**r.__dict__, "host_kv_tokens": 4096, "host_states": 16, "write_policy": policy,
-                         "write_threshold": WRITE_POLICIES[policy]})
+        r = replace(r, host_kv_tokens=4096, host_states=16, write_policy=policy,
+                    write_threshold=WRITE_POLICIES[policy])
     runs, _ = replay([Policy("t", spc.cache(r), r.grid, r.max_model_len)], tr.read(_trace(tmp_path), "tokens"))
     return runs["t"]
 

@@ -4,9 +4,9 @@ stages. Figures from the engines' code, release and file named beside each, or d
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines.common import Shortfall

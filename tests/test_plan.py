@@ -4,9 +4,9 @@ no layout `fit`'s own engine code confirms uses fewer GPUs than the fewest it na
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from math import ceil
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan import engines

@@ -7,8 +7,8 @@ analytic rules `prefix` had before, the test names the engine rule and file behi
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.replay.settings import ReplaySettings

@@ -4,9 +4,9 @@ their figures, the baselines, and the concurrency semantics (docs/replay.md)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines.sglang import radix_cache as spc
@@ -67,19 +67,24 @@ def test_malformed_mooncake_line_is_one_error(run_cli, tmp_path, line, needle):
     one_line_error(code, out, err, needle)
 
 
-def test_lines_read_alike_with_orjson_and_json(tmp_path, monkeypatch):
-    """A trace's lines go through orjson where it is installed, else json. What orjson refuses and json takes
-    (NaN, 1e400, a lone surrogate) or neither takes gets json's answer. orjson reads an integer past 64 bits as a
-    float: a line whose check then fails is read again by json, so a hash id or token id of 2**64 is json's
-    integer either way."""
+def test_lines_read_alike_with_msgspec_and_json(tmp_path, monkeypatch):
+    """A trace's lines are decoded by msgspec, to the format's typed fields; what msgspec refuses is read again
+    by json and converted. What strict JSON refuses and json takes (NaN, 1e400, a lone surrogate) or neither
+    takes gets json's answer, so a line reads alike either way; an integer past 64 bits is an integer in both."""
+    import msgspec
+
     from hybridplan.replay import trace
 
-    assert trace._fast_loads() is not None  # the dependency is installed here: the fast path is what runs
+    def json_only(kind):
+        def refuse(text):
+            raise msgspec.DecodeError("the json path")
+        return refuse
+
     t = tmp_path / "t.jsonl"
     t.write_text('{"a": 1, "b": [1, 2]}  \n\n{"a": NaN}\n{"a": "\\u00e9", "a": 2}\n{"a": 1e400}\n'
                  '{"a": "\\ud800", "b": 18446744073709551615}\n')
     fast = [(n, repr(obj)) for n, obj in trace._lines(t)]
-    monkeypatch.setattr(trace, "_fast_loads", lambda: None)
+    monkeypatch.setattr(trace, "_decoder", json_only)
     assert fast == [(n, repr(obj)) for n, obj in trace._lines(t)]
     assert [n for n, _ in fast] == [1, 3, 4, 5, 6]
     monkeypatch.undo()
@@ -88,15 +93,15 @@ def test_lines_read_alike_with_orjson_and_json(tmp_path, monkeypatch):
     tok = tmp_path / "tok.jsonl"
     tok.write_text(json.dumps({"prompt_token_ids": [1, big], "output_len": 1}) + "\n")
     both = []
-    for loads in (trace._fast_loads, lambda: None):
-        monkeypatch.setattr(trace, "_fast_loads", loads)
+    for decoder in (trace._decoder, json_only):
+        monkeypatch.setattr(trace, "_decoder", decoder)
         both.append(([r.prompt.runs for r in mooncake(t)], [r.prompt.tokens for r in read(tok)]))
     assert both[0] == both[1] == ([(((big + 1, 512), (3, 88)))], [(1, big)])
     for text, needle in (('{"a": 1} x', "line 1: not JSON"), ("[1]", "line 1: a JSON object was expected"),
                          ('{"input_length": 1e30, "hash_ids": [1]}', "line 1: 'input_length' must be an integer")):
         t.write_text(text + "\n")
-        for loads in (trace._fast_loads, lambda: None):
-            monkeypatch.setattr(trace, "_fast_loads", loads)
+        for decoder in (trace._decoder, json_only):
+            monkeypatch.setattr(trace, "_decoder", decoder)
             with pytest.raises(trace.PlanError, match=needle):
                 list(mooncake(t))
 
@@ -400,19 +405,15 @@ def test_vllm_0_33_takes_the_prompt_checkpoint_inside_the_last_chunk():
     assert r32.checkpoint_align is None and steps[:3] == [0, r32.block * (1699 // r32.block), 1700]
 
 
-def test_fast_constructors_make_what_the_dataclasses_make():
-    """``Prompt.of_runs`` and ``Request.of`` fill an instance's fields directly (one a trace line, for speed):
-    they must set every field the dataclasses declare, to the values the dataclasses' own constructors give, so
-    a field added to either class without them fails here."""
-    from dataclasses import fields
-
+def test_constructors_given_the_counts_make_what_counting_makes():
+    """``Prompt.of_runs`` and ``Request.of`` are given the token counts (one a trace line, for speed): what they
+    make must be equal, field for field, to what the records make counting them themselves."""
     runs = ((7, 512), (8, 100))
     fast, slow = Prompt.of_runs(runs, 612), Prompt(runs=runs)
-    assert {f.name for f in fields(Prompt)} <= fast.__dict__.keys()
-    assert all(getattr(fast, f.name) == getattr(slow, f.name) for f in fields(Prompt))
+    assert fast == slow and slow.size == 612
     fast_r, slow_r = Request.of(3, fast, 9, 1.5, "line 4"), Request(3, slow, 9, 1.5, "line 4")
-    assert {f.name for f in fields(Request)} <= fast_r.__dict__.keys()
-    assert all(getattr(fast_r, f.name) == getattr(slow_r, f.name) for f in fields(Request))
+    assert fast_r == slow_r and slow_r.prompt_len == 612
+    assert fast_r.with_output() == slow_r.with_output() == Prompt(runs=(*runs, ((("out", 3), 0), 9)))
 
 
 def test_one_request_is_singular(run_cli, tmp_path):

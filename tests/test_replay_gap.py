@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
+import pytest
 
 from hybridplan.engines.vllm import prefix_cache as vpc
 from hybridplan.replay.settings import ReplaySettings

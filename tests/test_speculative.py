@@ -10,8 +10,8 @@ tests/data/logs (their sources in each file's header) and vllm-project/vllm#4646
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines.vllm.releases import release

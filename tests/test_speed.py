@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.errors import PlanError

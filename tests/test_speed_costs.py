@@ -6,8 +6,8 @@ No figure here is a fitted output."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
+from msgspec.structs import replace
 import pytest
 
 from hybridplan.engines.sglang import kernels as sglang_kernels

@@ -105,7 +105,8 @@ def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
     for native in (trace._native, None):
         saved, trace._native = trace._native, native
         try:
-            seen.append(trace._mooncake_line(obj, trace.Path("t.jsonl"), 7, 0).prompt.runs)
+            rec = trace._convert(obj, trace.MooncakeLine, trace.Path("t.jsonl"), 7, trace._mooncake_refusal)
+            seen.append(trace._mooncake_line(rec, trace.Path("t.jsonl"), 7, 0).prompt.runs)
         except trace.PlanError as exc:
             seen.append(str(exc))
         finally:
@@ -119,24 +120,20 @@ def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
 
 @C
 def test_a_mooncake_lines_request_is_the_one_python_makes():
-    """``_speedups.instance`` makes a trace line's Request and Prompts without their ``__init__``; the records are
-    equal, field for field and with their prompt and output, to those the Python twin (``_py_instance``) and the
-    dataclasses' own constructors make; it refuses what it cannot make that way."""
-    obj = {"timestamp": 3, "input_length": 1100, "output_length": 7, "hash_ids": [4, 9, 2]}
+    """A trace line's Request and Prompts, their runs made in C (``block_runs``) or by the Python twin, are equal,
+    field for field and with their prompt and output, to those the records' own constructors make."""
+    rec = trace.MooncakeLine(timestamp=3, input_length=1100, output_length=7, hash_ids=[4, 9, 2])
     made = []
-    for make in (trace._native.instance, trace._py_instance):
-        saved, trace._instance = trace._instance, make
+    for impl in (trace._native, None):
+        saved, trace._native = trace._native, impl
         try:
-            made.append(trace._mooncake_line(obj, trace.Path("t.jsonl"), 5, 2))
+            made.append(trace._mooncake_line(rec, trace.Path("t.jsonl"), 5, 2))
         finally:
-            trace._instance = saved
+            trace._native = saved
     runs = ((4, 512), (9, 512), (2, 76))
-    dataclass_made = trace.Request(2, Prompt(runs=runs), 7, 3.0, "line 5")
+    constructed = trace.Request(2, Prompt(runs=runs), 7, 3.0, "line 5")
     for req in made:
-        assert req == dataclass_made and vars(req).keys() >= {"index", "prompt", "output_len", "prompt_len"}
+        assert req == constructed
         assert (req.prompt_len, req.prompt.size, req.prompt.runs) == (1100, 1100, runs)
-        assert req.with_output() == dataclass_made.with_output() == Prompt(runs=(*runs, ((("out", 2), 0), 7)))
-        assert req.with_output().unit_keys(528, 1107) == dataclass_made.with_output().unit_keys(528, 1107)
-    for bad in ((Prompt, []), (int, {}), (object, {})):
-        with pytest.raises(TypeError):
-            trace._native.instance(*bad)
+        assert req.with_output() == constructed.with_output() == Prompt(runs=(*runs, ((("out", 2), 0), 7)))
+        assert req.with_output().unit_keys(528, 1107) == constructed.with_output().unit_keys(528, 1107)

@@ -651,7 +651,7 @@ def _our_heads(fp, attn_layers) -> int:
 
 
 def replace_budget(sc, budget, sglang=None):
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     return replace(sc, budget=budget, sglang=sglang or sc.sglang)
 

@@ -89,7 +89,7 @@ def hybridplan_kv(engine: str, version: str, quant: dict, given: str | None) -> 
     cfg = {**json.loads(base.config_json), "quantization_config": quant}
     spec = spec_from_config(cfg, name="case")
     if "quantization" in quant:  # the hf_quant_config.json layout: the loader marks where it was read
-        from dataclasses import replace
+        from msgspec.structs import replace
 
         from hybridplan.weights.quant import read
 

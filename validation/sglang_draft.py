@@ -39,9 +39,10 @@ import sys
 import tempfile
 import types
 import zipfile
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+
+from msgspec.structs import replace
 
 ROOT = Path(__file__).resolve().parents[1]
 #: SGLang's files postpone their annotations: so do the pieces run here

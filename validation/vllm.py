@@ -189,7 +189,7 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
     """hybridplan's figures for one case (``cases``), with the keys the vLLM side reports (``Worker.run``).
 
     ``{"refused": why}`` when hybridplan refuses the case."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from hybridplan.engines import vllm
     from hybridplan.errors import PlanError

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from math import gcd
 
-from hybridplan.records import frozen
+from msgspec import Struct
+
 from hybridplan.units import cdiv  # noqa: E402,F401 - defined with the units, so that weights need not load this
 
 
@@ -18,8 +19,7 @@ def floor_to(n: int, unit: int) -> int:
     return n // unit * unit
 
 
-@frozen
-class Reuse:
+class Reuse(Struct, frozen=True):
     """Prefix reuse on one engine, as `prefix` replays it (hybridplan/reports/prefix.py): where the first request
     left states (``checkpoints``), what the second request reuses and computes, and what the third does (it
     also finds what the second left where it branched off)."""
@@ -43,8 +43,7 @@ def last(pattern: re.Pattern, text: str):
     return found[-1] if found else None
 
 
-@frozen
-class Row:
+class Row(Struct, frozen=True):
     """One figure of a log beside its prediction."""
 
     engine: str
@@ -61,8 +60,7 @@ class Row:
                 "ok": self.ok}
 
 
-@frozen
-class Setting:
+class Setting(Struct, frozen=True):
     """A setting a log check ran with, and where it came from: a log line, a flag, or a default."""
 
     engine: str
@@ -95,8 +93,7 @@ class Settings:
         return tuple(Setting(self.engine, n, str(v), self.sources[n]) for n, v in self.values.items())
 
 
-@frozen
-class NotModelled:
+class NotModelled(Struct, frozen=True):
     """A figure the log shows that hybridplan does not predict, and why."""
 
     engine: str
@@ -108,8 +105,7 @@ class NotModelled:
         return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "reason": self.reason}
 
 
-@frozen
-class Estimate:
+class Estimate(Struct, frozen=True):
     """A figure of the log beside hybridplan's estimate of it, which is not expected to be exact."""
 
     engine: str
@@ -134,8 +130,7 @@ class Estimate:
                 "error_pct": round(self.error_pct, 3), "within": self.within, "basis": self.basis}
 
 
-@frozen
-class LogCheck:
+class LogCheck(Struct, frozen=True):
     """One engine's reading of a log: its settings, each figure beside its prediction, what it does not
     model, and how the figures were compared."""
 
@@ -158,8 +153,7 @@ def literal(text: str):
         return text.removeprefix("torch.")
 
 
-@frozen
-class Term:
+class Term(Struct, frozen=True):
     """One step of the memory waterfall: what it takes, and whether it is known or estimated."""
 
     name: str
@@ -169,8 +163,7 @@ class Term:
     note: str = ""
 
 
-@frozen
-class Waterfall:
+class Waterfall(Struct, frozen=True):
     """A GPU's memory from its total to the cache pool: ``total × utilization`` less each term."""
 
     gpu_bytes: int
@@ -208,8 +201,7 @@ class Waterfall:
                                 for t in self.after]}
 
 
-@frozen
-class Shortfall:
+class Shortfall(Struct, frozen=True):
     """`fit` on an engine whose weights and overheads leave nothing for its caches: it will not start."""
 
     engine: str

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from hybridplan.records import frozen
+from msgspec import Struct
 
 
 
-@frozen
-class LogGiven:
+
+class LogGiven(Struct, frozen=True):
     """What `check-log`'s flags say, overriding what the log says."""
 
     model: str | None = None

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import Struct
+
 from hybridplan.profile.arith import peak_bandwidth
-from hybridplan.records import frozen
 
 
-@frozen
-class NvmlReading:
+class NvmlReading(Struct, frozen=True):
     """One look at a device. Memory in bytes; ``memory_clock_mhz`` is the maximum memory clock."""
 
     name: str | None

@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from msgspec import Struct
+
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.profile import arith
@@ -32,7 +34,6 @@ from hybridplan.profile.workload import (
     activation_dtype,
     plan_workload,
 )
-from hybridplan.records import frozen
 from hybridplan.scenario import DtypeChoice, Scenario, default_ctx, positive
 from hybridplan.spec import ModelSpec
 from hybridplan.units import human_bytes
@@ -74,8 +75,7 @@ class _Arena:
         self.pools.clear()
 
 
-@frozen
-class ProfileRequest:
+class ProfileRequest(Struct, frozen=True):
     """What `hybridplan profile` was asked: the model, where it runs, and its sizes (None: the defaults of a
     GPU run, or of an interpreter run on the model shrunk to toy sizes)."""
 

@@ -6,9 +6,10 @@ Nothing here imports torch: the pipeline fills these in, the renderer and the JS
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.profile import arith
 from hybridplan.profile.workload import KernelPlan, TensorPlan, Workload
-from hybridplan.records import frozen
 from hybridplan.units import human_bytes
 
 SCHEMA_VERSION = 1
@@ -16,8 +17,7 @@ SCHEMA_VERSION = 1
 CUDA, INTERPRETER = "cuda", "triton-interpreter"
 
 
-@frozen
-class DeviceReport:
+class DeviceReport(Struct, frozen=True):
     """The device and its bandwidth ceilings. ``free_bytes`` is read after the CUDA context exists, before
     any pool is allocated; ``peak_bandwidth`` comes from NVML, ``copy_bandwidth`` from a measured copy."""
 
@@ -61,8 +61,7 @@ class DeviceReport:
         }
 
 
-@frozen
-class TensorReport:
+class TensorReport(Struct, frozen=True):
     """One pool tensor: the planner's bytes beside what was allocated (``tensor.nbytes`` and the size of the
     storage behind it) and, on CUDA, the caching-allocator block that holds it."""
 
@@ -79,8 +78,7 @@ class TensorReport:
                              "allocator_block_bytes": self.block_bytes}}
 
 
-@frozen
-class MemoryReport:
+class MemoryReport(Struct, frozen=True):
     """Predicted pool bytes against the measured growth of every counter that could hold them.
 
     On CUDA, ``*_delta`` are the growth from just before the pools were allocated to just after:
@@ -185,8 +183,7 @@ class MemoryReport:
         }
 
 
-@frozen
-class KernelResult:
+class KernelResult(Struct, frozen=True):
     """A kernel row: the plan (modelled bytes, FLOPs), the measured seconds, and the ceilings it is set
     against (``ceiling``: measured copy bandwidth; ``peak``: NVML's theoretical figure)."""
 
@@ -233,8 +230,7 @@ class KernelResult:
         }
 
 
-@frozen
-class PhaseReport:
+class PhaseReport(Struct, frozen=True):
     """Decode step or prefill: its rows and their sum over the rows that ran."""
 
     phase: str
@@ -301,8 +297,7 @@ def run_notes(w: Workload, memory: MemoryReport) -> list[str]:
     return notes
 
 
-@frozen
-class ProfileReport:
+class ProfileReport(Struct, frozen=True):
     model: str
     workload: Workload
     interpret: bool

@@ -8,7 +8,7 @@ exactly, which exercises the same code path as a full-size run on a GPU.
 
 from __future__ import annotations
 
-import dataclasses
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.spec import (
@@ -79,6 +79,6 @@ def shrink_spec(spec: ModelSpec, layers_per_mixer: int = LAYERS_PER_MIXER) -> Mo
         if ffn_seen.get(kind, 0) < layers_per_mixer:
             ffn_seen[kind] = ffn_seen.get(kind, 0) + 1
             ffn.append(kind)
-    return dataclasses.replace(spec, name=f"{spec.name}-tiny", mixers=tuple(small[m] for m in kept),
-                               ffn=tuple(ffn), chunk_size=CHUNK, aliases=(), max_position_embeddings=CTX,
-                               notes=())
+    return replace(spec, name=f"{spec.name}-tiny", mixers=tuple(small[m] for m in kept),
+                   ffn=tuple(ffn), chunk_size=CHUNK, aliases=(), max_position_embeddings=CTX,
+                   notes=())

@@ -13,15 +13,16 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from math import prod
 from typing import NamedTuple
+
+from msgspec import Struct
+from msgspec.structs import fields
 
 from hybridplan.dtypes import parse_dtype, size_of
 from hybridplan.errors import PlanError
 from hybridplan.kernels import bench
 from hybridplan.memory import Footprint, KVGroup, StateGroup
-from hybridplan.records import frozen
 from hybridplan.spec import MLA, Attention, GatedDeltaNet, Mamba1, Mamba2, ModelSpec, kv_heads_per_rank
 
 #: state dtypes the kernels read and write
@@ -38,8 +39,7 @@ GDN_DECODE = "gated_delta_rule_update"
 MAMBA1_DECODE = "mamba1_state_update"
 
 
-@frozen
-class TensorPlan:
+class TensorPlan(Struct, frozen=True):
     """One tensor the profile allocates. ``role`` is "state" or "kv"; ``group`` indexes Footprint.state/kv."""
 
     name: str
@@ -66,16 +66,14 @@ class _Fields:
         return out
 
 
-@frozen
-class ConvDims(_Fields):
+class ConvDims(_Fields, Struct, frozen=True):
     """The depthwise causal conv: ``dim`` channels, ``width`` taps (its state keeps the last width - 1)."""
 
     dim: int
     width: int
 
 
-@frozen
-class Mamba2Dims(_Fields):
+class Mamba2Dims(_Fields, Struct, frozen=True):
     """Mamba-2's SSM: state (nheads, headdim, dstate); B and C shared by heads in ``ngroups`` groups."""
 
     nheads: int
@@ -84,16 +82,14 @@ class Mamba2Dims(_Fields):
     ngroups: int
 
 
-@frozen
-class Mamba1Dims(_Fields):
+class Mamba1Dims(_Fields, Struct, frozen=True):
     """Mamba-1's SSM: state (dim, dstate), a decay rate per state element."""
 
     dim: int
     dstate: int
 
 
-@frozen
-class GdnDims(_Fields):
+class GdnDims(_Fields, Struct, frozen=True):
     """Gated DeltaNet: state (v_heads, vdim, kdim); q and k have ``k_heads`` heads."""
 
     v_heads: int
@@ -102,8 +98,7 @@ class GdnDims(_Fields):
     kdim: int
 
 
-@frozen
-class StateDims(_Fields):
+class StateDims(_Fields, Struct, frozen=True):
     """A recurrence no kernel here runs: only the shape of its per-slot state."""
 
     state: tuple[int, ...]
@@ -112,15 +107,13 @@ class StateDims(_Fields):
 Dims = ConvDims | Mamba2Dims | Mamba1Dims | GdnDims | StateDims
 
 
-@frozen
-class Step(_Fields):
+class Step(_Fields, Struct, frozen=True):
     """A decode step: one token for each of ``batch`` slots."""
 
     batch: int
 
 
-@frozen
-class Prefill(_Fields):
+class Prefill(_Fields, Struct, frozen=True):
     """A prefill of ``tokens`` tokens in ``seqs`` sequences; ``chunk`` for the chunked scan only."""
 
     tokens: int
@@ -128,8 +121,7 @@ class Prefill(_Fields):
     chunk: int | None = None
 
 
-@frozen
-class KernelPlan:
+class KernelPlan(Struct, frozen=True):
     """One row of the bandwidth tables: a kernel over every layer of one recurrent group.
 
     ``dims`` are the layer's, ``launch`` what one call covers (None when no kernel runs). ``nbytes``/``flops``
@@ -159,8 +151,7 @@ class KernelPlan:
         return {**(self.launch.to_dict() if self.launch else {}), **self.dims.to_dict()}
 
 
-@frozen
-class Workload:
+class Workload(Struct, frozen=True):
     spec: ModelSpec
     fp: Footprint
     slots: int
@@ -369,8 +360,7 @@ def activation_dtype(spec: ModelSpec, dtype: str | None, interpret: bool) -> str
     return name if name in KERNEL_DTYPES else "bfloat16"
 
 
-@frozen
-class Sizes:
+class Sizes(Struct, frozen=True):
     """What a profile is sized by: state slots, KV context, prefill tokens, the activation dtype, and the
     chunk of the prefill scan (None: the model's)."""
 

@@ -2,8 +2,7 @@
  *
  * - the chained hashes of a prompt's runs: the same values as hybridplan/replay/trace.py's ``Prompt.chains``
  *   and ``Prompt.unit_keys``, computed without making a tuple per hash;
- * - a Mooncake line's runs (``block_runs``), as hybridplan/replay/trace.py's ``_mooncake_line`` makes them, and
- *   the records it makes (``instance``, trace.py ``_instance``);
+ * - a Mooncake line's runs (``block_runs``), as hybridplan/replay/trace.py's ``_mooncake_line`` makes them;
  * - the ideal cache (``Ideal``): the same answers as hybridplan/replay/loop.py's ``PyIdeal``.
  *
  * Chains and unit keys:
@@ -394,32 +393,7 @@ static PyTypeObject IdealType = {
     .tp_getset = Ideal_getset,
 };
 
-/* instance(cls, fields): an instance of cls whose __dict__ is fields (a new dict, taken as it is), made without
- * calling __init__ or __setattr__: trace.py ``_instance``, for the two records a trace line makes (a frozen
- * dataclass's __init__ sets each field through object.__setattr__) */
-static PyObject *instance(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "instance(cls, fields): a class and a dict");
-        return NULL;
-    }
-    PyTypeObject *cls = (PyTypeObject *)args[0];
-    if (cls->tp_new != PyBaseObject_Type.tp_new || cls->tp_dictoffset == 0) {
-        PyErr_SetString(PyExc_TypeError, "instance: a class made by object.__new__, with a __dict__");
-        return NULL;
-    }
-    PyObject *obj = cls->tp_alloc(cls, 0);
-    if (!obj) return NULL;
-    if (PyObject_GenericSetDict(obj, args[1], NULL) < 0) {
-        Py_DECREF(obj);
-        return NULL;
-    }
-    return obj;
-}
-
 static PyMethodDef methods[] = {
-    {"instance", (PyCFunction)(void (*)(void))instance, METH_FASTCALL,
-     "instance(cls, fields): an instance of cls with fields as its __dict__, no __init__ called"},
     {"chains", (PyCFunction)chains, METH_O, "chains(runs): 0, then the chain of the runs after each run"},
     {"token_chains", (PyCFunction)token_chains, METH_O, "token_chains(tokens): chains over runs of one token"},
     {"unit_keys", (PyCFunction)(void (*)(void))unit_keys, METH_FASTCALL,

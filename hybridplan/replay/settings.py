@@ -4,12 +4,12 @@ flags. Frozen, built once at the edge beside the ``Scenario``."""
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 
-@frozen
-class ReplaySettings:
+class ReplaySettings(Struct, frozen=True):
     #: requests in flight at once (1: one after another)
     concurrency: int = 1
     #: the most requests replayed from the trace (None: all)

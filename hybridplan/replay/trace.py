@@ -17,9 +17,14 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import accumulate, repeat
 from pathlib import Path
+from typing import Annotated
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec.structs import force_setattr
 
 from hybridplan.errors import PlanError
 
@@ -58,26 +63,24 @@ MAX_PROMPT = 1 << 24
 MAX_LINE = 64 << 20
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """A prompt's content as runs ``(key, length)``, or as token ids (``tokens``)."""
+class Prompt(Struct, frozen=True, dict=True):
+    """A prompt's content as runs ``(key, length)``, or as token ids (``tokens``). What it computes once (its unit
+    keys, chains, pairs and runs index) it keeps in its ``__dict__``, beside the fields: no part of its value."""
 
     runs: tuple[tuple[object, int], ...] = ()
     tokens: tuple[int, ...] | None = None
-    #: the token count (computed once)
-    size: int = field(init=False, default=0, compare=False, repr=False)
-    #: the unit keys asked for, by (unit, stop): every policy with the same unit shares them
-    _keys: dict = field(init=False, default_factory=dict, compare=False, repr=False)
+    #: the token count: the runs' lengths summed, or the token ids counted, where it is not given (-1)
+    size: int = -1
 
     def __post_init__(self) -> None:
-        size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
-        object.__setattr__(self, "size", size)
+        if self.size < 0:
+            size = len(self.tokens) if self.tokens is not None else sum([n for _, n in self.runs])
+            force_setattr(self, "size", size)  # msgspec's way to set a frozen Struct's field in __post_init__
 
     @classmethod
     def of_runs(cls, runs: tuple[tuple[object, int], ...], size: int) -> Prompt:
-        """``Prompt(runs=runs)`` whose token count the caller knows (``size``, the runs' lengths summed), built
-        without the dataclass's per-field ``object.__setattr__`` (a trace makes two a request)."""
-        return _instance(cls, {"runs": runs, "tokens": None, "size": size, "_keys": {}})
+        """``Prompt(runs=runs)`` whose token count the caller knows (``size``, the runs' lengths summed)."""
+        return cls(runs, None, size)
 
     def __len__(self) -> int:
         return self.size
@@ -90,7 +93,8 @@ class Prompt:
         Runs: the key of a prefix is ``step`` of (the chain of the whole runs before the run it ends in, that
         run's key, the tokens it takes of it), the chain being ``chains``; so a prefix is known by its runs cut
         at its end, which is the same as by its tokens. Token ids: a chain over the pieces' ids."""
-        memo = self._keys.get((unit, stop))
+        memos = self.__dict__.setdefault("_keys", {})
+        memo = memos.get((unit, stop))
         if memo is not None:
             return memo
         total = min(stop, self.size)
@@ -122,7 +126,7 @@ class Prompt:
                     if end > total:
                         break
                 start = stop_run
-        self._keys[(unit, stop)] = out
+        memos[(unit, stop)] = out
         return out
 
     def chains(self) -> list[int]:
@@ -140,7 +144,7 @@ class Prompt:
                     if n:
                         chain = step(chain, key, n)
                     append(chain)
-            object.__setattr__(self, "_chains", memo)
+            self.__dict__["_chains"] = memo
         return memo
 
     def pairs(self) -> list[int]:
@@ -153,7 +157,7 @@ class Prompt:
             for after, n in zip(self.chains()[1:], lens):
                 if n:
                     memo += (after, n)
-            object.__setattr__(self, "_pairs", memo)
+            self.__dict__["_pairs"] = memo
         return memo
 
     def point_key(self, pos: int, unit: int, keys: list[int]) -> int:
@@ -177,7 +181,7 @@ class Prompt:
             keys, lens = zip(*self.runs) if self.runs else ((), ())
             ends = list(accumulate(lens))
             index = ends, [0, *ends[:-1]], self.chains(), keys
-            object.__setattr__(self, "_index", index)
+            self.__dict__["_index"] = index
         return index
 
     def common_prefix(self, other: Prompt) -> int:
@@ -199,9 +203,9 @@ class Prompt:
         return n
 
 
-@dataclass(frozen=True)
-class Request:
-    """One request of a trace: its place, arrival time, prompt and the tokens it generates."""
+class Request(Struct, frozen=True, dict=True):
+    """One request of a trace: its place, arrival time, prompt and the tokens it generates (its prompt followed by
+    them, ``with_output``, kept in its ``__dict__`` once made)."""
 
     index: int
     prompt: Prompt
@@ -211,20 +215,21 @@ class Request:
     origin: str = ""
     #: what the generated tokens are, so that a later turn that quotes them shares them
     output_key: object = None
-    #: the prompt's tokens (``len(prompt)``, kept as a field: every policy reads it several times a request)
-    prompt_len: int = field(init=False, default=0, compare=False, repr=False)
+    #: the prompt's tokens (``len(prompt)``, kept as a field: every policy reads it several times a request);
+    #: -1: read from the prompt
+    prompt_len: int = -1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "prompt_len", len(self.prompt))
+        if self.prompt_len < 0:
+            force_setattr(self, "prompt_len", self.prompt.size)
 
     @classmethod
     def of(cls, index: int, prompt: Prompt, output_len: int, arrival: float, origin: str) -> Request:
-        """``Request(index, prompt, output_len, arrival, origin)``, built without the dataclass's per-field
-        ``object.__setattr__`` (one a line of a trace), its prompt with the output (``with_output``) made with it:
-        every replay asks for it."""
-        return _instance(cls, {"index": index, "prompt": prompt, "output_len": output_len, "arrival": arrival,
-                               "origin": origin, "output_key": None, "prompt_len": prompt.size,
-                               "_full": _followed(prompt, ("out", index), output_len)})
+        """``Request(index, prompt, output_len, arrival, origin)``, its prompt with the output (``with_output``)
+        made with it: every replay asks for it."""
+        req = cls(index, prompt, output_len, arrival, origin, None, prompt.size)
+        req.__dict__["_full"] = _followed(prompt, ("out", index), output_len)
+        return req
 
     def with_output(self) -> Prompt:
         """The prompt followed by its generated tokens (what decoding hashes), built once (kept beside the
@@ -232,7 +237,7 @@ class Request:
         full = self.__dict__.get("_full")
         if full is None:
             full = self._with_output()
-            object.__setattr__(self, "_full", full)
+            self.__dict__["_full"] = full
         return full
 
     def _with_output(self) -> Prompt:
@@ -251,43 +256,45 @@ def _followed(prompt: Prompt, key: object, n: int) -> Prompt:
     return Prompt.of_runs(prompt.runs + (((key, 0), n),), prompt.size + n)
 
 
-def _py_instance(cls: type, fields: dict) -> object:
-    """An instance of ``cls`` with ``fields`` as its attributes, ``__init__`` not called (``_speedups.instance``'s
-    twin)."""
-    obj = object.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
-
-
-_instance = _native.instance if _native is not None else _py_instance
-
-
 def _bad(path: Path, line: int, why: str) -> PlanError:
     return PlanError(f"{path}: line {line}: {why}")
 
 
-def _int(obj: dict, key: str, path: Path, line: int, *, low: int = 0, required: bool = True) -> int:
-    if key not in obj:
-        if required:
-            raise _bad(path, line, f"no {key!r}")
-        return 0
-    v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise _bad(path, line, f"{key!r} must be an integer ≥ {low}, got {v!r}")
-    if v > MAX_PROMPT:
-        raise _bad(path, line, f"{key!r} is {v:,}: more than {MAX_PROMPT:,} tokens")
-    return v
+# --- the JSONL formats: each line's fields as msgspec types, checked by msgspec as a line decodes ---------------
+
+#: a line's token count (``Count``: ≥ 0; ``Positive``: ≥ 1), at most MAX_PROMPT; a token id, ≥ 0
+Count = Annotated[int, Meta(ge=0, le=MAX_PROMPT)]
+Positive = Annotated[int, Meta(ge=1, le=MAX_PROMPT)]
+TokenId = Annotated[int, Meta(ge=0)]
 
 
-def _records(path: Path, make) -> Iterator:
-    """Each line's request, ``make(obj, path, line, index)``, the object read by orjson where it is installed.
-    orjson reads an integer past 64 bits as a float, so a line whose check fails (``make`` raising PlanError) is
-    read again by json and checked once more: such an integer is then json's integer."""
+class MooncakeLine(Struct, kw_only=True):
+    """The fields of a Mooncake line (any others it has are left alone)."""
+
+    input_length: Positive
+    output_length: Count = 0
+    hash_ids: list[int]
+    timestamp: float = 0.0
+
+
+class TokenLine(Struct, kw_only=True):
+    """The fields of a token-id line; ``arrival`` where absent is the request's index."""
+
+    prompt_token_ids: Annotated[list[TokenId], Meta(min_length=1, max_length=MAX_PROMPT)]
+    output_len: Count = 0
+    arrival: float | UnsetType = UNSET
+
+
+def _records(path: Path, kind: type, make, refusal) -> Iterator:
+    """Each line's request, ``make(rec, path, line, index)``, ``rec`` the line decoded to ``kind`` by msgspec (the
+    fields' types and bounds checked as it decodes). A line msgspec refuses is read again by json, which takes
+    what strict JSON does not (NaN, 1e400, a lone surrogate) and says where a line is no JSON, and converted to
+    ``kind`` by msgspec; where that refuses the line, ``refusal(obj)`` says why, in one line."""
     try:
         fh = path.open(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read {path}: {exc.strerror}") from None
-    fast = _fast_loads()
+    decode = _decoder(kind)
     index = n = 0
     with fh:
         try:
@@ -296,34 +303,32 @@ def _records(path: Path, make) -> Iterator:
                     raise _bad(path, n, f"longer than {MAX_LINE:,} characters")
                 if text.isspace():  # (a line read is never empty)
                     continue
-                seen = None
                 try:
-                    # the fast path: orjson, strict JSON, else the object from the line's first character,
-                    # nothing after it but whitespace (json.loads alone costs twice as much); anything else, or
-                    # what orjson refuses, through json.loads and its message
-                    if fast is not None:
-                        obj = fast(text)
-                        seen = text
-                    else:
-                        obj, end = _decode(text)
-                        if end != len(text) and not text[end:].isspace():
-                            raise ValueError(text)
-                except ValueError:
-                    obj = _loads(path, n, text)
-                if not isinstance(obj, dict):
-                    raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
-                try:
-                    req = make(obj, path, n, index)
-                except PlanError:
-                    if seen is None:
-                        raise
-                    req = make(_loads(path, n, seen), path, n, index)
-                yield req
+                    rec = decode(text)
+                except msgspec.DecodeError:  # (a ValidationError is one)
+                    rec = _convert(_loads(path, n, text), kind, path, n, refusal)
+                yield make(rec, path, n, index)
                 index += 1
                 if n > MAX_REQUESTS:
                     raise _bad(path, n, f"more than {MAX_REQUESTS:,} requests")
         except UnicodeDecodeError:  # a binary file or another encoding
             raise _bad(path, _undecodable_line(path, n), "not UTF-8 text (a trace is JSON lines)") from None
+
+
+@lru_cache(maxsize=None)
+def _decoder(kind: type):
+    """msgspec's JSON decoder to ``kind`` (a quarter of json's time on a Mooncake line, the checks included)."""
+    return msgspec.json.Decoder(kind).decode
+
+
+def _convert(obj: object, kind: type, path: Path, n: int, refusal):
+    """A line json read, as ``kind``; refused in one line where it is no object or ``kind`` refuses it."""
+    if not isinstance(obj, dict):
+        raise _bad(path, n, f"a JSON object was expected, got {type(obj).__name__}")
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError:
+        raise _bad(path, n, refusal(obj)) from None
 
 
 def _undecodable_line(path: Path, after: int) -> int:
@@ -341,19 +346,7 @@ def _undecodable_line(path: Path, after: int) -> int:
 
 def _lines(path: Path) -> Iterator[tuple[int, dict]]:
     """Each line's number and object."""
-    return _records(path, lambda obj, path, line, index: (line, obj))
-
-
-_decode = json.JSONDecoder().raw_decode
-
-
-def _fast_loads():
-    """orjson's ``loads`` (a quarter of json's time on a Mooncake line), or None where it is not installed."""
-    try:
-        from orjson import loads
-    except ImportError:
-        return None
-    return loads
+    return _records(path, dict, lambda obj, path, line, index: (line, obj), None)
 
 
 def _loads(path: Path, n: int, text: str) -> object:
@@ -366,62 +359,107 @@ def _loads(path: Path, n: int, text: str) -> object:
         raise _bad(path, n, "not UTF-8 text") from None
 
 
-_INT = frozenset({int})
+#: a field a line lacks
+_ABSENT = object()
+
+
+def _count_why(name: str, low: int):
+    """What a line is told whose token count ``name`` msgspec refuses: none, above MAX_PROMPT, or no integer
+    ≥ ``low``."""
+    def why(v: object) -> str:
+        if v is _ABSENT:
+            return f"no {name!r}"
+        if _holds(v, Annotated[int, Meta(ge=low)]):
+            return f"{name!r} is {v:,}: more than {MAX_PROMPT:,} tokens"
+        return f"{name!r} must be an integer ≥ {low}, got {v!r}"
+    return why
+
+
+def _holds(value: object, kind: object) -> bool:
+    try:
+        msgspec.convert(value, kind)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def _first_refused(obj: dict, kind: type, whys: dict) -> str | None:
+    """What the line is told for the first of ``whys``'s fields, in its order, that ``kind`` refuses (a required
+    one absent, or one whose value its type does not take), from the field's value; None where none is."""
+    fields = {f.name: f for f in msgspec.structs.fields(kind)}
+    for name, why in whys.items():
+        v = obj.get(name, _ABSENT)
+        if v is _ABSENT:
+            if fields[name].required:
+                return why(v)
+        elif not _holds(v, fields[name].type):
+            return why(v)
+    return None
+
+
+#: what a Mooncake line is told when msgspec refuses one of its fields, in the order the fields are checked (the
+#: count of ``hash_ids`` is checked before ``timestamp``: ``_mooncake_refusal``)
+_MOONCAKE_WHY = {"input_length": _count_why("input_length", 1), "output_length": _count_why("output_length", 0),
+                 "hash_ids": lambda v: "'hash_ids' must be a list of integers"}
+_TIMESTAMP_WHY = {"timestamp": lambda v: f"'timestamp' must be a number, got {v!r}"}
 
 
 def mooncake(path: Path) -> Iterator[Request]:
     """A Mooncake trace: block ``i`` of ``hash_ids`` is tokens 512·i to 512·(i+1), the last one holding what
     is left of ``input_length``; equal ids are equal token blocks across requests."""
-    return _records(path, _mooncake_line)
+    return _records(path, MooncakeLine, _mooncake_line, _mooncake_refusal)
 
 
-def _mooncake_line(obj: dict, path: Path, line: int, index: int) -> Request:
-    n, out = obj.get("input_length"), obj.get("output_length", 0)
-    if type(n) is not int or not 1 <= n <= MAX_PROMPT:  # noqa: E721 - the checks' own message otherwise
-        n = _int(obj, "input_length", path, line, low=1)
-    if type(out) is not int or not 0 <= out <= MAX_PROMPT:  # noqa: E721
-        out = _int(obj, "output_length", path, line, required=False)
-    ids = obj.get("hash_ids")
+def _blocks_why(n: int, ids: list) -> str | None:
+    """Why ``ids`` are not the hash ids of ``n`` input tokens: one per 512-token block."""
     need = -(-n // MOONCAKE_BLOCK)
-    if type(ids) is not list or len(ids) != need:  # noqa: E721
-        if type(ids) is not list or not _INT.issuperset(map(type, ids)):  # noqa: E721 - bool is no hash id
-            raise _bad(path, line, "'hash_ids' must be a list of integers")
-        raise _bad(path, line, f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per "
-                               f"{MOONCAKE_BLOCK}-token block")
-    t = obj.get("timestamp", 0)
-    if type(t) is not int and type(t) is not float:  # noqa: E721 - bool is no time
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise _bad(path, line, f"'timestamp' must be a number, got {t!r}")
+    if len(ids) == need:
+        return None
+    return f"{len(ids)} hash_ids for {n:,} input tokens: {need} expected, one per {MOONCAKE_BLOCK}-token block"
+
+
+def _mooncake_refusal(obj: dict) -> str:
+    return (_first_refused(obj, MooncakeLine, _MOONCAKE_WHY) or _blocks_why(obj["input_length"], obj["hash_ids"])
+            or _first_refused(obj, MooncakeLine, _TIMESTAMP_WHY) or "not a Mooncake record")
+
+
+def _mooncake_line(rec: MooncakeLine, path: Path, line: int, index: int) -> Request:
+    n, ids = rec.input_length, rec.hash_ids
+    why = _blocks_why(n, ids)
+    if why is not None:
+        raise _bad(path, line, why)
     # a block's id is its run's key (no other key in the trace is an int)
-    last = n - MOONCAKE_BLOCK * (need - 1)
+    last = n - MOONCAKE_BLOCK * (len(ids) - 1)
     if _native is not None:
         runs = _native.block_runs(ids, MOONCAKE_BLOCK, last)
-    elif _INT.issuperset(map(type, ids)):
-        runs = (*zip(ids, repeat(MOONCAKE_BLOCK, need - 1)), (ids[-1], last))
     else:
-        runs = None
-    if runs is None:
-        raise _bad(path, line, "'hash_ids' must be a list of integers")
-    return Request.of(index, Prompt.of_runs(runs, n), out, float(t), f"line {line}")
+        runs = (*zip(ids, repeat(MOONCAKE_BLOCK, len(ids) - 1)), (ids[-1], last))
+    return Request.of(index, Prompt.of_runs(runs, n), rec.output_length, rec.timestamp, f"line {line}")
 
 
 def token_lists(path: Path) -> Iterator[Request]:
     """A JSONL of ``{"prompt_token_ids": [...], "output_len": N}`` (``arrival`` optional)."""
-    return _records(path, _token_line)
+    return _records(path, TokenLine, _token_line, _token_refusal)
 
 
-def _token_line(obj: dict, path: Path, line: int, index: int) -> Request:
-    ids = obj.get("prompt_token_ids")
-    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) and
-                                                       t >= 0 for t in ids):
-        raise _bad(path, line, "'prompt_token_ids' must be a non-empty list of token ids (integers ≥ 0)")
-    if len(ids) > MAX_PROMPT:
-        raise _bad(path, line, f"{len(ids):,} prompt tokens: more than {MAX_PROMPT:,}")
-    out = _int(obj, "output_len", path, line, required=False)
-    t = obj.get("arrival", index)
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        raise _bad(path, line, f"'arrival' must be a number, got {t!r}")
-    return Request(index, Prompt(tokens=tuple(ids)), out, float(t), f"line {line}")
+def _token_ids_why(v: object) -> str:
+    if _holds(v, Annotated[list[TokenId], Meta(min_length=1)]):
+        return f"{len(v):,} prompt tokens: more than {MAX_PROMPT:,}"  # type: ignore[arg-type]
+    return "'prompt_token_ids' must be a non-empty list of token ids (integers ≥ 0)"
+
+
+#: what a token-id line is told when msgspec refuses one of its fields, in the order the fields are checked
+_TOKEN_WHY = {"prompt_token_ids": _token_ids_why, "output_len": _count_why("output_len", 0),
+              "arrival": lambda v: f"'arrival' must be a number, got {v!r}"}
+
+
+def _token_refusal(obj: dict) -> str:
+    return _first_refused(obj, TokenLine, _TOKEN_WHY) or "not a token-id record"
+
+
+def _token_line(rec: TokenLine, path: Path, line: int, index: int) -> Request:
+    t = index if rec.arrival is UNSET else rec.arrival
+    return Request(index, Prompt(tokens=tuple(rec.prompt_token_ids)), rec.output_len, float(t), f"line {line}")
 
 
 # --- synthetic workloads ------------------------------------------------------------------------------
@@ -430,8 +468,7 @@ def _token_line(obj: dict, path: Path, line: int, index: int) -> Request:
 ORDERS = ("round-robin", "user-by-user")
 
 
-@dataclass(frozen=True)
-class Synthetic:
+class Synthetic(Struct, frozen=True):
     """U users share a system prompt of ``shared`` tokens; each has T turns; turn t adds ``private`` tokens of
     the user's own and generates ``output`` tokens. ``history``: a turn's prompt holds the user's earlier
     turns and their outputs (a conversation), else it is the system prompt and the new private part alone.
@@ -448,7 +485,7 @@ class Synthetic:
     group_size: int = 0
     group_shared: int = 0
     #: every ``private_step``-th request (by arrival) adds this many tokens to its private part
-    private_extra: tuple[int, ...] = field(default=())
+    private_extra: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("shared", "users", "turns", "private", "output", "group_size", "group_shared"):

@@ -9,15 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from dataclasses import replace
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan import engines
 from hybridplan.engines import LogGiven
 from hybridplan.engines.common import Estimate, NotModelled, Row, Setting
 from hybridplan.errors import PlanError
 from hybridplan.logread import Log
-from hybridplan.records import frozen
 from hybridplan.reports import schema_version
 
 NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Setting attention block size\", \"Padding "
@@ -25,8 +26,7 @@ NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Settin
            "\"Mamba Cache is allocated\", \"KV Cache is allocated\" and max_running_requests lines)")
 
 
-@frozen
-class StartCheck:
+class StartCheck(Struct, frozen=True):
     """One start-up of the log: the lines it spans, and its settings, figures and notes, never mixed with
     another start's. ``error`` says why a start could not be checked (its figures are then not compared)."""
 
@@ -57,8 +57,7 @@ class StartCheck:
                 "notes": list(self.notes)}
 
 
-@frozen
-class CheckReport:
+class CheckReport(Struct, frozen=True):
     """Every start of the log. ``ok`` when every start that could be checked matches; the top-level JSON lists
     each start's rows with its index, so a figure is always read with its own start."""
 

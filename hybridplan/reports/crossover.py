@@ -3,13 +3,14 @@ reference, for each SSM dtype, and a ladder of contexts 1K … 1M."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
-from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.reports.size import reference
 from hybridplan.scenario import Scenario
@@ -32,8 +33,7 @@ def _exact(x: Fraction | None) -> dict | None:
     return {"value": float(x), "fraction": f"{x.numerator}/{x.denominator}" if x.denominator != 1 else str(x)}
 
 
-@frozen
-class CrossoverReport:
+class CrossoverReport(Struct, frozen=True):
     spec: ModelSpec
     ref: ModelSpec
     tp: int

@@ -4,13 +4,13 @@ SGLang's MambaPool)."""
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan import engines
-from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 
 
-@frozen
-class EngineReport:
+class EngineReport(Struct, frozen=True):
     parts: dict[str, engines.Part]
     skipped: tuple[tuple[str, str], ...] = ()
 

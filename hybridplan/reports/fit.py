@@ -8,11 +8,12 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from hybridplan import engines
 from hybridplan.cmdline import Command, sglang_command, vllm_command
 from hybridplan.engines.common import Waterfall
 from hybridplan.errors import PlanError, Refused
-from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
 
@@ -21,8 +22,7 @@ from hybridplan.scenario import Scenario
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-@frozen
-class Refusal:
+class Refusal(Struct, frozen=True):
     """An engine that refuses to start with these settings (``Refused``), in its own words, with the memory it
     would have had where the budget was not given: its verdict, while the other engine still answers."""
 
@@ -67,8 +67,7 @@ def _refusal(sc: Scenario, name: str, exc: Refused) -> Refusal:
     return Refusal(f"{_ENGINE_NAMES[name]} {rel.version}", str(exc), water, mem.CACHE_LABEL, mem.FACTOR_LABEL)
 
 
-@frozen
-class FitReport:
+class FitReport(Struct, frozen=True):
     sc: Scenario
     parts: dict[str, engines.FitPart]
     notes: tuple[str, ...] = ()

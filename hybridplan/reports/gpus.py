@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.gpus import Gpu
-from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 
 
-@frozen
-class GpusReport:
+class GpusReport(Struct, frozen=True):
     gpus: tuple[Gpu, ...]
 
     def to_dict(self) -> dict:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 
-from hybridplan.records import frozen
+from msgspec import Struct
+
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.spec import ModelSpec
 
 
-@frozen
-class ModelsReport:
+class ModelsReport(Struct, frozen=True):
     specs: tuple[ModelSpec, ...]
 
     def to_dict(self) -> dict:

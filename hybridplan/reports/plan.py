@@ -5,9 +5,10 @@ layouts on fewer GPUs fail."""
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
 from hybridplan.plan import Plan, PlanResult, Rejection
-from hybridplan.records import frozen
 from hybridplan.reports import schema_version
 
 
@@ -18,8 +19,7 @@ def _range_columns(p) -> dict:
     return {"decode_tokens_per_s_per_gpu_p10": lo, "decode_tokens_per_s_per_gpu_p90": hi}
 
 
-@frozen
-class PlanReport:
+class PlanReport(Struct, frozen=True):
     result: PlanResult
     model_ref: str | None = None
     revision: str | None = None

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from msgspec import Struct
+
 from hybridplan import engines
 from hybridplan.engines.common import Reuse
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 from hybridplan.replay.loop import Policy, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import MAX_PROMPT, Synthetic
@@ -43,8 +44,7 @@ CSV_COLUMNS = ("shared_tokens", "private_tokens", "prompt_tokens", "engine", "ro
                "reused_tokens", "computed_tokens", "later_reused_tokens", "later_computed_tokens")
 
 
-@frozen
-class PrefixReport:
+class PrefixReport(Struct, frozen=True):
     spec: ModelSpec
     shared: int
     private: int
@@ -78,8 +78,7 @@ class PrefixReport:
         return d
 
 
-@frozen
-class Lanes:
+class Lanes(Struct, frozen=True):
     """The replay policies of a scenario's engines and modes (the attention-only baseline left out), built once
     for every point of a sweep, and the engines skipped with the reason."""
 
@@ -152,8 +151,7 @@ def prefix(sc: Scenario, shared: int, private: int, ln: Lanes | None = None) -> 
     return PrefixReport(sc.spec, shared, private, parts, tuple(skipped.items()) + modes)
 
 
-@frozen
-class SweepReport:
+class SweepReport(Struct, frozen=True):
     """Reuse as the shared length grows: a step function with a step at each checkpoint."""
 
     spec: ModelSpec

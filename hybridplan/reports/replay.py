@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan import engines
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.replay.advice import WHAT_IF_LIMIT
 from hybridplan.replay.loop import Policy, Run, replay
 from hybridplan.replay.settings import ReplaySettings
@@ -28,8 +29,7 @@ _NO_WORK = ("embedding", "lm_head", "norm", "vision", "mtp")
 MAX_LISTED = 1_000_000
 
 
-@frozen
-class Flops:
+class Flops(Struct, frozen=True):
     """Prefill FLOPs per token from the config's counted weights: 2 per weight a token passes through (MoE
     experts scaled by the active share), plus attention's scores and values, 4·heads·head_dim per attention
     layer and earlier position."""
@@ -65,8 +65,7 @@ def flops(spec: ModelSpec) -> Flops:
     return Flops(2.0 * params, float(attn), note)
 
 
-@frozen
-class Row:
+class Row(Struct, frozen=True):
     engine: str
     label: str
     run: Run
@@ -97,8 +96,7 @@ class Row:
         return d
 
 
-@frozen
-class ReplayReport:
+class ReplayReport(Struct, frozen=True):
     spec: ModelSpec
     trace: str
     settings: ReplaySettings
@@ -202,8 +200,7 @@ CAUSE_TEXT = {
 }
 
 
-@frozen
-class Cause:
+class Cause(Struct, frozen=True):
     """One cause of a row's gap: the tokens it costs, its share of the gap, and what recovers it."""
 
     name: str
@@ -226,8 +223,7 @@ class Cause:
         return d
 
 
-@frozen
-class Gap:
+class Gap(Struct, frozen=True):
     """A row's reused tokens against the ideal cache's over every request, split into ``CAUSES``."""
 
     ideal_tokens: int

@@ -3,13 +3,14 @@ model at the same context, and a pool of state slots."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines import vllm
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
-from hybridplan.records import frozen
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import ModelSpec
@@ -19,8 +20,7 @@ if TYPE_CHECKING:
     from hybridplan.weights import Weights
 
 
-@frozen
-class SizeReport:
+class SizeReport(Struct, frozen=True):
     """`size`'s report: the model's footprint beside the reference's at the scenario's context."""
 
     sc: Scenario

@@ -3,10 +3,11 @@ bounds each figure per layer kind, and what a serving benchmark of the workload 
 
 from __future__ import annotations
 
-from dataclasses import replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.reports import schema_version
 from hybridplan.scenario import Scenario
 from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
@@ -28,8 +29,7 @@ def batch_sizes(top: int) -> tuple[int, ...]:
     return (*out, top)
 
 
-@frozen
-class SpeedReport:
+class SpeedReport(Struct, frozen=True):
     sc: Scenario
     gpu: Datasheet
     eff: Efficiency

@@ -21,12 +21,13 @@ per-request list. Speculative decoding with an acceptance rate a and k proposed 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import ceil, floor
 from statistics import median
 
+from msgspec import Struct
+from msgspec.structs import replace
+
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 from hybridplan.scenario import Scenario
 from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
 from hybridplan.speed.gpus import Datasheet
@@ -37,8 +38,7 @@ from hybridplan.speed.work import Step, decode_step, prefill_step
 DEFAULT_PROMPTS = 1000
 
 
-@frozen
-class Workload:
+class Workload(Struct, frozen=True):
     input: int
     output: int
     concurrency: int
@@ -60,8 +60,7 @@ class Workload:
         return self.num_prompts or DEFAULT_PROMPTS
 
 
-@frozen
-class Bench:
+class Bench(Struct, frozen=True):
     workload: Workload
     engine: str
     running: int
@@ -159,8 +158,7 @@ def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tu
     return st, _prefill_seconds(sc, st, eff, tokens)
 
 
-@frozen
-class Prepared:
+class Prepared(Struct, frozen=True):
     """What a benchmark's figures need that no efficiency changes: the running batch (from ``fit``) and the
     work of its decode step and of one prompt's prefill. ``price`` times it at an ``Efficiency``, so a fit can
     try many efficiencies on one scenario without sizing the engine again."""

@@ -22,12 +22,13 @@ profile of the recurrent kernels does not measure.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
 from pathlib import Path
 from statistics import median
 
+from msgspec import Struct
+from msgspec.structs import asdict, replace
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, tensor_peak
 
@@ -35,8 +36,7 @@ from hybridplan.speed.model import DEFAULT, Efficiency, tensor_peak
 CALIBRATION_VERSION = 2
 
 
-@frozen
-class Calibration:
+class Calibration(Struct, frozen=True):
     device: str
     #: "cuda", or "triton-interpreter" (the CPU pipeline: figures of no GPU)
     backend: str
@@ -133,8 +133,7 @@ def load(path: Path) -> Calibration:
         raise PlanError(f"--calibration {path}: {exc}") from None
 
 
-@frozen
-class PhaseCheck:
+class PhaseCheck(Struct, frozen=True):
     """One phase of a profile (its decode step over every slot, or its prefill) against `speed`'s calibrated
     prediction for the same rows: each row's bytes and FLOPs timed as ``speed`` times a layer kind's work."""
 

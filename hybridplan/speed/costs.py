@@ -5,7 +5,8 @@ this module only asks them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from hybridplan.scenario import Scenario
 from hybridplan.speed.work import HEAD, SAMPLING, Step, Work

@@ -28,9 +28,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import replace
 from pathlib import Path
 from statistics import median
+
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.scenario import Scenario

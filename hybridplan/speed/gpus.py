@@ -15,12 +15,12 @@ is the datasheet's total (both directions) per GPU; a ring all-reduce moves data
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 
-@frozen
-class Datasheet:
+class Datasheet(Struct, frozen=True):
     key: str
     #: HBM (or GDDR/LPDDR) bandwidth, GB/s (10^9 B/s)
     hbm_gbps: float | None

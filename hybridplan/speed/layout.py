@@ -17,10 +17,11 @@ same per-rank step model as `speed` (hybridplan/speed/work.py, model.py). Pure f
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import ceil
 
-from hybridplan.records import frozen
+from msgspec import Struct
+from msgspec.structs import replace
+
 from hybridplan.scenario import Scenario
 from hybridplan.speed.costs import decode_mode
 from hybridplan.speed.gpus import Datasheet
@@ -28,8 +29,7 @@ from hybridplan.speed.model import DEFAULT, Efficiency, step_time
 from hybridplan.speed.work import HEAD, NORM, SAMPLING, Step, Work, decode_step
 
 
-@frozen
-class Rate:
+class Rate(Struct, frozen=True):
     """Decode output tokens/s of every engine of a layout together, at a batch and context; None where the
     layout is not priced, with the reason."""
 

@@ -14,10 +14,11 @@ never saw it (docs/VALIDATION.md).
 
 from __future__ import annotations
 
-from dataclasses import replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.work import Step, Work
 
@@ -26,8 +27,7 @@ BOUNDS = ("weights", "KV reads", "state reads and writes", "logits", "FLOPs", "f
           "communication", "step overhead")
 
 
-@frozen
-class Efficiency:
+class Efficiency(Struct, frozen=True):
     """Achieved over peak, and the fixed costs, as one engine on one GPU reaches them."""
 
     #: HBM bandwidth a large decode GEMV or cache read reaches
@@ -80,7 +80,7 @@ class Efficiency:
     source: str = "round starting values, not fitted (validation/speed.py fit starts from them)"
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: getattr(self, k) for k in self.__struct_fields__}
 
     def cpu_step_us(self, engine: str, batch: int) -> float:
         """The engine's host µs for a decode step of ``batch`` running requests."""
@@ -133,8 +133,7 @@ DEFAULT = Efficiency(hbm=0.8, tensor=0.5, gdn_state_hbm=0.5, ssd_scan=0.2, kerne
                             "held-out accuracy: docs/VALIDATION.md")
 
 
-@frozen
-class KindTime:
+class KindTime(Struct, frozen=True):
     kind: str
     seconds: float
     bound: str
@@ -155,8 +154,7 @@ class KindTime:
         return d
 
 
-@frozen
-class StepTime:
+class StepTime(Struct, frozen=True):
     step: Step
     kinds: tuple[KindTime, ...]
     seconds: float

@@ -15,7 +15,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from hybridplan.records import frozen
+from msgspec import Struct
+
 
 PATH = Path(__file__).with_name("ranges.json")
 #: the regimes, by the benchmark's --max-concurrency (validation/speed.py scores by the same)
@@ -31,8 +32,7 @@ def regime(concurrency: int) -> str:
     return REGIMES[0] if concurrency <= 1 else REGIMES[1] if concurrency < 128 else REGIMES[2]
 
 
-@frozen
-class Range:
+class Range(Struct, frozen=True):
     """measured / predicted at the 10th and 90th percentile of the held-out rows of a cell."""
 
     set: str

@@ -10,9 +10,10 @@ here recounts a tensor.
 
 from __future__ import annotations
 
-from dataclasses import field
 from functools import lru_cache
 from math import prod
+
+from msgspec import Struct
 
 from hybridplan.dtypes import size_of
 from hybridplan.engines.vllm.dtypes import footprint as vllm_footprint
@@ -22,7 +23,6 @@ from hybridplan.memory import Footprint
 from hybridplan.scenario import Scenario
 from hybridplan.spec import MLA, Attention, GatedDeltaNet, KimiDeltaAttention, Mamba1, Mamba2, ModelSpec
 from hybridplan.weights import _bytes as _part_bytes  # the one pricing rule of a part (quantization included)
-from hybridplan.records import frozen
 from hybridplan.weights import counted_parts, rank_params, weights
 
 #: the layer kinds a step is split into, beside the mixer and FFN kinds of hybridplan/spec.py
@@ -72,8 +72,7 @@ _GROUP_KIND = {"mlp": "mlp", "moe": "moe", "gdn": "gdn", "kda": "kda", "linear_a
                "conv": "short_conv", "shared": SHARED, "lm_head": HEAD, "norm": NORM}
 
 
-@frozen
-class Work:
+class Work(Struct, frozen=True):
     """One layer kind's share of a step on one rank."""
 
     kind: str
@@ -108,8 +107,7 @@ class Work:
                 "logit_bytes": round(self.logit_bytes)}
 
 
-@frozen
-class Step:
+class Step(Struct, frozen=True):
     """A step's work: per layer kind, plus the TP all-reduces (``allreduces`` of ``allreduce_bytes`` each)."""
 
     phase: str  # decode or prefill
@@ -121,7 +119,18 @@ class Step:
     allreduce_bytes: float = 0.0
     #: the weights' dtype class for the tensor peak: bf16 or fp8 (fp8 and narrower checkpoints)
     tensor_dtype: str = "bf16"
-    notes: tuple[str, ...] = field(default=(), compare=False)
+    notes: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:  # the notes are no part of the step's identity
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._identity() == other._identity()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def _identity(self) -> tuple:
+        return tuple([getattr(self, n) for n in self.__struct_fields__ if n != "notes"])
     #: the engine whose kernels and host time the step is priced with
     engine: str = "vllm"
 
@@ -132,8 +141,7 @@ class Step:
 # --- the model's static figures -------------------------------------------------------------------
 
 
-@frozen
-class Experts:
+class Experts(Struct, frozen=True):
     """Routed experts: ``count`` per MoE layer, ``top_k`` of them per token."""
 
     count: int
@@ -149,8 +157,7 @@ def experts(spec: ModelSpec) -> Experts | None:
     return Experts(e, k) if e > 1 and k else None
 
 
-@frozen
-class RankWeights:
+class RankWeights(Struct, frozen=True):
     """One rank's weight bytes and parameters per layer kind; ``routed`` the routed experts' share of
     ``moe`` (read in proportion to the experts a step touches)."""
 

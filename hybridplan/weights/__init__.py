@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan.dtypes import size_of
-from hybridplan.records import frozen
 from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import DraftFields, ModelSpec
@@ -27,8 +28,7 @@ if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoi
 VOCAB_PADDING = 64
 
 
-@frozen
-class Weights:
+class Weights(Struct, frozen=True):
     """What a start loads: ``params`` and ``bytes`` over all ranks, ``bytes_per_rank`` on one GPU."""
 
     params: int
@@ -76,8 +76,7 @@ _KINDS = {"gdn": ("gdn",), "attention": ("attention", "sliding_attention", "mla"
           "mlp": ("mlp",), "moe": ("moe",)}
 
 
-@frozen
-class _Layers:
+class _Layers(Struct, frozen=True):
     """How many decoder layers the model has, and how many of each kind (to weigh a per-layer ignore list)."""
 
     total: int
@@ -129,8 +128,7 @@ def weights(spec: ModelSpec, tp: int = 1, dtype: str | None = None, *, mtp: bool
     return _from_checkpoint(ckpt, counted, _Serving(tp, dtype, mtp, spec))
 
 
-@frozen
-class _Serving:
+class _Serving(Struct, frozen=True):
     """How the weights are served: the TP degree, the dtype, whether the MTP layers load, and the model."""
 
     tp: int

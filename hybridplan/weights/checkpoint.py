@@ -17,7 +17,8 @@ from math import prod
 from pathlib import Path
 from typing import Any, Iterable
 
-from hybridplan.records import frozen
+from msgspec import Struct
+
 
 #: a header longer than this is not a safetensors header (the format caps it at 100 MB)
 MAX_HEADER = 100_000_000
@@ -25,8 +26,7 @@ _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _MTP = re.compile(r"(?:^|\.)mtp[._]")
 
 
-@frozen
-class Checkpoint:
+class Checkpoint(Struct, frozen=True):
     """What a checkpoint holds, and where it was read: parameters and bytes outside its MTP layers, and in them
     (None where the source does not say: an index gives totals only, MTP layers included)."""
 

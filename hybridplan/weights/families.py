@@ -18,15 +18,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from msgspec import Struct
+
 from hybridplan.fields import Fields
 from hybridplan.fields import qwen3_moe_layers as _qwen3_moe_layers
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import GatedDeltaNet
 
 
-@frozen
-class Part:
+class Part(Struct, frozen=True):
     """One tensor kind, summed over the layers that hold it."""
 
     group: str
@@ -39,8 +39,7 @@ class Part:
     section: str = "model"  # model, mtp, vision
 
 
-@frozen
-class How:
+class How(Struct, frozen=True):
     """How a linear layer splits over the ranks, whether it has a bias, and the heads or groups it is made of
     (replicated where the ranks outnumber them)."""
 
@@ -80,8 +79,7 @@ class Count:
 # --- shared blocks ---------------------------------------------------------------------------------
 
 
-@frozen
-class Attn:
+class Attn(Struct, frozen=True):
     """An attention block's shapes, as its weights are counted."""
 
     heads: int
@@ -96,8 +94,7 @@ class Attn:
     out: int | None = None
 
 
-@frozen
-class SSM2:
+class SSM2(Struct, frozen=True):
     """A Mamba-2 block's shapes, as its weights are counted."""
 
     heads: int
@@ -111,8 +108,7 @@ class SSM2:
     gated_norm: bool = True
 
 
-@frozen
-class SSM1:
+class SSM1(Struct, frozen=True):
     """A Mamba-1 block's shapes, as its weights are counted."""
 
     inner: int
@@ -125,8 +121,7 @@ class SSM1:
     inner_norms: bool = False
 
 
-@frozen
-class Experts:
+class Experts(Struct, frozen=True):
     """A mixture-of-experts block's shapes (routed and shared experts), as its weights are counted."""
 
     experts: int

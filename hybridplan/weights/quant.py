@@ -30,14 +30,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import field, replace
 from fnmatch import fnmatchcase
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.quant_config import stated_quantization
-from hybridplan.records import frozen
 
 
 #: the checkpoint's module names (after ``…layers.N.``) that each counted part (hybridplan/weights/families.py,
@@ -71,8 +72,7 @@ def _matches(name: str, pattern: str) -> bool:
     return fnmatchcase(name, pattern) or name == pattern or name.startswith(pattern + ".")
 
 
-@frozen
-class Scheme:
+class Scheme(Struct, frozen=True):
     """``bytes_per_param``: a quantized weight with its share of the scales and zero points."""
 
     name: str
@@ -130,8 +130,7 @@ class Scheme:
         return [tuple(p.format(i=i) + f for p in _LAYER_PREFIXES for f in frags) for i in range(max(layers, 1))]
 
 
-@frozen
-class KVScheme:
+class KVScheme(Struct, frozen=True):
     """A ``kv_cache_scheme`` object (compressed-tensors' and ModelOpt's newer config.json layout)."""
 
     num_bits: int | None
@@ -144,8 +143,7 @@ class KVScheme:
         return f"{kind}{self.num_bits}" if self.num_bits else kind
 
 
-@frozen
-class Quantization:
+class Quantization(Struct, frozen=True):
     """The checkpoint's quantization as its files state it; which engine release honours what is an engine rule
     (hybridplan/engines/vllm/dtypes.py, hybridplan/engines/sglang/dtypes.py)."""
 
@@ -161,9 +159,24 @@ class Quantization:
     nested: bool
     #: where it was read: "config.json", "config.json text_config" or "hf_quant_config.json"
     where: str
-    scheme: Scheme | None = field(compare=False)
+    scheme: Scheme | None
     #: why ``scheme`` is None: hybridplan does not size these weights
-    unsized: str | None = field(default=None, compare=False)
+    unsized: str | None = None
+
+    #: what is read from the config is the quantization's identity; ``scheme`` and ``unsized`` are derived from
+    #: it, so equality and hash skip them
+    _UNCOMPARED: ClassVar[frozenset[str]] = frozenset({"scheme", "unsized"})
+
+    def _identity(self) -> tuple:
+        return tuple([getattr(self, n) for n in self.__struct_fields__ if n not in self._UNCOMPARED])
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._identity() == other._identity()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
 
     @property
     def name(self) -> str:

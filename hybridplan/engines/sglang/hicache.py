@@ -44,8 +44,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError, Refused
-from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS
 
 if TYPE_CHECKING:
@@ -85,8 +86,7 @@ DEFAULT_RATIO = 2.0
 GB = 1_000_000_000
 
 
-@frozen
-class HiCache:
+class HiCache(Struct, frozen=True):
     """``--enable-hierarchical-cache`` and its ``--hicache-*`` flags as given (None: the release's default)."""
 
     ratio: float | None = None
@@ -119,8 +119,7 @@ class HiCache:
         return layout
 
 
-@frozen
-class HostPool:
+class HostPool(Struct, frozen=True):
     """One host pool: ``size`` tokens (KV) or states (Mamba) of ``unit`` bytes each, beside a device pool of
     ``device`` of them."""
 
@@ -134,8 +133,7 @@ class HostPool:
         return self.size * self.unit
 
 
-@frozen
-class HostPools:
+class HostPools(Struct, frozen=True):
     kv: HostPool
     mamba: HostPool
     #: the budget in GB each pool was sized from (``--hicache-size``, split or not), None by ratio
@@ -187,8 +185,7 @@ def _size(device: int, unit: int, page: int, ratio: float, budget_gb: float | No
     return (size // page + 1) * page
 
 
-@frozen
-class DevicePools:
+class DevicePools(Struct, frozen=True):
     """The device pools a host tier backs: ``kv_tokens`` tokens of ``kv_unit`` host bytes each on ``page``-token
     pages, ``mamba_slots`` states of ``mamba_unit`` bytes, and each pool's device bytes (``get_kv_size_bytes``)."""
 
@@ -250,7 +247,7 @@ def draft_layers(rel: Release, sc: Scenario) -> int:
 
 def host_tier(r: Rules, sc: Scenario, rs: ReplaySettings, f: Fit) -> Rules:
     """`replay`'s rules with the host tier behind the device pools; SGLang's refusal raised as its own."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     rel, hc = sc.sglang.release, sc.sglang.hicache
     if rs.int8_checkpoint and rel.at_least(INT8_REFUSED_SINCE):

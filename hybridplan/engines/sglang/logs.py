@@ -5,8 +5,9 @@ hybridplan does not predict, with the reason."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from hybridplan.engines.common import LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.sglang.releases import DEFAULT, Release, release
@@ -195,7 +196,7 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
 def _steps(s: Settings, sp):
     """As hybridplan/build.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
     ``SglangSettings.draft_tokens``."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     steps = s.get("speculative_num_steps")
     steps = int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else sp.num_tokens - 1
@@ -256,7 +257,7 @@ def check(log: Log, given: LogGiven) -> LogCheck:
     """The log's figures beside the prediction; a build between two releases (``--sglang-version
     0.5.17.dev…``, ``releases.neighbours``) is checked with each one's rules, the one that reproduces the most
     figures kept and said, and the model refused only when neither runs it."""
-    from dataclasses import replace as with_
+    from msgspec.structs import replace as with_
 
     from hybridplan.engines.sglang.releases import neighbours
     from hybridplan.errors import NotServed

@@ -21,13 +21,14 @@ sglang/srt/models/qwen3_5.py): PP saved no memory, and each stage here holds the
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.sglang.pool import Fit
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS
 from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 
@@ -99,8 +100,7 @@ def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
     return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
 
 
-@frozen
-class StagePools:
+class StagePools(Struct, frozen=True):
     """One stage's split: its R, its state pool and its KV pool."""
 
     stage: Stage
@@ -113,7 +113,6 @@ class StagePools:
                 "weights_bytes": f.memory.term("weights") if f.memory else None}
 
 
-@frozen
 class PipelineFit(Fit):
     """`fit` on SGLang with pipeline stages: the binding stage's figures, and every stage's."""
 
@@ -288,7 +287,6 @@ def state_slots_per_group(slots: int, dp: int) -> int:
     return slots // dp
 
 
-@frozen
 class DataParallelFit(Fit):
     """`fit` on SGLang with --dp-size / --ep-size: one rank's figures (every rank alike), and the whole."""
 

@@ -9,9 +9,11 @@ on); the request count: managers/tp_worker.py and model_runner.py (to 0.5.9), ``
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.dtypes import flag_dtype, size_of
 from hybridplan.engines.common import Shortfall, Waterfall
@@ -21,7 +23,6 @@ from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import CacheDtypes, Footprint
 from hybridplan.memory import footprint as _footprint
-from hybridplan.records import frozen
 from hybridplan.spec import ATTENTION_KINDS, ModelSpec
 from hybridplan.units import human_bytes
 
@@ -82,8 +83,7 @@ def per_request_bytes(fp: Footprint) -> int:
     return fp.state_bytes
 
 
-@frozen
-class Pool:
+class Pool(Struct, frozen=True):
     """``MambaPool``: one tensor per state kind, ``(layers, size + 1, *shape)``; one row is padding."""
 
     size: int
@@ -117,8 +117,7 @@ class Pool:
         return line
 
 
-@frozen
-class SpecBuffers:
+class SpecBuffers(Struct, frozen=True):
     """The per-draft-token buffers beside the pool under speculative decoding: ``(layers, S + 1, D, *shape)``
     for SSM and conv states. S is the pool size until 0.5.6.post2 and max_running_requests from 0.5.7; from
     0.5.14 (CUDA, top-k 1) the conv windows of one row overlap and are stored once, D + K − 2 columns wide."""
@@ -171,8 +170,7 @@ def estimate(kv_tokens: int, context_len: int) -> int:
     return max(min(int(kv_tokens / context_len * 512), high), low)
 
 
-@frozen
-class Split:
+class Split(Struct, frozen=True):
     """R divided: the pool's size K, the speculative buffers reserved, and what the KV pool gets."""
 
     budget: int
@@ -286,8 +284,7 @@ def request_cap(pool_size: int, slots_per_request: int) -> int:
     return pool_size // slots_per_request
 
 
-@frozen
-class Admission:
+class Admission(Struct, frozen=True):
     """max_running_requests, by the band of ``Release.requests``:
 
     - two-stage (0.5.2–0.5.9): the request pool is the asked count, else the estimate, capped by the state
@@ -359,8 +356,7 @@ def cap_log(n: int, k: int, ratio: int) -> str:
             "or halve the state size with --mamba-ssm-dtype bfloat16.")
 
 
-@frozen
-class PoolLayout:
+class PoolLayout(Struct, frozen=True):
     """`size --engine sglang`: a MambaPool of ``--slots`` slots and what it admits."""
 
     rel: Release
@@ -394,8 +390,7 @@ def layout(sc: Scenario) -> PoolLayout:
                       checkpoint_grid(sc.spec, rel, page_size(sc, strat)))
 
 
-@frozen
-class Fit:
+class Fit(Struct, frozen=True):
     """`fit` on SGLang: the memory split between the two pools and the requests it admits."""
 
     split: Split

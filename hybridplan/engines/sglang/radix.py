@@ -6,21 +6,21 @@ three-request trace."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Reuse, lcm
 from hybridplan.engines.sglang.releases import Release
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
 
-@frozen
-class Strategy:
+class Strategy(Struct, frozen=True):
     """The radix strategy a scenario runs and the state slots a request holds under it."""
 
     name: str
@@ -72,8 +72,7 @@ def checkpoint_grid(spec: ModelSpec, rel: Release, page_size: int = 1, tree_page
     return lcm(max(chunk, page_size), tree_page)
 
 
-@frozen
-class Prefix:
+class Prefix(Struct, frozen=True):
     rel: Release
     reuse: Reuse
 

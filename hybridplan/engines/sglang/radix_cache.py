@@ -28,13 +28,15 @@ Each rule names its release range and SGLang's file.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall, floor_to, lcm
 from hybridplan.engines.sglang.defaults import chunk as default_chunk
 from hybridplan.errors import NotServed, PlanError, Refused
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.replay.settings import ReplaySettings
@@ -47,8 +49,7 @@ TRACK_INTERVAL = 256
 CAP_FLAGS_SINCE = "0.5.18"
 
 
-@frozen
-class Rules:
+class Rules(Struct, frozen=True):
     label: str
     version: str
     strategy: str

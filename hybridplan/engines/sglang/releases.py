@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
+from msgspec import Struct
+
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import ModelSpec
 
 #: every 0.5.x release on PyPI (there is no final 0.5.0); the first ones have no Mamba pool
@@ -91,8 +92,7 @@ def _key(version: str) -> tuple[int, int, int]:
     return (int(patch), 2, int(post)) if post is not None else (int(patch), 1, 0)
 
 
-@frozen
-class Release:
+class Release(Struct, frozen=True):
     """One SGLang release, by its version string (0.5.x, with any rc or post suffix)."""
 
     version: str

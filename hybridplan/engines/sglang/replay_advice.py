@@ -6,8 +6,9 @@ SGLang files they follow)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from hybridplan.engines.sglang import radix_cache as spc
 from hybridplan.errors import PlanError
@@ -66,9 +67,7 @@ def baseline(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[Policy,
 
 
 def _radix(sc: Scenario, name: str) -> Scenario:
-    from hybridplan.engines.sglang.settings import SglangSettings
-
-    return replace(sc, sglang=SglangSettings(**{**sc.sglang.__dict__, "radix": name}))
+    return replace(sc, sglang=replace(sc.sglang, radix=name))
 
 
 def _rerun(sc: Scenario, rs: ReplaySettings, replay_one: Callable[[Policy], Run] | None, **change) -> Run | None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.engines.sglang.hicache import HiCache
 from hybridplan.engines.sglang.releases import DEFAULT, STRATEGIES, Release
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 #: ``--mamba-full-memory-ratio`` fallback (server_args.py schedule fields)
 FULL_MEMORY_RATIO = 0.9
@@ -17,8 +18,7 @@ ENV = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": ("0", "1", "true", "false")}
 SPEC_MAX_RUNNING_REQUESTS = 48
 
 
-@frozen
-class SglangSettings:
+class SglangSettings(Struct, frozen=True):
     """The SGLang release and flags of a scenario (None: SGLang's own default for the model and GPU)."""
 
     release: Release = DEFAULT

@@ -10,8 +10,9 @@ What joins the caches, and the draft, are read by hybridplan/speculative.py (``m
 
 from __future__ import annotations
 
+from msgspec import Struct
+
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.scenario import Speculative
 from hybridplan.spec import ModelSpec
 from hybridplan.speculative import load_draft, mtp_layers, token_count
@@ -23,8 +24,7 @@ SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN
                                      "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
 
 
-@frozen
-class SglangFlags:
+class SglangFlags(Struct, frozen=True):
     """SGLang's speculative flags as typed (None = not given)."""
 
     algorithm: str | None = None

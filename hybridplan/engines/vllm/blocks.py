@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan.engines.common import cdiv, lcm
 from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.memory import Footprint
-from hybridplan.records import frozen
 from hybridplan.spec import Attention
 
 if TYPE_CHECKING:
@@ -70,8 +71,7 @@ def mamba_page(fp: Footprint) -> int:
     return max((g.bytes_per_layer for g in fp.state), default=0)
 
 
-@frozen
-class Layout:
+class Layout(Struct, frozen=True):
     """The page layout of one mode: block size, page bytes and the lines vLLM logs about them."""
 
     mode: str
@@ -221,8 +221,7 @@ def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:
 
 
 
-@frozen
-class ModePages:
+class ModePages(Struct, frozen=True):
     """One mode's layout and what one request pins in it."""
 
     layout: Layout
@@ -239,8 +238,7 @@ class ModePages:
                 "kv_bytes_per_request": self.kv_pages_per_request * lay.page_bytes, "logs": list(lay.logs)}
 
 
-@frozen
-class Pages:
+class Pages(Struct, frozen=True):
     """`size --engine vllm`: pages and padding per mode."""
 
     rel: Release

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan.engines.vllm.releases import NEWEST, Release
-from hybridplan.records import frozen
 from hybridplan.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -25,8 +26,7 @@ FALLBACK = 2048
 ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
-@frozen
-class MaxLen:
+class MaxLen(Struct, frozen=True):
     """vLLM's derived maximum: the value (a float once a RoPE factor applies, as vLLM prints it) and the key
     it came from; ``None`` when the config names no length."""
 

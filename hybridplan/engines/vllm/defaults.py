@@ -34,9 +34,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.settings import PERFORMANCE_MODE_FROM
-from hybridplan.records import frozen
 from hybridplan.spec import GatedDeltaNet
 
 if TYPE_CHECKING:
@@ -65,8 +66,7 @@ TIERS = {
 USAGES = tuple(TIERS)
 
 
-@frozen
-class BatchDefaults:
+class BatchDefaults(Struct, frozen=True):
     """The two defaults one start takes, and why."""
 
     max_num_batched_tokens: int
@@ -88,8 +88,7 @@ def device_memory(g: Gpu) -> int:
     return g.smi * MiB
 
 
-@frozen
-class Device:
+class Device(Struct, frozen=True):
     """What vLLM's tier reads of a GPU: its total memory (None: no GPU named), its name and compute capability."""
 
     mem: int | None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from hybridplan.dtypes import flag_dtype, serving_dtype, size_of
 from hybridplan.engines.vllm.releases import NEWEST, Release

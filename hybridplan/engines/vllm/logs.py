@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from math import ceil, floor
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Estimate, LogCheck, NotModelled, Row, Settings, literal
 from hybridplan.engines.vllm.blocks import layout
@@ -520,7 +521,7 @@ HINT_TPS = (1, 2, 4, 8)
 def _hints(log: Log, given: LogGiven, result: LogCheck) -> tuple[str, ...]:
     """Where a figure is off: the TP and release assumed (and where from), and which other TP (1, 2, 4, 8), or
     which release (the newest of each minor, where the log does not say it), reconciles every figure."""
-    from dataclasses import replace as with_
+    from msgspec.structs import replace as with_
 
     from hybridplan.engines.vllm.releases import KNOWN
 

@@ -19,14 +19,15 @@ model. Up to 0.10.2 each stage grouped its own layers (``get_kv_cache_config`` p
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall, Term, Waterfall
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.engines.vllm.sizing import Capacity, Fit, ModeFit, capacity, max_num_seqs
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 from hybridplan.stages import Sharding, Stage, bounds_of, decoder_layers, partition_parts, stages
 
 if TYPE_CHECKING:
@@ -253,8 +254,7 @@ def _group_layers(sc: Scenario, cap: Capacity) -> list[list[int]]:
     return dealt
 
 
-@frozen
-class StageCache:
+class StageCache(Struct, frozen=True):
     """One stage's cache: its budget, the layers of each global group it holds, and the blocks it buys."""
 
     stage: Stage
@@ -281,7 +281,6 @@ class StageCache:
                 "weights_bytes": self.memory.term("weights") if self.memory else None}
 
 
-@frozen
 class StagedCapacity(Capacity):
     """The capacity the engine core settles on: the scheduler's groups, the binding stage's budget and bytes per
     block (so ``num_blocks`` is the smallest of all stages'), and every stage's own start-up check."""
@@ -361,7 +360,6 @@ def _gib_text(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-@frozen
 class PipelineFit(Fit):
     """`fit` on vLLM at ``--pipeline-parallel-size`` > 1: the engine's figures (those of the stage that binds)
     and every stage's own."""
@@ -455,8 +453,7 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
                        dp=sc.dp, expert_parallel=sc.expert_parallel)
 
 
-@frozen
-class StageSize:
+class StageSize(Struct, frozen=True):
     """`size --pp`: what one stage keeps per sequence (vLLM's dtype rules) and the weights one of its ranks loads."""
 
     stage: Stage

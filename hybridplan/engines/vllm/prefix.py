@@ -5,13 +5,14 @@ take."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Reuse
 from hybridplan.engines.vllm.releases import Release
 from hybridplan.errors import NotServed
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
 TRANSFORMER_ROW = "prefix_caching"
 
 
-@frozen
-class Prefix:
+class Prefix(Struct, frozen=True):
     """`prefix` on vLLM: reuse per mode."""
 
     rel: Release

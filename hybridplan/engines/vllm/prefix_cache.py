@@ -31,14 +31,16 @@ request finds, and what the block pool evicts. Each rule names its release range
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import lcm
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import cdiv, floor_to
 from hybridplan.engines.vllm.defaults import batched_tokens
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 
 if TYPE_CHECKING:
     from hybridplan.engines.vllm.block_pool import Pool
@@ -52,8 +54,7 @@ EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "qwen3_next_mtp", "deepseek
 ATTENTION_BLOCK = 16
 
 
-@frozen
-class Rules:
+class Rules(Struct, frozen=True):
     """The prefix-cache rules of one release and mode, resolved from the scenario."""
 
     label: str

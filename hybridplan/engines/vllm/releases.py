@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 
+from msgspec import Struct
+
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.records import frozen
 from hybridplan.spec import ModelSpec
 
 #: every vLLM release on PyPI from 0.10.0 on (there are no post releases)
@@ -55,8 +56,7 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
-@frozen(order=True)
-class Release:
+class Release(Struct, frozen=True, order=True):
     """One vLLM release, as ``(0, minor, patch[, sub])``."""
 
     key: tuple[int, ...]

@@ -6,8 +6,9 @@ are in prefix_cache.py (with the releases and vLLM files they follow)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from hybridplan.engines.vllm import prefix_cache as vpc
 from hybridplan.errors import NotServed, PlanError
@@ -92,13 +93,12 @@ def _rerun(sc: Scenario, rs: ReplaySettings, rules: dict, replay_one: Callable[[
     if replay_one is None:
         return None
     from hybridplan.engines.vllm.releases import release
-    from hybridplan.engines.vllm.settings import VllmSettings
 
     vllm_version, chunk, retention = change.get("vllm_version"), change.get("chunk"), change.get("retention")
     double = change.get("double", False)
     s, r = sc, rs
     if vllm_version:
-        s = replace(s, vllm=VllmSettings(**{**s.vllm.__dict__, "release": release(vllm_version)}))
+        s = replace(s, vllm=replace(s.vllm, release=release(vllm_version)))
     if chunk:
         s = replace(s, chunk=chunk)
     if retention is not None:
@@ -243,11 +243,9 @@ def sweep_point(sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: flo
         mode = rules["mode"]
         vr = vpc.attention_rules(sc, kv) if mode == "attention-only" else vpc.rules(sc, rs, mode, kv)
         return _policy(vr), k
-    from hybridplan.engines.vllm.settings import VllmSettings
-
     if rules["mode"] == "attention-only":
         return None
-    s = replace(sc, vllm=VllmSettings(**{**sc.vllm.__dict__, "block_size": k * block}))
+    s = replace(sc, vllm=replace(sc.vllm, block_size=k * block))
     vr = vpc.rules(s, rs, rules["mode"], budget(s, rs))
     return _policy(vr), vr.block
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+from msgspec import Struct
+
 from hybridplan.engines.vllm.releases import NEWEST, Release
 
 #: vllm/config/vllm.py ``PerformanceMode``; the flag and its doubling from 0.17.0 (absent from 0.16.0's
@@ -10,14 +12,12 @@ from hybridplan.engines.vllm.releases import NEWEST, Release
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 PERFORMANCE_MODE_FROM = "0.17.0"
 from hybridplan.errors import PlanError
-from hybridplan.records import frozen
 
 #: GDN prefill backends vLLM can pick (vllm/v1/attention/backends/gdn_attn.py, 0.33)
 GDN_BACKENDS = ("flashinfer", "triton")
 
 
-@frozen
-class VllmSettings:
+class VllmSettings(Struct, frozen=True):
     """The vLLM release and flags of a scenario (None: vLLM's own default for the model and GPU)."""
 
     release: Release = NEWEST

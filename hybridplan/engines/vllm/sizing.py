@@ -6,8 +6,10 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall, Waterfall, cdiv
 from hybridplan.engines.vllm.blocks import (
@@ -24,7 +26,6 @@ from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import NEWEST, Release
 from hybridplan.errors import PlanError, Refused
 from hybridplan.memory import Footprint
-from hybridplan.records import frozen
 
 #: the `vllm serve` token budget of an H100-class GPU (defaults.py), for a Capacity built without a scenario
 DEFAULT_SERVE_TOKENS = defaults.TIERS["serve"]["large"][0]
@@ -36,8 +37,7 @@ if TYPE_CHECKING:
 GiB = 1 << 30
 
 
-@frozen
-class CacheGroup:
+class CacheGroup(Struct, frozen=True):
     """A KV cache group: ``layers`` layers of one kind; every block holds one page of each."""
 
     kind: str
@@ -51,8 +51,7 @@ class CacheGroup:
     draft: bool = False
 
 
-@frozen
-class Bucket:
+class Bucket(Struct, frozen=True):
     """Layers of one KV cache spec (vLLM groups layers by spec equality): ``block`` as for ``CacheGroup``."""
 
     kind: str
@@ -183,8 +182,7 @@ def cache_groups(fp: Footprint, rel: Release = NEWEST,
     return size, tuple(groups)
 
 
-@frozen
-class Capacity:
+class Capacity(Struct, frozen=True):
     layout: Layout
     group_size: int
     groups: tuple[CacheGroup, ...]
@@ -365,8 +363,7 @@ def available_kv_memory_log(budget: int, rel: Release = NEWEST) -> str:
     return f"Available KV cache memory: {_gib(budget, rel)} GiB"
 
 
-@frozen
-class ModeFit:
+class ModeFit(Struct, frozen=True):
     """One mode's capacity at the budget, and whether ``max_num_seqs`` sequences start."""
 
     capacity: Capacity
@@ -395,8 +392,7 @@ class ModeFit:
                 "logs": list(c.layout.logs) + list(c.logs)}
 
 
-@frozen
-class Fit:
+class Fit(Struct, frozen=True):
     """`fit` on vLLM: the budget, and per mode what it holds; the verdict is the mode the start runs in."""
 
     rel: Release
