@@ -13,19 +13,22 @@ list, the attention head count) are required.
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hybridplan.dtypes import parse_dtype
 from hybridplan.errors import PlanError
+from hybridplan.fields import Fields
+from hybridplan.fields import display_int as _display_int
+from hybridplan.fields import qwen3_moe_layers as _qwen3_moe_layers
 from hybridplan.quant_config import stated_quantization
 from hybridplan.spec import (
     MLA,
     Attention,
+    ConfigFacts,
     ContextFields,
+    DraftFields,
     GatedDeltaNet,
     KimiDeltaAttention,
     LinearAttention,
@@ -37,99 +40,8 @@ from hybridplan.spec import (
     ShortConv,
 )
 
-_REQUIRED = object()
 #: config fields that name a recurrent-state dtype
 _STATE_DTYPE_FIELDS = ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")
-_MAX_LAYERS = 10_000
-_MAX_DIM = 1 << 24
-
-
-class Fields:
-    """Typed, validated access to one config dict; remembers which class defaults it applied."""
-
-    def __init__(self, raw: Mapping[builtins.str, Any], family: builtins.str) -> None:
-        if not isinstance(raw, Mapping):
-            raise PlanError(f"{family} config must be an object of fields, got {type(raw).__name__}")
-        self.raw = raw
-        self.family = family
-        self.notes: list[str] = []
-
-    def has(self, *keys: builtins.str) -> bool:
-        return any(self.raw.get(k) is not None for k in keys)
-
-    def _lookup(self, keys: tuple[builtins.str, ...], default: Any) -> tuple[builtins.str, Any]:
-        for key in keys:
-            if self.raw.get(key) is not None:
-                return key, self.raw[key]
-        if default is _REQUIRED:
-            alts = " or ".join(repr(k) for k in keys)
-            raise PlanError(f"{self.family} config is missing the needed field {alts}")
-        self.notes.append(f"{keys[0]} not in config: using the {self.family} class default {default!r}")
-        return keys[0], default
-
-    def int(self, *keys: builtins.str, default: Any = _REQUIRED, minimum: builtins.int = 1) -> builtins.int:
-        key, value = self._lookup(keys, default)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PlanError(f"{self.family} config field {key!r} must be an integer, got {value!r}")
-        if value < minimum or value > _MAX_DIM:
-            raise PlanError(f"{self.family} config field {key!r} is out of range: {value}")
-        return value
-
-    def number(self, *keys: builtins.str, default: Any = _REQUIRED) -> float:
-        key, value = self._lookup(keys, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise PlanError(f"{self.family} config field {key!r} must be a positive number, got {value!r}")
-        return value
-
-    def opt_int(self, *keys: builtins.str, minimum: builtins.int = 1) -> builtins.int | None:
-        return self.int(*keys, minimum=minimum) if self.has(*keys) else None
-
-    def count(self, *keys: builtins.str, default: builtins.int = 0) -> builtins.int:
-        """A whole number ≥ 0 that may be absent (experts, MTP layers, shared experts): ``default`` then, with no
-        note (the absence is the model's shape, not a class default)."""
-        return self.int(*keys, minimum=0) if self.has(*keys) else default
-
-    def int_list(self, *keys: builtins.str) -> builtins.list[builtins.int]:
-        """A list of whole numbers that may be absent (layer indices): empty then."""
-        if not self.has(*keys):
-            return []
-        key, value = self._lookup(keys, [])
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise PlanError(f"{self.family} config field {key!r} must be a list of integers, got {value!r}")
-        return value
-
-    def list(self, *keys: builtins.str, default: Any = _REQUIRED) -> builtins.list:
-        key, value = self._lookup(keys, default)
-        if not isinstance(value, list) or len(value) > _MAX_LAYERS:
-            raise PlanError(f"{self.family} config field {key!r} must be a list, got {type(value).__name__}")
-        return value
-
-    def str(self, *keys: builtins.str, default: Any = _REQUIRED) -> builtins.str:
-        key, value = self._lookup(keys, default)
-        if not isinstance(value, str):
-            raise PlanError(f"{self.family} config field {key!r} must be a string, got {value!r}")
-        return value
-
-    def dtype(self, *keys: builtins.str, default: Any = "bfloat16") -> builtins.str:
-        key, value = self._lookup(keys, default)
-        if not isinstance(value, str):
-            raise PlanError(f"{self.family} config field {key!r} must be a dtype name, got {value!r}")
-        return parse_dtype(value, what=f"dtype in config field {key!r}")
-
-    def opt_dtype(self, *keys: builtins.str) -> builtins.str | None:
-        return self.dtype(*keys) if self.has(*keys) else None
-
-    def indices(self, key: builtins.str, num_layers: builtins.int, base: builtins.int = 0) -> set[builtins.int]:
-        values = self.list(key)
-        out = set()
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or not base <= v < num_layers + base:
-                raise PlanError(f"{self.family} config field {key!r} holds {v!r}, not a layer index "
-                                f"in [{base}, {num_layers + base})")
-            out.add(v - base)
-        return out
 
 
 # Spellings of the layer types across checkpoints and transformers versions.
@@ -181,11 +93,6 @@ def _mamba2(f: Fields, m: Mamba2) -> Mamba2:
         raise PlanError(f"{f.family} config: Mamba heads ({m.num_heads}) are not a multiple of the groups "
                         f"({m.n_groups})")
     return m
-
-
-def _display_int(value: Any) -> int:
-    """A field that only labels layers (MLP or MoE): never a reason to refuse a config."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _model_dtype(f: Fields) -> str:
@@ -484,16 +391,6 @@ def deepseek(f: Fields) -> dict:
     return dict(mixers=[mla] * n, ffn=["moe" if moe and i >= dense else "mlp" for i in range(n)], chunk=None)
 
 
-def _qwen3_moe_layers(f: Fields) -> list[bool]:
-    """Which layers of a Qwen3-MoE config are sparse: every ``decoder_sparse_step``-th layer (counting from 1)
-    not named in ``mlp_only_layers`` (vllm/model_executor/models/qwen3_moe.py, Qwen3MoeDecoderLayer)."""
-    n = f.int("num_hidden_layers")
-    step = f.int("decoder_sparse_step", default=1)
-    dense = {int(i) for i in (f.raw.get("mlp_only_layers") or [])}
-    experts = _display_int(f.raw.get("num_experts")) > 0
-    return [experts and i not in dense and (i + 1) % step == 0 for i in range(n)]
-
-
 def qwen3_moe(f: Fields) -> dict:
     """Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen3's attention in every layer, routed experts with no
     shared expert in the sparse layers, Qwen3's dense MLP in the others."""
@@ -608,6 +505,90 @@ def context_fields(raw: Mapping[str, Any]) -> ContextFields:
     return ContextFields(lengths=lengths, rope=tuple(_rope_entries(raw)))
 
 
+#: Nemotron-H's layer names as one character each (the adapter's reading of ``layers_block_type``/``layer_types``)
+_NEMOTRON_CHARS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                   "moe": "E"}
+#: the layer counts a text config may set, read as written (``ConfigFacts.counts``)
+_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_nextn_predict_layers", "mtp_num_hidden_layers",
+               "mtp_hybrid_override_pattern")
+
+
+def _positive(value: Any) -> int:
+    """A count or width as written, 0 where absent or not a whole number."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _nemotron_pattern(config: Mapping[str, Any]) -> str:
+    """Nemotron-H's layers, one character each: ``hybrid_override_pattern``, else the layer-type list."""
+    if isinstance(config.get("hybrid_override_pattern"), str) and config["hybrid_override_pattern"]:
+        return config["hybrid_override_pattern"]
+    key = "layers_block_type" if config.get("layers_block_type") else "layer_types"
+    names = config.get(key) or []
+    if not isinstance(names, list) or any(not isinstance(n, str) or n not in _NEMOTRON_CHARS for n in names):
+        return ""
+    return "".join(_NEMOTRON_CHARS[n] for n in names)
+
+
+def _hashable(value: Any) -> object:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def _draft_fields(cfg: Mapping[str, Any]) -> DraftFields:
+    """A draft class's own fields (top level of its config: EAGLE, EAGLE-3 and DFlash configs are flat)."""
+    aux = 0
+    for key, field in (("eagle_config", "eagle_aux_hidden_state_layer_ids"), ("dflash_config", "target_layer_ids")):
+        ids = cfg[key].get(field) if isinstance(cfg.get(key), Mapping) else None
+        if ids:
+            aux = len(ids)
+            break
+    heads = _positive(cfg.get("num_attention_heads"))
+    return DraftFields(hidden_size=_positive(cfg.get("hidden_size")),
+                       num_hidden_layers=_positive(cfg.get("num_hidden_layers")), heads=heads,
+                       kv_heads=_positive(cfg.get("num_key_value_heads")), head_dim=_positive(cfg.get("head_dim")),
+                       aux_layers=aux or _positive(cfg.get("num_aux_hidden_states")),
+                       vocab_size=_positive(cfg.get("draft_vocab_size")) or _positive(cfg.get("vocab_size")),
+                       target_hidden_size=_positive(cfg.get("target_hidden_size")))
+
+
+def _experts(config: Mapping[str, Any]) -> tuple[int, int]:
+    """Routed experts and experts per token, the text config's over the wrapper's."""
+    text = config.get("text_config")
+    merged = {**text, **config} if isinstance(text, Mapping) else config
+    count = next((_positive(merged[k]) for k in ("n_routed_experts", "num_experts", "num_local_experts")
+                  if merged.get(k)), 0)
+    top_k = next((_positive(merged[k]) for k in ("num_experts_per_tok", "moe_topk", "moe_top_k",
+                                                  "num_experts_per_token", "top_k") if merged.get(k)), 0)
+    return count, top_k
+
+
+def config_facts(config: Mapping[str, Any], architecture: str, family: str) -> ConfigFacts:
+    """What the rules read of ``config`` beyond its mixers (``ConfigFacts``), read here once."""
+    from hybridplan.weights.families import parts
+
+    text = config["text_config"] if isinstance(config.get("text_config"), Mapping) else config
+    vision = config.get("vision_config")
+    tower = None
+    if "vision_config" in config:
+        v = vision if isinstance(vision, Mapping) else {}
+        tower = (_positive(v.get("num_hidden_layers", v.get("depth", 24))), _positive(v.get("hidden_size", 1024)))
+    quant = config.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, Mapping) else None
+    try:
+        counted, why = tuple(parts(architecture, config, family)), None
+    except PlanError as exc:
+        counted, why = (), str(exc)
+    experts, top_k = _experts(config)
+    return ConfigFacts(
+        fields=tuple(sorted(map(str, config))), vocab_size=_positive(text.get("vocab_size")) or _positive(config.get("vocab_size")),
+        vision=tower, quant_method=None if method is None else str(method),
+        mamba_expand=_positive(config.get("mamba_expand")) or 2,
+        layer_pattern=_nemotron_pattern(config) if family == "Nemotron-H" else "",
+        counts=tuple((k, _hashable(text[k])) for k in _COUNT_KEYS if k in text), experts=experts,
+        experts_per_token=top_k, draft=_draft_fields(config), parts=counted, parts_error=why)
+
+
 def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
@@ -639,4 +620,4 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
         chunk_size=parts["chunk"],
         config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
         aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str),
-        quantization=quantization)
+        facts=config_facts(config, arch, family), quantization=quantization)

@@ -16,24 +16,12 @@ the line the command would print. The report's ``to_dict()`` is what ``--json`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any
 
 from hybridplan.errors import PlanError
+from hybridplan.show import Captured, capturing
 
 __all__ = ["size", "fit", "prefix", "replay", "speed", "plan", "check_log", "crossover", "PlanError"]
-
-#: set while an API call runs its command: ``cli.show`` hands the report here instead of rendering it
-capturing: ContextVar[bool] = ContextVar("hybridplan_api_capturing", default=False)
-
-
-class Captured(Exception):
-    """The command's report, on its way back to the API caller (raised by ``cli.show``)."""
-
-    def __init__(self, report: Any) -> None:
-        super().__init__("report")
-        self.report = report
-
 
 def _tokens(cmd: Any, positional: Sequence[Any], options: dict[str, Any]) -> list[str]:
     """The command line that says what the call says, through the command's own option names."""
@@ -82,7 +70,7 @@ def run(command: str, *positional: Any, engine_line: Sequence[str] | None = None
         raise PlanError(exc.format_message()) from None
     finally:
         capturing.reset(token)
-        from hybridplan.options import said
+        from hybridplan.build import said
 
         said()  # the notes the command line prints after its output (a default MODEL): not kept between calls
     raise PlanError(f"{command} gave no report")

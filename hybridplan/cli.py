@@ -3,7 +3,6 @@ function, and renders the report it returns."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -35,8 +34,6 @@ from hybridplan.options import (
     Chunk,
     Options,
     SglangVersion,
-    command,
-    command_in,
     Flag,
     argument,
     count_value,
@@ -45,13 +42,13 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
-    said,
-    scenario,
-    signature,
     size_option,
     tokens_option,
 )
-from hybridplan.output import write
+from hybridplan.build import said, scenario
+from hybridplan.output import say, write
+from hybridplan.show import show, show_csv
+from hybridplan.signature import command, command_in, signature
 from hybridplan.tables import CSV, refuse_with_json
 
 try:  # usage errors (unknown option, bad integer, missing argument)
@@ -83,50 +80,6 @@ def _version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
                                        callback=_version)) -> None:
     """Capacity planner and live profiler for hybrid (attention + recurrent) LLMs."""
-
-
-def show(report: Any, o: Options, view: str, plotter: str = "") -> None:
-    """Every command's output: the plot when asked, then the report's JSON or the rich view named ``view`` of
-    hybridplan.render, or ``module:function`` elsewhere (imported only here: rich's console stays out of
-    --json runs)."""
-    from hybridplan.api import Captured, capturing
-
-    if capturing.get():  # a call of hybridplan.api: the report goes back to it, nothing is shown
-        raise Captured(report)
-    plot: Path | None = getattr(o, "plot", None)
-    if plot is not None:
-        from hybridplan import plots
-
-        getattr(plots, plotter)(report, plot)
-    if o.as_json:
-        write(json.dumps(report.to_dict(), indent=2) + "\n")
-        return
-    from importlib import import_module
-
-    from hybridplan import render
-
-    module, _, name = view.rpartition(":")
-    kw = {"exact": o.exact} if hasattr(o, "exact") else {}
-    render.emit(getattr(import_module(module) if module else render, name)(report, **kw))
-    if plot is not None:
-        render.emit(f"plot written to {plot}")
-
-
-def show_csv(report: Any, o: Options, plotter: str = "") -> bool:
-    """``--csv``: the report's table on stdout and nothing else (the plot still written when asked); False
-    without --csv, or in a call of hybridplan.api (the report goes back to it)."""
-    from hybridplan.api import capturing
-    from hybridplan.tables import to_csv
-
-    if not getattr(o, "as_csv", False) or capturing.get():
-        return False
-    plot: Path | None = getattr(o, "plot", None)
-    if plot is not None and plotter:
-        from hybridplan import plots
-
-        getattr(plots, plotter)(report, plot)
-    write(to_csv(report.csv_columns, report.csv_rows()))
-    return True
 
 
 # --- options of one command ---------------------------------------------------------------------
@@ -294,7 +247,7 @@ def _emit(o: Options, targets: dict) -> bool:
     except OSError as exc:
         raise PlanError(f"--out {o.out}: {exc.strerror or exc}") from None
     for f in files:
-        sys.stderr.write(f"hybridplan: wrote {o.out / f.name}\n")
+        say(f"wrote {o.out / f.name}")
     return True
 
 
@@ -554,7 +507,7 @@ def plan(o: Options) -> None:
 
     def progress(done: int, total: int) -> None:
         if total > 200 and not shown[0] and sys.stderr.isatty():
-            sys.stderr.write(f"hybridplan: trying up to {total} layouts…\n")
+            say(f"trying up to {total} layouts…")
             shown[0] = True
 
     report = PlanReport(make_plan(scenario(o), o.concurrency, o.gpus, progress=progress), o.model, o.revision)
@@ -589,8 +542,8 @@ def _command_group(args: list[str]) -> Any:
 
 def _engine_flags(args: list[str], group: Any) -> tuple[list[str], list[str]]:
     """The command's arguments with engine flags and a pasted engine line read as hybridplan's options
-    (options.expand), and the notes on what was set aside."""
-    from hybridplan.options import expand
+    (pasted.expand), and the notes on what was set aside."""
+    from hybridplan.pasted import expand
 
     if not args or args[0].startswith("-"):
         return args, []
@@ -610,20 +563,20 @@ def main(argv: list[str] | None = None) -> int:
         args, notes = _engine_flags(args, group)
         rv = group.main(args=args, standalone_mode=False, prog_name="hybridplan")
     except PlanError as exc:
-        sys.stderr.write(f"hybridplan: error: {exc}\n")
+        say(f"error: {exc}")
         code = exc.exit_code
     except _UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `hybridplan` or a bare group: its help
             write(exc.ctx.get_help() + "\n")
             code = 0
         else:
-            sys.stderr.write(f"hybridplan: error: {exc.format_message()}\n")
+            say(f"error: {exc.format_message()}")
             code = exc.exit_code
     except typer.Abort:
-        sys.stderr.write("hybridplan: interrupted\n")
+        say("interrupted")
         code = 130
     except KeyboardInterrupt:
-        sys.stderr.write("hybridplan: interrupted\n")
+        say("interrupted")
         code = 130
     except BrokenPipeError:
         code = 0
@@ -633,10 +586,10 @@ def main(argv: list[str] | None = None) -> int:
         code = failed(exc)
     else:
         code = rv if isinstance(rv, int) else 0
-    notes += said()  # the default MODEL taken (hybridplan/options.py)
+    notes += said()  # the default MODEL taken (hybridplan/build.py)
     if code in (0, 1):
         for line in notes:
-            sys.stderr.write(f"hybridplan: {line}\n")
+            say(line)
     if argv is None:
         sys.exit(code)
     return code

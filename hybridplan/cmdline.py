@@ -3,7 +3,7 @@
 A user pastes the line they already run (``vllm serve MODEL …``, ``sglang serve …``,
 ``python -m sglang.launch_server --model-path MODEL …``, environment variables first if any) after ``--``, or
 types an engine's own flag names among hybridplan's. ``translate`` turns such tokens into hybridplan's own
-options (pure: tokens in, option tokens and what was set aside out); ``options.expand`` wires it in front of
+options (pure: tokens in, option tokens and what was set aside out); ``pasted.expand`` wires it in front of
 the command-line parser, so every value is read and checked by the option that owns it.
 
 The other direction, ``vllm_command`` and ``sglang_command``, writes back the complete command that starts

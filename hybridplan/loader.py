@@ -264,6 +264,7 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
             # a re-save (AWQ, GPTQ, NVFP4, …) keeps the base config and adds its quantization: the shapes are the
             # shipped spec's, the quantization and the config the weights are counted from the repository's
             return replace(spec, checkpoint=ckpt, quantization=own.quantization, config_json=own.config_json,
+                           facts=own.facts,
                            notes=spec.notes + (f"{repo_id}'s config.json is that of the shipped spec {spec.name}"
                                                + (f", quantized: {own.quantization.describe()}"
                                                   if own.quantization else ""),))

@@ -23,6 +23,11 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+def say(line: str) -> None:
+    """One line on stderr, as the command line says everything that is not its output: ``hybridplan: line``."""
+    sys.stderr.write(f"hybridplan: {line}\n")
+
+
 def write(text: str) -> None:
     try:
         sys.stdout.write(text)
@@ -45,12 +50,11 @@ def failed(exc: Exception) -> int:
     to see the traceback."""
     if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
         _silence_stdout()
-        sys.stderr.write(f"hybridplan: error: cannot write the output: {exc.strerror or exc}\n")
+        say(f"error: cannot write the output: {exc.strerror or exc}")
         return PlanError.exit_code
     if os.environ.get("HYBRIDPLAN_DEBUG"):
         raise exc
-    sys.stderr.write(f"hybridplan: internal error: {type(exc).__name__}: {exc} "
-                     "(set HYBRIDPLAN_DEBUG=1 for the traceback)\n")
+    say(f"internal error: {type(exc).__name__}: {exc} (set HYBRIDPLAN_DEBUG=1 for the traceback)")
     return 1
 
 

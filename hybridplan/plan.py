@@ -245,7 +245,7 @@ def variants(sc: Scenario, engine: str) -> list[Variant]:
 def _scenario(base: Scenario, lay: Layout, v: Variant, concurrency: int) -> Scenario:
     kv = v.kv
     if kv == "fp8" and lay.engine == "sglang":
-        kv = "fp8_e4m3"  # SGLang has no plain fp8 (hybridplan/options.py _kv_dtype)
+        kv = "fp8_e4m3"  # SGLang has no plain fp8 (hybridplan/build.py _kv_dtype)
     dtypes = replace(base.dtypes, kv=kv or base.dtypes.kv, ssm=v.ssm or base.dtypes.ssm)
     sc = replace(base, engine=lay.engine, tp=lay.tp, pp=lay.pp, dp=lay.dp, expert_parallel=lay.expert_parallel,
                  ep_size=lay.ep_size, dp_attention=lay.dp_attention, dtypes=dtypes)

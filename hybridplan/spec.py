@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Union
 
+import msgspec
 from msgspec import Struct
 
 from hybridplan.errors import PlanError
@@ -234,6 +235,61 @@ class ContextFields(Struct, frozen=True):
         return dict(self.lengths).get(key)
 
 
+class DraftFields(Struct, frozen=True):
+    """What a speculative draft's own config says of the tensors its draft class adds (hybridplan/weights
+    ``draft_extra_parts``): its width, decoder layers and attention heads, the target layers it takes hidden
+    states from, its vocabulary, and the target width it was trained on. Zero where the config does not say."""
+
+    hidden_size: int = 0
+    num_hidden_layers: int = 0
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    #: ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.target_layer_ids`` (their count), else
+    #: ``num_aux_hidden_states``
+    aux_layers: int = 0
+    #: ``draft_vocab_size``, else ``vocab_size``
+    vocab_size: int = 0
+    target_hidden_size: int = 0
+
+
+class ConfigFacts(Struct, frozen=True):
+    """What the engines, the weights and the reports read of a config beyond its mixers, read once where the spec
+    is built (hybridplan/adapters.py ``config_facts``), so that no rule parses the config again."""
+
+    #: the config's top-level field names (sorted)
+    fields: tuple[str, ...] = ()
+    #: the text config's vocabulary (``text_config.vocab_size``, else the config's)
+    vocab_size: int = 0
+    #: the vision tower's depth and width (``vision_config``: ``num_hidden_layers`` or ``depth``, 24 where
+    #: unset; ``hidden_size``, 1024 where unset); None without one
+    vision: tuple[int, int] | None = None
+    #: ``quantization_config.quant_method`` as written
+    quant_method: str | None = None
+    #: Nemotron-H's ``mamba_expand`` (2 where unset: NemotronHConfig's default)
+    mamba_expand: int = 2
+    #: Nemotron-H's layers, one character each (M mamba, * attention, - MLP, E MoE), from
+    #: ``hybrid_override_pattern``, else ``layers_block_type`` or ``layer_types``; "" for other families
+    layer_pattern: str = ""
+    #: the text config's layer counts as written (only those it sets): ``num_hidden_layers``, ``n_layer``,
+    #: ``num_nextn_predict_layers``, ``mtp_num_hidden_layers``, ``mtp_hybrid_override_pattern``
+    counts: tuple[tuple[str, object], ...] = ()
+    #: routed experts per MoE layer and experts a token is routed to (0 without experts)
+    experts: int = 0
+    experts_per_token: int = 0
+    draft: DraftFields = msgspec.field(default_factory=DraftFields)
+    #: the tensors hybridplan/weights/families.py counts from the config, or why it cannot count them
+    parts: tuple = ()
+    parts_error: str | None = None
+
+    def count(self, key: str, default: object = None) -> object:
+        return dict(self.counts).get(key, default)
+
+    @property
+    def multimodal(self) -> bool:
+        return "vision_config" in self.fields
+
+
 class ModelSpec(Struct, frozen=True):
     """A model as the planner sees it: identity, dtypes from its config, and its mixers in layer order.
 
@@ -257,8 +313,12 @@ class ModelSpec(Struct, frozen=True):
     source: str | None = None
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    #: the config as read, JSON: what the weights are counted from (not part of the spec's identity)
+    #: the config as read, JSON (not part of the spec's identity): kept for the scripts and tests that derive
+    #: figures from it; hybridplan's rules read ``facts``
     config_json: str = ""
+    #: what the rules read of the config beyond the mixers, read once with them (``ConfigFacts``); not part of
+    #: the spec's identity either
+    facts: ConfigFacts = msgspec.field(default_factory=ConfigFacts)
     #: the checkpoint's own figures where they were read (hybridplan/weights/checkpoint.py); not part of the
     #: spec's identity either
     checkpoint: Checkpoint | None = None
@@ -267,7 +327,7 @@ class ModelSpec(Struct, frozen=True):
     quantization: Quantization | None = None
 
     #: the fields the spec's identity leaves out: equality, hash and repr skip them
-    _UNCOMPARED: ClassVar[frozenset[str]] = frozenset({"config_json", "checkpoint"})
+    _UNCOMPARED: ClassVar[frozenset[str]] = frozenset({"config_json", "facts", "checkpoint"})
 
     def _identity(self) -> tuple:
         return tuple([getattr(self, n) for n in self.__struct_fields__ if n not in self._UNCOMPARED])

@@ -15,7 +15,6 @@ the stage's share of the layers (the final norm, one hidden-size vector, goes wi
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -43,20 +42,11 @@ class Layer(Struct, frozen=True):
     ffn: tuple[str, ...]
 
 
-def _nemotron_chars(config: dict) -> list[str]:
-    """Nemotron-H's layers, one character each, as its adapter reads them (hybridplan/adapters.py)."""
-    if config.get("hybrid_override_pattern"):
-        return list(config["hybrid_override_pattern"])
-    names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
-    key = "layers_block_type" if config.get("layers_block_type") else "layer_types"
-    return [names[t] for t in config.get(key) or []]
-
-
 def decoder_layers(spec: ModelSpec) -> tuple[Layer, ...]:
     """The model's decoder layers in order (what an engine's ``num_hidden_layers`` counts)."""
     mixers, ffn = spec.mixers, spec.ffn
     if spec.family == "Nemotron-H":
-        chars = _nemotron_chars(json.loads(spec.config_json or "{}"))
+        chars = spec.facts.layer_pattern  # one character a layer, as its adapter reads them (adapters.py)
         if len(chars) != len(mixers) + len(ffn):
             raise PlanError(f"{spec.name}: its layer pattern does not match its layers; cannot split it into stages")
         out, m, f = [], iter(mixers), iter(ffn)
@@ -200,11 +190,11 @@ def expert_shape(whole: ModelSpec) -> ExpertShape | None:
     rows give the experts, ``experts.down`` (experts × intermediate × width, width the latent size where
     ``fc1_latent_proj`` projects into one, else the hidden size) the intermediate size. None without experts or
     a config."""
-    from hybridplan.weights.families import parts
+    from hybridplan.weights import counted_parts
 
-    if not whole.config_json:
+    if not whole.facts.fields:
         return None
-    every = [p for p in parts(whole.architecture, json.loads(whole.config_json), whole.family) if p.section != "mtp"]
+    every = [p for p in counted_parts(whole) if p.section != "mtp"]
     experts = _experts(every, whole)
     layers = sum(1 for f in whole.ffn if f == "moe")
     down = sum(p.params for p in every if p.group == "moe" and p.name == "experts.down")
@@ -246,16 +236,14 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
 def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
                       sharding: Sharding | None = None) -> tuple[int, str]:
     from hybridplan.dtypes import size_of
-    from hybridplan.weights import _bytes, rank_params, weights
-    from hybridplan.weights.families import parts
+    from hybridplan.weights import _bytes, counted_parts, rank_params, weights
 
-    if not whole.config_json:
+    if not whole.facts.fields:
         raise PlanError(f"{whole.name} carries no config to split its weights by rank: give --weights")
     if stage is None:
         stage = stages(whole, ((0, len(decoder_layers(whole))),))[0]
     sharding = sharding or Sharding(tp)
-    config = json.loads(whole.config_json)
-    every = [p for p in parts(whole.architecture, config, whole.family) if p.section != "mtp"]
+    every = [p for p in counted_parts(whole) if p.section != "mtp"]
     shares = stage_shares(whole, stage)
     tied = not any(p.group == "lm_head" for p in every)
     experts = _experts(every, whole) if sharding.ep > 1 else None
@@ -268,7 +256,7 @@ def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str
     try:  # the model's layer counts, which a per-layer ignore list of a quantized checkpoint is weighed by
         from hybridplan.weights import _layers
 
-        lay: tuple = (_layers(whole, config),)
+        lay: tuple = (_layers(whole),)
     except ImportError:
         lay = ()
     full = held = 0.0

@@ -5,7 +5,7 @@ typer's, rich's, PyYAML's and the planner's) and next to no garbage in cycles, y
 walks the young ones some thirty times on the way: 16 M instructions on `size`, a fifth of what the command adds
 to importing its libraries (docs/startup.md). The ``hybridplan`` command pauses it before it imports anything
 (``pause``, from ``hybridplan.__main__``) and resumes it as the command's own work begins (``resume``, from
-the command's wrapper in hybridplan/options.py), after moving what start-up made to the permanent generation
+the command's wrapper in hybridplan/signature.py), after moving what start-up made to the permanent generation
 (``gc.freeze``), so that the collections a long replay needs never walk it again. The planner used as a library
 never pauses it.
 """

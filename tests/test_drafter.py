@@ -19,6 +19,7 @@ from pathlib import Path
 from msgspec.structs import replace
 import pytest
 
+from hybridplan.adapters import config_facts
 from hybridplan.engines.sglang.memory import drafter as sglang_drafter, drafter_shortfall, memory as sglang_memory
 from hybridplan.engines.sglang.releases import release as sglang_release
 from hybridplan.engines.sglang.settings import SglangSettings
@@ -27,7 +28,8 @@ from hybridplan.engines.vllm.releases import release
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.loader import load_model
 from hybridplan.scenario import Budget, DtypeChoice, Scenario
-from hybridplan.speculative import SglangFlags, speculative_from_sglang, speculative_from_vllm
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.weights import mtp_rank_bytes
 
 pytestmark = pytest.mark.unit
@@ -99,7 +101,7 @@ def test_nemotron_h_mtp_builds_every_step():
     path = CONFIGS / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"
     cfg = json.loads(path.read_text())
     one = load_model(str(path))
-    two = replace(one, config_json=json.dumps({**cfg, "num_nextn_predict_layers": 2}))
+    two = replace(one, facts=config_facts({**cfg, "num_nextn_predict_layers": 2}, one.architecture, one.family))
     p1, p2 = mtp_rank_bytes(one, 1, "bfloat16")[0], mtp_rank_bytes(two, 1, "bfloat16")[0]
     assert p1 > 0 and p2 == 2 * p1
 
@@ -212,7 +214,7 @@ def test_drafter_on_the_last_pipeline_stage_only():
 
 
 def _sglang(spec, sp, fraction=None):
-    """As hybridplan/options.py builds it: the steps (D − 1) as spec_tokens, D as the settings' draft tokens."""
+    """As hybridplan/build.py builds it: the steps (D − 1) as spec_tokens, D as the settings' draft tokens."""
     steps = sp.num_tokens - 1
     settings = SglangSettings(release=sglang_release("0.5.23"), mem_fraction_static=fraction,
                               draft_tokens=sp.num_tokens)

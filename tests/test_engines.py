@@ -400,7 +400,13 @@ def test_size_engine_json_contract(run_cli):
     assert al["logs"][0] == ("Setting attention block size to 1280 tokens to ensure that attention page size is >= "
                              "mamba page size.")
     sg = d["sglang"]
+    # SGLang's MambaPool keeps slots + 1 rows, one of them padding (sglang/srt/mem_cache/memory_pool.py
+    # MambaPool; engines/sglang/pool.py): 257 rows of, per row, conv 24 Mamba layers · (8,192 + 2·8·128 = 10,240
+    # channels) · 3 (kernel − 1) · 2 B (bf16) = 1,474,560 B and SSM 24 · 128 heads · 64 · 128 · 4 B (fp32) =
+    # 100,663,296 B; 257 · 1,474,560 = 378,961,920 and 257 · 100,663,296 = 25,870,467,072
     assert (sg["slots"], sg["conv_state_bytes"], sg["ssm_state_bytes"]) == (256, 378_961_920, 25_870_467_072)
+    # a request: 1,474,560 + 100,663,296 B; extra_buffer with the overlap scheduler holds 3 + 2 state slots a
+    # request (``mamba_ratio`` from 0.5.10rc0: engines/sglang/releases.py ``slots_per_request``), so 256 // 5 = 51
     assert sg["max_running_requests"] == 51 and sg["per_request_bytes"] == 102_137_856
 
 

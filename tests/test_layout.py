@@ -71,24 +71,38 @@ def test_reports_branch_on_no_engine_and_check_no_release():
             assert needle not in text, f"{path.name} holds {needle}"
 
 
-def _imports(path: Path) -> set[str]:
-    """The hybridplan modules a file imports, at its top or inside a function."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-    return out
+def _lint(config: Path) -> tuple[bool, str]:
+    """import-linter's own run of the contracts in ``config`` over the source tree: passed, and its report."""
+    pytest.importorskip("importlinter")  # the test extra (pyproject.toml)
+    import contextlib
+    import io
+
+    from importlinter.application.use_cases import lint_imports
+    from importlinter.configuration import configure
+
+    configure()  # its config readers and contract types, as the lint-imports command sets them
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        passed = lint_imports(config_filename=str(config), cache_dir=None, no_logo=True)
+    return passed, out.getvalue()
 
 
-@pytest.mark.parametrize("a,b", [("adapters", "weights.quant"), ("engines.sglang.memory", "engines.sglang.pool")])
-def test_no_import_circle(a, b):
-    # the shared pieces live in a third module (hybridplan/quant_config.py, engines/sglang/dtypes.py): at most
-    # one of the pair imports the other
-    a_imports_b = f"hybridplan.{b}" in _imports(PACKAGE / f"{a.replace('.', '/')}.py")
-    b_imports_a = f"hybridplan.{a}" in _imports(PACKAGE / f"{b.replace('.', '/')}.py")
-    assert not (a_imports_b and b_imports_a)
+def test_the_import_contracts_hold():
+    # the layers (commands > render > reports > engines > model), the engines' independence, no report that
+    # renders, no CLI import from below and no import circle: [tool.importlinter] in pyproject.toml
+    passed, report = _lint(ROOT / "pyproject.toml")
+    assert passed, report
+
+
+def test_a_broken_import_contract_fails(tmp_path):
+    # the same run refuses a contract the tree breaks: every engine imports the Scenario
+    config = tmp_path / "broken.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "hybridplan"\n\n[[tool.importlinter.contracts]]\n'
+                      'name = "engines without the Scenario"\ntype = "forbidden"\n'
+                      'source_modules = ["hybridplan.engines.vllm.sizing"]\nforbidden_modules = ["hybridplan.scenario"]\n')
+    passed, report = _lint(config)
+    assert not passed
+    assert "hybridplan.engines.vllm.sizing is not allowed to import hybridplan.scenario" in report
 
 
 def test_no_function_takes_more_than_six_parameters():

@@ -22,7 +22,9 @@ from hybridplan.errors import PlanError
 from hybridplan.loader import load_model
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import MLA, Attention
-from hybridplan.speculative import SglangFlags, mtp_layers, speculative_from_sglang, speculative_from_vllm
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
+from hybridplan.speculative import mtp_layers
 
 pytestmark = pytest.mark.unit
 
@@ -240,7 +242,7 @@ def _sglang_fit(version: str, model: str, *, path: bool, budget: int = 40 * GiB)
 
     target = load_model(model)
     flags = SglangFlags("NEXTN", draft=target.source if path else None, num_steps=3, eagle_topk=1)
-    sp = replace(speculative_from_sglang(flags, target, version), num_tokens=3)  # the steps, as options.py counts
+    sp = replace(speculative_from_sglang(flags, target, version), num_tokens=3)  # the steps, as build.py counts
     sc = Scenario(spec=target, ctx=8192, spec_tokens=3, speculative=sp, engine="sglang",
                   sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=48),
                   budget=Budget(kv_budget=budget))

@@ -90,15 +90,15 @@ def test_only_the_invoked_command_is_built(monkeypatch, capsys):
 
 
 def test_a_command_registered_by_its_module_says_truly_whether_it_takes_engine_flags():
-    # profile and replay register without importing their modules (hybridplan/options.py command_in)
-    from hybridplan import cli, options
+    # profile and replay register without importing their modules (hybridplan/signature.py command_in)
+    from hybridplan import cli, signature
 
     lazy = [c for c in cli.app.registered_commands if hasattr(c.callback, "target")]
     assert {c.callback.target for c in lazy} == {"hybridplan.profile.command:profile",
                                                  "hybridplan.replay.command:replay"}
     for c in lazy:
-        options.signature(c.callback)
-        assert (c.epilog is not None) == options.takes_engine_flags(c.callback.params), c.name
+        signature.signature(c.callback)
+        assert (c.epilog is not None) == signature.takes_engine_flags(c.callback.params), c.name
 
 
 def test_the_spec_index_is_the_specs():

@@ -270,10 +270,10 @@ def cases(version: str, tmp: Path):
     """(label, Scenario, target raw config, draft raw config, path given)."""
     from hybridplan.engines.sglang.releases import release
     from hybridplan.engines.sglang.settings import SglangSettings
+    from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
     from hybridplan.errors import PlanError
     from hybridplan.loader import load_model
     from hybridplan.scenario import Budget, DtypeChoice, Scenario
-    from hybridplan.speculative import SglangFlags, speculative_from_sglang
 
     rel = release(version)
 

@@ -50,11 +50,11 @@ def profile(o: Options) -> None:
       hybridplan profile nemotron-h --interpret --json
       hybridplan profile nemotron-h --gpu 0 --save-calibration h100-nemotron-h.json
     """
-    from hybridplan.cli import show
+    from hybridplan.show import show
     from hybridplan.loader import load_model
     from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display
-    from hybridplan.options import note_default_model
+    from hybridplan.build import note_default_model
     from hybridplan.scenario import DtypeChoice
 
     spec = load_model(o.model, o.revision)

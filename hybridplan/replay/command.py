@@ -158,7 +158,7 @@ def replay(o: Options) -> None:
       hybridplan replay tests/data/traces/mooncake-conversation-300.jsonl qwen3-next --tp 4 --kv-budget 60GiB
       hybridplan replay chat.yaml nemotron-h --gpu-type h100 --concurrency 8 --json
     """
-    from hybridplan.options import scenario
+    from hybridplan.build import scenario
     from hybridplan.replay import trace as tr
     from hybridplan.replay.settings import ReplaySettings
     from hybridplan.reports.replay import replay_report
@@ -191,6 +191,6 @@ def replay(o: Options) -> None:
                            sweep_over=o.plot_over)
     if o.requests_out is not None:
         write_requests(report, o.requests_out)
-    from hybridplan.cli import show
+    from hybridplan.show import show
 
     show(report, o, "hybridplan.render_replay:replay_view", "replay_plot")

@@ -85,7 +85,7 @@ def crossover(sc: Scenario, ref: ModelSpec) -> CrossoverReport:
     spec = sc.spec
     if not spec.recurrent:
         raise PlanError(f"{spec.name} has no recurrent layers: there is no crossover to find")
-    if (spec.name, spec.config_json) == (ref.name, ref.config_json):
+    if (spec.name, spec, spec.facts) == (ref.name, ref, ref.facts):
         raise PlanError(f"{spec.name} against itself: the two needs are equal at every context, so there is no "
                         "crossover; name another reference with --vs")
     sc.vllm.release.check_served(spec)

@@ -4,7 +4,6 @@ reuses, what it saves, and why a request that shares a prefix reused less."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -54,10 +53,7 @@ def flops(spec: ModelSpec) -> Flops:
         w = weights(spec)
     except PlanError as exc:
         return Flops(0.0, 0.0, f"FLOPs not counted: {exc}")
-    cfg = json.loads(spec.config_json or "{}")
-    text = cfg.get("text_config") or cfg
-    experts = text.get("num_experts") or text.get("n_routed_experts") or text.get("num_local_experts")
-    active = text.get("num_experts_per_tok") or text.get("moe_top_k")
+    experts, active = spec.facts.experts, spec.facts.experts_per_token
     share = active / experts if experts and active else 1.0
     params = sum(n * (share if g == "moe" else 1.0) for g, n in w.groups if g not in _NO_WORK)
     attn = 0

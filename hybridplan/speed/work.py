@@ -10,7 +10,6 @@ here recounts a tensor.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from math import prod
 
@@ -24,9 +23,7 @@ from hybridplan.memory import Footprint
 from hybridplan.scenario import Scenario
 from hybridplan.spec import MLA, Attention, GatedDeltaNet, KimiDeltaAttention, Mamba1, Mamba2, ModelSpec
 from hybridplan.weights import _bytes as _part_bytes  # the one pricing rule of a part (quantization included)
-from hybridplan.weights import rank_params, weights
-from hybridplan.weights.families import parts
-from hybridplan.weights.quant import scheme
+from hybridplan.weights import counted_parts, rank_params, weights
 
 #: the layer kinds a step is split into, beside the mixer and FFN kinds of hybridplan/spec.py
 HEAD, NORM, SHARED = "lm_head", "norms", "shared"
@@ -55,9 +52,7 @@ def sampler(engine: str) -> tuple[tuple[str, int], ...]:
 
 
 def vocab_size(spec: ModelSpec) -> int:
-    cfg = json.loads(spec.config_json or "{}")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    return int(cfg.get("vocab_size") or text.get("vocab_size") or 0)
+    return spec.facts.vocab_size  # the text config's, else the config's (adapters.py ``config_facts``)
 
 
 def sampling_work(spec: ModelSpec, engine: str, rows: int) -> Work:
@@ -158,11 +153,7 @@ class Experts(Struct, frozen=True):
 
 
 def experts(spec: ModelSpec) -> Experts | None:
-    cfg = json.loads(spec.config_json or "{}")
-    cfg = {**cfg.get("text_config", {}), **cfg} if isinstance(cfg.get("text_config"), dict) else cfg
-    e = next((int(cfg[k]) for k in ("n_routed_experts", "num_experts", "num_local_experts") if cfg.get(k)), 0)
-    k = next((int(cfg[k]) for k in ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k")
-              if cfg.get(k)), 0)
+    e, k = spec.facts.experts, spec.facts.experts_per_token
     return Experts(e, k) if e > 1 and k else None
 
 
@@ -195,11 +186,9 @@ def rank_weights(spec: ModelSpec, tp: int, dtype: str) -> RankWeights:
     its ``bytes_per_rank`` (exact where the checkpoint's headers were read). The embedding is read for the
     batch's rows only, unless it is tied and doubles as the LM head."""
     w = weights(spec, tp, dtype)
-    config = json.loads(spec.config_json or "{}")
-    # the checkpoint's scheme as hybridplan.weights prices it (a spec's own quantization where it carries one)
-    quant = getattr(spec, "quantization", scheme)
-    q = scheme(config) if quant is scheme else (quant.weights_scheme() if quant is not None else None)
-    every = [p for p in parts(spec.architecture, config, spec.family) if p.section == "model"]
+    # the checkpoint's scheme as hybridplan.weights prices it
+    q = spec.quantization.weights_scheme() if spec.quantization is not None else None
+    every = [p for p in counted_parts(spec) if p.section == "model"]
     hidden = spec.hidden_size or 1
     tied = not any(p.group == "lm_head" for p in every)
     by: dict[str, float] = {}

@@ -10,7 +10,6 @@ small vectors whole on every rank.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from msgspec import Struct
@@ -18,8 +17,8 @@ from msgspec import Struct
 from hybridplan.dtypes import size_of
 from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
-from hybridplan.spec import ModelSpec
-from hybridplan.weights.families import Part, parts
+from hybridplan.spec import DraftFields, ModelSpec
+from hybridplan.weights.families import Part
 
 if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoint reader nor the schemes
     from hybridplan.weights.checkpoint import Checkpoint
@@ -88,10 +87,17 @@ class _Layers(Struct, frozen=True):
         return sum(counts.get(k, 0) for k in _KINDS.get(group, ()))
 
 
-def _layers(spec: ModelSpec, config: dict) -> _Layers:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    total = text.get("num_hidden_layers") or text.get("n_layer") or len(spec.mixers)
-    return _Layers(int(total), tuple(spec.layer_counts.items()))
+def _layers(spec: ModelSpec) -> _Layers:
+    total = spec.facts.count("num_hidden_layers") or spec.facts.count("n_layer") or len(spec.mixers)
+    return _Layers(int(total), tuple(spec.layer_counts.items()))  # type: ignore[call-overload]
+
+
+def counted_parts(spec: ModelSpec) -> tuple[Part, ...]:
+    """The tensors counted from the spec's config where it was read (``ConfigFacts.parts``: families.py
+    ``parts``); PlanError where they cannot be counted."""
+    if spec.facts.parts_error is not None:
+        raise PlanError(spec.facts.parts_error)
+    return spec.facts.parts
 
 
 def _bytes(part: Part, params: float, dtype_bytes: int, q: Scheme | None, layers: _Layers | None = None) -> float:
@@ -167,15 +173,14 @@ def _from_checkpoint(ckpt: Checkpoint, counted: Weights | None, s: _Serving) -> 
 
 
 def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
-    if not spec.config_json:
+    if not spec.facts.fields:
         raise PlanError(f"{spec.name} carries no config to count its weights from: give --weights or --params")
-    config = json.loads(spec.config_json)
-    every = parts(spec.architecture, config, spec.family)
+    every = counted_parts(spec)
     q = spec.quantization.weights_scheme() if spec.quantization is not None else None
     dbytes = size_of(dtype)
     loaded = [p for p in every if p.section != "mtp" or mtp]
     hidden = spec.hidden_size or 1
-    lay = _layers(spec, config)
+    lay = _layers(spec)
     total_bytes = sum(_bytes(p, p.params, dbytes, q, lay) for p in loaded)
     rank_bytes = sum(_bytes(p, rank_params(p, tp, hidden), dbytes, q, lay) for p in loaded)
     groups: dict[str, int] = {}
@@ -223,42 +228,34 @@ def head_rank_bytes(spec: ModelSpec, tp: int, dtype: str | None = None) -> int:
     """One more copy of the model's LM head on one rank of ``tp`` (the embedding's shape where the head is tied),
     at ``dtype``: what an MTP layer that keeps a head of its own loads."""
     dtype = dtype or spec.model_dtype
-    every = parts(spec.architecture, json.loads(spec.config_json or "{}"), spec.family)
+    every = counted_parts(spec) if spec.facts.fields else ()
     heads = [p for p in every if p.group == "lm_head"] or [p for p in every if p.group == "embedding"]
     q = spec.quantization.weights_scheme() if spec.quantization is not None else None
     hidden = spec.hidden_size or 1
     return int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q) for p in heads[:1]))
 
 
-def _aux_layers(cfg: dict, default: int) -> int:
-    """The target layers whose hidden states an EAGLE-3 or DFlash draft takes in (its ``fc`` is that many times
-    the target's width wide): ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.
-    target_layer_ids`` (vllm/model_executor/models/llama_eagle3.py, qwen3_dflash.py), else ``default``."""
-    for key, field in (("eagle_config", "eagle_aux_hidden_state_layer_ids"), ("dflash_config", "target_layer_ids")):
-        ids = cfg[key].get(field) if isinstance(cfg.get(key), dict) else None
-        if ids:
-            return len(ids)
-    return int(cfg.get("num_aux_hidden_states") or default)
-
-
-def draft_extra_parts(kind: str, cfg: dict, target_hidden: int) -> tuple[Part, ...]:
+def draft_extra_parts(kind: str, cfg: DraftFields, target_hidden: int) -> tuple[Part, ...]:
     """The tensors a draft class holds beyond the decoder layers its config describes (which the dense family
     counts): EAGLE's ``fc`` over [embedding, hidden state] (2h → h, llama_eagle.py); EAGLE-3's ``fc`` over the
     target's aux hidden states (aux × target width → h), its ``hidden_norm`` and the first layer's QKV taking
     [embedding, hidden state], h more inputs (llama_eagle3.py); DFlash's ``fc`` over the target's hidden states
     (target layers × target width → h) and ``hidden_norm`` (qwen3_dflash.py). None for a plain draft model."""
-    h = int(cfg.get("hidden_size") or 0)
+    h = cfg.hidden_size
     if kind == "eagle":
         return (Part("draft", "fc", 2 * h * h, "replicated"),)
     if kind not in ("eagle3", "dflash", "dspark"):
         return ()
-    n_aux = _aux_layers(cfg, 3 if kind == "eagle3" else int(cfg.get("num_hidden_layers") or 1))
+    # the target layers whose hidden states the draft takes in (its ``fc`` is that many times the target's width
+    # wide): ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.target_layer_ids``
+    # (vllm/model_executor/models/llama_eagle3.py, qwen3_dflash.py), else 3 (EAGLE-3) or the draft's layers
+    n_aux = cfg.aux_layers or (3 if kind == "eagle3" else cfg.num_hidden_layers or 1)
     extra: tuple[Part, ...] = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"),
                                Part("draft", "hidden_norm", h))
     if kind == "eagle3":
-        heads = int(cfg.get("num_attention_heads") or 1)
-        kv = int(cfg.get("num_key_value_heads") or heads)
-        hd = int(cfg.get("head_dim") or h // heads)
+        heads = cfg.heads or 1
+        kv = cfg.kv_heads or heads
+        hd = cfg.head_dim or h // heads
         extra += (Part("attention", "qkv_proj, layer 0's second input", h * (heads + 2 * kv) * hd, "column"),)
     return extra
 
@@ -272,14 +269,13 @@ def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kin
     rows (None: it has none of its own)."""
     embedding, head_rows = ends
     dtype = dtype or draft.model_dtype
-    config = json.loads(draft.config_json or "{}")
     hidden = draft.hidden_size or 1
-    kept = [p for p in parts(draft.architecture, config, draft.family)
+    kept = [p for p in (counted_parts(draft) if draft.facts.fields else ())
             if p.group != "lm_head" and (embedding or p.group != "embedding") and p.section == "model"]
     if head_rows:
         kept.append(Part("lm_head", "lm_head", head_rows * hidden, "vocab"))
-    kept += draft_extra_parts(kind, config, target_hidden or hidden)
+    kept += draft_extra_parts(kind, draft.facts.draft, target_hidden or hidden)
     q = draft.quantization.weights_scheme() if draft.quantization is not None else None
-    lay = _layers(draft, config)
+    lay = _layers(draft)
     return (sum(p.params for p in kept),
             int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q, lay) for p in kept)))

@@ -194,7 +194,7 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
 
 
 def _steps(s: Settings, sp):
-    """As hybridplan/options.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
+    """As hybridplan/build.py: the Scenario counts the steps (``speculative_num_steps``, else D − 1) and D is
     ``SglangSettings.draft_tokens``."""
     from msgspec.structs import replace
 
@@ -207,7 +207,7 @@ def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
     """The speculative algorithm and draft of the server args, read as ``speculative_from_sglang`` reads the
     flags; a draft that cannot be read is said in the notes (the draft tokens still size the buffers)."""
     from hybridplan.scenario import Speculative
-    from hybridplan.speculative import SglangFlags, speculative_from_sglang
+    from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
 
     algorithm = s.get("speculative_algorithm")
     if not algorithm:

@@ -22,7 +22,6 @@ the memory R it splits between the state pool and the KV pool.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Term, Waterfall
@@ -48,11 +47,10 @@ def prefill_graph_sizes(chunk: int) -> int:
     return sum(1 for s in sizes if s <= chunk)
 
 
-def _vision_scale(config: dict) -> float:
-    """``adjust_mem_fraction_for_vlm``: 0.95 × a factor of the vision tower's depth and width."""
-    vision = config.get("vision_config") or {}
-    layers, hidden = int(vision.get("num_hidden_layers", vision.get("depth", 24))), int(vision.get("hidden_size",
-                                                                                                       1024))
+def _vision_scale(tower: tuple[int, int]) -> float:
+    """``adjust_mem_fraction_for_vlm``: 0.95 × a factor of the vision tower's depth and width (``ConfigFacts.vision``:
+    its ``num_hidden_layers`` or ``depth``, 24 where unset, and ``hidden_size``, 1024 where unset)."""
+    layers, hidden = tower
     ratio = layers * hidden * hidden / (24 * 1024 * 1024)
     return 0.95 * min(max(1 - 0.1 * (ratio - 1), 0.8), 1.05)
 
@@ -61,8 +59,7 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
     """``--mem-fraction-static`` SGLang picks, and how."""
     rel, tp = sc.sglang.release, sc.tp
     spec_decoding = bool(sc.sglang.draft(sc.spec_tokens))
-    config = json.loads(sc.spec.config_json or "{}")
-    multimodal = "vision_config" in config
+    multimodal = sc.spec.facts.multimodal
     if rel.before("0.5.3rc2"):
         if smi_mib < 35 * 1024:
             reserved = (2.8 + tp / 10) * 1024
@@ -91,7 +88,7 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
         how = f"chunk {chunk}, decode graphs to {bs}" + (", prefill graphs" if piecewise else "")
     fraction = round((smi_mib - reserved) / smi_mib, 3)
     if multimodal:
-        fraction *= _vision_scale(config)
+        fraction *= _vision_scale(sc.spec.facts.vision or (24, 1024))
         how += ", scaled for the vision tower"
     return fraction, how
 
@@ -130,13 +127,12 @@ def drafter(sc: Scenario) -> Term | None:
         return Term("drafter weights", size, "counted", f"the target's MTP layers (NEXTN), {params / 1e9:.2f}B "
                     "parameters; embedding and LM head shared with the target") if params else None
     draft = sp.draft
-    cfg = json.loads(draft.config_json or "{}")
-    vocab = int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or 0)
+    vocab = draft.facts.draft.vocab_size
     own = sp.method == "standalone"
     head = vocab if own or sp.method == "eagle3" else None
     kind = "model" if own else sp.method
     params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(own, head),
-                                    target_hidden=int(cfg.get("target_hidden_size") or sc.spec.hidden_size or 0))
+                                    target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0)
     return Term("drafter weights", size, "counted",
                 f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; embedding "
                 f"{'its own' if own else 'shared'}, LM head {'its own' if head else 'shared'}")

@@ -540,13 +540,6 @@ _MTP_ONE = ("Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "NemotronHForCausalLM
 _QWEN35_MTP = ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")
 
 
-def _text_config(spec: ModelSpec) -> dict:
-    import json
-
-    raw = json.loads(spec.config_json or "{}")
-    return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
-
-
 def draft_layers_in_cell(rel: Release, sc: Scenario) -> int | None:
     """n, the draft layers SGLang prices into the target's cell (``eagle_draft_num_layers`` or
     ``dflash_draft_num_layers``); None where the release does not (see ``DRAFT_KV_IN_CELL``).
@@ -560,14 +553,14 @@ def draft_layers_in_cell(rel: Release, sc: Scenario) -> int | None:
     if since is None or not rel.at_least(since) or not sp.layers:
         return None
     if sp.method in ("dflash", "dspark"):  # ``require_num_layers``: the draft config's num_hidden_layers
-        n = _text_config(sp.draft).get("num_hidden_layers") if sp.draft is not None else None
+        n = sp.draft.facts.count("num_hidden_layers") if sp.draft is not None else None
         return int(n) if n else None
     if sp.draft_ref is None or sp.draft is None:  # path-less NEXTN: the target's own MTP layers
         if not rel.at_least("0.5.22"):
             return None
-        n = _text_config(sc.spec).get("num_nextn_predict_layers")
+        n = sc.spec.facts.count("num_nextn_predict_layers")
         return int(n) if n else None
-    arch, text = sp.draft.architecture, _text_config(sp.draft)
+    arch, text = sp.draft.architecture, dict(sp.draft.facts.counts)
     if arch in _MTP_ONE or (arch in _QWEN35_MTP and rel.at_least("0.5.18")):
         return 1
     n = text.get("num_nextn_predict_layers")

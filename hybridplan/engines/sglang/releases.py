@@ -6,9 +6,7 @@ release."""
 
 from __future__ import annotations
 
-import json
 import re
-from functools import lru_cache
 
 from msgspec import Struct
 
@@ -84,12 +82,6 @@ STRATEGIES = ("auto", "off", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 _VERSION = r"v?0\.5\.(\d+)(rc\d+|\.post\d+)?(?:\.?dev[\w.]*)?(?:\+[\w.]*)?"
 
 
-@lru_cache(maxsize=64)
-def _config_fields(config_json: str) -> frozenset[str]:
-    """The top-level fields of a spec's config (none when the spec was not read from one)."""
-    return frozenset(json.loads(config_json)) if config_json else frozenset()
-
-
 def _key(version: str) -> tuple[int, int, int]:
     """(patch, stage, n): rc n → (p, 0, n), final → (p, 1, 0), post n → (p, 2, n)."""
     m = re.fullmatch(r"0\.5\.(\d+)(?:rc(\d+)|\.post(\d+))?", version)
@@ -147,7 +139,7 @@ class Release(Struct, frozen=True):
         """Nemotron-H checkpoints newer than the release's code: a config that names its layers only in a field
         ``NemotronHConfig`` does not read yet (``_NEMOTRON_LAYER_FIELDS``: ``layers_block_type`` from 0.5.10rc0),
         and MoE layers before ``ALL_DECODER_LAYER_TYPES`` has one (``_NEMOTRON_MOE``)."""
-        config = _config_fields(spec.config_json)
+        config = spec.facts.fields  # the config's top-level fields (none when the spec was not read from one)
         if config:
             read = [f for f, since in _NEMOTRON_LAYER_FIELDS.items() if self.at_least(since)]
             if not any(f in config for f in read):

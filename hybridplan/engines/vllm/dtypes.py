@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -230,12 +229,12 @@ def _as_sized(spec: ModelSpec, rel: Release) -> ModelSpec:
     """0.10.0's Nemotron-H sizes the Mamba conv from ``expand · hidden_size`` rather than heads · head_dim
     (``get_mamba_state_shape_from_config``, vllm/model_executor/models/nemotron_h.py; 0.10.1 reads the heads):
     the two differ for Nemotron-Nano-9B-v2 (2 · 4,480 = 8,960 against 128 · 80 = 10,240)."""
-    if (spec.architecture != "NemotronHForCausalLM" or rel.at_least("0.10.1") or not spec.config_json
+    if (spec.architecture != "NemotronHForCausalLM" or rel.at_least("0.10.1") or not spec.facts.fields
             or not spec.hidden_size):
         return spec
     # NemotronHConfig's ``expand`` is the config's ``mamba_expand``, 2 by default (transformers_utils/configs/
     # nemotron_h.py)
-    inner = int(json.loads(spec.config_json).get("mamba_expand") or 2) * spec.hidden_size
+    inner = spec.facts.mamba_expand * spec.hidden_size
     return replace(spec, mixers=tuple(replace(m, intermediate=inner) if isinstance(m, Mamba2) else m
                                       for m in spec.mixers))
 

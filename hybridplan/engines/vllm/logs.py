@@ -314,7 +314,7 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
     """The speculative method and draft the log names (``speculative_config``), read as
     ``speculative_from_vllm`` reads ``--speculative-config``; a bare token count (a flag, or a log that names no
     method) stays a count. A draft that cannot be read is said in the notes."""
-    from hybridplan.speculative import speculative_from_vllm
+    from hybridplan.engines.vllm.speculative import speculative_from_vllm
 
     method = s.get("speculative_method")
     if method is None or not spec_tokens:
@@ -676,8 +676,7 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     f = log.last(LOADED)
     if f is None:
         return (), []
-    config = json.loads(sc.spec.config_json or "{}")
-    if quantization not in (None, "None") and "quantization_config" not in config:
+    if quantization not in (None, "None") and "quantization_config" not in sc.spec.facts.fields:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
                                 "config is not: pass the checkpoint's config.json as the model")]
     from hybridplan.engines.vllm.memory import drafter

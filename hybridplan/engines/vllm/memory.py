@@ -27,7 +27,6 @@ What is a rule and what is an estimate:
 
 from __future__ import annotations
 
-import json
 from math import ceil
 from typing import TYPE_CHECKING
 
@@ -60,9 +59,7 @@ def requested_memory(total: int, utilization: float, rel: Release) -> int:
 
 
 def _vocab(sc: Scenario) -> int:
-    config = json.loads(sc.spec.config_json or "{}")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    return int(text.get("vocab_size") or config.get("vocab_size") or 0)
+    return sc.spec.facts.vocab_size
 
 
 def activation(rel: Release, max_num_seqs: int, vocab: int, batched_tokens: int) -> Term:
@@ -101,10 +98,10 @@ def overheads(rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: 
     return [activation(rel, batch[0], vocab, batch[1]), non_torch(tp, nvswitch), *([graphs] if graphs else [])]
 
 
-def encoder_note(rel: Release, config: dict) -> str | None:
-    """A multimodal checkpoint: the profiling run also encodes the largest dummy images
-    (gpu_model_runner.py ``profile_run``), which no term here estimates."""
-    if "vision_config" not in config:
+def encoder_note(rel: Release, multimodal: bool) -> str | None:
+    """A multimodal checkpoint (its config has a ``vision_config``): the profiling run also encodes the largest
+    dummy images (gpu_model_runner.py ``profile_run``), which no term here estimates."""
+    if not multimodal:
         return None
     ways = [f for f, since in (("--skip-mm-profiling", "0.10.2"), ("--language-model-only", "0.17.0"))
             if rel.at_least(since)]
@@ -179,8 +176,7 @@ def drafter(sc: Scenario) -> Term | None:
     if sp.method not in _DRAFTS or sp.draft is None:
         return None
     draft = sp.draft
-    cfg = json.loads(draft.config_json or "{}")
-    draft_vocab = int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or 0)
+    draft_vocab = draft.facts.draft.vocab_size
     if sp.method == "draft_model":
         embedding, head = True, draft_vocab or None
     else:
@@ -189,7 +185,7 @@ def drafter(sc: Scenario) -> Term | None:
         head = draft_vocab if own_head or (sp.method == "eagle3" and rel.before(DRAFT_SHARING_BY_CONTENT)) else None
     kind = "model" if sp.method == "draft_model" else sp.method
     params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(embedding, head),
-                                    target_hidden=int(cfg.get("target_hidden_size") or sc.spec.hidden_size or 0))
+                                    target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0)
     shared = ("embedding and LM head its own" if sp.method == "draft_model"
               else f"embedding {'its own' if embedding else 'shared'}, LM head {'its own' if head else 'shared'}")
     return Term("drafter weights", size, "counted",

@@ -401,8 +401,6 @@ class PipelineFit(Fit):
 
 def fit(sc: Scenario) -> PipelineFit | Shortfall:
     """`fit` on vLLM with pipeline stages: each stage's memory and blocks, the smallest block count kept."""
-    import json
-
     from hybridplan.engines.vllm.context import refusal
 
     rel = sc.vllm.release
@@ -430,7 +428,7 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
     if waters[0] is not None and sc.budget.overhead is None:
         from hybridplan.engines.vllm.memory import encoder_note
 
-        notes += filter(None, [encoder_note(rel, json.loads(sc.spec.config_json or "{}"))])
+        notes += filter(None, [encoder_note(rel, sc.spec.facts.multimodal)])
         if sc.pp > 1 or sc.dp > 1:
             notes.append("non-torch memory is estimated at the TP degree of one engine stage; the estimate was "
                          "fitted to logs without PP or DP")

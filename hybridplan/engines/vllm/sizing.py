@@ -6,7 +6,6 @@ vllm/v1/worker/gpu_worker.py ``determine_available_memory``. The start-up check:
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from msgspec import Struct
@@ -464,7 +463,7 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     if water is not None and sc.budget.overhead is None:
         from hybridplan.engines.vllm.memory import encoder_note
 
-        notes += filter(None, [encoder_note(rel, json.loads(sc.spec.config_json or "{}"))])
+        notes += filter(None, [encoder_note(rel, sc.spec.facts.multimodal)])
     notes += filter(None, [defaults.note(sc), defaults.gdn_note(sc)])
     blocks = fits[chosen].capacity.mamba_blocks
     if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks and not sc.vllm.enforce_eager:
