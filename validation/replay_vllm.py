@@ -69,8 +69,8 @@ BATCHED_TOKENS = 8192
 MODELS = (("qwen3-next-80b-a3b", 4), ("nemotron-nano-9b-v2", 1))
 #: --kv-cache-memory-bytes per GPU: "roomy", and "tight" (a pool that turns over on the Mooncake excerpt while
 #: still holding one request of max_model_len, as vLLM's start requires); chosen by hand, per model
-BUDGETS = {"qwen3-next-80b-a3b": {"roomy": 40 * GiB, "tight": 6 * GiB},
-           "nemotron-nano-9b-v2": {"roomy": 40 * GiB, "tight": 24 * GiB}}
+BUDGETS = {"qwen3-next-80b-a3b": {"roomy": 40 * GiB, "tight": 3 * GiB},
+           "nemotron-nano-9b-v2": {"roomy": 40 * GiB, "tight": 3 * GiB + GiB // 2}}
 CONCURRENCY = (1, 8)
 QUICK_MOONCAKE = 40
 STAND_INS = (
@@ -217,6 +217,8 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
 
     before = platforms.current_platform
     w = StartWorker(version, config_root, sorted({c["model"] for c in todo}))
+    # a node of 8 such GPUs (ParallelConfig checks the world size against the platform's device count)
+    type(w.platform).device_count = classmethod(lambda cls: 8)
     for mod in list(sys.modules.values()):  # modules that bound the platform at import see the stand-in too
         if getattr(mod, "__name__", "").startswith("vllm") and getattr(mod, "current_platform", None) is before:
             mod.current_platform = w.platform
@@ -329,7 +331,10 @@ def run_case(w, vv, case: dict) -> dict:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    core, vc = engine_core(w, vv, case)
+    try:
+        core, vc = engine_core(w, vv, case)
+    except ValueError as exc:  # the start refused (e.g. check_enough_kv_cache_memory): vLLM's answer, compared
+        return {"refused": f"{type(exc).__name__}: {str(exc).splitlines()[0][:400]}"}
     sched = core.scheduler
     groups = sched.kv_cache_config.kv_cache_groups
     blocks = sorted({g.kv_cache_spec.block_size for g in groups})
@@ -342,6 +347,8 @@ def run_case(w, vv, case: dict) -> dict:
     reqs = case["requests"]
     conc = case["concurrency"]
     reused = [-1] * len(reqs)
+    #: per request, the tokens each step scheduled for it until its prompt was computed (where states land)
+    chunks: list[list[int]] = [[] for _ in reqs]
     nxt = 0
     in_flight: set[str] = set()
     stalled = 0
@@ -369,6 +376,10 @@ def run_case(w, vv, case: dict) -> dict:
             if reused[i] < 0:
                 reused[i] = nr.num_computed_tokens
         ids = list(so.num_scheduled_tokens)
+        for j in ids:
+            q = sched.requests[j]
+            if q.num_computed_tokens - so.num_scheduled_tokens[j] < q.num_prompt_tokens:
+                chunks[int(j)].append(so.num_scheduled_tokens[j])
         sampled = []
         for j in ids:
             q = sched.requests[j]
@@ -378,7 +389,7 @@ def run_case(w, vv, case: dict) -> dict:
                                                                                       enumerate(ids)},
                                                        sampled_token_ids=sampled))
         in_flight = {j for j in in_flight if j in sched.requests}
-    return {**info, "reused": reused, "steps": steps}
+    return {"refused": None, **info, "reused": reused, "chunks": chunks, "steps": steps}
 
 
 STAND_INS_NOTE = STAND_INS
@@ -429,7 +440,7 @@ def main() -> int:
             with args.log.open("a") as f:
                 f.write(time.strftime("%H:%M:%S ") + line + "\n")
 
-    report: dict = {"compared": {}, "mismatches": [], "failed": [], "errors": [], "cases": [],
+    report: dict = {"compared": {}, "mismatches": [], "failed": [], "errors": [], "cases": [], "refused": [],
                     "stand_ins": list(STAND_INS), "flags": {"max_model_len": MAX_MODEL_LEN,
                                                             "max_num_batched_tokens": BATCHED_TOKENS,
                                                             "budgets": BUDGETS, "max_output": MAX_OUTPUT}}
@@ -480,10 +491,18 @@ def main() -> int:
                     report["errors"].append({"release": version, "case": res["name"], "error": res["error"]})
                     say(f"  script error {res['name']}: {res['error'][-800:]}")
                     continue
-                if mine["refused"] is not None:
+                if (res["refused"] is None) != (mine["refused"] is None):
                     report["mismatches"].append({"release": version, "case": res["name"], "request": None,
-                                                 "vllm": "started", "hybridplan": mine["refused"]})
+                                                 "vllm": res["refused"] or "started",
+                                                 "hybridplan": mine["refused"] or "started"})
+                    say(f"  {res['name']}: vLLM {res['refused'] or 'started'}; hybridplan "
+                        f"{mine['refused'] or 'started'}")
                     bad += 1
+                    continue
+                if res["refused"] is not None:  # both refused the start
+                    report["refused"].append({"release": version, "case": res["name"], "vllm": res["refused"],
+                                              "hybridplan": mine["refused"]})
+                    n += 1
                     continue
                 case = {"release": version, "case": res["name"], "requests": len(res["reused"]),
                         "vllm_block": res["block"], "vllm_num_blocks": res["num_blocks"],
@@ -501,15 +520,18 @@ def main() -> int:
                     diff.append(min(len(res["reused"]), len(mine["reused"])))
                 n += len(res["reused"])
                 bad += len(diff)
-                for i in diff[:20]:
+                for i in diff:
                     report["mismatches"].append({"release": version, "case": res["name"], "request": i,
                                                  "vllm": res["reused"][i] if i < len(res["reused"]) else None,
-                                                 "hybridplan": mine["reused"][i] if i < len(mine["reused"]) else None})
+                                                 "hybridplan": mine["reused"][i] if i < len(mine["reused"]) else None,
+                                                 "vllm_chunks": res["chunks"][i][:8] if i < len(res["chunks"]) else None})
                 if diff:
                     say(f"  {res['name']}: {len(diff)} of {len(res['reused'])} differ (first: request {diff[0]}); "
                         f"vLLM block {res['block']} × {res['num_blocks']}, hybridplan {mine['block']} × "
                         f"{mine['num_blocks']}")
             report["compared"][version] = n
+            if args.json:  # after each release: a sweep cut short still leaves its figures
+                args.json.write_text(json.dumps(report, indent=1))
             say(f"vLLM {version}: {n} requests compared, {bad} mismatches, "
                 f"{sum(e['release'] == version for e in report['errors'])} script errors [{time.time() - start:.0f} s]")
     total = sum(report["compared"].values())
