@@ -188,7 +188,6 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
     os.environ["VLLM_CACHE_ROOT"] = str(src / ".vllm-cache")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, str(src))
-    import inspect
     import logging
 
     vv = _vllm_script()
@@ -240,7 +239,6 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
         print(f"  {case['name']}: {res.get('error', '').splitlines()[-1:] or 'done'} [{res['seconds']} s]",
               file=sys.stderr, flush=True)
         out_file.write_text(json.dumps({"results": results}))
-    del inspect
     return 0
 
 
@@ -321,11 +319,8 @@ def engine_core(w, vv, case: dict):
         def set_kv_cache_layout(self, *a, **k) -> None:
             pass
 
-    import vllm.v1.engine.core as core_module
-
     # freeze_gc_heap and the env cache are process-wide switches a real engine core flips once; harmless here
     core = EngineCore(vc, Workers, log_stats=True)
-    del core_module
     return core, vc
 
 
@@ -393,9 +388,6 @@ def run_case(w, vv, case: dict) -> dict:
                                                        sampled_token_ids=sampled))
         in_flight = {j for j in in_flight if j in sched.requests}
     return {"refused": None, **info, "reused": reused, "chunks": chunks, "steps": steps}
-
-
-STAND_INS_NOTE = STAND_INS
 
 
 # ==================================================================================================
