@@ -298,8 +298,9 @@ class StagedCapacity(Capacity):
 
     @property
     def model_request_bytes(self) -> int:
-        """One request of the context over every layer of the model (the global groups)."""
-        return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.layout.page_bytes
+        """One request of the context over the model's global groups, as 0.14.0-0.16.x check it (sizing.py
+        ``Capacity.request_bytes``: the group size × the page × the groups' pages)."""
+        return self.group_size * self.layout.page_bytes * sum(self.pages_per_request)
 
     def problem(self, max_num_seqs: int) -> str | None:
         """The start-up memory check (vllm/v1/core/kv_cache_utils.py ``get_kv_cache_configs``): up to 0.13.0 and

@@ -68,6 +68,10 @@ PAD_ATTENTION_PAGE = "0.24.0"
 #: from this release it pads a Mamba page to a larger page (a draft's); before, that fails (a Mamba page does not
 #: grow with its block): 0.25.1 has no such branch, 0.26.0 has
 PAD_MAMBA_PAGE = "0.26.0"
+#: from this release the start-up check counts one request over the KV cache groups, padding layers included
+#: (vllm/v1/core/kv_cache_utils.py ``_max_memory_usage_bytes_from_groups``, absent from the 0.13.0 wheel, called by
+#: ``get_kv_cache_configs`` in 0.14.0); before, over the layers (``check_enough_kv_cache_memory``)
+PADDED_REQUEST_FROM = "0.14.0"
 
 
 def _attention_key(m: AttentionMixer, tp: int) -> tuple:
@@ -274,7 +278,12 @@ class Capacity(Struct, frozen=True):
 
     @property
     def request_bytes(self) -> int:
-        """What one request of the context takes over every layer (``max_memory_usage_bytes`` summed)."""
+        """What one request of the context takes, as the start-up check counts it (vllm/v1/core/kv_cache_utils.py;
+        kv_cache_planning.py from 0.33.0): up to 0.13.0 each layer's ``max_memory_usage_bytes`` summed
+        (``check_enough_kv_cache_memory``); from 0.14.0 over the groups (``_max_memory_usage_bytes_from_groups``:
+        the group size × the page × every group's pages, so a group's padding layers count too)."""
+        if self.rel.at_least(PADDED_REQUEST_FROM):
+            return self.bytes_per_block * self.blocks_per_request
         return sum(g.layers * p for g, p in zip(self.groups, self.pages_per_request)) * self.page_bytes
 
     @property
