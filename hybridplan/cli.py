@@ -85,54 +85,54 @@ def _root(version: bool = typer.Option(False, "--version", help="Print the versi
 # --- options of one command ---------------------------------------------------------------------
 
 
-VS = (param("vs", Flag[str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")],
+VS = (param("vs", Flag(str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")),
             "llama-3-8b"),)
-SLOTS = (param("slots", Flag[int, option("--slots", metavar="N", parser=count_value("--slots"),
-                                         help="Concurrent sequences in the state pool.")], 256),)
-SIZE_ENGINE = (param("engine", Flag[Optional[str], option(
-    "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")], None),)
-ONE_SSM_DTYPE = Flag[Optional[str], option("--ssm-dtype", metavar="DTYPE",
+SLOTS = (param("slots", Flag(int, option("--slots", metavar="N", parser=count_value("--slots"),
+                                         help="Concurrent sequences in the state pool.")), 256),)
+SIZE_ENGINE = (param("engine", Flag(Optional[str], option(
+    "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")), None),)
+ONE_SSM_DTYPE = Flag(Optional[str], option("--ssm-dtype", metavar="DTYPE",
                                            help="Only this SSM dtype (default: the engine default, fp32 and "
-                                                "bf16).")]
+                                                "bf16)."))
 PREFIX = (
     param("shared", tokens_option("--shared", "Tokens of the prefix two requests share."), None),
     param("private", tokens_option("--private", "Tokens after it that differ between the requests."), 0),
-    param("sweep", Flag[Optional[str], option("--sweep", metavar="A:B:STEP",
+    param("sweep", Flag(Optional[str], option("--sweep", metavar="A:B:STEP",
                                               help="Sweep the shared length from A to B tokens in steps of "
-                                                   "STEP.")], None),
+                                                   "STEP.")), None),
     param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
 CHECK_LOG = (
-    param("log", Flag[Path, argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input).")]),
-    param("model", Flag[Optional[str], option("--model", metavar="MODEL",
-                                              help="The model (default: read from the log).")], None),
+    param("log", Flag(Path, argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input)."))),
+    param("model", Flag(Optional[str], option("--model", metavar="MODEL",
+                                              help="The model (default: read from the log).")), None),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
-    param("tp", Flag[Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
-                                           help="Tensor-parallel size (default: read from the log).")], None),
-    param("vllm_version", Flag[Optional[str], option("--vllm-version", metavar="VERSION",
-                                                     help="vLLM release (default: read from the log).")], None),
+    param("tp", Flag(Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
+                                           help="Tensor-parallel size (default: read from the log).")), None),
+    param("vllm_version", Flag(Optional[str], option("--vllm-version", metavar="VERSION",
+                                                     help="vLLM release (default: read from the log).")), None),
     param("sglang_version", SglangVersion, None),
-    param("mode", Flag[Optional[str], option("--mode", metavar="MODE",
-                                             help="vLLM mamba cache mode (default: read from the log).")], None),
+    param("mode", Flag(Optional[str], option("--mode", metavar="MODE",
+                                             help="vLLM mamba cache mode (default: read from the log).")), None),
     param("kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if "
                                                   "known"), None),
-    param("spec_tokens", Flag[Optional[int], option(
+    param("spec_tokens", Flag(Optional[int], option(
         "--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
-        help="Speculative tokens (default: read from the log).")], None),
-    param("max_num_seqs", Flag[Optional[int], option(
+        help="Speculative tokens (default: read from the log).")), None),
+    param("max_num_seqs", Flag(Optional[int], option(
         "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
-        help="vLLM --max-num-seqs (default: read from the log).")], None),
-    param("max_running_requests", Flag[Optional[int], option(
+        help="vLLM --max-num-seqs (default: read from the log).")), None),
+    param("max_running_requests", Flag(Optional[int], option(
         "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
-        help="SGLang --max-running-requests (default: read from the log).")], None),
-    param("mem_fraction", Flag[Optional[float], option(
+        help="SGLang --max-running-requests (default: read from the log).")), None),
+    param("mem_fraction", Flag(Optional[float], option(
         "--mem-fraction-static", metavar="FRACTION",
         parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
-        help="SGLang --mem-fraction-static (default: read from the log).")], None),
-    param("gpu_type", Flag[Optional[str], option(
+        help="SGLang --mem-fraction-static (default: read from the log).")), None),
+    param("gpu_type", Flag(Optional[str], option(
         "--gpu-type", metavar="GPU",
         help="The GPU the log ran on, by name (`hybridplan gpus`), where its lines do not say (vLLM's block unit "
-             "depends on it).")], None),
+             "depends on it).")), None),
 )
 
 
@@ -389,23 +389,23 @@ SPEED = (
     param("input", tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, "
                                             "or 1024)."), None),
     param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
-    param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+    param("concurrency", Flag(int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
                                           help="Requests in flight (bench --max-concurrency); the decode "
-                                               "table runs up to it.")], 64),
-    param("num_prompts", Flag[Optional[int], option("--num-prompts", metavar="N",
+                                               "table runs up to it.")), 64),
+    param("num_prompts", Flag(Optional[int], option("--num-prompts", metavar="N",
                                                     parser=count_value("--num-prompts"),
-                                                    help="Requests the benchmark sends (default 1000).")], None),
-    param("acceptance", Flag[Optional[float], option(
+                                                    help="Requests the benchmark sends (default 1000).")), None),
+    param("acceptance", Flag(Optional[float], option(
         "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
-        help="With --spec-tokens: the chance a proposed token is accepted.")], None),
+        help="With --spec-tokens: the chance a proposed token is accepted.")), None),
     param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
-    param("dataset_lengths", Flag[Optional[Path], option(
+    param("dataset_lengths", Flag(Optional[Path], option(
         "--dataset-lengths", metavar="FILE", help="Each request's prompt and output tokens (JSONL or CSV: "
                                                   "input,output): the benchmark of that mix, in place of "
-                                                  "--input/--output.")], None),
-    param("calibration", Flag[Optional[Path], option(
+                                                  "--input/--output.")), None),
+    param("calibration", Flag(Optional[Path], option(
         "--calibration", metavar="FILE", help="A profile's measurements (hybridplan profile --save-calibration) "
-                                              "in place of the fitted efficiencies where they say more.")], None),
+                                              "in place of the fitted efficiencies where they say more.")), None),
 )
 
 
@@ -460,14 +460,14 @@ def speed(o: Options) -> None:
 
 
 PLAN = (
-    param("concurrency", Flag[Optional[int], option(
+    param("concurrency", Flag(Optional[int], option(
         "--concurrency", metavar="N", parser=count_value("--concurrency"),
-        help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")], None),
-    param("gpus", Flag[Optional[int], option(
-        "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")], None),
-    param("pick", Flag[Optional[int], option(
+        help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")), None),
+    param("gpus", Flag(Optional[int], option(
+        "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")), None),
+    param("pick", Flag(Optional[int], option(
         "--pick", metavar="N", parser=count_value("--pick"),
-        help="With --emit: the Nth plan as listed (default 1, the best).")], None),
+        help="With --emit: the Nth plan as listed (default 1, the best).")), None),
     param("plot", plot_option("Write decode tok/s per GPU of the plans against their GPUs, and the layouts tried on "
                               "each count by why they fail, to this file"), None),
 )

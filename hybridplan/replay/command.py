@@ -31,67 +31,67 @@ from hybridplan.options import (
     tokens_option,
 )
 
-TRACE = (param("trace", Flag[str, argument(
+TRACE = (param("trace", Flag(str, argument(
     metavar="TRACE", help="A Mooncake trace (JSONL with hash_ids), a JSONL of prompt_token_ids, a synthetic "
                           "workload YAML, or the word synthetic to build one from --shared/--users/--turns/"
-                          "--private/--output.")]),)
+                          "--private/--output."))),)
 
 REPLAY = (
-    param("fmt", Flag[str, option("--format", metavar="FORMAT",
-                                  help="auto, mooncake, tokens or synthetic (default: from the file).")], "auto"),
-    param("concurrency", Flag[int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
-                                          help="Requests in flight at once (default 1: one after another).")],
+    param("fmt", Flag(str, option("--format", metavar="FORMAT",
+                                  help="auto, mooncake, tokens or synthetic (default: from the file).")), "auto"),
+    param("concurrency", Flag(int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
+                                          help="Requests in flight at once (default 1: one after another).")),
           1),
-    param("limit", Flag[Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
-                                              help="Replay only the first N requests.")], None),
-    param("retention", Flag[Optional[int], option(
+    param("limit", Flag(Optional[int], option("--limit", metavar="N", parser=count_value("--limit"),
+                                              help="Replay only the first N requests.")), None),
+    param("retention", Flag(Optional[int], option(
         "--prefix-cache-retention-interval", metavar="TOKENS", parser=count_value("--prefix-cache-retention-interval"),
         help="vLLM's retention interval for Mamba states (0.29+; VLLM_PREFIX_CACHE_RETENTION_INTERVAL in "
-             "0.24-0.28); 0 keeps only the replay boundary and shared-prefix junctions.")], None),
-    param("match_unit", Flag[Optional[int], option(
+             "0.24-0.28); 0 keeps only the replay boundary and shared-prefix junctions.")), None),
+    param("match_unit", Flag(Optional[int], option(
         "--prefix-match-unit", metavar="TOKENS", parser=count_value("--prefix-match-unit"),
-        help="vLLM --prefix-match-unit (0.26+): hash every TOKENS tokens; must divide the block.")], None),
-    param("shared_ckpt", Flag[bool, option(
+        help="vLLM --prefix-match-unit (0.26+): hash every TOKENS tokens; must divide the block.")), None),
+    param("shared_ckpt", Flag(bool, option(
         "--enable-mamba-shared-prefix-checkpoint",
-        help="vLLM's shared-prefix checkpoint (0.31+; --enable-mamba-fine-grained-prefix-cache in 0.30).")], False),
-    param("blocks_override", Flag[Optional[int], option(
+        help="vLLM's shared-prefix checkpoint (0.31+; --enable-mamba-fine-grained-prefix-cache in 0.30).")), False),
+    param("blocks_override", Flag(Optional[int], option(
         "--num-gpu-blocks-override", metavar="N", parser=count_value("--num-gpu-blocks-override"),
-        help="vLLM's block count instead of the budget's.")], None),
-    param("max_total_tokens", Flag[Optional[int], option(
+        help="vLLM's block count instead of the budget's.")), None),
+    param("max_total_tokens", Flag(Optional[int], option(
         "--max-total-tokens", metavar="N", parser=count_value("--max-total-tokens"),
-        help="SGLang's KV pool tokens instead of the split's.")], None),
-    param("states_per_path", Flag[int, option(
+        help="SGLang's KV pool tokens instead of the split's.")), None),
+    param("states_per_path", Flag(int, option(
         "--mamba-max-states-per-path", metavar="N",
-        help="SGLang --mamba-max-states-per-path (-1: unlimited).")], -1),
-    param("int8_ckpt", Flag[bool, option("--enable-int8-mamba-checkpoint",
-                                         help="SGLang's int8 Mamba checkpoints (twice the cached states).")],
+        help="SGLang --mamba-max-states-per-path (-1: unlimited).")), -1),
+    param("int8_ckpt", Flag(bool, option("--enable-int8-mamba-checkpoint",
+                                         help="SGLang's int8 Mamba checkpoints (twice the cached states).")),
           False),
     param("shared", tokens_option("--shared", "synthetic: tokens of the system prompt every request shares."), None),
-    param("users", Flag[int, option("--users", metavar="N", parser=count_value("--users"),
-                                    help="synthetic: users.")], 1),
-    param("turns", Flag[int, option("--turns", metavar="N", parser=count_value("--turns"),
-                                    help="synthetic: turns per user.")], 1),
+    param("users", Flag(int, option("--users", metavar="N", parser=count_value("--users"),
+                                    help="synthetic: users.")), 1),
+    param("turns", Flag(int, option("--turns", metavar="N", parser=count_value("--turns"),
+                                    help="synthetic: turns per user.")), 1),
     param("private", tokens_option("--private", "synthetic: each turn's own tokens."), None),
     param("output", tokens_option("--output", "synthetic: tokens each request generates."), None),
-    param("order", Flag[str, option("--order", metavar="ORDER",
+    param("order", Flag(str, option("--order", metavar="ORDER",
                                     help="synthetic: round-robin (every user's turn 1, then turn 2...) or "
-                                         "user-by-user.")], "round-robin"),
-    param("no_history", Flag[bool, option("--no-history",
-                                          help="synthetic: a turn's prompt does not repeat the earlier turns.")],
+                                         "user-by-user.")), "round-robin"),
+    param("no_history", Flag(bool, option("--no-history",
+                                          help="synthetic: a turn's prompt does not repeat the earlier turns.")),
           False),
     param("plot", plot_option("Write each row's hit rate over the trace and its gap to the ideal cache by cause "
                               "to this file; with --plot-over, the hit rate against the budget or the block"), None),
-    param("plot_over", Flag[Optional[str], option("--plot-over", metavar="WHAT",
+    param("plot_over", Flag(Optional[str], option("--plot-over", metavar="WHAT",
                                                   help="With --plot: budget (multiples of the one given) or block "
-                                                       "(vLLM --block-size multiples).")], None),
-    param("no_requests", Flag[bool, option("--no-requests", help="--json without the per-request list.")],
+                                                       "(vLLM --block-size multiples).")), None),
+    param("no_requests", Flag(bool, option("--no-requests", help="--json without the per-request list.")),
           False),
-    param("requests_out", Flag[Optional[str], option(
+    param("requests_out", Flag(Optional[str], option(
         "--requests-out", metavar="FILE.jsonl",
         help="Write one JSON line per request: its prompt, what it shares with an earlier one, and per row what "
-             "it reused and why.")], None),
-    param("no_gap", Flag[bool, option("--no-gap", help="Skip the gap to the ideal cache, cause by cause (its "
-                                                       "counterfactual replays).")], False),
+             "it reused and why.")), None),
+    param("no_gap", Flag(bool, option("--no-gap", help="Skip the gap to the ideal cache, cause by cause (its "
+                                                       "counterfactual replays).")), False),
 )
 
 GROUPS = (TRACE, MODEL, (param("ctx", ctx_option("max_model_len (default: the model's maximum):"), None),), BUDGET,
