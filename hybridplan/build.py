@@ -156,8 +156,8 @@ def note_default_model(model: str) -> None:
         from typer._click.core import ParameterSource
         from typer._click.globals import get_current_context
     except ImportError:
-        from click import get_current_context
-        from click.core import ParameterSource
+        from click import get_current_context  # type: ignore[no-redef]  # typer before 0.28: click's own
+        from click.core import ParameterSource  # type: ignore[assignment]
 
     ctx = get_current_context(silent=True)
     if ctx is None or "model" not in ctx.params or ctx.get_parameter_source("model") is not ParameterSource.DEFAULT:
@@ -186,6 +186,10 @@ def scenario(o: Options) -> Scenario:
     spec_tokens, speculative = _speculative(o, spec, vrel)
     o = Options(**{**vars(o), "spec_tokens": spec_tokens}) if hasattr(o, "spec_tokens") else o
     vllm = {**_given(o, _VLLM), "mode": _mode(o, spec, vrel)} if hasattr(o, "mode") else _given(o, _VLLM)
+    env: dict[str, Any] = parse_env(getattr(o, "sglang_env", None) or ())
+    extra: dict[str, Any] = {**({"pp_partition": layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
+                             **({"engine_args": _engine_args(o.engine_args)} if getattr(o, "engine_args", None)
+                                else {})}
     return Scenario(
         spec=spec,
         ctx=ctx if ctx is not None else default_ctx(spec, engine, vrel),
@@ -195,12 +199,11 @@ def scenario(o: Options) -> Scenario:
         vllm=VllmSettings(release=vrel, **vllm),
         sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
                               overlap=not getattr(o, "no_overlap", False), hicache=_hicache(o),
-                              **parse_env(getattr(o, "sglang_env", None) or ())),
+                              **env),
         budget=budget(o),
         speculative=speculative,
         **_given(o, _SCENARIO),
-        **({"pp_partition": layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
-        **({"engine_args": _engine_args(o.engine_args)} if getattr(o, "engine_args", None) else {}),
+        **extra,
     )
 
 

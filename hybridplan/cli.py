@@ -530,10 +530,10 @@ def _command_group(args: list[str]) -> Any:
     every = app.registered_commands
     name = args[0] if args and not args[0].startswith("-") else None
     one = [c for c in every if name is not None
-           and (c.name or typer.main.get_command_name(c.callback.__name__)) == name]  # type: ignore[union-attr]
+           and (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
     app.registered_commands = one or every
     for c in app.registered_commands:
-        signature(c.callback)  # type: ignore[arg-type]
+        signature(c.callback)
     try:
         return typer.main.get_command(app)
     finally:

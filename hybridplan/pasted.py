@@ -41,11 +41,10 @@ def _release_asked(head: list[str]) -> dict[str, str | None]:
             if value is None:
                 continue
             try:
-                if engine == "vllm":
-                    from hybridplan.engines.vllm.releases import release
-                else:
-                    from hybridplan.engines.sglang.releases import release
-                asked[engine] = release(value).version
+                from hybridplan.engines.sglang import releases as sglang_releases
+                from hybridplan.engines.vllm import releases as vllm_releases
+
+                asked[engine] = (vllm_releases if engine == "vllm" else sglang_releases).release(value).version
             except PlanError:
                 pass  # refused where the option is read
     return asked

@@ -9,7 +9,7 @@ token (``kv_elements_per_token``). Both refuse a TP degree the serving engine wo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import msgspec
 from msgspec import Struct
@@ -282,7 +282,7 @@ class ConfigFacts(Struct, frozen=True):
     parts: tuple = ()
     parts_error: str | None = None
 
-    def count(self, key: str, default: object = None) -> object:
+    def count(self, key: str, default: Any = None) -> Any:  # a config's number, as the config holds it
         return dict(self.counts).get(key, default)
 
     @property
@@ -335,7 +335,7 @@ class ModelSpec(Struct, frozen=True):
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._identity() == other._identity()  # type: ignore[attr-defined]
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())

@@ -98,7 +98,7 @@ def mtp_layers(target: ModelSpec) -> tuple[tuple[Mixer, ...], int]:
         if n and not isinstance(pattern, str):
             raise PlanError(f"{target.name}: num_nextn_predict_layers is {n} but the config has no "
                             "mtp_hybrid_override_pattern (vllm/model_executor/models/nemotron_h_mtp.py)")
-        attn = pattern.count("*") if n else 0
+        attn = pattern.count("*") if n and isinstance(pattern, str) else 0
         return _need(target, (full,) * (n * attn) if full else (), n, "num_nextn_predict_layers")
     if arch.startswith("Deepseek"):
         n = _count(text.get("num_nextn_predict_layers", 0), "num_nextn_predict_layers")

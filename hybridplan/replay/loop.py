@@ -15,7 +15,7 @@ import gc
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from itertools import repeat
 from struct import Struct
 
@@ -292,6 +292,21 @@ class EngineCache(Protocol):
     def peak_blocks(self) -> int: ...
 
 
+class DeferredCache(EngineCache, Protocol):
+    """A cache whose engine's scheduler decides when a request is looked up (``deferred``: SGLang's,
+    hybridplan/engines/sglang/scheduler.py): the loop submits, and takes the lookups it resolved."""
+
+    deferred: bool
+
+    def submit(self, req: Request, keys: list[int]) -> None: ...
+    def submit_refused(self, req: Request) -> None: ...
+    def take_resolved(self) -> list: ...
+
+
+def _deferred(cache: EngineCache) -> DeferredCache | None:
+    return cast(DeferredCache, cache) if getattr(cache, "deferred", False) else None
+
+
 @dataclass
 class Policy:
     """A cache and how its runs are labelled."""
@@ -352,17 +367,17 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
                     run.longest_refused = prompt_len
                 if not p.aside:
                     refused = why
-                if getattr(cache, "deferred", False):  # the engine's scheduler still sees it pass
-                    cache.submit_refused(req)
+                if (dc := _deferred(cache)) is not None:  # the engine's scheduler still sees it pass
+                    dc.submit_refused(req)
                 continue
             while len(flight) >= in_flight:
                 cache.finish(flight.popleft())
             keys = cache.keys(req, stop)
-            if getattr(cache, "deferred", False):  # an engine's scheduler decides when it is looked up
-                cache.submit(req, keys)
+            if (dc := _deferred(cache)) is not None:  # an engine's scheduler decides when it is looked up
+                dc.submit(req, keys)
                 flight.append(req)
                 deferred[p.label][req.index] = shared
-                _record(p, run, cache.take_resolved(), deferred[p.label])
+                _record(p, run, dc.take_resolved(), deferred[p.label])
                 continue
             look = cache.lookup(req, keys)
             while not cache.admit(req, look, keys):
@@ -393,8 +408,8 @@ def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: in
     for p, run, flight, _ in lanes:
         while flight:
             p.cache.finish(flight.popleft())
-        if getattr(p.cache, "deferred", False):
-            _record(p, run, p.cache.take_resolved(), deferred[p.label])
+        if (dc := _deferred(p.cache)) is not None:
+            _record(p, run, dc.take_resolved(), deferred[p.label])
             run.outcomes.sort(key=lambda o: o.index)
         run.evictions = p.cache.evictions
         run.peak_states = p.cache.peak_states

@@ -17,11 +17,10 @@ def engine_of(sc: Scenario) -> str:
 
 
 def _engine_module(sc: Scenario):
-    if engine_of(sc) == "sglang":
-        from hybridplan.engines.sglang import kernels
-    else:
-        from hybridplan.engines.vllm import kernels
-    return kernels
+    from hybridplan.engines.sglang import kernels as sglang_kernels
+    from hybridplan.engines.vllm import kernels as vllm_kernels
+
+    return sglang_kernels if engine_of(sc) == "sglang" else vllm_kernels
 
 
 def graph_max_batch(sc: Scenario) -> int:

@@ -18,6 +18,7 @@ same per-rank step model as `speed` (hybridplan/speed/work.py, model.py). Pure f
 from __future__ import annotations
 
 from math import ceil
+from typing import Any
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -92,7 +93,7 @@ def decode_rate(sc: Scenario, g: Datasheet, batch: int, ctx: int, eff: Efficienc
                                     "than its MoE: not priced")
     m = ceil(batch / sc.pp)
     graphs, overlap = decode_mode(sc, m)
-    kw = {"tp": sc.tp, "graphs": graphs, "overlap": overlap}
+    kw: dict[str, Any] = {"tp": sc.tp, "graphs": graphs, "overlap": overlap}
     whole = decode_step(sc, m, ctx)
     if sc.engine != "sglang":
         whole = _moe_across_dp(sc, whole, m, ctx)

@@ -21,7 +21,7 @@ from hybridplan.engines.vllm.dtypes import model_dtype
 from hybridplan.errors import PlanError
 from hybridplan.memory import Footprint
 from hybridplan.scenario import Scenario
-from hybridplan.spec import MLA, Attention, GatedDeltaNet, KimiDeltaAttention, Mamba1, Mamba2, ModelSpec
+from hybridplan.spec import MLA, Attention, GatedDeltaNet, KimiDeltaAttention, Mamba1, Mamba2, ModelSpec, is_attention
 from hybridplan.weights import _bytes as _part_bytes  # the one pricing rule of a part (quantization included)
 from hybridplan.weights import counted_parts, rank_params, weights
 
@@ -124,7 +124,7 @@ class Step(Struct, frozen=True):
     def __eq__(self, other: object) -> bool:  # the notes are no part of the step's identity
         if type(other) is not type(self):
             return NotImplemented
-        return self._identity() == other._identity()  # type: ignore[attr-defined]
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())
@@ -360,14 +360,14 @@ def decode_step(sc: Scenario, batch: int, ctx: int) -> Step:
         for g in fp.kv:
             if g.kind == kind:
                 kv += batch * g.bytes_at(ctx) + tokens * g.bytes_per_token  # read the context, write the new
-        for g in fp.state:
-            if g.kind == kind:
-                st += 2.0 * batch * g.bytes  # read and write every state (conv window included), every step
+        for sg in fp.state:
+            if sg.kind == kind:
+                st += 2.0 * batch * sg.bytes  # read and write every state (conv window included), every step
         for m, n in mixers.items():
             if m.kind != kind:
                 continue
-            if kind in ("attention", "sliding_attention", "mla"):
-                keys = min(ctx, m.window) if getattr(m, "window", None) else ctx
+            if is_attention(m):
+                keys = min(ctx, m.window) if m.window else ctx
                 flops += n * attention_flops(m, tp, tokens, keys)
             else:
                 scalar += n * recurrent_update_flops(m, tp) * tokens
@@ -403,14 +403,14 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
         for g in fp.kv:
             if g.kind == kind:
                 kv += sequences * g.bytes_at(tokens)  # written once, read from on-chip tiles
-        for g in fp.state:
-            if g.kind == kind:
-                st += sequences * g.bytes  # the final state written
+        for sg in fp.state:
+            if sg.kind == kind:
+                st += sequences * sg.bytes  # the final state written
         for m, n in mixers.items():
             if m.kind != kind:
                 continue
-            if kind in ("attention", "sliding_attention", "mla"):
-                w = getattr(m, "window", None)
+            if is_attention(m):
+                w = m.window
                 keys = (min(tokens, w) if w else tokens) / (1 if w and w < tokens else 2)  # causal: half
                 if isinstance(m, MLA):  # prefill runs MLA unabsorbed, as heads of qk 192 / v 128
                     flops += n * 2.0 * _heads(m, tp) * (192 + 128) * total * keys

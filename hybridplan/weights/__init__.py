@@ -89,7 +89,7 @@ class _Layers(Struct, frozen=True):
 
 def _layers(spec: ModelSpec) -> _Layers:
     total = spec.facts.count("num_hidden_layers") or spec.facts.count("n_layer") or len(spec.mixers)
-    return _Layers(int(total), tuple(spec.layer_counts.items()))  # type: ignore[call-overload]
+    return _Layers(int(total), tuple(spec.layer_counts.items()))
 
 
 def counted_parts(spec: ModelSpec) -> tuple[Part, ...]:

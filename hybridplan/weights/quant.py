@@ -173,7 +173,7 @@ class Quantization(Struct, frozen=True):
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._identity() == other._identity()  # type: ignore[attr-defined]
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())

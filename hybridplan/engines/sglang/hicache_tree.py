@@ -197,9 +197,9 @@ class HostTierCache(Cache):
                 n = counts[k] = counts.get(k, 0) + 1
                 if n >= threshold:
                     self._backup_kv(k, r.grid)
-            counts = self.st_counts
+            st_counts = self.st_counts
             for k in st:
-                n = counts[k] = counts.get(k, 0) + 1
+                n = st_counts[k] = st_counts.get(k, 0) + 1
                 if n >= threshold:
                     self._backup_state(k)
         return True

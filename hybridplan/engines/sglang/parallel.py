@@ -113,7 +113,7 @@ class StagePools(Struct, frozen=True):
                 "weights_bytes": f.memory.term("weights") if f.memory else None}
 
 
-class PipelineFit(Fit):
+class PipelineFit(Fit, frozen=True):
     """`fit` on SGLang with pipeline stages: the binding stage's figures, and every stage's."""
 
     pp: int = 1
@@ -287,7 +287,7 @@ def state_slots_per_group(slots: int, dp: int) -> int:
     return slots // dp
 
 
-class DataParallelFit(Fit):
+class DataParallelFit(Fit, frozen=True):
     """`fit` on SGLang with --dp-size / --ep-size: one rank's figures (every rank alike), and the whole."""
 
     dp: int = 1

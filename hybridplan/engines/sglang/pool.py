@@ -10,7 +10,7 @@ on); the request count: managers/tp_worker.py and model_runner.py (to 0.5.9), ``
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -560,7 +560,8 @@ def draft_layers_in_cell(rel: Release, sc: Scenario) -> int | None:
             return None
         n = sc.spec.facts.count("num_nextn_predict_layers")
         return int(n) if n else None
-    arch, text = sp.draft.architecture, dict(sp.draft.facts.counts)
+    arch = sp.draft.architecture
+    text: dict[str, Any] = dict(sp.draft.facts.counts)
     if arch in _MTP_ONE or (arch in _QWEN35_MTP and rel.at_least("0.5.18")):
         return 1
     n = text.get("num_nextn_predict_layers")

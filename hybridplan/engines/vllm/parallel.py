@@ -281,7 +281,7 @@ class StageCache(Struct, frozen=True):
                 "weights_bytes": self.memory.term("weights") if self.memory else None}
 
 
-class StagedCapacity(Capacity):
+class StagedCapacity(Capacity, frozen=True):
     """The capacity the engine core settles on: the scheduler's groups, the binding stage's budget and bytes per
     block (so ``num_blocks`` is the smallest of all stages'), and every stage's own start-up check."""
 
@@ -361,7 +361,7 @@ def _gib_text(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-class PipelineFit(Fit):
+class PipelineFit(Fit, frozen=True):
     """`fit` on vLLM at ``--pipeline-parallel-size`` > 1: the engine's figures (those of the stage that binds)
     and every stage's own."""
 
