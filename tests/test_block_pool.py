@@ -128,3 +128,55 @@ def test_evicted_and_dropped_keys_are_told_apart_past_a_batch(pool):
     assert p.lost([10_396, 10_399], 0, 2) == (False, False)  # still cached
     assert p.lost([0, 199, -400], 0, 3) == (False, True)
     assert p.lost([10_001, 399], 0, 2) == (True, True) and p.lost([5, 6], 1, 1) == (False, False)
+
+
+@pytest.mark.parametrize("pool", [block_pool.PyPool, pytest.param(block_pool.BlockPool, marks=C)], ids=["python", "c"])
+def test_a_passed_mamba_hit_another_request_holds_frees_no_block(pool):
+    """vLLM 0.29.0 (vllm/v1/core/kv_cache_manager.py ``allocate_slots``): each step first frees the Mamba blocks
+    behind the computed tokens (``remove_skipped_blocks``), then allocates only if the new blocks are no more than
+    ``get_num_free_blocks``, the free queue's length; block_pool.py ``free_blocks`` puts a block in that queue
+    only when its ref_cnt falls to 0. So a passed Mamba hit block that another running request holds adds no
+    free block. One attention and one Mamba group (block 16), 6 blocks with the null one (5 free): request 0
+    (16 tokens) caches key 1 in an attention and a Mamba block. Request 1 resumes from its 16 tokens and runs to
+    33: step 16 → 32 takes attention block 1 and Mamba block 1 (2), step 32 → 33 frees the hit's Mamba block
+    (index 0 < (32 − 1) // 16) and takes attention block 2 and Mamba block 2 (2)."""
+    plan0 = ([0, 16], [1], ([1], [0], [16]))
+    plan1 = ([16, 32, 33], [1, 2, None], ([1, 2, None], [0, 1, 2], [None, 32, 33]))
+    # request 0 finished: its 2 blocks wait in the queue and the hit takes both out, leaving 3 free; step 1
+    # leaves 1, step 2 has the hit's Mamba block back (ref_cnt 1 → 0), 2, enough for its 2 (the last evicts key 1)
+    p = pool(6, "am", True, 16)
+    assert p.admit(0, 0, plan0)
+    p.finish(0)
+    assert p.admit(1, 16, plan1) and p.available == 0 and p.evictions == 1
+    # request 0 still running: 3 free; step 1 leaves 1, step 2 frees the hit's Mamba block only from request 1
+    # (ref_cnt 2 → 1), so 1 free for 2 new: vLLM does not allocate, and the request takes nothing
+    p = pool(6, "am", True, 16)
+    assert p.admit(0, 0, plan0)
+    assert not p.admit(1, 16, plan1) and p.available == 3 and p.evictions == 0
+
+
+@pytest.mark.parametrize("pool", [block_pool.PyPool, pytest.param(block_pool.BlockPool, marks=C)], ids=["python", "c"])
+def test_three_mamba_groups_sharing_a_held_hit_are_refused_where_vllm_allocates_nothing(pool):
+    """The pool's admits in tests/test_replay_gap.py ``test_causes_add_up_to_the_gap`` (shared 0, users 1,
+    turns 3, private 273, output 0, history, concurrency 3, 24 blocks, vllm, qwen3.5-4b on 0.29): Qwen3.5's
+    groups "mmma", block 272, 24 blocks with the null one (23 free). Turn 0 (273 tokens) takes 2 attention and
+    2 blocks in each Mamba group (8: 15 free); turn 1 (546, resuming from 272, whose Mamba block turn 0 holds)
+    takes attention blocks 1, 2 and Mamba blocks 1, 2 per group (8: 7 free). Turn 2 (819, resuming from 544: the
+    attention blocks 0, 1 and the Mamba block of index 1, all held by turn 1, so the hit takes no free block)
+    by vLLM's rule (kv_cache_manager.py ``allocate_slots``, block_pool.py ``free_blocks``, 0.29.0): step
+    544 → 816 frees nothing ((544 − 1) // 272 = 1) and takes attention block 2 and Mamba block 2 in 3 groups
+    (4 of 7: 3 free); step 816 → 819 frees the Mamba block of index 1 in the 3 groups, but turn 1 still holds
+    them (ref_cnt 2 → 1: still 3 free), and needs attention block 3 and Mamba block 3 in 3 groups, 4 > 3: vLLM
+    allocates nothing, so the turn is refused and takes nothing. (Counting those 3 as freed, 6 ≥ 4, admitted
+    it, and the run then took a block from an empty free queue.)"""
+    p = pool(24, "mmma", True, 272)
+    assert p.admit(0, 0, ([0, 272, 273], [1, None], ([1, None], [0, 1], [272, 273])))
+    assert p.admit(1, 272, ([272, 544, 546], [1, 2, None], ([1, 2, None], [0, 1, 2], [None, 544, 546])))
+    assert p.available == 7
+    turn2 = ([544, 816, 819], [1, 2, 3, None], ([2, 3, None], [1, 2, 3], [None, 816, 819]))
+    assert not p.admit(2, 544, turn2) and p.available == 7 and p.evictions == 0
+    # once turn 1 finishes, its blocks are free (15, 4 of them the hit's, taken out of the queue: 11) and the
+    # frees do count: step 2 has 11 − 4 + 3 = 10 free for its 4
+    p.finish(1)
+    assert p.available == 15
+    assert p.admit(2, 544, turn2) and p.available == 15 - 4 - 8 + 3

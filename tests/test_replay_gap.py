@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 import pytest
@@ -51,6 +51,9 @@ QUOTED = re.compile(r"(\d+\.\d) % hit rate")
 @given(shared=st.integers(0, 2500), users=st.integers(1, 4), turns=st.integers(1, 3), private=st.integers(1, 700),
        output=st.integers(0, 40), history=st.booleans(), concurrency=st.integers(1, 3),
        blocks=st.sampled_from([None, 24, 60]), engine=st.sampled_from(["vllm", "sglang"]))
+# a third turn resuming from a Mamba hit the second still holds: vLLM refuses it (tests/test_block_pool.py
+# ``test_three_mamba_groups_sharing_a_held_hit_are_refused_where_vllm_allocates_nothing``); the pool once took it
+@example(shared=0, users=1, turns=3, private=273, output=0, history=True, concurrency=3, blocks=24, engine="vllm")
 def test_causes_add_up_to_the_gap(shared, users, turns, private, output, history, concurrency, blocks, engine):
     """On small synthetic traces, tight pools or roomy, one or a few in flight: per row the causes add up to
     the gap exactly, the gap being to the ideal cache over every request; the two counted causes are never

@@ -492,6 +492,7 @@ static i64 bisect_right(const i64 *a, i64 lo, i64 n, i64 x) {
 typedef struct {
     Py_ssize_t n_steps, nblocks, n_mamba;
     i64 hit, hit_blocks, n_ents, na, nm, n_needs, n_hits;
+    i64 m_kept; /* the Mamba hit blocks another request holds (PyPool.admit's m_kept) */
     i64 *steps, *attn, *mamba, *index, *need; /* the plan; None is NONE */
     i64 *offset;                              /* per group, its first entry */
     i64 *ents_key, *slots;                    /* per entry: its key, its block (NONE: not taken yet) */
@@ -588,7 +589,8 @@ static int read_plan(Pool *p, PyObject *plan, Work *w) {
 }
 
 /* the blocks a hit holds from the start (attention's below it, Mamba's first) into w->hits; the count of
- * the distinct blocks they are that sit in the free queue, or -1 with an exception set */
+ * the distinct blocks they are that sit in the free queue, or -1 with an exception set; the Mamba ones not in
+ * the queue (another request holds them) counted in w->m_kept */
 static i64 hits_of(Pool *p, Work *w) {
     if (!w->hit) return 0;
     i64 most = w->na * w->hit_blocks + w->nm;
@@ -621,18 +623,21 @@ static i64 hits_of(Pool *p, Work *w) {
             touched[n_touched++] = s;
             queued += p->blocks[s].queued;
         }
+        if (p->kinds[w->ents_group[f]] == 'm' && !p->blocks[s].queued) w->m_kept++;
     }
     return queued;
 }
 
-/* the dry run: at no step does the request take more blocks than are free */
+/* the dry run: at no step does the request take more blocks than are free; a passed Mamba block frees one
+ * but for the hit's blocks another request holds (PyPool._fits) */
 static int fits(Pool *p, const Work *w, i64 avail) {
     i64 B = p->block, na = w->na, nm = w->nm, freed = 0;
     i64 new_blocks = na * (w->nblocks - w->hit_blocks) + nm * w->n_needs;
     i64 rounds = w->n_steps - 1 > 1 ? w->n_steps - 1 : 1;
     for (i64 k = 0; k < rounds; k++) {
         i64 c = w->steps[k], end = k + 1 < w->n_steps ? w->steps[k + 1] : c;
-        freed = nm * bisect_left(w->m_index, w->n_mamba, floordiv(c - 1, B));
+        i64 passed = bisect_left(w->m_index, w->n_mamba, floordiv(c - 1, B));
+        freed = passed ? nm * passed - w->m_kept : 0;
         i64 a_taken = 0;
         if (end >= 1) {
             a_taken = floordiv(end - 1, B) + 1 - w->hit_blocks;

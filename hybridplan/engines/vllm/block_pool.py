@@ -166,6 +166,7 @@ class PyPool:
         ents: list[tuple[int, int] | None] = [(g, k) if k is not None else None for g, kind in enumerate(self.groups)
                                               for k in (attn if kind == "a" else mamba)]
         hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
+        m_hit = False
         if hit:
             m_hit = bool(need) and need[0] is None
             for g, kind in enumerate(self.groups):
@@ -174,6 +175,9 @@ class PyPool:
                 elif m_hit:
                     hits.append(offset[g])
         touched = {self._oldest(ents[f]) for f in hits} if hits else None
+        # the Mamba hit blocks another request holds: passed, they are freed only once more (free_blocks lowers
+        # ref_cnt), so they add nothing to the free blocks
+        m_kept = sum(self._oldest(ents[offset[g]]) not in self.queue for g in self._mamba) if hits and m_hit else 0
         # the new Mamba blocks in the order they are taken, and every Mamba block in the order it is passed
         m_order = sorted((i for i, n in enumerate(need) if n is not None), key=need.__getitem__)
         m_needs = [need[i] for i in m_order]
@@ -182,7 +186,7 @@ class PyPool:
         avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
         # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
         if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
-                steps, hit_blocks, nblocks, m_needs, m_index, avail):
+                steps, hit_blocks, nblocks, m_needs, m_index, avail, m_kept):
             return False
         slots: list[int | None] = [None] * len(ents)
         for f in hits:
@@ -335,10 +339,14 @@ class PyPool:
         self.states, self.peak_states, self.evictions = states, peak, evictions
 
     def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
-              avail: int) -> bool:
+              avail: int, m_kept: int) -> bool:
         """The dry run: at no step does the request take more blocks than are free (the attention groups' new
         blocks b ≥ ``hit_blocks`` are needed at b·B + 1 tokens; the Mamba groups' at ``m_needs``, and each
-        Mamba block passed, whether held yet or not, counts as freed once the computed tokens are past it)."""
+        Mamba block passed counts as freed once the computed tokens are past it, but for the ``m_kept`` hit
+        blocks another request still holds: vLLM's free_blocks puts a block in the free queue only when its
+        ref_cnt falls to 0, and allocate_slots compares the new blocks with the free queue's length after
+        remove_skipped_blocks, vllm/v1/core/kv_cache_manager.py and block_pool.py, 0.29.0). The hit's Mamba
+        block stands for the lowest index, so it is passed first: with any block passed."""
         B = self.block
         na, nm = len(self._attn), len(self._mamba)
         new = na * (nblocks - hit_blocks) + nm * len(m_needs)
@@ -346,7 +354,8 @@ class PyPool:
         for k in range(max(len(steps) - 1, 1)):
             c = steps[k]
             end = steps[k + 1] if k + 1 < len(steps) else c
-            freed = nm * bisect_left(m_index, (c - 1) // B)
+            passed = bisect_left(m_index, (c - 1) // B)
+            freed = nm * passed - m_kept if passed else 0
             a_taken = min(max((end - 1) // B + 1 - hit_blocks, 0), nblocks - hit_blocks) if end >= 1 else 0
             if avail + freed - na * a_taken - nm * bisect_right(m_needs, end) < 0:
                 return False
