@@ -63,7 +63,6 @@ def default_ctx(spec: Any, engine: str, vllm_rel: Any) -> int:
     both engines the smaller, so that both start."""
     from hybridplan.engines.sglang.context import context_length
     from hybridplan.engines.vllm.context import default_max_len
-
     from hybridplan.scenario import ENGINE_CHOICES
 
     if engine not in ENGINE_CHOICES:  # the Scenario's own refusal, before a context is looked for

@@ -3,7 +3,6 @@ function, and renders the report it returns."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,17 +11,18 @@ from typing import Any, Optional
 
 import typer
 
+from hybridplan.build import said, scenario
 from hybridplan.errors import PlanError
 from hybridplan.options import (
     ADMISSION,
-    HICACHE,
-    CHECK_LOG_FLAGS,
     ALLOW_LONG,
     BUDGET,
+    CHECK_LOG_FLAGS,
     DP,
     DTYPES,
     EMIT,
     ENGINES,
+    HICACHE,
     JSON,
     MODEL,
     OUTPUT,
@@ -32,9 +32,9 @@ from hybridplan.options import (
     TP,
     VLLM,
     Chunk,
+    Flag,
     Options,
     SglangVersion,
-    Flag,
     argument,
     count_value,
     ctx_option,
@@ -45,7 +45,6 @@ from hybridplan.options import (
     size_option,
     tokens_option,
 )
-from hybridplan.build import said, scenario
 from hybridplan.output import say, write
 from hybridplan.show import show, show_csv
 from hybridplan.signature import command, command_in, signature

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import shlex
 
-from msgspec import Struct
 import yaml
+from msgspec import Struct
 
 from hybridplan import __version__
 from hybridplan.cmdline import Command

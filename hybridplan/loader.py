@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from functools import lru_cache
+from functools import cache
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from msgspec.structs import replace
 import yaml
+from msgspec.structs import replace
 
 from hybridplan.adapters import spec_from_config
 from hybridplan.errors import PlanError
@@ -46,14 +46,14 @@ def _spec_documents() -> list[str]:
     return sorted(n for n in os.listdir(_SPECS_DIR) if n.endswith(".yaml") and not n.startswith("."))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _spec_text(filename: str) -> str:
     """A shipped spec's text, read once: its header, its YAML and its context all come from it."""
     with open(_specs_dir() / filename, encoding="utf-8") as f:
         return f.read()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_spec_document(filename: str) -> dict:
     doc = _safe_load(_spec_text(filename))
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
@@ -91,7 +91,7 @@ def build_index() -> dict[str, dict]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _index() -> dict[str, dict]:
     """The index beside the specs; built from them when it is missing, unreadable, or lists other files."""
     try:

@@ -7,6 +7,7 @@ from typing import Any
 
 from hybridplan.errors import PlanError
 
+
 def _own_flags(cmd: Any) -> dict[str, bool]:
     """A command's flags → whether each takes a value."""
     own: dict[str, bool] = {"--help": False, "-h": False}

@@ -34,7 +34,7 @@ from msgspec import Struct, field
 from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
-from hybridplan.scenario import DtypeChoice, Scenario
+from hybridplan.scenario import Scenario
 
 #: the most GPUs tried where --gpus is not given
 DEFAULT_MAX_GPUS = 64

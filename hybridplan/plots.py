@@ -229,7 +229,7 @@ def trace_plot(r, path: Path) -> None:
         bx.set_xlabel("prompt tokens reused, and lost to each cause (together: what the ideal cache reuses)" + (
             "\nnot drawn, lifting it lowered the rate: " + "; ".join(negative) if negative else ""))
         bx.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        for y, (_, reused, causes) in zip(bar_ys, bars):
+        for y, (_, _, causes) in zip(bar_ys, bars):
             gap = sum(t for _, t in causes)
             bx.text(ideal * 1.01, y, f" gap {gap:,}" + (f" ({100 * gap / ideal:.0f} %)" if ideal else ""),
                     va="center", fontsize=7.5)

@@ -8,7 +8,6 @@ Like vLLM's config object: frozen, built once at the edge, read everywhere, chan
 
 from __future__ import annotations
 
-
 from msgspec import Struct, field
 
 from hybridplan.engines.sglang.settings import SglangSettings

@@ -134,9 +134,8 @@ def test_mutated_configs_load_or_fail_cleanly(real_configs, data):
         assert "\n" not in str(exc)
         return
     from hybridplan.scenario import DtypeChoice
-    from tests.helpers import footprint
-
     from hybridplan.weights import weights
+    from tests.helpers import footprint
 
     for tp in (1, 2):
         try:

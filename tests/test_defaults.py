@@ -4,9 +4,8 @@ prefill backend it resolves (hybridplan/engines/vllm/defaults.py), SGLang's --ch
 
 from __future__ import annotations
 
-
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines.sglang.defaults import chunked_prefill_size
 from hybridplan.engines.sglang.releases import release as sglang_release

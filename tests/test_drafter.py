@@ -16,20 +16,22 @@ import json
 import re
 from pathlib import Path
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.adapters import config_facts
-from hybridplan.engines.sglang.memory import drafter as sglang_drafter, drafter_shortfall, memory as sglang_memory
+from hybridplan.engines.sglang.memory import drafter as sglang_drafter
+from hybridplan.engines.sglang.memory import drafter_shortfall
+from hybridplan.engines.sglang.memory import memory as sglang_memory
 from hybridplan.engines.sglang.releases import release as sglang_release
 from hybridplan.engines.sglang.settings import SglangSettings
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
 from hybridplan.engines.vllm.memory import drafter, memory
 from hybridplan.engines.vllm.releases import release
 from hybridplan.engines.vllm.settings import VllmSettings
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.loader import load_model
 from hybridplan.scenario import Budget, DtypeChoice, Scenario
-from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
-from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.weights import mtp_rank_bytes
 
 pytestmark = pytest.mark.unit

@@ -3,8 +3,8 @@ or a derivation written out in the comment beside it."""
 
 import json
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines import sglang, vllm
 from hybridplan.engines.common import lcm

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall
 from hybridplan.engines.sglang import parallel as sglang_pp
@@ -17,7 +17,6 @@ from hybridplan.loader import load_model
 from hybridplan.scenario import Budget
 from hybridplan.stages import decoder_layers, stage_rank_bytes, stages
 from hybridplan.weights import rank_bytes
-
 from tests.helpers import GiB, one_line_error, scenario
 
 pytestmark = pytest.mark.unit

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from math import ceil
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan import engines
 from hybridplan.errors import PlanError

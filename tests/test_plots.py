@@ -64,7 +64,7 @@ def test_replay_plot_gap_bars_are_the_reports_gap_cause_by_cause():
     gapped = [row for row in d["rows"] if "gap" in row]
     bars = plots.gap_bars(report)
     assert gapped and [label for label, _, _ in bars] == [row["label"] for row in gapped]
-    for (label, reused, causes), row in zip(bars, gapped):
+    for (_, reused, causes), row in zip(bars, gapped):
         g = row["gap"]
         assert reused == g["reused_tokens"] == row["reused_tokens"]
         assert [name for name, _ in causes] == g["order"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Synthetic

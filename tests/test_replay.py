@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines.sglang import radix_cache as spc
 from hybridplan.engines.vllm import prefix_cache as vpc

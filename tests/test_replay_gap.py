@@ -8,15 +8,15 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
-import pytest
 
 from hybridplan.engines.vllm import prefix_cache as vpc
+from hybridplan.replay.advice import advice as _advice
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Prompt, Request, Synthetic
-from hybridplan.replay.advice import advice as _advice
 from hybridplan.reports.replay import CAUSES, replay_report
 from hybridplan.scenario import Budget
 from tests.helpers import GiB, one_line_error, scenario

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import json
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
+from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+from hybridplan.engines.vllm.blocks import layout
 from hybridplan.engines.vllm.releases import release
 from hybridplan.engines.vllm.settings import VllmSettings
 from hybridplan.engines.vllm.sizing import buckets, capacity
-from hybridplan.engines.vllm.blocks import layout
+from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.errors import PlanError
 from hybridplan.loader import load_model
 from hybridplan.scenario import DtypeChoice, Scenario
 from hybridplan.spec import MLA, Attention
-from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
-from hybridplan.engines.vllm.speculative import speculative_from_vllm
 from hybridplan.speculative import mtp_layers
 
 pytestmark = pytest.mark.unit

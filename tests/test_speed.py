@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.gpus import GPUS, gpu

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from msgspec.structs import replace
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.engines.sglang import kernels as sglang_kernels
 from hybridplan.engines.sglang.releases import release as sglang_release

@@ -3,9 +3,8 @@ and both engines' benchmarks."""
 
 from __future__ import annotations
 
-from msgspec.structs import replace
-
 import pytest
+from msgspec.structs import replace
 
 from hybridplan.gpus import GPUS
 from hybridplan.loader import load_model

@@ -109,7 +109,7 @@ def test_allreduce_latency_from_the_published_table():
     from hybridplan.loader import load_model
     from hybridplan.scenario import Scenario
     from hybridplan.speed.gpus import datasheet
-    from hybridplan.speed.model import (ALLREDUCE_PCIE_TP8_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time)
+    from hybridplan.speed.model import ALLREDUCE_PCIE_TP8_US, DEFAULT, Efficiency, allreduce_nvlink_us, comm_time
     from hybridplan.speed.work import decode_step
 
     # SGLang PR #2904's "vllm" rows: TP 8 takes 9.3 µs for 4,096 float32 elements (16 KiB), 11.8 µs for 32,768

@@ -102,8 +102,8 @@ def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
     that is not exactly an int (a bool, a float) is the same one error line either way."""
     obj = {"input_length": 512 * (len(ids) - 1) + tail, "output_length": 3, "hash_ids": ids}
     seen = []
-    for native in (trace._native, None):
-        saved, trace._native = trace._native, native
+    for built in (trace._native, None):
+        saved, trace._native = trace._native, built
         try:
             rec = trace._convert(obj, trace.MooncakeLine, trace.Path("t.jsonl"), 7, trace._mooncake_refusal)
             seen.append(trace._mooncake_line(rec, trace.Path("t.jsonl"), 7, 0).prompt.runs)

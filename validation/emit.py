@@ -157,7 +157,6 @@ def _vllm_stand_ins(src: Path) -> None:
     """The compiled-ops and frontend stand-ins of ``STAND_INS`` (the platform is set in ``vllm_worker``)."""
     import importlib.util
     import re
-    import types
 
     import torch
 

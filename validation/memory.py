@@ -131,9 +131,6 @@ LEFT_OUT = {
     # the held-out logs of tests/test_real_logs.py HELD_OUT (issue 28 item 7) that print both lines
     "vllm-0.23.1rc1-qwen3.6-27b-nvfp4-mtp-arm64-1.log": "the GPU is not named (an arm64 host without native FP4); "
                                                         "and an MTP drafter, whose weights are not counted yet",
-    "vllm-0.16.1rc1-qwen3.5-122b-a10b-int4-2xsm89-1.log": "the GPU is not named (two sm_89 cards)",
-    "vllm-0.16.1rc1-qwen3.5-9b-awq-and-4b-awq-l40s-1.log": "two containers share one L40S: the second start sees "
-                                                           "the first one's memory as used",
     "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP), whose weights are not "
                                                         "counted yet (issue 28 item 2)",
     "vllm-0.20.2-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP), whose weights are not "

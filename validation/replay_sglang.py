@@ -356,7 +356,8 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                                         hybrid_gdn_config=None, mamba2_config=None)
             try:
                 from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
-                    NgramEmbeddingManager)
+                    NgramEmbeddingManager,
+                )
 
                 args = {"model": None, "model_config": self.model_config, "req_to_token_pool": pool,
                         "max_running_requests": reqs, "device": "cpu", "server_args": server_args}

@@ -92,14 +92,14 @@ def extract(version: str, cache: Path) -> tuple[dict, list[str]]:
 
 def stand_ins(ns: dict) -> None:
     import logging
-    from typing import Any, Dict
+    from typing import Any
 
     def run_post_process_pass(server_args, fn):
         for k, v in fn(server_args).items():
             setattr(server_args, k, v)
 
     cuda = SimpleNamespace(is_xpu=False, is_cuda=True, is_musa=False, is_npu=False, is_hip=False)
-    ns.update(Any=Any, Dict=Dict, logger=logging.getLogger("sglang-radix"), run_post_process_pass=run_post_process_pass,
+    ns.update(Any=Any, Dict=dict, logger=logging.getLogger("sglang-radix"), run_post_process_pass=run_post_process_pass,
               resolved_view=lambda sa: sa, model_config_of=lambda view: view.model_config,
               get_platform=lambda: cuda, current_platform=SimpleNamespace(is_out_of_tree=lambda: False),
               is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False,

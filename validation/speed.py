@@ -33,7 +33,7 @@ import math
 import statistics
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from msgspec.structs import replace
@@ -181,7 +181,7 @@ def _prepared(file: str, index: int):
     return got
 
 
-@lru_cache(maxsize=None)
+@cache
 def _try_prepare(file: str, index: int):
     try:
         return _prepare(file, index)
@@ -331,7 +331,7 @@ def _is_moe(doc: dict) -> bool:
     return _file_is_moe(doc["_file"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _file_is_moe(file: str) -> bool:
     """Whether every row of the file is of a model with routed experts."""
     from hybridplan.speed.work import experts
@@ -553,7 +553,7 @@ def fold_table(fitted) -> str:
 
 
 def markdown(tab: list[dict], k: int, rs: list[Row], fitted=()) -> str:
-    lines = ([fold_table(fitted), ""] if fitted else []) + [f"| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
+    lines = ([fold_table(fitted), ""] if fitted else []) + ["| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in tab:
         worst = f"{t['worst']:.2f}× (`{t['worst_id']}`)" if "worst" in t else "—"

@@ -194,9 +194,7 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
     from hybridplan.engines import vllm
     from hybridplan.errors import PlanError
     from hybridplan.loader import load_model
-    from hybridplan.scenario import DtypeChoice, Scenario
-
-    from hybridplan.scenario import Speculative
+    from hybridplan.scenario import DtypeChoice, Scenario, Speculative
     from hybridplan.spec import Attention
 
     spec = load_model(case["model"])

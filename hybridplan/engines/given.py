@@ -6,8 +6,6 @@ from __future__ import annotations
 from msgspec import Struct
 
 
-
-
 class LogGiven(Struct, frozen=True):
     """What `check-log`'s flags say, overriding what the log says."""
 

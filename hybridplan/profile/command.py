@@ -50,12 +50,12 @@ def profile(o: Options) -> None:
       hybridplan profile nemotron-h --interpret --json
       hybridplan profile nemotron-h --gpu 0 --save-calibration h100-nemotron-h.json
     """
-    from hybridplan.show import show
+    from hybridplan.build import note_default_model
     from hybridplan.loader import load_model
     from hybridplan.profile.pipeline import ProfileRequest, run_profile
     from hybridplan.profile.render import progress_display
-    from hybridplan.build import note_default_model
     from hybridplan.scenario import DtypeChoice
+    from hybridplan.show import show
 
     spec = load_model(o.model, o.revision)
     note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)

@@ -5,7 +5,6 @@ Nothing here imports torch: the pipeline fills these in, the renderer and the JS
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.profile import arith

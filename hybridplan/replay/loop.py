@@ -15,9 +15,9 @@ import gc
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
 from itertools import repeat
 from struct import Struct
+from typing import Any, Protocol, cast
 
 from hybridplan.replay.trace import Request, step
 

@@ -3,7 +3,6 @@ flags. Frozen, built once at the edge beside the ``Scenario``."""
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.errors import PlanError

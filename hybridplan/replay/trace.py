@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache
 from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Annotated
@@ -315,7 +315,7 @@ def _records(path: Path, kind: type, make, refusal) -> Iterator:
             raise _bad(path, _undecodable_line(path, n), "not UTF-8 text (a trace is JSON lines)") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _decoder(kind: type):
     """msgspec's JSON decoder to ``kind`` (a quarter of json's time on a Mooncake line, the checks included)."""
     return msgspec.json.Decoder(kind).decode

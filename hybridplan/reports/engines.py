@@ -3,7 +3,6 @@ SGLang's MambaPool)."""
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan import engines

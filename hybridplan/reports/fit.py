@@ -3,7 +3,6 @@ with the flags given, and the command that starts it with those figures (hybridp
 
 from __future__ import annotations
 
-
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ from hybridplan.engines.common import Waterfall
 from hybridplan.errors import PlanError, Refused
 from hybridplan.reports import SCHEMA_VERSION
 from hybridplan.scenario import Scenario
-
 
 #: the engines as the verdict names them
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -120,9 +118,9 @@ class FitReport(Struct, frozen=True):
     def targets(self, gpus_per_node: int = 8) -> dict:
         """Per engine that starts, what `--emit` writes down (hybridplan/deploy.py ``Target``): its command, its
         release, its layout, and the figures predicted for it, for the files' headers."""
-        from hybridplan.deploy import Target
-
         from importlib import import_module
+
+        from hybridplan.deploy import Target
 
         sc, out = self.sc, {}
         for name, cmd in self.commands().items():

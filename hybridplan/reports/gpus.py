@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.gpus import Gpu

@@ -4,7 +4,6 @@ layouts on fewer GPUs fail."""
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.errors import PlanError

@@ -15,9 +15,9 @@ from hybridplan.speed.bench import Bench, Workload, bench, prefill_time
 from hybridplan.speed.calibration import Calibration
 from hybridplan.speed.costs import decode_mode
 from hybridplan.speed.gpus import Datasheet, datasheet
+from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, allreduce_time, step_time
 from hybridplan.speed.ranges import CLASSES, Range, lookup
 from hybridplan.speed.ranges import source as ranges_source
-from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, allreduce_time, step_time
 from hybridplan.speed.work import decode_step
 
 if TYPE_CHECKING:

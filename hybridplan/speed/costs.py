@@ -5,7 +5,6 @@ this module only asks them."""
 
 from __future__ import annotations
 
-
 from msgspec.structs import replace
 
 from hybridplan.scenario import Scenario

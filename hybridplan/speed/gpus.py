@@ -14,7 +14,6 @@ is the datasheet's total (both directions) per GPU; a ring all-reduce moves data
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.errors import PlanError

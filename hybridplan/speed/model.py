@@ -14,7 +14,6 @@ never saw it (docs/VALIDATION.md).
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 from msgspec.structs import replace
 

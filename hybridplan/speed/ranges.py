@@ -17,7 +17,6 @@ from pathlib import Path
 
 from msgspec import Struct
 
-
 PATH = Path(__file__).with_name("ranges.json")
 #: the regimes, by the benchmark's --max-concurrency (validation/speed.py scores by the same)
 REGIMES = ("concurrency 1", "mid (2-127)", "saturated (>=128)")

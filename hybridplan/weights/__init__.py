@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from msgspec import Struct
 
 from hybridplan.dtypes import size_of
-from hybridplan.units import cdiv
 from hybridplan.errors import PlanError
 from hybridplan.spec import DraftFields, ModelSpec
+from hybridplan.units import cdiv
 from hybridplan.weights.families import Part
 
 if TYPE_CHECKING:  # annotations only: a config's count loads neither a checkpoint reader nor the schemes

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Iterable
 from math import prod
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from msgspec import Struct
-
 
 #: a header longer than this is not a safetensors header (the format caps it at 100 MB)
 MAX_HEADER = 100_000_000

@@ -20,9 +20,9 @@ from typing import Any
 
 from msgspec import Struct
 
+from hybridplan.errors import PlanError
 from hybridplan.fields import Fields
 from hybridplan.fields import qwen3_moe_layers as _qwen3_moe_layers
-from hybridplan.errors import PlanError
 from hybridplan.spec import GatedDeltaNet
 
 

@@ -40,7 +40,6 @@ from msgspec.structs import replace
 from hybridplan.errors import PlanError
 from hybridplan.quant_config import stated_quantization
 
-
 #: the checkpoint's module names (after ``…layers.N.``) that each counted part (hybridplan/weights/families.py,
 #: group → name) is made of, across the families' checkpoints
 _MODULES: dict[str, dict[str, tuple[str, ...]]] = {

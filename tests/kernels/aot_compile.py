@@ -27,6 +27,7 @@ import tempfile
 os.environ.pop("TRITON_INTERPRET", None)
 
 import triton  # noqa: E402
+from arch_limits import ARCHES  # noqa: E402
 from hybridplan.kernels.conv1d import prefill as conv_prefill  # noqa: E402
 from hybridplan.kernels.conv1d import update as conv_update  # noqa: E402
 from hybridplan.kernels.gdn import fused_recurrent as gdn_update  # noqa: E402
@@ -34,8 +35,6 @@ from hybridplan.kernels.mamba1 import state_update as mamba1_update  # noqa: E40
 from hybridplan.kernels.ssd import chunk, state_update  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
-
-from arch_limits import ARCHES  # noqa: E402
 
 # Triton turns an integer argument equal to 1 into a compile-time constant: unit strides of contiguous tensors
 UNIT_STRIDES = {"dt_h", "x_d", "y_d", "w_k", "s_k"}

@@ -27,7 +27,7 @@ no GPU found     4,096                           every release
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 from hybridplan.engines.sglang.releases import Release
@@ -74,7 +74,7 @@ def decode_graph_bs(rel: Release, mem_mib: float, tp: int) -> int:
     return (256 if tp < 4 else 512) if mem_mib < 160 * 1024 else 512
 
 
-@lru_cache(maxsize=None)
+@cache
 def _smi_mib(key: str) -> float:
     from hybridplan.gpus import gpu
 

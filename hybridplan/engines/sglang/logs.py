@@ -206,8 +206,8 @@ def _steps(s: Settings, sp):
 def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
     """The speculative algorithm and draft of the server args, read as ``speculative_from_sglang`` reads the
     flags; a draft that cannot be read is said in the notes (the draft tokens still size the buffers)."""
-    from hybridplan.scenario import Speculative
     from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
+    from hybridplan.scenario import Speculative
 
     algorithm = s.get("speculative_algorithm")
     if not algorithm:

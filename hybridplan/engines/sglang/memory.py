@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from hybridplan.engines.common import Term, Waterfall
 from hybridplan.engines.sglang.defaults import chunked_prefill_size, decode_graph_bs
-from hybridplan.engines.sglang.releases import Release
 
 #: what SGLang splits between its pools (R), and the factor applied to the GPU's total, as hybridplan's waterfall
 #: names them (python/sglang/srt/model_executor/model_runner.py; --mem-fraction-static)

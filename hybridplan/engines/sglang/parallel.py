@@ -78,8 +78,8 @@ def pipeline(sc: Scenario) -> tuple[Stage, ...]:
 def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
     """One stage's memory down to R: the whole model's waterfall (hybridplan/engines/sglang/memory.py) with the
     stage's own weights."""
-    from hybridplan.engines.sglang.memory import memory
     from hybridplan.engines.sglang.dtypes import model_dtype
+    from hybridplan.engines.sglang.memory import memory
     from hybridplan.stages import stage_rank_bytes
     from hybridplan.weights import rank_bytes
 
@@ -235,8 +235,8 @@ def sharding(sc: Scenario) -> Sharding:
 
 def rank_memory(sc: Scenario) -> Waterfall:
     """One rank's memory down to R with its weights split as ``sharding`` says."""
-    from hybridplan.engines.sglang.memory import memory
     from hybridplan.engines.sglang.dtypes import model_dtype
+    from hybridplan.engines.sglang.memory import memory
     from hybridplan.stages import stage_rank_bytes
 
     b = sc.budget

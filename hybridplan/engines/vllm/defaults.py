@@ -31,7 +31,7 @@ by its memory alone (``--gpu-mem``) is matched by memory only (no A100 or GB10 b
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 from msgspec import Struct
@@ -145,7 +145,7 @@ def batch_defaults(rel: Release, dev: Device, ctx: int | None = None,
     return BatchDefaults(t, s, which, dev.words, tokens is None, seqs is None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpu_by_key(key: str) -> Gpu:
     """``Budget.gpu`` is a GPU's key: looked up once (gpus.gpu builds its table of names on every call)."""
     from hybridplan.gpus import gpu

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines import LogVerbs
+from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.memory import Footprint
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from hybridplan.engines.vllm.dtypes import footprint
 from hybridplan.engines.vllm.releases import Release, release, untagged
 from hybridplan.engines.vllm.sizing import Capacity, capacity
 from hybridplan.errors import NotServed, PlanError
-from hybridplan.units import article
 from hybridplan.logread import Found, Log
 from hybridplan.scenario import DtypeChoice, Scenario, Speculative, default_ctx
+from hybridplan.units import article
 
 if TYPE_CHECKING:
     from hybridplan.engines import LogGiven

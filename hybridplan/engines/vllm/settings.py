@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-
 from msgspec import Struct
 
 from hybridplan.engines.vllm.releases import NEWEST, Release
+from hybridplan.errors import PlanError
 
 #: vllm/config/vllm.py ``PerformanceMode``; the flag and its doubling from 0.17.0 (absent from 0.16.0's
 #: vllm/engine/arg_utils.py; defaults.py)
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 PERFORMANCE_MODE_FROM = "0.17.0"
-from hybridplan.errors import PlanError
 
 #: GDN prefill backends vLLM can pick (vllm/v1/attention/backends/gdn_attn.py, 0.33)
 GDN_BACKENDS = ("flashinfer", "triton")

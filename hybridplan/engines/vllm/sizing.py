@@ -12,6 +12,7 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from hybridplan.engines.common import Shortfall, Waterfall, cdiv
+from hybridplan.engines.vllm import defaults
 from hybridplan.engines.vllm.blocks import (
     KERNEL_BLOCK,
     Layout,
@@ -19,7 +20,6 @@ from hybridplan.engines.vllm.blocks import (
     layout,
     recurrent_pages,
 )
-from hybridplan.engines.vllm import defaults
 from hybridplan.engines.vllm.context import refusal
 from hybridplan.engines.vllm.defaults import batched_tokens
 from hybridplan.engines.vllm.dtypes import footprint
@@ -97,7 +97,6 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
     the ratio where it divides it, else (from 0.24.0) is padded to it, else vLLM refuses; a Mamba page smaller
     than a draft's is padded from 0.26.0, and vLLM fails before."""
     from hybridplan.engines.vllm.dtypes import draft_footprint
-
     from hybridplan.spec import ATTENTION_KINDS
 
     fp, rel = footprint(sc), sc.vllm.release

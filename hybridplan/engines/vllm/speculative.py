@@ -49,7 +49,8 @@ VLLM_HEADS_ONLY = frozenset({"medusa", "mlp_speculator"})
 
 
 def _vllm_release(release: Any) -> Any:
-    from hybridplan.engines.vllm.releases import Release, release as parse
+    from hybridplan.engines.vllm.releases import Release
+    from hybridplan.engines.vllm.releases import release as parse
 
     return release if isinstance(release, Release) else parse(release)
 
