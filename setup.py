@@ -14,10 +14,20 @@ tests/test_block_pool.py and tests/test_speedups.py hold each equal to its twin 
 from setuptools import Extension, setup
 
 NATIVE = [
-    Extension("hybridplan.engines.vllm._block_pool", ["hybridplan/engines/vllm/_block_pool.c"],
-              depends=["hybridplan/_table.h"], optional=True, extra_compile_args=["-O2"]),
-    Extension("hybridplan.replay._speedups", ["hybridplan/replay/_speedups.c"], depends=["hybridplan/_table.h"],
-              optional=True, extra_compile_args=["-O2"]),
+    Extension(
+        "hybridplan.engines.vllm._block_pool",
+        ["hybridplan/engines/vllm/_block_pool.c"],
+        depends=["hybridplan/_table.h"],
+        optional=True,
+        extra_compile_args=["-O2"],
+    ),
+    Extension(
+        "hybridplan.replay._speedups",
+        ["hybridplan/replay/_speedups.c"],
+        depends=["hybridplan/_table.h"],
+        optional=True,
+        extra_compile_args=["-O2"],
+    ),
 ]
 
 setup(ext_modules=NATIVE)

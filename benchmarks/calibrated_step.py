@@ -40,13 +40,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibrated_step.py: error: {exc}", file=sys.stderr)
         return 2
     if a.json:
-        print(json.dumps({"model": report.get("model"), "gpu": key, "backend": cal.backend,
-                          "phases": [c.to_dict() for c in checks]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "model": report.get("model"),
+                    "gpu": key,
+                    "backend": cal.backend,
+                    "phases": [c.to_dict() for c in checks],
+                },
+                indent=1,
+            )
+        )
         return 0
     print(f"{report.get('model')} on {key} ({cal.backend}): speed --calibration against the profile's own step")
     for c in checks:
-        print(f"  {c.phase:<8} {c.rows:>2} rows  predicted {c.predicted_s * 1e3:10.3f} ms  measured "
-              f"{c.measured_s * 1e3:10.3f} ms  {c.error:+.1%}")
+        print(
+            f"  {c.phase:<8} {c.rows:>2} rows  predicted {c.predicted_s * 1e3:10.3f} ms  measured "
+            f"{c.measured_s * 1e3:10.3f} ms  {c.error:+.1%}"
+        )
     return 0
 
 

@@ -22,8 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "data" / "vllm-0.23-nemotron-h.log"
-WORDS = ("DEBUG scheduler step batch tokens waiting running swapped request finished metrics throughput prompt "
-         "generation usage").split()
+WORDS = (
+    "DEBUG scheduler step batch tokens waiting running swapped request finished metrics throughput prompt "
+    "generation usage"
+).split()
 
 
 def write_log(path: Path, megabytes: int) -> int:
@@ -33,8 +35,11 @@ def write_log(path: Path, megabytes: int) -> int:
     real = REAL.read_text()
     with open(path, "w") as f:
         while size < target:
-            line = f"DEBUG 11-20 09:{n % 60:02d}:{n % 60:02d} [engine.py:{n % 900}] " + " ".join(
-                rng.choice(WORDS) for _ in range(12)) + f" id={n}\n"
+            line = (
+                f"DEBUG 11-20 09:{n % 60:02d}:{n % 60:02d} [engine.py:{n % 900}] "
+                + " ".join(rng.choice(WORDS) for _ in range(12))
+                + f" id={n}\n"
+            )
             f.write(line)
             size, n = size + len(line), n + 1
             if n == 600_000:
@@ -56,10 +61,14 @@ def measure(megabytes: int) -> dict:
         proc = subprocess.run(planner_command() + ["check-log", str(log), "--json"], capture_output=True, text=True)
         seconds = time.perf_counter() - t0
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"log_bytes": megabytes * 1_000_000, "log_lines": lines, "exit_code": proc.returncode,
-            "ok": json.loads(proc.stdout)["ok"] if proc.returncode in (0, 1) else None, "seconds": seconds,
-            "peak_rss_mib": max(peak_kib, before) / 1024}
-
+    return {
+        "log_bytes": megabytes * 1_000_000,
+        "log_lines": lines,
+        "exit_code": proc.returncode,
+        "ok": json.loads(proc.stdout)["ok"] if proc.returncode in (0, 1) else None,
+        "seconds": seconds,
+        "peak_rss_mib": max(peak_kib, before) / 1024,
+    }
 
 
 def main() -> int:

@@ -41,8 +41,9 @@ def _import_kernels():
 
 def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON report path (default: benchmarks/results/kernels-<gpu>.json)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="JSON report path (default: benchmarks/results/kernels-<gpu>.json)"
+    )
     p.add_argument("--quick", action="store_true", help="fewer shapes and shorter timing (a smoke run)")
     p.add_argument("--copy-gib", type=float, default=4.0, help="size of the copy that sets the bandwidth ceiling")
     return p.parse_args(argv)
@@ -160,11 +161,18 @@ class _Suite:
         pool = self.pool((2 * batch, H, P, N), state_dtype)
         call = self.inputs.mamba2_decode(batch, H, P, N, G, indices=self.slots(batch), **self.draw)
         sec = self.timed(call, pool)
-        shape = {"batch": batch, "nheads": H, "headdim": P, "dstate": N, "ngroups": G,
-                 "state_dtype": str(state_dtype).removeprefix("torch.")}
+        shape = {
+            "batch": batch,
+            "nheads": H,
+            "headdim": P,
+            "dstate": N,
+            "ngroups": G,
+            "state_dtype": str(state_dtype).removeprefix("torch."),
+        }
         nbytes = bench.state_update_bytes(batch, H, P, N, G, state_dtype.itemsize, self.act_bytes)
-        return bench.make_row("selective_state_update", shape, sec, nbytes, bench.state_update_flops(batch, H, P, N),
-                              copy_bw)
+        return bench.make_row(
+            "selective_state_update", shape, sec, nbytes, bench.state_update_flops(batch, H, P, N), copy_bw
+        )
 
     def gdn_update(self, batch, state_dtype, copy_bw):
         cfg, bench = self.bench.QWEN3_NEXT, self.bench
@@ -172,11 +180,18 @@ class _Suite:
         pool = self.pool((2 * batch, hv, V, K), state_dtype)
         call = self.inputs.gdn_decode(batch, hk, hv, K, V, indices=self.slots(batch), **self.draw)
         sec = self.timed(call, pool)
-        shape = {"batch": batch, "v_heads": hv, "k_heads": hk, "vdim": V, "kdim": K,
-                 "state_dtype": str(state_dtype).removeprefix("torch.")}
+        shape = {
+            "batch": batch,
+            "v_heads": hv,
+            "k_heads": hk,
+            "vdim": V,
+            "kdim": K,
+            "state_dtype": str(state_dtype).removeprefix("torch."),
+        }
         nbytes = bench.gdn_update_bytes(batch, hv, hk, V, K, state_dtype.itemsize, self.act_bytes)
-        return bench.make_row("gated_delta_rule_update", shape, sec, nbytes, bench.gdn_update_flops(batch, hv, V, K),
-                              copy_bw)
+        return bench.make_row(
+            "gated_delta_rule_update", shape, sec, nbytes, bench.gdn_update_flops(batch, hv, V, K), copy_bw
+        )
 
     def mamba1_update(self, batch, state_dtype, copy_bw):
         cfg, bench = self.bench.JAMBA_1_5_MINI, self.bench
@@ -186,8 +201,9 @@ class _Suite:
         sec = self.timed(call, pool)
         shape = {"batch": batch, "dim": dim, "dstate": N, "state_dtype": str(state_dtype).removeprefix("torch.")}
         nbytes = bench.mamba1_update_bytes(batch, dim, N, state_dtype.itemsize, self.act_bytes)
-        return bench.make_row("mamba1_state_update", shape, sec, nbytes, bench.mamba1_update_flops(batch, dim, N),
-                              copy_bw)
+        return bench.make_row(
+            "mamba1_state_update", shape, sec, nbytes, bench.mamba1_update_flops(batch, dim, N), copy_bw
+        )
 
     def conv_update(self, batch, copy_bw):
         dim, K, bench = self.dim, self.K, self.bench
@@ -204,11 +220,20 @@ class _Suite:
         pool = self.pool((2 * nseq, H, P, N), self.torch.float32)
         call = self.inputs.mamba2_prefill(lengths, H, P, N, G, Q, slots=slots, **self.draw)
         sec = self.timed(call, pool)
-        shape = {"ntokens": ntok, "nseqs": nseq, "nheads": H, "headdim": P, "dstate": N, "ngroups": G,
-                 "chunk_size": Q, "state_dtype": "float32"}
+        shape = {
+            "ntokens": ntok,
+            "nseqs": nseq,
+            "nheads": H,
+            "headdim": P,
+            "dstate": N,
+            "ngroups": G,
+            "chunk_size": Q,
+            "state_dtype": "float32",
+        }
         nbytes = bench.chunk_scan_bytes(ntok, nseq, H, P, N, G, io_bytes=self.act_bytes)
-        return bench.make_row("ssd_chunk_scan", shape, sec, nbytes, bench.chunk_scan_flops(lengths, Q, H, P, N, G),
-                              copy_bw, tokens=ntok)
+        return bench.make_row(
+            "ssd_chunk_scan", shape, sec, nbytes, bench.chunk_scan_flops(lengths, Q, H, P, N, G), copy_bw, tokens=ntok
+        )
 
     def conv_prefill(self, ntok, nseq, copy_bw):
         dim, K, bench = self.dim, self.K, self.bench

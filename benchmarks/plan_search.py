@@ -32,19 +32,53 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {
-    "issue 28: qwen3.5-397b-a17b 256K x16 b200": ["qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16",
-                                                  "--gpu-type", "b200"],
-    "docs: qwen3.5-397b-a17b 32k x128 h100": ["qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128",
-                                              "--gpu-type", "h100"],
-    "nemotron-3-ultra-550b-a55b 32k x128 h200": ["nemotron-3-ultra-550b-a55b", "--ctx", "32k", "--concurrency",
-                                                 "128", "--gpu-type", "h200"],
+    "issue 28: qwen3.5-397b-a17b 256K x16 b200": [
+        "qwen3.5-397b-a17b",
+        "--ctx",
+        "256K",
+        "--concurrency",
+        "16",
+        "--gpu-type",
+        "b200",
+    ],
+    "docs: qwen3.5-397b-a17b 32k x128 h100": [
+        "qwen3.5-397b-a17b",
+        "--ctx",
+        "32k",
+        "--concurrency",
+        "128",
+        "--gpu-type",
+        "h100",
+    ],
+    "nemotron-3-ultra-550b-a55b 32k x128 h200": [
+        "nemotron-3-ultra-550b-a55b",
+        "--ctx",
+        "32k",
+        "--concurrency",
+        "128",
+        "--gpu-type",
+        "h200",
+    ],
     "nemotron-h 8k x2000 l40s": ["nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "l40s"],
-    "qwen3.5-27b 256K x32 rtx-4090": ["qwen3.5-27b", "--ctx", "256K", "--concurrency", "32", "--gpu-type",
-                                      "rtx-4090"],
-    "qwen3.8-2.4t-a95b 32k x64 h200": ["qwen3.8-2.4t-a95b", "--ctx", "32k", "--concurrency", "64", "--gpu-type",
-                                       "h200"],
-    "unreachable: qwen3.5-27b 256K x100000 h100": ["qwen3.5-27b", "--ctx", "256K", "--concurrency", "100000",
-                                                   "--gpu-type", "h100"],
+    "qwen3.5-27b 256K x32 rtx-4090": ["qwen3.5-27b", "--ctx", "256K", "--concurrency", "32", "--gpu-type", "rtx-4090"],
+    "qwen3.8-2.4t-a95b 32k x64 h200": [
+        "qwen3.8-2.4t-a95b",
+        "--ctx",
+        "32k",
+        "--concurrency",
+        "64",
+        "--gpu-type",
+        "h200",
+    ],
+    "unreachable: qwen3.5-27b 256K x100000 h100": [
+        "qwen3.5-27b",
+        "--ctx",
+        "256K",
+        "--concurrency",
+        "100000",
+        "--gpu-type",
+        "h100",
+    ],
 }
 
 #: run in the child: the plan command, with ``hybridplan.plan.plan`` timed (the CLI imports it at call time)
@@ -73,18 +107,28 @@ def one(args: list[str], out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", CHILD, str(out), *args], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, str(out), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     line = next((x for x in p.stderr.splitlines() if x.startswith("SEARCH ")), None)
     if line is None:
         raise SystemExit(f"plan {' '.join(args)} failed:\n{p.stderr}")
-    spent = json.loads(line[len("SEARCH "):])
+    spent = json.loads(line[len("SEARCH ") :])
     d = json.loads(out.read_text())
-    return {"search_s": spent["wall"], "search_cpu_s": spent["cpu"], "command_s": wall,
-            "command_cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "layouts_tried": d["layouts_tried"], "fewest_gpus": min((x["gpus"] for x in d["plans"]), default=None)}
+    return {
+        "search_s": spent["wall"],
+        "search_cpu_s": spent["cpu"],
+        "command_s": wall,
+        "command_cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "layouts_tried": d["layouts_tried"],
+        "fewest_gpus": min((x["gpus"] for x in d["plans"]), default=None),
+    }
 
 
 def main() -> int:
@@ -98,16 +142,30 @@ def main() -> int:
     for name, args in CASES.items():
         runs = [one(args, tmp) for _ in range(a.runs)]
         best = {k: min(r[k] for r in runs) for k in ("search_s", "search_cpu_s", "command_s", "command_cpu_s")}
-        results[name] = {"args": args, **best, "layouts_tried": runs[0]["layouts_tried"],
-                         "fewest_gpus": runs[0]["fewest_gpus"], "runs": runs}
+        results[name] = {
+            "args": args,
+            **best,
+            "layouts_tried": runs[0]["layouts_tried"],
+            "fewest_gpus": runs[0]["fewest_gpus"],
+            "runs": runs,
+        }
         if not a.json:
-            print(f"{name:45s} search {best['search_s']:5.2f} s (CPU {best['search_cpu_s']:5.2f} s)  command "
-                  f"{best['command_s']:5.2f} s  {runs[0]['layouts_tried']:5d} layouts  fewest "
-                  f"{runs[0]['fewest_gpus']}", flush=True)
+            print(
+                f"{name:45s} search {best['search_s']:5.2f} s (CPU {best['search_cpu_s']:5.2f} s)  command "
+                f"{best['command_s']:5.2f} s  {runs[0]['layouts_tried']:5d} layouts  fewest "
+                f"{runs[0]['fewest_gpus']}",
+                flush=True,
+            )
     tmp.unlink(missing_ok=True)
-    doc = {"date": datetime.date.today().isoformat(), "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-           "python": platform.python_version(), "load_average": os.getloadavg()[0], "max_gpus": 64,
-           "runs": a.runs, "cases": results}
+    doc = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "python": platform.python_version(),
+        "load_average": os.getloadavg()[0],
+        "max_gpus": 64,
+        "runs": a.runs,
+        "cases": results,
+    }
     if a.json:
         print(json.dumps(doc, indent=2))
     if a.out is not None:

@@ -15,9 +15,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (model, sweep, private tokens, vLLM release)
-SWEEPS = (("nemotron-h", "0:6000:100", 200, "0.33.0"), ("nemotron-h", "0:20000:10", 200, "0.33.0"),
-          ("nemotron-h", "0:20000:10", 200, "0.28.0"), ("nemotron-h", "0:200000:100", 200, "0.33.0"),
-          ("qwen3-next", "0:20000:10", 200, "0.33.0"))
+SWEEPS = (
+    ("nemotron-h", "0:6000:100", 200, "0.33.0"),
+    ("nemotron-h", "0:20000:10", 200, "0.33.0"),
+    ("nemotron-h", "0:20000:10", 200, "0.28.0"),
+    ("nemotron-h", "0:200000:100", 200, "0.33.0"),
+    ("qwen3-next", "0:20000:10", 200, "0.33.0"),
+)
 CHILD = """
 import json, sys, time
 sys.path[:0] = [{tree!r}, {tree!r} + "/tests"]
@@ -41,11 +45,14 @@ def main() -> int:
     a = ap.parse_args()
     for tree in a.tree or [str(ROOT)]:
         code = CHILD.format(tree=str(Path(tree).resolve()), sweeps=SWEEPS, repeat=a.repeat)
-        rows = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                         check=True, cwd="/").stdout)
+        rows = json.loads(
+            subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/").stdout
+        )
         for r in rows:
-            print(f"{tree}  {r['model']} --sweep {r['sweep']} (vLLM {r['vllm']}): {r['points']} points, "
-                  f"{r['seconds']:.2f} s, {1000 * r['seconds'] / r['points']:.2f} ms a point")
+            print(
+                f"{tree}  {r['model']} --sweep {r['sweep']} (vLLM {r['vllm']}): {r['points']} points, "
+                f"{r['seconds']:.2f} s, {1000 * r['seconds'] / r['points']:.2f} ms a point"
+            )
     return 0
 
 

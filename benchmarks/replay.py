@@ -74,8 +74,13 @@ def build() -> dict:
     from hybridplan.engines.vllm import block_pool
     from hybridplan.replay import loop, trace
 
-    return {"native": {"block pool": block_pool.BlockPool is not block_pool.PyPool,
-                       "hashes": trace._native is not None, "ideal cache": loop.Ideal is loop.NativeIdeal}}
+    return {
+        "native": {
+            "block pool": block_pool.BlockPool is not block_pool.PyPool,
+            "hashes": trace._native is not None,
+            "ideal cache": loop.Ideal is loop.NativeIdeal,
+        }
+    }
 
 
 def _policies(release: str, model: str, every_row: bool):
@@ -88,8 +93,9 @@ def _policies(release: str, model: str, every_row: bool):
     from hybridplan.reports.replay import policies
     from hybridplan.scenario import Budget, Scenario
 
-    sc = Scenario(load_model(model), ctx=131072, vllm=VllmSettings(release=vrel(release)),
-                  budget=Budget(kv_budget=40 * GiB))
+    sc = Scenario(
+        load_model(model), ctx=131072, vllm=VllmSettings(release=vrel(release)), budget=Budget(kv_budget=40 * GiB)
+    )
     rs = ReplaySettings(per_request=False)
     if every_row:
         return [p for _, p, _ in policies(sc, rs)[0]]
@@ -109,8 +115,12 @@ def hybridplan_rate(path: Path, release: str, model: str, every_row: bool, trace
         t = time.perf_counter()
         runs, ideal = replay(pols, mooncake(path), keep_outcomes=False)
         times.append(time.perf_counter() - t)
-    out = {"seconds": min(times), "runs_seconds": [round(x, 4) for x in times], "requests": ideal.requests,
-           "hit_rates": {k: round(v.hit_rate, 6) for k, v in runs.items()}}
+    out = {
+        "seconds": min(times),
+        "runs_seconds": [round(x, 4) for x in times],
+        "requests": ideal.requests,
+        "hit_rates": {k: round(v.hit_rate, 6) for k, v in runs.items()},
+    }
     if traced:
         fresh = _policies(release, model, every_row)
         tracemalloc.start()
@@ -133,10 +143,18 @@ def long_worker(path: Path, release: str, model: str) -> int:
             print(f"  {n:,} requests, {time.perf_counter() - t0:,.0f} s", file=sys.stderr, flush=True)
 
     runs, ideal = replay(pols, mooncake(path), keep_outcomes=False, progress=progress)
-    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-                      "requests": ideal.requests, "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                      * 1024, "hit_rates": {k: round(v.hit_rate, 6) for k, v in runs.items()},
-                      "ideal_hit_rate": round(ideal.hit_rate, 6)}))
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - t0,
+                "cpu_seconds": time.process_time() - c0,
+                "requests": ideal.requests,
+                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "hit_rates": {k: round(v.hit_rate, 6) for k, v in runs.items()},
+                "ideal_hit_rate": round(ideal.hit_rate, 6),
+            }
+        )
+    )
     return 0
 
 
@@ -165,14 +183,31 @@ def vllm_rate(release: str, model: str, n: int, cache: Path, repeats: int = 1) -
             env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
         results = []
         for _ in range(max(repeats, 1)):
-            subprocess.run([sys.executable, str(ROOT / "validation" / "replay.py"), "--worker", release, str(src),
-                            str(cases), str(out)], check=True, env=env, cwd=tmp, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "validation" / "replay.py"),
+                    "--worker",
+                    release,
+                    str(src),
+                    str(cases),
+                    str(out),
+                ],
+                check=True,
+                env=env,
+                cwd=tmp,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             results.append(json.loads(out.read_text())["results"][0])
     res = min(results, key=lambda x: x["seconds"])
-    return {"seconds": res["seconds"], "runs_seconds": [round(x["seconds"], 4) for x in results],
-            "requests": len(res["reused"]), "max_rss_bytes": max(x["max_rss_kib"] for x in results) * 1024,
-            "equal_to_hybridplan": all(x["reused"] == side["reused"] for x in results)}
+    return {
+        "seconds": res["seconds"],
+        "runs_seconds": [round(x["seconds"], 4) for x in results],
+        "requests": len(res["reused"]),
+        "max_rss_bytes": max(x["max_rss_kib"] for x in results) * 1024,
+        "equal_to_hybridplan": all(x["reused"] == side["reused"] for x in results),
+    }
 
 
 def main() -> int:
@@ -182,8 +217,12 @@ def main() -> int:
     ap.add_argument("--vllm-requests", type=int, default=300)
     ap.add_argument("--long", type=int, default=1_000_000, help="requests of the end-to-end run (0: none)")
     ap.add_argument("--long-runs", type=int, default=3, help="times the end-to-end run is made")
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="runs of each short measurement, the fastest reported (a second's run moves by a third)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="runs of each short measurement, the fastest reported (a second's run moves by a third)",
+    )
     ap.add_argument("--release", default="0.29.0")
     ap.add_argument("--model", default="qwen3.5-4b")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
@@ -193,10 +232,15 @@ def main() -> int:
     if args.long_worker:
         return long_worker(args.long_worker, args.release, args.model)
     rate = lambda x: x["requests"] / x["seconds"]  # noqa: E731
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-                    "python": platform.python_version(), "release": args.release, "model": args.model,
-                    "trace": "tests/data/traces/mooncake-conversation-300.jsonl cycled, hash ids renamed per cycle",
-                    "build": build()}
+    report: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "python": platform.python_version(),
+        "release": args.release,
+        "model": args.model,
+        "trace": "tests/data/traces/mooncake-conversation-300.jsonl cycled, hash ids renamed per cycle",
+        "build": build(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.jsonl"
         write_trace(trace, max(args.requests, args.every_requests))
@@ -206,42 +250,77 @@ def main() -> int:
         capped_trace = Path(tmp) / "capped.jsonl"
         cap = validation_replay().MAX_OUTPUT
         write_trace(capped_trace, args.requests, max_output=cap)
-        capped = hybridplan_rate(capped_trace, args.release, args.model, every_row=False, traced=False,
-                                 repeats=args.repeats)
+        capped = hybridplan_rate(
+            capped_trace, args.release, args.model, every_row=False, traced=False, repeats=args.repeats
+        )
         every = hybridplan_rate(small, args.release, args.model, every_row=True, traced=False, repeats=args.repeats)
-        print(f"hybridplan, vLLM {args.release} align alone: {one['requests']:,} requests in {one['seconds']:.2f} s "
-              f"({rate(one):,.0f}/s), peak {one['peak_traced_bytes'] / MiB:.1f} MiB of Python objects traced", flush=True)
-        print(f"hybridplan, every row (vLLM modes, SGLang, baselines): {every['requests']:,} requests in "
-              f"{every['seconds']:.2f} s ({rate(every):,.0f}/s)", flush=True)
-        print(f"hybridplan, the same with outputs capped at {cap} tokens as on vLLM's side: "
-              f"{capped['requests']:,} requests in {capped['seconds']:.2f} s ({rate(capped):,.0f}/s)", flush=True)
+        print(
+            f"hybridplan, vLLM {args.release} align alone: {one['requests']:,} requests in {one['seconds']:.2f} s "
+            f"({rate(one):,.0f}/s), peak {one['peak_traced_bytes'] / MiB:.1f} MiB of Python objects traced",
+            flush=True,
+        )
+        print(
+            f"hybridplan, every row (vLLM modes, SGLang, baselines): {every['requests']:,} requests in "
+            f"{every['seconds']:.2f} s ({rate(every):,.0f}/s)",
+            flush=True,
+        )
+        print(
+            f"hybridplan, the same with outputs capped at {cap} tokens as on vLLM's side: "
+            f"{capped['requests']:,} requests in {capped['seconds']:.2f} s ({rate(capped):,.0f}/s)",
+            flush=True,
+        )
         report.update(one_policy=one, one_policy_outputs_capped=capped, every_row=every)
-        theirs = vllm_rate(args.release, args.model, args.vllm_requests, args.cache_dir.expanduser(),
-                           repeats=min(args.repeats, 3))
+        theirs = vllm_rate(
+            args.release, args.model, args.vllm_requests, args.cache_dir.expanduser(), repeats=min(args.repeats, 3)
+        )
         report["vllm"] = theirs
         report["speed_ratio_one_policy"] = round(rate(one) / rate(theirs), 2)
         report["speed_ratio_one_policy_outputs_capped"] = round(rate(capped) / rate(theirs), 2)
-        print(f"vLLM {args.release} Scheduler + KVCacheManager: {theirs['requests']:,} requests in "
-              f"{theirs['seconds']:.2f} s ({rate(theirs):,.1f}/s), max RSS {theirs['max_rss_bytes'] / MiB:.0f} MiB "
-              f"(the whole worker process); reuse equal to hybridplan's: {theirs['equal_to_hybridplan']}")
-        print(f"speed ratio, one policy: {report['speed_ratio_one_policy']:,.1f}x with hybridplan's outputs whole, "
-              f"{report['speed_ratio_one_policy_outputs_capped']:,.1f}x capped alike", flush=True)
+        print(
+            f"vLLM {args.release} Scheduler + KVCacheManager: {theirs['requests']:,} requests in "
+            f"{theirs['seconds']:.2f} s ({rate(theirs):,.1f}/s), max RSS {theirs['max_rss_bytes'] / MiB:.0f} MiB "
+            f"(the whole worker process); reuse equal to hybridplan's: {theirs['equal_to_hybridplan']}"
+        )
+        print(
+            f"speed ratio, one policy: {report['speed_ratio_one_policy']:,.1f}x with hybridplan's outputs whole, "
+            f"{report['speed_ratio_one_policy_outputs_capped']:,.1f}x capped alike",
+            flush=True,
+        )
         if args.long:
             big = Path(tmp) / "long.jsonl"
             t = time.perf_counter()
             write_trace(big, args.long)
-            print(f"{args.long:,}-request trace written in {time.perf_counter() - t:.0f} s "
-                  f"({big.stat().st_size / MiB:,.0f} MiB); replaying it:", file=sys.stderr, flush=True)
+            print(
+                f"{args.long:,}-request trace written in {time.perf_counter() - t:.0f} s "
+                f"({big.stat().st_size / MiB:,.0f} MiB); replaying it:",
+                file=sys.stderr,
+                flush=True,
+            )
             report["long"] = []
             for _ in range(args.long_runs):
-                done = subprocess.run([sys.executable, __file__, "--long-worker", str(big), "--release",
-                                       args.release, "--model", args.model], check=True, stdout=subprocess.PIPE,
-                                      text=True)
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--long-worker",
+                        str(big),
+                        "--release",
+                        args.release,
+                        "--model",
+                        args.model,
+                    ],
+                    check=True,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 long = json.loads(done.stdout)
                 report["long"].append(long)
-                print(f"hybridplan, vLLM {args.release} align alone, {long['requests']:,} requests read from the "
-                      f"file: {long['seconds']:,.0f} s ({long['requests'] / long['seconds']:,.0f}/s; "
-                      f"{long['cpu_seconds']:,.0f} CPU s), max RSS {long['max_rss_bytes'] / MiB:,.0f} MiB", flush=True)
+                print(
+                    f"hybridplan, vLLM {args.release} align alone, {long['requests']:,} requests read from the "
+                    f"file: {long['seconds']:,.0f} s ({long['requests'] / long['seconds']:,.0f}/s; "
+                    f"{long['cpu_seconds']:,.0f} CPU s), max RSS {long['max_rss_bytes'] / MiB:,.0f} MiB",
+                    flush=True,
+                )
     if not args.no_write:
         RESULTS.parent.mkdir(exist_ok=True)
         RESULTS.write_text(json.dumps(report, indent=2) + "\n")

@@ -14,6 +14,7 @@ repeated ids, a token-id trace, three synthetic ones), every row `replay` shows 
 the totals, reasons, refusals, evictions and peaks, and per request its prompt, reuse, attention hit, shared
 prefix and reason. About three minutes on two cores.
 """
+
 import argparse
 import json
 import sys
@@ -57,10 +58,12 @@ def traces(tmp: Path) -> dict:
         "moon900": lambda: mooncake(tmp / "m900.jsonl"),
         "tok": lambda: read(tmp / "tok.jsonl"),
         "syn": lambda: Synthetic(shared=1500, users=16, turns=3, private=700, output=40).requests(),
-        "syn-nohist": lambda: Synthetic(shared=2900, users=10, turns=2, private=333, output=600, history=False,
-                                        order="user-by-user").requests(),
-        "syn-groups": lambda: Synthetic(shared=1200, users=12, private=300, output=4, group_size=4,
-                                        group_shared=2500, turns=2).requests(),
+        "syn-nohist": lambda: Synthetic(
+            shared=2900, users=10, turns=2, private=333, output=600, history=False, order="user-by-user"
+        ).requests(),
+        "syn-groups": lambda: Synthetic(
+            shared=1200, users=12, private=300, output=4, group_size=4, group_shared=2500, turns=2
+        ).requests(),
     }
 
 
@@ -68,11 +71,19 @@ def dump(runs, ideal) -> dict:
     """Every figure of each row and of the ideal cache, per request too."""
     out = {}
     for label, r in list(runs.items()) + [("ideal", ideal)]:
-        out[label] = {"requests": r.requests, "prompt": r.prompt_tokens, "reused": r.reused_tokens,
-                      "with_hit": r.with_hit, "refused": r.refused, "reasons": dict(sorted(r.reasons.items())),
-                      "sq": r.reused_sq, "ev": r.evictions, "ps": r.peak_states, "pb": r.peak_blocks,
-                      "outcomes": [[o.index, o.prompt, o.reused, o.attention_hit, o.shared, o.reason]
-                                   for o in r.outcomes]}
+        out[label] = {
+            "requests": r.requests,
+            "prompt": r.prompt_tokens,
+            "reused": r.reused_tokens,
+            "with_hit": r.with_hit,
+            "refused": r.refused,
+            "reasons": dict(sorted(r.reasons.items())),
+            "sq": r.reused_sq,
+            "ev": r.evictions,
+            "ps": r.peak_states,
+            "pb": r.peak_blocks,
+            "outcomes": [[o.index, o.prompt, o.reused, o.attention_hit, o.shared, o.reason] for o in r.outcomes],
+        }
     return out
 
 
@@ -84,23 +95,61 @@ CONFIGS += [
     ("q4-26-unit16", dict(model="qwen3.5-4b", ctx=32768, minor=26), dict(prefix_match_unit=16)),
     ("q4-29-unit48-c3", dict(model="qwen3.5-4b", ctx=32768, minor=29), dict(prefix_match_unit=48, concurrency=3)),
     ("q4-29-mtp", dict(model="qwen3.5-4b", ctx=32768, minor=29, mtp=True), {}),
-    ("q4-31-mtp-spc", dict(model="qwen3.5-4b", ctx=32768, minor=31, mtp=True, vllm=dict(mode="align")),
-     dict(prefix_match_unit=16, shared_prefix_checkpoint=True)),
-    ("q4-29-tight", dict(model="qwen3.5-4b", ctx=32768, minor=29, budget=4 * GiB, chunk=2048),
-     dict(num_gpu_blocks_override=60, max_total_tokens=40000, concurrency=2)),
-    ("q4-23-tight-c4", dict(model="qwen3.5-4b", ctx=32768, minor=23, chunk=1024),
-     dict(num_gpu_blocks_override=90, concurrency=4)),
+    (
+        "q4-31-mtp-spc",
+        dict(model="qwen3.5-4b", ctx=32768, minor=31, mtp=True, vllm=dict(mode="align")),
+        dict(prefix_match_unit=16, shared_prefix_checkpoint=True),
+    ),
+    (
+        "q4-29-tight",
+        dict(model="qwen3.5-4b", ctx=32768, minor=29, budget=4 * GiB, chunk=2048),
+        dict(num_gpu_blocks_override=60, max_total_tokens=40000, concurrency=2),
+    ),
+    (
+        "q4-23-tight-c4",
+        dict(model="qwen3.5-4b", ctx=32768, minor=23, chunk=1024),
+        dict(num_gpu_blocks_override=90, concurrency=4),
+    ),
     ("q4-33-tight", dict(model="qwen3.5-4b", ctx=32768, minor=33), dict(num_gpu_blocks_override=45)),
     ("nh-27-all", dict(model="nemotron-h-8b", ctx=16384, minor=27), {}),
     ("nh-27-all-tight", dict(model="nemotron-h-8b", ctx=16384, minor=27), dict(num_gpu_blocks_override=70)),
     ("q4-sg9-states2", dict(model="qwen3.5-4b", ctx=32768, minor=29, sglang_version="0.5.9"), {}),
-    ("q4-sg23-eb", dict(model="qwen3.5-4b", ctx=32768, minor=29, sglang_version="0.5.23", chunk=512,
-                        sglang=dict(radix="extra_buffer")), dict(mamba_max_states_per_path=2)),
-    ("q4-sg23-eb-int8", dict(model="qwen3.5-4b", ctx=32768, minor=29, sglang_version="0.5.23",
-                             sglang=dict(radix="extra_buffer"), budget=3 * GiB), dict(int8_checkpoint=True)),
-    ("q4-sg23-nb-tight", dict(model="qwen3.5-4b", ctx=32768, minor=29, sglang_version="0.5.23", chunk=2048,
-                              sglang=dict(radix="no_buffer", page_size=1, overlap=False)),
-     dict(max_total_tokens=30000, concurrency=2)),
+    (
+        "q4-sg23-eb",
+        dict(
+            model="qwen3.5-4b",
+            ctx=32768,
+            minor=29,
+            sglang_version="0.5.23",
+            chunk=512,
+            sglang=dict(radix="extra_buffer"),
+        ),
+        dict(mamba_max_states_per_path=2),
+    ),
+    (
+        "q4-sg23-eb-int8",
+        dict(
+            model="qwen3.5-4b",
+            ctx=32768,
+            minor=29,
+            sglang_version="0.5.23",
+            sglang=dict(radix="extra_buffer"),
+            budget=3 * GiB,
+        ),
+        dict(int8_checkpoint=True),
+    ),
+    (
+        "q4-sg23-nb-tight",
+        dict(
+            model="qwen3.5-4b",
+            ctx=32768,
+            minor=29,
+            sglang_version="0.5.23",
+            chunk=2048,
+            sglang=dict(radix="no_buffer", page_size=1, overlap=False),
+        ),
+        dict(max_total_tokens=30000, concurrency=2),
+    ),
     ("q4-ctx4k", dict(model="qwen3.5-4b", ctx=4096, minor=29), {}),
 ]
 

@@ -61,8 +61,14 @@ def timed(cmd: list[str]) -> tuple[float, float]:
 
 def instructions(cmd: list[str]) -> int:
     """Instructions one run executes, counted by valgrind's callgrind (user space, the whole process)."""
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd], check=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV).stderr
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    ).stderr
     m = re.search(r"Collected : (\d+)", out)
     if m is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{out}")
@@ -84,9 +90,18 @@ def measure(runs: int) -> dict:
         plan.append(timed(size))
     b, p = statistics.median(t[0] for t in base), statistics.median(t[0] for t in plan)
     bc, pc = statistics.median(t[1] for t in base), statistics.median(t[1] for t in plan)
-    return {"runs": runs, "baseline_s": b, "size_s": p, "ratio": p / b, "baseline_cpu_s": bc, "size_cpu_s": pc,
-            "cpu_ratio": pc / bc, "load_average": os.getloadavg()[0], "baseline_cmd": " ".join(BASELINE),
-            "size_cmd": " ".join(size)}
+    return {
+        "runs": runs,
+        "baseline_s": b,
+        "size_s": p,
+        "ratio": p / b,
+        "baseline_cpu_s": bc,
+        "size_cpu_s": pc,
+        "cpu_ratio": pc / bc,
+        "load_average": os.getloadavg()[0],
+        "baseline_cmd": " ".join(BASELINE),
+        "size_cmd": " ".join(size),
+    }
 
 
 def main() -> int:
@@ -94,8 +109,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--limit", type=float, default=1.2)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--instructions", action="store_true", help="also count each command's instructions "
-                                                                "(valgrind's callgrind; slow)")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each command's instructions (valgrind's callgrind; slow)",
+    )
     args = ap.parse_args()
     r = measure(args.runs)
     if args.instructions:
@@ -108,11 +126,15 @@ def main() -> int:
         print(f"import typer, rich, yaml : {r['baseline_s'] * 1e3:7.1f} ms (median of {r['runs']})")
         print(f"size nemotron-h --json   : {r['size_s'] * 1e3:7.1f} ms")
         print(f"ratio                    : {r['ratio']:.2f}× (limit {args.limit}×)")
-        print(f"CPU time                 : {r['baseline_cpu_s'] * 1e3:7.1f} ms and {r['size_cpu_s'] * 1e3:.1f} ms: "
-              f"{r['cpu_ratio']:.2f}× (load average {r['load_average']:.1f})")
+        print(
+            f"CPU time                 : {r['baseline_cpu_s'] * 1e3:7.1f} ms and {r['size_cpu_s'] * 1e3:.1f} ms: "
+            f"{r['cpu_ratio']:.2f}× (load average {r['load_average']:.1f})"
+        )
         if args.instructions:
-            print(f"instructions             : {r['baseline_instructions'] / 1e6:7.1f} M and "
-                  f"{r['size_instructions'] / 1e6:.1f} M: {r['instruction_ratio']:.2f}×")
+            print(
+                f"instructions             : {r['baseline_instructions'] / 1e6:7.1f} M and "
+                f"{r['size_instructions'] / 1e6:.1f} M: {r['instruction_ratio']:.2f}×"
+            )
     return 0 if r["ratio"] <= args.limit else 1
 
 

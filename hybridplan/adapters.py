@@ -52,8 +52,9 @@ _ATTENTION_NAMES = {"attention", "full_attention", "*", "g", "hybrid"}
 def _check_layer_count(f: Fields, key: str, listed: int) -> None:
     """A per-layer list must name every layer ``num_hidden_layers`` counts."""
     if f.has("num_hidden_layers") and f.int("num_hidden_layers") != listed:
-        raise PlanError(f"{f.family} config: {key} lists {listed} layers but num_hidden_layers is "
-                        f"{f.int('num_hidden_layers')}")
+        raise PlanError(
+            f"{f.family} config: {key} lists {listed} layers but num_hidden_layers is {f.int('num_hidden_layers')}"
+        )
 
 
 def _layer_types(f: Fields, key: str, allowed: set[str]) -> list[str]:
@@ -63,18 +64,29 @@ def _layer_types(f: Fields, key: str, allowed: set[str]) -> list[str]:
     _check_layer_count(f, key, len(types))
     for t in types:
         if not isinstance(t, str) or t.lower() not in allowed:
-            raise PlanError(f"{f.family} config field {key!r} holds an unknown layer type {t!r} "
-                            f"(known: {', '.join(sorted(allowed))})")
+            raise PlanError(
+                f"{f.family} config field {key!r} holds an unknown layer type {t!r} "
+                f"(known: {', '.join(sorted(allowed))})"
+            )
     return [t.lower() for t in types]
 
 
-def _attention(f: Fields, *, heads_key: tuple[str, ...] = ("num_attention_heads",),
-               kv_default: Any = None, head_dim: int | None = None, window: int | None = None) -> Attention:
+def _attention(
+    f: Fields,
+    *,
+    heads_key: tuple[str, ...] = ("num_attention_heads",),
+    kv_default: Any = None,
+    head_dim: int | None = None,
+    window: int | None = None,
+) -> Attention:
     heads = f.int(*heads_key)
     kv = f.int("num_key_value_heads", default=heads if kv_default is None else kv_default)
     if head_dim is None:
-        head_dim = f.int("head_dim") if f.has("head_dim") else _even(f, f.int("hidden_size"), heads, "hidden_size",
-                                                                       "num_attention_heads")
+        head_dim = (
+            f.int("head_dim")
+            if f.has("head_dim")
+            else _even(f, f.int("hidden_size"), heads, "hidden_size", "num_attention_heads")
+        )
     return Attention(num_heads=heads, num_kv_heads=kv, head_dim=head_dim, window=window)
 
 
@@ -87,11 +99,14 @@ def _even(f: Fields, a: int, b: int, a_name: str, b_name: str) -> int:
 def _mamba2(f: Fields, m: Mamba2) -> Mamba2:
     """A Mamba-2 mixer the model can be built from."""
     if m.num_heads * m.head_dim != m.intermediate:
-        raise PlanError(f"{f.family} config: Mamba-2 inner width {m.intermediate} is not heads·head_dim = "
-                        f"{m.num_heads}·{m.head_dim} = {m.num_heads * m.head_dim}; the model cannot be built from it")
+        raise PlanError(
+            f"{f.family} config: Mamba-2 inner width {m.intermediate} is not heads·head_dim = "
+            f"{m.num_heads}·{m.head_dim} = {m.num_heads * m.head_dim}; the model cannot be built from it"
+        )
     if m.num_heads % m.n_groups:
-        raise PlanError(f"{f.family} config: Mamba heads ({m.num_heads}) are not a multiple of the groups "
-                        f"({m.n_groups})")
+        raise PlanError(
+            f"{f.family} config: Mamba heads ({m.num_heads}) are not a multiple of the groups ({m.n_groups})"
+        )
     return m
 
 
@@ -112,18 +127,23 @@ def nemotron_h(f: Fields) -> dict:
         chars = list(pattern)
     elif not (f.has("layers_block_type") or f.has("layer_types")):
         # the field vLLM's model reads (vllm/model_executor/models/nemotron_h.py, 0.33.0), not a list's key
-        raise PlanError(f"{f.family} config is missing the needed field 'hybrid_override_pattern' (or its list "
-                        "form 'layers_block_type', as transformers 5 writes it)")
+        raise PlanError(
+            f"{f.family} config is missing the needed field 'hybrid_override_pattern' (or its list "
+            "form 'layers_block_type', as transformers 5 writes it)"
+        )
     else:
-        names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
-                 "moe": "E"}
-        chars = [names[t] for t in _layer_types(f, "layers_block_type" if f.has("layers_block_type")
-                                                  else "layer_types", set(names))]
+        names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+        chars = [
+            names[t]
+            for t in _layer_types(f, "layers_block_type" if f.has("layers_block_type") else "layer_types", set(names))
+        ]
     if not chars or any(c not in "M*-E" for c in chars):
         raise PlanError(f"{f.family} config: hybrid_override_pattern must use only M, *, - and E")
     if f.has("num_hidden_layers") and f.int("num_hidden_layers") != len(chars):
-        raise PlanError(f"{f.family} config: hybrid_override_pattern has {len(chars)} layers but "
-                        f"num_hidden_layers is {f.int('num_hidden_layers')}")
+        raise PlanError(
+            f"{f.family} config: hybrid_override_pattern has {len(chars)} layers but "
+            f"num_hidden_layers is {f.int('num_hidden_layers')}"
+        )
     mixers: list[Mixer] = []
     ffn: list[str] = []
     mamba = attn = None
@@ -131,10 +151,17 @@ def nemotron_h(f: Fields) -> dict:
         heads = f.int("mamba_num_heads", default=128)
         head_dim = f.int("mamba_head_dim", default=64)
         # vLLM: I = mamba_num_heads·mamba_head_dim, never expand·hidden (Nano-3: 64·64 ≠ 2·2688).
-        mamba = _mamba2(f, Mamba2(intermediate=heads * head_dim, num_heads=heads, head_dim=head_dim,
-                                  state_size=f.int("ssm_state_size", "mamba_d_state", default=128),
-                                  n_groups=f.int("n_groups", "mamba_n_groups", default=8),
-                                  conv_kernel=f.int("conv_kernel", "mamba_d_conv", default=4)))
+        mamba = _mamba2(
+            f,
+            Mamba2(
+                intermediate=heads * head_dim,
+                num_heads=heads,
+                head_dim=head_dim,
+                state_size=f.int("ssm_state_size", "mamba_d_state", default=128),
+                n_groups=f.int("n_groups", "mamba_n_groups", default=8),
+                conv_kernel=f.int("conv_kernel", "mamba_d_conv", default=4),
+            ),
+        )
     if "*" in chars:
         head_dim = f.int("head_dim", "attention_head_dim", default=128)
         attn = _attention(f, kv_default=8, head_dim=head_dim)
@@ -154,8 +181,11 @@ def jamba(f: Fields) -> dict:
     e_period, e_offset = f.int("expert_layer_period", default=2), f.int("expert_layer_offset", default=1, minimum=0)
     experts = _display_int(f.raw.get("num_experts", 16))
     hidden = f.int("hidden_size")
-    mamba = Mamba1(intermediate=int(f.number("mamba_expand", default=2) * hidden),
-                   state_size=f.int("mamba_d_state", default=16), conv_kernel=f.int("mamba_d_conv", default=4))
+    mamba = Mamba1(
+        intermediate=int(f.number("mamba_expand", default=2) * hidden),
+        state_size=f.int("mamba_d_state", default=16),
+        conv_kernel=f.int("mamba_d_conv", default=4),
+    )
     attn = _attention(f, kv_default=8)
     mixers = [attn if i % period == offset else mamba for i in range(n)]
     ffn = ["moe" if experts > 1 and i % e_period == e_offset else "mlp" for i in range(n)]
@@ -175,19 +205,33 @@ def zamba2(f: Fields) -> dict:
         inner = int(expand * hidden)
         heads = _even(f, inner, head_dim, "expansion_factor·hidden_size", "mamba_headdim")
         state, kernel = f.int("state_size", default=64), f.int("conv_dimension", default=4)
-        f.notes.append("pre-release Zamba2 schema: read state_size, conv_dimension, expansion_factor, "
-                       "mamba_headdim as the HF fields")
+        f.notes.append(
+            "pre-release Zamba2 schema: read state_size, conv_dimension, expansion_factor, "
+            "mamba_headdim as the HF fields"
+        )
     else:
         inner = int(f.number("mamba_expand", default=2) * hidden)
         heads = f.int("n_mamba_heads", default=8)
         head_dim = _even(f, inner, heads, "mamba_expand·hidden_size", "n_mamba_heads")
         state, kernel = f.int("mamba_d_state", default=64), f.int("mamba_d_conv", default=4)
-    mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim, state_size=state,
-                              n_groups=f.int("mamba_ngroups", default=1), conv_kernel=kernel))
+    mamba = _mamba2(
+        f,
+        Mamba2(
+            intermediate=inner,
+            num_heads=heads,
+            head_dim=head_dim,
+            state_size=state,
+            n_groups=f.int("mamba_ngroups", default=1),
+            conv_kernel=kernel,
+        ),
+    )
     heads_attn = f.int("num_attention_heads", "num_mem_heads")
     # The shared block attends over concat(hidden, embedding): head size 2·hidden/heads.
-    attn = _attention(f, heads_key=("num_attention_heads", "num_mem_heads"),
-                      head_dim=_even(f, 2 * hidden, heads_attn, "2·hidden_size", "num_attention_heads"))
+    attn = _attention(
+        f,
+        heads_key=("num_attention_heads", "num_mem_heads"),
+        head_dim=_even(f, 2 * hidden, heads_attn, "2·hidden_size", "num_attention_heads"),
+    )
     mixers: list[Mixer] = []
     ffn: list[str] = []
     for t in types:
@@ -207,19 +251,31 @@ def falcon_h1(f: Fields) -> dict:
         inner = int(f.number("mamba_expand", default=2) * hidden)
     else:
         inner = f.int("mamba_d_ssm", default=1024)
-    head_dim = (_even(f, inner, heads, "the Mamba inner width", "mamba_n_heads")
-                if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
+    head_dim = (
+        _even(f, inner, heads, "the Mamba inner width", "mamba_n_heads")
+        if f.raw.get("mamba_d_head", "auto") == "auto"
+        else f.int("mamba_d_head")
+    )
     try:
-        mamba = _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
-                                  state_size=f.int("mamba_d_state", default=256),
-                                  n_groups=f.int("mamba_n_groups", default=1),
-                                  conv_kernel=f.int("mamba_d_conv", default=4)))
+        mamba = _mamba2(
+            f,
+            Mamba2(
+                intermediate=inner,
+                num_heads=heads,
+                head_dim=head_dim,
+                state_size=f.int("mamba_d_state", default=256),
+                n_groups=f.int("mamba_n_groups", default=1),
+                conv_kernel=f.int("mamba_d_conv", default=4),
+            ),
+        )
     except PlanError as exc:
         if not defaulted or "inner width" not in str(exc):
             raise
-        raise PlanError(f"{f.family} config has no mamba_d_ssm, and FalconH1Config's default inner width, "
-                        f"{inner}, is not heads·head_dim = {heads}·{head_dim} = {heads * head_dim}: add mamba_d_ssm "
-                        "(the checkpoint's Mamba inner width) to the config") from None
+        raise PlanError(
+            f"{f.family} config has no mamba_d_ssm, and FalconH1Config's default inner width, "
+            f"{inner}, is not heads·head_dim = {heads}·{head_dim} = {heads * head_dim}: add mamba_d_ssm "
+            "(the checkpoint's Mamba inner width) to the config"
+        ) from None
     attn = _attention(f, kv_default=8)
     mixers: list[Mixer] = []
     for _ in range(n):  # every layer runs attention and Mamba-2 in parallel
@@ -231,11 +287,22 @@ def _granite_like_mamba(f: Fields) -> Mamba2:
     hidden = f.int("hidden_size")
     inner = int(f.number("mamba_expand", default=2) * hidden)
     heads = f.int("mamba_n_heads", default=128)
-    head_dim = (_even(f, inner, heads, "mamba_expand·hidden_size", "mamba_n_heads")
-                if f.raw.get("mamba_d_head", "auto") == "auto" else f.int("mamba_d_head"))
-    return _mamba2(f, Mamba2(intermediate=inner, num_heads=heads, head_dim=head_dim,
-                             state_size=f.int("mamba_d_state", default=256),
-                             n_groups=f.int("mamba_n_groups", default=1), conv_kernel=f.int("mamba_d_conv", default=4)))
+    head_dim = (
+        _even(f, inner, heads, "mamba_expand·hidden_size", "mamba_n_heads")
+        if f.raw.get("mamba_d_head", "auto") == "auto"
+        else f.int("mamba_d_head")
+    )
+    return _mamba2(
+        f,
+        Mamba2(
+            intermediate=inner,
+            num_heads=heads,
+            head_dim=head_dim,
+            state_size=f.int("mamba_d_state", default=256),
+            n_groups=f.int("mamba_n_groups", default=1),
+            conv_kernel=f.int("mamba_d_conv", default=4),
+        ),
+    )
 
 
 def granite_hybrid(f: Fields) -> dict:
@@ -244,8 +311,7 @@ def granite_hybrid(f: Fields) -> dict:
     mamba, attn = _granite_like_mamba(f), _attention(f, kv_default=8)
     mixers = [mamba if t in _RECURRENT_NAMES else attn for t in types]
     moe = _display_int(f.raw.get("num_local_experts")) > 0
-    return dict(mixers=mixers, ffn=["moe" if moe else "mlp"] * len(types),
-                chunk=f.int("mamba_chunk_size", default=256))
+    return dict(mixers=mixers, ffn=["moe" if moe else "mlp"] * len(types), chunk=f.int("mamba_chunk_size", default=256))
 
 
 def bamba(f: Fields) -> dict:
@@ -253,25 +319,37 @@ def bamba(f: Fields) -> dict:
     attn_idx = f.indices("attn_layer_indices", n) if f.has("attn_layer_indices") else set()
     mamba = _granite_like_mamba(f)
     attn = _attention(f, kv_default=8) if attn_idx else None
-    return dict(mixers=[attn if i in attn_idx else mamba for i in range(n)], ffn=["mlp"] * n,
-                chunk=f.int("mamba_chunk_size", default=256))
+    return dict(
+        mixers=[attn if i in attn_idx else mamba for i in range(n)],
+        ffn=["mlp"] * n,
+        chunk=f.int("mamba_chunk_size", default=256),
+    )
 
 
 def mamba1(f: Fields) -> dict:
     n, hidden = f.int("num_hidden_layers", "n_layer"), f.int("hidden_size", "d_model")
     # falcon-mamba-7b says expand 16 beside intermediate_size 8192: the explicit width wins.
     inner = f.int("intermediate_size") if f.has("intermediate_size") else int(f.number("expand", default=2) * hidden)
-    m = Mamba1(intermediate=inner, state_size=f.int("state_size", default=16),
-               conv_kernel=f.int("conv_kernel", default=4))
+    m = Mamba1(
+        intermediate=inner, state_size=f.int("state_size", default=16), conv_kernel=f.int("conv_kernel", default=4)
+    )
     return dict(mixers=[m] * n, ffn=[], chunk=None)
 
 
 def mamba2(f: Fields) -> dict:
     n, hidden = f.int("num_hidden_layers"), f.int("hidden_size")
     inner = int(f.number("expand", default=2) * hidden)
-    m = _mamba2(f, Mamba2(intermediate=inner, num_heads=f.int("num_heads", default=128),
-                          head_dim=f.int("head_dim", default=64), state_size=f.int("state_size", default=128),
-                          n_groups=f.int("n_groups", default=8), conv_kernel=f.int("conv_kernel", default=4)))
+    m = _mamba2(
+        f,
+        Mamba2(
+            intermediate=inner,
+            num_heads=f.int("num_heads", default=128),
+            head_dim=f.int("head_dim", default=64),
+            state_size=f.int("state_size", default=128),
+            n_groups=f.int("n_groups", default=8),
+            conv_kernel=f.int("conv_kernel", default=4),
+        ),
+    )
     return dict(mixers=[m] * n, ffn=[], chunk=f.int("chunk_size", default=256))
 
 
@@ -301,8 +379,11 @@ def lfm2_moe(f: Fields) -> dict:
     heads = f.int("num_attention_heads")
     attn = _attention(f, kv_default=8, head_dim=_even(f, hidden, heads, "hidden_size", "num_attention_heads"))
     dense = f.int("num_dense_layers", default=2, minimum=0)
-    return dict(mixers=[attn if t == "full_attention" else conv for t in types],
-                ffn=["mlp" if i < dense else "moe" for i in range(len(types))], chunk=None)
+    return dict(
+        mixers=[attn if t == "full_attention" else conv for t in types],
+        ffn=["mlp" if i < dense else "moe" for i in range(len(types))],
+        chunk=None,
+    )
 
 
 def qwen_next(f: Fields) -> dict:
@@ -313,18 +394,21 @@ def qwen_next(f: Fields) -> dict:
         n = f.int("num_hidden_layers")
         interval = f.int("full_attention_interval", default=4)
         is_attn = [(i + 1) % interval == 0 for i in range(n)]
-    gdn = GatedDeltaNet(num_k_heads=f.int("linear_num_key_heads", default=16),
-                        num_v_heads=f.int("linear_num_value_heads", default=32),
-                        head_k_dim=f.int("linear_key_head_dim", default=128),
-                        head_v_dim=f.int("linear_value_head_dim", default=128),
-                        conv_kernel=f.int("linear_conv_kernel_dim", default=4))
+    gdn = GatedDeltaNet(
+        num_k_heads=f.int("linear_num_key_heads", default=16),
+        num_v_heads=f.int("linear_num_value_heads", default=32),
+        head_k_dim=f.int("linear_key_head_dim", default=128),
+        head_v_dim=f.int("linear_value_head_dim", default=128),
+        conv_kernel=f.int("linear_conv_kernel_dim", default=4),
+    )
     if gdn.num_v_heads % gdn.num_k_heads:
-        raise PlanError(f"{f.family} config: linear value heads ({gdn.num_v_heads}) are not a multiple of the "
-                        f"key heads ({gdn.num_k_heads})")
+        raise PlanError(
+            f"{f.family} config: linear value heads ({gdn.num_v_heads}) are not a multiple of the "
+            f"key heads ({gdn.num_k_heads})"
+        )
     attn = _attention(f, kv_default=2, head_dim=f.int("head_dim", default=256))
     moe = _display_int(f.raw.get("num_experts")) > 0
-    return dict(mixers=[attn if a else gdn for a in is_attn], ffn=["moe" if moe else "mlp"] * len(is_attn),
-                chunk=None)
+    return dict(mixers=[attn if a else gdn for a in is_attn], ffn=["moe" if moe else "mlp"] * len(is_attn), chunk=None)
 
 
 def kimi_linear(f: Fields) -> dict:
@@ -337,18 +421,27 @@ def kimi_linear(f: Fields) -> dict:
         full = sub.indices("full_attn_layers", n, base=1)  # 1-indexed in the checkpoint
     else:
         full = {i for i in range(n) if i and i % 4 == 0}
-        f.notes.append("linear_attn_config.full_attn_layers not in config: using the class fallback "
-                       "(full attention where i % 4 == 0, i > 0)")
-    kda = KimiDeltaAttention(num_heads=sub.int("num_heads", default=f.raw.get("linear_num_heads") or 32),
-                             head_dim=sub.int("head_dim", default=f.raw.get("linear_head_dim") or 128),
-                             conv_kernel=sub.int("short_conv_kernel_size",
-                                                 default=f.raw.get("linear_conv_kernel_dim") or 4))
+        f.notes.append(
+            "linear_attn_config.full_attn_layers not in config: using the class fallback "
+            "(full attention where i % 4 == 0, i > 0)"
+        )
+    kda = KimiDeltaAttention(
+        num_heads=sub.int("num_heads", default=f.raw.get("linear_num_heads") or 32),
+        head_dim=sub.int("head_dim", default=f.raw.get("linear_head_dim") or 128),
+        conv_kernel=sub.int("short_conv_kernel_size", default=f.raw.get("linear_conv_kernel_dim") or 4),
+    )
     f.notes.extend(sub.notes)
-    mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
-              qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
+    mla = MLA(
+        num_heads=f.int("num_attention_heads"),
+        kv_lora_rank=f.int("kv_lora_rank", default=512),
+        qk_rope_head_dim=f.int("qk_rope_head_dim", default=64),
+    )
     first_dense = _display_int(f.raw.get("first_k_dense_replace", 1))
-    return dict(mixers=[mla if i in full else kda for i in range(n)],
-                ffn=["mlp" if i < first_dense else "moe" for i in range(n)], chunk=None)
+    return dict(
+        mixers=[mla if i in full else kda for i in range(n)],
+        ffn=["mlp" if i < first_dense else "moe" for i in range(n)],
+        chunk=None,
+    )
 
 
 def minimax(f: Fields) -> dict:
@@ -384,8 +477,11 @@ def dense_attention(f: Fields) -> dict:
 
 def deepseek(f: Fields) -> dict:
     n = f.int("num_hidden_layers")
-    mla = MLA(num_heads=f.int("num_attention_heads"), kv_lora_rank=f.int("kv_lora_rank", default=512),
-              qk_rope_head_dim=f.int("qk_rope_head_dim", default=64))
+    mla = MLA(
+        num_heads=f.int("num_attention_heads"),
+        kv_lora_rank=f.int("kv_lora_rank", default=512),
+        qk_rope_head_dim=f.int("qk_rope_head_dim", default=64),
+    )
     dense = _display_int(f.raw.get("first_k_dense_replace"))
     moe = _display_int(f.raw.get("n_routed_experts")) > 0
     return dict(mixers=[mla] * n, ffn=["moe" if moe and i >= dense else "mlp" for i in range(n)], chunk=None)
@@ -406,8 +502,15 @@ ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
     "NemotronHForCausalLM": ("Nemotron-H", nemotron_h),
     # Nemotron-H's vision-language and omni wrappers: the language model is a Nemotron-H, its config nested as
     # ``llm_config`` (vLLM's configs expose it as ``text_config``; vllm/model_executor/models/nano_nemotron_vl.py)
-    **dict.fromkeys(("NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Super_Omni_Reasoning_V3",
-                     "NemotronH_Omni_Reasoning_V3"), ("Nemotron-H", nemotron_h)),
+    **dict.fromkeys(
+        (
+            "NemotronH_Nano_VL_V2",
+            "NemotronH_Nano_Omni_Reasoning_V3",
+            "NemotronH_Super_Omni_Reasoning_V3",
+            "NemotronH_Omni_Reasoning_V3",
+        ),
+        ("Nemotron-H", nemotron_h),
+    ),
     "JambaForCausalLM": ("Jamba", jamba),
     "Zamba2ForCausalLM": ("Zamba2", zamba2),
     "FalconH1ForCausalLM": ("Falcon-H1", falcon_h1),
@@ -438,17 +541,31 @@ ARCHITECTURES: dict[str, tuple[str, Adapter]] = {
 
 #: model_type → architecture, for configs without an ``architectures`` list
 MODEL_TYPES: dict[str, str] = {
-    "nemotron_h": "NemotronHForCausalLM", "jamba": "JambaForCausalLM", "zamba2": "Zamba2ForCausalLM",
-    "falcon_h1": "FalconH1ForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM",
-    "bamba": "BambaForCausalLM", "mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM",
-    "mamba2": "Mamba2ForCausalLM", "lfm2": "Lfm2ForCausalLM", "lfm2_moe": "Lfm2MoeForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "jamba": "JambaForCausalLM",
+    "zamba2": "Zamba2ForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "bamba": "BambaForCausalLM",
+    "mamba": "MambaForCausalLM",
+    "falcon_mamba": "FalconMambaForCausalLM",
+    "mamba2": "Mamba2ForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
+    "lfm2_moe": "Lfm2MoeForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
-    "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
-    "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
-    "kimi_linear": "KimiLinearForCausalLM", "minimax_text_01": "MiniMaxText01ForCausalLM",
-    "minimax": "MiniMaxForCausalLM", "minimax_m1": "MiniMaxM1ForCausalLM", "llama": "LlamaForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "qwen3_5_text": "Qwen3_5ForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
+    "minimax_text_01": "MiniMaxText01ForCausalLM",
+    "minimax": "MiniMaxForCausalLM",
+    "minimax_m1": "MiniMaxM1ForCausalLM",
+    "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }
@@ -471,8 +588,17 @@ def architecture_of(config: Mapping[str, Any]) -> str:
 
 #: every config field either engine reads a maximum context from (vLLM ``derive_max_model_len_and_key``,
 #: SGLang ``CONTEXT_LENGTH_KEYS``)
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 
 def _rope_entries(raw: Mapping[str, Any]) -> list[RopeScaling]:
@@ -481,36 +607,62 @@ def _rope_entries(raw: Mapping[str, Any]) -> list[RopeScaling]:
     value = raw.get("rope_scaling") or raw.get("rope_parameters")
     if not isinstance(value, Mapping):
         return []
-    entries = [v for v in value.values() if isinstance(v, Mapping)] if not any(
-        k in value for k in ("rope_type", "type", "factor")) else [value]
+    entries = (
+        [v for v in value.values() if isinstance(v, Mapping)]
+        if not any(k in value for k in ("rope_type", "type", "factor"))
+        else [value]
+    )
     out = []
     for e in entries:
         kind = e.get("rope_type", e.get("type", "default"))
         factor = e.get("factor")
         original = e.get("original_max_position_embeddings")
-        out.append(RopeScaling(rope_type=kind if isinstance(kind, str) else "default",
-                               factor=float(factor) if isinstance(factor, (int, float))
-                               and not isinstance(factor, bool) and math.isfinite(factor) and factor > 0 else None,
-                               names_original="original_max_position_embeddings" in e,
-                               original=original if isinstance(original, int) and not isinstance(original, bool)
-                               and original > 0 else None))
+        out.append(
+            RopeScaling(
+                rope_type=kind if isinstance(kind, str) else "default",
+                factor=float(factor)
+                if isinstance(factor, (int, float))
+                and not isinstance(factor, bool)
+                and math.isfinite(factor)
+                and factor > 0
+                else None,
+                names_original="original_max_position_embeddings" in e,
+                original=original
+                if isinstance(original, int) and not isinstance(original, bool) and original > 0
+                else None,
+            )
+        )
     return out
 
 
 def context_fields(raw: Mapping[str, Any]) -> ContextFields:
     """The length fields and RoPE scaling a (text) config sets; values that are not positive integers are
     not lengths an engine could use, and are left out."""
-    lengths = tuple((k, raw[k]) for k in CONTEXT_KEYS if isinstance(raw.get(k), int)
-                    and not isinstance(raw.get(k), bool) and raw[k] > 0)
+    lengths = tuple(
+        (k, raw[k])
+        for k in CONTEXT_KEYS
+        if isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] > 0
+    )
     return ContextFields(lengths=lengths, rope=tuple(_rope_entries(raw)))
 
 
 #: Nemotron-H's layer names as one character each (the adapter's reading of ``layers_block_type``/``layer_types``)
-_NEMOTRON_CHARS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
-                   "moe": "E"}
+_NEMOTRON_CHARS = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
 #: the layer counts a text config may set, read as written (``ConfigFacts.counts``)
-_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_nextn_predict_layers", "mtp_num_hidden_layers",
-               "mtp_hybrid_override_pattern")
+_COUNT_KEYS = (
+    "num_hidden_layers",
+    "n_layer",
+    "num_nextn_predict_layers",
+    "mtp_num_hidden_layers",
+    "mtp_hybrid_override_pattern",
+)
 
 
 def _positive(value: Any) -> int:
@@ -544,22 +696,33 @@ def _draft_fields(cfg: Mapping[str, Any]) -> DraftFields:
             aux = len(ids)
             break
     heads = _positive(cfg.get("num_attention_heads"))
-    return DraftFields(hidden_size=_positive(cfg.get("hidden_size")),
-                       num_hidden_layers=_positive(cfg.get("num_hidden_layers")), heads=heads,
-                       kv_heads=_positive(cfg.get("num_key_value_heads")), head_dim=_positive(cfg.get("head_dim")),
-                       aux_layers=aux or _positive(cfg.get("num_aux_hidden_states")),
-                       vocab_size=_positive(cfg.get("draft_vocab_size")) or _positive(cfg.get("vocab_size")),
-                       target_hidden_size=_positive(cfg.get("target_hidden_size")))
+    return DraftFields(
+        hidden_size=_positive(cfg.get("hidden_size")),
+        num_hidden_layers=_positive(cfg.get("num_hidden_layers")),
+        heads=heads,
+        kv_heads=_positive(cfg.get("num_key_value_heads")),
+        head_dim=_positive(cfg.get("head_dim")),
+        aux_layers=aux or _positive(cfg.get("num_aux_hidden_states")),
+        vocab_size=_positive(cfg.get("draft_vocab_size")) or _positive(cfg.get("vocab_size")),
+        target_hidden_size=_positive(cfg.get("target_hidden_size")),
+    )
 
 
 def _experts(config: Mapping[str, Any]) -> tuple[int, int]:
     """Routed experts and experts per token, the text config's over the wrapper's."""
     text = config.get("text_config")
     merged = {**text, **config} if isinstance(text, Mapping) else config
-    count = next((_positive(merged[k]) for k in ("n_routed_experts", "num_experts", "num_local_experts")
-                  if merged.get(k)), 0)
-    top_k = next((_positive(merged[k]) for k in ("num_experts_per_tok", "moe_topk", "moe_top_k",
-                                                  "num_experts_per_token", "top_k") if merged.get(k)), 0)
+    count = next(
+        (_positive(merged[k]) for k in ("n_routed_experts", "num_experts", "num_local_experts") if merged.get(k)), 0
+    )
+    top_k = next(
+        (
+            _positive(merged[k])
+            for k in ("num_experts_per_tok", "moe_topk", "moe_top_k", "num_experts_per_token", "top_k")
+            if merged.get(k)
+        ),
+        0,
+    )
     return count, top_k
 
 
@@ -581,16 +744,24 @@ def config_facts(config: Mapping[str, Any], architecture: str, family: str) -> C
         counted, why = (), str(exc)
     experts, top_k = _experts(config)
     return ConfigFacts(
-        fields=tuple(sorted(map(str, config))), vocab_size=_positive(text.get("vocab_size")) or _positive(config.get("vocab_size")),
-        vision=tower, quant_method=None if method is None else str(method),
+        fields=tuple(sorted(map(str, config))),
+        vocab_size=_positive(text.get("vocab_size")) or _positive(config.get("vocab_size")),
+        vision=tower,
+        quant_method=None if method is None else str(method),
         mamba_expand=_positive(config.get("mamba_expand")) or 2,
         layer_pattern=_nemotron_pattern(config) if family == "Nemotron-H" else "",
-        counts=tuple((k, _hashable(text[k])) for k in _COUNT_KEYS if k in text), experts=experts,
-        experts_per_token=top_k, draft=_draft_fields(config), parts=counted, parts_error=why)
+        counts=tuple((k, _hashable(text[k])) for k in _COUNT_KEYS if k in text),
+        experts=experts,
+        experts_per_token=top_k,
+        draft=_draft_fields(config),
+        parts=counted,
+        parts_error=why,
+    )
 
 
-def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None = None,
-                     aliases: tuple[str, ...] = ()) -> ModelSpec:
+def spec_from_config(
+    config: Mapping[str, Any], *, name: str, source: str | None = None, aliases: tuple[str, ...] = ()
+) -> ModelSpec:
     """Normalise a raw HF config dict. Raises PlanError, naming the field, on anything it cannot use."""
     if not isinstance(config, Mapping):
         raise PlanError(f"{name}: a config must be a JSON object, got {type(config).__name__}")
@@ -614,10 +785,21 @@ def spec_from_config(config: Mapping[str, Any], *, name: str, source: str | None
 
         quantization = read_quantization(config)
     return ModelSpec(
-        name=name, architecture=arch, family=family, model_dtype=_model_dtype(f), mixers=tuple(parts["mixers"]),
-        ffn=tuple(parts["ffn"]), hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
-        max_position_embeddings=f.opt_int("max_position_embeddings"), context=context_fields(raw),
+        name=name,
+        architecture=arch,
+        family=family,
+        model_dtype=_model_dtype(f),
+        mixers=tuple(parts["mixers"]),
+        ffn=tuple(parts["ffn"]),
+        hidden_size=_display_int(raw.get("hidden_size", raw.get("d_model"))),
+        max_position_embeddings=f.opt_int("max_position_embeddings"),
+        context=context_fields(raw),
         chunk_size=parts["chunk"],
-        config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)), source=source,
-        aliases=aliases, notes=tuple(f.notes), config_json=json.dumps(config, sort_keys=True, default=str),
-        facts=config_facts(config, arch, family), quantization=quantization)
+        config_dtypes=tuple((k, f.dtype(k)) for k in _STATE_DTYPE_FIELDS if f.has(k)),
+        source=source,
+        aliases=aliases,
+        notes=tuple(f.notes),
+        config_json=json.dumps(config, sort_keys=True, default=str),
+        facts=config_facts(config, arch, family),
+        quantization=quantization,
+    )

@@ -23,6 +23,7 @@ from hybridplan.show import Captured, capturing
 
 __all__ = ["size", "fit", "prefix", "replay", "speed", "plan", "check_log", "crossover", "PlanError"]
 
+
 def _tokens(cmd: Any, positional: Sequence[Any], options: dict[str, Any]) -> list[str]:
     """The command line that says what the call says, through the command's own option names."""
     # (typer vendors its own click: the parameters are told apart by their kind, not their class)

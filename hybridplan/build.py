@@ -12,15 +12,36 @@ if TYPE_CHECKING:
     from hybridplan.scenario import Budget, Scenario
 
 #: Scenario field ← option, for the options a command may take
-_SCENARIO = {"tp": "tp", "pp": "pp", "dp": "dp", "expert_parallel": "expert_parallel", "ep_size": "ep_size",
-             "dp_attention": "dp_attention", "spec_tokens": "spec_tokens", "chunk": "chunk", "slots": "slots",
-             "allow_long_context": "allow_long_context"}
-_VLLM = {"mode": "mode", "block_size": "block_size", "gdn_backend": "gdn_backend", "max_num_seqs": "max_num_seqs",
-         "performance_mode": "performance_mode",
-         "gpu_util": "gpu_util", "enforce_eager": "enforce_eager"}
-_SGLANG = {"radix": "radix", "full_memory_ratio": "full_memory_ratio",
-           "max_running_requests": "max_running_requests", "mem_fraction_static": "mem_fraction",
-           "max_mamba_cache_size": "max_mamba_cache_size", "page_size": "page_size", "draft_tokens": "draft_tokens"}
+_SCENARIO = {
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "expert_parallel": "expert_parallel",
+    "ep_size": "ep_size",
+    "dp_attention": "dp_attention",
+    "spec_tokens": "spec_tokens",
+    "chunk": "chunk",
+    "slots": "slots",
+    "allow_long_context": "allow_long_context",
+}
+_VLLM = {
+    "mode": "mode",
+    "block_size": "block_size",
+    "gdn_backend": "gdn_backend",
+    "max_num_seqs": "max_num_seqs",
+    "performance_mode": "performance_mode",
+    "gpu_util": "gpu_util",
+    "enforce_eager": "enforce_eager",
+}
+_SGLANG = {
+    "radix": "radix",
+    "full_memory_ratio": "full_memory_ratio",
+    "max_running_requests": "max_running_requests",
+    "mem_fraction_static": "mem_fraction",
+    "max_mamba_cache_size": "max_mamba_cache_size",
+    "page_size": "page_size",
+    "draft_tokens": "draft_tokens",
+}
 _BUDGET = {"kv_budget": "kv_budget", "weights": "weights", "params": "params", "overhead": "overhead"}
 _BUDGET = {**_BUDGET, "cpu_offload": "cpu_offload"}  # --cpu-offload-gb, read as bytes
 
@@ -31,8 +52,13 @@ def _hicache(o: Options):
         return None
     from hybridplan.engines.sglang.hicache import HiCache
 
-    return HiCache(ratio=o.hicache_ratio, size_gb=o.hicache_size or 0, write_policy=o.hicache_write_policy,
-                   mem_layout=o.hicache_mem_layout, io_backend=o.hicache_io_backend)
+    return HiCache(
+        ratio=o.hicache_ratio,
+        size_gb=o.hicache_size or 0,
+        write_policy=o.hicache_write_policy,
+        mem_layout=o.hicache_mem_layout,
+        io_backend=o.hicache_io_backend,
+    )
 
 
 def _given(o: Options, fields: dict[str, str]) -> dict[str, Any]:
@@ -115,8 +141,13 @@ def _speculative(o: Options, spec: Any, vrel: Any) -> tuple[int, Any]:
     if algorithm is not None:
         from hybridplan.engines.sglang.speculative import SglangFlags, speculative_from_sglang
 
-        flags = SglangFlags(algorithm, getattr(o, "spec_draft", None), n or None, getattr(o, "eagle_topk", None),
-                            getattr(o, "draft_tokens", None))
+        flags = SglangFlags(
+            algorithm,
+            getattr(o, "spec_draft", None),
+            n or None,
+            getattr(o, "eagle_topk", None),
+            getattr(o, "draft_tokens", None),
+        )
         sp = speculative_from_sglang(flags, spec, getattr(o, "sglang_version", None))
         steps = n or sp.num_tokens - 1
         return steps, replace(sp, num_tokens=steps)
@@ -132,8 +163,10 @@ def _check_quantization(o: Options, spec: Any) -> None:
         return
     own = spec.facts.quant_method
     if own is None or str(own).lower() != q.strip().lower():
-        raise PlanError(f"--quantization {q}: hybridplan sizes the checkpoint's own weights "
-                        f"({own or 'not quantized'}); give --weights with the quantized size")
+        raise PlanError(
+            f"--quantization {q}: hybridplan sizes the checkpoint's own weights "
+            f"({own or 'not quantized'}); give --weights with the quantized size"
+        )
 
 
 #: what reading the options had to say (the default MODEL taken): the CLI writes it on stderr after the output,
@@ -179,26 +212,37 @@ def scenario(o: Options) -> Scenario:
     engine = getattr(o, "engine", None) or "both"
     vrel = vllm_release(getattr(o, "vllm_version", None))
     if getattr(o, "o0", False) and vrel.before(cmdline_o0()):
-        raise PlanError(f"vLLM {vrel.version}: -O is the compilation level before {cmdline_o0()} and leaves CUDA "
-                        "graphs on; give --enforce-eager for a start without them")
+        raise PlanError(
+            f"vLLM {vrel.version}: -O is the compilation level before {cmdline_o0()} and leaves CUDA "
+            "graphs on; give --enforce-eager for a start without them"
+        )
     ctx = getattr(o, "ctx", None)
     spec_tokens, speculative = _speculative(o, spec, vrel)
     o = Options(**{**vars(o), "spec_tokens": spec_tokens}) if hasattr(o, "spec_tokens") else o
     vllm = {**_given(o, _VLLM), "mode": _mode(o, spec, vrel)} if hasattr(o, "mode") else _given(o, _VLLM)
     env: dict[str, Any] = parse_env(getattr(o, "sglang_env", None) or ())
-    extra: dict[str, Any] = {**({"pp_partition": layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
-                             **({"engine_args": _engine_args(o.engine_args)} if getattr(o, "engine_args", None)
-                                else {})}
+    extra: dict[str, Any] = {
+        **({"pp_partition": layer_counts(o.pp_layers)} if getattr(o, "pp_layers", None) else {}),
+        **({"engine_args": _engine_args(o.engine_args)} if getattr(o, "engine_args", None) else {}),
+    }
     return Scenario(
         spec=spec,
         ctx=ctx if ctx is not None else default_ctx(spec, engine, vrel),
-        dtypes=DtypeChoice(getattr(o, "dtype", None), getattr(o, "conv_dtype", None), getattr(o, "ssm_dtype", None),
-                           _kv_dtype(o, engine)),
+        dtypes=DtypeChoice(
+            getattr(o, "dtype", None),
+            getattr(o, "conv_dtype", None),
+            getattr(o, "ssm_dtype", None),
+            _kv_dtype(o, engine),
+        ),
         engine=engine,
         vllm=VllmSettings(release=vrel, **vllm),
-        sglang=SglangSettings(release=sglang_release(getattr(o, "sglang_version", None)), **_given(o, _SGLANG),
-                              overlap=not getattr(o, "no_overlap", False), hicache=_hicache(o),
-                              **env),
+        sglang=SglangSettings(
+            release=sglang_release(getattr(o, "sglang_version", None)),
+            **_given(o, _SGLANG),
+            overlap=not getattr(o, "no_overlap", False),
+            hicache=_hicache(o),
+            **env,
+        ),
         budget=budget(o),
         speculative=speculative,
         **_given(o, _SCENARIO),
@@ -217,7 +261,7 @@ def _engine_args(given: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
         except json.JSONDecodeError:
             parsed = None
         if engine not in ("vllm", "sglang") or not isinstance(parsed, list):
-            raise PlanError(f"--engine-arg {text}: expected ENGINE=[\"word\", ...]")
+            raise PlanError(f'--engine-arg {text}: expected ENGINE=["word", ...]')
         out.append((engine, tuple(str(w) for w in parsed)))
     return tuple(out)
 

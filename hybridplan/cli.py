@@ -58,8 +58,8 @@ except AttributeError:  # typer before 0.28 raises click's own
 app = typer.Typer(
     name="hybridplan",
     help="Capacity planner and live profiler for hybrid (attention + recurrent) LLMs.\n\n"
-         "Sizes recurrent state, attention KV and engine pools exactly as vLLM and SGLang allocate them, "
-         "with no GPU.",
+    "Sizes recurrent state, attention KV and engine pools exactly as vLLM and SGLang allocate them, "
+    "with no GPU.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's plain help: wraps at any width, never cuts a name, never reads :x: as an emoji
@@ -76,69 +76,191 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
-                                       callback=_version)) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_version
+    ),
+) -> None:
     """Capacity planner and live profiler for hybrid (attention + recurrent) LLMs."""
 
 
 # --- options of one command ---------------------------------------------------------------------
 
 
-VS = (param("vs", Flag(str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")),
-            "llama-3-8b"),)
-SLOTS = (param("slots", Flag(int, option("--slots", metavar="N", parser=count_value("--slots"),
-                                         help="Concurrent sequences in the state pool.")), 256),)
-SIZE_ENGINE = (param("engine", Flag(Optional[str], option(
-    "--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")), None),)
-ONE_SSM_DTYPE = Flag(Optional[str], option("--ssm-dtype", metavar="DTYPE",
-                                           help="Only this SSM dtype (default: the engine default, fp32 and "
-                                                "bf16)."))
+VS = (
+    param("vs", Flag(str, option("--vs", metavar="MODEL", help="Reference model for the comparison.")), "llama-3-8b"),
+)
+SLOTS = (
+    param(
+        "slots",
+        Flag(
+            int,
+            option(
+                "--slots", metavar="N", parser=count_value("--slots"), help="Concurrent sequences in the state pool."
+            ),
+        ),
+        256,
+    ),
+)
+SIZE_ENGINE = (
+    param(
+        "engine",
+        Flag(Optional[str], option("--engine", metavar="ENGINE", help="Add the engine layout: vllm, sglang or both.")),
+        None,
+    ),
+)
+ONE_SSM_DTYPE = Flag(
+    Optional[str],
+    option("--ssm-dtype", metavar="DTYPE", help="Only this SSM dtype (default: the engine default, fp32 and bf16)."),
+)
 PREFIX = (
     param("shared", tokens_option("--shared", "Tokens of the prefix two requests share."), None),
     param("private", tokens_option("--private", "Tokens after it that differ between the requests."), 0),
-    param("sweep", Flag(Optional[str], option("--sweep", metavar="A:B:STEP",
-                                              help="Sweep the shared length from A to B tokens in steps of "
-                                                   "STEP.")), None),
+    param(
+        "sweep",
+        Flag(
+            Optional[str],
+            option("--sweep", metavar="A:B:STEP", help="Sweep the shared length from A to B tokens in steps of STEP."),
+        ),
+        None,
+    ),
     param("plot", plot_option("With --sweep: write the step function to this PNG."), None),
 )
 CHECK_LOG = (
     param("log", Flag(Path, argument(metavar="LOG", help="A vLLM or SGLang start-up log (- reads standard input)."))),
-    param("model", Flag(Optional[str], option("--model", metavar="MODEL",
-                                              help="The model (default: read from the log).")), None),
+    param(
+        "model",
+        Flag(Optional[str], option("--model", metavar="MODEL", help="The model (default: read from the log).")),
+        None,
+    ),
     param("ctx", ctx_option("max_model_len (default: read from the log):"), None),
-    param("tp", Flag(Optional[int], option("--tp", metavar="N", parser=count_value("--tp"),
-                                           help="Tensor-parallel size (default: read from the log).")), None),
-    param("vllm_version", Flag(Optional[str], option("--vllm-version", metavar="VERSION",
-                                                     help="vLLM release (default: read from the log).")), None),
+    param(
+        "tp",
+        Flag(
+            Optional[int],
+            option(
+                "--tp",
+                metavar="N",
+                parser=count_value("--tp"),
+                help="Tensor-parallel size (default: read from the log).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "vllm_version",
+        Flag(
+            Optional[str],
+            option("--vllm-version", metavar="VERSION", help="vLLM release (default: read from the log)."),
+        ),
+        None,
+    ),
     param("sglang_version", SglangVersion, None),
-    param("mode", Flag(Optional[str], option("--mode", metavar="MODE",
-                                             help="vLLM mamba cache mode (default: read from the log).")), None),
-    param("kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if "
-                                                  "known"), None),
-    param("spec_tokens", Flag(Optional[int], option(
-        "--spec-tokens", metavar="N", parser=count_value("--spec-tokens"),
-        help="Speculative tokens (default: read from the log).")), None),
-    param("max_num_seqs", Flag(Optional[int], option(
-        "--max-num-seqs", metavar="N", parser=count_value("--max-num-seqs"),
-        help="vLLM --max-num-seqs (default: read from the log).")), None),
-    param("max_running_requests", Flag(Optional[int], option(
-        "--max-running-requests", metavar="N", parser=count_value("--max-running-requests"),
-        help="SGLang --max-running-requests (default: read from the log).")), None),
-    param("mem_fraction", Flag(Optional[float], option(
-        "--mem-fraction-static", metavar="FRACTION",
-        parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
-        help="SGLang --mem-fraction-static (default: read from the log).")), None),
-    param("gpu_type", Flag(Optional[str], option(
-        "--gpu-type", metavar="GPU",
-        help="The GPU the log ran on, by name (`hybridplan gpus`), where its lines do not say (vLLM's block unit "
-             "depends on it).")), None),
+    param(
+        "mode",
+        Flag(
+            Optional[str], option("--mode", metavar="MODE", help="vLLM mamba cache mode (default: read from the log).")
+        ),
+        None,
+    ),
+    param(
+        "kv_budget", size_option("--kv-budget", "Exact KV budget (vLLM's, or the memory SGLang splits), if known"), None
+    ),
+    param(
+        "spec_tokens",
+        Flag(
+            Optional[int],
+            option(
+                "--spec-tokens",
+                metavar="N",
+                parser=count_value("--spec-tokens"),
+                help="Speculative tokens (default: read from the log).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "max_num_seqs",
+        Flag(
+            Optional[int],
+            option(
+                "--max-num-seqs",
+                metavar="N",
+                parser=count_value("--max-num-seqs"),
+                help="vLLM --max-num-seqs (default: read from the log).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "max_running_requests",
+        Flag(
+            Optional[int],
+            option(
+                "--max-running-requests",
+                metavar="N",
+                parser=count_value("--max-running-requests"),
+                help="SGLang --max-running-requests (default: read from the log).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "mem_fraction",
+        Flag(
+            Optional[float],
+            option(
+                "--mem-fraction-static",
+                metavar="FRACTION",
+                parser=number_value("--mem-fraction-static", 0, 1, "SGLang's mem_fraction_static"),
+                help="SGLang --mem-fraction-static (default: read from the log).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "gpu_type",
+        Flag(
+            Optional[str],
+            option(
+                "--gpu-type",
+                metavar="GPU",
+                help="The GPU the log ran on, by name (`hybridplan gpus`), where its lines do not say (vLLM's block unit "
+                "depends on it).",
+            ),
+        ),
+        None,
+    ),
 )
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Context length (default: the model's maximum as the engines derive "
-                                               "it, 2048 where its config names none):"), None),), TP, PP,
-         DP[:2], SLOTS, VS, DTYPES, SPEC_TOKENS, SIZE_ENGINE, VLLM, SGLANG, ALLOW_LONG, OUTPUT,
-         short="State, KV and totals per sequence; engine pages and pools")
+@command(
+    app,
+    MODEL,
+    (
+        param(
+            "ctx",
+            ctx_option(
+                "Context length (default: the model's maximum as the engines derive "
+                "it, 2048 where its config names none):"
+            ),
+            None,
+        ),
+    ),
+    TP,
+    PP,
+    DP[:2],
+    SLOTS,
+    VS,
+    DTYPES,
+    SPEC_TOKENS,
+    SIZE_ENGINE,
+    VLLM,
+    SGLANG,
+    ALLOW_LONG,
+    OUTPUT,
+    short="State, KV and totals per sequence; engine pages and pools",
+)
 def size(o: Options) -> None:
     """Shapes and bytes of every recurrent layer, KV per token and at the context, totals, the state pool,
     and with --engine the pages, padding and pools vLLM and SGLang will allocate.
@@ -158,9 +280,17 @@ def size(o: Options) -> None:
     show(size_report(sc, load_model(o.vs), with_engines=o.engine is not None), o, "size_view")
 
 
-@command(app, MODEL, VS, TP, (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]), VLLM[:1], OUTPUT,
-         (param("plot", plot_option("Write the memory curves to this PNG."), None),),
-         short="Where the hybrid needs less memory than a transformer")
+@command(
+    app,
+    MODEL,
+    VS,
+    TP,
+    (*DTYPES[:2], param("ssm_dtype", ONE_SSM_DTYPE, None), DTYPES[3]),
+    VLLM[:1],
+    OUTPUT,
+    (param("plot", plot_option("Write the memory curves to this PNG."), None),),
+    short="Where the hybrid needs less memory than a transformer",
+)
 def crossover(o: Options) -> None:
     """Context length past which the hybrid needs less memory per sequence than a transformer.
 
@@ -180,11 +310,35 @@ def crossover(o: Options) -> None:
     show(crossover_report(sc, load_model(o.vs)), o, "crossover_view", "crossover_plot")
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (vLLM --max-model-len, SGLang --context-length; "
-                                               "default: the model's maximum as the engines derive it, 2048 where "
-                                               "its config names none):"), None),), BUDGET,
-         ADMISSION, TP, PP, DP, ENGINES, DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), HICACHE, ALLOW_LONG,
-         OUTPUT, EMIT, short="How many requests fit, whether the engines start, the commands to run")
+@command(
+    app,
+    MODEL,
+    (
+        param(
+            "ctx",
+            ctx_option(
+                "Tokens per request (vLLM --max-model-len, SGLang --context-length; "
+                "default: the model's maximum as the engines derive it, 2048 where "
+                "its config names none):"
+            ),
+            None,
+        ),
+    ),
+    BUDGET,
+    ADMISSION,
+    TP,
+    PP,
+    DP,
+    ENGINES,
+    DTYPES,
+    SPEC_TOKENS,
+    (param("chunk", Chunk, None),),
+    HICACHE,
+    ALLOW_LONG,
+    OUTPUT,
+    EMIT,
+    short="How many requests fit, whether the engines start, the commands to run",
+)
 def fit(o: Options) -> None:
     """How many requests of --ctx tokens fit, and whether a --max-num-seqs / --max-running-requests starts.
 
@@ -250,8 +404,19 @@ def _emit(o: Options, targets: dict) -> bool:
     return True
 
 
-@command(app, MODEL, PREFIX, TP, ENGINES, (param("chunk", Chunk, None),), DTYPES, ALLOW_LONG, JSON, CSV,
-         short="How much of a shared prefix a later request reuses")
+@command(
+    app,
+    MODEL,
+    PREFIX,
+    TP,
+    ENGINES,
+    (param("chunk", Chunk, None),),
+    DTYPES,
+    ALLOW_LONG,
+    JSON,
+    CSV,
+    short="How much of a shared prefix a later request reuses",
+)
 def prefix(o: Options) -> None:
     """How much of a shared prefix a second request reuses: a recurrent state is reusable only where a
     checkpoint was saved. A replay of three requests that share the prefix, through replay's policies.
@@ -307,8 +472,16 @@ def _gpu_key(name: str | None) -> str | None:
     return gpu(name).key
 
 
-@command(app, CHECK_LOG, CHECK_LOG_FLAGS, DTYPES, JSON, CSV, name="check-log",
-         short="A real start-up log beside the prediction")
+@command(
+    app,
+    CHECK_LOG,
+    CHECK_LOG_FLAGS,
+    DTYPES,
+    JSON,
+    CSV,
+    name="check-log",
+    short="A real start-up log beside the prediction",
+)
 def check_log(o: Options) -> None:
     """Read a real vLLM or SGLang start-up log: the settings it states (and the line each came from), each
     figure the engine printed beside hybridplan's prediction for those settings, and the figures hybridplan
@@ -331,15 +504,34 @@ def check_log(o: Options) -> None:
 
     refuse_with_json(o.as_csv, o.as_json)
     log = scan(o.log, keywords())
-    given = LogGiven(model=o.model, tp=o.tp, vllm_version=o.vllm_version, sglang_version=o.sglang_version,
-                     mode=o.mode, ctx=o.ctx, kv_budget=o.kv_budget, spec_tokens=o.spec_tokens,
-                     max_num_seqs=o.max_num_seqs, max_running_requests=o.max_running_requests,
-                     mem_fraction_static=o.mem_fraction, dtype=o.dtype, conv_dtype=o.conv_dtype,
-                     ssm_dtype=o.ssm_dtype, kv_dtype=o.kv_dtype, gpu=_gpu_key(o.gpu_type),
-                     speculative_config=o.speculative_config, block_size=o.block_size,
-                     max_mamba_cache_size=o.max_mamba_cache_size, mamba_full_memory_ratio=o.full_memory_ratio,
-                     radix=o.radix, page_size=o.page_size, spec_method=o.spec_method, spec_draft=o.spec_draft,
-                     eagle_topk=o.eagle_topk, draft_tokens=o.draft_tokens)
+    given = LogGiven(
+        model=o.model,
+        tp=o.tp,
+        vllm_version=o.vllm_version,
+        sglang_version=o.sglang_version,
+        mode=o.mode,
+        ctx=o.ctx,
+        kv_budget=o.kv_budget,
+        spec_tokens=o.spec_tokens,
+        max_num_seqs=o.max_num_seqs,
+        max_running_requests=o.max_running_requests,
+        mem_fraction_static=o.mem_fraction,
+        dtype=o.dtype,
+        conv_dtype=o.conv_dtype,
+        ssm_dtype=o.ssm_dtype,
+        kv_dtype=o.kv_dtype,
+        gpu=_gpu_key(o.gpu_type),
+        speculative_config=o.speculative_config,
+        block_size=o.block_size,
+        max_mamba_cache_size=o.max_mamba_cache_size,
+        mamba_full_memory_ratio=o.full_memory_ratio,
+        radix=o.radix,
+        page_size=o.page_size,
+        spec_method=o.spec_method,
+        spec_draft=o.spec_draft,
+        eagle_topk=o.eagle_topk,
+        draft_tokens=o.draft_tokens,
+    )
     report = check(log, given)
     if not show_csv(report, o):
         show(report, o, "check_view")
@@ -378,40 +570,113 @@ def gpus(o: Options) -> None:
 
 
 # their modules (and options) load only when the command is built
-command_in(app, "hybridplan.profile.command:profile", engine_flags=True,
-           short="Allocate the predicted pools on a GPU and time the kernels")
-command_in(app, "hybridplan.replay.command:replay", engine_flags=True,
-           short="A trace through each engine's prefix cache: what each request reuses, and why")
-
-
-SPEED = (
-    param("input", tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, "
-                                            "or 1024)."), None),
-    param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
-    param("concurrency", Flag(int, option("--concurrency", metavar="N", parser=count_value("--concurrency"),
-                                          help="Requests in flight (bench --max-concurrency); the decode "
-                                               "table runs up to it.")), 64),
-    param("num_prompts", Flag(Optional[int], option("--num-prompts", metavar="N",
-                                                    parser=count_value("--num-prompts"),
-                                                    help="Requests the benchmark sends (default 1000).")), None),
-    param("acceptance", Flag(Optional[float], option(
-        "--acceptance", metavar="RATE", parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
-        help="With --spec-tokens: the chance a proposed token is accepted.")), None),
-    param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
-    param("dataset_lengths", Flag(Optional[Path], option(
-        "--dataset-lengths", metavar="FILE", help="Each request's prompt and output tokens (JSONL or CSV: "
-                                                  "input,output): the benchmark of that mix, in place of "
-                                                  "--input/--output.")), None),
-    param("calibration", Flag(Optional[Path], option(
-        "--calibration", metavar="FILE", help="A profile's measurements (hybridplan profile --save-calibration) "
-                                              "in place of the fitted efficiencies where they say more.")), None),
+command_in(
+    app,
+    "hybridplan.profile.command:profile",
+    engine_flags=True,
+    short="Allocate the predicted pools on a GPU and time the kernels",
+)
+command_in(
+    app,
+    "hybridplan.replay.command:replay",
+    engine_flags=True,
+    short="A trace through each engine's prefix cache: what each request reuses, and why",
 )
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Tokens per request, prompt and output (default: --input + "
-                                               "--output):"), None),), SPEED, BUDGET, ADMISSION, TP, ENGINES,
-         DTYPES, SPEC_TOKENS, (param("chunk", Chunk, None),), ALLOW_LONG, JSON,
-         short="Decode and prefill speed per GPU, and what a serving benchmark prints")
+SPEED = (
+    param(
+        "input",
+        tokens_option("--input", "Prompt tokens (bench --random-input-len; default: --ctx less --output, or 1024)."),
+        None,
+    ),
+    param("output", tokens_option("--output", "Output tokens (bench --random-output-len)."), 512),
+    param(
+        "concurrency",
+        Flag(
+            int,
+            option(
+                "--concurrency",
+                metavar="N",
+                parser=count_value("--concurrency"),
+                help="Requests in flight (bench --max-concurrency); the decode table runs up to it.",
+            ),
+        ),
+        64,
+    ),
+    param(
+        "num_prompts",
+        Flag(
+            Optional[int],
+            option(
+                "--num-prompts",
+                metavar="N",
+                parser=count_value("--num-prompts"),
+                help="Requests the benchmark sends (default 1000).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "acceptance",
+        Flag(
+            Optional[float],
+            option(
+                "--acceptance",
+                metavar="RATE",
+                parser=number_value("--acceptance", 0, 1, "a speculative acceptance rate"),
+                help="With --spec-tokens: the chance a proposed token is accepted.",
+            ),
+        ),
+        None,
+    ),
+    param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
+    param(
+        "dataset_lengths",
+        Flag(
+            Optional[Path],
+            option(
+                "--dataset-lengths",
+                metavar="FILE",
+                help="Each request's prompt and output tokens (JSONL or CSV: "
+                "input,output): the benchmark of that mix, in place of "
+                "--input/--output.",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "calibration",
+        Flag(
+            Optional[Path],
+            option(
+                "--calibration",
+                metavar="FILE",
+                help="A profile's measurements (hybridplan profile --save-calibration) "
+                "in place of the fitted efficiencies where they say more.",
+            ),
+        ),
+        None,
+    ),
+)
+
+
+@command(
+    app,
+    MODEL,
+    (param("ctx", ctx_option("Tokens per request, prompt and output (default: --input + --output):"), None),),
+    SPEED,
+    BUDGET,
+    ADMISSION,
+    TP,
+    ENGINES,
+    DTYPES,
+    SPEC_TOKENS,
+    (param("chunk", Chunk, None),),
+    ALLOW_LONG,
+    JSON,
+    short="Decode and prefill speed per GPU, and what a serving benchmark prints",
+)
 def speed(o: Options) -> None:
     """Decode step time and tokens/s at each batch size, prefill throughput and TTFT for the prompt, and what
     bounds each (weights, KV reads, state reads and writes, FLOPs, communication, launch overhead) per layer
@@ -445,8 +710,12 @@ def speed(o: Options) -> None:
             raise PlanError(f"--ctx {o.ctx} is shorter than the dataset's longest request ({longest:,} tokens)")
         sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else longest)
         mix = dataset.Mix(reqs, o.concurrency, None, o.acceptance, source=o.dataset_lengths.name)
-        show(speed_report(sc, wl, wl.input + wl.output // 2, calibration=cal, mix=mix), o,
-             "hybridplan.render_speed:speed_view", "speed_plot")
+        show(
+            speed_report(sc, wl, wl.input + wl.output // 2, calibration=cal, mix=mix),
+            o,
+            "hybridplan.render_speed:speed_view",
+            "speed_plot",
+        )
         return
     out = o.output
     given = o.input if o.input is not None else (o.ctx - out if o.ctx is not None else 1024)
@@ -454,27 +723,68 @@ def speed(o: Options) -> None:
         raise PlanError(f"--ctx {o.ctx} leaves no prompt for --output {out}: give --input")
     sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else given + out)
     wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance)
-    show(speed_report(sc, wl, given + out // 2, calibration=cal), o, "hybridplan.render_speed:speed_view",
-         "speed_plot")
+    show(speed_report(sc, wl, given + out // 2, calibration=cal), o, "hybridplan.render_speed:speed_view", "speed_plot")
 
 
 PLAN = (
-    param("concurrency", Flag(Optional[int], option(
-        "--concurrency", metavar="N", parser=count_value("--concurrency"),
-        help="Requests of --ctx tokens to hold at once, over all data-parallel engines.")), None),
-    param("gpus", Flag(Optional[int], option(
-        "--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64).")), None),
-    param("pick", Flag(Optional[int], option(
-        "--pick", metavar="N", parser=count_value("--pick"),
-        help="With --emit: the Nth plan as listed (default 1, the best).")), None),
-    param("plot", plot_option("Write decode tok/s per GPU of the plans against their GPUs, and the layouts tried on "
-                              "each count by why they fail, to this file"), None),
+    param(
+        "concurrency",
+        Flag(
+            Optional[int],
+            option(
+                "--concurrency",
+                metavar="N",
+                parser=count_value("--concurrency"),
+                help="Requests of --ctx tokens to hold at once, over all data-parallel engines.",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "gpus",
+        Flag(
+            Optional[int],
+            option("--gpus", metavar="N", parser=count_value("--gpus"), help="The most GPUs to use (default 64)."),
+        ),
+        None,
+    ),
+    param(
+        "pick",
+        Flag(
+            Optional[int],
+            option(
+                "--pick",
+                metavar="N",
+                parser=count_value("--pick"),
+                help="With --emit: the Nth plan as listed (default 1, the best).",
+            ),
+        ),
+        None,
+    ),
+    param(
+        "plot",
+        plot_option(
+            "Write decode tok/s per GPU of the plans against their GPUs, and the layouts tried on "
+            "each count by why they fail, to this file"
+        ),
+        None,
+    ),
 )
 
 
-@command(app, MODEL, (param("ctx", ctx_option("Tokens per request (default: the model's maximum as the engines "
-                                               "derive it):"), None),), PLAN, BUDGET, ENGINES, ALLOW_LONG, OUTPUT,
-         CSV, EMIT, short="How many GPUs, split how: TP × PP × DP × EP plans that hold a target")
+@command(
+    app,
+    MODEL,
+    (param("ctx", ctx_option("Tokens per request (default: the model's maximum as the engines derive it):"), None),),
+    PLAN,
+    BUDGET,
+    ENGINES,
+    ALLOW_LONG,
+    OUTPUT,
+    CSV,
+    EMIT,
+    short="How many GPUs, split how: TP × PP × DP × EP plans that hold a target",
+)
 def plan(o: Options) -> None:
     """The fewest GPUs of --gpu-type that serve --concurrency requests of --ctx tokens, and how to split them:
     tensor, pipeline and data parallelism, experts sliced or dealt whole, the KV and state dtypes and vLLM's
@@ -528,8 +838,9 @@ def _command_group(args: list[str]) -> Any:
 
     every = app.registered_commands
     name = args[0] if args and not args[0].startswith("-") else None
-    one = [c for c in every if name is not None
-           and (c.name or typer.main.get_command_name(c.callback.__name__)) == name]
+    one = [
+        c for c in every if name is not None and (c.name or typer.main.get_command_name(c.callback.__name__)) == name
+    ]
     app.registered_commands = one or every
     for c in app.registered_commands:
         signature(c.callback)

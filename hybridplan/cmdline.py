@@ -47,9 +47,11 @@ _LAUNCH = "how the processes are launched and reached, no effect on one GPU's me
 _SAMPLING = "sampling, parsing and structured output: no effect on the memory sized at start-up"
 _SCHED = "the scheduler's order and pacing: no effect on the memory sized at start-up"
 _CPU = "host (CPU) memory, not the GPU's"
-_GRAPHS = ("hybridplan's CUDA-graph estimate is one figure for every level or setting that keeps graphs on "
-           "(hybridplan/engines/vllm/memory.py); only graphs off (-O0, cudagraph_mode NONE, --enforce-eager) "
-           "changes it")
+_GRAPHS = (
+    "hybridplan's CUDA-graph estimate is one figure for every level or setting that keeps graphs on "
+    "(hybridplan/engines/vllm/memory.py); only graphs off (-O0, cudagraph_mode NONE, --enforce-eager) "
+    "changes it"
+)
 
 
 def _each(why: str, names: str) -> dict[str, tuple[str, str | None]]:
@@ -58,7 +60,8 @@ def _each(why: str, names: str) -> dict[str, tuple[str, str | None]]:
 
 VLLM: dict[str, tuple[str, str | None]] = {
     "--model": ("model", None),
-    "--tensor-parallel-size": ("opt", "--tp"), "-tp": ("opt", "--tp"),
+    "--tensor-parallel-size": ("opt", "--tp"),
+    "-tp": ("opt", "--tp"),
     "--max-model-len": ("special", "max_model_len"),
     "--kv-cache-dtype": ("opt", "--kv-dtype"),
     "--mamba-cache-dtype": ("opt", "--conv-dtype"),
@@ -72,16 +75,21 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--enforce-eager": ("bool", "--enforce-eager"),
     "--enable-prefix-caching": ("bool", "--enable-prefix-caching"),
     "--speculative-config": ("opt", "--speculative-config"),
-    "-O": ("special", "optimization"), "--optimization-level": ("special", "optimization"),
-    "--compilation-config": ("special", "compilation_config"), "-cc": ("special", "compilation_config"),
-    "--quantization": ("opt", "--quantization"), "-q": ("opt", "--quantization"),
+    "-O": ("special", "optimization"),
+    "--optimization-level": ("special", "optimization"),
+    "--compilation-config": ("special", "compilation_config"),
+    "-cc": ("special", "compilation_config"),
+    "--quantization": ("opt", "--quantization"),
+    "-q": ("opt", "--quantization"),
     "--revision": ("opt", "--revision"),
     "--kv-cache-memory-bytes": ("opt", "--kv-budget"),
     "--gdn-prefill-backend": ("opt", "--gdn-prefill-backend"),
     "--performance-mode": ("opt", "--performance-mode"),
-    "--pipeline-parallel-size": ("opt", "--pp"), "-pp": ("opt", "--pp"),
+    "--pipeline-parallel-size": ("opt", "--pp"),
+    "-pp": ("opt", "--pp"),
     "--enable-expert-parallel": ("bool", "--enable-expert-parallel"),
-    "--data-parallel-size": ("opt", "--dp"), "-dp": ("opt", "--dp"),
+    "--data-parallel-size": ("opt", "--dp"),
+    "-dp": ("opt", "--dp"),
     "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
     "--num-gpu-blocks-override": ("refuse", "a block count override is not modelled"),
     "--max-cudagraph-capture-size": ("refuse", "CUDA graph sizes are not modelled"),
@@ -91,45 +99,63 @@ VLLM: dict[str, tuple[str, str | None]] = {
     "--swap-space": ("ignore", _CPU),
     "--max-seq-len-to-capture": ("refuse", "CUDA graph sizes are not modelled"),
     "--disable-cascade-attn": ("ignore", "vLLM 0.3x: no effect (cascade attention removed)"),
-    **_each(_SERVER, "host port uds api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-cert-reqs ssl-ciphers "
-                     "enable-ssl-refresh root-path allowed-origins allowed-methods allowed-headers allow-credentials "
-                     "middleware response-role served-model-name chat-template chat-template-content-format "
-                     "tool-call-parser tool-parser-plugin enable-auto-tool-choice reasoning-parser "
-                     "reasoning-parser-plugin uvicorn-log-level disable-uvicorn-access-log "
-                     "disable-access-log-for-endpoints disable-fastapi-docs enable-request-id-headers "
-                     "h11-max-incomplete-event-size h11-max-header-count enable-offline-docs "
-                     "enable-prompt-tokens-details enable-server-load-tracking enable-force-include-usage "
-                     "enable-tokenizer-info-endpoint return-tokens-as-token-ids max-log-len "
-                     "disable-frontend-multiprocessing lora-modules exclude-tools-when-tool-choice-none "
-                     "trust-request-chat-template default-chat-template-kwargs sse-keep-alive-interval "
-                     "tool-server grpc grpc-port api-server-count"),
-    **_each(_LOGGING, "disable-log-stats disable-log-requests enable-log-requests enable-log-outputs "
-                      "enable-log-deltas otlp-traces-endpoint collect-detailed-traces "
-                      "show-hidden-metrics-for-version log-level log-config-file logging-config "
-                      "aggregate-engine-logging kv-cache-metrics kv-cache-metrics-sample cudagraph-metrics "
-                      "enable-mfu-metrics enable-logging-iteration-details enable-per-request-metrics "
-                      "per-request-spec-decode-metrics log-error-stack enable-layerwise-nvtx-tracing "
-                      "custom-histogram-buckets"),
-    **_each(_LOADING, "trust-remote-code download-dir load-format tokenizer tokenizer-mode tokenizer-revision "
-                      "code-revision hf-token hf-config-path config-format seed safetensors-load-strategy "
-                      "use-tqdm-on-load max-parallel-loading-workers ignore-patterns pt-load-map-location "
-                      "skip-tokenizer-init generation-config override-generation-config config "
-                      "safetensors-prefetch-block-size safetensors-prefetch-num-threads"),
-    **_each(_LAUNCH, "distributed-executor-backend nnodes node-rank master-addr master-port headless "
-                     "data-parallel-address data-parallel-rpc-port data-parallel-rank data-parallel-start-rank "
-                     "data-parallel-size-local data-parallel-backend data-parallel-external-lb "
-                     "data-parallel-hybrid-lb data-parallel-multi-port-external-lb distributed-timeout-seconds "
-                     "cpu-distributed-timeout-seconds ray-workers-use-nsight data-parallel-supervisor-port "
-                     "dp-supervisor-probe-interval-s dp-supervisor-probe-timeout-s "
-                     "dp-supervisor-probe-failure-threshold shutdown-timeout numa-bind numa-bind-nodes "
-                     "numa-bind-cpus"),
-    **_each(_SAMPLING, "guided-decoding-backend guided-decoding-disable-fallback "
-                       "guided-decoding-disable-any-whitespace guided-decoding-disable-additional-properties "
-                       "structured-outputs-config reasoning-config logprobs-mode max-logprobs "
-                       "logits-processor-pattern use-fp64-gumbel"),
-    **_each(_SCHED, "scheduling-policy async-scheduling enable-chunked-prefill stream-interval "
-                    "scheduler-delay-factor max-num-partial-prefills max-long-partial-prefills "
-                    "long-prefill-token-threshold"),
+    **_each(
+        _SERVER,
+        "host port uds api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-cert-reqs ssl-ciphers "
+        "enable-ssl-refresh root-path allowed-origins allowed-methods allowed-headers allow-credentials "
+        "middleware response-role served-model-name chat-template chat-template-content-format "
+        "tool-call-parser tool-parser-plugin enable-auto-tool-choice reasoning-parser "
+        "reasoning-parser-plugin uvicorn-log-level disable-uvicorn-access-log "
+        "disable-access-log-for-endpoints disable-fastapi-docs enable-request-id-headers "
+        "h11-max-incomplete-event-size h11-max-header-count enable-offline-docs "
+        "enable-prompt-tokens-details enable-server-load-tracking enable-force-include-usage "
+        "enable-tokenizer-info-endpoint return-tokens-as-token-ids max-log-len "
+        "disable-frontend-multiprocessing lora-modules exclude-tools-when-tool-choice-none "
+        "trust-request-chat-template default-chat-template-kwargs sse-keep-alive-interval "
+        "tool-server grpc grpc-port api-server-count",
+    ),
+    **_each(
+        _LOGGING,
+        "disable-log-stats disable-log-requests enable-log-requests enable-log-outputs "
+        "enable-log-deltas otlp-traces-endpoint collect-detailed-traces "
+        "show-hidden-metrics-for-version log-level log-config-file logging-config "
+        "aggregate-engine-logging kv-cache-metrics kv-cache-metrics-sample cudagraph-metrics "
+        "enable-mfu-metrics enable-logging-iteration-details enable-per-request-metrics "
+        "per-request-spec-decode-metrics log-error-stack enable-layerwise-nvtx-tracing "
+        "custom-histogram-buckets",
+    ),
+    **_each(
+        _LOADING,
+        "trust-remote-code download-dir load-format tokenizer tokenizer-mode tokenizer-revision "
+        "code-revision hf-token hf-config-path config-format seed safetensors-load-strategy "
+        "use-tqdm-on-load max-parallel-loading-workers ignore-patterns pt-load-map-location "
+        "skip-tokenizer-init generation-config override-generation-config config "
+        "safetensors-prefetch-block-size safetensors-prefetch-num-threads",
+    ),
+    **_each(
+        _LAUNCH,
+        "distributed-executor-backend nnodes node-rank master-addr master-port headless "
+        "data-parallel-address data-parallel-rpc-port data-parallel-rank data-parallel-start-rank "
+        "data-parallel-size-local data-parallel-backend data-parallel-external-lb "
+        "data-parallel-hybrid-lb data-parallel-multi-port-external-lb distributed-timeout-seconds "
+        "cpu-distributed-timeout-seconds ray-workers-use-nsight data-parallel-supervisor-port "
+        "dp-supervisor-probe-interval-s dp-supervisor-probe-timeout-s "
+        "dp-supervisor-probe-failure-threshold shutdown-timeout numa-bind numa-bind-nodes "
+        "numa-bind-cpus",
+    ),
+    **_each(
+        _SAMPLING,
+        "guided-decoding-backend guided-decoding-disable-fallback "
+        "guided-decoding-disable-any-whitespace guided-decoding-disable-additional-properties "
+        "structured-outputs-config reasoning-config logprobs-mode max-logprobs "
+        "logits-processor-pattern use-fp64-gumbel",
+    ),
+    **_each(
+        _SCHED,
+        "scheduling-policy async-scheduling enable-chunked-prefill stream-interval "
+        "scheduler-delay-factor max-num-partial-prefills max-long-partial-prefills "
+        "long-prefill-token-threshold",
+    ),
 }
 
 SGLANG: dict[str, tuple[str, str | None]] = {
@@ -163,53 +189,84 @@ SGLANG: dict[str, tuple[str, str | None]] = {
     "--cpu-offload-gb": ("opt", "--cpu-offload-gb"),
     # the host tier (hybridplan/engines/sglang/hicache.py)
     "--enable-hierarchical-cache": ("bool", "--enable-hierarchical-cache"),
-    "--hicache-ratio": ("opt", "--hicache-ratio"), "--hicache-size": ("opt", "--hicache-size"),
+    "--hicache-ratio": ("opt", "--hicache-ratio"),
+    "--hicache-size": ("opt", "--hicache-size"),
     "--hicache-write-policy": ("opt", "--hicache-write-policy"),
-    "--hicache-mem-layout": ("opt", "--hicache-mem-layout"), "--hicache-io-backend": ("opt", "--hicache-io-backend"),
+    "--hicache-mem-layout": ("opt", "--hicache-mem-layout"),
+    "--hicache-io-backend": ("opt", "--hicache-io-backend"),
     "--hicache-host-memory-mode": ("opt", "--hicache-host-memory-mode"),
-    "--hicache-host-memory-fraction": ("ignore", "sizes the default --hicache-ratio to the host's free memory, "
-                                                 "which hybridplan does not know: give --hicache-ratio to pin it"),
+    "--hicache-host-memory-fraction": (
+        "ignore",
+        "sizes the default --hicache-ratio to the host's free memory, "
+        "which hybridplan does not know: give --hicache-ratio to pin it",
+    ),
     "--hicache-storage-backend": ("refuse", "an L3 storage backend behind the host tier is not modelled"),
-    **_each(_CPU, "disable-hicache-numa-detect hicache-storage-backend-extra-config hicache-storage-prefetch-policy "
-                  "hicache-storage-prefetch-retry-max-attempts hicache-storage-prefetch-retry-poll-interval"),
-    "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split "
-                                     "gives"),
-    "--schedule-conservativeness": ("ignore", "how far ahead the scheduler reserves tokens for running "
-                                              "requests: no effect on the pools sized at start-up"),
-    "--cuda-graph-max-bs": ("ignore", "hybridplan's default --mem-fraction-static for the GPU does not read it; "
-                                      "give --mem-fraction-static as your log prints it"),
-    "--cuda-graph-bs": ("ignore", "hybridplan's default --mem-fraction-static for the GPU does not read it; "
-                                  "give --mem-fraction-static as your log prints it"),
-    "--disable-cuda-graph": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not "
-                                       "change"),
-    "--enable-torch-compile": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not "
-                                         "change"),
-    **_each(_SERVER, "host port api-key admin-api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-keyfile-password "
-                     "enable-ssl-refresh served-model-name chat-template completion-template tool-call-parser "
-                     "reasoning-parser tool-server fastapi-root-path enable-cache-report skip-server-warmup "
-                     "warmups enable-http2 grpc-mode grpc-port stream-output stream-response-default-include-usage "
-                     "incremental-streaming-output default-chat-template-kwargs hf-chat-template-name "
-                     "trust-request-chat-template uvicorn-access-log-exclude-prefixes file-storage-path "
-                     "enable-response-store"),
-    **_each(_LOGGING, "log-level log-level-http log-requests log-requests-level log-requests-format "
-                      "log-requests-target enable-metrics enable-metrics-for-all-schedulers show-time-cost "
-                      "decode-log-interval otlp-traces-endpoint oltp-traces-endpoint otlp-service-name enable-trace "
-                      "collect-tokens-histogram bucket-time-to-first-token bucket-inter-token-latency "
-                      "bucket-e2e-request-latency prompt-tokens-buckets generation-tokens-buckets "
-                      "enable-request-time-stats-logging export-metrics-to-file export-metrics-to-file-dir "
-                      "crash-dump-folder enable-mfu-metrics extra-metric-labels enable-expert-distribution-metrics"),
-    **_each(_LOADING, "trust-remote-code download-dir load-format tokenizer-path tokenizer-mode random-seed "
-                      "skip-tokenizer-init tokenizer-worker-num detokenizer-worker-num weight-loader-disable-mmap "
-                      "config model-checksum weight-version"),
-    **_each(_LAUNCH, "dist-init-addr nnodes node-rank dist-timeout nccl-port base-gpu-id gpu-id-step "
-                     "watchdog-timeout soft-watchdog-timeout custom-sigquit-handler numa-node "
-                     "enable-http-worker-reuseport"),
-    **_each(_SAMPLING, "grammar-backend sampling-defaults preferred-sampling-params enable-custom-logit-processor "
-                       "constrained-json-whitespace-pattern constrained-json-disable-any-whitespace "
-                       "constrained-json-max-whitespace-cnt"),
-    **_each(_SCHED, "schedule-policy stream-interval max-queued-requests enable-priority-scheduling "
-                    "schedule-low-priority-values-first priority-scheduling-preemption-threshold "
-                    "default-priority-value abort-on-priority-when-disabled"),
+    **_each(
+        _CPU,
+        "disable-hicache-numa-detect hicache-storage-backend-extra-config hicache-storage-prefetch-policy "
+        "hicache-storage-prefetch-retry-max-attempts hicache-storage-prefetch-retry-poll-interval",
+    ),
+    "--max-total-tokens": ("refuse", "a KV token cap is not modelled: hybridplan sizes the pool SGLang's split gives"),
+    "--schedule-conservativeness": (
+        "ignore",
+        "how far ahead the scheduler reserves tokens for running requests: no effect on the pools sized at start-up",
+    ),
+    "--cuda-graph-max-bs": (
+        "ignore",
+        "hybridplan's default --mem-fraction-static for the GPU does not read it; "
+        "give --mem-fraction-static as your log prints it",
+    ),
+    "--cuda-graph-bs": (
+        "ignore",
+        "hybridplan's default --mem-fraction-static for the GPU does not read it; "
+        "give --mem-fraction-static as your log prints it",
+    ),
+    "--disable-cuda-graph": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not change"),
+    "--enable-torch-compile": ("ignore", "SGLang's pools come from --mem-fraction-static, which this does not change"),
+    **_each(
+        _SERVER,
+        "host port api-key admin-api-key ssl-keyfile ssl-certfile ssl-ca-certs ssl-keyfile-password "
+        "enable-ssl-refresh served-model-name chat-template completion-template tool-call-parser "
+        "reasoning-parser tool-server fastapi-root-path enable-cache-report skip-server-warmup "
+        "warmups enable-http2 grpc-mode grpc-port stream-output stream-response-default-include-usage "
+        "incremental-streaming-output default-chat-template-kwargs hf-chat-template-name "
+        "trust-request-chat-template uvicorn-access-log-exclude-prefixes file-storage-path "
+        "enable-response-store",
+    ),
+    **_each(
+        _LOGGING,
+        "log-level log-level-http log-requests log-requests-level log-requests-format "
+        "log-requests-target enable-metrics enable-metrics-for-all-schedulers show-time-cost "
+        "decode-log-interval otlp-traces-endpoint oltp-traces-endpoint otlp-service-name enable-trace "
+        "collect-tokens-histogram bucket-time-to-first-token bucket-inter-token-latency "
+        "bucket-e2e-request-latency prompt-tokens-buckets generation-tokens-buckets "
+        "enable-request-time-stats-logging export-metrics-to-file export-metrics-to-file-dir "
+        "crash-dump-folder enable-mfu-metrics extra-metric-labels enable-expert-distribution-metrics",
+    ),
+    **_each(
+        _LOADING,
+        "trust-remote-code download-dir load-format tokenizer-path tokenizer-mode random-seed "
+        "skip-tokenizer-init tokenizer-worker-num detokenizer-worker-num weight-loader-disable-mmap "
+        "config model-checksum weight-version",
+    ),
+    **_each(
+        _LAUNCH,
+        "dist-init-addr nnodes node-rank dist-timeout nccl-port base-gpu-id gpu-id-step "
+        "watchdog-timeout soft-watchdog-timeout custom-sigquit-handler numa-node "
+        "enable-http-worker-reuseport",
+    ),
+    **_each(
+        _SAMPLING,
+        "grammar-backend sampling-defaults preferred-sampling-params enable-custom-logit-processor "
+        "constrained-json-whitespace-pattern constrained-json-disable-any-whitespace "
+        "constrained-json-max-whitespace-cnt",
+    ),
+    **_each(
+        _SCHED,
+        "schedule-policy stream-interval max-queued-requests enable-priority-scheduling "
+        "schedule-low-priority-values-first priority-scheduling-preemption-threshold "
+        "default-priority-value abort-on-priority-when-disabled",
+    ),
 }
 
 NOT_MODELLED = "hybridplan does not model what it does to memory; drop it to size the start without it"
@@ -220,20 +277,42 @@ ENV_FLAGS = {
     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": ("--allow-long-context",),
 }
 #: environment variables that set a value: NAME → hybridplan option
-ENV_VALUES = {"SGLANG_MAMBA_CONV_DTYPE": "--conv-dtype", "VLLM_PP_LAYER_PARTITION": "--pp-layers",
-              "SGLANG_PP_LAYER_PARTITION": "--pp-layers"}
+ENV_VALUES = {
+    "SGLANG_MAMBA_CONV_DTYPE": "--conv-dtype",
+    "VLLM_PP_LAYER_PARTITION": "--pp-layers",
+    "SGLANG_PP_LAYER_PARTITION": "--pp-layers",
+}
 #: SGLang's own Mamba sizing variables, handed to --sglang-env
 SGLANG_ENV = ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",)
 #: variables with no effect on memory
-ENV_IGNORED = ("CUDA_VISIBLE_DEVICES", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_HUB_OFFLINE",
-               "TRANSFORMERS_OFFLINE", "VLLM_LOGGING_LEVEL", "VLLM_USE_V1", "NCCL_DEBUG", "VLLM_CONFIGURE_LOGGING",
-               "VLLM_WORKER_MULTIPROC_METHOD", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "SGLANG_LOG_LEVEL",
-               "PYTHONUNBUFFERED", "VLLM_HOST_IP", "VLLM_PORT")
+ENV_IGNORED = (
+    "CUDA_VISIBLE_DEVICES",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_USE_V1",
+    "NCCL_DEBUG",
+    "VLLM_CONFIGURE_LOGGING",
+    "VLLM_WORKER_MULTIPROC_METHOD",
+    "OMP_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "SGLANG_LOG_LEVEL",
+    "PYTHONUNBUFFERED",
+    "VLLM_HOST_IP",
+    "VLLM_PORT",
+)
 _TRUE = ("1", "true", "yes", "on")
 
 #: the programs a pasted line may start with, and the engine each is
-PROGRAMS = {("vllm", "serve"): "vllm", ("sglang", "serve"): "sglang",
-            ("-m", "sglang.launch_server"): "sglang", ("-m", "vllm.entrypoints.openai.api_server"): "vllm"}
+PROGRAMS = {
+    ("vllm", "serve"): "vllm",
+    ("sglang", "serve"): "sglang",
+    ("-m", "sglang.launch_server"): "sglang",
+    ("-m", "vllm.entrypoints.openai.api_server"): "vllm",
+}
 #: SGLang's --kv-cache-dtype has no plain "fp8" (server_args.py choices)
 SGLANG_NO_FP8 = "SGLang's --kv-cache-dtype takes fp8_e4m3 or fp8_e5m2, not fp8 (python/sglang/srt/server_args.py)"
 #: vLLM's -O0 turns CUDA graphs off from 0.12.0 (vllm/config/vllm.py OptimizationLevel.O0: "no compilation, no
@@ -305,8 +384,10 @@ def _compilation(value: str, flag: str) -> tuple[tuple[str, ...], str | None]:
             elif not isinstance(v, str):
                 raise PlanError(f"{flag}: cudagraph_mode {v!r} is not a mode")
         elif key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size", "cudagraph_num_of_warmups"):
-            raise PlanError(f"{flag} {key}: CUDA graph sizes are not modelled; hybridplan estimates vLLM's own "
-                            "graphs (give --overhead with your log's figure)")
+            raise PlanError(
+                f"{flag} {key}: CUDA graph sizes are not modelled; hybridplan estimates vLLM's own "
+                "graphs (give --overhead with your log's figure)"
+            )
     return (out, None) if out else ((), _GRAPHS)
 
 
@@ -344,8 +425,10 @@ def _program(tokens: list[str]) -> tuple[str, int]:
             return engine, i + 2
         if engine is None and word not in LAUNCHERS and not word.startswith("python"):
             break
-    raise PlanError("after --, give the engine's command as you run it: vllm serve MODEL …, sglang serve "
-                    "--model-path MODEL … or python -m sglang.launch_server --model-path MODEL …")
+    raise PlanError(
+        "after --, give the engine's command as you run it: vllm serve MODEL …, sglang serve "
+        "--model-path MODEL … or python -m sglang.launch_server --model-path MODEL …"
+    )
 
 
 def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str], int]:
@@ -368,8 +451,10 @@ def _env(tokens: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], list[str
         elif name in ENV_IGNORED:
             ignored.append(tokens[i])
         elif name.startswith(("VLLM_", "SGLANG_")):
-            raise PlanError(f"{name}: hybridplan does not know what this variable does to memory; drop it to size "
-                            "the start without it")
+            raise PlanError(
+                f"{name}: hybridplan does not know what this variable does to memory; drop it to size "
+                "the start without it"
+            )
         else:
             ignored.append(tokens[i])
         i += 1
@@ -406,8 +491,9 @@ class Parser(Struct, frozen=True):
 
     @property
     def prog(self) -> str:
-        return f"vLLM {self.version} (vllm serve)" if self.engine == "vllm" else \
-            f"SGLang {self.version} (launch_server)"
+        return (
+            f"vLLM {self.version} (vllm serve)" if self.engine == "vllm" else f"SGLang {self.version} (launch_server)"
+        )
 
 
 def _versions(engine: str) -> tuple[str, ...]:
@@ -440,8 +526,14 @@ def parser(engine: str, version: str | None = None) -> Parser:
         r = _row(rows, version, order)
         if r is None:
             continue
-        f = Flag(name, (name, *r.get("names", ())), r["takes"], r.get("nargs"),
-                 tuple(r["choices"]) if isinstance(r.get("choices"), list) else None, bool(r.get("deprecated")))
+        f = Flag(
+            name,
+            (name, *r.get("names", ())),
+            r["takes"],
+            r.get("nargs"),
+            tuple(r["choices"]) if isinstance(r.get("choices"), list) else None,
+            bool(r.get("deprecated")),
+        )
         for n in f.names:
             flags.setdefault(n, f)
         if f.takes == "bool":
@@ -532,8 +624,7 @@ def _dotted(tokens: list[str], p: Parser) -> list[str]:
                 out += [flag, "\0dotted"]
             continue
         out.append(arg)
-    return [json.dumps(merged[out[i - 1]], separators=(",", ":")) if t == "\0dotted" else t
-            for i, t in enumerate(out)]
+    return [json.dumps(merged[out[i - 1]], separators=(",", ":")) if t == "\0dotted" else t for i, t in enumerate(out)]
 
 
 def _match(name: str, p: Parser, abbrev: bool) -> tuple[Flag | None, str, str | None]:
@@ -564,8 +655,7 @@ def _match(name: str, p: Parser, abbrev: bool) -> tuple[Flag | None, str, str | 
 def _check_choice(p: Parser, f: Flag, opt: str, value: str) -> None:
     if f.choices and value not in f.choices:
         choices = ", ".join(repr(c) for c in f.choices)
-        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: invalid choice: {value!r} "
-                        f"(choose from {choices})")
+        raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: invalid choice: {value!r} (choose from {choices})")
 
 
 def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str | None) -> tuple[list[str], int]:
@@ -573,8 +663,7 @@ def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str
     takes = "bool" if opt.startswith("--no-") and f.takes == "bool" else f.takes
     if takes in ("switch", "bool"):
         if attached is not None:
-            raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: ignored explicit argument "
-                            f"{attached!r}")
+            raise PlanError(f"{p.prog}: argument {'/'.join(f.names)}: ignored explicit argument {attached!r}")
         return [], i + 1
     if attached is not None:
         values = [attached]
@@ -600,8 +689,9 @@ def _read(tokens: list[str], i: int, p: Parser, f: Flag, opt: str, attached: str
 def _unknown(name: str, p: Parser, ours: set[str]) -> PlanError:
     engine = _name(p.engine)
     if name in ours:
-        return PlanError(f"{p.prog}: unrecognized arguments: {name} (it is hybridplan's, not {engine}'s: "
-                         "give it before --)")
+        return PlanError(
+            f"{p.prog}: unrecognized arguments: {name} (it is hybridplan's, not {engine}'s: give it before --)"
+        )
     known = [n for n in p.flags if n.startswith("--")]
     return PlanError(f"{p.prog}: unrecognized arguments: {name}{closest(name, known)}")
 
@@ -645,8 +735,9 @@ def _shown(opt: str, values: list[str], attached: str | None) -> str:
     return " ".join([opt, *values])
 
 
-def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], out: dict, *,
-           program: tuple[str, ...] | None) -> None:
+def _parse(
+    tokens: list[str], engine: str, version: str | None, ours: set[str], out: dict, *, program: tuple[str, ...] | None
+) -> None:
     """``tokens`` read as the engine's parser reads them at ``version``; the flags read as hybridplan's options
     into ``out``, and the tokens of those with no effect on memory kept verbatim. ``program``: the words that
     started the engine's own command line, whose parser takes abbreviations and, after ``vllm serve``, the
@@ -669,8 +760,10 @@ def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], 
         if f is None:
             raise _unknown(token.split("=", 1)[0], p, ours)
         if engine == "vllm" and f.name == "--model" and positional_model and p.rules.get("model_option") == "refused":
-            raise PlanError(f"{p.prog}: With `vllm serve`, you should provide the model as a positional argument "
-                            "or in a config file instead of via the `--model` option.")
+            raise PlanError(
+                f"{p.prog}: With `vllm serve`, you should provide the model as a positional argument "
+                "or in a config file instead of via the `--model` option."
+            )
         values, nxt = _read(tokens, i, p, f, opt, attached)
         shown = _shown(opt, values, attached)
         if _apply(engine, f, opt, values, shown, out):
@@ -678,8 +771,12 @@ def _parse(tokens: list[str], engine: str, version: str | None, ours: set[str], 
         i = nxt
 
 
-def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[str] = (),
-              versions: dict[str, str | None] | None = None) -> Line:
+def translate(
+    tokens: Sequence[str],
+    engine: str | None = None,
+    ours: Iterable[str] = (),
+    versions: dict[str, str | None] | None = None,
+) -> Line:
     """Engine flags as hybridplan's options: with ``engine`` None a whole pasted line (environment variables,
     the program, its arguments), read as that engine's parser reads it at its release in ``versions`` (default:
     the newest): underscores, ``-tp=4``, ``--flag=value``, unique prefixes, vLLM's ``-O3`` and dotted JSON keys;
@@ -693,13 +790,19 @@ def translate(tokens: Sequence[str], engine: str | None = None, ours: Iterable[s
         engine, skip = _program(tokens[i:])
         out["options"] += env_options
         out["ignored"] += [(t, "no effect on memory") for t in env_ignored]
-        _parse(tokens[i + skip:], engine, versions.get(engine), set(ours), out, program=tuple(tokens[i:i + skip]))
+        _parse(tokens[i + skip :], engine, versions.get(engine), set(ours), out, program=tuple(tokens[i : i + skip]))
         line_engine: str | None = engine
     else:
         _either(tokens, engine, versions, out)
         line_engine = engine if engine in ("vllm", "sglang") else None
-    return Line(line_engine, out["model"], tuple(out["options"]), tuple(s for s, _ in out["ignored"]),
-                tuple(why for _, why in out["ignored"]), tuple(out["kept"]))
+    return Line(
+        line_engine,
+        out["model"],
+        tuple(out["options"]),
+        tuple(s for s, _ in out["ignored"]),
+        tuple(why for _, why in out["ignored"]),
+        tuple(out["kept"]),
+    )
 
 
 def _either(tokens: list[str], engine: str, versions: dict[str, str | None], out: dict) -> None:
@@ -712,7 +815,7 @@ def _either(tokens: list[str], engine: str, versions: dict[str, str | None], out
         owner, f = None, None
         for e in engines:
             p = parser(e, versions.get(e))
-            word = _vllm_rewrite(tokens[i:i + 2], p)[0] if e == "vllm" else token
+            word = _vllm_rewrite(tokens[i : i + 2], p)[0] if e == "vllm" else token
             base = word.split("=", 1)[0]
             if e == "vllm":
                 base = base.split(".", 1)[0]
@@ -725,7 +828,7 @@ def _either(tokens: list[str], engine: str, versions: dict[str, str | None], out
         attached = "=" in token or (token.startswith("-O") and len(token) > 2)
         n = 1 if attached or (f.takes in ("switch", "bool") and "." not in token) else 2
         sub: dict = {"model": None, "options": [], "ignored": [], "kept": []}
-        _parse(tokens[i:i + n], owner, versions.get(owner), set(), sub, program=None)
+        _parse(tokens[i : i + n], owner, versions.get(owner), set(), sub, program=None)
         out["options"] += sub["options"]
         out["ignored"] += sub["ignored"]
         out["model"] = out["model"] or sub["model"]
@@ -784,8 +887,13 @@ def _torch(name: str | None) -> str | None:
 
 #: torch dtype → each engine's spelling of it for --kv-cache-dtype (vllm/config/cache.py CacheDType;
 #: SGLang server_args.py)
-VLLM_KV = {"float8_e4m3fn": "fp8", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16",
-           "int8": "int8_per_token_head"}
+VLLM_KV = {
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8_e5m2",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "int8": "int8_per_token_head",
+}
 SGLANG_KV = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "bfloat16": "bfloat16", "float16": "float16"}
 #: vLLM's --kv-cache-memory-bytes came in 0.10.2 (vllm/engine/arg_utils.py: absent from the 0.10.0 and 0.10.1
 #: wheels, present in 0.10.2's)
@@ -798,8 +906,15 @@ GDN_FLAG_FROM = "0.18.0"
 
 
 #: a method as the other engine names it (vLLM --speculative-config method ↔ SGLang --speculative-algorithm)
-VLLM_TO_SGLANG = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE",
-                  "ngram": "NGRAM", "dflash": "DFLASH", "dspark": "DSPARK"}
+VLLM_TO_SGLANG = {
+    "mtp": "NEXTN",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "draft_model": "STANDALONE",
+    "ngram": "NGRAM",
+    "dflash": "DFLASH",
+    "dspark": "DSPARK",
+}
 
 
 def _method(sc) -> str:
@@ -835,8 +950,9 @@ def _kept(sc, engine: str) -> list[str]:
     return [w for e, words in getattr(sc, "engine_args", ()) if e == engine for w in words]
 
 
-def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str | None = None,
-                 lowered: bool = False) -> Command:
+def vllm_command(
+    sc, model: str, *, mode: str, max_num_seqs: int, revision: str | None = None, lowered: bool = False
+) -> Command:
     """``vllm serve`` with the settings of ``sc`` that change a figure, starting in ``mode`` with
     ``max_num_seqs``; ``lowered``: that is the most that starts, in place of a count that does not."""
     rel = sc.vllm.release
@@ -856,8 +972,11 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
         a += ["--enable-expert-parallel"]
     a += ["--max-model-len", str(sc.ctx), "--max-num-seqs", str(max(max_num_seqs, 1))]
     d = sc.dtypes
-    for flag, value in (("--dtype", _torch(d.dtype)), ("--mamba-cache-dtype", _torch(d.conv)),
-                        ("--mamba-ssm-cache-dtype", _torch(d.ssm))):
+    for flag, value in (
+        ("--dtype", _torch(d.dtype)),
+        ("--mamba-cache-dtype", _torch(d.conv)),
+        ("--mamba-ssm-cache-dtype", _torch(d.ssm)),
+    ):
         if value:
             a += [flag, value]
     if (kv := _torch(d.kv)) is not None:
@@ -890,14 +1009,18 @@ def vllm_command(sc, model: str, *, mode: str, max_num_seqs: int, revision: str 
     a += _kept(sc, "vllm")
     notes: tuple[str, ...] = ()
     if lowered and max_num_seqs >= 1:
-        notes += (f"the vllm command asks for --max-num-seqs {max_num_seqs}, the most that starts here; vLLM "
-                  "profiles with that many sequences, so its budget comes out a little above the one shown",)
+        notes += (
+            f"the vllm command asks for --max-num-seqs {max_num_seqs}, the most that starts here; vLLM "
+            "profiles with that many sequences, so its budget comes out a little above the one shown",
+        )
     if sc.budget.kv_budget is not None:
         if rel.at_least(KV_BYTES_FROM):
             a += ["--kv-cache-memory-bytes", str(sc.budget.kv_budget)]
         else:
-            notes += (f"vLLM {rel.version} has no --kv-cache-memory-bytes (from {KV_BYTES_FROM}): the budget given "
-                     "is what its profiling must leave",)
+            notes += (
+                f"vLLM {rel.version} has no --kv-cache-memory-bytes (from {KV_BYTES_FROM}): the budget given "
+                "is what its profiling must leave",
+            )
     return Command(env, tuple(a), notes)
 
 
@@ -953,14 +1076,24 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
     if s.radix == "off":
         a += ["--disable-radix-cache"]
     elif s.radix != "auto" and not rel.before("0.5.7"):
-        a += ["--mamba-radix-cache-strategy" if rel.at_least(RADIX_FLAG_RENAMED) else "--mamba-scheduler-strategy",
-              s.radix]
+        a += [
+            "--mamba-radix-cache-strategy" if rel.at_least(RADIX_FLAG_RENAMED) else "--mamba-scheduler-strategy",
+            s.radix,
+        ]
     if not s.overlap:
         a += ["--disable-overlap-schedule"]
     if sc.spec_tokens:
         method = VLLM_TO_SGLANG.get(_method(sc), _method(sc).upper())
-        a += ["--speculative-algorithm", method, "--speculative-num-steps", str(sc.spec_tokens),
-              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(s.draft(sc.spec_tokens))]
+        a += [
+            "--speculative-algorithm",
+            method,
+            "--speculative-num-steps",
+            str(sc.spec_tokens),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(s.draft(sc.spec_tokens)),
+        ]
         if sc.speculative.draft_ref:
             a += ["--speculative-draft-model-path", sc.speculative.draft_ref]
     if sc.budget.cpu_offload:
@@ -980,6 +1113,8 @@ def sglang_command(sc, model: str, *, revision: str | None = None) -> Command:
     a += _kept(sc, "sglang")
     notes: tuple[str, ...] = ()
     if sc.budget.kv_budget is not None:
-        notes = ("SGLang has no flag for the memory to split (--kv-budget): it starts with what its "
-                 "--mem-fraction-static leaves",)
+        notes = (
+            "SGLang has no flag for the memory to split (--kv-budget): it starts with what its "
+            "--mem-fraction-static leaves",
+        )
     return Command(tuple(env), tuple(a), notes)

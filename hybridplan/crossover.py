@@ -83,6 +83,11 @@ def crossover_row(hybrid: Footprint, ref: Footprint) -> CrossoverRow:
     r = total_curve(ref)
     s_only = first_crossing(r, state_curve(hybrid))
     tot = first_crossing(r, total_curve(hybrid))
-    return CrossoverRow(ssm_dtype=hybrid.dtypes.ssm, state_bytes=hybrid.state_bytes,
-                        state_only=s_only, state_only_tokens=first_whole_smaller(r, state_curve(hybrid), s_only),
-                        total=tot, total_tokens=first_whole_smaller(r, total_curve(hybrid), tot))
+    return CrossoverRow(
+        ssm_dtype=hybrid.dtypes.ssm,
+        state_bytes=hybrid.state_bytes,
+        state_only=s_only,
+        state_only_tokens=first_whole_smaller(r, state_curve(hybrid), s_only),
+        total=tot,
+        total_tokens=first_whole_smaller(r, total_curve(hybrid), tot),
+    )

@@ -95,7 +95,7 @@ def config_items(target: Target) -> dict:
     """The engine command's flags as the keys of the engine's ``--config`` file, in order."""
     eng = _engine(target.engine)
     argv = target.command.argv
-    rest = list(argv[eng.program_length(argv):])
+    rest = list(argv[eng.program_length(argv) :])
     items: dict = {}
     if eng.POSITIONAL_MODEL and rest and not rest[0].startswith("-"):
         items[eng.POSITIONAL_MODEL] = rest.pop(0)
@@ -132,8 +132,11 @@ def _without(argv: list[str], flag: str) -> list[str]:
 
 
 def _header(target: Target, what: str) -> str:
-    lines = [f"{what}, written by hybridplan {__version__} for {target.engine} {_version(target)}",
-             f"from: {target.command}", *target.figures]
+    lines = [
+        f"{what}, written by hybridplan {__version__} for {target.engine} {_version(target)}",
+        f"from: {target.command}",
+        *target.figures,
+    ]
     if target.command.env:
         lines.append("environment the engine needs: " + " ".join(target.command.env))
     lines += list(target.command.notes)
@@ -173,8 +176,10 @@ def _container(target: Target, config_path: str, gpus: int, role: str = "server"
     if env:
         c["env"] = env
     c["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
-    c["volumeMounts"] = [{"name": "config", "mountPath": "/etc/hybridplan", "readOnly": True},
-                         {"name": "shm", "mountPath": "/dev/shm"}]
+    c["volumeMounts"] = [
+        {"name": "config", "mountPath": "/etc/hybridplan", "readOnly": True},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
     if role != "worker":  # the pod that serves: its port and the engine's health endpoint
         probe = {"httpGet": {"path": eng.HEALTH, "port": eng.PORT}}
         c["ports"] = [{"name": "http", "containerPort": eng.PORT}]
@@ -187,10 +192,14 @@ def _container(target: Target, config_path: str, gpus: int, role: str = "server"
 
 def _pod_spec(target: Target, config_map: str, gpus: int, role: str = "server", nodes: int = 1) -> dict:
     path = f"/etc/hybridplan/{target.engine}.yaml"
-    return {"containers": [_container(target, path, gpus, role, nodes)],
-            "volumes": [{"name": "config", "configMap": {"name": config_map}},
-                        # the engines' workers share tensors through /dev/shm, which a container has little of
-                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]}
+    return {
+        "containers": [_container(target, path, gpus, role, nodes)],
+        "volumes": [
+            {"name": "config", "configMap": {"name": config_map}},
+            # the engines' workers share tensors through /dev/shm, which a container has little of
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        ],
+    }
 
 
 def layout(target: Target) -> tuple[int, int, int]:
@@ -206,8 +215,10 @@ def layout(target: Target) -> tuple[int, int, int]:
     # (vLLM's and SGLang's multi-node starts take the same GPUs from every node)
     fits = [g for g in range(node, 0, -1) if per_replica % g == 0 and g % target.tp == 0]
     if not fits:
-        raise PlanError(f"{per_replica} GPUs a replica at TP {target.tp} cannot be dealt evenly over nodes of {node} "
-                        "GPUs with each TP group on one node (--gpus-per-node)")
+        raise PlanError(
+            f"{per_replica} GPUs a replica at TP {target.tp} cannot be dealt evenly over nodes of {node} "
+            "GPUs with each TP group on one node (--gpus-per-node)"
+        )
     return replicas, fits[0], per_replica // fits[0]
 
 
@@ -218,29 +229,59 @@ def k8s(target: Target) -> Emitted:
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "hybridplan"}
     config = engine_config(target)
     replicas, gpus, pods = layout(target)
-    docs: list[dict] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
-                         "data": {config.name: config.text}}]
+    docs: list[dict] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels},
+            "data": {config.name: config.text},
+        }
+    ]
     if pods == 1:
-        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-                     "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                              "template": {"metadata": {"labels": labels},
-                                           "spec": _pod_spec(target, name, gpus)}}})
+        docs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": _pod_spec(target, name, gpus)},
+                },
+            }
+        )
     else:
+
         def template(role: str) -> dict:
             return {"metadata": {"labels": labels}, "spec": _pod_spec(target, name, gpus, role, pods)}
 
-        docs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                     "metadata": {"name": name, "labels": labels},
-                     "spec": {"replicas": replicas,
-                              "leaderWorkerTemplate": {"size": pods, "leaderTemplate": template("leader"),
-                                                       "workerTemplate": template("worker")}}})
+        docs.append(
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": replicas,
+                    "leaderWorkerTemplate": {
+                        "size": pods,
+                        "leaderTemplate": template("leader"),
+                        "workerTemplate": template("worker"),
+                    },
+                },
+            }
+        )
     eng = _engine(target.engine)
     # the Service reaches the pods that serve (a LeaderWorkerSet's leaders carry its role label)
     selector = labels if pods == 1 else {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}
-    docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-                 "spec": {"selector": selector, "ports": [{"name": "http", "port": eng.PORT, "targetPort": "http"}]}})
-    head = _header(target, f"Kubernetes manifests ({replicas} replica(s) of {gpus * pods} GPU(s), "
-                           f"{pods} pod(s) each)")
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"selector": selector, "ports": [{"name": "http", "port": eng.PORT, "targetPort": "http"}]},
+        }
+    )
+    head = _header(target, f"Kubernetes manifests ({replicas} replica(s) of {gpus * pods} GPU(s), {pods} pod(s) each)")
     text = head + _dump(docs)
     return Emitted(f"{name}.k8s.yaml", text)
 
@@ -268,8 +309,10 @@ def _model_uri(model: str) -> str:
         return model
     org, _, name = model.partition("/")
     if not org or not name or "/" in name or model.startswith((".", "~")):
-        raise PlanError(f"--emit kserve: the model {model!r} is neither a Hugging Face id nor a URI KServe "
-                        "downloads from (hf://, pvc://, s3://, gs://, oci://)")
+        raise PlanError(
+            f"--emit kserve: the model {model!r} is neither a Hugging Face id nor a URI KServe "
+            "downloads from (hf://, pvc://, s3://, gs://, oci://)"
+        )
     return f"hf://{model}"
 
 
@@ -282,16 +325,20 @@ def kserve(target: Target) -> Emitted:
     ``spec.parallelism`` holds TP (and PP); data-parallel ranks that are independent engines are
     ``spec.replicas``, coupled ones (a MoE's) stay ``--data-parallel-size`` in one pod with all their GPUs."""
     if target.engine != "vllm":
-        raise PlanError("--emit kserve: KServe's LLMInferenceService template runs vllm serve; "
-                        f"{target.engine} is written by --emit k8s")
+        raise PlanError(
+            "--emit kserve: KServe's LLMInferenceService template runs vllm serve; "
+            f"{target.engine} is written by --emit k8s"
+        )
     replicas, gpus, pods = layout(target)
     if pods > 1:
-        raise PlanError(f"--emit kserve: a replica of {gpus * pods} GPUs spans {pods} nodes of "
-                        f"{target.gpus_per_node}, which --emit kserve does not write (--emit k8s writes a "
-                        "LeaderWorkerSet)")
+        raise PlanError(
+            f"--emit kserve: a replica of {gpus * pods} GPUs spans {pods} nodes of "
+            f"{target.gpus_per_node}, which --emit kserve does not write (--emit k8s writes a "
+            "LeaderWorkerSet)"
+        )
     eng = _engine(target.engine)
     argv = target.command.argv
-    rest = list(argv[eng.program_length(argv):])
+    rest = list(argv[eng.program_length(argv) :])
     model = rest.pop(0)
     for flag in KSERVE_SETS:
         rest = _without(rest, flag)
@@ -310,14 +357,26 @@ def kserve(target: Target) -> Emitted:
     # the template asks runAsNonRoot; vLLM's image names no user of its own (it would run as root)
     container["securityContext"] = {"runAsUser": 1000, "runAsGroup": 1000}
     name = _dns(f"{target.name}-{target.engine}")
-    doc = {"apiVersion": KSERVE_API, "kind": "LLMInferenceService",
-           "metadata": {"name": name, "labels": {"app.kubernetes.io/name": name,
-                                                 "app.kubernetes.io/managed-by": "hybridplan"}},
-           "spec": {"model": {"uri": _model_uri(model), "name": model}, "replicas": replicas,
-                    "parallelism": parallelism, "template": {"containers": [container]},
-                    "router": {"scheduler": {}, "route": {}, "gateway": {}}}}
-    head = _header(target, f"KServe LLMInferenceService ({KSERVE_API}, KServe {KSERVE_RELEASE}'s default "
-                           f"template; {replicas} replica(s) of {gpus} GPU(s))")
+    doc = {
+        "apiVersion": KSERVE_API,
+        "kind": "LLMInferenceService",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "hybridplan"},
+        },
+        "spec": {
+            "model": {"uri": _model_uri(model), "name": model},
+            "replicas": replicas,
+            "parallelism": parallelism,
+            "template": {"containers": [container]},
+            "router": {"scheduler": {}, "route": {}, "gateway": {}},
+        },
+    }
+    head = _header(
+        target,
+        f"KServe LLMInferenceService ({KSERVE_API}, KServe {KSERVE_RELEASE}'s default "
+        f"template; {replicas} replica(s) of {gpus} GPU(s))",
+    )
     head += "# the args are quoted for the template's eval (exec vllm serve /mnt/models ... $@)\n"
     return Emitted(f"{name}.kserve.yaml", head + _dump([doc]))
 
@@ -330,11 +389,12 @@ def emit(fmt: str, targets: dict[str, Target]) -> list[Emitted]:
         return [k8s(t) for t in targets.values()]
     if fmt == "kserve":
         if "vllm" not in targets:
-            raise PlanError("--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm "
-                            "start was planned (--engine vllm or both)")
+            raise PlanError(
+                "--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm "
+                "start was planned (--engine vllm or both)"
+            )
         return [kserve(targets["vllm"])]
     engine = fmt.split("-")[0]
     if engine not in targets:
         raise PlanError(f"--emit {fmt}: no {engine} start was planned (--engine {engine} or both)")
     return [engine_config(targets[engine])]
-

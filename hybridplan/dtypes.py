@@ -45,8 +45,9 @@ def parse_dtype(name: str, *, what: str = "dtype") -> str:
 SHORT = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def flag_dtype(name: str | None, *, what: str, engine_flag: str, accepted: dict[str, str],
-               not_sized: tuple[str, ...] = ()) -> str | None:
+def flag_dtype(
+    name: str | None, *, what: str, engine_flag: str, accepted: dict[str, str], not_sized: tuple[str, ...] = ()
+) -> str | None:
     """A dtype flag checked against the names the engine's own flag takes (``accepted``: name → torch dtype,
     hybridplan's short spellings added); None for auto. A name the engine takes but hybridplan cannot size
     (``not_sized``) is refused as such."""
@@ -61,8 +62,11 @@ def flag_dtype(name: str | None, *, what: str, engine_flag: str, accepted: dict[
     if key in not_sized:
         raise PlanError(f"{engine_flag} {name} is not sized by hybridplan (it sizes: auto, {', '.join(accepted)})")
     also = [k for k in SHORT if SHORT[k] in accepted.values() and k not in accepted]
-    raise PlanError(f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}"
-                    + (f"; also {', '.join(also)})" if also else ")") + did_you_mean(key, ["auto", *names]))
+    raise PlanError(
+        f"unknown {what} {name!r} ({engine_flag} takes: auto, {', '.join(accepted)}"
+        + (f"; also {', '.join(also)})" if also else ")")
+        + did_you_mean(key, ["auto", *names])
+    )
 
 
 def size_of(dtype: str) -> int:

@@ -98,8 +98,10 @@ class Fields:
         out = set()
         for v in values:
             if isinstance(v, bool) or not isinstance(v, int) or not base <= v < num_layers + base:
-                raise PlanError(f"{self.family} config field {key!r} holds {v!r}, not a layer index "
-                                f"in [{base}, {num_layers + base})")
+                raise PlanError(
+                    f"{self.family} config field {key!r} holds {v!r}, not a layer index "
+                    f"in [{base}, {num_layers + base})"
+                )
             out.add(v - base)
         return out
 

@@ -56,8 +56,9 @@ def reachable(timeout: float = 3.0) -> bool:
     answer at once instead of after huggingface_hub's retries."""
     url = urlsplit(endpoint())
     try:
-        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
-                                      timeout=timeout):
+        with socket.create_connection(
+            (url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=timeout
+        ):
             return True
     except OSError:
         return False
@@ -74,24 +75,30 @@ def config(repo_id: str, revision: str | None = None) -> tuple[dict[str, Any], s
         return _read(Path(cached), where), "cache"
     if offline() or not reachable():
         why = "HF_HUB_OFFLINE is set" if offline() else f"no answer from {endpoint()}"
-        raise HubUnreachable(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached ({why}): "
-                             "download its config.json or pass a folder")
+        raise HubUnreachable(
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached ({why}): "
+            "download its config.json or pass a folder"
+        )
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings are not ours to print
     try:
         path = huggingface_hub.hf_hub_download(repo_id, "config.json", revision=revision, cache_dir=cache_dir())
     except errors.GatedRepoError:
-        raise PlanError(f"{repo_id} is gated: accept its terms on huggingface.co and log in (huggingface-cli login, "
-                        "or HF_TOKEN)") from None
+        raise PlanError(
+            f"{repo_id} is gated: accept its terms on huggingface.co and log in (huggingface-cli login, or HF_TOKEN)"
+        ) from None
     except errors.RepositoryNotFoundError:
-        raise PlanError(f"no model {repo_id} on the Hugging Face Hub (or it is private: log in, or set HF_TOKEN)") \
-            from None
+        raise PlanError(
+            f"no model {repo_id} on the Hugging Face Hub (or it is private: log in, or set HF_TOKEN)"
+        ) from None
     except errors.RevisionNotFoundError:
         raise PlanError(f"{repo_id} has no revision {revision!r}") from None
     except errors.RemoteEntryNotFoundError:
         raise PlanError(f"{where} has no config.json{_gguf_hint(repo_id, revision)}") from None
     except (errors.LocalEntryNotFoundError, errors.HfHubHTTPError, OSError) as exc:
-        raise HubUnreachable(f"{where} is not in the local Hugging Face cache and the Hub cannot be reached "
-                             f"({type(exc).__name__}): download its config.json or pass a folder") from None
+        raise HubUnreachable(
+            f"{where} is not in the local Hugging Face cache and the Hub cannot be reached "
+            f"({type(exc).__name__}): download its config.json or pass a folder"
+        ) from None
     return _read(Path(path), where), "hub"
 
 
@@ -101,15 +108,17 @@ def quant_config(repo_id: str, revision: str | None = None) -> dict[str, Any] | 
     import huggingface_hub
 
     where = f"{repo_id}@{revision}" if revision else repo_id
-    cached = huggingface_hub.try_to_load_from_cache(repo_id, "hf_quant_config.json", cache_dir=cache_dir(),
-                                                    revision=revision)
+    cached = huggingface_hub.try_to_load_from_cache(
+        repo_id, "hf_quant_config.json", cache_dir=cache_dir(), revision=revision
+    )
     if isinstance(cached, str):
         return _read(Path(cached), where)
     if cached is not None or offline() or not reachable():  # cached as absent, or no Hub to ask
         return None
     try:
-        path = huggingface_hub.hf_hub_download(repo_id, "hf_quant_config.json", revision=revision,
-                                               cache_dir=cache_dir())
+        path = huggingface_hub.hf_hub_download(
+            repo_id, "hf_quant_config.json", revision=revision, cache_dir=cache_dir()
+        )
     except Exception:  # noqa: BLE001 - most repositories have none; config.json alone then stands
         return None
     return _read(Path(path), where)
@@ -124,8 +133,7 @@ def _gguf_hint(repo_id: str, revision: str | None) -> str:
     except Exception:  # noqa: BLE001 - only a hint: the error above stands without it
         return ""
     if any(f.endswith(".gguf") for f in files):
-        return (": it holds GGUF files only; size the original model it was converted from (its Hub id or "
-                "config.json)")
+        return ": it holds GGUF files only; size the original model it was converted from (its Hub id or config.json)"
     return ""
 
 

@@ -33,8 +33,9 @@ def _safe_load(text: str) -> Any:
 
 _HERE = Path(__file__).resolve().parent
 #: installed, the specs ship as hybridplan.model_specs beside this module; in a checkout they sit at the top
-_SPECS_DIR = next((d for d in (_HERE / "model_specs", _HERE.parent / "model_specs") if d.is_dir()),
-                  _HERE / "model_specs")
+_SPECS_DIR = next(
+    (d for d in (_HERE / "model_specs", _HERE.parent / "model_specs") if d.is_dir()), _HERE / "model_specs"
+)
 
 
 def _specs_dir() -> Path:
@@ -69,8 +70,9 @@ def _spec_from_document(doc: Any, origin: str) -> ModelSpec:
     if not isinstance(name, str) or not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise PlanError(f"{origin}: 'name' must be a string and 'aliases' a list of strings")
     source = doc.get("source")
-    return spec_from_config(doc["config"], name=name, source=source if isinstance(source, str) else None,
-                            aliases=tuple(aliases))
+    return spec_from_config(
+        doc["config"], name=name, source=source if isinstance(source, str) else None, aliases=tuple(aliases)
+    )
 
 
 #: what the loader knows of every shipped spec before it loads one (``build_index``), kept beside the specs:
@@ -86,8 +88,11 @@ def build_index() -> dict[str, dict]:
     for fn in _spec_documents():
         spec = _spec_from_document(_read_spec_document(fn), fn)
         names = [fn[:-5], spec.name, *spec.aliases]
-        out[fn] = {"names": list(dict.fromkeys(n.lower() for n in names if n)), "architecture": spec.architecture,
-                   "max_position_embeddings": spec.max_position_embeddings}
+        out[fn] = {
+            "names": list(dict.fromkeys(n.lower() for n in names if n)),
+            "architecture": spec.architecture,
+            "max_position_embeddings": spec.max_position_embeddings,
+        }
     return out
 
 
@@ -111,8 +116,11 @@ def shipped_names() -> dict[str, str]:
 
 def shipped_contexts(architecture: str) -> dict[str, int]:
     """The shipped specs of one architecture → their max_position_embeddings (those that state one)."""
-    return {entry["names"][0]: entry["max_position_embeddings"] for entry in _index().values()
-            if entry["architecture"] == architecture and entry["max_position_embeddings"] is not None}
+    return {
+        entry["names"][0]: entry["max_position_embeddings"]
+        for entry in _index().values()
+        if entry["architecture"] == architecture and entry["max_position_embeddings"] is not None
+    }
 
 
 def shipped_specs() -> list[ModelSpec]:
@@ -149,8 +157,7 @@ def load_path(path: Path) -> ModelSpec:
         return _spec_from_document(doc, str(path))
     name = path.parent.name if path.name == "config.json" else path.stem
     quant = path.parent / "hf_quant_config.json" if path.name == "config.json" else None
-    spec = _with_quant_file(doc, quant if quant is not None and quant.is_file() else None, name=name,
-                            source=str(path))
+    spec = _with_quant_file(doc, quant if quant is not None and quant.is_file() else None, name=name, source=str(path))
     from hybridplan.weights.checkpoint import from_folder
 
     return replace(spec, checkpoint=from_folder(path.parent, _layers(doc)))
@@ -205,14 +212,18 @@ def load_model(ref: str, revision: str | None = None) -> ModelSpec:
         raise PlanError(f"no such file or folder: {ref}")
     from hybridplan.errors import did_you_mean
 
-    raise PlanError(f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`), a path to a config.json, "
-                    f"nor a Hugging Face Hub id (org/name){did_you_mean(ref.lower(), names, cutoff=0.7)}")
+    raise PlanError(
+        f"unknown model {ref!r}: not a shipped spec (see `hybridplan models`), a path to a config.json, "
+        f"nor a Hugging Face Hub id (org/name){did_you_mean(ref.lower(), names, cutoff=0.7)}"
+    )
 
 
 #: the Hub's own addresses of a repository: ``https://huggingface.co/org/name`` (``/tree/REV`` …), ``hf.co/org/name``
 #: (compiled on first use: only a name with one of the Hub's hosts in it is tried)
-_HUB_URL = (r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
-            r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?")
+_HUB_URL = (
+    r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+)/([^/?#]+)"
+    r"(?:/(?:tree|blob|resolve)/([^/?#]+))?[^?#]*(?:[?#].*)?"
+)
 
 
 def _from_url(ref: str, revision: str | None) -> tuple[str, str | None]:
@@ -255,19 +266,27 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
         return spec
     ckpt = from_hub(repo_id, revision, _layers(cfg))
     quant_file = hub.quant_config(repo_id, revision) if cfg.get("quantization_config") is None else None
-    own = _with_quant_file(cfg, quant_file, name=repo_id.split("/")[-1],
-                           source=f"{repo_id}@{revision}" if revision else repo_id)
+    own = _with_quant_file(
+        cfg, quant_file, name=repo_id.split("/")[-1], source=f"{repo_id}@{revision}" if revision else repo_id
+    )
     for filename in _spec_documents():
         doc = _read_spec_document(filename)
         if _subset(doc["config"], cfg):
             spec = _spec_from_document(doc, filename)
             # a re-save (AWQ, GPTQ, NVFP4, …) keeps the base config and adds its quantization: the shapes are the
             # shipped spec's, the quantization and the config the weights are counted from the repository's
-            return replace(spec, checkpoint=ckpt, quantization=own.quantization, config_json=own.config_json,
-                           facts=own.facts,
-                           notes=spec.notes + (f"{repo_id}'s config.json is that of the shipped spec {spec.name}"
-                                               + (f", quantized: {own.quantization.describe()}"
-                                                  if own.quantization else ""),))
+            return replace(
+                spec,
+                checkpoint=ckpt,
+                quantization=own.quantization,
+                config_json=own.config_json,
+                facts=own.facts,
+                notes=spec.notes
+                + (
+                    f"{repo_id}'s config.json is that of the shipped spec {spec.name}"
+                    + (f", quantized: {own.quantization.describe()}" if own.quantization else ""),
+                ),
+            )
     return replace(own, checkpoint=ckpt)
 
 
@@ -278,18 +297,26 @@ def _offline_variant(repo_id: str, revision: str | None) -> ModelSpec | None:
     from hybridplan.quant_config import stated_quantization
 
     docs = {fn: _read_spec_document(fn) for fn in _spec_documents()}
-    found = variants.variant_of(repo_id, {fn: str(d.get("source") or "") for fn, d in docs.items()},
-                                {fn: stated_quantization(d["config"])[0] is not None for fn, d in docs.items()})
+    found = variants.variant_of(
+        repo_id,
+        {fn: str(d.get("source") or "") for fn, d in docs.items()},
+        {fn: stated_quantization(d["config"])[0] is not None for fn, d in docs.items()},
+    )
     if found is None:
         return None
     filename, suffix = found
     doc = docs[filename]
     config, how = variants.config_of(doc["config"], repo_id, suffix)
     base = _spec_from_document(doc, filename)
-    spec = spec_from_config(config, name=f"{base.name}-{suffix}" if not base.name.endswith(suffix) else base.name,
-                            source=f"{repo_id}@{revision}" if revision else repo_id)
-    note = (f"{repo_id}: no config.json at hand (not cached, no Hub): read as the shipped spec {base.name} "
-            f"({doc.get('source')}), {how}")
+    spec = spec_from_config(
+        config,
+        name=f"{base.name}-{suffix}" if not base.name.endswith(suffix) else base.name,
+        source=f"{repo_id}@{revision}" if revision else repo_id,
+    )
+    note = (
+        f"{repo_id}: no config.json at hand (not cached, no Hub): read as the shipped spec {base.name} "
+        f"({doc.get('source')}), {how}"
+    )
     return replace(spec, notes=spec.notes + (note,))
 
 
@@ -303,9 +330,39 @@ def _subset(part: Any, whole: Any) -> bool:
 #: name endings of re-saved checkpoints (quantized, converted) and of a model's released variants, taken off a
 #: logged model's name one at a time to find the shipped spec it is a re-save of: the architecture and the cache
 #: shapes are the base model's (the weights are not: a quantized checkpoint is weighed from its own config)
-_RESAVE_SUFFIXES = ("awq", "gptq", "int4", "int8", "w4a16", "w8a8", "w4a4", "fp8", "fp8-dynamic", "fp8-block",
-                    "nvfp4", "mxfp4", "mxfp8", "fp4", "bnb", "bnb-4bit", "4bit", "8bit", "4-bit", "8-bit", "autoround",
-                    "auto-round", "dynamic", "quantized", "modelopt", "text", "mlx", "hf", "bf16", "fp16", "mtp")
+_RESAVE_SUFFIXES = (
+    "awq",
+    "gptq",
+    "int4",
+    "int8",
+    "w4a16",
+    "w8a8",
+    "w4a4",
+    "fp8",
+    "fp8-dynamic",
+    "fp8-block",
+    "nvfp4",
+    "mxfp4",
+    "mxfp8",
+    "fp4",
+    "bnb",
+    "bnb-4bit",
+    "4bit",
+    "8bit",
+    "4-bit",
+    "8-bit",
+    "autoround",
+    "auto-round",
+    "dynamic",
+    "quantized",
+    "modelopt",
+    "text",
+    "mlx",
+    "hf",
+    "bf16",
+    "fp16",
+    "mtp",
+)
 _VARIANT_SUFFIXES = ("instruct", "thinking", "base", "chat", "it", "hf")
 #: (patterns compiled on first use, by re's own cache: only check-log reads a logged name)
 _SIZE = r"\d(?:\.\d+)?[bmt](?:$|[-_])"
@@ -326,8 +383,9 @@ def _logged_names(ref: str) -> tuple[str, list[str]]:
     name = base
     for suffixes in (_RESAVE_SUFFIXES, _VARIANT_SUFFIXES):
         while True:
-            cut = next((name[:-len(s) - 1] for s in suffixes if name.endswith("-" + s) or name.endswith("_" + s)),
-                       None)
+            cut = next(
+                (name[: -len(s) - 1] for s in suffixes if name.endswith("-" + s) or name.endswith("_" + s)), None
+            )
             if not cut:
                 break
             name = cut
@@ -349,8 +407,12 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
     by_name: dict[str, str] = {}
     for fn, doc in specs:
         source = str(doc.get("source") or "").lower()
-        keys = [fn[:-5], *(str(a).lower() for a in doc.get("aliases") or ()), source.split("/")[-1],
-                *(str(p).lower().split("/")[-1] for p in doc.get("post_trains") or ())]
+        keys = [
+            fn[:-5],
+            *(str(a).lower() for a in doc.get("aliases") or ()),
+            source.split("/")[-1],
+            *(str(p).lower().split("/")[-1] for p in doc.get("post_trains") or ()),
+        ]
         for key in keys:
             by_name.setdefault(key, fn)
         if source and source == hub_id:
@@ -360,8 +422,11 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
         """A re-save whose ending is not one of the known ones (``Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm``): the
         longest shipped name that starts it and names a size, so that a family name never stands for a sized
         model; sought only once the exact names are not found."""
-        yield from sorted((k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
-                          key=len, reverse=True)
+        yield from sorted(
+            (k for k in by_name if re.search(_SIZE, k) and names[-1].startswith((k + "-", k + "_"))),
+            key=len,
+            reverse=True,
+        )
 
     for i, key in enumerate(chain(["\0" + hub_id, *names], sized())):
         fn = by_name.get(key)
@@ -370,9 +435,13 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
         spec = _spec_from_document(_read_spec_document(fn), fn)
         if architecture and spec.architecture != architecture:
             continue
-        how = ("the shipped spec whose source it is" if i == 0 else
-               "the shipped spec of that name" if i == 1 else
-               f"the shipped spec {spec.name}, of which {ref.rstrip('/').split('/')[-1]} is a re-save or variant")
+        how = (
+            "the shipped spec whose source it is"
+            if i == 0
+            else "the shipped spec of that name"
+            if i == 1
+            else f"the shipped spec {spec.name}, of which {ref.rstrip('/').split('/')[-1]} is a re-save or variant"
+        )
         return spec, how
     if hub_id:
         from hybridplan import hub
@@ -387,13 +456,17 @@ def load_logged_model(ref: str, architecture: str | None = None) -> tuple[ModelS
             spec = spec_from_config(_parse_file(Path(cached)), name=hub_id.split("/")[-1], source=hub_id)
             return check_architecture(spec, architecture, ref), "its config.json in the local Hugging Face cache"
     arch = f" ({architecture})" if architecture else ""
-    raise PlanError(f"the log's model {ref!r}{arch} is not a shipped spec, nor in the local Hugging Face cache: pass "
-                    "--model (a shipped spec of the same architecture, or its config.json)")
+    raise PlanError(
+        f"the log's model {ref!r}{arch} is not a shipped spec, nor in the local Hugging Face cache: pass "
+        "--model (a shipped spec of the same architecture, or its config.json)"
+    )
 
 
 def check_architecture(spec: ModelSpec, architecture: str | None, ref: str) -> ModelSpec:
     """Refuse a model whose architecture is not the one the log resolved."""
     if architecture and spec.architecture != architecture:
-        raise PlanError(f"{ref} is a {spec.architecture}, but the log resolved the architecture {architecture}: "
-                        "pass a --model of that architecture")
+        raise PlanError(
+            f"{ref} is a {spec.architecture}, but the log resolved the architecture {architecture}: "
+            "pass a --model of that architecture"
+        )
     return spec

@@ -27,10 +27,14 @@ class Line(Struct, frozen=True):
     @property
     def excerpt(self) -> str:
         """The line without the engine's prefixes (docker timestamps, process tags, level and time), cut short."""
-        text = re.sub(r"^.*?(?:INFO|WARNING|ERROR|DEBUG)\s+(?:\d\d-\d\d \d\d:\d\d:\d\d\s+)?(?:\[[^\]]*\]\s*)?", "",
-                      self.text).strip() or self.text.strip()
+        text = (
+            re.sub(
+                r"^.*?(?:INFO|WARNING|ERROR|DEBUG)\s+(?:\d\d-\d\d \d\d:\d\d:\d\d\s+)?(?:\[[^\]]*\]\s*)?", "", self.text
+            ).strip()
+            or self.text.strip()
+        )
         text = re.sub(r"^\[[\d\-: ]+(?:TP\d+|DP\d+|PP\d+|EP\d+|\s)*\]\s*", "", text)
-        return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+        return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
 
 
 class Found(Struct, frozen=True):
@@ -83,11 +87,16 @@ class Log(Struct, frozen=True):
         if not self.lines or len(names) < len(matches) or len(set(names)) < 2:
             return [self]
         order = list(dict.fromkeys(names))
-        return [Log(tuple(line for line, n in zip(self.lines, names) if n == name), f"container {name}")
-                for name in order]
+        return [
+            Log(tuple(line for line, n in zip(self.lines, names) if n == name), f"container {name}") for name in order
+        ]
 
-    def starts(self, openers: Iterable[re.Pattern[str]], figures: Iterable[re.Pattern[str]],
-               stages: Sequence[Sequence[Sequence[re.Pattern[str]]]] = ()) -> list[Log]:
+    def starts(
+        self,
+        openers: Iterable[re.Pattern[str]],
+        figures: Iterable[re.Pattern[str]],
+        stages: Sequence[Sequence[Sequence[re.Pattern[str]]]] = (),
+    ) -> list[Log]:
         """The log cut into its start-ups: a restart appended by ``docker logs``, or several runs pasted into one
         file, so that no figure is ever read beside another start's settings.
 
@@ -137,8 +146,11 @@ class Log(Struct, frozen=True):
                         tag = _tag(line.text)
                         before = printed[e].get((st, k, tag))
                         last = len(order) - 1
-                        if before is not None and last_figure is not None and (
-                                (reached[e] == last and st < last) or (st == last and before != m.group(0))):
+                        if (
+                            before is not None
+                            and last_figure is not None
+                            and ((reached[e] == last and st < last) or (st == last and before != m.group(0)))
+                        ):
                             cut = last_mark + 1
                             cuts.append(cut)
                             why[cut] = f"line {line.no}: {line.excerpt}"
@@ -215,7 +227,7 @@ def _lines(body: bytes, keys: list[bytes], seen: int) -> list[Line]:
     for s in sorted(starts):
         no += body.count(b"\n", at, s)
         at = s
-        raw = body[s:body.find(b"\n", s)]
+        raw = body[s : body.find(b"\n", s)]
         if not raw.lstrip().startswith(b"#"):
             out.append(Line(no, raw.decode("utf-8", errors="replace").rstrip("\r")))
     return out

@@ -112,8 +112,9 @@ class Footprint(Struct, frozen=True):
         return slots * self.state_bytes
 
 
-def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens: int = 0,
-              conv_holds_spec: bool = True) -> Footprint:
+def footprint(
+    spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens: int = 0, conv_holds_spec: bool = True
+) -> Footprint:
     """Group the model's mixers into identical layers and size each on one rank. ``conv_holds_spec``: whether
     the conv windows keep a column per speculative token (an engine's rule; the block count still counts them)."""
     if spec_tokens < 0:
@@ -127,10 +128,24 @@ def footprint(spec: ModelSpec, dtypes: CacheDtypes, *, tp: int = 1, spec_tokens:
     for mixer, count in counts.items():
         if is_recurrent(mixer):
             shapes = mixer.state_shapes(tp, spec_tokens if conv_holds_spec else 0)
-            state.append(StateGroup(kind=mixer.kind, count=count, conv_shape=shapes.conv, ssm_shape=shapes.ssm,
-                                    conv_dtype=dtypes.conv if shapes.conv else None,
-                                    ssm_dtype=dtypes.ssm_for(mixer.kind) if shapes.ssm else None))
+            state.append(
+                StateGroup(
+                    kind=mixer.kind,
+                    count=count,
+                    conv_shape=shapes.conv,
+                    ssm_shape=shapes.ssm,
+                    conv_dtype=dtypes.conv if shapes.conv else None,
+                    ssm_dtype=dtypes.ssm_for(mixer.kind) if shapes.ssm else None,
+                )
+            )
         else:
-            kv.append(KVGroup(kind=mixer.kind, count=count, dtype=dtypes.kv, window=mixer.window,
-                              bytes_per_token_per_layer=mixer.kv_elements_per_token(tp) * size_of(dtypes.kv)))
+            kv.append(
+                KVGroup(
+                    kind=mixer.kind,
+                    count=count,
+                    dtype=dtypes.kv,
+                    window=mixer.window,
+                    bytes_per_token_per_layer=mixer.kv_elements_per_token(tp) * size_of(dtypes.kv),
+                )
+            )
     return Footprint(model=spec.name, tp=tp, spec_tokens=spec_tokens, dtypes=dtypes, state=tuple(state), kv=tuple(kv))

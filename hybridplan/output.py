@@ -74,9 +74,18 @@ def _groups(ws: list[str]) -> list[list[str]]:
     out: list[list[str]] = []
     for w in ws:
         last = out[-1] if out else None
-        if last is not None and not w.startswith("-") and (
-                last[0].startswith("-") and last[0] != "--" and len(last) == 1 and "=" not in last[0]
-                or not last[0].startswith("-") and not any("=" in x for x in last)):
+        if (
+            last is not None
+            and not w.startswith("-")
+            and (
+                last[0].startswith("-")
+                and last[0] != "--"
+                and len(last) == 1
+                and "=" not in last[0]
+                or not last[0].startswith("-")
+                and not any("=" in x for x in last)
+            )
+        ):
             last.append(w)
         else:
             out.append([w])
@@ -112,5 +121,12 @@ def wrap_words(text: str, cols: int, indent: str = "", hang: str = "    ") -> li
 
     if len(indent) + len(text) <= cols:
         return [indent + text]
-    return textwrap.wrap(text, width=cols, initial_indent=indent, subsequent_indent=" " * len(indent) + hang,
-                         break_long_words=False, break_on_hyphens=False, replace_whitespace=False) or [indent]
+    return textwrap.wrap(
+        text,
+        width=cols,
+        initial_indent=indent,
+        subsequent_indent=" " * len(indent) + hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+        replace_whitespace=False,
+    ) or [indent]

@@ -60,7 +60,7 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
     no effect on memory are kept (``--engine-arg``) for the command the report prints. The engines' flag tables
     load only for a line that has a flag the command does not own, or a pasted engine line."""
     own = _own_flags(cmd)
-    head, tail = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, None)
+    head, tail = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, None)
     out: list[str] = []
     engine_tokens: list[str] = []
     positional: list[str] = []
@@ -93,9 +93,10 @@ def expand(cmd: Any, args: list[str]) -> tuple[list[str], list[str]]:
             lines = [cmdline.translate(engine_tokens, "either", versions=versions)] if engine_tokens else []
         except PlanError as exc:
             if str(exc).startswith("no such option: "):
-                name = str(exc)[len("no such option: "):].split(" ", 1)[0]
-                raise PlanError(f"no such option: {name}{cmdline.closest(name, [*own, *cmdline.engine_flag_names()])}"
-                                ) from None
+                name = str(exc)[len("no such option: ") :].split(" ", 1)[0]
+                raise PlanError(
+                    f"no such option: {name}{cmdline.closest(name, [*own, *cmdline.engine_flag_names()])}"
+                ) from None
             raise
     if tail is not None:
         if not tail:

@@ -74,8 +74,16 @@ class Layout(Struct, frozen=True):
         return " · ".join(parts)
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "gpus": self.gpus, "tp": self.tp, "pp": self.pp, "dp": self.dp,
-                "expert_parallel": self.expert_parallel, "ep_size": self.ep_size, "dp_attention": self.dp_attention}
+        return {
+            "engine": self.engine,
+            "gpus": self.gpus,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "expert_parallel": self.expert_parallel,
+            "ep_size": self.ep_size,
+            "dp_attention": self.dp_attention,
+        }
 
 
 class Variant(Struct, frozen=True):
@@ -86,8 +94,11 @@ class Variant(Struct, frozen=True):
     mode: str | None = None
 
     def label(self) -> str:
-        said = [f"KV {self.kv}"] * bool(self.kv) + [f"SSM {self.ssm}"] * bool(self.ssm) + [
-            f"mode {self.mode}"] * bool(self.mode)
+        said = (
+            [f"KV {self.kv}"] * bool(self.kv)
+            + [f"SSM {self.ssm}"] * bool(self.ssm)
+            + [f"mode {self.mode}"] * bool(self.mode)
+        )
         return ", ".join(said) or "defaults"
 
 
@@ -127,11 +138,15 @@ class Plan(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         rng = self.rate_range
-        return {**self.layout.to_dict(), "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm,
-                                                     "mode": self.variant.mode},
-                "holds": self.holds, "margin": self.margin, "requests_per_engine": self.per_engine,
-                "decode": self.rate.to_dict() if self.rate is not None else None,
-                "decode_range": None if rng is None else rng.to_dict(self.tokens_per_s_per_gpu)}
+        return {
+            **self.layout.to_dict(),
+            "variant": {"kv": self.variant.kv, "ssm": self.variant.ssm, "mode": self.variant.mode},
+            "holds": self.holds,
+            "margin": self.margin,
+            "requests_per_engine": self.per_engine,
+            "decode": self.rate.to_dict() if self.rate is not None else None,
+            "decode_range": None if rng is None else rng.to_dict(self.tokens_per_s_per_gpu),
+        }
 
 
 #: why a layout is rejected: the engine refuses it (its fit raises, with its reason), hybridplan does not model
@@ -152,8 +167,13 @@ class Rejection(Struct, frozen=True):
     fitted: bool = True
 
     def to_dict(self) -> dict:
-        return {**self.layout.to_dict(), "reason": self.reason, "kind": self.kind, "fitted": self.fitted,
-                "best_holds": self.best_holds}
+        return {
+            **self.layout.to_dict(),
+            "reason": self.reason,
+            "kind": self.kind,
+            "fitted": self.fitted,
+            "best_holds": self.best_holds,
+        }
 
 
 class PlanResult(Struct, frozen=True):
@@ -247,12 +267,20 @@ def _scenario(base: Scenario, lay: Layout, v: Variant, concurrency: int) -> Scen
     if kv == "fp8" and lay.engine == "sglang":
         kv = "fp8_e4m3"  # SGLang has no plain fp8 (hybridplan/build.py _kv_dtype)
     dtypes = replace(base.dtypes, kv=kv or base.dtypes.kv, ssm=v.ssm or base.dtypes.ssm)
-    sc = replace(base, engine=lay.engine, tp=lay.tp, pp=lay.pp, dp=lay.dp, expert_parallel=lay.expert_parallel,
-                 ep_size=lay.ep_size, dp_attention=lay.dp_attention, dtypes=dtypes)
+    sc = replace(
+        base,
+        engine=lay.engine,
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        expert_parallel=lay.expert_parallel,
+        ep_size=lay.ep_size,
+        dp_attention=lay.dp_attention,
+        dtypes=dtypes,
+    )
     if lay.engine == "vllm":
         per = ceil(concurrency / lay.engines)
-        sc = replace(sc, vllm=replace(sc.vllm, mode=v.mode or sc.vllm.mode,
-                                      max_num_seqs=sc.vllm.max_num_seqs or per))
+        sc = replace(sc, vllm=replace(sc.vllm, mode=v.mode or sc.vllm.mode, max_num_seqs=sc.vllm.max_num_seqs or per))
     return sc
 
 
@@ -395,16 +423,23 @@ class MemoryBound(Struct, frozen=True):
 
     def reason(self, gpus: int, concurrency: int) -> str:
         gib = 1 << 30
-        total = (f"{gpus} × the --kv-budget {self.per_gpu / gib:.2f} GiB" if self.given_budget else
-                 f"{gpus} GPU{'s' * (gpus > 1)} × {self.per_gpu / gib:.2f} GiB = {gpus * self.per_gpu / gib:,.2f} GiB"
-                 + (" (each GPU's total × gpu_memory_utilization)" if self.engine == "vllm" else ""))
+        total = (
+            f"{gpus} × the --kv-budget {self.per_gpu / gib:.2f} GiB"
+            if self.given_budget
+            else f"{gpus} GPU{'s' * (gpus > 1)} × {self.per_gpu / gib:.2f} GiB = {gpus * self.per_gpu / gib:,.2f} GiB"
+            + (" (each GPU's total × gpu_memory_utilization)" if self.engine == "vllm" else "")
+        )
         if gpus * self.per_gpu <= self.weights:
-            return (f"the weights do not fit: the model's weights, {self.weights / gib:,.2f} GiB, are more than "
-                    f"{total} (not fitted: no layout of {gpus} GPUs can hold them)")
-        return (f"at most {self.most(gpus):,.1f} requests of {self.ctx:,} tokens fit, below {concurrency}: {total}, "
-                f"less {self.weights / gib:,.2f} GiB of weights, over {self.request / (1 << 20):,.1f} MiB a request "
-                "at least (its full-attention KV and recurrent state in the smallest cache dtypes tried; not "
-                f"fitted: no layout of {gpus} GPUs can hold more)")
+            return (
+                f"the weights do not fit: the model's weights, {self.weights / gib:,.2f} GiB, are more than "
+                f"{total} (not fitted: no layout of {gpus} GPUs can hold them)"
+            )
+        return (
+            f"at most {self.most(gpus):,.1f} requests of {self.ctx:,} tokens fit, below {concurrency}: {total}, "
+            f"less {self.weights / gib:,.2f} GiB of weights, over {self.request / (1 << 20):,.1f} MiB a request "
+            "at least (its full-attention KV and recurrent state in the smallest cache dtypes tried; not "
+            f"fitted: no layout of {gpus} GPUs can hold more)"
+        )
 
 
 def memory_bound(base: Scenario, engine: str, concurrency: int) -> MemoryBound | None:
@@ -452,8 +487,14 @@ def _cache_bytes(lay: Layout, part: object) -> int:
     return one * (1 if lay.dp_attention else lay.dp)
 
 
-def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
-         bound: MemoryBound | None = None, whole_count: bool = True) -> Plan | Rejection:
+def _try(
+    base: Scenario,
+    lay: Layout,
+    concurrency: int,
+    refusals: _Refusals,
+    bound: MemoryBound | None = None,
+    whole_count: bool = True,
+) -> Plan | Rejection:
     """The first variant of the layout that starts and holds the target, else why none does. A variant whose
     cache dtypes ``bound`` says the layout's GPUs cannot hold the target in (``whole_count``: all the count's
     memory; and once one variant is fitted, all that its fit left for the caches, which no variant changes) is
@@ -470,8 +511,12 @@ def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
     unfitted = 0
     caches: int | None = None
     for v in variants(base, lay.engine):
-        if bound is not None and (whole_count and bound.most(lay.gpus, v) < concurrency or caches is not None
-                                  and caches / dict(bound.requests)[v] < concurrency):
+        if bound is not None and (
+            whole_count
+            and bound.most(lay.gpus, v) < concurrency
+            or caches is not None
+            and caches / dict(bound.requests)[v] < concurrency
+        ):
             unfitted += 1
             continue
         try:
@@ -498,16 +543,31 @@ def _try(base: Scenario, lay: Layout, concurrency: int, refusals: _Refusals,
             continue
         if h >= concurrency:
             return Plan(lay, v, sc, part, h, concurrency)
-    others = (f"; {unfitted} other cache setting{'s' * (unfitted > 1)} not fitted: the GPUs' memory cannot hold "
-              f"{concurrency} requests in {'them' if unfitted > 1 else 'it'}") if unfitted else ""
+    others = (
+        (
+            f"; {unfitted} other cache setting{'s' * (unfitted > 1)} not fitted: the GPUs' memory cannot hold "
+            f"{concurrency} requests in {'them' if unfitted > 1 else 'it'}"
+        )
+        if unfitted
+        else ""
+    )
     if first_reason is None:
         if most is None:
             return Rejection(lay, "no variant starts" + others, None)
-        return Rejection(lay, f"holds at most {most:.1f} requests of {base.ctx:,} tokens, below {concurrency}{others}",
-                         most, "too few")
+        return Rejection(
+            lay,
+            f"holds at most {most:.1f} requests of {base.ctx:,} tokens, below {concurrency}{others}",
+            most,
+            "too few",
+        )
     if most is not None and most < concurrency:
-        return Rejection(lay, f"holds at most {most:.1f} requests of {base.ctx:,} tokens, below {concurrency}{others} "
-                              f"(as fitted: {first_reason})", most, "too few")
+        return Rejection(
+            lay,
+            f"holds at most {most:.1f} requests of {base.ctx:,} tokens, below {concurrency}{others} "
+            f"(as fitted: {first_reason})",
+            most,
+            "too few",
+        )
     return Rejection(lay, first_reason, most, first_kind)
 
 
@@ -517,8 +577,13 @@ def _refusal_kind(reason: str) -> str:
     return "not modelled" if "not modelled" in reason else "refused"
 
 
-def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: int = 5,
-         progress: Callable[[int, int], None] | None = None) -> PlanResult:
+def plan(
+    base: Scenario,
+    concurrency: int,
+    max_gpus: int | None = None,
+    best: int = 5,
+    progress: Callable[[int, int], None] | None = None,
+) -> PlanResult:
     """The ``best`` plans that start and hold ``concurrency`` requests of ``base.ctx`` on the fewest GPUs: each
     GPU count from one up, every layout of it (``layouts_on``), until a count holds the target."""
     if concurrency <= 0:
@@ -537,8 +602,11 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
     tried = 0
     # the largest count each engine's memory bound rules out: one layout of it is fitted all the same, for the
     # engine's own words on why it fails (and as a check on the bound: were it to start, it is a plan)
-    last_short = {e: max((n for n in range(1, cap + 1) if b.most(n) < concurrency), default=0)
-                  for e, b in bounds.items() if b is not None}
+    last_short = {
+        e: max((n for n in range(1, cap + 1) if b.most(n) < concurrency), default=0)
+        for e, b in bounds.items()
+        if b is not None
+    }
     for n in range(1, cap + 1):
         lays = layouts_on(base, n, stages)
         if n in last_short.values():  # the example: the layout that splits the weights most, first
@@ -550,29 +618,46 @@ def plan(base: Scenario, concurrency: int, max_gpus: int | None = None, best: in
                 tried += 1
                 rejected.append(Rejection(lay, refused, kind=_refusal_kind(refused)))
                 continue
-            if b is not None and n <= last_short[lay.engine] and (n < last_short[lay.engine]
-                                                                  or lay.engine in examples):
-                rejected.append(Rejection(lay, b.reason(n, concurrency), None,
-                                          "weights" if n * b.per_gpu <= b.weights else "memory", fitted=False))
+            if b is not None and n <= last_short[lay.engine] and (n < last_short[lay.engine] or lay.engine in examples):
+                rejected.append(
+                    Rejection(
+                        lay,
+                        b.reason(n, concurrency),
+                        None,
+                        "weights" if n * b.per_gpu <= b.weights else "memory",
+                        fitted=False,
+                    )
+                )
                 continue
             if progress is not None:
                 progress(tried, total)
             tried += 1
             got = _try(base, lay, concurrency, refusals, b, b is not None and n > last_short[lay.engine])
-            if b is not None and n == last_short[lay.engine] and not (
-                    isinstance(got, Rejection) and got.kind in ("refused", "not modelled")):
+            if (
+                b is not None
+                and n == last_short[lay.engine]
+                and not (isinstance(got, Rejection) and got.kind in ("refused", "not modelled"))
+            ):
                 examples.add(lay.engine)
             if isinstance(got, Rejection):
                 rejected.append(got)
                 continue
-            twin = next((p for p in plans if p.layout.engine == lay.engine and p.layout.gpus == lay.gpus
-                         and p.variant == got.variant and round(p.holds, 2) == round(got.holds, 2)
-                         and (p.layout.tp, p.layout.pp, p.layout.dp) == (lay.tp, lay.pp, lay.dp)), None)
+            twin = next(
+                (
+                    p
+                    for p in plans
+                    if p.layout.engine == lay.engine
+                    and p.layout.gpus == lay.gpus
+                    and p.variant == got.variant
+                    and round(p.holds, 2) == round(got.holds, 2)
+                    and (p.layout.tp, p.layout.pp, p.layout.dp) == (lay.tp, lay.pp, lay.dp)
+                ),
+                None,
+            )
             if twin is None:  # else experts dealt whole where slicing them holds as much: the simpler one shown
                 plans.append(got)
         if plans:  # the fewest GPUs that hold the target: larger counts are not tried
             break
     plans = [replace(p, rate=_rate(p)) for p in plans]
     plans.sort(key=rank_key)
-    return PlanResult(base, concurrency, cap, tuple(plans[:best]), tuple(rejected), tried,
-                      tuple(skipped.items()))
+    return PlanResult(base, concurrency, cap, tuple(plans[:best]), tuple(rejected), tried, tuple(skipped.items()))

@@ -64,8 +64,14 @@ def emit(renderable: RenderableType) -> None:
     """Print a view on stdout at ``width()`` columns, colours only on a terminal, no trailing spaces."""
     tty = sys.stdout.isatty()
     buf = io.StringIO()
-    Console(file=buf, width=width(), force_terminal=tty, color_system="auto" if tty else None, highlight=False,
-            legacy_windows=False).print(renderable, crop=False)
+    Console(
+        file=buf,
+        width=width(),
+        force_terminal=tty,
+        color_system="auto" if tty else None,
+        highlight=False,
+        legacy_windows=False,
+    ).print(renderable, crop=False)
     lines = [_TRAILING.sub("", line) for line in buf.getvalue().splitlines()]
     while lines and not lines[-1]:
         lines.pop()
@@ -105,16 +111,26 @@ class Rows(Struct, frozen=True):
 
     def table(self, columns: Sequence[int] | None = None, compact: bool = False, fold: bool = True) -> Table:
         columns = range(self._ncols()) if columns is None else columns
-        t = Table(box=box.SIMPLE_HEAD, show_header=self.header is not None, collapse_padding=compact,
-                  pad_edge=not compact, show_edge=not compact)
+        t = Table(
+            box=box.SIMPLE_HEAD,
+            show_header=self.header is not None,
+            collapse_padding=compact,
+            pad_edge=not compact,
+            show_edge=not compact,
+        )
         for i in columns:
             head = self.header[i] if self.header is not None else ""
             widest = max([_len(r[i]) for r in self.rows if i < len(r)] or [0])
             kept = i not in self.prose  # as wide as its widest cell; the header wraps to that width instead
             words = max([cell_len(w) for r in self.rows if i < len(r) for w in _plain(r[i]).split()] or [1])
-            t.add_column(_fold(head, widest) if kept and fold else head, justify="left" if i in self.left else "right",
-                         style=self.styles.get(i), no_wrap=kept, min_width=None if kept else words,
-                         overflow="ellipsis")
+            t.add_column(
+                _fold(head, widest) if kept and fold else head,
+                justify="left" if i in self.left else "right",
+                style=self.styles.get(i),
+                no_wrap=kept,
+                min_width=None if kept else words,
+                overflow="ellipsis",
+            )
         for n, row in enumerate(self.rows):
             t.add_row(*(row[i] if i < len(row) else "" for i in columns), end_section=n in self.sections)
         return t
@@ -193,8 +209,9 @@ def log_line(line: str, prefix: str = "  ") -> Text:
     the rest indented under it."""
     from hybridplan.output import wrap_words
 
-    return Text("\n".join(wrap_words(line, min(width(), UNWRAPPED), prefix)), style="dim", no_wrap=True,
-                overflow="ignore")
+    return Text(
+        "\n".join(wrap_words(line, min(width(), UNWRAPPED), prefix)), style="dim", no_wrap=True, overflow="ignore"
+    )
 
 
 def labelled(label: str, text: str | Text, style: str | None = None) -> Table:
@@ -243,48 +260,89 @@ def _gb(n: int) -> str:
 
 def _weights_table(w, exact: bool) -> Rows:
     """Parameters, bytes and bytes per rank; what a plain start leaves out said plainly."""
-    notes = [f"vision tower {w.vision_params / 1e9:.2f}B included" if w.vision_params else "",
-             f"MTP layers {w.mtp_params / 1e9:.2f}B not loaded" if w.mtp_params else ""]
-    rows = [("parameters", f"{w.params / 1e9:.2f}B", "; ".join(n for n in notes if n)),
-            ("bytes", _b(w.bytes, exact), w.quantization or _short(w.dtype))]
+    notes = [
+        f"vision tower {w.vision_params / 1e9:.2f}B included" if w.vision_params else "",
+        f"MTP layers {w.mtp_params / 1e9:.2f}B not loaded" if w.mtp_params else "",
+    ]
+    rows = [
+        ("parameters", f"{w.params / 1e9:.2f}B", "; ".join(n for n in notes if n)),
+        ("bytes", _b(w.bytes, exact), w.quantization or _short(w.dtype)),
+    ]
     if w.tp > 1:
         rows.append(("per rank", _b(w.bytes_per_rank, exact), f"TP {w.tp}, as vLLM shards them"))
-    return Rows(None, rows, title=f"Weights (from the {w.source})", left=(0, 2), prose=(2,),
-                styles={0: "bold", 2: "dim"})
+    return Rows(
+        None, rows, title=f"Weights (from the {w.source})", left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"}
+    )
 
 
 def size_view(r: SizeReport, *, exact: bool = False) -> Group:
     fp, spec = r.fp, r.spec
     head = Text.assemble((spec.name, "bold"), f"  {spec.architecture}  ·  TP {fp.tp}  ·  ctx {r.ctx:,}")
-    parts: list = [head, Text(f"layers: {_layers_line(spec.layer_counts)}  ·  dtype rules: vLLM "
-                              f"{r.vllm_release.version}", style="dim")]
+    parts: list = [
+        head,
+        Text(f"layers: {_layers_line(spec.layer_counts)}  ·  dtype rules: vLLM {r.vllm_release.version}", style="dim"),
+    ]
     if fp.spec_tokens:
         parts.append(Text(f"speculative tokens: {fp.spec_tokens}", style="dim"))
     if fp.state:
-        parts.append(Rows(
-            ("kind", "layers", "conv state", "SSM state", "conv", "SSM", "per layer", "all layers"),
-            [(g.kind, f"{g.count:,}", _shape(g.conv_shape, g.conv_dtype), _shape(g.ssm_shape, g.ssm_dtype),
-              _b(g.conv_bytes_per_layer, exact), _b(g.ssm_bytes_per_layer, exact), _b(g.bytes_per_layer, exact),
-              _b(g.bytes, exact)) for g in fp.state],
-            title="Recurrent state per sequence (per layer, one rank)", left=(0, 2, 3), optional=(4, 5)))
+        parts.append(
+            Rows(
+                ("kind", "layers", "conv state", "SSM state", "conv", "SSM", "per layer", "all layers"),
+                [
+                    (
+                        g.kind,
+                        f"{g.count:,}",
+                        _shape(g.conv_shape, g.conv_dtype),
+                        _shape(g.ssm_shape, g.ssm_dtype),
+                        _b(g.conv_bytes_per_layer, exact),
+                        _b(g.ssm_bytes_per_layer, exact),
+                        _b(g.bytes_per_layer, exact),
+                        _b(g.bytes, exact),
+                    )
+                    for g in fp.state
+                ],
+                title="Recurrent state per sequence (per layer, one rank)",
+                left=(0, 2, 3),
+                optional=(4, 5),
+            )
+        )
     if fp.kv:
-        parts.append(Rows(
-            ("kind", "layers", "dtype", "window", "per token · layer", "per token", "at ctx"),
-            [(g.kind, f"{g.count:,}", _short(g.dtype), f"{g.window:,}" if g.window else "—",
-              _b(g.bytes_per_token_per_layer, exact), _b(g.bytes_per_token, exact), _b(g.bytes_at(r.ctx), exact))
-             for g in fp.kv],
-            title=f"Attention KV (one rank), at {r.ctx:,} tokens", left=(0, 2)))
+        parts.append(
+            Rows(
+                ("kind", "layers", "dtype", "window", "per token · layer", "per token", "at ctx"),
+                [
+                    (
+                        g.kind,
+                        f"{g.count:,}",
+                        _short(g.dtype),
+                        f"{g.window:,}" if g.window else "—",
+                        _b(g.bytes_per_token_per_layer, exact),
+                        _b(g.bytes_per_token, exact),
+                        _b(g.bytes_at(r.ctx), exact),
+                    )
+                    for g in fp.kv
+                ],
+                title=f"Attention KV (one rank), at {r.ctx:,} tokens",
+                left=(0, 2),
+            )
+        )
     rows: list[tuple[str, str, str]] = []
     if fp.state:
         share = 100 * fp.conv_bytes / fp.state_bytes if fp.state_bytes else 0.0
         rows.append(("recurrent state", _b(fp.state_bytes, exact), f"conv {share:.1f} % · SSM {100 - share:.1f} %"))
     if fp.kv:
-        rows.append((f"KV at {r.ctx:,} tokens", _b(fp.kv_bytes_at(r.ctx), exact),
-                     f"{human_bytes(fp.kv_bytes_per_token)} per token"))
+        rows.append(
+            (
+                f"KV at {r.ctx:,} tokens",
+                _b(fp.kv_bytes_at(r.ctx), exact),
+                f"{human_bytes(fp.kv_bytes_per_token)} per token",
+            )
+        )
     rows.append((f"total at {r.ctx:,} tokens", _b(r.total_at_ctx, exact), ""))
     verdict = "hybrid smaller" if r.ratio > 1 else "hybrid larger"
-    rows.append((f"{r.ref.name} at {r.ctx:,} tokens", _b(r.ref_at_ctx, exact),
-                 f"{r.ratio:.2f}× the hybrid ({verdict})"))
+    rows.append(
+        (f"{r.ref.name} at {r.ctx:,} tokens", _b(r.ref_at_ctx, exact), f"{r.ratio:.2f}× the hybrid ({verdict})")
+    )
     rows.append((f"pool of {r.slots:,} slots", _b(fp.pool_bytes(r.slots), exact), "recurrent state only"))
     parts.append(Rows(None, rows, title="Per sequence", left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"}))
     if r.weights is not None:
@@ -297,52 +355,99 @@ def size_view(r: SizeReport, *, exact: bool = False) -> Group:
 
 def crossover_view(r: CrossoverReport, *, exact: bool = False) -> Group:
     d = r.to_dict()
-    ref_state = (f" + {human_bytes(r.ref_fp.state_bytes)} state" if r.ref_fp.state_bytes else "")
-    head = Text.assemble((r.spec.name, "bold"), f" vs {r.ref.name}  ·  TP {r.tp}  ·  ",
-                         f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token{ref_state}, "
-                         f"hybrid KV {human_bytes(r.fp.kv_bytes_per_token)}/token")
-    t = Rows(("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"),
-             [(row["ssm_dtype"], _b(row["state_bytes"], exact), human_tokens(row["state_only_tokens"]),
-               human_tokens(row["state_only_first_smaller"]), human_tokens(row["total_tokens"]),
-               human_tokens(row["total_first_smaller"])) for row in d["rows"]],
-             title="Crossover: context where the reference's memory reaches the hybrid's",
-             caption="= state only: the context at which the reference needs as much as the hybrid's recurrent "
-                     "state alone; = state + KV: as much as its whole footprint; first smaller: the first whole "
-                     "context at which the hybrid needs less")
-    lad = Rows(("context", r.spec.name, r.ref.name, "ratio"),
-               [(f"{row['ctx']:,}", _b(row["hybrid_bytes"], exact), _b(row["reference_bytes"], exact),
-                 f"{row['ratio']:.2f}×") for row in d["ladder"]],
-               title=f"Memory per sequence (SSM {r.fp.dtypes.ssm})", left=())
+    ref_state = f" + {human_bytes(r.ref_fp.state_bytes)} state" if r.ref_fp.state_bytes else ""
+    head = Text.assemble(
+        (r.spec.name, "bold"),
+        f" vs {r.ref.name}  ·  TP {r.tp}  ·  ",
+        f"reference KV {human_bytes(r.ref_fp.kv_bytes_per_token)}/token{ref_state}, "
+        f"hybrid KV {human_bytes(r.fp.kv_bytes_per_token)}/token",
+    )
+    t = Rows(
+        ("SSM dtype", "state / sequence", "= state only", "first smaller", "= state + KV", "first smaller"),
+        [
+            (
+                row["ssm_dtype"],
+                _b(row["state_bytes"], exact),
+                human_tokens(row["state_only_tokens"]),
+                human_tokens(row["state_only_first_smaller"]),
+                human_tokens(row["total_tokens"]),
+                human_tokens(row["total_first_smaller"]),
+            )
+            for row in d["rows"]
+        ],
+        title="Crossover: context where the reference's memory reaches the hybrid's",
+        caption="= state only: the context at which the reference needs as much as the hybrid's recurrent "
+        "state alone; = state + KV: as much as its whole footprint; first smaller: the first whole "
+        "context at which the hybrid needs less",
+    )
+    lad = Rows(
+        ("context", r.spec.name, r.ref.name, "ratio"),
+        [
+            (
+                f"{row['ctx']:,}",
+                _b(row["hybrid_bytes"], exact),
+                _b(row["reference_bytes"], exact),
+                f"{row['ratio']:.2f}×",
+            )
+            for row in d["ladder"]
+        ],
+        title=f"Memory per sequence (SSM {r.fp.dtypes.ssm})",
+        left=(),
+    )
     return Group(head, t, lad, *_notes(r.spec.notes))
 
 
 def gpus_view(r, *, exact: bool = False) -> Rows:
-    return Rows(("gpu", "name", "memory", "from", "source"),
-                [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source)
-                 for g in r.gpus], title="GPUs (--gpu-type)", left=(0, 1, 3, 4), prose=(1, 4), styles={4: "dim"},
-                optional=(4,))
+    return Rows(
+        ("gpu", "name", "memory", "from", "source"),
+        [(g.key, g.name, _b(g.total, exact), {"cuda": "CUDA"}.get(g.kind, g.kind), g.source) for g in r.gpus],
+        title="GPUs (--gpu-type)",
+        left=(0, 1, 3, 4),
+        prose=(1, 4),
+        styles={4: "dim"},
+        optional=(4,),
+    )
 
 
 def models_view(r: ModelsReport) -> Rows:
     """One row a spec, its source checkpoint under its name: the two longest cells share a column, so that the
     family and the layers fit beside them at 120 columns."""
-    return Rows(("name / source", "aliases", "family", "layers"),
-                [(Text.assemble((s.name, "bold"), *(("\n", (s.source, "dim")) if s.source else ())),
-                  ", ".join(s.aliases), s.family, _layers_line(s.layer_counts)
-                  + (f"\nquantized: {s.quantization.describe()}" if s.quantization else ""))
-                 for s in r.specs], title="Shipped model specs", left=range(4), prose=(1, 3), optional=(2, 3))
+    return Rows(
+        ("name / source", "aliases", "family", "layers"),
+        [
+            (
+                Text.assemble((s.name, "bold"), *(("\n", (s.source, "dim")) if s.source else ())),
+                ", ".join(s.aliases),
+                s.family,
+                _layers_line(s.layer_counts) + (f"\nquantized: {s.quantization.describe()}" if s.quantization else ""),
+            )
+            for s in r.specs
+        ],
+        title="Shipped model specs",
+        left=range(4),
+        prose=(1, 3),
+        optional=(2, 3),
+    )
 
 
 def _vllm_attention_pages(v, exact: bool) -> list:
     """An attention-only model: one layout, no Mamba cache mode to choose (every mode lays it out alike)."""
     m = v.modes[v.default_mode] if v.default_mode in v.modes else next(iter(v.modes.values()))
     d = m.to_dict()
-    t = Rows(("block", "page", "KV / request"),
-             [(f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["page_bytes"], exact),
-               f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)")],
-             title=f"vLLM {v.rel.version}: attention pages (no recurrent layers, so no Mamba cache mode)",
-             left=(), caption="block: tokens per attention page; page: one layer's page; per request: the pages one "
-                              "request pins over all layers")
+    t = Rows(
+        ("block", "page", "KV / request"),
+        [
+            (
+                f"{d['block_size']:,}" if d["block_size"] else "—",
+                _b(d["page_bytes"], exact),
+                f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)",
+            )
+        ],
+        title=f"vLLM {v.rel.version}: attention pages (no recurrent layers, so no Mamba cache mode)",
+        left=(),
+        caption="block: tokens per attention page; page: one layer's page; per request: the pages one "
+        "request pins over all layers",
+    )
     return [t, *(log_line(line) for line in m.layout.logs)]
 
 
@@ -352,15 +457,28 @@ def _vllm_pages(v, exact: bool, attention_only: bool = False) -> list:
     rows = []
     for mode, m in v.modes.items():
         d = m.to_dict()
-        rows.append((mode, f"{d['block_size']:,}" if d["block_size"] else "—", _b(d["mamba_page_bytes"], exact),
-                     _b(d["page_bytes"], exact), f"{d['padding_pct']:.2f} %",
-                     f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']:,} pages)",
-                     f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)"))
-    parts: list = [Rows(("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"), rows,
-                        title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with "
-                              f"prefix caching: {v.prefix_mode})",
-                        caption="block: tokens per attention page; page: one layer's page, the state padded to "
-                                "it; per request: the pages one request pins over all layers", optional=(2, 3))]
+        rows.append(
+            (
+                mode,
+                f"{d['block_size']:,}" if d["block_size"] else "—",
+                _b(d["mamba_page_bytes"], exact),
+                _b(d["page_bytes"], exact),
+                f"{d['padding_pct']:.2f} %",
+                f"{_b(d['state_bytes_per_request'], exact)} ({d['state_pages_per_request']:,} pages)",
+                f"{_b(d['kv_bytes_per_request'], exact)} ({d['kv_pages_per_request']:,} pages)",
+            )
+        )
+    parts: list = [
+        Rows(
+            ("mode", "block", "mamba page", "page", "padding", "state / request", "KV / request"),
+            rows,
+            title=f"vLLM {v.rel.version}: pages per mamba cache mode (default: {v.default_mode}; with "
+            f"prefix caching: {v.prefix_mode})",
+            caption="block: tokens per attention page; page: one layer's page, the state padded to "
+            "it; per request: the pages one request pins over all layers",
+            optional=(2, 3),
+        )
+    ]
     for mode, m in v.modes.items():
         parts.extend(log_line(line, f"  [{mode}] ") for line in m.layout.logs)
     return parts
@@ -373,15 +491,19 @@ def _slots(d: dict) -> str:
 
 def _sglang_pool(p, exact: bool) -> list:
     d = p.to_dict()
-    t = Rows(None, [
-        ("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"])),
-        ("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"])),
-        ("per request", _b(d["per_request_bytes"], exact), ""),
-        ("max running requests", f"{d['max_running_requests']:,}",
-         _slots(d)),
-        ("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", "")],
-        title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)", prose=(2,),
-        styles={0: "bold", 2: "dim"})
+    t = Rows(
+        None,
+        [
+            ("conv state", _b(d["conv_state_bytes"], exact), _short(d["conv_dtype"])),
+            ("SSM state", _b(d["ssm_state_bytes"], exact), _short(d["ssm_dtype"])),
+            ("per request", _b(d["per_request_bytes"], exact), ""),
+            ("max running requests", f"{d['max_running_requests']:,}", _slots(d)),
+            ("checkpoint grid", f"{d['checkpoint_grid']:,} tokens", ""),
+        ],
+        title=f"SGLang {d['version']}: MambaPool of {d['slots']:,} slots (+1 padding row)",
+        prose=(2,),
+        styles={0: "bold", 2: "dim"},
+    )
     return [t, log_line(d["logs"][0])]
 
 
@@ -402,8 +524,17 @@ def _skipped(skipped) -> list[Table]:
 
 def _vllm_fit(v, exact: bool = False) -> list:
     d = v.to_dict()
-    lead = waterfall_view(v.memory, f"vLLM {v.rel.version}: the GPU's memory on one rank", "Available KV cache memory",
-                          "gpu_memory_utilization", exact) if v.memory is not None else []
+    lead = (
+        waterfall_view(
+            v.memory,
+            f"vLLM {v.rel.version}: the GPU's memory on one rank",
+            "Available KV cache memory",
+            "gpu_memory_utilization",
+            exact,
+        )
+        if v.memory is not None
+        else []
+    )
     rows = []
     # an attention-only model has no Mamba cache mode: every mode holds the same, so one row, unlabelled
     attention_only = all(m.capacity.mamba_blocks is None for m in v.modes.values())
@@ -411,18 +542,30 @@ def _vllm_fit(v, exact: bool = False) -> list:
         if attention_only and mode != d["default_mode"]:
             continue
         label = "— (attention only)" if attention_only else f"{mode} (default)" if mode == d["default_mode"] else mode
-        rows.append((label, f"{m['block_size']:,}" if m["block_size"] else "—", f"{m['num_blocks']:,}",
-                     f"{m['blocks_per_request']:,}", f"{m['max_concurrency']:.2f}x", f"{m['kv_tokens']:,}",
-                     f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
-                     Text("yes", style="green") if m["starts"] else Text("no", style="red")))
-    parts: list = [Rows(("mode", "block", "blocks", "per request", "concurrency", "KV tokens", "max seqs",
-                         "starts"), rows,
-                        title=f"vLLM {v.rel.version}: {d['available_kv_cache_memory_log']} "
-                              f"({d['kv_budget_bytes']:,} B)",
-                        caption="block: tokens per block; blocks: what the budget holds; per request: the blocks "
-                                "one request of the context pins; concurrency: blocks ÷ blocks per request (vLLM's "
-                                "\"Maximum concurrency\"); max seqs: the most --max-num-seqs that starts (one Mamba "
-                                "block per running sequence)", optional=(1,))]
+        rows.append(
+            (
+                label,
+                f"{m['block_size']:,}" if m["block_size"] else "—",
+                f"{m['num_blocks']:,}",
+                f"{m['blocks_per_request']:,}",
+                f"{m['max_concurrency']:.2f}x",
+                f"{m['kv_tokens']:,}",
+                f"{m['largest_max_num_seqs']:,}" if m["largest_max_num_seqs"] is not None else "—",
+                Text("yes", style="green") if m["starts"] else Text("no", style="red"),
+            )
+        )
+    parts: list = [
+        Rows(
+            ("mode", "block", "blocks", "per request", "concurrency", "KV tokens", "max seqs", "starts"),
+            rows,
+            title=f"vLLM {v.rel.version}: {d['available_kv_cache_memory_log']} ({d['kv_budget_bytes']:,} B)",
+            caption="block: tokens per block; blocks: what the budget holds; per request: the blocks "
+            "one request of the context pins; concurrency: blocks ÷ blocks per request (vLLM's "
+            '"Maximum concurrency"); max seqs: the most --max-num-seqs that starts (one Mamba '
+            "block per running sequence)",
+            optional=(1,),
+        )
+    ]
     dm = d["modes"].get(d["default_mode"])
     parts.extend(log_line(line) for line in v.logs[:-1])
     if dm:
@@ -432,17 +575,32 @@ def _vllm_fit(v, exact: bool = False) -> list:
 
 def _sglang_fit(g, exact: bool = False) -> list:
     s = g.to_dict()
-    lead = waterfall_view(g.memory, f"SGLang {g.rel.version}: the GPU's memory on one rank",
-                          "memory split between the pools (R)", "mem_fraction_static", exact) if g.memory is not None else []
-    t = Rows(None, [
-        ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", _b(s["pool_bytes"], exact)),
-        ("KV pool", f"{s['kv_tokens']:,} tokens", _b(s["kv_pool_bytes"], exact)) if g.pool.fp.kv else
-        ("KV pool", "none", "no attention layers"),
-        ("max running requests", f"{s['max_running_requests']:,}",
-         _slots(s)),
-        *_host_rows(s.get("hicache"), exact)],
+    lead = (
+        waterfall_view(
+            g.memory,
+            f"SGLang {g.rel.version}: the GPU's memory on one rank",
+            "memory split between the pools (R)",
+            "mem_fraction_static",
+            exact,
+        )
+        if g.memory is not None
+        else []
+    )
+    t = Rows(
+        None,
+        [
+            ("max_mamba_cache_size", f"{s['max_mamba_cache_size']:,}", _b(s["pool_bytes"], exact)),
+            ("KV pool", f"{s['kv_tokens']:,} tokens", _b(s["kv_pool_bytes"], exact))
+            if g.pool.fp.kv
+            else ("KV pool", "none", "no attention layers"),
+            ("max running requests", f"{s['max_running_requests']:,}", _slots(s)),
+            *_host_rows(s.get("hicache"), exact),
+        ],
         title=f"SGLang {s['version']}: {_gb(s['budget_bytes'])} split between the state pool and the KV pool",
-        left=(0, 2), prose=(2,), styles={0: "bold", 2: "dim"})
+        left=(0, 2),
+        prose=(2,),
+        styles={0: "bold", 2: "dim"},
+    )
     return [*lead, t, *(log_line(line) for line in s["logs"])]
 
 
@@ -450,16 +608,29 @@ def _host_rows(h: dict | None, exact: bool) -> list:
     """The HiCache host pools (hybridplan/engines/sglang/hicache.py), in host memory beside the device pools."""
     if h is None:
         return []
-    return [("KV host pool", f"{h['kv_host_tokens']:,} tokens", f"{_b(h['kv_host_bytes'], exact)} host memory"),
-            ("Mamba host pool", f"{h['mamba_host_slots']:,} states",
-             f"{_b(h['mamba_host_bytes'], exact)} host memory, {h['write_policy']}")]
+    return [
+        ("KV host pool", f"{h['kv_host_tokens']:,} tokens", f"{_b(h['kv_host_bytes'], exact)} host memory"),
+        (
+            "Mamba host pool",
+            f"{h['mamba_host_slots']:,} states",
+            f"{_b(h['mamba_host_bytes'], exact)} host memory, {h['write_policy']}",
+        ),
+    ]
 
 
 _FIT_VIEWS = {"vllm": _vllm_fit, "sglang": _sglang_fit}
 
 
-_MARKS = {"weights": "█", "drafter weights": "█", "activation": "▓", "non-torch": "▒", "CUDA graphs": "▒",
-          "overhead": "▒", "CUDA context": "▒", "reserve": "▒"}
+_MARKS = {
+    "weights": "█",
+    "drafter weights": "█",
+    "activation": "▓",
+    "non-torch": "▒",
+    "CUDA graphs": "▒",
+    "overhead": "▒",
+    "CUDA context": "▒",
+    "reserve": "▒",
+}
 
 
 def _bar(w, width: int = 60) -> Text:
@@ -482,11 +653,14 @@ def waterfall_view(w, title: str, cache_label: str, factor_label: str, exact: bo
     def row(t) -> tuple[str, str, str]:
         return (f"− {t.name}", _b(t.bytes, exact), ("estimate: " if t.kind == "estimate" else "") + t.note)
 
-    rows = [("GPU total", _b(w.gpu_bytes, exact), "" if exact else f"{w.gpu_bytes:,} B"), *(row(t) for t in w.before),
-            (f"× {factor_label} {float(w.utilization)!r}", _b(w.requested, exact), w.factor_note),
-            *(row(t) for t in w.terms),
-            (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B"),
-            *((f"  then − {t.name}", _b(t.bytes, exact), t.note) for t in getattr(w, "after", ()))]
+    rows = [
+        ("GPU total", _b(w.gpu_bytes, exact), "" if exact else f"{w.gpu_bytes:,} B"),
+        *(row(t) for t in w.before),
+        (f"× {factor_label} {float(w.utilization)!r}", _b(w.requested, exact), w.factor_note),
+        *(row(t) for t in w.terms),
+        (f"= {cache_label}", _b(w.cache_bytes, exact), "" if exact else f"{w.cache_bytes:,} B"),
+        *((f"  then − {t.name}", _b(t.bytes, exact), t.note) for t in getattr(w, "after", ())),
+    ]
     return [Rows(None, rows, title=title, left=(0, 2), prose=(2,), styles={2: "dim"}), _bar(w)]
 
 
@@ -523,8 +697,13 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
     for name, part in r.parts.items():
         if isinstance(part, (Shortfall, Refusal)):
             if part.memory is not None:
-                parts += waterfall_view(part.memory, f"{part.engine}: the GPU's memory on one rank",
-                                        part.cache_label, part.factor_label, exact)
+                parts += waterfall_view(
+                    part.memory,
+                    f"{part.engine}: the GPU's memory on one rank",
+                    part.cache_label,
+                    part.factor_label,
+                    exact,
+                )
         else:
             parts += _FIT_VIEWS[name](part, exact)
     for engine, cmd in r.commands().items():
@@ -540,15 +719,35 @@ def fit_view(r: FitReport, *, exact: bool = False) -> Group:
 
 
 def prefix_view(r: PrefixReport) -> Group:
-    t = Rows(("engine", "block / grid", "checkpoints of the first request", "2nd reuses", "computes", "3rd+ reuses",
-              "computes"),
-             [(label, f"{x.grid:,}" if x.grid else "—", _cps(x.checkpoints), f"{x.reused_tokens:,}",
-               f"{x.computed_tokens:,}", f"{x.later_reused_tokens:,}", f"{x.later_computed_tokens:,}")
-              for label, _, x in r.entries()],
-             title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one that "
-                   "shared the prefix", left=(0, 2), prose=(2,),
-             caption="2nd reuses: tokens the second request with this prefix resumes from a checkpoint; 3rd+: the "
-                     "requests after it, which also find the checkpoint the second one saved where it branched off")
+    t = Rows(
+        (
+            "engine",
+            "block / grid",
+            "checkpoints of the first request",
+            "2nd reuses",
+            "computes",
+            "3rd+ reuses",
+            "computes",
+        ),
+        [
+            (
+                label,
+                f"{x.grid:,}" if x.grid else "—",
+                _cps(x.checkpoints),
+                f"{x.reused_tokens:,}",
+                f"{x.computed_tokens:,}",
+                f"{x.later_reused_tokens:,}",
+                f"{x.later_computed_tokens:,}",
+            )
+            for label, _, x in r.entries()
+        ],
+        title=f"{r.spec.name}: a request of {r.shared:,} shared + {r.private:,} private tokens after one that "
+        "shared the prefix",
+        left=(0, 2),
+        prose=(2,),
+        caption="2nd reuses: tokens the second request with this prefix resumes from a checkpoint; 3rd+: the "
+        "requests after it, which also find the checkpoint the second one saved where it branched off",
+    )
     return Group(t, *_skipped(r.skipped))
 
 
@@ -561,11 +760,16 @@ def _cps(cps) -> str:
 
 def sweep_view(sw: SweepReport) -> Group:
     series = sw.series()
-    t = Rows(("shared", *series),
-             [(f"{p.shared:,}", *(f"{series[label][i][1]:,} / {series[label][i][2]:,}" for label in series))
-              for i, p in enumerate(sw.points)],
-             title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
-                   "2nd request / 3rd and later", left=())
+    t = Rows(
+        ("shared", *series),
+        [
+            (f"{p.shared:,}", *(f"{series[label][i][1]:,} / {series[label][i][2]:,}" for label in series))
+            for i, p in enumerate(sw.points)
+        ],
+        title=f"{sw.spec.name}: tokens reused as the shared prefix grows (+{sw.private:,} private); "
+        "2nd request / 3rd and later",
+        left=(),
+    )
     return Group(t)
 
 
@@ -596,27 +800,66 @@ def check_view(r: CheckReport) -> Group:
 
 
 def _start_view(r, model: str) -> Group:
-    settings = Rows(("setting", "value", "from"),
-                    [(f"{s.engine} {s.name}", s.value, s.source.partition(":")[0] if s.source.startswith("line ")
-                      else s.source) for s in r.settings],
-                    title=f"{model}: the settings the log states (--json gives each source line)", left=(0, 1, 2),
-                    prose=(2,), styles={2: "dim"})
-    t = Rows(("engine", "figure", "logged", "predicted", ""),
-             [(row.engine, row.figure, row.logged, row.predicted,
-               Text("✓", style="green") if row.ok else Text("✗", style="red")) for row in r.rows],
-             title="the log against the prediction", left=(0, 1, 4), prose=(1,))
+    settings = Rows(
+        ("setting", "value", "from"),
+        [
+            (f"{s.engine} {s.name}", s.value, s.source.partition(":")[0] if s.source.startswith("line ") else s.source)
+            for s in r.settings
+        ],
+        title=f"{model}: the settings the log states (--json gives each source line)",
+        left=(0, 1, 2),
+        prose=(2,),
+        styles={2: "dim"},
+    )
+    t = Rows(
+        ("engine", "figure", "logged", "predicted", ""),
+        [
+            (
+                row.engine,
+                row.figure,
+                row.logged,
+                row.predicted,
+                Text("✓", style="green") if row.ok else Text("✗", style="red"),
+            )
+            for row in r.rows
+        ],
+        title="the log against the prediction",
+        left=(0, 1, 4),
+        prose=(1,),
+    )
     parts: list = [settings, t]
     if r.estimates:
-        parts.append(Rows(("engine", "figure", "logged", "estimate", "error", "from"),
-                          [(e.engine, e.figure, f"{e.logged:g}", f"{e.predicted:g}",
-                            Text(f"{e.error_pct:+.2f} %", style="green" if e.within else "yellow"), e.basis)
-                           for e in r.estimates],
-                          title="estimates beside the log (not exact: the weights as counted from the config)",
-                          left=(0, 1, 5), prose=(1, 5), styles={5: "dim"}))
+        parts.append(
+            Rows(
+                ("engine", "figure", "logged", "estimate", "error", "from"),
+                [
+                    (
+                        e.engine,
+                        e.figure,
+                        f"{e.logged:g}",
+                        f"{e.predicted:g}",
+                        Text(f"{e.error_pct:+.2f} %", style="green" if e.within else "yellow"),
+                        e.basis,
+                    )
+                    for e in r.estimates
+                ],
+                title="estimates beside the log (not exact: the weights as counted from the config)",
+                left=(0, 1, 5),
+                prose=(1, 5),
+                styles={5: "dim"},
+            )
+        )
     if r.not_modelled:
-        parts.append(Rows(("engine", "figure", "logged", "not modelled because"),
-                          [(n.engine, n.figure, n.logged, n.reason) for n in r.not_modelled],
-                          title="figures hybridplan does not model", left=(0, 1, 3), prose=(1, 3), styles={3: "dim"}))
+        parts.append(
+            Rows(
+                ("engine", "figure", "logged", "not modelled because"),
+                [(n.engine, n.figure, n.logged, n.reason) for n in r.not_modelled],
+                title="figures hybridplan does not model",
+                left=(0, 1, 3),
+                prose=(1, 3),
+                styles={3: "dim"},
+            )
+        )
     if not r.rows:
         verdict = Text("no modelled figure in this log", style="bold yellow")
     else:

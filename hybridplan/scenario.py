@@ -32,10 +32,31 @@ class DtypeChoice(Struct, frozen=True):
 
 #: ``--speculative-config`` methods (vLLM's ``method``; SGLang's ``--speculative-algorithm`` in lower case);
 #: which release accepts which is in hybridplan/speculative.py
-SPECULATIVE_METHODS = ("eagle", "eagle3", "dflash", "mtp", "qwen3_next_mtp", "deepseek_mtp", "ngram", "medusa",
-                       "draft_model", "nextn", "standalone", "ernie_mtp", "mimo_mtp", "glm4_moe_mtp",
-                       "longcat_flash_mtp", "qwen3_5_mtp", "nemotron_h_mtp", "mlp_speculator", "suffix", "ngram_gpu",
-                       "extract_hidden_states", "custom_class", "dspark")
+SPECULATIVE_METHODS = (
+    "eagle",
+    "eagle3",
+    "dflash",
+    "mtp",
+    "qwen3_next_mtp",
+    "deepseek_mtp",
+    "ngram",
+    "medusa",
+    "draft_model",
+    "nextn",
+    "standalone",
+    "ernie_mtp",
+    "mimo_mtp",
+    "glm4_moe_mtp",
+    "longcat_flash_mtp",
+    "qwen3_5_mtp",
+    "nemotron_h_mtp",
+    "mlp_speculator",
+    "suffix",
+    "ngram_gpu",
+    "extract_hidden_states",
+    "custom_class",
+    "dspark",
+)
 
 
 class Speculative(Struct, frozen=True):
@@ -58,8 +79,7 @@ class Speculative(Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in SPECULATIVE_METHODS:
-            raise PlanError(f"unknown speculative method {self.method!r} "
-                            f"(known: {', '.join(SPECULATIVE_METHODS)})")
+            raise PlanError(f"unknown speculative method {self.method!r} (known: {', '.join(SPECULATIVE_METHODS)})")
         if self.num_tokens < 0:
             raise PlanError(f"num_speculative_tokens must be ≥ 0, got {self.num_tokens}")
 
@@ -141,19 +161,28 @@ class Scenario(Struct, frozen=True):
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_CHOICES:
             raise PlanError(f"unknown engine {self.engine!r} (known: {', '.join(ENGINE_CHOICES)})")
-        for value, flag in ((self.tp, "--tp"), (self.ctx, "--ctx"), (self.slots, "--slots"), (self.pp, "--pp"),
-                            (self.dp, "--dp"), (self.ep_size, "--ep-size")):
+        for value, flag in (
+            (self.tp, "--tp"),
+            (self.ctx, "--ctx"),
+            (self.slots, "--slots"),
+            (self.pp, "--pp"),
+            (self.dp, "--dp"),
+            (self.ep_size, "--ep-size"),
+        ):
             positive(value, flag)
         if self.chunk is not None and self.chunk <= 0:
             raise PlanError(f"--max-num-batched-tokens must be positive, got {self.chunk}")
         if self.spec_tokens < 0:
             raise PlanError(f"--spec-tokens must be ≥ 0, got {self.spec_tokens}")
         if self.speculative.num_tokens and self.speculative.num_tokens != self.spec_tokens:
-            raise PlanError(f"num_speculative_tokens {self.speculative.num_tokens} and --spec-tokens "
-                            f"{self.spec_tokens} disagree")
+            raise PlanError(
+                f"num_speculative_tokens {self.speculative.num_tokens} and --spec-tokens {self.spec_tokens} disagree"
+            )
         if self.pp_partition is not None and len(self.pp_partition) != self.pp:
-            raise PlanError(f"the layer partition {','.join(map(str, self.pp_partition))} names "
-                            f"{len(self.pp_partition)} stages, but --pp is {self.pp}")
+            raise PlanError(
+                f"the layer partition {','.join(map(str, self.pp_partition))} names "
+                f"{len(self.pp_partition)} stages, but --pp is {self.pp}"
+            )
 
     def wants(self, engine: str) -> bool:
         return self.engine in (engine, "both")

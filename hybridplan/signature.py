@@ -13,10 +13,12 @@ import typer.core
 from hybridplan import startup
 from hybridplan.options import Flag, Options, Param
 
-ENGINE_LINE_HELP = ("Engine flags: vLLM's and SGLang's own names are read too (--tensor-parallel-size, "
-                    "--max-model-len, --kv-cache-dtype, --tp-size, --context-length and more), and so is a whole "
-                    "engine command after --: -- vllm serve MODEL [FLAGS] or -- python -m sglang.launch_server --model-path "
-                    "MODEL [FLAGS] (environment variables first, as you type them).")
+ENGINE_LINE_HELP = (
+    "Engine flags: vLLM's and SGLang's own names are read too (--tensor-parallel-size, "
+    "--max-model-len, --kv-cache-dtype, --tp-size, --context-length and more), and so is a whole "
+    "engine command after --: -- vllm serve MODEL [FLAGS] or -- python -m sglang.launch_server --model-path "
+    "MODEL [FLAGS] (environment variables first, as you type them)."
+)
 
 
 class _Command(typer.core.TyperCommand):
@@ -50,7 +52,7 @@ def examples_wrapped(text: str) -> str:
     out = []
     for line in text.splitlines():
         body = line.lstrip()
-        indent = line[:len(line) - len(body)]
+        indent = line[: len(line) - len(body)]
         if body.startswith("hybridplan ") and len(line) > cols:
             out += wrap_command(words(body), cols, indent, indent + "    ")
         else:
@@ -58,8 +60,9 @@ def examples_wrapped(text: str) -> str:
     return "\n".join(out)
 
 
-def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = None,
-            short: str | None = None) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
+def command(
+    app: typer.Typer, *groups: tuple[Param, ...], name: str | None = None, short: str | None = None
+) -> Callable[[Callable[[Options], Any]], Callable[[Options], Any]]:
     """Register ``fn(o: Options)`` as a command whose options are ``groups``, in that order; ``short`` is its
     line in the command list. typer reads the options when the command is built, after ``signature``."""
 
@@ -70,8 +73,12 @@ def command(app: typer.Typer, *groups: tuple[Param, ...], name: str | None = Non
 
         run.params = tuple(p for g in groups for p in g)  # type: ignore[attr-defined]
         run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-        app.command(name=name or fn.__name__, short_help=short, cls=_Command,
-                    epilog=ENGINE_LINE_HELP if takes_engine_flags(run.params) else None)(run)  # type: ignore[attr-defined]
+        app.command(
+            name=name or fn.__name__,
+            short_help=short,
+            cls=_Command,
+            epilog=ENGINE_LINE_HELP if takes_engine_flags(run.params) else None,  # type: ignore[attr-defined]
+        )(run)
         return fn
 
     return register
@@ -93,8 +100,9 @@ def command_in(app: typer.Typer, target: str, *, short: str, engine_flags: bool)
         return run.fn(Options(**values))  # type: ignore[attr-defined]
 
     run.__name__, run.target = name, target  # type: ignore[attr-defined]
-    app.command(name=name.replace("_", "-"), short_help=short, cls=_Command,
-                epilog=ENGINE_LINE_HELP if engine_flags else None)(run)
+    app.command(
+        name=name.replace("_", "-"), short_help=short, cls=_Command, epilog=ENGINE_LINE_HELP if engine_flags else None
+    )(run)
 
 
 def _import_command(run: Callable[..., Any]) -> None:
@@ -115,7 +123,12 @@ def signature(run: Callable[..., Any]) -> None:
     if not hasattr(run, "params"):
         _import_command(run)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    run.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-        inspect.Parameter(n, kind, default=a.decl.build(d), annotation=a.type) if isinstance(a, Flag)
-        else inspect.Parameter(n, kind, default=d, annotation=a)
-        for n, a, d in run.params])  # type: ignore[attr-defined]
+    params = run.params  # type: ignore[attr-defined]  # set where the command was declared
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(n, kind, default=a.decl.build(d), annotation=a.type)
+            if isinstance(a, Flag)
+            else inspect.Parameter(n, kind, default=d, annotation=a)
+            for n, a, d in params
+        ]
+    )

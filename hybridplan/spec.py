@@ -67,17 +67,24 @@ class Mamba2(Struct, frozen=True):
         return self.n_groups if self.n_groups % tp == 0 else tp
 
     def conv_channels(self, tp: int) -> int:
-        return divide(self.intermediate + 2 * self.padded_groups(tp) * self.state_size, tp,
-                      "the Mamba-2 conv dimension (I + 2·groups·state)")
+        return divide(
+            self.intermediate + 2 * self.padded_groups(tp) * self.state_size,
+            tp,
+            "the Mamba-2 conv dimension (I + 2·groups·state)",
+        )
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
         if self.n_groups % tp and self.n_groups != 1:
-            raise PlanError(f"--tp {tp} does not divide the Mamba-2 groups ({self.n_groups}), which are not 1; "
-                            "both engines refuse this TP")
+            raise PlanError(
+                f"--tp {tp} does not divide the Mamba-2 groups ({self.n_groups}), which are not 1; "
+                "both engines refuse this TP"
+            )
         divide(self.intermediate, tp, "the Mamba-2 inner width")
         heads = divide(self.num_heads, tp, "the Mamba heads")
-        return StateShapes(conv=(self.conv_channels(tp), self.conv_kernel - 1 + spec_tokens),
-                           ssm=(heads, self.head_dim, self.state_size))
+        return StateShapes(
+            conv=(self.conv_channels(tp), self.conv_kernel - 1 + spec_tokens),
+            ssm=(heads, self.head_dim, self.state_size),
+        )
 
 
 class Mamba1(Struct, frozen=True):
@@ -109,8 +116,10 @@ class GatedDeltaNet(Struct, frozen=True):
         divide(self.num_k_heads, tp, "the linear-attention key heads")
         v_heads = divide(self.num_v_heads, tp, "the linear-attention value heads")
         conv = 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
-        return StateShapes(conv=(divide(conv, tp, "the GDN conv dimension"), self.conv_kernel - 1 + spec_tokens),
-                           ssm=(v_heads, self.head_v_dim, self.head_k_dim))
+        return StateShapes(
+            conv=(divide(conv, tp, "the GDN conv dimension"), self.conv_kernel - 1 + spec_tokens),
+            ssm=(v_heads, self.head_v_dim, self.head_k_dim),
+        )
 
 
 class KimiDeltaAttention(Struct, frozen=True):
@@ -125,8 +134,10 @@ class KimiDeltaAttention(Struct, frozen=True):
         heads = divide(self.num_heads, tp, "the KDA heads")
         # q, k and v each keep a short-conv window (Kimi-Linear: key heads = heads, key dim = head dim).
         conv = 3 * self.num_heads * self.head_dim
-        return StateShapes(conv=(divide(conv, tp, "the KDA conv dimension"), self.conv_kernel - 1 + spec_tokens),
-                           ssm=(heads, self.head_dim, self.head_dim))
+        return StateShapes(
+            conv=(divide(conv, tp, "the KDA conv dimension"), self.conv_kernel - 1 + spec_tokens),
+            ssm=(heads, self.head_dim, self.head_dim),
+        )
 
 
 class ShortConv(Struct, frozen=True):
@@ -137,8 +148,9 @@ class ShortConv(Struct, frozen=True):
     kind: ClassVar[str] = "short_conv"
 
     def state_shapes(self, tp: int, spec_tokens: int = 0) -> StateShapes:
-        return StateShapes(conv=(divide(self.dim, tp, "the short-conv dimension"), self.l_cache - 1 + spec_tokens),
-                           ssm=None)
+        return StateShapes(
+            conv=(divide(self.dim, tp, "the short-conv dimension"), self.l_cache - 1 + spec_tokens), ssm=None
+        )
 
 
 class LinearAttention(Struct, frozen=True):
@@ -164,8 +176,10 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     if num_kv_heads >= tp:
         return divide(num_kv_heads, tp, "the KV heads")
     if tp % num_kv_heads:
-        raise PlanError(f"--tp {tp} is not a multiple of the KV heads ({num_kv_heads}), so they cannot be "
-                        "replicated evenly; both engines refuse this TP")
+        raise PlanError(
+            f"--tp {tp} is not a multiple of the KV heads ({num_kv_heads}), so they cannot be "
+            "replicated evenly; both engines refuse this TP"
+        )
     return 1
 
 

@@ -43,9 +43,18 @@ def token_count(value: Any, flag: str) -> int | None:
 
 #: draft architectures whose layers are plain decoder layers (EAGLE heads are Llama layers; DFlash drafts are
 #: Qwen3 layers): read with the dense-attention adapter
-DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle", "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM",
-                       "EagleLlamaForCausalLM", "Qwen3ForCausalLMEagle3", "Eagle3Qwen3ForCausalLM",
-                       "DFlashDraftModel", "DFlash2DraftModel", "Qwen3DFlashForCausalLM", "Qwen3DSparkModel")
+DRAFT_ARCHITECTURES = (
+    "LlamaForCausalLMEagle",
+    "LlamaForCausalLMEagle3",
+    "Eagle3LlamaForCausalLM",
+    "EagleLlamaForCausalLM",
+    "Qwen3ForCausalLMEagle3",
+    "Eagle3Qwen3ForCausalLM",
+    "DFlashDraftModel",
+    "DFlash2DraftModel",
+    "Qwen3DFlashForCausalLM",
+    "Qwen3DSparkModel",
+)
 
 
 def load_draft(ref: str) -> ModelSpec:
@@ -61,12 +70,13 @@ def load_draft(ref: str) -> ModelSpec:
     cfg = _raw_config(ref)
     archs = cfg.get("architectures") or []
     if not any(a in DRAFT_ARCHITECTURES for a in archs):
-        raise PlanError(f"the speculative draft model {ref} has architecture {', '.join(map(str, archs))}, "
-                        f"which hybridplan does not read (draft architectures: {', '.join(DRAFT_ARCHITECTURES)})")
+        raise PlanError(
+            f"the speculative draft model {ref} has architecture {', '.join(map(str, archs))}, "
+            f"which hybridplan does not read (draft architectures: {', '.join(DRAFT_ARCHITECTURES)})"
+        )
     from hybridplan.adapters import spec_from_config
 
-    return spec_from_config({**cfg, "architectures": ["LlamaForCausalLM"]}, name=Path(ref).name or ref,
-                            source=ref)
+    return spec_from_config({**cfg, "architectures": ["LlamaForCausalLM"]}, name=Path(ref).name or ref, source=ref)
 
 
 def _raw_config(ref: str) -> dict:
@@ -96,16 +106,20 @@ def mtp_layers(target: ModelSpec) -> tuple[tuple[Mixer, ...], int]:
         n = _count(text.get("num_nextn_predict_layers", 0), "num_nextn_predict_layers")
         pattern = text.get("mtp_hybrid_override_pattern")
         if n and not isinstance(pattern, str):
-            raise PlanError(f"{target.name}: num_nextn_predict_layers is {n} but the config has no "
-                            "mtp_hybrid_override_pattern (vllm/model_executor/models/nemotron_h_mtp.py)")
+            raise PlanError(
+                f"{target.name}: num_nextn_predict_layers is {n} but the config has no "
+                "mtp_hybrid_override_pattern (vllm/model_executor/models/nemotron_h_mtp.py)"
+            )
         attn = pattern.count("*") if n and isinstance(pattern, str) else 0
         return _need(target, (full,) * (n * attn) if full else (), n, "num_nextn_predict_layers")
     if arch.startswith("Deepseek"):
         n = _count(text.get("num_nextn_predict_layers", 0), "num_nextn_predict_layers")
         mla = next((m for m in target.attention if isinstance(m, MLA)), None)
         return _need(target, (mla,) * n if mla else (), n, "num_nextn_predict_layers")
-    raise PlanError(f"{target.name} ({arch}) has no MTP layers hybridplan reads: MTP drafts with the target's own "
-                    "layers (Qwen3.5, Qwen3-Next, Nemotron-H, DeepSeek)")
+    raise PlanError(
+        f"{target.name} ({arch}) has no MTP layers hybridplan reads: MTP drafts with the target's own "
+        "layers (Qwen3.5, Qwen3-Next, Nemotron-H, DeepSeek)"
+    )
 
 
 def _count(value: Any, key: str) -> int:

@@ -29,9 +29,16 @@ if TYPE_CHECKING:
     from hybridplan.weights.quant import Scheme
 
 #: a weights part's group → the mixer or FFN kinds whose layers hold it
-_PART_KINDS = {"attention": ATTENTION_KINDS, "mamba": ("mamba1", "mamba2"), "gdn": ("gdn",), "kda": ("kda",),
-               "linear_attention": ("linear_attention",), "conv": ("short_conv",), "mlp": ("mlp",),
-               "moe": ("moe",)}
+_PART_KINDS = {
+    "attention": ATTENTION_KINDS,
+    "mamba": ("mamba1", "mamba2"),
+    "gdn": ("gdn",),
+    "kda": ("kda",),
+    "linear_attention": ("linear_attention",),
+    "conv": ("short_conv",),
+    "mlp": ("mlp",),
+    "moe": ("moe",),
+}
 
 
 class Layer(Struct, frozen=True):
@@ -55,11 +62,13 @@ def decoder_layers(spec: ModelSpec) -> tuple[Layer, ...]:
         return tuple(out)
     if spec.family == "Falcon-H1" and len(mixers) == 2 * len(ffn):
         # each layer: attention and Mamba-2 side by side, then its MLP
-        return tuple(Layer(tuple(mixers[2 * i:2 * i + 2]), (ffn[i],)) for i in range(len(ffn)))
+        return tuple(Layer(tuple(mixers[2 * i : 2 * i + 2]), (ffn[i],)) for i in range(len(ffn)))
     if not ffn or len(ffn) == len(mixers):
         return tuple(Layer((m,), (ffn[i],) if ffn else ()) for i, m in enumerate(mixers))
-    raise PlanError(f"{spec.name} ({spec.architecture}): how its {len(mixers)} mixers and {len(ffn)} FFN blocks "
-                    "make decoder layers is not modelled, so its pipeline stages are not either")
+    raise PlanError(
+        f"{spec.name} ({spec.architecture}): how its {len(mixers)} mixers and {len(ffn)} FFN blocks "
+        "make decoder layers is not modelled, so its pipeline stages are not either"
+    )
 
 
 class Stage(Struct, frozen=True):
@@ -83,8 +92,13 @@ class Stage(Struct, frozen=True):
         return " + ".join(held) or "—"
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "layers": [self.start, self.end], "first": self.first, "last": self.last,
-                "layer_counts": self.spec.layer_counts}
+        return {
+            "rank": self.rank,
+            "layers": [self.start, self.end],
+            "first": self.first,
+            "last": self.last,
+            "layer_counts": self.spec.layer_counts,
+        }
 
 
 def partition_parts(partition: tuple[int, ...], pp: int, num_layers: int, env: str) -> list[int]:
@@ -101,8 +115,9 @@ def bounds_of(parts: list[int], flag: str, num_layers: int) -> tuple[tuple[int, 
     """Each stage's [first, last) decoder layers from the layers each holds (an engine's split), refused where a
     stage would hold none (``flag``: the engine's flag, for the message)."""
     if min(parts) <= 0:
-        raise PlanError(f"{flag} {len(parts)} leaves a stage without layers (of {num_layers}: "
-                        f"{','.join(map(str, parts))})")
+        raise PlanError(
+            f"{flag} {len(parts)} leaves a stage without layers (of {num_layers}: {','.join(map(str, parts))})"
+        )
     bounds, start = [], 0
     for n in parts:
         bounds.append((start, start + n))
@@ -113,15 +128,22 @@ def bounds_of(parts: list[int], flag: str, num_layers: int) -> tuple[tuple[int, 
 def stages(spec: ModelSpec, bounds: tuple[tuple[int, int], ...]) -> tuple[Stage, ...]:
     """The stages whose layer ranges are ``bounds`` (an engine's split), each a spec of its own layers."""
     layers = decoder_layers(spec)
-    if not bounds or bounds[0][0] != 0 or bounds[-1][1] != len(layers) or any(
-            a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+    if (
+        not bounds
+        or bounds[0][0] != 0
+        or bounds[-1][1] != len(layers)
+        or any(a[1] != b[0] for a, b in zip(bounds, bounds[1:]))
+    ):
         raise PlanError(f"pipeline stages {list(bounds)} do not cover the {len(layers)} layers of {spec.name}")
     out = []
     for rank, (start, end) in enumerate(bounds):
         held = layers[start:end]
-        sub = replace(spec, name=f"{spec.name}[{start}:{end}]",
-                      mixers=tuple(m for layer in held for m in layer.mixers),
-                      ffn=tuple(f for layer in held for f in layer.ffn))
+        sub = replace(
+            spec,
+            name=f"{spec.name}[{start}:{end}]",
+            mixers=tuple(m for layer in held for m in layer.mixers),
+            ffn=tuple(f for layer in held for f in layer.ffn),
+        )
         out.append(Stage(rank, start, end, rank == 0, rank == len(bounds) - 1, sub))
     return tuple(out)
 
@@ -220,8 +242,9 @@ def _price(p: Part, ranks: int, hidden: int, dbytes: int, q: Scheme | None, lay:
     return _bytes(p, rank_params(p, ranks, hidden), dbytes, q, *lay)
 
 
-def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
-                     sharding: Sharding | None = None) -> tuple[int, str]:
+def stage_rank_bytes(
+    whole: ModelSpec, stage: Stage | None, tp: int, dtype: str, sharding: Sharding | None = None
+) -> tuple[int, str]:
     """The weights one rank of ``stage`` (the whole model where None) loads, and where the figure comes from: the
     whole model's parts (hybridplan/weights) in the stage's share, each split as ``sharding`` says (over ``tp``
     where None); a checkpoint's exact figure scaled by the same shares. Remembered per arguments: pricing a
@@ -233,8 +256,9 @@ def stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
 
 
 @lru_cache(maxsize=512)
-def _stage_rank_bytes(whole: ModelSpec, stage: Stage | None, tp: int, dtype: str,
-                      sharding: Sharding | None = None) -> tuple[int, str]:
+def _stage_rank_bytes(
+    whole: ModelSpec, stage: Stage | None, tp: int, dtype: str, sharding: Sharding | None = None
+) -> tuple[int, str]:
     from hybridplan.dtypes import size_of
     from hybridplan.weights import _bytes, counted_parts, rank_params, weights
 

@@ -10,9 +10,20 @@ from collections.abc import Iterable, Sequence
 from hybridplan.errors import PlanError
 from hybridplan.options import Flag, option, param
 
-CSV = (param("as_csv", Flag(bool, option(
-    "--csv", help="Print the table as CSV (a header row, numbers as numbers, units in the column names) and "
-                  "nothing else.")), False),)
+CSV = (
+    param(
+        "as_csv",
+        Flag(
+            bool,
+            option(
+                "--csv",
+                help="Print the table as CSV (a header row, numbers as numbers, units in the column names) and "
+                "nothing else.",
+            ),
+        ),
+        False,
+    ),
+)
 
 
 def refuse_with_json(as_csv: bool, as_json: bool) -> None:

@@ -33,9 +33,26 @@ def human_tokens(n: int | float | None) -> str:
 
 #: a size as typed (compiled on first use, by re's own cache: most commands read no size)
 _SIZE = r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$"
-_SCALE = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": KiB, "ki": KiB, "m": 1000**2, "mb": 1000**2, "mib": MiB,
-          "mi": MiB, "g": 1000**3, "gb": 1000**3, "gib": GiB, "gi": GiB, "t": 1000**4, "tb": 1000**4, "tib": TiB,
-          "ti": TiB}
+_SCALE = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": KiB,
+    "ki": KiB,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": MiB,
+    "mi": MiB,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": GiB,
+    "gi": GiB,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": TiB,
+    "ti": TiB,
+}
 
 
 #: the largest size hybridplan takes (1 PiB): no GPU or model comes near it
@@ -77,8 +94,10 @@ def parse_count(text: str, *, what: str, limit: int = MAX_COUNT) -> int:
             n = int(float(m.group(1)) * _DECIMAL[m.group(2)])
         elif m:
             if "." in m.group(1):
-                raise PlanError(f"{what}: no decimals with a binary suffix in {text!r} (did you mean "
-                                f"{m.group(1)}{m.group(2).lower()}?)")
+                raise PlanError(
+                    f"{what}: no decimals with a binary suffix in {text!r} (did you mean "
+                    f"{m.group(1)}{m.group(2).lower()}?)"
+                )
             n = int(m.group(1)) * _BINARY[m.group(2)]
         else:
             n = float(value) if ("e" in value.lower() or "." in value) else int(value)

@@ -38,11 +38,19 @@ _MXFP4 = {"quant_method": "mxfp4"}
 SUFFIXES: dict[str, tuple[dict[str, dict | None], str]] = {
     "fp8": ({"nvidia": _FP8_MODELOPT, "": _FP8_BLOCKS}, "fp8"),
     "fp8-kv": ({"": {"quant_method": "fp8", "activation_scheme": "static"}}, "AMD Quark fp8 (per-tensor)"),
-    "fp8-dynamic": ({"": {"quant_method": "compressed-tensors",
-                          "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}}},
-                    "compressed-tensors fp8"),
-    "nvfp4": ({"": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                    "producer": {"name": "modelopt"}}}, "ModelOpt NVFP4"),
+    "fp8-dynamic": (
+        {
+            "": {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+            }
+        },
+        "compressed-tensors fp8",
+    ),
+    "nvfp4": (
+        {"": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "producer": {"name": "modelopt"}}},
+        "ModelOpt NVFP4",
+    ),
     "mxfp4": ({"": _MXFP4}, "MXFP4"),
     "mxfp4-preview": ({"": _MXFP4}, "MXFP4"),
     "awq": ({"": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}}, "AWQ int4"),
@@ -58,7 +66,7 @@ def split(name: str) -> tuple[str, str] | None:
     low = name.lower()
     for suffix in sorted(SUFFIXES, key=len, reverse=True):
         if low.endswith("-" + suffix) and len(name) > len(suffix) + 1:
-            return name[:-len(suffix) - 1], suffix
+            return name[: -len(suffix) - 1], suffix
     return None
 
 
@@ -92,16 +100,18 @@ def _refuse_unknown(repo_id: str, name: str, sources: dict[str, str]) -> None:
         base = src.split("/")[-1].lower() if src else ""
         for stem in dict.fromkeys((base, _stem(src) if src else "")):
             if stem and low.startswith(stem + "-"):
-                rest = name[len(stem) + 1:]
+                rest = name[len(stem) + 1 :]
                 known = ", ".join("-" + s.upper() for s in SUFFIXES)
-                raise PlanError(f"{repo_id} is not in the local Hugging Face cache and the Hub cannot be reached; "
-                                f"its name is the shipped spec {fn[:-5]}'s ({src}) with '-{rest}', which hybridplan "
-                                f"does not read as a quantization (it reads {known}): download its config.json or "
-                                "pass a folder")
+                raise PlanError(
+                    f"{repo_id} is not in the local Hugging Face cache and the Hub cannot be reached; "
+                    f"its name is the shipped spec {fn[:-5]}'s ({src}) with '-{rest}', which hybridplan "
+                    f"does not read as a quantization (it reads {known}): download its config.json or "
+                    "pass a folder"
+                )
 
 
 def config_of(base: dict[str, Any], repo_id: str, suffix: str) -> tuple[dict[str, Any], str]:
-    original = repo_id[-len(suffix):]
+    original = repo_id[-len(suffix) :]
     """The base spec's config with the suffix's quantization in place of its own, and the note that says so."""
     formats, label = SUFFIXES[suffix]
     org = repo_id.split("/", 1)[0].lower()
@@ -113,8 +123,12 @@ def config_of(base: dict[str, Any], repo_id: str, suffix: str) -> tuple[dict[str
         config["quantization_config"] = dict(q)
     had = stated_quantization(base)[0] is not None
     shown = "-" + original
-    how = (f"quantized as its '{shown}' suffix says ({label}); its own config.json would say which modules stay "
-           "unquantized and which KV-cache dtype it declares: every linear layer is counted so, and none is "
-           "declared (give --kv-cache-dtype)" if q is not None else
-           f"unquantized, as its '{shown}' suffix says" + (" (the shipped spec's quantization dropped)" if had else ""))
+    how = (
+        f"quantized as its '{shown}' suffix says ({label}); its own config.json would say which modules stay "
+        "unquantized and which KV-cache dtype it declares: every linear layer is counted so, and none is "
+        "declared (give --kv-cache-dtype)"
+        if q is not None
+        else f"unquantized, as its '{shown}' suffix says"
+        + (" (the shipped spec's quantization dropped)" if had else "")
+    )
     return config, how

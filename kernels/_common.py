@@ -35,8 +35,6 @@ def lastdim_contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.contiguous()
 
 
-
-
 def check_grid_dim(what: str, n: int) -> None:
     if n > MAX_GRID_YZ:
         raise ValueError(f"{what} ({n}) exceeds {MAX_GRID_YZ}, the most one launch can cover; split the call")
@@ -76,8 +74,9 @@ def index_tensor(idx, n: int, device: torch.device, name: str) -> torch.Tensor:
     return t if t.stride(0) == 1 else t.contiguous()
 
 
-def decode_output(out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device,
-                  axis: str) -> torch.Tensor:
+def decode_output(
+    out: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device, axis: str
+) -> torch.Tensor:
     """A decode op's output: ``out`` checked (shape, unit stride along its last dimension, named ``axis``),
     or a new tensor."""
     if out is None:

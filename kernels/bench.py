@@ -67,14 +67,28 @@ DECODE_BATCHES = (4, 8, 16, 32, 64, 128, 256)
 PREFILL_TOKENS = (2048, 4096, 8192, 16384)
 
 _DTYPE_BYTES = {
-    "float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "float": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "int8": 1, "int32": 4, "int64": 8,
+    "float64": 8,
+    "fp64": 8,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8": 1,
+    "int8": 1,
+    "int32": 4,
+    "int64": 8,
 }
 
 
 #: CUDA's limit on the second and third grid dimensions: the most sequences (or chunks) one launch covers
 MAX_GRID_YZ = 65535
+
 
 def dtype_bytes(dtype) -> int:
     """Bytes per element of a dtype given as a name ('bf16', 'float32', ...) or a torch dtype."""
@@ -365,24 +379,33 @@ def target_checks(
     A target with no matching row is reported as not met.
     """
     out = []
-    dec = [r for r in rows if r["kernel"] == "selective_state_update" and r.get("state_dtype") == "float32"
-           and r["batch"] * r["nheads"] >= decode_min_batch_heads]
+    dec = [
+        r
+        for r in rows
+        if r["kernel"] == "selective_state_update"
+        and r.get("state_dtype") == "float32"
+        and r["batch"] * r["nheads"] >= decode_min_batch_heads
+    ]
     worst = min((r["gb_per_s"] * 1e9 / copy_bandwidth for r in dec), default=None)
-    out.append({
-        "target": f"decode state update >= {decode_fraction:.0%} of copy bandwidth at batch*heads >= "
-                  f"{decode_min_batch_heads} (fp32 state)",
-        "value": worst,
-        "required": decode_fraction,
-        "met": worst is not None and worst >= decode_fraction,
-    })
+    out.append(
+        {
+            "target": f"decode state update >= {decode_fraction:.0%} of copy bandwidth at batch*heads >= "
+            f"{decode_min_batch_heads} (fp32 state)",
+            "value": worst,
+            "required": decode_fraction,
+            "met": worst is not None and worst >= decode_fraction,
+        }
+    )
     pre = [r for r in rows if r["kernel"] == "ssd_chunk_scan" and r.get("ntokens") == prefill_tokens]
     worst_tok = min((r["tokens_per_s"] for r in pre if r.get("tokens_per_s")), default=None)
-    out.append({
-        "target": f"prefill scan >= {prefill_tokens_per_s:.2g} tokens/s per layer at {prefill_tokens} tokens",
-        "value": worst_tok,
-        "required": prefill_tokens_per_s,
-        "met": worst_tok is not None and worst_tok >= prefill_tokens_per_s,
-    })
+    out.append(
+        {
+            "target": f"prefill scan >= {prefill_tokens_per_s:.2g} tokens/s per layer at {prefill_tokens} tokens",
+            "value": worst_tok,
+            "required": prefill_tokens_per_s,
+            "met": worst_tok is not None and worst_tok >= prefill_tokens_per_s,
+        }
+    )
     return out
 
 

@@ -168,20 +168,34 @@ def _sequences(lengths: Sequence[int], slots, device):
     return cu_from_lengths(lengths, device), idx, torch.ones(len(lengths), dtype=torch.bool, device=device)
 
 
-def mamba2_decode(batch, nheads, headdim, dstate, ngroups, gen, *, dtype=F32, device="cpu",
-                  indices=None) -> KernelCall:
+def mamba2_decode(batch, nheads, headdim, dstate, ngroups, gen, *, dtype=F32, device="cpu", indices=None) -> KernelCall:
     """``selective_state_update`` of ``batch`` entries (dt through softplus with dt_bias)."""
     from .ssd.state_update import selective_state_update
 
     A, D, dt_bias = ssd_params(nheads, headdim, gen, device)
     x, z, dt, B, C = ssd_tokens(batch, nheads, headdim, dstate, ngroups, gen, dtype, device)
-    return KernelCall(selective_state_update, "state", dict(
-        x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, dt_softplus=True,
-        state_batch_indices=_decode_indices(indices, batch, device), out=torch.empty_like(x)))
+    return KernelCall(
+        selective_state_update,
+        "state",
+        dict(
+            x=x,
+            dt=dt,
+            A=A,
+            B=B,
+            C=C,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=True,
+            state_batch_indices=_decode_indices(indices, batch, device),
+            out=torch.empty_like(x),
+        ),
+    )
 
 
-def mamba2_prefill(lengths, nheads, headdim, dstate, ngroups, chunk, gen, *, dtype=F32, device="cpu",
-                   slots=None) -> KernelCall:
+def mamba2_prefill(
+    lengths, nheads, headdim, dstate, ngroups, chunk, gen, *, dtype=F32, device="cpu", slots=None
+) -> KernelCall:
     """``ssd_chunk_scan`` of packed sequences of ``lengths`` tokens, each from its slot's state; the chunk
     metadata built once, here."""
     from .ssd.chunk import ssd_chunk_metadata, ssd_chunk_scan
@@ -189,10 +203,27 @@ def mamba2_prefill(lengths, nheads, headdim, dstate, ngroups, chunk, gen, *, dty
     cu, idx, init = _sequences(lengths, slots, device)
     x, z, dt, B, C = ssd_tokens(int(sum(lengths)), nheads, headdim, dstate, ngroups, gen, dtype, device)
     A, D, dt_bias = ssd_params(nheads, headdim, gen, device)
-    return KernelCall(ssd_chunk_scan, "state_pool", dict(
-        x=x, dt=dt, A=A, B=B, C=C, chunk_size=chunk, cu_seqlens=cu, state_indices=idx, has_initial_state=init,
-        D=D, z=z, dt_bias=dt_bias, dt_softplus=True, out=torch.empty_like(x),
-        metadata=ssd_chunk_metadata(cu, chunk, device=device)))
+    return KernelCall(
+        ssd_chunk_scan,
+        "state_pool",
+        dict(
+            x=x,
+            dt=dt,
+            A=A,
+            B=B,
+            C=C,
+            chunk_size=chunk,
+            cu_seqlens=cu,
+            state_indices=idx,
+            has_initial_state=init,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=True,
+            out=torch.empty_like(x),
+            metadata=ssd_chunk_metadata(cu, chunk, device=device),
+        ),
+    )
 
 
 def mamba1_decode(batch, dim, dstate, gen, *, dtype=F32, device="cpu", indices=None) -> KernelCall:
@@ -200,9 +231,23 @@ def mamba1_decode(batch, dim, dstate, gen, *, dtype=F32, device="cpu", indices=N
     from .mamba1.state_update import mamba1_state_update
 
     x, dt, A, B, C, D, z, dt_bias = mamba1_inputs(batch, dim, dstate, gen, dtype, device)
-    return KernelCall(mamba1_state_update, "state", dict(
-        x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias, dt_softplus=True,
-        state_batch_indices=_decode_indices(indices, batch, device), out=torch.empty_like(x)))
+    return KernelCall(
+        mamba1_state_update,
+        "state",
+        dict(
+            x=x,
+            dt=dt,
+            A=A,
+            B=B,
+            C=C,
+            D=D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=True,
+            state_batch_indices=_decode_indices(indices, batch, device),
+            out=torch.empty_like(x),
+        ),
+    )
 
 
 def gdn_decode(batch, hk, hv, kdim, vdim, gen, *, dtype=F32, device="cpu", indices=None) -> KernelCall:
@@ -210,25 +255,46 @@ def gdn_decode(batch, hk, hv, kdim, vdim, gen, *, dtype=F32, device="cpu", indic
     from .gdn.fused_recurrent import gated_delta_rule_update
 
     q, k, v, g, beta = gdn_inputs(batch, hk, hv, kdim, vdim, gen, dtype, device)
-    return KernelCall(gated_delta_rule_update, "state", dict(
-        q=q, k=k, v=v, g=g, beta=beta, state_batch_indices=_decode_indices(indices, batch, device),
-        out=torch.empty_like(v)))
+    return KernelCall(
+        gated_delta_rule_update,
+        "state",
+        dict(
+            q=q,
+            k=k,
+            v=v,
+            g=g,
+            beta=beta,
+            state_batch_indices=_decode_indices(indices, batch, device),
+            out=torch.empty_like(v),
+        ),
+    )
 
 
-def conv_decode(batch, dim, width, gen, *, dtype=F32, device="cpu", indices=None,
-                activation: str | None = "silu") -> KernelCall:
+def conv_decode(
+    batch, dim, width, gen, *, dtype=F32, device="cpu", indices=None, activation: str | None = "silu"
+) -> KernelCall:
     """``causal_conv1d_update`` of ``batch`` entries."""
     from .conv1d.update import causal_conv1d_update
 
     w, b = conv_weights(dim, width, gen, dtype, device)
     x = conv_tokens(batch, dim, gen, dtype, device)
-    return KernelCall(causal_conv1d_update, "conv_state", dict(
-        x=x, weight=w, bias=b, activation=activation, conv_state_indices=_decode_indices(indices, batch, device),
-        out=torch.empty_like(x)))
+    return KernelCall(
+        causal_conv1d_update,
+        "conv_state",
+        dict(
+            x=x,
+            weight=w,
+            bias=b,
+            activation=activation,
+            conv_state_indices=_decode_indices(indices, batch, device),
+            out=torch.empty_like(x),
+        ),
+    )
 
 
-def conv_prefill(lengths, dim, width, gen, *, dtype=F32, device="cpu", slots=None,
-                 activation: str | None = "silu") -> KernelCall:
+def conv_prefill(
+    lengths, dim, width, gen, *, dtype=F32, device="cpu", slots=None, activation: str | None = "silu"
+) -> KernelCall:
     """``causal_conv1d_prefill`` of packed sequences of ``lengths`` tokens, each from its slot's window; the
     metadata built once, here."""
     from .conv1d.prefill import causal_conv1d_prefill, conv_prefill_metadata
@@ -236,6 +302,18 @@ def conv_prefill(lengths, dim, width, gen, *, dtype=F32, device="cpu", slots=Non
     cu, idx, init = _sequences(lengths, slots, device)
     w, b = conv_weights(dim, width, gen, dtype, device)
     x = conv_tokens(int(sum(lengths)), dim, gen, dtype, device)
-    return KernelCall(causal_conv1d_prefill, "conv_states", dict(
-        x=x, weight=w, bias=b, cu_seqlens=cu, state_indices=idx, has_initial_state=init, activation=activation,
-        out=torch.empty_like(x), metadata=conv_prefill_metadata(cu, device=device)))
+    return KernelCall(
+        causal_conv1d_prefill,
+        "conv_states",
+        dict(
+            x=x,
+            weight=w,
+            bias=b,
+            cu_seqlens=cu,
+            state_indices=idx,
+            has_initial_state=init,
+            activation=activation,
+            out=torch.empty_like(x),
+            metadata=conv_prefill_metadata(cu, device=device),
+        ),
+    )

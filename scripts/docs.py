@@ -69,7 +69,7 @@ def main() -> int:
             if now != ex.shown:
                 stale += 1
                 print(f"{path.relative_to(ROOT)}: $ {ex.command}")
-                text = text[:ex.start] + now + text[ex.end:]
+                text = text[: ex.start] + now + text[ex.end :]
         if write:
             path.write_text(text, encoding="utf-8")
     if stale and not write:

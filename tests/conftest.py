@@ -34,4 +34,3 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return run
-

@@ -26,16 +26,35 @@ def vrel(minor: int | str):
     return vllm_release(minor if isinstance(minor, str) else f"0.{minor}")
 
 
-def scenario(model: str | ModelSpec, ctx: int = 8192, *, minor: int | str = 33, sglang_version: str | None = None,
-             vllm: dict | None = None, sglang: dict | None = None, **fields) -> Scenario:
+def scenario(
+    model: str | ModelSpec,
+    ctx: int = 8192,
+    *,
+    minor: int | str = 33,
+    sglang_version: str | None = None,
+    vllm: dict | None = None,
+    sglang: dict | None = None,
+    **fields,
+) -> Scenario:
     """``vllm`` and ``sglang`` hold the engines' flags (``dict(mode="all")``); ``fields`` the scenario's own."""
     spec = load_model(model) if isinstance(model, str) else model
-    return Scenario(spec, ctx=ctx, vllm=VllmSettings(release=vrel(minor), **(vllm or {})),
-                    sglang=SglangSettings(release=sglang_release(sglang_version), **(sglang or {})), **fields)
+    return Scenario(
+        spec,
+        ctx=ctx,
+        vllm=VllmSettings(release=vrel(minor), **(vllm or {})),
+        sglang=SglangSettings(release=sglang_release(sglang_version), **(sglang or {})),
+        **fields,
+    )
 
 
-def footprint(model: str | ModelSpec, *, tp: int = 1, dtypes: DtypeChoice = DtypeChoice(), spec_tokens: int = 0,
-              minor: int | str = 33) -> Footprint:
+def footprint(
+    model: str | ModelSpec,
+    *,
+    tp: int = 1,
+    dtypes: DtypeChoice = DtypeChoice(),
+    spec_tokens: int = 0,
+    minor: int | str = 33,
+) -> Footprint:
     """One sequence under vLLM's dtype rules."""
     return vllm_footprint(scenario(model, minor=minor, tp=tp, dtypes=dtypes, spec_tokens=spec_tokens))
 
@@ -70,8 +89,9 @@ def native_built(module: str) -> bool:
 def native(module: str):
     """A mark for a test that runs ``module``'s C build: skipped where it was not built, unless required."""
     built = native_built(module)
-    return pytest.mark.skipif(not built and not REQUIRE_NATIVE,
-                              reason=f"{module} was not built here (no C compiler?): its Python twin runs")
+    return pytest.mark.skipif(
+        not built and not REQUIRE_NATIVE, reason=f"{module} was not built here (no C compiler?): its Python twin runs"
+    )
 
 
 def assert_native_built(module: str) -> None:

@@ -22,17 +22,37 @@ TRACE = "tests/data/traces/mooncake-conversation-300.jsonl"
 CALLS = [
     (api.size, ["qwen3-next"], {"tp": 4, "ctx": 131072}, ["size", "qwen3-next", "--tp", "4", "--ctx", "131072"]),
     (api.crossover, ["nemotron-h"], {}, ["crossover", "nemotron-h"]),
-    (api.fit, ["nemotron-h"], {"ctx": 8192, "kv_budget": "40GiB", "enforce_eager": True},
-     ["fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--enforce-eager"]),
-    (api.prefix, ["nemotron-h"], {"shared": 4000, "private": 200},
-     ["prefix", "nemotron-h", "--shared", "4000", "--private", "200"]),
-    (api.speed, ["nemotron-h"], {"gpu_type": "h100", "concurrency": 8},
-     ["speed", "nemotron-h", "--gpu-type", "h100", "--concurrency", "8"]),
-    (api.plan, ["nemotron-h"], {"ctx": 8192, "concurrency": 64, "gpu_type": "h100"},
-     ["plan", "nemotron-h", "--ctx", "8192", "--concurrency", "64", "--gpu-type", "h100"]),
+    (
+        api.fit,
+        ["nemotron-h"],
+        {"ctx": 8192, "kv_budget": "40GiB", "enforce_eager": True},
+        ["fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--enforce-eager"],
+    ),
+    (
+        api.prefix,
+        ["nemotron-h"],
+        {"shared": 4000, "private": 200},
+        ["prefix", "nemotron-h", "--shared", "4000", "--private", "200"],
+    ),
+    (
+        api.speed,
+        ["nemotron-h"],
+        {"gpu_type": "h100", "concurrency": 8},
+        ["speed", "nemotron-h", "--gpu-type", "h100", "--concurrency", "8"],
+    ),
+    (
+        api.plan,
+        ["nemotron-h"],
+        {"ctx": 8192, "concurrency": 64, "gpu_type": "h100"},
+        ["plan", "nemotron-h", "--ctx", "8192", "--concurrency", "64", "--gpu-type", "h100"],
+    ),
     (api.check_log, [LOG], {}, ["check-log", LOG]),
-    (api.replay, [TRACE, "qwen3.5-4b"], {"kv_budget": "20GiB", "engine": "vllm", "limit": 60},
-     ["replay", TRACE, "qwen3.5-4b", "--kv-budget", "20GiB", "--engine", "vllm", "--limit", "60"]),
+    (
+        api.replay,
+        [TRACE, "qwen3.5-4b"],
+        {"kv_budget": "20GiB", "engine": "vllm", "limit": 60},
+        ["replay", TRACE, "qwen3.5-4b", "--kv-budget", "20GiB", "--engine", "vllm", "--limit", "60"],
+    ),
 ]
 
 

@@ -63,19 +63,22 @@ def test_unsupported_architecture(run_cli, tmp_path):
     one_line_error(*run_cli("size", p), "unsupported architecture 'GPT2LMHeadModel'")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--ctx", "0"), "--ctx must be a positive integer"),
-    (("--ctx", "-5"), "--ctx must be a positive integer"),
-    (("--ctx", "abc"), "--ctx"),
-    (("--tp", "3"), "--tp 3 does not divide"),
-    (("--tp", "0"), "--tp must be a positive integer"),
-    (("--ssm-dtype", "fp64"), "unknown --ssm-dtype 'fp64'"),
-    (("--kv-dtype", "int4"), "unknown --kv-dtype 'int4'"),
-    (("--slots", "0"), "--slots must be a positive integer"),
-    (("--vllm-version", "0.9"), "unknown vLLM version '0.9'"),
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--ctx", "0"), "--ctx must be a positive integer"),
+        (("--ctx", "-5"), "--ctx must be a positive integer"),
+        (("--ctx", "abc"), "--ctx"),
+        (("--tp", "3"), "--tp 3 does not divide"),
+        (("--tp", "0"), "--tp must be a positive integer"),
+        (("--ssm-dtype", "fp64"), "unknown --ssm-dtype 'fp64'"),
+        (("--kv-dtype", "int4"), "unknown --kv-dtype 'int4'"),
+        (("--slots", "0"), "--slots must be a positive integer"),
+        (("--vllm-version", "0.9"), "unknown vLLM version '0.9'"),
         (("--vllm-version", "0.40"), "newer than the newest modelled release"),
-    (("--no-such-flag",), "no-such-flag"),
-])
+        (("--no-such-flag",), "no-such-flag"),
+    ],
+)
 def test_bad_flags(run_cli, args, needle):
     one_line_error(*run_cli("size", "nemotron-h", *args), needle)
 
@@ -86,13 +89,26 @@ def test_crossover_of_a_transformer_is_refused(run_cli):
 
 def test_model_the_release_does_not_serve(run_cli, tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"architectures": ["BambaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 4096,
-                             "num_attention_heads": 32, "attn_layer_indices": [1]}))
+    p.write_text(
+        json.dumps(
+            {
+                "architectures": ["BambaForCausalLM"],
+                "num_hidden_layers": 2,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "attn_layer_indices": [1],
+            }
+        )
+    )
     code, out, _ = run_cli("size", p, "--vllm-version", "0.23", "--json")
     assert code == 0 and json.loads(out)["layers"]["mamba2"] == 1
     # vLLM 0.24.0 lists it in _PREVIOUSLY_SUPPORTED_MODELS as "0.23.0" (vllm/model_executor/models/registry.py)
-    one_line_error(*run_cli("size", p, "--vllm-version", "0.33"), "refuses BambaForCausalLM",
-                    "was supported in vLLM until v0.23.0", "try --vllm-version 0.23.0")
+    one_line_error(
+        *run_cli("size", p, "--vllm-version", "0.33"),
+        "refuses BambaForCausalLM",
+        "was supported in vLLM until v0.23.0",
+        "try --vllm-version 0.23.0",
+    )
 
 
 # --- property test: mutated real configs either load or fail with one PlanError -----------------------
@@ -103,7 +119,8 @@ FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 1 << 20) | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 @pytest.fixture(scope="module")
@@ -186,14 +203,37 @@ _FLAGS = {
     "--weights": ["0", "1GiB", "500GiB"],
     "--params": ["0", "8e9", "-1"],
 }
-_FIT_ONLY = {"--kv-budget", "--gpu-mem", "--gpu-type", "--gpu-util", "--max-num-seqs", "--max-running-requests",
-             "--mem-fraction-static", "--weights", "--params"}
-_MODELS = ["nemotron-h", "lfm2", "qwen3-next", "jamba", "llama-3-8b", "mamba-130m", "minimax-m1", "kimi-linear",
-           "granite-4.0-h", "zamba2", "qwen3.5"]
+_FIT_ONLY = {
+    "--kv-budget",
+    "--gpu-mem",
+    "--gpu-type",
+    "--gpu-util",
+    "--max-num-seqs",
+    "--max-running-requests",
+    "--mem-fraction-static",
+    "--weights",
+    "--params",
+}
+_MODELS = [
+    "nemotron-h",
+    "lfm2",
+    "qwen3-next",
+    "jamba",
+    "llama-3-8b",
+    "mamba-130m",
+    "minimax-m1",
+    "kimi-linear",
+    "granite-4.0-h",
+    "zamba2",
+    "qwen3.5",
+]
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_FLAGS", "60")), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("FUZZ_FLAGS", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_any_flags_answer_or_refuse_in_one_line(run_cli, data):
     command = data.draw(st.sampled_from(["fit", "size"]))
@@ -250,8 +290,9 @@ def test_both_engines_refusing_are_named(run_cli):
 
 def test_bad_input_for_both_engines_stays_exit_2(run_cli):
     # Nemotron-H-8B's 32 attention heads and 8 KV heads: --tp 3 divides neither, for either engine
-    one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--tp", "3"),
-                   "--tp 3 does not divide")
+    one_line_error(
+        *run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "rtx-4090", "--tp", "3"), "--tp 3 does not divide"
+    )
 
 
 # --- issue 28 item 8: a trace that is not text, and a budget that holds no block --------------------------
@@ -276,8 +317,13 @@ def test_replay_on_a_budget_without_one_block(run_cli):
     # vllm/v1/core/kv_cache_planning.py), SGLang with its state-cache RuntimeError; asked alone, that is the answer
     trace = "tests/data/traces/mooncake-conversation-300.jsonl"
     code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB", "--engine", "vllm")
-    one_line_error(code, out, err, "vLLM 0.33.0 will not start in none mode",
-                   "To serve at least one request with the model's max seq len (8192)")
+    one_line_error(
+        code,
+        out,
+        err,
+        "vLLM 0.33.0 will not start in none mode",
+        "To serve at least one request with the model's max seq len (8192)",
+    )
     # both engines asked: each skipped with its refusal, the baseline and the ideal cache still replayed
     code, out, err = run_cli("replay", trace, "nemotron-h", "--kv-budget", "0.01GiB")
     assert code == 0 and "internal error" not in err
@@ -296,6 +342,7 @@ def test_nemotron_h_without_its_pattern_names_the_pattern(run_cli, tmp_path, nem
 
 # --- refusals a person meets on the command line ------------------------------------------------------------
 
+
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("argv", [("size", "nemotron-h"), ("size", "nemotron-h", "--json"), ("size", "--help")])
 def test_output_that_cannot_be_written_is_one_line_and_exit_2(argv):
@@ -304,8 +351,9 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_2(argv):
     import sys
 
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-m", "hybridplan", *argv], stdout=full, stderr=subprocess.PIPE,
-                           text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "hybridplan", *argv], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
     assert p.returncode == 2
     assert p.stderr == "hybridplan: error: cannot write the output: No space left on device\n"
 
@@ -324,14 +372,17 @@ def test_a_model_against_itself_has_no_crossover(run_cli):
     assert code == 0
 
 
-@pytest.mark.parametrize("argv,hint", [
-    (("size", "nemotorn-h"), "did you mean nemotron-h"),
-    (("size", "qwen3.5-27"), "did you mean qwen3.5-27b"),
-    (("fit", "nemotron-h", "--gpu-type", "h10"), "did you mean h100"),
-    (("size", "nemotron-h", "--dtype", "bf17"), "did you mean bf16?"),
-    (("size", "nemotron-h", "--ssm-dtype", "flaot32"), "did you mean float32?"),
-    (("size", "nemotron-h", "--kv-dtype", "fp9"), "did you mean fp8"),
-])
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (("size", "nemotorn-h"), "did you mean nemotron-h"),
+        (("size", "qwen3.5-27"), "did you mean qwen3.5-27b"),
+        (("fit", "nemotron-h", "--gpu-type", "h10"), "did you mean h100"),
+        (("size", "nemotron-h", "--dtype", "bf17"), "did you mean bf16?"),
+        (("size", "nemotron-h", "--ssm-dtype", "flaot32"), "did you mean float32?"),
+        (("size", "nemotron-h", "--kv-dtype", "fp9"), "did you mean fp8"),
+    ],
+)
 def test_a_near_miss_gets_a_suggestion(run_cli, argv, hint):
     one_line_error(*run_cli(*argv), hint)
 

@@ -42,8 +42,9 @@ def _trace(shapes: list[tuple[list[int], int]]) -> list[Request]:
     """One request per shape: its segments (a segment's tokens may be cut short) and its output tokens."""
     out = []
     for i, (parts, output) in enumerate(shapes):
-        runs = tuple((SEGMENTS[p % len(SEGMENTS)][0], SEGMENTS[p % len(SEGMENTS)][1] - p // len(SEGMENTS))
-                     for p in parts)
+        runs = tuple(
+            (SEGMENTS[p % len(SEGMENTS)][0], SEGMENTS[p % len(SEGMENTS)][1] - p // len(SEGMENTS)) for p in parts
+        )
         out.append(Request(i, Prompt(runs=runs + ((("own", i), 40 + i),)), output))
     return out
 
@@ -56,9 +57,15 @@ def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, p
     cache.pool = pool(r.num_blocks, "".join(cache.groups), r.uncached_first, r.block)
     runs, _ = replay([Policy(r.label, cache, r.block, r.max_model_len)], trace, concurrency)
     run = runs[r.label]
-    return {"outcomes": [(o.index, o.reused, o.attention_hit, o.reason) for o in run.outcomes],
-            "refused": run.refused, "evictions": run.evictions, "peak_states": run.peak_states,
-            "peak_blocks": run.peak_blocks, "states": cache.pool.states, "available": cache.pool.available}
+    return {
+        "outcomes": [(o.index, o.reused, o.attention_hit, o.reason) for o in run.outcomes],
+        "refused": run.refused,
+        "evictions": run.evictions,
+        "peak_states": run.peak_states,
+        "peak_blocks": run.peak_blocks,
+        "states": cache.pool.states,
+        "available": cache.pool.available,
+    }
 
 
 def test_the_c_pool_is_built():
@@ -70,14 +77,21 @@ def test_the_c_pool_is_built():
 
 @C
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rule=st.sampled_from(RULES),
-       shapes=st.lists(st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4),
-                                 st.integers(0, 700)), min_size=3, max_size=14),
-       blocks=st.sampled_from([None, 14, 24, 40]), concurrency=st.integers(1, 3))
+@given(
+    rule=st.sampled_from(RULES),
+    shapes=st.lists(
+        st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4), st.integers(0, 700)),
+        min_size=3,
+        max_size=14,
+    ),
+    blocks=st.sampled_from([None, 14, 24, 40]),
+    concurrency=st.integers(1, 3),
+)
 def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
     trace = _trace(shapes)
     assert _figures(rule, trace, blocks, concurrency, block_pool.BlockPool) == _figures(
-        rule, trace, blocks, concurrency, block_pool.PyPool)
+        rule, trace, blocks, concurrency, block_pool.PyPool
+    )
 
 
 @pytest.mark.parametrize("pool", [block_pool.PyPool, pytest.param(block_pool.BlockPool, marks=C)], ids=["python", "c"])

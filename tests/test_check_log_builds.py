@@ -54,8 +54,12 @@ def test_dev_build_keeps_the_older_neighbour_when_its_token_figure_is_printed(ru
 def test_dev_build_keeps_the_newer_neighbour_when_it_reproduces_the_log(run_cli):
     # vllm-0.20.1rc1-nemotron-cascade-2-30b-nvfp4-blackwell-wsl-1.log: 0.20.1rc1.dev91, a build that already prints
     # 0.20.1's token figure (1,206,303 = int(4.71… · 256,000)); 0.20.0's num_blocks // groups · block would differ
-    code, d, _ = _json(run_cli, LOGS / "vllm-0.20.1rc1-nemotron-cascade-2-30b-nvfp4-blackwell-wsl-1.log",
-                       "--model", "nemotron-3-nano-30b-a3b")
+    code, d, _ = _json(
+        run_cli,
+        LOGS / "vllm-0.20.1rc1-nemotron-cascade-2-30b-nvfp4-blackwell-wsl-1.log",
+        "--model",
+        "nemotron-3-nano-30b-a3b",
+    )
     assert code == 0 and d["ok"]
     assert any("0.20.1's rules kept" in n and "0.20.0's: 1 of 5 figures differ" in n for n in d["notes"])
 
@@ -132,8 +136,10 @@ def test_a_mismatch_says_the_settings_assumed(run_cli):
     # read at TP 1 with the newest release, the figures are off and the note says both were assumed by default
     code, d, _ = _json(run_cli, LOGS / "vllm-unknown-qwen3.8-27b-fp8-2xrtx5090-1.log", "--model", "qwen3.5-27b")
     assert code == 1
-    assert any(n.startswith("the figures do not reconcile with the settings assumed: TP 1 (default), vLLM 0.33.0")
-               for n in d["notes"]), d["notes"]
+    assert any(
+        n.startswith("the figures do not reconcile with the settings assumed: TP 1 (default), vLLM 0.33.0")
+        for n in d["notes"]
+    ), d["notes"]
 
 
 # --- runs pasted without their banners -------------------------------------------------------------------------
@@ -146,8 +152,18 @@ def _figure_lines(name: str) -> list[str]:
 
 A_RUN, B_RUN = ("vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-1.log", "vllm-0.24.0-qwen3.6-35b-a3b-nvfp4-rtx5090-2.log")
 #: the settings both runs' args lines state (fp8 KV, prefix caching on: align, 131,072 tokens, 0.24.0)
-AB_FLAGS = ("--model", "qwen3.6-35b-a3b", "--vllm-version", "0.24.0", "--kv-dtype", "fp8", "--ctx", "131072",
-            "--mode", "align")
+AB_FLAGS = (
+    "--model",
+    "qwen3.6-35b-a3b",
+    "--vllm-version",
+    "0.24.0",
+    "--kv-dtype",
+    "fp8",
+    "--ctx",
+    "131072",
+    "--mode",
+    "align",
+)
 
 
 def test_runs_pasted_without_banners_are_cut_where_a_figure_repeats(run_cli, tmp_path):
@@ -162,8 +178,10 @@ def test_runs_pasted_without_banners_are_cut_where_a_figure_repeats(run_cli, tmp
     tokens = [next(r["logged"] for r in s["rows"] if r["figure"] == "KV cache size (tokens)") for s in (a, b)]
     # the two logs' own "GPU KV cache size: 567,978 tokens" and "569,878 tokens" (line 8 of each)
     assert tokens == [567978, 569878] and all(r["ok"] for s in (a, b) for r in s["rows"])
-    assert any(n.startswith("start 2 (lines 4–6) prints no banner") and "Available KV cache memory: 6.01 GiB" in n
-               for n in b["notes"])
+    assert any(
+        n.startswith("start 2 (lines 4–6) prints no banner") and "Available KV cache memory: 6.01 GiB" in n
+        for n in b["notes"]
+    )
 
 
 def test_a_run_with_its_banner_then_one_without(run_cli, tmp_path):
@@ -184,16 +202,28 @@ def test_one_start_is_not_cut_by_its_own_repeats():
     from hybridplan.logread import scan
     from hybridplan.reports.check_log import keywords, split
 
-    for name in ("vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log",
-                 "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log", "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"):
+    for name in (
+        "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log",
+        "vllm-0.26.0-lfm2.5-1.2b-sm90-1.log",
+        "vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log",
+        "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log",
+    ):
         assert len(split(scan(LOGS / name, keywords()))) == 1, name
 
 
 # --- SGLang: more than one memory split leaves the logged KV tokens -------------------------------------------
 
 SGL = "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log"
-SGL_FLAGS = ("--model", "qwen3.5-27b", "--sglang-version", "0.5.18", "--mem-fraction-static", "0.85",
-             "--max-running-requests", "32")
+SGL_FLAGS = (
+    "--model",
+    "qwen3.5-27b",
+    "--sglang-version",
+    "0.5.18",
+    "--mem-fraction-static",
+    "0.85",
+    "--max-running-requests",
+    "32",
+)
 
 
 def test_every_split_that_leaves_the_logged_tokens_is_reported(run_cli):
@@ -215,8 +245,12 @@ def test_the_upper_split_is_not_flagged_wrong(run_cli, tmp_path):
     # the same log with its pool line written as the other split's (derived, not posted): max_mamba_cache_size 125,
     # so 126 rows, conv 126·48·61,440 B = 0.35 GB and SSM 126·48·3,145,728 B = 17.72 GB (GiB, as SGLang prints
     # them), the KV line unchanged. Only the lowest split was kept before, and 125 was flagged against 124
-    log = _derived(tmp_path, SGL, "max_mamba_cache_size: 124, conv_state size: 0.34GB, ssm_state size: 17.58GB",
-                   "max_mamba_cache_size: 125, conv_state size: 0.35GB, ssm_state size: 17.72GB")
+    log = _derived(
+        tmp_path,
+        SGL,
+        "max_mamba_cache_size: 124, conv_state size: 0.34GB, ssm_state size: 17.58GB",
+        "max_mamba_cache_size: 125, conv_state size: 0.35GB, ssm_state size: 17.72GB",
+    )
     code, d, _ = _json(run_cli, log, *SGL_FLAGS)
     k = next(r for r in d["rows"] if r["figure"] == "max_mamba_cache_size")
     assert code == 0 and d["ok"] and (k["logged"], k["predicted"]) == (125, 125), d["rows"]
@@ -234,8 +268,10 @@ def test_the_gdn_kernel_the_log_names_decides_the_0_33_page(run_cli, tmp_path):
     name = "vllm-unknown-qwen3.6-27b-int4-2xrtx3090-2.log"
     text = (LOGS / name).read_text()
     log = tmp_path / "triton-gdn.log"
-    log.write_text(text + "(EngineCore pid=120) INFO 06-01 09:21:10 [qwen_gdn_linear_attn.py:300] Using Triton/FLA "
-                   "GDN prefill kernel (requested=auto, head_k_dim=128).\n")
+    log.write_text(
+        text + "(EngineCore pid=120) INFO 06-01 09:21:10 [qwen_gdn_linear_attn.py:300] Using Triton/FLA "
+        "GDN prefill kernel (requested=auto, head_k_dim=128).\n"
+    )
     code, d, err = _json(run_cli, log, "--model", "qwen3.5-27b", "--vllm-version", "0.33.0")
     assert code == 0 and d["ok"], (d.get("rows"), err)
     gdn = next(s for s in d["settings"] if s["name"] == "gdn_prefill_backend")

@@ -30,11 +30,18 @@ def _mamba_130m_tensors() -> dict[str, list[int]]:
     t = {"backbone.embeddings.weight": [50280, 768], "backbone.norm_f.weight": [768]}
     for i in range(24):
         p = f"backbone.layers.{i}."
-        t |= {p + "norm.weight": [768], p + "mixer.in_proj.weight": [3072, 768],
-              p + "mixer.conv1d.weight": [1536, 1, 4], p + "mixer.conv1d.bias": [1536],
-              p + "mixer.x_proj.weight": [80, 1536], p + "mixer.dt_proj.weight": [1536, 48],
-              p + "mixer.dt_proj.bias": [1536], p + "mixer.A_log": [1536, 16], p + "mixer.D": [1536],
-              p + "mixer.out_proj.weight": [768, 1536]}
+        t |= {
+            p + "norm.weight": [768],
+            p + "mixer.in_proj.weight": [3072, 768],
+            p + "mixer.conv1d.weight": [1536, 1, 4],
+            p + "mixer.conv1d.bias": [1536],
+            p + "mixer.x_proj.weight": [80, 1536],
+            p + "mixer.dt_proj.weight": [1536, 48],
+            p + "mixer.dt_proj.bias": [1536],
+            p + "mixer.A_log": [1536, 16],
+            p + "mixer.D": [1536],
+            p + "mixer.out_proj.weight": [768, 1536],
+        }
     return t
 
 
@@ -91,8 +98,10 @@ def test_mtp_tensors_are_kept_apart(folder):
 
 
 def test_an_index_alone_gives_the_totals(folder):
-    index = {"metadata": {"total_size": 2 * PARAMS, "total_parameters": PARAMS},
-             "weight_map": {n: "model-00001-of-00002.safetensors" for n in _mamba_130m_tensors()}}
+    index = {
+        "metadata": {"total_size": 2 * PARAMS, "total_parameters": PARAMS},
+        "weight_map": {n: "model-00001-of-00002.safetensors" for n in _mamba_130m_tensors()},
+    }
     folder.joinpath("model.safetensors.index.json").write_text(json.dumps(index))
     w = weights(load_model(str(folder)), dtype="bfloat16")
     assert (w.source, w.params, w.bytes) == ("safetensors-index", PARAMS, 2 * PARAMS)

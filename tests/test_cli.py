@@ -14,8 +14,11 @@ pytestmark = pytest.mark.cli
 
 # --- values as the engines read them, and their bounds ---------------------------------------------------
 
-@pytest.mark.parametrize("text,value", [("131072", 131072), ("128k", 128_000), ("128K", 131_072), ("25.6k", 25_600),
-                                        ("1e9", 10**9), ("131,072", 131_072)])
+
+@pytest.mark.parametrize(
+    "text,value",
+    [("131072", 131072), ("128k", 128_000), ("128K", 131_072), ("25.6k", 25_600), ("1e9", 10**9), ("131,072", 131_072)],
+)
 def test_ctx_as_vllms_max_model_len_reads_it(run_cli, text, value):
     # vllm/utils/argparse_utils.py human_readable_int: k = 10^3, K = 2^10, decimals with decimal suffixes only;
     # a whole 1e9 and thousands separators as a person types them
@@ -24,38 +27,55 @@ def test_ctx_as_vllms_max_model_len_reads_it(run_cli, text, value):
     assert json.loads(out)["ctx"] == value
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (("size", "nemotron-h", "--ctx", "99999999999999999999"), "at most 1,073,741,824"),
-    (("size", "nemotron-h", "--ctx", "2.5K"), "no decimals with a binary suffix"),
-    (("size", "nemotron-h", "--ctx", "abc"), "cannot read 'abc'"),
-    (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--gpu-util", "1.5"), "--gpu-util must be (0, 1]"),
-    (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--gpu-util", "0"), "--gpu-util must be (0, 1]"),
-    (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--mem-fraction-static", "2"),
-     "--mem-fraction-static must be (0, 1]"),
-    (("fit", "nemotron-h", "--kv-budget", "40GiB", "--mamba-full-memory-ratio", "-1"),
-     "--mamba-full-memory-ratio must be (0, 1000]"),
-    (("fit", "nemotron-h", "--gpu-mem", "99999TB", "--params", "8e9"), "beyond any GPU"),
-    (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "1e20"), "--params must be (0, 1e+14]"),
-    (("fit", "nemotron-h", "--kv-budget", "40GiB", "--max-num-seqs", "99999999999"), "at most 2,147,483,647"),
-    (("size", "nemotron-h", "--slots", "1e12"), "at most 2,147,483,647"),
-    (("size", "nemotron-h", "--dtype", "float8"), "unknown --dtype 'float8'"),
-    (("size", "nemotron-h", "--ssm-dtype", "fp8"), "unknown --ssm-dtype 'fp8'"),
-    (("size", "nemotron-h", "--conv-dtype", "fp8"), "unknown --conv-dtype 'fp8'"),
-    (("size", "nemotron-h", "--kv-dtype", "nvfp4"), "not sized by hybridplan"),
-    (("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "sglang", "--kv-dtype", "float16"),
-     "SGLang 0.5.23 --kv-cache-dtype takes"),
-    (("crossover", "--plot", "y.txt"), "name a file ending in .png"),
-    (("crossover", "--plot", "x"), "name a file ending in .png"),
-    (("prefix", "nemotron-h", "--sweep", "0:100:10", "--plot", "y.csv"), "name a file ending in .png"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (("size", "nemotron-h", "--ctx", "99999999999999999999"), "at most 1,073,741,824"),
+        (("size", "nemotron-h", "--ctx", "2.5K"), "no decimals with a binary suffix"),
+        (("size", "nemotron-h", "--ctx", "abc"), "cannot read 'abc'"),
+        (
+            ("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--gpu-util", "1.5"),
+            "--gpu-util must be (0, 1]",
+        ),
+        (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--gpu-util", "0"), "--gpu-util must be (0, 1]"),
+        (
+            ("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "8e9", "--mem-fraction-static", "2"),
+            "--mem-fraction-static must be (0, 1]",
+        ),
+        (
+            ("fit", "nemotron-h", "--kv-budget", "40GiB", "--mamba-full-memory-ratio", "-1"),
+            "--mamba-full-memory-ratio must be (0, 1000]",
+        ),
+        (("fit", "nemotron-h", "--gpu-mem", "99999TB", "--params", "8e9"), "beyond any GPU"),
+        (("fit", "nemotron-h", "--gpu-mem", "80GB", "--params", "1e20"), "--params must be (0, 1e+14]"),
+        (("fit", "nemotron-h", "--kv-budget", "40GiB", "--max-num-seqs", "99999999999"), "at most 2,147,483,647"),
+        (("size", "nemotron-h", "--slots", "1e12"), "at most 2,147,483,647"),
+        (("size", "nemotron-h", "--dtype", "float8"), "unknown --dtype 'float8'"),
+        (("size", "nemotron-h", "--ssm-dtype", "fp8"), "unknown --ssm-dtype 'fp8'"),
+        (("size", "nemotron-h", "--conv-dtype", "fp8"), "unknown --conv-dtype 'fp8'"),
+        (("size", "nemotron-h", "--kv-dtype", "nvfp4"), "not sized by hybridplan"),
+        (
+            ("fit", "nemotron-h", "--kv-budget", "40GiB", "--engine", "sglang", "--kv-dtype", "float16"),
+            "SGLang 0.5.23 --kv-cache-dtype takes",
+        ),
+        (("crossover", "--plot", "y.txt"), "name a file ending in .png"),
+        (("crossover", "--plot", "x"), "name a file ending in .png"),
+        (("prefix", "nemotron-h", "--sweep", "0:100:10", "--plot", "y.csv"), "name a file ending in .png"),
+    ],
+)
 def test_values_are_bounded_and_named(run_cli, argv, needle):
     one_line_error(*run_cli(*argv), needle)
 
 
 def test_dtype_names_the_engine_flags_take(run_cli):
     # vLLM --dtype takes half and float (vllm/config/model.py ModelDType); --mamba-ssm-cache-dtype float16
-    for argv in (("--dtype", "half"), ("--dtype", "float"), ("--ssm-dtype", "float16"), ("--kv-dtype", "fp8_e5m2"),
-                 ("--ssm-dtype", "auto")):
+    for argv in (
+        ("--dtype", "half"),
+        ("--dtype", "float"),
+        ("--ssm-dtype", "float16"),
+        ("--kv-dtype", "fp8_e5m2"),
+        ("--ssm-dtype", "auto"),
+    ):
         code, out, err = run_cli("size", "nemotron-h", *argv, "--json")
         assert code == 0, err
     d = json.loads(run_cli("size", "nemotron-h", "--dtype", "half", "--json")[1])
@@ -73,14 +93,17 @@ def test_profile_refuses_more_slots_than_one_launch_covers(run_cli):
     one_line_error(*run_cli("profile", "--interpret", "--slots", "70000"), "--slots 70,000", "65,535")
 
 
-@pytest.mark.parametrize("argv", [
-    ("prefix", "qwen3-next", "--shared", "99999999999999999999", "--json"),
-    ("prefix", "nemotron-h", "--private", "8192", "--shared", "99999999999999999999"),
-    ("prefix", "llama-3-8b", "--sweep", "0:6000:250", "--private", "99999999999999999999", "--json"),
-    ("prefix", "llama-3-8b", "--shared", "1000000000", "--allow-long-context", "--json"),
-    ("prefix", "llama-3-8b", "--sweep", "0:6000:2", "--private", "100"),
-    ("prefix", "llama-3.1-70b", "--sweep", "0:130000:100", "--private", "100", "--json"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("prefix", "qwen3-next", "--shared", "99999999999999999999", "--json"),
+        ("prefix", "nemotron-h", "--private", "8192", "--shared", "99999999999999999999"),
+        ("prefix", "llama-3-8b", "--sweep", "0:6000:250", "--private", "99999999999999999999", "--json"),
+        ("prefix", "llama-3-8b", "--shared", "1000000000", "--allow-long-context", "--json"),
+        ("prefix", "llama-3-8b", "--sweep", "0:6000:2", "--private", "100"),
+        ("prefix", "llama-3.1-70b", "--sweep", "0:130000:100", "--private", "100", "--json"),
+    ],
+)
 def test_absurd_prefix_sizes_are_refused_quickly(run_cli, argv):
     # before, these ran out of time (30 s) or memory; now one line, exit 2 (timings: benchmarks/, not here)
     code, out, err = run_cli(*argv)
@@ -116,8 +139,12 @@ def test_completion_of_option_values(run_cli):
     import sys
 
     def complete(words: str) -> list[str]:
-        env = {**os.environ, "_HYBRIDPLAN_COMPLETE": "complete_bash", "COMP_WORDS": words,
-               "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+        env = {
+            **os.environ,
+            "_HYBRIDPLAN_COMPLETE": "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+        }
         out = subprocess.run([sys.executable, "-m", "hybridplan"], env=env, capture_output=True, text=True).stdout
         return out.split()
 
@@ -129,6 +156,7 @@ def test_completion_of_option_values(run_cli):
 
 
 # --- what the help promises, and the engines' flag names -------------------------------------------------
+
 
 def test_the_helps_kv_dtype_example_runs_under_both_engines(run_cli):
     # --kv-dtype's help says "e.g. fp8": vLLM spells it fp8, SGLang fp8_e4m3 (server_args.py has no plain fp8);
@@ -161,19 +189,42 @@ def test_help_says_what_ctx_defaults_to_and_names_log_plainly(run_cli):
     assert code == 0 and "Usage: hybridplan check-log [OPTIONS] LOG" in out and "{LOG}" not in out
 
 
-@pytest.mark.parametrize("flag", ["--tensor-parallel-size", "--gpu-memory-utilization", "--max-model-len",
-                                  "--kv-cache-dtype", "--enable-prefix-caching", "--context-length", "--tp-size"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--tensor-parallel-size",
+        "--gpu-memory-utilization",
+        "--max-model-len",
+        "--kv-cache-dtype",
+        "--enable-prefix-caching",
+        "--context-length",
+        "--tp-size",
+    ],
+)
 def test_the_engines_flag_names_are_taken(run_cli, flag):
     # issue 17: these were refused, --tensor-parallel-size with a hint of --page-size
-    value = {"--tensor-parallel-size": "2", "--gpu-memory-utilization": "0.85", "--max-model-len": "4096",
-             "--kv-cache-dtype": "fp8_e4m3", "--context-length": "4096", "--tp-size": "2"}.get(flag)
+    value = {
+        "--tensor-parallel-size": "2",
+        "--gpu-memory-utilization": "0.85",
+        "--max-model-len": "4096",
+        "--kv-cache-dtype": "fp8_e4m3",
+        "--context-length": "4096",
+        "--tp-size": "2",
+    }.get(flag)
     ctx = () if flag in ("--max-model-len", "--context-length") else ("--ctx", "4096")
-    code, out, err = run_cli("fit", "nemotron-h", "--gpu-type", "h100", *ctx, "--json", flag,
-                             *([value] if value else []))
+    code, out, err = run_cli(
+        "fit", "nemotron-h", "--gpu-type", "h100", *ctx, "--json", flag, *([value] if value else [])
+    )
     assert code in (0, 1), err
     # the same value through hybridplan's own option
-    own = {"--tensor-parallel-size": "--tp", "--gpu-memory-utilization": "--gpu-util", "--max-model-len": "--ctx",
-           "--kv-cache-dtype": "--kv-dtype", "--context-length": "--ctx", "--tp-size": "--tp"}.get(flag)
+    own = {
+        "--tensor-parallel-size": "--tp",
+        "--gpu-memory-utilization": "--gpu-util",
+        "--max-model-len": "--ctx",
+        "--kv-cache-dtype": "--kv-dtype",
+        "--context-length": "--ctx",
+        "--tp-size": "--tp",
+    }.get(flag)
     if own:
         argv = ["fit", "nemotron-h", "--gpu-type", "h100", "--json", own, value]
         if own != "--ctx":
@@ -189,6 +240,7 @@ def test_model_path_names_the_model(run_cli):
 
 
 # --- the model and release a command takes, and check-log on standard input --------------------------------
+
 
 def test_a_model_the_newest_release_dropped_is_sized_under_the_last_that_serves_it(run_cli):
     # vLLM removed MiniMaxM1ForCausalLM after 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS, vllm/model_executor/models/
@@ -209,11 +261,20 @@ def test_check_log_reads_standard_input():
     from pathlib import Path
 
     log = Path(__file__).parent / "data" / "vllm-0.23-nemotron-h.log"
-    by_path = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", str(log), "--json"],
-                             capture_output=True, text=True, timeout=120)
+    by_path = subprocess.run(
+        [sys.executable, "-m", "hybridplan", "check-log", str(log), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     with open(log, "rb") as f:
-        by_stdin = subprocess.run([sys.executable, "-m", "hybridplan", "check-log", "-", "--json"], stdin=f,
-                                  capture_output=True, text=True, timeout=120)
+        by_stdin = subprocess.run(
+            [sys.executable, "-m", "hybridplan", "check-log", "-", "--json"],
+            stdin=f,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert by_stdin.returncode == by_path.returncode == 0, by_stdin.stderr
     assert json.loads(by_stdin.stdout)["rows"] == json.loads(by_path.stdout)["rows"]
 

@@ -15,17 +15,30 @@ def test_fit_past_the_models_context_is_vllms_and_sglangs_refusal(run_cli):
     # Nemotron-H-8B-Base-8K: max_position_embeddings 8192 (model_specs/nemotron-h-8b.yaml); vLLM refuses a longer
     # --max-model-len (vllm/config/model.py _get_and_verify_max_len), SGLang a longer --context-length
     # (srt/configs/model_config.py _derive_context_length), unless their environment variables allow it
-    argv = ("fit", "nemotron-h", "--ctx", "131072", "--gpu-mem", "141GB", "--params", "8.1e9", "--max-num-seqs",
-            "1024", "--json")
+    argv = (
+        "fit",
+        "nemotron-h",
+        "--ctx",
+        "131072",
+        "--gpu-mem",
+        "141GB",
+        "--params",
+        "8.1e9",
+        "--max-num-seqs",
+        "1024",
+        "--json",
+    )
     code, out, _ = run_cli(*argv)
     d = json.loads(out)
     assert code == 1 and not d["ok"]
     assert d["vllm"]["max_model_len_refused"].startswith(
         "User-specified max_model_len (131072) is greater than the derived max_model_len "
         "(max_position_embeddings=8192 or model_max_length=None in model's config.json). To allow overriding this "
-        "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+        "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+    )
     assert d["sglang"]["context_length_refused"].startswith(
-        "User-specified context_length (131072) is greater than the derived context_length (8192).")
+        "User-specified context_length (131072) is greater than the derived context_length (8192)."
+    )
     code, out, _ = run_cli(*argv, "--allow-long-context")
     assert code == 0 and json.loads(out)["ok"]
     code, out, _ = run_cli(*argv[:3], "8192", *argv[4:])
@@ -48,9 +61,17 @@ def test_rope_scaling_and_config_without_a_length():
     llama = load_model("llama-3.1-70b")
     assert default_max_len(llama) == 131072 and context_length(llama) == 131072
     # a linear RoPE factor of 4 scales the length in both (vLLM: rope types other than su/longrope/llama3/yarn…)
-    lin = spec_from_config({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
-                            "num_attention_heads": 4, "max_position_embeddings": 4096,
-                            "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, name="lin")
+    lin = spec_from_config(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 4096,
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+        },
+        name="lin",
+    )
     assert derived_max_len(lin).value == 16384.0 and context_length(lin) == 16384
     # Mamba-2.8B names no length: vLLM takes any --max-model-len (2048 when none), SGLang assumes 2048
     mamba = load_model("mamba-2.8b")

@@ -79,17 +79,29 @@ def test_prefix_sweep_csv_is_a_row_per_length_and_engine_row(run_cli):
             e = pt[engine]
             modes = e["modes"].items() if "modes" in e else [(None, e)]
             for mode, m in modes:
-                want.append((pt["shared"], pt["private"], pt["prompt"], engine, mode,
-                             m.get("block_size", m.get("grid")), m["reused_tokens"], m["computed_tokens"],
-                             m["later_reused_tokens"], m["later_computed_tokens"]))
+                want.append(
+                    (
+                        pt["shared"],
+                        pt["private"],
+                        pt["prompt"],
+                        engine,
+                        mode,
+                        m.get("block_size", m.get("grid")),
+                        m["reused_tokens"],
+                        m["computed_tokens"],
+                        m["later_reused_tokens"],
+                        m["later_computed_tokens"],
+                    )
+                )
     assert len(rows) == len(want) == 7 * 3
     for r, w in zip(rows, want):
         for col, value in zip(("shared_tokens", "private_tokens", "prompt_tokens", "engine"), w[:4]):
             _same(r[col], value)
         if w[4] is not None:
             assert r["row"].endswith(f" {w[4]}")
-        for col, value in zip(("grid_tokens", "reused_tokens", "computed_tokens", "later_reused_tokens",
-                               "later_computed_tokens"), w[5:]):
+        for col, value in zip(
+            ("grid_tokens", "reused_tokens", "computed_tokens", "later_reused_tokens", "later_computed_tokens"), w[5:]
+        ):
             _same(r[col], value)
     # the sweep reuses something somewhere: the table is not all zeros
     assert any(int(r["later_reused_tokens"]) > 0 for r in rows)

@@ -30,28 +30,31 @@ def _batch(version: str, key: str, **kw):
 # --- vLLM: the tiers --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version,key,serve", [
-    # vllm/engine/arg_utils.py get_batch_defaults, 0.33.0: ≥ 160 GiB → 16384/1024; ≥ 70 GiB and "a100" not in the
-    # name and not GB10 → 8192/1024; else 2048/256. The memory is NVML's total (nvidia-smi's MiB, gpus.py).
-    ("0.33.0", "rtx-4090", (2048, 256)),    # 24,564 MiB
-    ("0.33.0", "rtx-5090", (2048, 256)),    # 32,607 MiB
-    ("0.33.0", "l40s", (2048, 256)),        # 46,068 MiB
-    ("0.33.0", "a100-80g", (2048, 256)),    # 81,920 MiB, but "a100" in "NVIDIA A100-SXM4-80GB"
-    ("0.33.0", "h100", (8192, 1024)),       # 81,559 MiB
-    ("0.33.0", "h200", (8192, 1024)),       # 143,771 MiB < 160 GiB (163,840 MiB)
-    ("0.33.0", "b200", (16384, 1024)),      # 183,359 MiB
-    ("0.33.0", "gb10", (2048, 256)),        # is_gb10: compute capability (12, 1)
-    # the ≥ 160 GiB tier is new in 0.28.0 (absent from the 0.27.0 wheel's arg_utils.py): B200 is "large" before
-    ("0.27.0", "b200", (8192, 1024)),
-    ("0.28.0", "b200", (16384, 1024)),
-    # 0.10.0 (_set_default_args_v1): the same two lower tiers, the A100 exception included
-    ("0.10.0", "h100", (8192, 1024)),
-    ("0.10.0", "a100-80g", (2048, 256)),
-    ("0.10.0", "b200", (8192, 1024)),
-    # GB10 before 0.33.0: NVML's memory query raises on it (vllm/platforms/cuda.py has no fallback until 0.33.0),
-    # get_batch_defaults catches it and reads 0 bytes: the small tier
-    ("0.25.1", "gb10", (2048, 256)),
-])
+@pytest.mark.parametrize(
+    "version,key,serve",
+    [
+        # vllm/engine/arg_utils.py get_batch_defaults, 0.33.0: ≥ 160 GiB → 16384/1024; ≥ 70 GiB and "a100" not in the
+        # name and not GB10 → 8192/1024; else 2048/256. The memory is NVML's total (nvidia-smi's MiB, gpus.py).
+        ("0.33.0", "rtx-4090", (2048, 256)),  # 24,564 MiB
+        ("0.33.0", "rtx-5090", (2048, 256)),  # 32,607 MiB
+        ("0.33.0", "l40s", (2048, 256)),  # 46,068 MiB
+        ("0.33.0", "a100-80g", (2048, 256)),  # 81,920 MiB, but "a100" in "NVIDIA A100-SXM4-80GB"
+        ("0.33.0", "h100", (8192, 1024)),  # 81,559 MiB
+        ("0.33.0", "h200", (8192, 1024)),  # 143,771 MiB < 160 GiB (163,840 MiB)
+        ("0.33.0", "b200", (16384, 1024)),  # 183,359 MiB
+        ("0.33.0", "gb10", (2048, 256)),  # is_gb10: compute capability (12, 1)
+        # the ≥ 160 GiB tier is new in 0.28.0 (absent from the 0.27.0 wheel's arg_utils.py): B200 is "large" before
+        ("0.27.0", "b200", (8192, 1024)),
+        ("0.28.0", "b200", (16384, 1024)),
+        # 0.10.0 (_set_default_args_v1): the same two lower tiers, the A100 exception included
+        ("0.10.0", "h100", (8192, 1024)),
+        ("0.10.0", "a100-80g", (2048, 256)),
+        ("0.10.0", "b200", (8192, 1024)),
+        # GB10 before 0.33.0: NVML's memory query raises on it (vllm/platforms/cuda.py has no fallback until 0.33.0),
+        # get_batch_defaults catches it and reads 0 bytes: the small tier
+        ("0.25.1", "gb10", (2048, 256)),
+    ],
+)
 def test_vllm_serve_tiers(version, key, serve):
     assert _batch(version, key) == serve
 
@@ -119,14 +122,21 @@ def test_vllm_gpu_by_memory_alone_and_no_gpu():
 # --- vLLM: the align refusal with the GPU's default ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("key,refused", [("rtx-4090", True), ("rtx-5090", True), ("l40s", True),
-                                         ("a100-80g", True), ("h100", False)])
+@pytest.mark.parametrize(
+    "key,refused", [("rtx-4090", True), ("rtx-5090", True), ("l40s", True), ("a100-80g", True), ("h100", False)]
+)
 def test_align_refusal_follows_the_gpus_default(key, refused):
     # Nemotron-3-Nano-30B-A3B, 0.26.0 align: Mamba page 2,134,016 B, attention 1,024 B a token, unit 16:
     # block = cdiv(2,134,016, 1,024·16)·16 = 131·16 = 2096. vllm/config/vllm.py (0.17.0–0.26) refuses a block
     # above max_num_batched_tokens: 2096 > 2048 (the small tier) refuses, 2096 ≤ 8192 (H100) starts
-    sc = scenario("nemotron-3-nano-30b-a3b", 8192, minor="0.26.0", engine="vllm", vllm=dict(mode="align"),
-                  budget=Budget(gpu=key, gpu_mem=gpu(key).total, weights=1 * GiB))
+    sc = scenario(
+        "nemotron-3-nano-30b-a3b",
+        8192,
+        minor="0.26.0",
+        engine="vllm",
+        vllm=dict(mode="align"),
+        budget=Budget(gpu=key, gpu_mem=gpu(key).total, weights=1 * GiB),
+    )
     cap = fit(sc).modes["align"].capacity
     assert cap.layout.block_size == 2096
     msg = "In Mamba cache align mode, block_size (2096) must be <= max_num_batched_tokens (2048)."
@@ -167,13 +177,23 @@ def test_replay_chunks_by_the_gpus_default():
 # --- vLLM 0.33: the GDN prefill backend -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key,backend", [
-    # qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend (0.33.0): FlashInfer on 9.0 exactly; on 10.x and 12.x
-    # with head_k_dim 128 and CUDA ≥ 13 (the PyPI wheel's); triton on 8.0, 8.6, 8.9 and ROCm
-    ("h100", "flashinfer"), ("h200", "flashinfer"), ("b200", "flashinfer"), ("rtx-5090", "flashinfer"),
-    ("a100-80g", "triton"), ("rtx-3090", "triton"), ("a10", "triton"), ("rtx-4090", "triton"), ("l40s", "triton"),
-    ("mi300x", "triton"),
-])
+@pytest.mark.parametrize(
+    "key,backend",
+    [
+        # qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend (0.33.0): FlashInfer on 9.0 exactly; on 10.x and 12.x
+        # with head_k_dim 128 and CUDA ≥ 13 (the PyPI wheel's); triton on 8.0, 8.6, 8.9 and ROCm
+        ("h100", "flashinfer"),
+        ("h200", "flashinfer"),
+        ("b200", "flashinfer"),
+        ("rtx-5090", "flashinfer"),
+        ("a100-80g", "triton"),
+        ("rtx-3090", "triton"),
+        ("a10", "triton"),
+        ("rtx-4090", "triton"),
+        ("l40s", "triton"),
+        ("mi300x", "triton"),
+    ],
+)
 def test_gdn_backend_follows_the_gpu(key, backend):
     sc = scenario("qwen3-next-80b-a3b", 8192, budget=Budget(gpu=key, gpu_mem=gpu(key).total))
     assert gdn_prefill_backend(sc) == backend
@@ -194,23 +214,37 @@ def test_gdn_backend_changes_the_align_block_on_sm86():
     assert layout(h100, "align").block_size % 64 == 0 and prefill_checkpoint(h100, "gdn")
     assert not prefill_checkpoint(a10, "gdn")
     # the same as --gdn-prefill-backend triton on the H100
-    assert layout(a10, "align").block_size == layout(replace(h100, vllm=replace(h100.vllm, gdn_backend="triton")),
-                                                      "align").block_size
+    assert (
+        layout(a10, "align").block_size
+        == layout(replace(h100, vllm=replace(h100.vllm, gdn_backend="triton")), "align").block_size
+    )
 
 
 # --- SGLang: chunked_prefill_size --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version,key,chunk", [
-    # server_args.py _handle_gpu_memory_settings (0.5.3rc2–0.5.18), arg_groups/memory_hook.py (0.5.19–0.5.23), on
-    # nvidia-smi's MiB: < 20 GiB 2048; 20–35 GiB 2048 (4096 from 0.5.20); 35–60 GiB 4096; 60–160 GiB 8192;
-    # else 16384
-    ("0.5.23", "t4", 2048), ("0.5.23", "rtx-4090", 4096), ("0.5.19", "rtx-4090", 2048), ("0.5.20", "rtx-5090", 4096),
-    ("0.5.23", "l40s", 4096), ("0.5.23", "a100-80g", 8192), ("0.5.23", "h100", 8192), ("0.5.23", "h200", 8192),
-    ("0.5.23", "b200", 16384), ("0.5.3rc2", "l40s", 4096),
-    # 0.5.2–0.5.3rc0 (__post_init__): < 35 GiB 2048, < 160 GiB 8192 (the L40S's 46,068 MiB included), else 16384
-    ("0.5.2", "l40s", 8192), ("0.5.3rc0", "rtx-4090", 2048), ("0.5.2", "b200", 16384),
-])
+@pytest.mark.parametrize(
+    "version,key,chunk",
+    [
+        # server_args.py _handle_gpu_memory_settings (0.5.3rc2–0.5.18), arg_groups/memory_hook.py (0.5.19–0.5.23), on
+        # nvidia-smi's MiB: < 20 GiB 2048; 20–35 GiB 2048 (4096 from 0.5.20); 35–60 GiB 4096; 60–160 GiB 8192;
+        # else 16384
+        ("0.5.23", "t4", 2048),
+        ("0.5.23", "rtx-4090", 4096),
+        ("0.5.19", "rtx-4090", 2048),
+        ("0.5.20", "rtx-5090", 4096),
+        ("0.5.23", "l40s", 4096),
+        ("0.5.23", "a100-80g", 8192),
+        ("0.5.23", "h100", 8192),
+        ("0.5.23", "h200", 8192),
+        ("0.5.23", "b200", 16384),
+        ("0.5.3rc2", "l40s", 4096),
+        # 0.5.2–0.5.3rc0 (__post_init__): < 35 GiB 2048, < 160 GiB 8192 (the L40S's 46,068 MiB included), else 16384
+        ("0.5.2", "l40s", 8192),
+        ("0.5.3rc0", "rtx-4090", 2048),
+        ("0.5.2", "b200", 16384),
+    ],
+)
 def test_sglang_chunk_tiers(version, key, chunk):
     assert chunked_prefill_size(sglang_release(version), gpu(key).smi_mib) == chunk
 
@@ -246,10 +280,35 @@ def test_performance_mode_on_the_command_line(run_cli):
     from tests.helpers import one_line_error
 
     # 0.16.0's arg_utils.py has no --performance-mode: refused in one line
-    one_line_error(*run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm",
-                            "--vllm-version", "0.16", "--performance-mode", "throughput"), "--performance-mode")
+    one_line_error(
+        *run_cli(
+            "fit",
+            "nemotron-h",
+            "--ctx",
+            "8192",
+            "--gpu-type",
+            "h100",
+            "--engine",
+            "vllm",
+            "--vllm-version",
+            "0.16",
+            "--performance-mode",
+            "throughput",
+        ),
+        "--performance-mode",
+    )
     # 0.33.0 on an H100: 1,024 sequences doubled to 2,048, and the printed command keeps the flag
-    code, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm",
-                           "--performance-mode", "throughput")
+    code, out, _ = run_cli(
+        "fit",
+        "nemotron-h",
+        "--ctx",
+        "8192",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "vllm",
+        "--performance-mode",
+        "throughput",
+    )
     assert "--max-num-seqs 2048 --performance-mode throughput" in out
     assert "--max-num-batched-tokens 16,384 and --max-num-seqs 2,048" in out.replace("\n      ", " ")

@@ -26,8 +26,16 @@ K8S = kubernetes_validate.utils.latest_version()
 CASES = [
     ["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"],
     ["qwen3-next", "--tp", "4", "--ctx", "32k", "--gpu-type", "h100", "--kv-dtype", "fp8", "--max-num-seqs", "64"],
-    ["qwen3.5-4b", "--ctx", "16384", "--kv-budget", "30GiB", "--enforce-eager",
-     "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'],
+    [
+        "qwen3.5-4b",
+        "--ctx",
+        "16384",
+        "--kv-budget",
+        "30GiB",
+        "--enforce-eager",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+    ],
 ]
 
 
@@ -74,8 +82,22 @@ def test_the_header_names_the_figures_it_came_from(run_cli):
 
 def test_sglang_before_its_config_file_is_refused(run_cli):
     """--config came in 0.5.3rc2 (server_args_config_parser.py is absent from the 0.5.2 and 0.5.3rc0 wheels)."""
-    code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--ctx", "8192", "--kv-budget", "40GiB", "--engine",
-                             "sglang", "--sglang-version", "0.5.2", "--emit", "sglang-config")
+    code, out, err = run_cli(
+        "fit",
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--ctx",
+        "8192",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.2",
+        "--emit",
+        "sglang-config",
+    )
     assert code == 2 and out == ""
     assert err.strip() == "hybridplan: error: sglang 0.5.2 reads no --config file (from 0.5.3rc2)"
 
@@ -84,12 +106,15 @@ def _docs(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-@pytest.mark.parametrize("args,gpus,replicas", [
-    (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--tp", "2"], 2, 1),
-    # a dense model's data-parallel ranks run as replicas of one engine (vllm/engines/vllm/deploy.py)
-    (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--dp", "2", "--engine", "vllm"], 1, 2),
-    (["qwen3-next", "--ctx", "32k", "--gpu-type", "h100", "--tp", "4"], 4, 1),
-])
+@pytest.mark.parametrize(
+    "args,gpus,replicas",
+    [
+        (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--tp", "2"], 2, 1),
+        # a dense model's data-parallel ranks run as replicas of one engine (vllm/engines/vllm/deploy.py)
+        (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--dp", "2", "--engine", "vllm"], 1, 2),
+        (["qwen3-next", "--ctx", "32k", "--gpu-type", "h100", "--tp", "4"], 4, 1),
+    ],
+)
 def test_the_manifests_pass_kubernetes_own_schemas(run_cli, args, gpus, replicas):
     code, out, err = run_cli("fit", *args, "--emit", "k8s")
     assert code == 0 and err == ""
@@ -110,16 +135,33 @@ def test_the_manifests_pass_kubernetes_own_schemas(run_cli, args, gpus, replicas
 def test_past_one_node_a_replica_is_a_leader_worker_set(run_cli):
     """TP 8 × PP 2 = 16 GPUs: two nodes of 8. The pod templates are held to Kubernetes' PodTemplate schema; the
     leader serves and has the probes, the worker joins it."""
-    code, out, _ = run_cli("fit", "qwen3.5-397b-a17b", "--ctx", "32768", "--gpu-type", "h100", "--tp", "8", "--pp",
-                           "2", "--engine", "vllm", "--emit", "k8s")
+    code, out, _ = run_cli(
+        "fit",
+        "qwen3.5-397b-a17b",
+        "--ctx",
+        "32768",
+        "--gpu-type",
+        "h100",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+        "--engine",
+        "vllm",
+        "--emit",
+        "k8s",
+    )
     assert code == 0
     docs = _docs(out)
     lws = docs[1]
     assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     for role in ("leaderTemplate", "workerTemplate"):
         template = lws["spec"]["leaderWorkerTemplate"][role]
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-                                      "template": template}, K8S, strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template},
+            K8S,
+            strict=True,
+        )
         (container,) = template["spec"]["containers"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
         assert ("readinessProbe" in container) == (role == "leaderTemplate")
@@ -130,8 +172,24 @@ def test_a_replica_that_does_not_fill_whole_nodes_is_dealt_evenly(run_cli):
     """TP 2 × PP 6 = 12 GPUs a replica on nodes of 8: not whole nodes, so the largest pod that divides 12 and
     keeps each TP pair whole, 6 GPUs, twice. TP 8 on nodes of 6 cannot keep a TP group on one node."""
     # plan's second pick for 128 requests of 32k (`plan qwen3.5-397b-a17b --ctx 32k --concurrency 128`)
-    base = ["fit", "qwen3.5-397b-a17b", "--ctx", "32k", "--gpu-type", "h100", "--kv-cache-dtype", "fp8",
-            "--mamba-ssm-cache-dtype", "bfloat16", "--max-num-seqs", "128", "--engine", "vllm", "--emit", "k8s"]
+    base = [
+        "fit",
+        "qwen3.5-397b-a17b",
+        "--ctx",
+        "32k",
+        "--gpu-type",
+        "h100",
+        "--kv-cache-dtype",
+        "fp8",
+        "--mamba-ssm-cache-dtype",
+        "bfloat16",
+        "--max-num-seqs",
+        "128",
+        "--engine",
+        "vllm",
+        "--emit",
+        "k8s",
+    ]
     code, out, err = run_cli(*base, "--tp", "2", "--pp", "6")
     assert code == 0, err
     lws = _docs(out)[1]
@@ -143,23 +201,34 @@ def test_a_replica_that_does_not_fill_whole_nodes_is_dealt_evenly(run_cli):
 
 
 def test_out_writes_the_files_and_the_report_follows(run_cli, tmp_path):
-    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--emit", "k8s",
-                             "--out", str(tmp_path / "deploy"))
+    code, out, err = run_cli(
+        "fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--emit", "k8s", "--out", str(tmp_path / "deploy")
+    )
     assert code == 0 and "verdict: starts" in out
     names = sorted(p.name for p in (tmp_path / "deploy").iterdir())
     assert names == ["nemotron-h-8b-sglang.k8s.yaml", "nemotron-h-8b-vllm.k8s.yaml"]
     assert err.count("hybridplan: wrote ") == 2
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--emit", "helm"], "unknown --emit format 'helm' (known: vllm-config, sglang-config, k8s, kserve)"),
-    (["--engine", "vllm", "--emit", "sglang-config"],
-     "--emit sglang-config: no sglang start was planned (--engine sglang or both)"),
-    (["--kv-budget", "1GiB", "--emit", "k8s", "--engine", "vllm", "--max-num-seqs", "4096"],
-     "--emit k8s: no engine starts with these settings, so there is nothing to deploy"),
-    (["--emit", "k8s", "--json"], "--emit k8s without --out prints the files: give --out DIR to print the report too"),
-    (["--out", "deploy"], "--out names the folder --emit writes into: give --emit FORMAT as well"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--emit", "helm"], "unknown --emit format 'helm' (known: vllm-config, sglang-config, k8s, kserve)"),
+        (
+            ["--engine", "vllm", "--emit", "sglang-config"],
+            "--emit sglang-config: no sglang start was planned (--engine sglang or both)",
+        ),
+        (
+            ["--kv-budget", "1GiB", "--emit", "k8s", "--engine", "vllm", "--max-num-seqs", "4096"],
+            "--emit k8s: no engine starts with these settings, so there is nothing to deploy",
+        ),
+        (
+            ["--emit", "k8s", "--json"],
+            "--emit k8s without --out prints the files: give --out DIR to print the report too",
+        ),
+        (["--out", "deploy"], "--out names the folder --emit writes into: give --emit FORMAT as well"),
+    ],
+)
 def test_what_cannot_be_emitted_is_one_line(run_cli, args, message):
     base = ["fit", "nemotron-h", "--ctx", "8192"] + ([] if "--kv-budget" in args else ["--kv-budget", "40GiB"])
     code, out, err = run_cli(*base, *args)
@@ -189,8 +258,11 @@ def _strict(schema):
             out[key] = _strict(value)
         else:
             out[key] = value
-    if "properties" in schema and "additionalProperties" not in schema \
-            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -222,17 +294,36 @@ def _pairs(argv: list[str], drop: tuple[str, ...]) -> tuple[list[str], dict]:
     return kept, dropped
 
 
-@pytest.mark.parametrize("args,replicas,gpus", [
-    (["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"], 1, 1),
-    # a JSON-valued flag and a switch; TP 2
-    (["qwen3.5-4b", "--ctx", "16384", "--kv-budget", "30GiB", "--enforce-eager", "--tp", "2",
-      "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'], 1, 2),
-    # a dense model's data-parallel ranks: replicas of one engine (hybridplan/engines/vllm/deploy.py dp_replicas)
-    (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--dp", "2"], 2, 1),
-    (["qwen3-next", "--ctx", "32k", "--gpu-type", "h100", "--tp", "2", "--pp", "2", "--kv-dtype", "fp8"], 1, 4),
-], ids=["nemotron-h", "qwen3.5-mtp-tp2", "nemotron-h-dp2", "qwen3-next-tp2-pp2"])
-def test_kserve_passes_its_published_schema_and_runs_the_printed_command(run_cli, kserve_validator, args, replicas,
-                                                                         gpus):
+@pytest.mark.parametrize(
+    "args,replicas,gpus",
+    [
+        (["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"], 1, 1),
+        # a JSON-valued flag and a switch; TP 2
+        (
+            [
+                "qwen3.5-4b",
+                "--ctx",
+                "16384",
+                "--kv-budget",
+                "30GiB",
+                "--enforce-eager",
+                "--tp",
+                "2",
+                "--speculative-config",
+                '{"method":"mtp","num_speculative_tokens":2}',
+            ],
+            1,
+            2,
+        ),
+        # a dense model's data-parallel ranks: replicas of one engine (hybridplan/engines/vllm/deploy.py dp_replicas)
+        (["nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--dp", "2"], 2, 1),
+        (["qwen3-next", "--ctx", "32k", "--gpu-type", "h100", "--tp", "2", "--pp", "2", "--kv-dtype", "fp8"], 1, 4),
+    ],
+    ids=["nemotron-h", "qwen3.5-mtp-tp2", "nemotron-h-dp2", "qwen3-next-tp2-pp2"],
+)
+def test_kserve_passes_its_published_schema_and_runs_the_printed_command(
+    run_cli, kserve_validator, args, replicas, gpus
+):
     doc, command = _kserve(run_cli, args)
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in kserve_validator.iter_errors(doc)]
     assert errors == []
@@ -265,14 +356,21 @@ def test_the_kserve_schema_holds_unknown_fields_out(kserve_validator, run_cli):
     assert any("'gpus' was unexpected" in m for m in messages) and any("less than the minimum" in m for m in messages)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang"],
-     "--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm start was planned "
-     "(--engine vllm or both)"),
-    (["qwen3.5-397b-a17b", "--ctx", "32768", "--gpu-type", "h100", "--tp", "8", "--pp", "2", "--engine", "vllm"],
-     "--emit kserve: a replica of 16 GPUs spans 2 nodes of 8, which --emit kserve does not write (--emit k8s "
-     "writes a LeaderWorkerSet)"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang"],
+            "--emit kserve: KServe's LLMInferenceService template runs vllm serve, and no vllm start was planned "
+            "(--engine vllm or both)",
+        ),
+        (
+            ["qwen3.5-397b-a17b", "--ctx", "32768", "--gpu-type", "h100", "--tp", "8", "--pp", "2", "--engine", "vllm"],
+            "--emit kserve: a replica of 16 GPUs spans 2 nodes of 8, which --emit kserve does not write (--emit k8s "
+            "writes a LeaderWorkerSet)",
+        ),
+    ],
+)
 def test_what_kserve_cannot_run_is_one_line(run_cli, args, message):
     code, out, err = run_cli("fit", *args, "--emit", "kserve")
     assert code == 2 and out == ""

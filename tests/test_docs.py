@@ -16,8 +16,12 @@ sys.path.pop(0)
 
 
 def test_every_example_output_is_current():
-    stale = [f"{ex.path.name}: $ {ex.command}" for path in docs.FILES for ex in docs.examples(path)
-             if docs.run(ex.command) != ex.shown]
+    stale = [
+        f"{ex.path.name}: $ {ex.command}"
+        for path in docs.FILES
+        for ex in docs.examples(path)
+        if docs.run(ex.command) != ex.shown
+    ]
     assert not stale, "run python scripts/docs.py --write: " + "; ".join(stale)
 
 

@@ -70,9 +70,18 @@ QWEN3_NEXT_MTP = 1_650_471_424
 
 
 def _vllm(spec, sp, version="0.33.0", tp=1, gpu="h100", pp=1):
-    return Scenario(spec=spec, ctx=8192, tp=tp, pp=pp, dtypes=DtypeChoice(), spec_tokens=sp.num_tokens, speculative=sp,
-                    engine="vllm", vllm=VllmSettings(release=release(version)),
-                    budget=Budget(gpu_mem=80 * GiB, gpu=gpu))
+    return Scenario(
+        spec=spec,
+        ctx=8192,
+        tp=tp,
+        pp=pp,
+        dtypes=DtypeChoice(),
+        spec_tokens=sp.num_tokens,
+        speculative=sp,
+        engine="vllm",
+        vllm=VllmSettings(release=release(version)),
+        budget=Budget(gpu_mem=80 * GiB, gpu=gpu),
+    )
 
 
 def _loaded(name: str) -> float:
@@ -143,8 +152,10 @@ def test_check_log_estimate_includes_the_drafter():
     from hybridplan.engines.vllm.logs import weights_estimate
     from hybridplan.logread import read_text
 
-    log = read_text("INFO [gpu_model_runner.py:5233] Loading drafter model...\n"
-                    "INFO [gpu_model_runner.py:5306] Model loading took 66.97 GiB memory and 125.6 seconds\n")
+    log = read_text(
+        "INFO [gpu_model_runner.py:5233] Loading drafter model...\n"
+        "INFO [gpu_model_runner.py:5306] Model loading took 66.97 GiB memory and 125.6 seconds\n"
+    )
     spec = load_model("qwen3.6-35b-a3b")
     sp = speculative_from_vllm({"method": "mtp", "num_speculative_tokens": 3}, spec, "0.25.1")
     (with_mtp,), _ = weights_estimate(log, _vllm(spec, sp, "0.25.1"), None)
@@ -169,10 +180,20 @@ def test_deepseek_mtp_head_shared_from_0_16():
 def _eagle3(tmp_path, vocab: int | None) -> str:
     """An EAGLE-3 head for a 4,096-wide target: one Llama layer of 4,096, 32 heads and 8 KV heads of 128,
     intermediate 14,336, the target's vocabulary of 128,256, and ``draft_vocab_size`` where given."""
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
-           "num_hidden_layers": 1, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-           "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072,
-           "torch_dtype": "bfloat16", **({"draft_vocab_size": vocab} if vocab else {})}
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+        **({"draft_vocab_size": vocab} if vocab else {}),
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return str(tmp_path)
 
@@ -218,10 +239,18 @@ def test_drafter_on_the_last_pipeline_stage_only():
 def _sglang(spec, sp, fraction=None):
     """As hybridplan/build.py builds it: the steps (D − 1) as spec_tokens, D as the settings' draft tokens."""
     steps = sp.num_tokens - 1
-    settings = SglangSettings(release=sglang_release("0.5.23"), mem_fraction_static=fraction,
-                              draft_tokens=sp.num_tokens)
-    return Scenario(spec=spec, ctx=8192, spec_tokens=steps, speculative=replace(sp, num_tokens=steps),
-                    engine="sglang", sglang=settings, budget=Budget(gpu_mem=80 * GiB, gpu="h100"))
+    settings = SglangSettings(
+        release=sglang_release("0.5.23"), mem_fraction_static=fraction, draft_tokens=sp.num_tokens
+    )
+    return Scenario(
+        spec=spec,
+        ctx=8192,
+        spec_tokens=steps,
+        speculative=replace(sp, num_tokens=steps),
+        engine="sglang",
+        sglang=settings,
+        budget=Budget(gpu_mem=80 * GiB, gpu="h100"),
+    )
 
 
 def test_sglang_draft_loads_after_the_split():
@@ -280,30 +309,67 @@ def test_dflash_draft_counted_shape_by_shape(tmp_path):
     #      5·5,120·5,120                                                              131,072,000
     #   total                                                                       1,730,213,120
     # its embedding and its head (draft_vocab_size = the target's vocabulary) are the target's
-    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 5,
-           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408,
-           "vocab_size": 248320, "max_position_embeddings": 262144, "torch_dtype": "bfloat16"}
+    cfg = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": 5120,
+        "num_hidden_layers": 5,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 17408,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     target = load_model("qwen3.6-27b")
-    sp = speculative_from_vllm({"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 5}, target,
-                               "0.20.2")
+    sp = speculative_from_vllm(
+        {"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 5}, target, "0.20.2"
+    )
     term = drafter(_vllm(target, sp, "0.20.2"))
     assert term.bytes == 2 * 1_730_213_120 and "LM head shared" in term.note
     # with target_layer_ids naming 6 target layers the fc takes 6 hidden states: 5,120·5,120 more
     (tmp_path / "six").mkdir()
-    (tmp_path / "six" / "config.json").write_text(json.dumps({**cfg, "dflash_config": {"target_layer_ids":
-                                                                                      [1, 12, 23, 34, 45, 56]}}))
-    sp = speculative_from_vllm({"method": "dflash", "model": str(tmp_path / "six"), "num_speculative_tokens": 5},
-                               target, "0.20.2")
+    (tmp_path / "six" / "config.json").write_text(
+        json.dumps({**cfg, "dflash_config": {"target_layer_ids": [1, 12, 23, 34, 45, 56]}})
+    )
+    sp = speculative_from_vllm(
+        {"method": "dflash", "model": str(tmp_path / "six"), "num_speculative_tokens": 5}, target, "0.20.2"
+    )
     assert drafter(_vllm(target, sp, "0.20.2")).bytes == 2 * (1_730_213_120 + 5120 * 5120)
 
 
-@pytest.mark.parametrize("argv", [
-    ("qwen3.6-35b-a3b", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm", "--json", "--speculative-config",
-     '{"method":"mtp","num_speculative_tokens":2}'),
-    ("--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.6-35B-A3B", "--max-model-len", "8192",
-     "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (
+            "qwen3.6-35b-a3b",
+            "--ctx",
+            "8192",
+            "--gpu-type",
+            "h100",
+            "--engine",
+            "vllm",
+            "--json",
+            "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}',
+        ),
+        (
+            "--gpu-type",
+            "h100",
+            "--json",
+            "--",
+            "vllm",
+            "serve",
+            "Qwen/Qwen3.6-35B-A3B",
+            "--max-model-len",
+            "8192",
+            "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}',
+        ),
+    ],
+)
 def test_the_issues_command_both_spellings(run_cli, argv):
     # issue 28's reproduction, as options and as a pasted engine line: the drafter is its own term of the
     # memory, and the budget is the plain start's less the layer's 1,689,281,536 B
@@ -311,7 +377,9 @@ def test_the_issues_command_both_spellings(run_cli, argv):
     assert code in (0, 1), err
     mem = json.loads(out)["vllm"]["memory"]
     assert mem["drafter_weights_bytes"] == 2 * QWEN36_MTP
-    code, out, _ = run_cli("fit", "qwen3.6-35b-a3b", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm", "--json")
+    code, out, _ = run_cli(
+        "fit", "qwen3.6-35b-a3b", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm", "--json"
+    )
     plain = json.loads(out)["vllm"]["memory"]
     assert plain["drafter_weights_bytes"] == 0 and plain["weights_bytes"] == mem["weights_bytes"]
     assert plain["kv_budget_bytes"] - mem["kv_budget_bytes"] == 2 * QWEN36_MTP

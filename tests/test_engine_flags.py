@@ -68,18 +68,38 @@ def test_modelled_flags_exist_in_every_release_hybridplan_prints_them_for():
     # sglang_command); a release that lacked one would be handed a flag it refuses
     for v in VLLM_VERSIONS:
         p = cmdline.parser("vllm", v)
-        for flag in ("--tensor-parallel-size", "--max-model-len", "--max-num-seqs", "--kv-cache-dtype",
-                     "--gpu-memory-utilization", "--block-size", "--enable-prefix-caching", "--enforce-eager",
-                     "--speculative-config", "--cpu-offload-gb", "--trust-remote-code"):
+        for flag in (
+            "--tensor-parallel-size",
+            "--max-model-len",
+            "--max-num-seqs",
+            "--kv-cache-dtype",
+            "--gpu-memory-utilization",
+            "--block-size",
+            "--enable-prefix-caching",
+            "--enforce-eager",
+            "--speculative-config",
+            "--cpu-offload-gb",
+            "--trust-remote-code",
+        ):
             assert flag in p.flags, (v, flag)
-        assert ("--kv-cache-memory-bytes" in p.flags) == (VLLM_VERSIONS.index(v) >=
-                                                          VLLM_VERSIONS.index(cmdline.KV_BYTES_FROM)), v
-        assert ("--gdn-prefill-backend" in p.flags) == (VLLM_VERSIONS.index(v) >=
-                                                        VLLM_VERSIONS.index(cmdline.GDN_FLAG_FROM)), v
+        assert ("--kv-cache-memory-bytes" in p.flags) == (
+            VLLM_VERSIONS.index(v) >= VLLM_VERSIONS.index(cmdline.KV_BYTES_FROM)
+        ), v
+        assert ("--gdn-prefill-backend" in p.flags) == (
+            VLLM_VERSIONS.index(v) >= VLLM_VERSIONS.index(cmdline.GDN_FLAG_FROM)
+        ), v
     for v in SGLANG_VERSIONS:
         p = cmdline.parser("sglang", v)
-        for flag in ("--model-path", "--tp-size", "--context-length", "--mem-fraction-static", "--cpu-offload-gb",
-                     "--max-mamba-cache-size", "--disable-radix-cache", "--speculative-algorithm"):
+        for flag in (
+            "--model-path",
+            "--tp-size",
+            "--context-length",
+            "--mem-fraction-static",
+            "--cpu-offload-gb",
+            "--max-mamba-cache-size",
+            "--disable-radix-cache",
+            "--speculative-algorithm",
+        ):
             assert flag in p.flags, (v, flag)
         i = SGLANG_VERSIONS.index(v)
         assert ("--mamba-radix-cache-strategy" in p.flags) == (i >= SGLANG_VERSIONS.index(cmdline.RADIX_FLAG_RENAMED))
@@ -101,7 +121,7 @@ def test_what_the_parsers_do_by_release():
 
 # --- the reader, on definitions written the engines' ways ---------------------------------------------------
 
-SGLANG_SRC = '''
+SGLANG_SRC = """
 import argparse
 CHOICES = ["auto", "fp8_e4m3"]
 class ServerArgs:
@@ -116,9 +136,9 @@ def prepare_server_args(argv):
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     return parser.parse_args(argv)
-'''
+"""
 
-VLLM_CONFIG = '''
+VLLM_CONFIG = """
 from typing import Literal
 CacheDType = Literal["auto", "fp8"]
 @config
@@ -133,9 +153,9 @@ class CompilationConfig:
 @config
 class VllmConfig:
     compilation_config: CompilationConfig = None
-'''
+"""
 
-VLLM_ARGS = '''
+VLLM_ARGS = """
 class EngineArgs:
     @staticmethod
     def add_cli_args(parser):
@@ -149,9 +169,9 @@ class EngineArgs:
         parser.add_argument("--compilation-config", "-O", **vllm_kwargs["compilation_config"])
         parser.add_argument("--disable-log-requests", action="store_true", deprecated=True)
         parser.add_argument("--served-model-name", nargs="+", type=str)
-'''
+"""
 
-VLLM_PARSER = '''
+VLLM_PARSER = """
 class FlexibleArgumentParser(ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         pattern = re.compile(r"(?<=--)[^\\.]*")
@@ -164,7 +184,7 @@ class FlexibleArgumentParser(ArgumentParser):
             elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
                 processed_args.append("-O.level")
         key, *keys = processed_arg.split(".")
-'''
+"""
 
 
 def _wheel(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -188,8 +208,14 @@ def test_the_reader_on_sglang_definitions(tmp_path):
 
 
 def test_the_reader_on_vllm_definitions(tmp_path):
-    wheel = _wheel(tmp_path, {"vllm/config/cache.py": VLLM_CONFIG, "vllm/engine/arg_utils.py": VLLM_ARGS,
-                              "vllm/utils/__init__.py": VLLM_PARSER})
+    wheel = _wheel(
+        tmp_path,
+        {
+            "vllm/config/cache.py": VLLM_CONFIG,
+            "vllm/engine/arg_utils.py": VLLM_ARGS,
+            "vllm/utils/__init__.py": VLLM_PARSER,
+        },
+    )
     flags, rules = engine_flags.extract("vllm", wheel)
     assert flags == {
         "--block-size": {"takes": "value"},
@@ -215,8 +241,11 @@ def test_rows_join_consecutive_releases_only():
     order = ("a", "b", "c", "d")
     rows = engine_flags._runs({"a": {"takes": "value"}, "b": {"takes": "value"}, "d": {"takes": "value"}}, order)
     assert rows == [{"from": "a", "to": "b", "takes": "value"}, {"from": "d", "to": "d", "takes": "value"}]
-    data = {"releases": {v: {} for v in order}, "parser": [{"from": "a", "to": "d", "x": 1}],
-            "flags": {"--f": rows, "--g": [{"from": "c", "to": "c", "takes": "switch"}]}}
+    data = {
+        "releases": {v: {} for v in order},
+        "parser": [{"from": "a", "to": "d", "x": 1}],
+        "flags": {"--f": rows, "--g": [{"from": "c", "to": "c", "takes": "switch"}]},
+    }
     cut = engine_flags._restrict(data, ("b", "d"), order)
     assert cut["flags"] == {"--f": [{"from": "b", "to": "d", "takes": "value"}]}
     assert list(cut["releases"]) == ["b", "d"]

@@ -42,7 +42,8 @@ def test_nemotron_block_1040(minor, mode):
     assert lo.mamba_page_bytes == 4_255_744 and lo.page_bytes == 1040 * 4096
     assert lo.logs == (
         "Setting attention block size to 1040 tokens to ensure that attention page size is >= mamba page size.",
-        "Padding mamba page size by 0.10% to ensure that mamba page size and attention page size are exactly equal.")
+        "Padding mamba page size by 0.10% to ensure that mamba page size and attention page size are exactly equal.",
+    )
 
 
 def test_nemotron_all_mode_blocks():
@@ -54,15 +55,18 @@ def test_nemotron_all_mode_blocks():
     assert (lo.block_size, f"{lo.padding_pct:.2f}") == (1152, "10.88")
 
 
-@pytest.mark.parametrize("minor,mode,blocks,conc,tokens", [
-    # vLLM gives, at 40 GiB and max_len 8192: 2520 blocks, 180.00 (none), 126.00 (align); all: 2048 and 41.80.
-    # tokens = int(concurrency · 8192) (vllm/v1/core/kv_cache_utils.py, 0.23+)
-    (28, "none", 2520, "180.00", 1_474_560),
-    (28, "align", 2520, "126.00", 1_032_192),
-    (28, "all", 2048, "41.80", int(2048 / 49 * 8192)),
-    # 0.32+: MambaMixer2 adds one prefill-checkpoint page in align: 8 + 6·(2 + 1) = 26 blocks per request
-    (33, "align", 2520, "96.92", int(2520 / 26 * 8192)),
-])
+@pytest.mark.parametrize(
+    "minor,mode,blocks,conc,tokens",
+    [
+        # vLLM gives, at 40 GiB and max_len 8192: 2520 blocks, 180.00 (none), 126.00 (align); all: 2048 and 41.80.
+        # tokens = int(concurrency · 8192) (vllm/v1/core/kv_cache_utils.py, 0.23+)
+        (28, "none", 2520, "180.00", 1_474_560),
+        (28, "align", 2520, "126.00", 1_032_192),
+        (28, "all", 2048, "41.80", int(2048 / 49 * 8192)),
+        # 0.32+: MambaMixer2 adds one prefill-checkpoint page in align: 8 + 6·(2 + 1) = 26 blocks per request
+        (33, "align", 2520, "96.92", int(2520 / 26 * 8192)),
+    ],
+)
 def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
     cap = cap_of("nemotron-h", mode, minor)
     # groups: 4 attention + 24 Mamba layers → group size 4 → 1 attention group and 6 Mamba groups
@@ -75,8 +79,10 @@ def test_nemotron_capacity_at_40gib(minor, mode, blocks, conc, tokens):
 def test_two_line_capacity_log_before_028():
     # 0.23 prints two lines (docs/engines.md §2)
     cap = cap_of("nemotron-h", "none", 23)
-    assert cap.logs == ("GPU KV cache size: 1,474,560 tokens",
-                        "Maximum concurrency for 8,192 tokens per request: 180.00x")
+    assert cap.logs == (
+        "GPU KV cache size: 1,474,560 tokens",
+        "Maximum concurrency for 8,192 tokens per request: 180.00x",
+    )
 
 
 def test_max_num_seqs_over_mamba_blocks_will_not_start():
@@ -104,8 +110,9 @@ def test_fit_cli_exit_codes(run_cli):
     assert code == 1 and "will not start" in out
 
 
-@pytest.mark.parametrize("version,starts,capped", [("0.17.1", True, False), ("0.19.0", True, True),
-                                                    ("0.20.0", False, False)])
+@pytest.mark.parametrize(
+    "version,starts,capped", [("0.17.1", True, False), ("0.19.0", True, True), ("0.20.0", False, False)]
+)
 def test_fit_verdict_follows_the_release(version, starts, capped):
     # Nemotron-H, 5 GiB of KV, --max-num-seqs 1024. 0.17–0.19.0: SSM float16 (the hook's fallback): state
     # 10240·3·2 + 128·64·128·2 = 2,158,592 B, attn1 2·8·128·2 = 4,096 → block 16·cdiv(2,158,592, 65,536) = 528,
@@ -114,14 +121,16 @@ def test_fit_verdict_follows_the_release(version, starts, capped):
     # 1040, page 4,259,840 B: 5 GiB // 17,039,360 = 315 blocks. 1024 sequences exceed
     # both: nothing happens up to 0.17.1, 0.18–0.19 cap the CUDA-graph sizes and start, 0.20 refuses
     # (vllm/config/compilation.py)
-    r = fit(scenario("nemotron-h", minor=version, budget=Budget(kv_budget=5 * GiB), engine="vllm",
-                     vllm=dict(max_num_seqs=1024)))
+    r = fit(
+        scenario(
+            "nemotron-h", minor=version, budget=Budget(kv_budget=5 * GiB), engine="vllm", vllm=dict(max_num_seqs=1024)
+        )
+    )
     part = r.parts["vllm"]
     blocks = part.chosen.capacity.num_blocks
     assert blocks == (315 if version == "0.20.0" else 620)
     assert r.verdict_ok is starts
-    assert any(f"caps its CUDA-graph capture sizes at the {blocks} Mamba cache blocks" in n
-               for n in r.notes) is capped
+    assert any(f"caps its CUDA-graph capture sizes at the {blocks} Mamba cache blocks" in n for n in r.notes) is capped
 
 
 def test_kv_token_figure_moves_inside_0_20():
@@ -157,18 +166,21 @@ def test_nemotron_block_at_every_tp(tp, block):
     assert lay("nemotron-h", "align", tp=tp).block_size == block
 
 
-@pytest.mark.parametrize("tp,mpage,attn1,none_block,all_block", [
-    # Falcon-H1-0.5B, g = 1 padded to t groups; SSM at bf16 (model dtype); chunk 128; attn1 = 2·kv·64·2
-    # TP 1: conv 1792·3·2 = 10,752 + SSM 24·64·128·2 = 393,216 → 403,968; attn1 512 → 16·cdiv(403,968, 8,192)
-    #       = 800; all: lcm(128,16) = 128, cdiv(403,968, 512) = 789 → 128·7 = 896
-    (1, 403_968, 512, 800, 896),
-    # TP 2: conv (1536 + 2·2·128)/2 = 1024 → 6,144 + 196,608 = 202,752; attn1 256 → 16·cdiv(202,752, 4,096) = 800
-    (2, 202_752, 256, 800, 896),
-    # TP 4: conv (1536 + 2·4·128)/4 = 640 → 3,840 + 98,304 = 102,144; KV heads 2 < 4 → 1 → attn1 256 → 400
-    (4, 102_144, 256, 400, 512),
-    # TP 8: conv (1536 + 2·8·128)/8 = 448 → 2,688 + 49,152 = 51,840; attn1 256 → 16·cdiv(51,840, 4,096) = 208
-    (8, 51_840, 256, 208, 256),
-])
+@pytest.mark.parametrize(
+    "tp,mpage,attn1,none_block,all_block",
+    [
+        # Falcon-H1-0.5B, g = 1 padded to t groups; SSM at bf16 (model dtype); chunk 128; attn1 = 2·kv·64·2
+        # TP 1: conv 1792·3·2 = 10,752 + SSM 24·64·128·2 = 393,216 → 403,968; attn1 512 → 16·cdiv(403,968, 8,192)
+        #       = 800; all: lcm(128,16) = 128, cdiv(403,968, 512) = 789 → 128·7 = 896
+        (1, 403_968, 512, 800, 896),
+        # TP 2: conv (1536 + 2·2·128)/2 = 1024 → 6,144 + 196,608 = 202,752; attn1 256 → 16·cdiv(202,752, 4,096) = 800
+        (2, 202_752, 256, 800, 896),
+        # TP 4: conv (1536 + 2·4·128)/4 = 640 → 3,840 + 98,304 = 102,144; KV heads 2 < 4 → 1 → attn1 256 → 400
+        (4, 102_144, 256, 400, 512),
+        # TP 8: conv (1536 + 2·8·128)/8 = 448 → 2,688 + 49,152 = 51,840; attn1 256 → 16·cdiv(51,840, 4,096) = 208
+        (8, 51_840, 256, 208, 256),
+    ],
+)
 def test_single_group_mamba2_model(tp, mpage, attn1, none_block, all_block):
     fp = fp_of("falcon-h1-0.5b", 28, tp)
     assert vllm.mamba_page(fp) == mpage and vllm.attention_page_per_token(fp) == attn1
@@ -188,20 +200,24 @@ def test_mamba1_model():
     assert vllm.recurrent_pages(scenario("jamba"), "mamba2", "align", 80) == 3
 
 
-@pytest.mark.parametrize("minor,backend,block", [
-    # Qwen3-Next: conv 8192·3·2 = 49,152 + SSM 32·128·128·2 = 1,048,576 → 1,097,728 B; attn1 2·2·256·2 = 2,048
-    # → 16·cdiv(1,097,728, 32,768) = 544; vLLM 0.33 with FlashInfer GDN prefill aligns to lcm(16, 64) = 64:
-    # 64·cdiv(1,097,728, 131,072) = 576 (docs/engines.md §2: "block 576 instead of 544 at t=1")
-    (33, "flashinfer", 576),
-    (33, "triton", 544),
-    (32, "flashinfer", 544),  # the checkpoint alignment arrived in 0.33
-])
+@pytest.mark.parametrize(
+    "minor,backend,block",
+    [
+        # Qwen3-Next: conv 8192·3·2 = 49,152 + SSM 32·128·128·2 = 1,048,576 → 1,097,728 B; attn1 2·2·256·2 = 2,048
+        # → 16·cdiv(1,097,728, 32,768) = 544; vLLM 0.33 with FlashInfer GDN prefill aligns to lcm(16, 64) = 64:
+        # 64·cdiv(1,097,728, 131,072) = 576 (docs/engines.md §2: "block 576 instead of 544 at t=1")
+        (33, "flashinfer", 576),
+        (33, "triton", 544),
+        (32, "flashinfer", 544),  # the checkpoint alignment arrived in 0.33
+    ],
+)
 def test_gdn_checkpoint_alignment(minor, backend, block):
     assert lay("qwen3-next", "align", minor, gdn_backend=backend).block_size == block
     assert lay("qwen3-next", "none", minor, gdn_backend=backend).block_size == 544
     # FlashInfer GDN also pins a checkpoint page in 0.33 align: 2 + 1
-    pages = vllm.recurrent_pages(scenario("qwen3-next", minor=minor, vllm=dict(gdn_backend=backend)), "gdn", "align",
-                                 block)
+    pages = vllm.recurrent_pages(
+        scenario("qwen3-next", minor=minor, vllm=dict(gdn_backend=backend)), "gdn", "align", block
+    )
     assert pages == (3 if (minor, backend) == (33, "flashinfer") else 2)
 
 
@@ -210,8 +226,9 @@ def test_lfm2_block_does_not_grow_but_page_is_padded():
     # the block stays at 16 (no "Setting" line); the state page is padded to 16·2,048 = 32,768 (+300 %)
     lo = lay("lfm2", "align")
     assert lo.block_size == 16 and not lo.block_grown and lo.padding_pct == 300.0
-    assert lo.logs == ("Padding mamba page size by 300.00% to ensure that mamba page size and attention page size "
-                       "are exactly equal.",)
+    assert lo.logs == (
+        "Padding mamba page size by 300.00% to ensure that mamba page size and attention page size are exactly equal.",
+    )
 
 
 @pytest.mark.parametrize("name", ["nemotron-h", "falcon-h1-0.5b", "jamba", "qwen3-next", "lfm2"])
@@ -254,17 +271,32 @@ def test_user_block_larger_than_needed_is_kept():
     # the block only grows: --block-size 2048 stays, and the state page is padded to 2048·4,096 B
     lo = lay("nemotron-h", "align", block_size=2048)
     assert lo.block_size == 2048 and not lo.block_grown and lo.page_bytes == 2048 * 4096
-    assert lo.logs == (f"Padding mamba page size by {100 * (2048 * 4096 - 4_255_744) / 4_255_744:.2f}% to ensure "
-                       "that mamba page size and attention page size are exactly equal.",)
+    assert lo.logs == (
+        f"Padding mamba page size by {100 * (2048 * 4096 - 4_255_744) / 4_255_744:.2f}% to ensure "
+        "that mamba page size and attention page size are exactly equal.",
+    )
 
 
 def test_mla_block_at_least_128():
     from hybridplan.adapters import spec_from_config
 
-    kimi = spec_from_config({"architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 4, "hidden_size": 2304,
-                             "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                             "linear_attn_config": {"full_attn_layers": [4], "num_heads": 32, "head_dim": 128,
-                                                    "short_conv_kernel_size": 4}}, name="kimi")
+    kimi = spec_from_config(
+        {
+            "architectures": ["KimiLinearForCausalLM"],
+            "num_hidden_layers": 4,
+            "hidden_size": 2304,
+            "num_attention_heads": 32,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "linear_attn_config": {
+                "full_attn_layers": [4],
+                "num_heads": 32,
+                "head_dim": 128,
+                "short_conv_kernel_size": 4,
+            },
+        },
+        name="kimi",
+    )
     # KDA page: conv 12288·3·2 = 73,728 + SSM 32·128·128·4 = 2,097,152 → 2,170,880 B; MLA attn1 = 576·2 = 1,152
     # 0.27+: A = max(64, 16, 128) → 128·cdiv(2,170,880, 147,456) = 128·15 = 1920
     assert vllm.layout(scenario(kimi), "align").block_size == 1920
@@ -335,7 +367,12 @@ def test_default_modes_by_release():
     # prefix caching is off for hybrids by default until 0.27.1 and on from 0.28.0 (vllm/engine/arg_utils.py);
     # when on, 0.28.0+ always picks align (MambaModelConfig.verify_and_update_config)
     assert [vllm.release(v).default_mode(spec) for v in ("0.11.0", "0.23", "0.27", "0.28", "0.33")] == [
-        "none", "none", "none", "align", "align"]
+        "none",
+        "none",
+        "none",
+        "align",
+        "align",
+    ]
     # with --enable-prefix-caching: `all` for a supporting class from 0.11.1 (0.15.0 names it) to 0.27.1; align
     # under speculative decoding in 0.20.0–0.21.0; GDN has no `all`, and before 0.15 has it switched off
     assert vllm.release("0.27").mode(spec, prefix_caching=True) == "all"
@@ -387,8 +424,9 @@ def test_v0_engine_and_registry_by_release():
 
 
 def test_size_engine_json_contract(run_cli):
-    code, out, err = run_cli("size", "nemotron-h", "--ctx", "8192", "--engine", "both", "--vllm-version", "0.28",
-                             "--json")
+    code, out, err = run_cli(
+        "size", "nemotron-h", "--ctx", "8192", "--engine", "both", "--vllm-version", "0.28", "--json"
+    )
     assert code == 0, err
     d = json.loads(out)
     v = d["vllm"]
@@ -397,8 +435,9 @@ def test_size_engine_json_contract(run_cli):
     assert (al["block_size"], al["page_bytes"], f"{al['padding_pct']:.2f}") == (1280, 5_242_880, "23.20")
     # per request at 8,192 tokens, all mode: 24 layers · cdiv(8192, 1280) = 7 pages; KV 4 layers · 7 pages
     assert al["state_bytes_per_request"] == 24 * 7 * 5_242_880 and al["kv_bytes_per_request"] == 4 * 7 * 5_242_880
-    assert al["logs"][0] == ("Setting attention block size to 1280 tokens to ensure that attention page size is >= "
-                             "mamba page size.")
+    assert al["logs"][0] == (
+        "Setting attention block size to 1280 tokens to ensure that attention page size is >= mamba page size."
+    )
     sg = d["sglang"]
     # SGLang's MambaPool keeps slots + 1 rows, one of them padding (sglang/srt/mem_cache/memory_pool.py
     # MambaPool; engines/sglang/pool.py): 257 rows of, per row, conv 24 Mamba layers · (8,192 + 2·8·128 = 10,240
@@ -413,12 +452,15 @@ def test_size_engine_json_contract(run_cli):
 # --- prefix reuse (docs/engines.md §4): `prefix` replays three requests (tests/test_prefix.py) ----------------
 
 
-@pytest.mark.parametrize("shared,private,reused,computed", [
-    (4000, 200, 3840, 360),  # cached at 1280/2560/3840: reuses 3840, computes 360
-    (900, 200, 0, 1100),  # no checkpoint inside 900 tokens: every request computes all 1100
-    (1279, 200, 0, 1479),  # a 1279-token prefix in a 1280-token block hits nothing
-    (1280, 0, 0, 1280),  # a whole cached prompt still recomputes its last token, here its only block
-])
+@pytest.mark.parametrize(
+    "shared,private,reused,computed",
+    [
+        (4000, 200, 3840, 360),  # cached at 1280/2560/3840: reuses 3840, computes 360
+        (900, 200, 0, 1100),  # no checkpoint inside 900 tokens: every request computes all 1100
+        (1279, 200, 0, 1479),  # a 1279-token prefix in a 1280-token block hits nothing
+        (1280, 0, 0, 1280),  # a whole cached prompt still recomputes its last token, here its only block
+    ],
+)
 def test_prefix_examples_all_mode(shared, private, reused, computed):
     # 0.28 `all` (dense retention through 0.28.0): a state at every full 1280-token block
     r = prefix(scenario("nemotron-h", minor=28, engine="vllm", vllm=dict(mode="all")), shared, private)
@@ -447,11 +489,14 @@ def test_prefix_sweep_steps_at_block_boundaries(run_cli, tmp_path):
     assert png.stat().st_size > 0
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("--shared", "-5"), "--shared and --private must be ≥ 0"),
-    (("--sweep", "5:1:1"), "--sweep needs"),
-    (("--shared", "10", "--mode", "all"), "no mamba cache mode 'all'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("--shared", "-5"), "--shared and --private must be ≥ 0"),
+        (("--sweep", "5:1:1"), "--sweep needs"),
+        (("--shared", "10", "--mode", "all"), "no mamba cache mode 'all'"),
+    ],
+)
 def test_prefix_bad_input(run_cli, args, needle):
     one_line_error(*run_cli("prefix", "nemotron-h", *args), needle)
 
@@ -522,8 +567,9 @@ def test_prefix_later_requests_reuse_the_junction():
     assert (sg.grid, sg.checkpoints, sg.reused_tokens, sg.later_reused_tokens) == (256, (4096,), 0, 3840)
     # no_buffer keeps states only at chunk ends and the prompt's end: nothing inside a 4,000-token prefix (an
     # explicit no_buffer needs the overlap scheduler off from 0.5.14)
-    r = prefix(scenario("nemotron-h", engine="sglang", sglang=dict(radix="no_buffer", overlap=False)), 4000,
-               200).parts["sglang"]
+    r = prefix(scenario("nemotron-h", engine="sglang", sglang=dict(radix="no_buffer", overlap=False)), 4000, 200).parts[
+        "sglang"
+    ]
     assert (r.reuse.checkpoints, r.reuse.later_reused_tokens) == ((4200,), 0)
 
 
@@ -596,14 +642,19 @@ def test_figures_from_vllm_033s_own_code(name, mode, backend, blocks, conc, toke
         assert cap.kv_tokens == tokens
 
 
-@pytest.mark.parametrize("name,mode,backend,block,pad", [
-    # the same run: block size and padding
-    ("qwen3.5-27b", "align", "flashinfer", 832, "6.26"), ("qwen3.5-27b", "align", "triton", 784, "0.13"),
-    ("zamba2-7b", "align", "flashinfer", 48, "43.05"), ("falcon-h1-0.5b", "none", "flashinfer", 800, "1.39"),
-    ("nemotron-h-56b", "align", "flashinfer", 4128, "0.05"), ("nemotron-3-nano-30b-a3b", "none", "flashinfer", 2096,
-                                                               "0.58"),
-    ("qwen3-next-80b-a3b", "align", "triton", 544, "1.49"),
-])
+@pytest.mark.parametrize(
+    "name,mode,backend,block,pad",
+    [
+        # the same run: block size and padding
+        ("qwen3.5-27b", "align", "flashinfer", 832, "6.26"),
+        ("qwen3.5-27b", "align", "triton", 784, "0.13"),
+        ("zamba2-7b", "align", "flashinfer", 48, "43.05"),
+        ("falcon-h1-0.5b", "none", "flashinfer", 800, "1.39"),
+        ("nemotron-h-56b", "align", "flashinfer", 4128, "0.05"),
+        ("nemotron-3-nano-30b-a3b", "none", "flashinfer", 2096, "0.58"),
+        ("qwen3-next-80b-a3b", "align", "triton", 544, "1.49"),
+    ],
+)
 def test_blocks_from_vllm_033s_own_code(name, mode, backend, block, pad):
     lo = lay(name, mode, 33, gdn_backend=backend)
     assert (lo.block_size, f"{lo.padding_pct:.2f}") == (block, pad)

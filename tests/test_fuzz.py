@@ -25,8 +25,12 @@ SCALE = int(os.environ.get("FUZZ_SCALE", "1"))
 
 
 def fuzz(examples: int):
-    return settings(max_examples=examples * SCALE, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    return settings(
+        max_examples=examples * SCALE,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 @pytest.fixture
@@ -51,21 +55,34 @@ def cli(run_cli, monkeypatch):
 # --- values ------------------------------------------------------------------------------------------------
 
 #: JSON values of every kind, the edges of the integers the readers bound among them
-_scalars = (st.none() | st.booleans() | st.integers(-3, 3000) | st.sampled_from([0, 511, 512, 513, 1 << 24, 1 << 63])
-            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6))
-_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                           max_size=3), max_leaves=6)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3000)
+    | st.sampled_from([0, 511, 512, 513, 1 << 24, 1 << 63])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6)
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
 #: command-line words that are neither a path nor a Hub id (no '/', no '.' alone), so nothing is read or fetched
 _word = st.text(alphabet="abcxyzABC0123456789-_=:,{}[]\"' ", min_size=0, max_size=8).filter(
-    lambda w: w not in (".", "..") and not w.startswith("~"))
+    lambda w: w not in (".", "..") and not w.startswith("~")
+)
 
 
 @st.composite
 def mooncake_line(draw) -> dict:
     n = draw(st.integers(1, 3000))
-    obj: dict = {"timestamp": draw(st.integers(0, 10**6)), "input_length": n,
-                 "output_length": draw(st.integers(0, 300)),
-                 "hash_ids": draw(st.lists(st.integers(0, 50), min_size=-(-n // 512), max_size=-(-n // 512)))}
+    obj: dict = {
+        "timestamp": draw(st.integers(0, 10**6)),
+        "input_length": n,
+        "output_length": draw(st.integers(0, 300)),
+        "hash_ids": draw(st.lists(st.integers(0, 50), min_size=-(-n // 512), max_size=-(-n // 512))),
+    }
     for _ in range(draw(st.integers(0, 2))):
         key = draw(st.sampled_from([*obj, "extra"]))
         if draw(st.booleans()):
@@ -77,8 +94,10 @@ def mooncake_line(draw) -> dict:
 
 @st.composite
 def token_line(draw) -> dict:
-    obj: dict = {"prompt_token_ids": draw(st.lists(st.integers(0, 50_000), min_size=1, max_size=40)),
-                 "output_len": draw(st.integers(0, 64))}
+    obj: dict = {
+        "prompt_token_ids": draw(st.lists(st.integers(0, 50_000), min_size=1, max_size=40)),
+        "output_len": draw(st.integers(0, 64)),
+    }
     if draw(st.booleans()):
         obj["arrival"] = draw(st.floats(0, 100))
     for _ in range(draw(st.integers(0, 2))):
@@ -120,9 +139,13 @@ _SYNTH_FIELDS = sorted(tr._SYNTH_KEYS) + ["private_extra", "name"]
 def synthetic_yaml(draw) -> bytes:
     if draw(st.integers(0, 9)) == 0:  # not YAML of a mapping at all
         return draw(st.binary(max_size=40) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
-    fields = {"shared": draw(st.integers(0, 2000)), "users": draw(st.integers(1, 4)),
-              "turns": draw(st.integers(1, 3)), "private": draw(st.integers(0, 500)),
-              "output": draw(st.integers(0, 100))}
+    fields = {
+        "shared": draw(st.integers(0, 2000)),
+        "users": draw(st.integers(1, 4)),
+        "turns": draw(st.integers(1, 3)),
+        "private": draw(st.integers(0, 500)),
+        "output": draw(st.integers(0, 100)),
+    }
     for _ in range(draw(st.integers(0, 3))):
         key = draw(st.sampled_from(_SYNTH_FIELDS))
         if draw(st.booleans()):
@@ -135,8 +158,11 @@ def synthetic_yaml(draw) -> bytes:
 
 # --- traces -----------------------------------------------------------------------------------------------
 
-_TRACES = {"mooncake": (".jsonl", jsonl(mooncake_line())), "tokens": (".jsonl", jsonl(token_line())),
-           "synthetic": (".yaml", synthetic_yaml())}
+_TRACES = {
+    "mooncake": (".jsonl", jsonl(mooncake_line())),
+    "tokens": (".jsonl", jsonl(token_line())),
+    "synthetic": (".yaml", synthetic_yaml()),
+}
 
 
 def _read(path, fmt: str) -> None:
@@ -160,15 +186,34 @@ def test_trace_readers_read_or_refuse_in_one_line(tmp_path_factory, data):
 
 
 #: replay's own options, in range and out of it
-_REPLAY_OPTIONS = [("--concurrency", "3"), ("--format", "mooncake"), ("--format", "tokens"), ("--format", "x"),
-                   ("--engine", "vllm"), ("--engine", "sglang"), ("--ctx", "4096"), ("--kv-budget", "0.01GiB"),
-                   ("--kv-budget", "1B"), ("--num-gpu-blocks-override", "1"), ("--num-gpu-blocks-override", "0"),
-                   ("--max-total-tokens", "1"), ("--max-mamba-cache-size", "1"), ("--prefix-match-unit", "16"),
-                   ("--prefix-match-unit", "7"), ("--prefix-cache-retention-interval", "0"),
-                   ("--prefix-cache-retention-interval", "100"), ("--mamba-max-states-per-path", "1"),
-                   ("--mamba-max-states-per-path", "0"), ("--enable-int8-mamba-checkpoint",),
-                   ("--mode", "all"), ("--gpu-type", "rtx-4090"), ("--spec-tokens", "2"), ("--limit", "1"),
-                   ("--enable-mamba-shared-prefix-checkpoint",), ("--no-requests",)]
+_REPLAY_OPTIONS = [
+    ("--concurrency", "3"),
+    ("--format", "mooncake"),
+    ("--format", "tokens"),
+    ("--format", "x"),
+    ("--engine", "vllm"),
+    ("--engine", "sglang"),
+    ("--ctx", "4096"),
+    ("--kv-budget", "0.01GiB"),
+    ("--kv-budget", "1B"),
+    ("--num-gpu-blocks-override", "1"),
+    ("--num-gpu-blocks-override", "0"),
+    ("--max-total-tokens", "1"),
+    ("--max-mamba-cache-size", "1"),
+    ("--prefix-match-unit", "16"),
+    ("--prefix-match-unit", "7"),
+    ("--prefix-cache-retention-interval", "0"),
+    ("--prefix-cache-retention-interval", "100"),
+    ("--mamba-max-states-per-path", "1"),
+    ("--mamba-max-states-per-path", "0"),
+    ("--enable-int8-mamba-checkpoint",),
+    ("--mode", "all"),
+    ("--gpu-type", "rtx-4090"),
+    ("--spec-tokens", "2"),
+    ("--limit", "1"),
+    ("--enable-mamba-shared-prefix-checkpoint",),
+    ("--no-requests",),
+]
 
 
 @fuzz(15)
@@ -180,43 +225,96 @@ def test_replay_of_any_trace_answers_or_refuses(cli, tmp_path_factory, data):
     path.write_bytes(data.draw(content))
     extra = data.draw(st.lists(st.sampled_from(_REPLAY_OPTIONS), max_size=2))
     model = data.draw(st.sampled_from(["nemotron-h", "nemotron-h", "qwen3-next", "lfm2", "llama-3-8b", "mamba-130m"]))
-    cli("replay", str(path), model, "--kv-budget", "40GiB", "--limit", "6", *(w for o in extra for w in o), "--json",
-        json_out=True)
+    cli(
+        "replay",
+        str(path),
+        model,
+        "--kv-budget",
+        "40GiB",
+        "--limit",
+        "6",
+        *(w for o in extra for w in o),
+        "--json",
+        json_out=True,
+    )
 
 
 # --- pasted engine command lines ------------------------------------------------------------------------
 
 #: the engines' flags as people paste them (spelled right and wrong), each with values it takes
 _VLLM_FLAGS = {
-    "--max-model-len": ["8192", "32k", "128K", "4096"], "--max_model_len": ["8192"], "-tp": ["1", "2"],
-    "--tensor-parallel-size": ["1", "2", "4"], "--gpu-memory-utilization": ["0.9", "0.8", "0.95"],
-    "--max-num-seqs": ["16", "256", "1024"], "--kv-cache-dtype": ["auto", "fp8", "fp8_e5m2"],
-    "--mamba-ssm-cache-dtype": ["auto", "float32", "bfloat16"], "--enable-prefix-caching": [],
-    "--no-enable-prefix-caching": [], "--block-size": ["16", "32"], "--max-num-batched-tokens": ["2048", "8192"],
+    "--max-model-len": ["8192", "32k", "128K", "4096"],
+    "--max_model_len": ["8192"],
+    "-tp": ["1", "2"],
+    "--tensor-parallel-size": ["1", "2", "4"],
+    "--gpu-memory-utilization": ["0.9", "0.8", "0.95"],
+    "--max-num-seqs": ["16", "256", "1024"],
+    "--kv-cache-dtype": ["auto", "fp8", "fp8_e5m2"],
+    "--mamba-ssm-cache-dtype": ["auto", "float32", "bfloat16"],
+    "--enable-prefix-caching": [],
+    "--no-enable-prefix-caching": [],
+    "--block-size": ["16", "32"],
+    "--max-num-batched-tokens": ["2048", "8192"],
     "--speculative-config": ['{"method":"mtp","num_speculative_tokens":2}', '{"method":"ngram"}'],
-    "--enforce-eager": [], "--dtype": ["auto", "bfloat16"], "--quantization": ["fp8"], "--trust-remote-code": [],
-    "--mamba-cache-mode": ["align", "all", "none"], "--pipeline-parallel-size": ["1", "2"],
-    "--data-parallel-size": ["1", "2"], "--enable-expert-parallel": [], "--kv-cache-memory-bytes": ["40GiB"],
-    "--num-gpu-blocks-override": ["100"], "-O3": [], "-O": ["3"], "--compilation-config": ['{"level": 3}'],
-    "--served-model-name": ["m"], "--port": ["8000"], "--seed": ["0"], "--tensor-parallel": ["2"],
+    "--enforce-eager": [],
+    "--dtype": ["auto", "bfloat16"],
+    "--quantization": ["fp8"],
+    "--trust-remote-code": [],
+    "--mamba-cache-mode": ["align", "all", "none"],
+    "--pipeline-parallel-size": ["1", "2"],
+    "--data-parallel-size": ["1", "2"],
+    "--enable-expert-parallel": [],
+    "--kv-cache-memory-bytes": ["40GiB"],
+    "--num-gpu-blocks-override": ["100"],
+    "-O3": [],
+    "-O": ["3"],
+    "--compilation-config": ['{"level": 3}'],
+    "--served-model-name": ["m"],
+    "--port": ["8000"],
+    "--seed": ["0"],
+    "--tensor-parallel": ["2"],
     "--revision": ["main"],
 }
 _SGLANG_FLAGS = {
-    "--context-length": ["8192", "32768"], "--tp-size": ["1", "2"], "--tp": ["1", "2"],
-    "--mem-fraction-static": ["0.85", "0.7", "0.667"], "--max-running-requests": ["8", "64"],
-    "--max-mamba-cache-size": ["16", "100"], "--mamba-full-memory-ratio": ["0.9", "0.5"], "--page-size": ["1", "64"],
-    "--kv-cache-dtype": ["auto", "fp8_e4m3"], "--mamba-ssm-dtype": ["float32", "bfloat16"],
-    "--disable-radix-cache": [], "--speculative-algorithm": ["EAGLE", "NEXTN"], "--speculative-algo": ["NEXTN"],
-    "--speculative-num-steps": ["1", "3"], "--speculative-num-draft-tokens": ["2", "4"],
-    "--speculative-eagle-topk": ["1"], "--chunked-prefill-size": ["8192", "2048"], "--dp-size": ["1", "2"],
-    "--enable-dp-attention": [], "--ep-size": ["1", "2"], "--trust-remote-code": [], "--cpu-offload-gb": ["4"],
-    "--schedule-conservativeness": ["1.0"], "--mamba-scheduler-strategy": ["auto", "extra_buffer"],
-    "--pp-size": ["1", "2"], "--dtype": ["auto", "bfloat16"], "--port": ["30000"], "--host": ["0.0.0.0"],
+    "--context-length": ["8192", "32768"],
+    "--tp-size": ["1", "2"],
+    "--tp": ["1", "2"],
+    "--mem-fraction-static": ["0.85", "0.7", "0.667"],
+    "--max-running-requests": ["8", "64"],
+    "--max-mamba-cache-size": ["16", "100"],
+    "--mamba-full-memory-ratio": ["0.9", "0.5"],
+    "--page-size": ["1", "64"],
+    "--kv-cache-dtype": ["auto", "fp8_e4m3"],
+    "--mamba-ssm-dtype": ["float32", "bfloat16"],
+    "--disable-radix-cache": [],
+    "--speculative-algorithm": ["EAGLE", "NEXTN"],
+    "--speculative-algo": ["NEXTN"],
+    "--speculative-num-steps": ["1", "3"],
+    "--speculative-num-draft-tokens": ["2", "4"],
+    "--speculative-eagle-topk": ["1"],
+    "--chunked-prefill-size": ["8192", "2048"],
+    "--dp-size": ["1", "2"],
+    "--enable-dp-attention": [],
+    "--ep-size": ["1", "2"],
+    "--trust-remote-code": [],
+    "--cpu-offload-gb": ["4"],
+    "--schedule-conservativeness": ["1.0"],
+    "--mamba-scheduler-strategy": ["auto", "extra_buffer"],
+    "--pp-size": ["1", "2"],
+    "--dtype": ["auto", "bfloat16"],
+    "--port": ["30000"],
+    "--host": ["0.0.0.0"],
 }
 #: what a flag might get instead: out of range, of the wrong kind, half a JSON
 _JUNK = ["0", "-1", "1.5", "1e9", "x", "", "{}", '{"method":', "[1, 2]", "true", "nvidia/Nemotron-H-8B-Base-8K"]
-_MODELS_HUB = ["nvidia/Nemotron-H-8B-Base-8K", "nvidia/NVIDIA-Nemotron-Nano-9B-v2", "Qwen/Qwen3-Next-80B-A3B-Instruct",
-               "ibm-granite/granite-4.0-h-small", "LiquidAI/LFM2-1.2B", "not-a-model"]
+_MODELS_HUB = [
+    "nvidia/Nemotron-H-8B-Base-8K",
+    "nvidia/NVIDIA-Nemotron-Nano-9B-v2",
+    "Qwen/Qwen3-Next-80B-A3B-Instruct",
+    "ibm-granite/granite-4.0-h-small",
+    "LiquidAI/LFM2-1.2B",
+    "not-a-model",
+]
 _ENV = ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1", "VLLM_USE_V1=1", "CUDA_VISIBLE_DEVICES=0,1", "X=", "=1"]
 
 
@@ -233,8 +331,15 @@ def engine_words(draw, flags: dict[str, list[str]]) -> list[str]:
             words.append(flag)
             continue
         shape = draw(st.sampled_from(["flag value"] * 4 + ["flag=value", "flag", "word"]))
-        words += ([flag, value] if shape == "flag value" else [f"{flag}={value}"] if shape == "flag=value"
-                  else [flag] if shape == "flag" else [value])
+        words += (
+            [flag, value]
+            if shape == "flag value"
+            else [f"{flag}={value}"]
+            if shape == "flag=value"
+            else [flag]
+            if shape == "flag"
+            else [value]
+        )
     return words
 
 
@@ -258,7 +363,7 @@ def engine_line(draw) -> list[str]:
 def test_pasted_command_lines_answer_or_refuse_in_one_line(cli, data):
     line = data.draw(engine_line())
     command = data.draw(st.sampled_from(["fit", "fit", "fit", "size", "speed"]))
-    own = (["--gpu-type", data.draw(st.sampled_from(["h100", "rtx-4090", "b200"]))] if command != "size" else [])
+    own = ["--gpu-type", data.draw(st.sampled_from(["h100", "rtx-4090", "b200"]))] if command != "size" else []
     cli(command, *own, "--json", "--", *line, json_out=True)
 
 
@@ -304,8 +409,17 @@ _PLAN_FLAGS = {
     "--gpu-util": ["0", "0.9", "1.5"],
     "--weights": ["0", "1GiB", "500GiB"],
 }
-_MODELS = ["nemotron-h", "lfm2", "qwen3-next", "jamba", "llama-3-8b", "mamba-130m", "granite-4.0-h", "qwen3.5",
-           "no-such-model"]
+_MODELS = [
+    "nemotron-h",
+    "lfm2",
+    "qwen3-next",
+    "jamba",
+    "llama-3-8b",
+    "mamba-130m",
+    "granite-4.0-h",
+    "qwen3.5",
+    "no-such-model",
+]
 
 
 @st.composite
@@ -331,6 +445,5 @@ def test_speed_options_answer_or_refuse_in_one_line(cli, data):
 @given(data=st.data())
 def test_plan_options_answer_or_refuse_in_one_line(cli, data):
     # at most 4 GPUs (the table's values), so that each search stays short
-    argv = data.draw(options(_PLAN_FLAGS, {"--gpu-type": "h100", "--gpus": "4", "--concurrency": "4",
-                                           "--ctx": "8192"}))
+    argv = data.draw(options(_PLAN_FLAGS, {"--gpu-type": "h100", "--gpus": "4", "--concurrency": "4", "--ctx": "8192"}))
     cli("plan", data.draw(st.sampled_from(_MODELS)), *argv, "--json", json_out=True)

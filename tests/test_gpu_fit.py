@@ -23,8 +23,6 @@ GiB = 1 << 30
 SPECS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "model_specs").glob("*.yaml"))
 
 
-
-
 def _fit(run_cli, *args):
     code, out, err = run_cli("fit", *args, "--json")
     assert code in (0, 1), (code, err)
@@ -32,6 +30,7 @@ def _fit(run_cli, *args):
 
 
 # --- every shipped spec, from the GPU's name --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_every_shipped_spec_fits_an_h100_with_no_other_input(run_cli, spec):
@@ -46,8 +45,16 @@ def test_every_shipped_spec_fits_an_h100_with_no_other_input(run_cli, spec):
     for name in d["flags"]:
         mem = d[name]["memory"]
         # the JSON the issue asks for, and the waterfall's identity: what is left is the request less every term
-        for key in ("gpu_bytes", "utilization", "weights_bytes", "activation_bytes", "non_torch_bytes",
-                    "cudagraph_bytes", "kv_budget_bytes", "estimated"):
+        for key in (
+            "gpu_bytes",
+            "utilization",
+            "weights_bytes",
+            "activation_bytes",
+            "non_torch_bytes",
+            "cudagraph_bytes",
+            "kv_budget_bytes",
+            "estimated",
+        ):
             assert key in mem, (name, key)
         assert mem["gpu_bytes"] == gpu("h100").total
         assert mem["weights_bytes"] > 0
@@ -58,10 +65,14 @@ def test_every_shipped_spec_fits_an_h100_with_no_other_input(run_cli, spec):
 def test_a_model_no_newest_release_serves_names_the_release_that_does(run_cli):
     # vLLM 0.24.0 moved MiniMaxM1ForCausalLM to _PREVIOUSLY_SUPPORTED_MODELS with "0.23.0"
     # (vllm/model_executor/models/registry.py); SGLang 0.5.23 has no class for it
-    one_line_error(*run_cli("fit", "minimax-m1", "--gpu-type", "h100", "--ctx", "32768"),
-                    "was supported in vLLM until v0.23.0", "try --vllm-version 0.23.0")
-    d = _fit(run_cli, "minimax-m1", "--gpu-type", "h100", "--ctx", "32768", "--vllm-version", "0.23.0",
-             "--engine", "vllm")
+    one_line_error(
+        *run_cli("fit", "minimax-m1", "--gpu-type", "h100", "--ctx", "32768"),
+        "was supported in vLLM until v0.23.0",
+        "try --vllm-version 0.23.0",
+    )
+    d = _fit(
+        run_cli, "minimax-m1", "--gpu-type", "h100", "--ctx", "32768", "--vllm-version", "0.23.0", "--engine", "vllm"
+    )
     # 456B parameters in bf16 do not fit one H100: the answer is that it will not start, and why
     assert d["ok"] is False and d["vllm"]["starts"] is False and "use more GPUs" in d["vllm"]["problem"]
 
@@ -75,14 +86,18 @@ def test_weights_that_do_not_fit_say_the_engine_will_not_start(run_cli):
 
 # --- bad input ------------------------------------------------------------------------------------------------
 
+
 def test_unknown_gpu_lists_the_known_ones(run_cli):
-    one_line_error(*run_cli("fit", "nemotron-h", "--gpu-type", "h900"), "unknown GPU 'h900'", "h100", "mi300x",
-                    "rtx-4090")
+    one_line_error(
+        *run_cli("fit", "nemotron-h", "--gpu-type", "h900"), "unknown GPU 'h900'", "h100", "mi300x", "rtx-4090"
+    )
 
 
 def test_gpu_type_and_gpu_mem_together_are_refused(run_cli):
-    one_line_error(*run_cli("fit", "nemotron-h", "--gpu-type", "h100", "--gpu-mem", "80GiB"),
-                    "give --gpu-type or --gpu-mem, not both")
+    one_line_error(
+        *run_cli("fit", "nemotron-h", "--gpu-type", "h100", "--gpu-mem", "80GiB"),
+        "give --gpu-type or --gpu-mem, not both",
+    )
 
 
 def test_a_quantization_hybridplan_cannot_size_asks_for_weights(run_cli, tmp_path, configs):
@@ -90,14 +105,16 @@ def test_a_quantization_hybridplan_cannot_size_asks_for_weights(run_cli, tmp_pat
     cfg["quantization_config"] = {"quant_method": "hqq", "nbits": 4}
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
-    one_line_error(*run_cli("fit", p, "--gpu-type", "h100", "--ctx", "8192"),
-                    "does not size the quantization 'hqq'", "--weights")
+    one_line_error(
+        *run_cli("fit", p, "--gpu-type", "h100", "--ctx", "8192"), "does not size the quantization 'hqq'", "--weights"
+    )
     # given the weights, it answers
     d = _fit(run_cli, p, "--gpu-type", "h100", "--ctx", "8192", "--weights", "6GiB", "--engine", "vllm")
     assert d["vllm"]["memory"]["weights_bytes"] == 6 * GiB
 
 
 # --- the GPU table --------------------------------------------------------------------------------------------
+
 
 def test_every_gpu_says_where_its_figure_comes_from():
     keys = [g.key for g in GPUS] + [a for g in GPUS for a in g.aliases]
@@ -120,17 +137,36 @@ def test_gpu_names_are_forgiving():
     assert gpu("H100_SXM") is gpu("h100") and gpu(" DGX Spark ") is gpu("gb10")
 
 
-@pytest.mark.parametrize("name,key", [
-    # the names nvidia-smi (and torch.cuda.get_device_name) print for these boards
-    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("NVIDIA B200", "b200"),
-    ("NVIDIA GB10", "gb10"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA A100-SXM4-80GB", "a100-80g"),
-    ("NVIDIA A100 80GB PCIe", "a100-80g-pcie"), ("Tesla T4", "t4"), ("NVIDIA H800 80GB HBM3", "h800"),
-    ("NVIDIA H200 NVL", "h200-nvl"), ("NVIDIA B300 SXM6 AC", "b300"), ("AMD Instinct MI300X", "mi300x"),
-    # and as people type them
-    ("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("h100-sxm", "h100"), ("H800", "h800"), ("L20", "l20"),
-    ("mi355x", "mi355x"), ("RTX 5070 Ti", "rtx-5070-ti"), ("h20", "h20"), ("gb200", "gb200"),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        # the names nvidia-smi (and torch.cuda.get_device_name) print for these boards
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB10", "gb10"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80g"),
+        ("NVIDIA A100 80GB PCIe", "a100-80g-pcie"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA H800 80GB HBM3", "h800"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("AMD Instinct MI300X", "mi300x"),
+        # and as people type them
+        ("rtx4090", "rtx-4090"),
+        ("RTX 4090", "rtx-4090"),
+        ("h100-sxm", "h100"),
+        ("H800", "h800"),
+        ("L20", "l20"),
+        ("mi355x", "mi355x"),
+        ("RTX 5070 Ti", "rtx-5070-ti"),
+        ("h20", "h20"),
+        ("gb200", "gb200"),
+    ],
+)
 def test_gpus_by_the_names_nvidia_smi_prints(name, key):
     assert gpu(name).key == key
 
@@ -145,8 +181,9 @@ def test_every_spelling_names_one_gpu():
 
 
 def test_an_unknown_gpu_suggests_the_nearest(run_cli):
-    one_line_error(*run_cli("fit", "nemotron-h", "--gpu-type", "rtx4900"), "unknown GPU 'rtx4900'",
-                   "did you mean rtx-4090")
+    one_line_error(
+        *run_cli("fit", "nemotron-h", "--gpu-type", "rtx4900"), "unknown GPU 'rtx4900'", "did you mean rtx-4090"
+    )
 
 
 def test_a_datasheet_figure_is_said(run_cli):
@@ -167,6 +204,7 @@ def test_gpus_command_lists_every_gpu(run_cli):
 
 
 # --- vLLM: what each release takes off ------------------------------------------------------------------------
+
 
 def _vllm_memory(run_cli, *args):
     return _fit(run_cli, "llama-3.1-8b", "--ctx", "8192", "--engine", "vllm", *args)["vllm"]["memory"]
@@ -199,8 +237,9 @@ def test_vllm_profiling_peak_follows_max_num_seqs_times_the_vocabulary(run_cli):
     # (gpu_model_runner.py _dummy_sampler_run): halving the rows halves that part, whatever the context
     a = _vllm_memory(run_cli, "--gpu-type", "h100", "--max-num-seqs", "512")["activation_bytes"]
     b = _vllm_memory(run_cli, "--gpu-type", "h100", "--max-num-seqs", "256")["activation_bytes"]
-    c = _fit(run_cli, "llama-3.1-8b", "--ctx", "65536", "--engine", "vllm", "--gpu-type", "h100",
-             "--max-num-seqs", "256")["vllm"]["memory"]["activation_bytes"]
+    c = _fit(
+        run_cli, "llama-3.1-8b", "--ctx", "65536", "--engine", "vllm", "--gpu-type", "h100", "--max-num-seqs", "256"
+    )["vllm"]["memory"]["activation_bytes"]
     assert a - b == b - (2 * b - a) and a > b and b == c
     vocab = 128_256  # llama-3.1-8b's config
     assert a - b == pytest.approx(256 * vocab * 14, abs=1)  # 14 B a logit element from 0.13.0
@@ -223,16 +262,20 @@ def test_vllm_non_torch_memory_follows_the_interconnect(run_cli):
     # at TP 2, about 2 GiB of NCCL buffers over an NVLink switch (an H100 sweep's DEBUG breakdown at 0.19.0:
     # 2.07–2.21 GiB), well under 1 GiB over PCIe (RTX 3090, T4 and L40S logs)
     def non_torch(gpu_type, tp):
-        return _fit(run_cli, "llama-3.1-8b", "--ctx", "8192", "--engine", "vllm", "--gpu-type", gpu_type,
-                    "--tp", str(tp))["vllm"]["memory"]["non_torch_bytes"] / GiB
+        return (
+            _fit(run_cli, "llama-3.1-8b", "--ctx", "8192", "--engine", "vllm", "--gpu-type", gpu_type, "--tp", str(tp))[
+                "vllm"
+            ]["memory"]["non_torch_bytes"]
+            / GiB
+        )
+
     assert non_torch("h100", 2) > 2 > 1 > non_torch("l40s", 2) > non_torch("l40s", 1)
     assert gpu("h100").nvswitch and not gpu("l40s").nvswitch and not gpu("h100-pcie").nvswitch
 
 
 def test_vllm_non_torch_memory_grows_with_tp(run_cli):
     one = _fit(run_cli, "qwen3-next-80b-a3b", "--ctx", "8192", "--engine", "vllm", "--gpu-type", "h200")
-    two = _fit(run_cli, "qwen3-next-80b-a3b", "--ctx", "8192", "--engine", "vllm", "--gpu-type", "h200",
-               "--tp", "2")
+    two = _fit(run_cli, "qwen3-next-80b-a3b", "--ctx", "8192", "--engine", "vllm", "--gpu-type", "h200", "--tp", "2")
     assert two["vllm"]["memory"]["non_torch_bytes"] > one["vllm"]["memory"]["non_torch_bytes"]
     # the weights are sharded: each rank holds about half
     w1, w2 = one["vllm"]["memory"]["weights_bytes"], two["vllm"]["memory"]["weights_bytes"]
@@ -240,6 +283,7 @@ def test_vllm_non_torch_memory_grows_with_tp(run_cli):
 
 
 # --- SGLang: its fraction for the GPU -------------------------------------------------------------------------
+
 
 def test_sglang_picks_its_mem_fraction_static_from_the_gpu(run_cli):
     # SGLang 0.5.23 (srt/arg_groups/memory_hook.py) on an H100, nvidia-smi 81559 MiB, TP 1, no speculative
@@ -249,14 +293,25 @@ def test_sglang_picks_its_mem_fraction_static_from_the_gpu(run_cli):
     d = _fit(run_cli, "nemotron-h-8b", "--ctx", "8192", "--engine", "sglang", "--gpu-type", "h100")
     assert d["sglang"]["memory"]["utilization"] == 0.83
     # given, it is used as given
-    d = _fit(run_cli, "nemotron-h-8b", "--ctx", "8192", "--engine", "sglang", "--gpu-type", "h100",
-             "--mem-fraction-static", "0.7")
+    d = _fit(
+        run_cli,
+        "nemotron-h-8b",
+        "--ctx",
+        "8192",
+        "--engine",
+        "sglang",
+        "--gpu-type",
+        "h100",
+        "--mem-fraction-static",
+        "0.7",
+    )
     assert d["sglang"]["memory"]["utilization"] == 0.7
 
 
 def test_sglang_splits_what_the_fraction_leaves_after_the_weights(run_cli):
     mem = _fit(run_cli, "nemotron-h-8b", "--ctx", "8192", "--engine", "sglang", "--gpu-type", "h100")["sglang"][
-        "memory"]
+        "memory"
+    ]
     context = next(t["bytes"] for t in mem["terms"] if t["name"] == "CUDA context")
     # R = (free memory before loading) × mem_fraction_static − weights (model_runner.py _profile_available_bytes)
     assert mem["requested_bytes"] == int((mem["gpu_bytes"] - context) * 0.83)

@@ -19,30 +19,44 @@ from tests.helpers import one_line_error
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("name,key", [
-    # tests/data/memlogs/vllm-0.10.0-Qwen3-32B-H100-1.log: "the run's file name says h100-80gb, the report
-    # committed with it says Hardware: H100-80GB"
-    ("h100-80gb", "h100"), ("H100-80GB", "h100"),
-    # issue 28 item 10, as a user typed them
-    ("a100-80gb", "a100-80g"), ("H100 SXM5 80GB", "h100"),
-    # torch.cuda.get_device_name() in fused-MoE config paths: device_name=NVIDIA_H100_80GB_HBM3
-    # (tests/data/memlogs/vllm-0.10.0-Qwen3-32B-H100-1.log), NVIDIA_A100-SXM4-80GB
-    # (vllm-0.26.1rc1-Qwen3-Coder-30B-A3B-Instruct-A100-80GB-1.log), NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition
-    # (vllm-0.12.0-Qwen3-30B-A3B-Instruct-2507-RTXPRO6000-1.log), NVIDIA_H200
-    ("NVIDIA_H100_80GB_HBM3", "h100"), ("NVIDIA_A100-SXM4-80GB", "a100-80g"),
-    ("NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition", "rtx-pro-6000"), ("NVIDIA_H200", "h200"),
-    # form factors and sizes spelled every way: SXM, SXM4, PCIe, 80G / 80gb / 80GiB / "80 GB"
-    ("A100 SXM4 40GB", "a100-40g"), ("a100-40gb-pcie", "a100-40g-pcie"), ("A100 PCIe 80G", "a100-80g-pcie"),
-    ("h100 pcie 80gb", "h100-pcie"), ("H100 80 GB PCIe", "h100-pcie"), ("h200 141GiB", "h200"),
-    # H100 NVL: 94 GB on the datasheet, 93.0 GiB in vLLM's log (the entry's source)
-    ("H100 NVL 94GB", "h100-nvl"), ("rtx 5070 ti 16gb", "rtx-5070-ti"), ("L40S 48GB", "l40s"),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        # tests/data/memlogs/vllm-0.10.0-Qwen3-32B-H100-1.log: "the run's file name says h100-80gb, the report
+        # committed with it says Hardware: H100-80GB"
+        ("h100-80gb", "h100"),
+        ("H100-80GB", "h100"),
+        # issue 28 item 10, as a user typed them
+        ("a100-80gb", "a100-80g"),
+        ("H100 SXM5 80GB", "h100"),
+        # torch.cuda.get_device_name() in fused-MoE config paths: device_name=NVIDIA_H100_80GB_HBM3
+        # (tests/data/memlogs/vllm-0.10.0-Qwen3-32B-H100-1.log), NVIDIA_A100-SXM4-80GB
+        # (vllm-0.26.1rc1-Qwen3-Coder-30B-A3B-Instruct-A100-80GB-1.log), NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition
+        # (vllm-0.12.0-Qwen3-30B-A3B-Instruct-2507-RTXPRO6000-1.log), NVIDIA_H200
+        ("NVIDIA_H100_80GB_HBM3", "h100"),
+        ("NVIDIA_A100-SXM4-80GB", "a100-80g"),
+        ("NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition", "rtx-pro-6000"),
+        ("NVIDIA_H200", "h200"),
+        # form factors and sizes spelled every way: SXM, SXM4, PCIe, 80G / 80gb / 80GiB / "80 GB"
+        ("A100 SXM4 40GB", "a100-40g"),
+        ("a100-40gb-pcie", "a100-40g-pcie"),
+        ("A100 PCIe 80G", "a100-80g-pcie"),
+        ("h100 pcie 80gb", "h100-pcie"),
+        ("H100 80 GB PCIe", "h100-pcie"),
+        ("h200 141GiB", "h200"),
+        # H100 NVL: 94 GB on the datasheet, 93.0 GiB in vLLM's log (the entry's source)
+        ("H100 NVL 94GB", "h100-nvl"),
+        ("rtx 5070 ti 16gb", "rtx-5070-ti"),
+        ("L40S 48GB", "l40s"),
+    ],
+)
 def test_the_spellings_people_type_and_tools_print(name, key):
     assert gpu(name).key == key
 
 
-@pytest.mark.parametrize("name", ["H100 SXM5 80GB", "NVIDIA_H100_80GB_HBM3", "h100", "H100 PCIe", "A100 SXM4 40GB",
-                                  "NVIDIA A100-SXM4-80GB"])
+@pytest.mark.parametrize(
+    "name", ["H100 SXM5 80GB", "NVIDIA_H100_80GB_HBM3", "h100", "H100 PCIe", "A100 SXM4 40GB", "NVIDIA A100-SXM4-80GB"]
+)
 def test_a_name_that_says_the_variant_has_no_note(name):
     assert resolve(name)[1] is None
 
@@ -69,16 +83,21 @@ def test_the_bare_name_note_reaches_fit(run_cli):
     assert code in (0, 1), err
     d = json.loads(out)
     assert any("'a100' is taken as the NVIDIA A100-SXM4-80GB" in n for n in d["notes"])
-    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "a100-80g", "--engine", "vllm",
-                             "--json")
+    code, out, err = run_cli(
+        "fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "a100-80g", "--engine", "vllm", "--json"
+    )
     assert not any("is taken as" in n for n in json.loads(out)["notes"])
 
 
-@pytest.mark.parametrize("name,family", [
-    # an H100 spelling that names no listed card gets H100s, not A100s (the issue's report)
-    ("h100-96gbx", ("h100", "h100-pcie", "h100-nvl")), ("H100 SXM5 120GB", ("h100", "h100-pcie", "h100-nvl")),
-    ("a100 24gb", ("a100-40g", "a100-40g-pcie", "a100-80g")),
-])
+@pytest.mark.parametrize(
+    "name,family",
+    [
+        # an H100 spelling that names no listed card gets H100s, not A100s (the issue's report)
+        ("h100-96gbx", ("h100", "h100-pcie", "h100-nvl")),
+        ("H100 SXM5 120GB", ("h100", "h100-pcie", "h100-nvl")),
+        ("a100 24gb", ("a100-40g", "a100-40g-pcie", "a100-80g")),
+    ],
+)
 def test_an_unknown_variant_suggests_its_own_family_first(name, family):
     with pytest.raises(PlanError) as e:
         gpu(name)
@@ -95,8 +114,11 @@ def test_a_card_without_its_model_word_is_another_card():
 def test_an_unknown_gpu_is_one_line_and_exit_2(run_cli):
     # "NVIDIA GeForce RTX 5060 Ti 16 GB" is how tests/data/logs/vllm-0.23.0-qwen3.6-27b-fp8-mtp-4xrtx5060ti-1.log
     # names its GPU; hybridplan has no figure for it yet
-    one_line_error(*run_cli("fit", "nemotron-h", "--gpu-type", "NVIDIA GeForce RTX 5060 Ti 16 GB"),
-                   "unknown GPU 'NVIDIA GeForce RTX 5060 Ti 16 GB'", "--gpu-mem")
+    one_line_error(
+        *run_cli("fit", "nemotron-h", "--gpu-type", "NVIDIA GeForce RTX 5060 Ti 16 GB"),
+        "unknown GPU 'NVIDIA GeForce RTX 5060 Ti 16 GB'",
+        "--gpu-mem",
+    )
 
 
 def test_every_listed_spelling_still_names_its_own_card():

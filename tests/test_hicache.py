@@ -137,9 +137,22 @@ def test_bad_settings_are_one_line():
 def test_fit_shows_the_host_pools(run_cli):
     # Qwen3-Next at TP 4 on an H100, 0.5.20, --hicache-ratio 3: the host KV pool is (int(T · 3) // 1 + 1) tokens
     # of 12 layers · 1 KV head (2 heads over TP 4, replicated) · 256 · 2 (K, V) · 2 B = 12,288 B (pool_host/mha.py)
-    code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang",
-                             "--sglang-version", "0.5.20", "--enable-hierarchical-cache", "--hicache-ratio", "3",
-                             "--json")
+    code, out, err = run_cli(
+        "fit",
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.20",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     import json
 
@@ -152,16 +165,39 @@ def test_fit_shows_the_host_pools(run_cli):
 
 
 def test_fit_refuses_hicache_where_the_release_does(run_cli):
-    code, out, err = run_cli("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang",
-                             "--sglang-version", "0.5.9", "--enable-hierarchical-cache")
+    code, out, err = run_cli(
+        "fit",
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.9",
+        "--enable-hierarchical-cache",
+    )
     assert code == 1 and "HiRadixCache only supports MHA and MLA yet" in out
 
 
 def test_pasted_line_round_trips(run_cli):
     # the line SGLang 0.5.23 takes (--enable-hicache, flags.json) gives the same host pools as hybridplan's flags,
     # and fit prints it back with the release's flag name
-    line = ("--", "sglang", "serve", "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4",
-            "--enable-hicache", "--hicache-size", "64", "--hicache-write-policy", "write_back")
+    line = (
+        "--",
+        "sglang",
+        "serve",
+        "--model-path",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "--tp-size",
+        "4",
+        "--enable-hicache",
+        "--hicache-size",
+        "64",
+        "--hicache-write-policy",
+        "write_back",
+    )
     code, out, err = run_cli("fit", "--gpu-type", "h100", "--sglang-version", "0.5.23", "--engine", "sglang", *line)
     assert code == 0, err
     assert "--enable-hicache --hicache-size 64 --hicache-write-policy write_back" in out
@@ -176,10 +212,23 @@ def test_check_log_reads_the_host_pool_lines(run_cli, tmp_path):
     # default layout from 0.5.14
     real = (LOG.parent / "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log").read_text()
     log = tmp_path / "hicache.log"
-    log.write_text(real + "Allocating kv hierarchical KV host pool: 660647 tokens, 43.30 GB host memory.\n"
-                          "Allocating 38.33 GB host memory for hierarchical Mamba cache (layout=page_first).\n")
-    code, out, err = run_cli("check-log", log, "--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
-                             "--mem-fraction-static", "0.85", "--max-running-requests", "32", "--json")
+    log.write_text(
+        real + "Allocating kv hierarchical KV host pool: 660647 tokens, 43.30 GB host memory.\n"
+        "Allocating 38.33 GB host memory for hierarchical Mamba cache (layout=page_first).\n"
+    )
+    code, out, err = run_cli(
+        "check-log",
+        log,
+        "--model",
+        "qwen3.5-27b",
+        "--sglang-version",
+        "0.5.18",
+        "--mem-fraction-static",
+        "0.85",
+        "--max-running-requests",
+        "32",
+        "--json",
+    )
     import json
 
     d = json.loads(out)
@@ -189,8 +238,19 @@ def test_check_log_reads_the_host_pool_lines(run_cli, tmp_path):
         assert rows[figure]["ok"], rows[figure]
     # a wrong figure is a mismatch: the Mamba pool at the whole ratio of a different device pool
     log.write_text(real + "Allocating 38.48 GB host memory for hierarchical Mamba cache (layout=page_first).\n")
-    code, out, _ = run_cli("check-log", log, "--model", "qwen3.5-27b", "--sglang-version", "0.5.18",
-                           "--mem-fraction-static", "0.85", "--max-running-requests", "32", "--json")
+    code, out, _ = run_cli(
+        "check-log",
+        log,
+        "--model",
+        "qwen3.5-27b",
+        "--sglang-version",
+        "0.5.18",
+        "--mem-fraction-static",
+        "0.85",
+        "--max-running-requests",
+        "32",
+        "--json",
+    )
     assert code == 1 and not {r["figure"]: r for r in json.loads(out)["rows"]}["Mamba host pool (GB)"]["ok"]
 
 
@@ -204,8 +264,11 @@ def _trace(tmp_path):
 
     p, q = list(range(256)), list(range(1000, 1480))
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"prompt_token_ids": ids, "output_len": 0}) + "\n"
-                            for ids in (p, q, p + list(range(5000, 5064)))))
+    path.write_text(
+        "".join(
+            json.dumps({"prompt_token_ids": ids, "output_len": 0}) + "\n" for ids in (p, q, p + list(range(5000, 5064)))
+        )
+    )
     return path
 
 
@@ -217,18 +280,20 @@ def _replay(tmp_path, policy: str | None):
 
     r = spc.Rules("t", "0.5.23", "no_buffer", 64, 8192, 512, 8, 1, -1, False, 1 << 20)
     if policy is not None:
-        r = replace(r, host_kv_tokens=4096, host_states=16, write_policy=policy,
-                    write_threshold=WRITE_POLICIES[policy])
+        r = replace(r, host_kv_tokens=4096, host_states=16, write_policy=policy, write_threshold=WRITE_POLICIES[policy])
     runs, _ = replay([Policy("t", spc.cache(r), r.grid, r.max_model_len)], tr.read(_trace(tmp_path), "tokens"))
     return runs["t"]
 
 
-@pytest.mark.parametrize("policy,host_tokens", [
-    (None, None),  # no host tier: P was evicted from the device, the third request recomputes it
-    ("write_through", 256),  # P backed up at its first insert: found on host, 256 tokens loaded back
-    ("write_back", 256),  # P backed up when Q evicts it from the device
-    ("write_through_selective", 0),  # P inserted once: never backed up, lost with its eviction
-])
+@pytest.mark.parametrize(
+    "policy,host_tokens",
+    [
+        (None, None),  # no host tier: P was evicted from the device, the third request recomputes it
+        ("write_through", 256),  # P backed up at its first insert: found on host, 256 tokens loaded back
+        ("write_back", 256),  # P backed up when Q evicts it from the device
+        ("write_through_selective", 0),  # P inserted once: never backed up, lost with its eviction
+    ],
+)
 def test_host_hits_per_write_policy(tmp_path, policy, host_tokens):
     run = _replay(tmp_path, policy)
     assert run.evictions
@@ -246,21 +311,58 @@ def test_host_hits_per_write_policy(tmp_path, policy, host_tokens):
 
 def test_replay_refuses_what_the_release_refuses(run_cli, tmp_path):
     trace = _trace(tmp_path)
-    code, out, err = run_cli("replay", trace, "qwen3-next", "--tp", "4", "--kv-budget", "20GiB", "--engine", "sglang",
-                             "--sglang-version", "0.5.9", "--enable-hierarchical-cache")
+    code, out, err = run_cli(
+        "replay",
+        trace,
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--kv-budget",
+        "20GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.9",
+        "--enable-hierarchical-cache",
+    )
     assert code == 2 and not out and len(err.strip().splitlines()) == 1
     assert "SGLang 0.5.9 will not start: HiRadixCache only supports MHA and MLA yet" in err
-    code, out, err = run_cli("replay", trace, "qwen3-next", "--tp", "4", "--kv-budget", "20GiB", "--engine", "sglang",
-                             "--sglang-version", "0.5.18", "--enable-hierarchical-cache",
-                             "--enable-int8-mamba-checkpoint")
+    code, out, err = run_cli(
+        "replay",
+        trace,
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--kv-budget",
+        "20GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.18",
+        "--enable-hierarchical-cache",
+        "--enable-int8-mamba-checkpoint",
+    )
     assert code == 2 and "--enable-int8-mamba-checkpoint is not supported together with" in err
 
 
 def test_replay_json_reports_the_host_tier(run_cli, tmp_path):
     import json
 
-    code, out, err = run_cli("replay", _trace(tmp_path), "qwen3-next", "--tp", "4", "--kv-budget", "20GiB",
-                             "--engine", "sglang", "--enable-hierarchical-cache", "--hicache-ratio", "2", "--json")
+    code, out, err = run_cli(
+        "replay",
+        _trace(tmp_path),
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--kv-budget",
+        "20GiB",
+        "--engine",
+        "sglang",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio",
+        "2",
+        "--json",
+    )
     assert code == 0, err
     row = json.loads(out)["rows"][0]
     h = row["host_tier"]
@@ -271,9 +373,23 @@ def test_replay_json_reports_the_host_tier(run_cli, tmp_path):
 
 def test_buffer_only_host_memory_is_refused_as_sglang_refuses_it(run_cli):
     # buffer_only needs a storage backend (arg_groups/hicache_hook.py validate_hicache_host_memory_mode, 0.5.19+)
-    code, out, err = run_cli("fit", "--gpu-type", "h100", "--engine", "sglang", "--", "sglang", "serve",
-                             "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4",
-                             "--enable-hierarchical-cache", "--hicache-host-memory-mode", "buffer_only")
+    code, out, err = run_cli(
+        "fit",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--",
+        "sglang",
+        "serve",
+        "--model-path",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "--tp-size",
+        "4",
+        "--enable-hierarchical-cache",
+        "--hicache-host-memory-mode",
+        "buffer_only",
+    )
     assert code == 2 and not out and "buffer_only requires a storage backend" in err
     assert len(err.strip().splitlines()) == 1
 
@@ -288,8 +404,9 @@ def test_the_whole_size_to_each_pool_as_sglang_29037_reports():
     from hybridplan.loader import load_model
     from hybridplan.scenario import DtypeChoice, Scenario
 
-    fp = footprint(Scenario(load_model("qwen3.5-397b-a17b"), ctx=8192, tp=8, engine="sglang",
-                            dtypes=DtypeChoice(kv="fp8_e4m3")))
+    fp = footprint(
+        Scenario(load_model("qwen3.5-397b-a17b"), ctx=8192, tp=8, engine="sglang", dtypes=DtypeChoice(kv="fp8_e4m3"))
+    )
     slot = fp.conv_bytes + fp.ssm_bytes
     assert slot == 45 * (1_536 * 3 * 2 + 8 * 128 * 128 * 4) and fp.kv_bytes_per_token == 7_680
     dev = DevicePools(1_747_395, 7_680, 13_420_000_000, 1, 55, slot, 1_340_000_000)

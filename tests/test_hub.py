@@ -63,8 +63,10 @@ def test_a_config_of_its_own_is_sized_as_read(run_cli, hf_home):
 
 
 def test_offline_miss(run_cli, hf_home):
-    one_line_error(*run_cli("size", "acme/Not-Cached"), "acme/Not-Cached is not in the local Hugging Face cache and "
-                                                    "the Hub cannot be reached (HF_HUB_OFFLINE is set)")
+    one_line_error(
+        *run_cli("size", "acme/Not-Cached"),
+        "acme/Not-Cached is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE is set)",
+    )
 
 
 def test_shipped_specs_answer_their_ids_with_no_cache(run_cli, hf_home):
@@ -83,17 +85,23 @@ def test_a_path_on_disk_wins_over_a_hub_id(run_cli, hf_home, tmp_path, monkeypat
 
 
 def _response(status: int) -> httpx2.Response:
-    return httpx2.Response(status, request=httpx2.Request("GET", "https://huggingface.co/acme/x/resolve/main/"
-                                                                     "config.json"))
+    return httpx2.Response(
+        status, request=httpx2.Request("GET", "https://huggingface.co/acme/x/resolve/main/config.json")
+    )
 
 
-@pytest.mark.parametrize("raised,needle", [
-    (errors.GatedRepoError("gated", response=_response(403)), "acme/Model is gated: accept its terms"),
-    (errors.RepositoryNotFoundError("missing", response=_response(404)), "no model acme/Model on the Hugging Face"),
-    (errors.RevisionNotFoundError("no rev", response=_response(404)), "acme/Model has no revision"),
-    (errors.RemoteEntryNotFoundError("no file", response=_response(404)), "acme/Model has no config.json: it holds "
-                                                                           "GGUF files only"),
-])
+@pytest.mark.parametrize(
+    "raised,needle",
+    [
+        (errors.GatedRepoError("gated", response=_response(403)), "acme/Model is gated: accept its terms"),
+        (errors.RepositoryNotFoundError("missing", response=_response(404)), "no model acme/Model on the Hugging Face"),
+        (errors.RevisionNotFoundError("no rev", response=_response(404)), "acme/Model has no revision"),
+        (
+            errors.RemoteEntryNotFoundError("no file", response=_response(404)),
+            "acme/Model has no config.json: it holds GGUF files only",
+        ),
+    ],
+)
 def test_hub_answers_areone_line_error(run_cli, hf_home, monkeypatch, raised, needle):
     import huggingface_hub
 
@@ -126,6 +134,7 @@ def test_models_lists_the_hub_ids(run_cli):
 
 # --- a shipped spec's Hub id and address, offline -----------------------------------------------------------
 
+
 def test_revision_main_of_a_shipped_hub_id_needs_no_network(run_cli, monkeypatch):
     # nvidia/Nemotron-H-8B-Base-8K is the source of the shipped nemotron-h-8b, which notes no revision of its own
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -134,9 +143,14 @@ def test_revision_main_of_a_shipped_hub_id_needs_no_network(run_cli, monkeypatch
     assert json.loads(js)["model"] == "nemotron-h-8b"
 
 
-@pytest.mark.parametrize("url", ["https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K",
-                                 "huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/main",
-                                 "https://hf.co/nvidia/Nemotron-H-8B-Base-8K/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://huggingface.co/nvidia/Nemotron-H-8B-Base-8K",
+        "huggingface.co/nvidia/Nemotron-H-8B-Base-8K/tree/main",
+        "https://hf.co/nvidia/Nemotron-H-8B-Base-8K/",
+    ],
+)
 def test_a_hub_address_is_read_as_its_id(run_cli, monkeypatch, url):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code, js, err = run_cli("size", url, "--json")

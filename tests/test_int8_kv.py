@@ -43,8 +43,20 @@ def test_refused_before_0_20():
 
 
 def test_fit_takes_it_and_prints_it_back(run_cli):
-    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "vllm",
-                             "--vllm-version", "0.20.0", "--kv-dtype", "int8_per_token_head")
+    code, out, err = run_cli(
+        "fit",
+        "nemotron-h",
+        "--ctx",
+        "8192",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "vllm",
+        "--vllm-version",
+        "0.20.0",
+        "--kv-dtype",
+        "int8_per_token_head",
+    )
     assert code == 0, err
     assert "Setting attention block size to 2016 tokens" in out and "--kv-cache-dtype int8_per_token_head" in out
 
@@ -59,15 +71,20 @@ def test_check_log_reads_it_from_the_log(run_cli, tmp_path):
     src = (Path(__file__).parent / "data" / "vllm-0.23-nemotron-h.log").read_text().splitlines()
     out = []
     for line in src:
-        line = line.replace("block size to 1040 tokens", "block size to 2016 tokens").replace(
-            "by 0.10%", "by 0.05%").replace("kv_cache_dtype=auto", "kv_cache_dtype=int8_per_token_head")
+        line = (
+            line.replace("block size to 1040 tokens", "block size to 2016 tokens")
+            .replace("by 0.10%", "by 0.05%")
+            .replace("kv_cache_dtype=auto", "kv_cache_dtype=int8_per_token_head")
+        )
         if "Available KV cache memory" in line or "KV cache size" in line or "Maximum concurrency" in line:
             continue
         out.append(line)
         if "non-default args" in line:
-            out.append("INFO 11-20 09:12:04 [cache.py:255] Using int8_per_token_head data type to store kv cache. "
-                       "It reduces the GPU memory footprint and boosts the performance. Dynamic per-token-head "
-                       "scales will be computed at runtime.")
+            out.append(
+                "INFO 11-20 09:12:04 [cache.py:255] Using int8_per_token_head data type to store kv cache. "
+                "It reduces the GPU memory footprint and boosts the performance. Dynamic per-token-head "
+                "scales will be computed at runtime."
+            )
     log = tmp_path / "int8.log"
     log.write_text("\n".join(out) + "\n")
     code, o, err = run_cli("check-log", log, "--json")

@@ -33,19 +33,56 @@ RUNS = [
     ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"),
     ("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang"),
     ("fit", "llama-3.1-70b", "--gpu-type", "rtx-4090", "--ctx", "8192"),
-    ("fit", "qwen3-next", "--tp", "4", "--gpu-type", "h100", "--engine", "sglang", "--enable-hierarchical-cache",
-     "--hicache-size", "64"),
+    (
+        "fit",
+        "qwen3-next",
+        "--tp",
+        "4",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "64",
+    ),
     ("prefix", "nemotron-h", "--private", "200", "--sweep", "0:3000:250"),
     ("replay", str(TRACE), "qwen3.5-4b", "--kv-budget", "4GiB"),
-    ("replay", str(TRACE), "qwen3.5-4b", "--kv-budget", "4GiB", "--engine", "sglang", "--enable-hierarchical-cache",
-     "--limit", "40"),
+    (
+        "replay",
+        str(TRACE),
+        "qwen3.5-4b",
+        "--kv-budget",
+        "4GiB",
+        "--engine",
+        "sglang",
+        "--enable-hierarchical-cache",
+        "--limit",
+        "40",
+    ),
     ("check-log", str(DATA / "vllm-0.23-nemotron-h.log")),
     ("check-log", str(DATA / "sglang-0.5.23-nemotron-h.log")),
     # a mismatch (no release given, so 0.33.0's rules against a 0.11 build) and an SGLang split
-    ("check-log", str(LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"), "--model", "kimi-linear-48b-a3b",
-     "--tp", "2"),
-    ("check-log", str(LOGS / "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log"), "--model", "qwen3.5-27b",
-     "--sglang-version", "0.5.18", "--mem-fraction-static", "0.85", "--max-running-requests", "32"),
+    (
+        "check-log",
+        str(LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log"),
+        "--model",
+        "kimi-linear-48b-a3b",
+        "--tp",
+        "2",
+    ),
+    (
+        "check-log",
+        str(LOGS / "sglang-0.5.18-qwen3.8-27b-fp8-h100-1.log"),
+        "--model",
+        "qwen3.5-27b",
+        "--sglang-version",
+        "0.5.18",
+        "--mem-fraction-static",
+        "0.85",
+        "--max-running-requests",
+        "32",
+    ),
     ("speed", "nemotron-h", "--gpu-type", "h200", "--engine", "both"),
     ("speed", "qwen3-next", "--gpu-type", "b200", "--tp", "2", "--engine", "sglang"),
     ("plan", "nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "rtx-4090", "--gpus", "2"),
@@ -56,14 +93,28 @@ RUNS = [
 
 # --- a validator for the keywords the schemas use, where jsonschema is not installed -------------------------
 
-_KEYWORDS = {"$schema", "$id", "title", "description", "type", "const", "properties", "required",
-             "patternProperties", "additionalProperties", "items"}
-_TYPES = {"null": lambda v: v is None, "boolean": lambda v: isinstance(v, bool),
-          "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
-          or isinstance(v, float) and v.is_integer(),
-          "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          "string": lambda v: isinstance(v, str), "array": lambda v: isinstance(v, list),
-          "object": lambda v: isinstance(v, dict)}
+_KEYWORDS = {
+    "$schema",
+    "$id",
+    "title",
+    "description",
+    "type",
+    "const",
+    "properties",
+    "required",
+    "patternProperties",
+    "additionalProperties",
+    "items",
+}
+_TYPES = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 def _errors(value, schema: dict, path: str = "$"):
@@ -115,6 +166,7 @@ def schema(command: str) -> dict:
 
 
 # --- the tests ---------------------------------------------------------------------------------------------------
+
 
 def test_every_command_publishes_a_schema():
     assert sorted(p.stem for p in SCHEMAS.glob("*.json")) == sorted(COMMANDS)
@@ -174,8 +226,15 @@ def test_check_log_gives_numbers_and_the_unit_in_the_name(run_cli):
     # the log's non-default args: 'kv_cache_memory_bytes': 42949672960 (40 GiB)
     assert settings["tensor_parallel_size"] == 1 and settings["kv_cache_memory_bytes"] == 42949672960
     assert settings["enable_prefix_caching"] is False and settings["version"] == "0.23.0"
-    _, out, _ = run_cli("check-log", LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log", "--model",
-                        "kimi-linear-48b-a3b", "--tp", "2", "--json")
+    _, out, _ = run_cli(
+        "check-log",
+        LOGS / "vllm-0.11.1rc-kimi-linear-48b-a3b-2xrtx3090-1.log",
+        "--model",
+        "kimi-linear-48b-a3b",
+        "--tp",
+        "2",
+        "--json",
+    )
     got = next(s for s in json.loads(out)["settings"] if s["name"].startswith("available_kv_cache_memory"))
     assert (got["name"], got["value"], got["text"]) == ("available_kv_cache_memory_gib", 2.3, "2.30 GiB")
 
@@ -197,8 +256,17 @@ def test_the_schema_refuses_what_the_issue_reported():
     assert list(_errors({"weight_bytes": 5262526464.5}, work))
     # an integral float is an integer to JSON Schema (5262526464.0): test_no_figure_is_a_display_string_… holds
     # the type itself
-    row = dict(engine="vllm", figure="KV cache size (tokens)", unit="tokens", logged="1,474,560x", predicted=1,
-               logged_text="", predicted_text="", ok=True, start=1)
+    row = dict(
+        engine="vllm",
+        figure="KV cache size (tokens)",
+        unit="tokens",
+        logged="1,474,560x",
+        predicted=1,
+        logged_text="",
+        predicted_text="",
+        ok=True,
+        start=1,
+    )
     row_schema = schema("check-log")["properties"]["rows"]["items"]
     assert not list(_errors({**row, "logged": 1474560}, row_schema))
     row_schema_strict = {**row_schema, "properties": {**row_schema["properties"], "logged": {"type": "integer"}}}

@@ -15,8 +15,12 @@ PACKAGE = ROOT / "hybridplan"
 
 def _stub(f: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A protocol's method: its body ``...``, a signature that defines nothing."""
-    return (len(f.body) == 1 and isinstance(f.body[0], ast.Expr) and isinstance(f.body[0].value, ast.Constant)
-            and f.body[0].value.value is Ellipsis)
+    return (
+        len(f.body) == 1
+        and isinstance(f.body[0], ast.Expr)
+        and isinstance(f.body[0].value, ast.Constant)
+        and f.body[0].value.value is Ellipsis
+    )
 
 
 def _functions() -> list[tuple[Path, ast.FunctionDef]]:
@@ -28,21 +32,30 @@ def _functions() -> list[tuple[Path, ast.FunctionDef]]:
     return out
 
 
-@pytest.mark.parametrize("name,home", [
-    ("request_cap", "hybridplan/engines/sglang/pool.py"),  # SGLang: K // state slots per request
-    ("batch_defaults", "hybridplan/engines/vllm/defaults.py"),  # vLLM's batch tiers by GPU and release
-    ("chunked_prefill_size", "hybridplan/engines/sglang/defaults.py"),  # SGLang's chunk by GPU memory
-    ("default_max_num_seqs", ()),
-    ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
-    ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
-    # where a cache holds states along a request (`prefix`'s checkpoints of the first request): one per engine's
-    # replay cache (SGLang's scheduler loop runs the request, then asks its radix cache), and no analytic copy of where states land (`checkpoints`) or of the junction a second request
-    # saves (`junction`) beside the replay's rules: `prefix` replays its trace through those caches
-    ("held_states", ("hybridplan/engines/sglang/radix_cache.py", "hybridplan/engines/sglang/scheduler.py",
-                     "hybridplan/engines/vllm/prefix_cache.py")),
-    ("checkpoints", ()),
-    ("junction", ()),
-])
+@pytest.mark.parametrize(
+    "name,home",
+    [
+        ("request_cap", "hybridplan/engines/sglang/pool.py"),  # SGLang: K // state slots per request
+        ("batch_defaults", "hybridplan/engines/vllm/defaults.py"),  # vLLM's batch tiers by GPU and release
+        ("chunked_prefill_size", "hybridplan/engines/sglang/defaults.py"),  # SGLang's chunk by GPU memory
+        ("default_max_num_seqs", ()),
+        ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
+        ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
+        # where a cache holds states along a request (`prefix`'s checkpoints of the first request): one per engine's
+        # replay cache (SGLang's scheduler loop runs the request, then asks its radix cache), and no analytic copy of where states land (`checkpoints`) or of the junction a second request
+        # saves (`junction`) beside the replay's rules: `prefix` replays its trace through those caches
+        (
+            "held_states",
+            (
+                "hybridplan/engines/sglang/radix_cache.py",
+                "hybridplan/engines/sglang/scheduler.py",
+                "hybridplan/engines/vllm/prefix_cache.py",
+            ),
+        ),
+        ("checkpoints", ()),
+        ("junction", ()),
+    ],
+)
 def test_each_rule_is_defined_once(name, home):
     where = [str(p) for p, f in _functions() if f.name == name]
     if isinstance(home, str):
@@ -66,8 +79,16 @@ def test_reports_branch_on_no_engine_and_check_no_release():
     for name in ("replay.py", "prefix.py"):
         path = PACKAGE / "reports" / name
         text = path.read_text(encoding="utf-8")
-        for needle in ('== "vllm"', '!= "vllm"', '== "sglang"', '!= "sglang"', ".before(", ".at_least(", "#37898",
-                       "vllm#"):
+        for needle in (
+            '== "vllm"',
+            '!= "vllm"',
+            '== "sglang"',
+            '!= "sglang"',
+            ".before(",
+            ".at_least(",
+            "#37898",
+            "vllm#",
+        ):
             assert needle not in text, f"{path.name} holds {needle}"
 
 
@@ -97,9 +118,11 @@ def test_the_import_contracts_hold():
 def test_a_broken_import_contract_fails(tmp_path):
     # the same run refuses a contract the tree breaks: every engine imports the Scenario
     config = tmp_path / "broken.toml"
-    config.write_text('[tool.importlinter]\nroot_package = "hybridplan"\n\n[[tool.importlinter.contracts]]\n'
-                      'name = "engines without the Scenario"\ntype = "forbidden"\n'
-                      'source_modules = ["hybridplan.engines.vllm.sizing"]\nforbidden_modules = ["hybridplan.scenario"]\n')
+    config.write_text(
+        '[tool.importlinter]\nroot_package = "hybridplan"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "engines without the Scenario"\ntype = "forbidden"\n'
+        'source_modules = ["hybridplan.engines.vllm.sizing"]\nforbidden_modules = ["hybridplan.scenario"]\n'
+    )
     passed, report = _lint(config)
     assert not passed
     assert "hybridplan.engines.vllm.sizing is not allowed to import hybridplan.scenario" in report
@@ -121,7 +144,7 @@ def test_the_wheel_ships_every_package_and_spec():
 
     def source(pkg: str) -> Path:
         base = max((p for p in dirs if pkg == p or pkg.startswith(p + ".")), key=len)
-        return dirs[base].joinpath(*pkg[len(base):].lstrip(".").split(".")) if pkg != base else dirs[base]
+        return dirs[base].joinpath(*pkg[len(base) :].lstrip(".").split(".")) if pkg != base else dirs[base]
 
     listed = set(cfg["packages"])
     on_disk = set()
@@ -134,4 +157,3 @@ def test_the_wheel_ships_every_package_and_spec():
     assert cfg["package-data"]["hybridplan.model_specs"] == ["*.yaml", "index.json"]
     assert (ROOT / "model_specs" / "index.json").is_file()
     assert len(list((ROOT / "model_specs").glob("*.yaml"))) >= 17
-

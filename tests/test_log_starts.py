@@ -23,7 +23,7 @@ pytestmark = pytest.mark.golden
 
 DATA = Path(__file__).parent / "data"
 LOGS = DATA / "logs"
-NEMOTRON = DATA / "vllm-0.23-nemotron-h.log"      # vLLM 0.23.0, Nemotron-H-8B, TP 1, 40 GiB: 180.00x at 8,192
+NEMOTRON = DATA / "vllm-0.23-nemotron-h.log"  # vLLM 0.23.0, Nemotron-H-8B, TP 1, 40 GiB: 180.00x at 8,192
 QWEN_TP4 = DATA / "vllm-0.33-qwen3-next-tp4.log"  # vLLM 0.33.0, Qwen3-Next-80B-A3B, TP 4
 SGLANG = DATA / "sglang-0.5.23-nemotron-h.log"
 
@@ -118,17 +118,37 @@ def test_several_starts_render_each_under_its_heading(run_cli, tmp_path):
 # --- the model named in the log -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ref,hub_id,first,last", [
-    ("nvidia/Nemotron-H-8B-Base-8K", "nvidia/nemotron-h-8b-base-8k", "nemotron-h-8b-base-8k", "nemotron-h-8b-base-8k"),
-    # a Hugging Face cache path names its repository
-    ("/root/.cache/huggingface/hub/models--Qwen--Qwen3.5-27B/snapshots/0123abc", "qwen/qwen3.5-27b", "qwen3.5-27b",
-     "qwen3.5-27b"),
-    # re-saves: the quantization endings come off one at a time, then the variant's
-    ("/ai/Qwen3-Next-80B-A3B-Instruct-AWQ-4bit", "ai/qwen3-next-80b-a3b-instruct-awq-4bit",
-     "qwen3-next-80b-a3b-instruct-awq-4bit", "qwen3-next-80b-a3b"),
-    ("~/.cache/huggingface/qwen3.6-27b-autoround-int4", "huggingface/qwen3.6-27b-autoround-int4",
-     "qwen3.6-27b-autoround-int4", "qwen3.6-27b"),
-])
+@pytest.mark.parametrize(
+    "ref,hub_id,first,last",
+    [
+        (
+            "nvidia/Nemotron-H-8B-Base-8K",
+            "nvidia/nemotron-h-8b-base-8k",
+            "nemotron-h-8b-base-8k",
+            "nemotron-h-8b-base-8k",
+        ),
+        # a Hugging Face cache path names its repository
+        (
+            "/root/.cache/huggingface/hub/models--Qwen--Qwen3.5-27B/snapshots/0123abc",
+            "qwen/qwen3.5-27b",
+            "qwen3.5-27b",
+            "qwen3.5-27b",
+        ),
+        # re-saves: the quantization endings come off one at a time, then the variant's
+        (
+            "/ai/Qwen3-Next-80B-A3B-Instruct-AWQ-4bit",
+            "ai/qwen3-next-80b-a3b-instruct-awq-4bit",
+            "qwen3-next-80b-a3b-instruct-awq-4bit",
+            "qwen3-next-80b-a3b",
+        ),
+        (
+            "~/.cache/huggingface/qwen3.6-27b-autoround-int4",
+            "huggingface/qwen3.6-27b-autoround-int4",
+            "qwen3.6-27b-autoround-int4",
+            "qwen3.6-27b",
+        ),
+    ],
+)
 def test_logged_names(ref, hub_id, first, last):
     got_id, names = _logged_names(ref)
     assert got_id == hub_id and names[0] == first and names[-1] == last
@@ -144,8 +164,9 @@ def test_the_log_finds_its_model_by_source_and_by_resave():
 def test_a_resave_with_an_unknown_ending_is_found_by_the_sized_name_that_starts_it():
     # vllm-0.22.0-qwen3.6-35b-a3b-prismaquant-mtp-unknown-1.log serves rdtand/Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm,
     # an ending no list knows: qwen3.6-35b-a3b starts the name and names a size, so it is the base
-    spec, how = load_logged_model("rdtand/Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm",
-                                  "Qwen3_5MoeForConditionalGeneration")
+    spec, how = load_logged_model(
+        "rdtand/Qwen3.6-35B-A3B-PrismaQuant-4.75bit-vllm", "Qwen3_5MoeForConditionalGeneration"
+    )
     assert spec.name == "qwen3.6-35b-a3b" and "re-save" in how
     # a family name names no size: "nemotron-h" (an alias of nemotron-h-8b) never stands for another Nemotron-H
     with pytest.raises(PlanError, match="not a shipped spec"):
@@ -167,8 +188,9 @@ def test_a_spec_of_another_architecture_is_never_taken():
 
 def test_a_model_flag_of_another_architecture_is_refused_with_both_names(run_cli):
     # the log resolved Qwen3NextForCausalLM (its line 9); --model nemotron-h is a NemotronHForCausalLM
-    code, _, err = run_cli("check-log", LOGS / "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model",
-                           "nemotron-h")
+    code, _, err = run_cli(
+        "check-log", LOGS / "vllm-0.10.2-qwen3-next-80b-a3b-instruct-2xh200-1.log", "--model", "nemotron-h"
+    )
     assert code == 2 and "NemotronHForCausalLM" in err and "Qwen3NextForCausalLM" in err
 
 

@@ -74,7 +74,8 @@ def test_every_miss_is_explained(rows):
 
 def test_validation_md_shows_the_current_table(validation, rows):
     assert validation.block_in(ROOT / "docs" / "VALIDATION.md") == validation.markdown(rows), (
-        "run: python validation/memory.py --write")
+        "run: python validation/memory.py --write"
+    )
 
 
 def test_counted_weights_match_model_loading_took(rows):

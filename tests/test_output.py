@@ -92,8 +92,9 @@ def test_bare_command_prints_its_help_once(run_cli):
 def test_a_closed_pipe_exits_quietly():
     # `hybridplan … | head -1`: the reader goes away after one line; the writer exits 0 with nothing on stderr
     for argv in (["--help"], ["prefix", "nemotron-h", "--private", "10", "--sweep", "0:8000:4"]):
-        p = subprocess.Popen([sys.executable, "-m", "hybridplan", *argv], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "hybridplan", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         p.stdout.readline()
         p.stdout.close()
         assert p.wait(timeout=60) == 0
@@ -102,8 +103,12 @@ def test_a_closed_pipe_exits_quietly():
 
 # --- "Available KV cache memory" as each release prints it (issue 28, item 14) -----------------------------------
 
-_AVAILABLE_LOGS = sorted(p for d in ("logs", "memlogs") for p in (DATA / d).glob("vllm-0.*.log")
-                         if "Available KV cache memory: " in p.read_text(errors="replace"))
+_AVAILABLE_LOGS = sorted(
+    p
+    for d in ("logs", "memlogs")
+    for p in (DATA / d).glob("vllm-0.*.log")
+    if "Available KV cache memory: " in p.read_text(errors="replace")
+)
 
 
 @pytest.mark.parametrize("log", _AVAILABLE_LOGS, ids=lambda p: p.name)
@@ -136,6 +141,7 @@ def test_two_decimals_before_0_14_one_where_round_drops_the_zero_after():
 
 # --- speed --engine both: each engine's benchmark, labelled (issue 28, item 13) ----------------------------------
 
+
 def test_speed_under_both_engines_prints_both_benchmarks(run_cli):
     argv = ("speed", "nemotron-h", "--gpu-type", "h100", "--concurrency", "300")
     code, out, err = run_cli(*argv, "--engine", "both")
@@ -157,6 +163,7 @@ def test_speed_under_both_engines_prints_both_benchmarks(run_cli):
 
 # --- what is copied off an 80-column terminal comes out whole (issue 28, item 11) --------------------------------
 
+
 def _joined(lines: list[str]) -> str:
     """Continued lines as the shell reads them: a trailing backslash and the newline after it are one space."""
     return " ".join(line[:-2] if line.endswith(" \\") else line for line in lines)
@@ -165,21 +172,36 @@ def _joined(lines: list[str]) -> str:
 def _command_block(out: str, label: str) -> list[str]:
     lines = out.splitlines()
     i = next(n for n, line in enumerate(lines) if line.startswith(label))
-    block = [lines[i][len(label):].strip()] if lines[i][len(label):].strip() else []
-    for line in lines[i + 1:]:
+    block = [lines[i][len(label) :].strip()] if lines[i][len(label) :].strip() else []
+    for line in lines[i + 1 :]:
         if not line.startswith("  "):
             break
         block.append(line)
     return block
 
 
-@pytest.mark.parametrize("argv", [
-    # a model-card command with a speculative config (a quoted JSON value) and a long model name
-    ("fit", "qwen3-next", "--tp", "4", "--ctx", "32k", "--kv-budget", "60GiB", "--vllm-version", "0.28",
-     "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'),
-    ("fit", "nemotron-h", "--ctx", "131072", "--gpu-mem", "141GB", "--params", "8.1e9", "--max-num-seqs", "1024"),
-    ("plan", "nemotron-h", "--ctx", "8192", "--concurrency", "16", "--gpu-type", "h100"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # a model-card command with a speculative config (a quoted JSON value) and a long model name
+        (
+            "fit",
+            "qwen3-next",
+            "--tp",
+            "4",
+            "--ctx",
+            "32k",
+            "--kv-budget",
+            "60GiB",
+            "--vllm-version",
+            "0.28",
+            "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}',
+        ),
+        ("fit", "nemotron-h", "--ctx", "131072", "--gpu-mem", "141GB", "--params", "8.1e9", "--max-num-seqs", "1024"),
+        ("plan", "nemotron-h", "--ctx", "8192", "--concurrency", "16", "--gpu-type", "h100"),
+    ],
+)
 def test_a_printed_command_is_whole_at_80_columns_and_pastes_back_word_for_word(run_cli, monkeypatch, argv):
     import shlex
 
@@ -188,8 +210,11 @@ def test_a_printed_command_is_whole_at_80_columns_and_pastes_back_word_for_word(
     assert code in (0, 1), err
     _, js, _ = run_cli(*argv, "--json")
     d = json.loads(js)
-    commands = ({e: c for e, c in d["commands"].items() if c} if argv[0] == "fit" else
-                {f"{i + 1}:": p["command"] for i, p in enumerate(d["plans"]) if p["command"]})
+    commands = (
+        {e: c for e, c in d["commands"].items() if c}
+        if argv[0] == "fit"
+        else {f"{i + 1}:": p["command"] for i, p in enumerate(d["plans"]) if p["command"]}
+    )
     assert commands
     for name, c in commands.items():
         block = _command_block(out, f"{name} command:" if argv[0] == "fit" else name)
@@ -203,8 +228,9 @@ def test_a_printed_command_is_whole_at_80_columns_and_pastes_back_word_for_word(
 _EXAMPLES = re.compile(r"^ +hybridplan .*$", re.MULTILINE)
 
 
-@pytest.mark.parametrize("command", ["size", "fit", "crossover", "prefix", "replay", "check-log", "speed", "plan",
-                                     "profile"])
+@pytest.mark.parametrize(
+    "command", ["size", "fit", "crossover", "prefix", "replay", "check-log", "speed", "plan", "profile"]
+)
 def test_help_examples_fit_80_columns_and_read_as_written(run_cli, monkeypatch, command):
     import shlex
 
@@ -232,9 +258,11 @@ def test_an_engine_line_breaks_at_spaces_only():
     from hybridplan.output import wrap_words
 
     # SGLang 0.5.23's cap line, as tests/data/sglang-0.5.23-nemotron-h.log and the fit view print it
-    line = ("max_running_requests is capped to 315 by the mamba state cache (max_mamba_cache_size=1578, 5 state "
-            "slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or "
-            "halve the state size with --mamba-ssm-dtype bfloat16.")
+    line = (
+        "max_running_requests is capped to 315 by the mamba state cache (max_mamba_cache_size=1578, 5 state "
+        "slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or "
+        "halve the state size with --mamba-ssm-dtype bfloat16."
+    )
     lines = wrap_words(line, 80, "  ")
     assert len(lines) > 1 and all(len(x) <= 80 for x in lines)
     assert " ".join(x.strip() for x in lines).split() == line.split()
@@ -246,11 +274,13 @@ def test_an_engine_line_breaks_at_spaces_only():
 def test_a_command_breaks_between_words_only():
     from hybridplan.output import words, wrap_command
 
-    cmd = ("VLLM_USE_V1=1 vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4 --speculative-config "
-           "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}' --max-model-len=262144 --kv-cache-memory-bytes "
-           "64424509440")
+    cmd = (
+        "VLLM_USE_V1=1 vllm serve Qwen/Qwen3-Next-80B-A3B-Instruct --tensor-parallel-size 4 --speculative-config "
+        '\'{"method": "mtp", "num_speculative_tokens": 2}\' --max-model-len=262144 --kv-cache-memory-bytes '
+        "64424509440"
+    )
     ws = words(cmd)
-    assert " ".join(ws) == cmd and "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'" in ws
+    assert " ".join(ws) == cmd and '\'{"method": "mtp", "num_speculative_tokens": 2}\'' in ws
     for cols in (40, 60, 80):
         lines = wrap_command(ws, cols)
         assert _joined(lines).split() == cmd.split()
@@ -260,6 +290,7 @@ def test_a_command_breaks_between_words_only():
 
 
 # --- headers, separators, articles and notes as a person reads them -----------------------------------------
+
 
 def test_headers_stay_on_one_line_at_120_columns(run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")
@@ -296,8 +327,10 @@ def test_a_pipe_gets_the_whole_width(run_cli, monkeypatch):
     header = next(line for line in out.splitlines() if "aliases" in line)
     assert "family" in header and "layers" in header
     _, out, _ = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB")
-    assert any(line.startswith("block: tokens per block;") and line.rstrip().endswith("running sequence)")
-               for line in out.splitlines())
+    assert any(
+        line.startswith("block: tokens per block;") and line.rstrip().endswith("running sequence)")
+        for line in out.splitlines()
+    )
     assert "…" not in out
 
 
@@ -308,8 +341,9 @@ def test_counts_have_thousands_separators(run_cli, monkeypatch):
     assert "(262,144 pages)" in out and "262144" not in out
     # a request of 1M tokens pins over a thousand blocks: the figure is printed with its separator
     _, out, _ = run_cli("fit", "nemotron-h", "--ctx", "1048576", "--kv-budget", "400GiB", "--allow-long-context")
-    _, js, _ = run_cli("fit", "nemotron-h", "--ctx", "1048576", "--kv-budget", "400GiB", "--allow-long-context",
-                       "--json")
+    _, js, _ = run_cli(
+        "fit", "nemotron-h", "--ctx", "1048576", "--kv-budget", "400GiB", "--allow-long-context", "--json"
+    )
     per_request = json.loads(js)["vllm"]["modes"]["none"]["blocks_per_request"]
     assert per_request >= 1000 and f"{per_request:,}" in out and f" {per_request} " not in out
 
@@ -339,10 +373,13 @@ def test_mem_fraction_static_as_sglang_prints_it(run_cli, monkeypatch):
     assert f"mem_fraction_static {fraction!r} " in out
 
 
-@pytest.mark.parametrize("engine,named,not_named", [
-    ("sglang", "SGLang: CUDA context", "activation"),
-    ("vllm", "vLLM: activation, non-torch and CUDA graphs", "CUDA context"),
-])
+@pytest.mark.parametrize(
+    "engine,named,not_named",
+    [
+        ("sglang", "SGLang: CUDA context", "activation"),
+        ("vllm", "vLLM: activation, non-torch and CUDA graphs", "CUDA context"),
+    ],
+)
 def test_the_estimates_note_names_the_terms_estimated(run_cli, monkeypatch, engine, named, not_named):
     # the note used to name vLLM's three terms under --engine sglang, whose waterfall has none of them
     monkeypatch.setenv("COLUMNS", "200")
@@ -353,9 +390,22 @@ def test_the_estimates_note_names_the_terms_estimated(run_cli, monkeypatch, engi
     assert d[engine]["memory"]["estimated"] and all(term in note for term in d[engine]["memory"]["estimated"])
 
 
-@pytest.mark.parametrize("word,art", [("online_int4", "an"), ("fp8", "an"), ("awq", "an"), ("nvfp4", "an"),
-                                      ("gptq", "a"), ("bitsandbytes", "a"), ("modelopt", "a"),
-                                      ("8,192", "an"), ("11,000", "an"), ("1,024", "a"), ("110,000", "a")])
+@pytest.mark.parametrize(
+    "word,art",
+    [
+        ("online_int4", "an"),
+        ("fp8", "an"),
+        ("awq", "an"),
+        ("nvfp4", "an"),
+        ("gptq", "a"),
+        ("bitsandbytes", "a"),
+        ("modelopt", "a"),
+        ("8,192", "an"),
+        ("11,000", "an"),
+        ("1,024", "a"),
+        ("110,000", "a"),
+    ],
+)
 def test_the_article_before_a_word_as_it_is_read(word, art):
     from hybridplan.units import article
 
@@ -371,14 +421,19 @@ def test_check_log_says_an_online_int4_checkpoint(run_cli):
     assert "an online_int4 checkpoint" in js and "a online_int4" not in js, err
 
 
-@pytest.mark.parametrize("argv,figure", [
-    (("size", "nemotron-h", "--ctx", "8192"), lambda d: d["state"]["bytes_per_sequence"]),
-    (("crossover",), lambda d: d["rows"][0]["state_bytes"]),
-    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"), lambda d: d["vllm"]["memory"]["weights_bytes"]),
-    (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "sglang"),
-     lambda d: d["sglang"]["memory"]["requested_bytes"]),
-    (("gpus",), lambda d: d["gpus"][0]["total_bytes"]),
-])
+@pytest.mark.parametrize(
+    "argv,figure",
+    [
+        (("size", "nemotron-h", "--ctx", "8192"), lambda d: d["state"]["bytes_per_sequence"]),
+        (("crossover",), lambda d: d["rows"][0]["state_bytes"]),
+        (("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100"), lambda d: d["vllm"]["memory"]["weights_bytes"]),
+        (
+            ("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "h100", "--engine", "sglang"),
+            lambda d: d["sglang"]["memory"]["requested_bytes"],
+        ),
+        (("gpus",), lambda d: d["gpus"][0]["total_bytes"]),
+    ],
+)
 def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
     monkeypatch.setenv("COLUMNS", "200")
     _, js, _ = run_cli(*argv, "--json")
@@ -390,12 +445,21 @@ def test_bytes_works_wherever_sizes_print(run_cli, monkeypatch, argv, figure):
 
 
 #: the help examples that need what a user brings: their own config, trace, log or calibration file, or a GPU
-_NEEDS_A_USER_FILE = ("./Zamba2-7B/config.json", "chat.yaml", "vllm.log", "sglang.log", "excerpt.log",
-                      "h100-nemotron-h.json", "--gpu 0", "--gpu 1")
+_NEEDS_A_USER_FILE = (
+    "./Zamba2-7B/config.json",
+    "chat.yaml",
+    "vllm.log",
+    "sglang.log",
+    "excerpt.log",
+    "h100-nemotron-h.json",
+    "--gpu 0",
+    "--gpu 1",
+)
 
 
-@pytest.mark.parametrize("command", ["size", "fit", "crossover", "prefix", "replay", "check-log", "speed", "plan",
-                                     "profile"])
+@pytest.mark.parametrize(
+    "command", ["size", "fit", "crossover", "prefix", "replay", "check-log", "speed", "plan", "profile"]
+)
 def test_help_examples_run(run_cli, monkeypatch, tmp_path, command):
     # every example a help shows runs as written (less a shell redirect; the files it writes go to a scratch
     # folder),

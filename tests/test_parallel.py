@@ -68,8 +68,10 @@ def test_a_stage_holds_its_own_mix_of_attention_and_recurrent_layers():
     # 23, 27 (4) and 11 GDN
     sc = scenario("qwen3.5-397b-a17b", pp=4)
     sts = vllm_pp.pipeline(sc)
-    assert [st.spec.layer_counts for st in sts[:2]] == [{"gdn": 12, "attention": 3, "moe": 15},
-                                                       {"gdn": 11, "attention": 4, "moe": 15}]
+    assert [st.spec.layer_counts for st in sts[:2]] == [
+        {"gdn": 12, "attention": 3, "moe": 15},
+        {"gdn": 11, "attention": 4, "moe": 15},
+    ]
     assert (sts[0].first, sts[0].last, sts[-1].last) == (True, False, True)
 
 
@@ -80,9 +82,12 @@ def test_nemotron_h_stages_follow_its_layer_pattern():
     assert len(decoder_layers(spec)) == len(pattern) == 52
     st = stages(spec, vllm_pp.split(52, 2))
     for s in st:
-        part = pattern[s.start:s.end]
-        assert s.spec.layer_counts == {k: v for k, v in (("mamba2", part.count("M")), ("attention", part.count("*")),
-                                                          ("mlp", part.count("-"))) if v}
+        part = pattern[s.start : s.end]
+        assert s.spec.layer_counts == {
+            k: v
+            for k, v in (("mamba2", part.count("M")), ("attention", part.count("*")), ("mlp", part.count("-")))
+            if v
+        }
 
 
 def test_stage_weights_are_the_models_parts_in_the_stages_share():
@@ -200,10 +205,16 @@ def test_sglang_charges_the_largest_stages_state_from_0_5_17():
     # kv_cache_configurator.py _handle_max_mamba_cache (0.5.17 on): the slot is priced at the largest stage's
     # share of the recurrent layers; 0.5.16 and before at every recurrent layer of the model. Nemotron-H-8B at
     # PP 2: 12 of its 24 Mamba-2 layers on each stage, so a slot costs half the whole model's from 0.5.17
-    new = sglang_pp.fit(scenario("nemotron-h-8b", 8192, sglang_version="0.5.23", pp=2, engine="sglang",
-                                 budget=Budget(kv_budget=20 * GiB)))
-    old = sglang_pp.fit(scenario("nemotron-h-8b", 8192, sglang_version="0.5.16", pp=2, engine="sglang",
-                                 budget=Budget(kv_budget=20 * GiB)))
+    new = sglang_pp.fit(
+        scenario(
+            "nemotron-h-8b", 8192, sglang_version="0.5.23", pp=2, engine="sglang", budget=Budget(kv_budget=20 * GiB)
+        )
+    )
+    old = sglang_pp.fit(
+        scenario(
+            "nemotron-h-8b", 8192, sglang_version="0.5.16", pp=2, engine="sglang", budget=Budget(kv_budget=20 * GiB)
+        )
+    )
     whole = sum(m.kind == "mamba2" for m in load_model("nemotron-h-8b").mixers)
     assert whole == 24
     assert len(new.stage_pools[0].fit.pool.fp.state) == 1
@@ -232,17 +243,46 @@ def test_a_stage_left_without_memory_is_a_shortfall():
 
 
 def test_fit_reads_the_engines_pp_flags_and_prints_them_back(run_cli):
-    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.5-397B-A17B",
-                           "--tensor-parallel-size", "4", "--pipeline-parallel-size", "4", "--max-model-len", "32768")
+    code, out, _ = run_cli(
+        "fit",
+        "--gpu-type",
+        "h100",
+        "--json",
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.5-397B-A17B",
+        "--tensor-parallel-size",
+        "4",
+        "--pipeline-parallel-size",
+        "4",
+        "--max-model-len",
+        "32768",
+    )
     d = json.loads(out)
     assert d["vllm"]["pp"] == 4 and len(d["vllm"]["stages"]) == 4
     argv = d["commands"]["vllm"]["argv"]
     assert argv[argv.index("--pipeline-parallel-size") + 1] == "4"
     code2, out2, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", *argv)
     assert json.loads(out2)["vllm"]["modes"] == d["vllm"]["modes"]
-    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "python", "-m", "sglang.launch_server",
-                           "--model-path", "Qwen/Qwen3.5-397B-A17B", "--tp-size", "4", "--pp-size", "4",
-                           "--context-length", "32768")
+    code, out, _ = run_cli(
+        "fit",
+        "--gpu-type",
+        "h100",
+        "--json",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen3.5-397B-A17B",
+        "--tp-size",
+        "4",
+        "--pp-size",
+        "4",
+        "--context-length",
+        "32768",
+    )
     d = json.loads(out)
     assert d["sglang"]["pp"] == 4 and len(d["sglang"]["stages"]) == 4
     sg = d["commands"]["sglang"]["argv"]
@@ -250,8 +290,11 @@ def test_fit_reads_the_engines_pp_flags_and_prints_them_back(run_cli):
 
 
 def test_a_partition_that_does_not_name_pp_stages_is_one_line(run_cli):
-    one_line_error(*run_cli("fit", "qwen3.5-27b", "--kv-budget", "20GiB", "--pp", "2", "--pp-layers", "10,20,34"),
-                   "names 3 stages", "--pp is 2")
+    one_line_error(
+        *run_cli("fit", "qwen3.5-27b", "--kv-budget", "20GiB", "--pp", "2", "--pp-layers", "10,20,34"),
+        "names 3 stages",
+        "--pp is 2",
+    )
 
 
 # --- data and expert parallelism ---------------------------------------------------------------------
@@ -263,8 +306,11 @@ def _expert_bytes(spec, ranks: int) -> float:
     from hybridplan.weights.families import parts
 
     every = [p for p in parts(spec.architecture, json.loads(spec.config_json), spec.family) if p.section != "mtp"]
-    return sum(_bytes(p, rank_params(p, ranks, spec.hidden_size), 2, None) for p in every
-               if p.group == "moe" and p.name.startswith("experts."))
+    return sum(
+        _bytes(p, rank_params(p, ranks, spec.hidden_size), 2, None)
+        for p in every
+        if p.group == "moe" and p.name.startswith("experts.")
+    )
 
 
 def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
@@ -278,13 +324,13 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
     assert dp == pytest.approx(tp2 - _expert_bytes(spec, 2) + _expert_bytes(spec, 4), abs=4)
     assert tp4 < dp < tp2
     # EP deals whole experts: 512 over 4 ranks is 128 each, the bytes of a 4-way slice
-    ep = stage_rank_bytes(spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2,
-                                                                               expert_parallel=True)))[0]
+    ep = stage_rank_bytes(
+        spec, None, 2, "bfloat16", vllm_pp.sharding(scenario(spec, tp=2, dp=2, expert_parallel=True))
+    )[0]
     assert ep == pytest.approx(dp, abs=4)
     # over 3 ranks (TP 1 × DP 3 with EP) the most loaded holds ceil(512 / 3) = 171 experts, 171/512 of them, not
     # a third (determine_expert_map from 0.10.1: the first 512 % 3 = 2 ranks one more each)
-    three = stage_rank_bytes(spec, None, 1, "bfloat16",
-                             vllm_pp.sharding(scenario(spec, dp=3, expert_parallel=True)))[0]
+    three = stage_rank_bytes(spec, None, 1, "bfloat16", vllm_pp.sharding(scenario(spec, dp=3, expert_parallel=True)))[0]
     one = stage_rank_bytes(spec, None, 1, "bfloat16")[0]
     assert three == pytest.approx(one - _expert_bytes(spec, 1) * (1 - 171 / 512), abs=4)
 
@@ -292,8 +338,15 @@ def test_vllm_dp_slices_the_experts_over_all_data_and_tensor_ranks():
 def test_vllm_dp_engines_each_hold_their_own_cache():
     # each DP rank is an engine with its own scheduler and KV cache: its figures are one engine's, and the
     # requests of the context all engines hold are dp times one's
-    sc = scenario("qwen3.5-397b-a17b", 32768, tp=8, dp=2, expert_parallel=True, engine="vllm",
-                  budget=Budget(gpu_mem=80 * GiB, gpu="h100"))
+    sc = scenario(
+        "qwen3.5-397b-a17b",
+        32768,
+        tp=8,
+        dp=2,
+        expert_parallel=True,
+        engine="vllm",
+        budget=Budget(gpu_mem=80 * GiB, gpu="h100"),
+    )
     f = vllm_pp.fit(sc)
     assert f.total_concurrency == pytest.approx(2 * f.chosen.capacity.max_concurrency)
     assert "--data-parallel-size 2 --enable-expert-parallel" in f.flags
@@ -311,8 +364,9 @@ def test_sglang_dp_attention_sizes_each_rank_at_its_attention_group():
     from hybridplan.engines.sglang.pool import footprint as sglang_footprint
 
     spec = load_model("nemotron-3-super-120b-a12b")
-    sc = scenario(spec, 32768, tp=4, dp=4, dp_attention=True, ep_size=4, engine="sglang",
-                  budget=Budget(kv_budget=30 * GiB))
+    sc = scenario(
+        spec, 32768, tp=4, dp=4, dp_attention=True, ep_size=4, engine="sglang", budget=Budget(kv_budget=30 * GiB)
+    )
     f = sglang_pp.fit_data_parallel(sc)
     one = sglang_footprint(scenario(spec, 32768, tp=1))
     assert f.pool.fp.state_bytes == one.state_bytes and f.pool.fp.kv_bytes_per_token == one.kv_bytes_per_token
@@ -323,15 +377,48 @@ def test_sglang_dp_attention_sizes_each_rank_at_its_attention_group():
 
 
 def test_fit_reads_the_engines_dp_and_ep_flags(run_cli):
-    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "vllm", "serve", "Qwen/Qwen3.5-397B-A17B",
-                           "-tp", "8", "-dp", "2", "--enable-expert-parallel", "--max-model-len", "32768")
+    code, out, _ = run_cli(
+        "fit",
+        "--gpu-type",
+        "h100",
+        "--json",
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.5-397B-A17B",
+        "-tp",
+        "8",
+        "-dp",
+        "2",
+        "--enable-expert-parallel",
+        "--max-model-len",
+        "32768",
+    )
     d = json.loads(out)
     assert (d["vllm"]["dp"], d["vllm"]["expert_parallel"]) == (2, True)
     argv = d["commands"]["vllm"]["argv"]
     assert "--enable-expert-parallel" in argv and argv[argv.index("--data-parallel-size") + 1] == "2"
-    code, out, _ = run_cli("fit", "--gpu-type", "h100", "--json", "--", "python", "-m", "sglang.launch_server",
-                           "--model-path", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4", "--dp-size", "2",
-                           "--enable-dp-attention", "--ep-size", "4", "--context-length", "32768")
+    code, out, _ = run_cli(
+        "fit",
+        "--gpu-type",
+        "h100",
+        "--json",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "--tp-size",
+        "4",
+        "--dp-size",
+        "2",
+        "--enable-dp-attention",
+        "--ep-size",
+        "4",
+        "--context-length",
+        "32768",
+    )
     d = json.loads(out)
     assert (d["sglang"]["dp"], d["sglang"]["attention_tp"], d["sglang"]["ep_size"]) == (2, 2, 4)
     sg = d["commands"]["sglang"]["argv"]
@@ -343,15 +430,27 @@ def test_vllm_0_14_to_0_16_check_the_whole_models_request_against_the_smallest_s
     # min(available_memory) and the global groups' max_memory_usage_bytes (vllm#34076: PP 2 refused with the
     # whole model's 24.0 GiB); 0.17.0 checks each worker's projected groups. Nemotron-H-8B at 131,072 tokens:
     # 4 attention layers × 1040-token blocks; a budget that holds a stage's half but not the whole
-    base = scenario("nemotron-h-8b", 131072, minor="0.17.0", pp=2, engine="vllm", allow_long_context=True,
-                    budget=Budget(kv_budget=1 * GiB))
+    base = scenario(
+        "nemotron-h-8b",
+        131072,
+        minor="0.17.0",
+        pp=2,
+        engine="vllm",
+        allow_long_context=True,
+        budget=Budget(kv_budget=1 * GiB),
+    )
     cap = vllm_pp.fit(base).chosen.capacity
     stage = max(c.request_bytes for c in cap.stage_caches)
     assert stage < cap.model_request_bytes <= 2 * stage
     budget = (stage + cap.model_request_bytes) // 2
     new = vllm_pp.fit(replace(base, budget=Budget(kv_budget=budget)))
-    old = vllm_pp.fit(replace(base, budget=Budget(kv_budget=budget),
-                              vllm=replace(base.vllm, release=scenario("nemotron-h-8b", minor="0.15.0").vllm.release)))
+    old = vllm_pp.fit(
+        replace(
+            base,
+            budget=Budget(kv_budget=budget),
+            vllm=replace(base.vllm, release=scenario("nemotron-h-8b", minor="0.15.0").vllm.release),
+        )
+    )
     assert new.chosen.capacity.problem(1) is None or "To serve at least one" not in new.chosen.capacity.problem(1)
     assert "whole model's request" in old.chosen.capacity.problem(1)
     assert "models's max seq len" in old.chosen.capacity.problem(1)  # vLLM's spelling up to 0.21.0
@@ -373,8 +472,9 @@ def test_size_shows_each_ranks_weights_with_dp_and_ep(run_cli):
     # --data-parallel-size 2 --enable-expert-parallel at TP 8: the experts dealt over 16 ranks (as fit sizes them)
     from hybridplan.engines.vllm.dtypes import model_dtype
 
-    code, out, _ = run_cli("size", "qwen3.5-397b-a17b", "--ctx", "32k", "--tp", "8", "--dp", "2",
-                           "--enable-expert-parallel", "--json")
+    code, out, _ = run_cli(
+        "size", "qwen3.5-397b-a17b", "--ctx", "32k", "--tp", "8", "--dp", "2", "--enable-expert-parallel", "--json"
+    )
     d = json.loads(out)
     spec = load_model("qwen3.5-397b-a17b")
     sc = scenario(spec, tp=8, dp=2, expert_parallel=True)
@@ -422,8 +522,16 @@ def test_sglang_dp_attention_rank_holds_its_groups_heads_and_state():
     from hybridplan.engines.sglang.pool import per_request_bytes
 
     for version in ("0.5.18", "0.5.23"):
-        sc = scenario("qwen3-next-80b-a3b", 32768, tp=8, dp=4, dp_attention=True, engine="sglang",
-                      sglang_version=version, budget=Budget(kv_budget=20 * GiB))
+        sc = scenario(
+            "qwen3-next-80b-a3b",
+            32768,
+            tp=8,
+            dp=4,
+            dp_attention=True,
+            engine="sglang",
+            sglang_version=version,
+            budget=Budget(kv_budget=20 * GiB),
+        )
         assert sglang_pp.attention_tp(sc) == 2
         fp = sglang_pp.fit_data_parallel(sc).pool.fp
         assert per_request_bytes(fp) == 38_633_472 and fp.ssm_bytes // 36 == 1_048_576 and fp.conv_bytes // 36 == 24_576
@@ -431,8 +539,16 @@ def test_sglang_dp_attention_rank_holds_its_groups_heads_and_state():
         assert fp.kv_bytes_per_token == len(attn) * 2 * 1 * attn[0].head_dim * 2  # one KV head a rank, K and V
     # Nemotron-3-Super at TP 4 / DP 4: attn_tp 1, configs/nemotron_h.py: 40 Mamba-2 layers of 4,194,304 B SSM and
     # 61,440 B conv, 170,229,760 B a request, both KV heads on every rank
-    sc = scenario("nemotron-3-super-120b-a12b", 32768, tp=4, dp=4, dp_attention=True, engine="sglang",
-                  sglang_version="0.5.23", budget=Budget(kv_budget=20 * GiB))
+    sc = scenario(
+        "nemotron-3-super-120b-a12b",
+        32768,
+        tp=4,
+        dp=4,
+        dp_attention=True,
+        engine="sglang",
+        sglang_version="0.5.23",
+        budget=Budget(kv_budget=20 * GiB),
+    )
     fp = sglang_pp.fit_data_parallel(sc).pool.fp
     assert per_request_bytes(fp) == 170_229_760 and fp.ssm_bytes // 40 == 4_194_304
 
@@ -454,21 +570,44 @@ def test_sglang_dp_attention_splits_the_requests_and_the_state_pool_per_group():
     # (calculate_pool_sizes on hybridplan's KV cell, as the validation stands it in), and --max-running-requests
     # 100 admits 50 a group (resolve_max_num_reqs: requested // attn_dp_size)
     for version in ("0.5.18", "0.5.23"):
-        sc = scenario("qwen3-next-80b-a3b", 32768, tp=4, dp=2, dp_attention=True, engine="sglang",
-                      sglang_version=version, sglang=dict(max_running_requests=100, max_mamba_cache_size=500),
-                      budget=Budget(kv_budget=20 * GiB))
+        sc = scenario(
+            "qwen3-next-80b-a3b",
+            32768,
+            tp=4,
+            dp=2,
+            dp_attention=True,
+            engine="sglang",
+            sglang_version=version,
+            sglang=dict(max_running_requests=100, max_mamba_cache_size=500),
+            budget=Budget(kv_budget=20 * GiB),
+        )
         f = sglang_pp.fit_data_parallel(sc)
         assert (f.split.pool_size, f.kv_tokens, f.max_running_requests) == (250, 958_482, 50)
         assert f.total_requests == 100
     # --max-running-requests 3 over DP 4: 0.5.23 keeps max(1, 3 // 4) = 1 a group; 0.5.18 gets 0 and raises
     # "Hybrid (mamba/linear-attention) state cache is too small to serve any requests" (kv_cache_configurator.py)
     few = dict(max_running_requests=3)
-    sc = scenario("qwen3-next-80b-a3b", 32768, tp=4, dp=4, dp_attention=True, engine="sglang", sglang=few,
-                  sglang_version="0.5.23", budget=Budget(kv_budget=20 * GiB))
+    sc = scenario(
+        "qwen3-next-80b-a3b",
+        32768,
+        tp=4,
+        dp=4,
+        dp_attention=True,
+        engine="sglang",
+        sglang=few,
+        sglang_version="0.5.23",
+        budget=Budget(kv_budget=20 * GiB),
+    )
     assert sglang_pp.fit_data_parallel(sc).max_running_requests == 1
     with pytest.raises(PlanError, match="3 // 4 = 0 a group and raises .Hybrid"):
-        sglang_pp.fit_data_parallel(replace(sc, sglang=replace(sc.sglang, release=scenario(
-            "qwen3-next-80b-a3b", sglang_version="0.5.18").sglang.release)))
+        sglang_pp.fit_data_parallel(
+            replace(
+                sc,
+                sglang=replace(
+                    sc.sglang, release=scenario("qwen3-next-80b-a3b", sglang_version="0.5.18").sglang.release
+                ),
+            )
+        )
 
 
 def test_sglang_refuses_experts_its_ep_does_not_divide():

@@ -51,8 +51,9 @@ def test_issue_28_the_fewest_gpus_are_found(run_cli):
     # The weights in bfloat16 are 793,604,721,632 B = 739.10 GiB (fit --tp 1 prints "weights 739.10 GiB"); a
     # B200 reports 192,265,846,784 B = 179.06 GiB (hybridplan/gpus.py, nvidia-smi's total), so 4 of them
     # (716.25 GiB) cannot hold the weights at all, whatever the layout: the fewest is 5 or more.
-    code, out, err = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type",
-                             "b200", "--json")
+    code, out, err = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type", "b200", "--json"
+    )
     assert code == 0, err
     d = json.loads(out)
     assert {p["gpus"] for p in d["plans"]} == {5}
@@ -67,22 +68,27 @@ def test_issue_28_the_fewest_gpus_are_found(run_cli):
     # the 6-GPU layouts of the issue start and hold the target with fit's defaults (vLLM's default Mamba cache
     # mode, align): so 6 GPUs are not "no layout"
     for flags in (["--pp", "6"], ["--tp", "2", "--pp", "3"]):
-        code, fout, ferr = run_cli("fit", "qwen3.5-397b-a17b", "--ctx", "256K", "--gpu-type", "b200",
-                                   "--engine", "vllm", "--json", *flags)
+        code, fout, ferr = run_cli(
+            "fit", "qwen3.5-397b-a17b", "--ctx", "256K", "--gpu-type", "b200", "--engine", "vllm", "--json", *flags
+        )
         assert code == 0, ferr
         assert _holds(json.loads(fout)) >= 16
-    code, out, err = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type",
-                             "b200", "--gpus", "6")
+    code, out, err = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type", "b200", "--gpus", "6"
+    )
     assert code == 0, err
     # and with 4 the answer is none, each count's reason the weights, in the engine's own words for one layout
-    code, out, _ = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type",
-                           "b200", "--gpus", "4")
+    code, out, _ = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "256K", "--concurrency", "16", "--gpu-type", "b200", "--gpus", "4"
+    )
     assert code == 1 and "no layout of up to 4 GPUs" in out
     flat = " ".join(out.split())
     # 1-2 GPUs the weights alone; 3 also TP 3, which the 16 GDN key heads refuse, in the engine's words
     assert "1-2 GPUs the weights do not fit" in flat and "4 GPUs the weights do not fit" in flat
-    assert "3 GPUs the engine refuses the layout" in flat and "--tp 3 does not divide the linear-attention key heads" \
-        in flat
+    assert (
+        "3 GPUs the engine refuses the layout" in flat
+        and "--tp 3 does not divide the linear-attention key heads" in flat
+    )
     assert "nothing is left for the caches" in flat  # vLLM's or SGLang's shortfall, as fit says it
 
 
@@ -103,14 +109,17 @@ def _brute_layouts(n: int, moe: bool) -> list[dict]:
     for tp in _divisors(n):
         for pp in _divisors(n // tp):
             dp = n // tp // pp
-            out += [dict(engine="vllm", tp=tp, pp=pp, dp=dp, expert_parallel=ep) for ep in (False, True)
-                    if not ep or moe]
+            out += [
+                dict(engine="vllm", tp=tp, pp=pp, dp=dp, expert_parallel=ep) for ep in (False, True) if not ep or moe
+            ]
             if pp == 1 or dp == 1:
-                out += [dict(engine="sglang", tp=tp, pp=pp, dp=dp, ep_size=e) for e in _divisors(tp)
-                        if e == 1 or (moe and pp == 1)]
+                out += [
+                    dict(engine="sglang", tp=tp, pp=pp, dp=dp, ep_size=e)
+                    for e in _divisors(tp)
+                    if e == 1 or (moe and pp == 1)
+                ]
     for dp in _divisors(n)[1:]:
-        out += [dict(engine="sglang", tp=n, dp=dp, dp_attention=True, ep_size=e) for e in _divisors(n)
-                if e == 1 or moe]
+        out += [dict(engine="sglang", tp=n, dp=dp, dp_attention=True, ep_size=e) for e in _divisors(n) if e == 1 or moe]
     return out
 
 
@@ -139,29 +148,37 @@ def _confirmed_below(base: Scenario, fewest: int, concurrency: int) -> list[tupl
             e = lay["engine"]
             for kv in (None, "fp8" if e == "vllm" else "fp8_e4m3"):
                 for ssm in (None, "bfloat16"):
-                    for mode in ((None, "none") if e == "vllm" else (None,)):
-                        sc = replace(base, engine=e, dtypes=DtypeChoice(kv=kv, ssm=ssm),
-                                     **{k: v for k, v in lay.items() if k != "engine"})
+                    for mode in (None, "none") if e == "vllm" else (None,):
+                        sc = replace(
+                            base,
+                            engine=e,
+                            dtypes=DtypeChoice(kv=kv, ssm=ssm),
+                            **{k: v for k, v in lay.items() if k != "engine"},
+                        )
                         if e == "vllm":
-                            sc = replace(sc, vllm=replace(sc.vllm, mode=mode,
-                                                          max_num_seqs=ceil(concurrency / lay["dp"])))
+                            sc = replace(
+                                sc, vllm=replace(sc.vllm, mode=mode, max_num_seqs=ceil(concurrency / lay["dp"]))
+                            )
                         h = _fit_holds(sc, concurrency)
                         if h is not None and h >= concurrency:
                             found.append((lay, (kv, ssm, mode)))
     return found
 
 
-@pytest.mark.parametrize("model,ctx,concurrency,gpu_type", [
-    # the reported case: its fewest, 5, is above the 4 GPUs the weights alone rule out
-    ("qwen3.5-397b-a17b", 262_144, 16, "b200"),
-    # a dense hybrid (Nemotron-H-8B, 15.09 GiB of weights on 44.42 GiB L40S): 600 requests of 8k take more than one
-    # GPU's caches
-    ("nemotron-h", 8192, 600, "l40s"),
-    # a MoE hybrid with experts (Qwen3-Next-80B-A3B: 512 experts, GDN heads 16/32): EP, DP attention, PP 2
-    ("qwen3-next-80b-a3b", 64_000, 64, "h100"),
-    # Nemotron-3-Nano (MoE, Mamba-2 groups 8): 300 requests of 32k
-    ("nemotron-3-nano-30b-a3b", 32_000, 300, "h100"),
-])
+@pytest.mark.parametrize(
+    "model,ctx,concurrency,gpu_type",
+    [
+        # the reported case: its fewest, 5, is above the 4 GPUs the weights alone rule out
+        ("qwen3.5-397b-a17b", 262_144, 16, "b200"),
+        # a dense hybrid (Nemotron-H-8B, 15.09 GiB of weights on 44.42 GiB L40S): 600 requests of 8k take more than one
+        # GPU's caches
+        ("nemotron-h", 8192, 600, "l40s"),
+        # a MoE hybrid with experts (Qwen3-Next-80B-A3B: 512 experts, GDN heads 16/32): EP, DP attention, PP 2
+        ("qwen3-next-80b-a3b", 64_000, 64, "h100"),
+        # Nemotron-3-Nano (MoE, Mamba-2 groups 8): 300 requests of 32k
+        ("nemotron-3-nano-30b-a3b", 32_000, 300, "h100"),
+    ],
+)
 def test_no_layout_fit_confirms_uses_fewer_gpus_than_plan(model, ctx, concurrency, gpu_type):
     g = gpu(gpu_type)
     base = Scenario(spec=load_model(model), ctx=ctx, budget=Budget(gpu_mem=g.total, gpu=g.key))
@@ -190,16 +207,25 @@ def test_a_refused_layout_carries_the_engines_own_reason(run_cli):
     # Nemotron-H-8B on L40S, 2,000 requests of 8k: the counts below the fewest include TP 3 (3 GPUs) and TP 6,
     # which 32 attention heads and 128 Mamba heads do not divide; plan's reason for them is fit's own error,
     # word for word
-    code, out, err = run_cli("plan", "nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "l40s",
-                             "--json")
+    code, out, err = run_cli(
+        "plan", "nemotron-h", "--ctx", "8192", "--concurrency", "2000", "--gpu-type", "l40s", "--json"
+    )
     assert code == 0, err
     d = json.loads(out)
-    refused = [r for r in d["rejected"] if r["kind"] == "refused" and r["engine"] == "vllm" and r["pp"] == 1
-               and r["dp"] == 1 and not r["expert_parallel"]]
+    refused = [
+        r
+        for r in d["rejected"]
+        if r["kind"] == "refused"
+        and r["engine"] == "vllm"
+        and r["pp"] == 1
+        and r["dp"] == 1
+        and not r["expert_parallel"]
+    ]
     assert refused
     for r in refused:
-        code, _, ferr = run_cli("fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "l40s", "--engine", "vllm",
-                                "--tp", str(r["tp"]))
+        code, _, ferr = run_cli(
+            "fit", "nemotron-h", "--ctx", "8192", "--gpu-type", "l40s", "--engine", "vllm", "--tp", str(r["tp"])
+        )
         assert code == 2 and ferr.strip() == f"hybridplan: error: {r['reason']}"
     # every rejected layout says why, and a fitted one's reason is the engine's
     assert all(r["reason"] for r in d["rejected"])
@@ -208,28 +234,65 @@ def test_a_refused_layout_carries_the_engines_own_reason(run_cli):
 def test_a_model_without_pp_is_refused_pp_as_vllm_refuses_it(run_cli):
     # Mamba-Codestral-7B (Mamba2ForCausalLM, no SupportsPP in any vLLM 0.10.0-0.33.0): every PP layout is
     # vLLM's refusal, in fit's words for the same flags, though its memory alone would not rule it out
-    code, out, err = run_cli("plan", "mamba-codestral-7b", "--ctx", "32k", "--concurrency", "400", "--gpu-type",
-                             "rtx-4090", "--engine", "vllm", "--json")
+    code, out, err = run_cli(
+        "plan",
+        "mamba-codestral-7b",
+        "--ctx",
+        "32k",
+        "--concurrency",
+        "400",
+        "--gpu-type",
+        "rtx-4090",
+        "--engine",
+        "vllm",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)
     pp = [r for r in d["rejected"] if r["pp"] > 1]
     assert pp and all(r["kind"] == "refused" for r in pp)
     assert all(p["pp"] == 1 for p in d["plans"])
     for r in pp:
-        code, _, ferr = run_cli("fit", "mamba-codestral-7b", "--ctx", "32k", "--gpu-type", "rtx-4090", "--engine",
-                                "vllm", "--pp", str(r["pp"]), "--tp", str(r["tp"]), "--dp", str(r["dp"]))
+        code, _, ferr = run_cli(
+            "fit",
+            "mamba-codestral-7b",
+            "--ctx",
+            "32k",
+            "--gpu-type",
+            "rtx-4090",
+            "--engine",
+            "vllm",
+            "--pp",
+            str(r["pp"]),
+            "--tp",
+            str(r["tp"]),
+            "--dp",
+            str(r["dp"]),
+        )
         assert code == 2 and ferr.strip() == f"hybridplan: error: {r['reason']}"
 
 
 def test_a_context_the_engine_refuses_is_refused_on_every_count(run_cli):
     # SGLang derives Mamba-Codestral-7B's context from its config (2,048, as fit says) and refuses 8,000 tokens
     # above it, whatever the layout: every layout of the 64 counts is refused, in fit's words, and none is sized
-    code, out, _ = run_cli("plan", "mamba-codestral-7b", "--ctx", "8k", "--concurrency", "4", "--gpu-type", "h100",
-                           "--engine", "sglang", "--json")
+    code, out, _ = run_cli(
+        "plan",
+        "mamba-codestral-7b",
+        "--ctx",
+        "8k",
+        "--concurrency",
+        "4",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--json",
+    )
     assert code == 1
     d = json.loads(out)
-    code, fout, _ = run_cli("fit", "mamba-codestral-7b", "--ctx", "8k", "--gpu-type", "h100", "--engine", "sglang",
-                            "--json")
+    code, fout, _ = run_cli(
+        "fit", "mamba-codestral-7b", "--ctx", "8k", "--gpu-type", "h100", "--engine", "sglang", "--json"
+    )
     said = json.loads(fout)["sglang"]["context_length_refused"]
     assert code == 1 and said
     assert {r["gpus"] for r in d["rejected"]} == set(range(1, 65))
@@ -285,8 +348,9 @@ def test_fewer_gpus_than_the_best_plan_are_rejected_with_a_reason(run_cli):
     # Qwen3.5-397B-A17B in bfloat16 is 739.10 GiB of weights: 9 H100s (9 × 79.19 GiB = 712.7 GiB) cannot hold
     # them, so no layout on 9 or fewer starts, and each says the weights do not fit; every layout on fewer GPUs
     # than the plans' has a reason
-    code, out, _ = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type", "h100",
-                           "--json")
+    code, out, _ = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type", "h100", "--json"
+    )
     d = json.loads(out)
     fewest = min(p["gpus"] for p in d["plans"])
     assert 9 * gpu("h100").total < 793_604_721_632 and fewest >= 10
@@ -299,8 +363,9 @@ def test_fewer_gpus_than_the_best_plan_are_rejected_with_a_reason(run_cli):
 
 
 def test_a_target_no_layout_holds_exits_1(run_cli):
-    code, out, _ = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type", "h100",
-                           "--gpus", "8")
+    code, out, _ = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type", "h100", "--gpus", "8"
+    )
     assert code == 1 and "no layout of up to 8 GPUs" in out
 
 
@@ -335,8 +400,19 @@ def test_vllm_plans_ask_each_engine_for_its_share_of_the_requests():
 
 def test_sglang_plans_are_confirmed_by_fit(run_cli):
     # the SGLang layouts: pipeline stages, DP attention groups inside the TP ranks, fp8 KV (fp8_e4m3)
-    code, out, err = run_cli("plan", "qwen3-next-80b-a3b", "--ctx", "64k", "--concurrency", "64", "--gpu-type",
-                             "h100", "--engine", "sglang", "--json")
+    code, out, err = run_cli(
+        "plan",
+        "qwen3-next-80b-a3b",
+        "--ctx",
+        "64k",
+        "--concurrency",
+        "64",
+        "--gpu-type",
+        "h100",
+        "--engine",
+        "sglang",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["plans"]
@@ -349,8 +425,9 @@ def test_sglang_plans_are_confirmed_by_fit(run_cli):
 def test_plans_rank_by_margin_steps_then_decode_tokens_per_gpu(run_cli):
     # the plans on the fewest count: within a 10 % step of margin the more decode tokens/s per GPU
     # (hybridplan/speed/layout.py) comes first; each plan's rate is the layout's own
-    code, out, err = run_cli("plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type",
-                             "h100", "--json")
+    code, out, err = run_cli(
+        "plan", "qwen3.5-397b-a17b", "--ctx", "32k", "--concurrency", "128", "--gpu-type", "h100", "--json"
+    )
     assert code == 0, err
     plans = json.loads(out)["plans"]
     keys = [(p["gpus"], -int(p["margin"] * 10 // 1), -p["decode"]["tokens_per_s_per_gpu"]) for p in plans]

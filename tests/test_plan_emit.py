@@ -52,11 +52,24 @@ def _pods(out: str) -> list[tuple[int, list[int]]]:
         if d["kind"] not in ("Deployment", "LeaderWorkerSet"):
             continue
         spec = d["spec"]
-        templates = [spec["template"]] if d["kind"] == "Deployment" else [
-            t for t in (spec["leaderWorkerTemplate"].get("leaderTemplate"),
-                        spec["leaderWorkerTemplate"].get("workerTemplate")) if t]
-        found.append((spec["replicas"], [c["resources"]["limits"]["nvidia.com/gpu"]
-                                         for t in templates for c in t["spec"]["containers"]]))
+        templates = (
+            [spec["template"]]
+            if d["kind"] == "Deployment"
+            else [
+                t
+                for t in (
+                    spec["leaderWorkerTemplate"].get("leaderTemplate"),
+                    spec["leaderWorkerTemplate"].get("workerTemplate"),
+                )
+                if t
+            ]
+        )
+        found.append(
+            (
+                spec["replicas"],
+                [c["resources"]["limits"]["nvidia.com/gpu"] for t in templates for c in t["spec"]["containers"]],
+            )
+        )
     return found
 
 
@@ -71,8 +84,9 @@ def test_each_pick_is_the_file_fit_writes_for_its_command(run_cli, plans, pick):
     fmt = FORMATS[p["engine"]]
     code, out, err = run_cli(*PLAN, "--emit", fmt, *(["--pick", str(pick)] if pick else []))
     assert code == 0, err
-    code, want, err = run_cli("fit", "--gpu-type", "h100", "--emit", fmt, "--", *p["command"]["env"],
-                              *p["command"]["argv"])
+    code, want, err = run_cli(
+        "fit", "--gpu-type", "h100", "--emit", fmt, "--", *p["command"]["env"], *p["command"]["argv"]
+    )
     assert code == 0, err
     assert out == want
     assert out.startswith(f"# {p['engine']} --config file")
@@ -108,13 +122,16 @@ def test_out_writes_the_files_and_the_plans_follow(run_cli, tmp_path):
     assert list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--emit", "vllm-config", "--pick", "4"], "--pick 4: there are 3 plans, pick 1 to 3"),
-    (["--emit", "vllm-config", "--pick", "0"], "--pick 0"),
-    (["--pick", "2"], "--pick chooses the plan --emit writes"),
-    (["--emit", "vllm-config", "--json"], "give --out DIR"),
-    (["--emit", "vllm-config", "--gpus", "1"], "no plan holds the target, so there is nothing to pick"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--emit", "vllm-config", "--pick", "4"], "--pick 4: there are 3 plans, pick 1 to 3"),
+        (["--emit", "vllm-config", "--pick", "0"], "--pick 0"),
+        (["--pick", "2"], "--pick chooses the plan --emit writes"),
+        (["--emit", "vllm-config", "--json"], "give --out DIR"),
+        (["--emit", "vllm-config", "--gpus", "1"], "no plan holds the target, so there is nothing to pick"),
+    ],
+)
 def test_what_cannot_be_emitted_is_one_line(run_cli, args, message):
     code, out, err = run_cli(*PLAN, *args)
     assert code == 2 and out == ""

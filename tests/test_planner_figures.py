@@ -125,8 +125,12 @@ def test_size_json_contract(run_cli):
     assert g["conv_dtype"] == "bfloat16" and g["ssm_dtype"] == "float32"
     assert g["bytes_per_layer"] == 4_255_744  # 4,194,304 + 61,440
     assert d["state"]["bytes_per_sequence"] == 102_137_856
-    assert d["kv"] == {**d["kv"], "bytes_per_token_per_layer": 4096, "bytes_per_token": 16_384,
-                       "bytes_at_ctx": 16_384 * 131_072}
+    assert d["kv"] == {
+        **d["kv"],
+        "bytes_per_token_per_layer": 4096,
+        "bytes_per_token": 16_384,
+        "bytes_at_ctx": 16_384 * 131_072,
+    }
     assert d["total_bytes_at_ctx"] == 2_249_621_504
     assert d["reference"]["model"] == "llama-3-8b" and d["reference"]["bytes_at_ctx"] == 16 * GiB
     assert d["pool"] == {"slots": 256, "state_bytes": 26_147_291_136}
@@ -171,9 +175,24 @@ def test_models_lists_every_required_spec(run_cli):
     code, out, _ = run_cli("models", "--json")
     names = {m["name"] for m in json.loads(out)["models"]}
     assert code == 0
-    assert names >= {"nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "jamba-1.5-mini", "zamba2-7b",
-                     "falcon-h1-0.5b", "falcon-mamba-7b", "mamba-2.8b", "mamba-codestral-7b", "lfm2-1.2b",
-                     "qwen3-next-80b-a3b", "qwen3.5-27b", "llama-3-8b", "llama-3.1-70b", "qwen2.5-7b",
-                     "mistral-7b", "deepseek-v3"}
+    assert names >= {
+        "nemotron-h-8b",
+        "nemotron-h-56b",
+        "nemotron-3-nano-30b-a3b",
+        "jamba-1.5-mini",
+        "zamba2-7b",
+        "falcon-h1-0.5b",
+        "falcon-mamba-7b",
+        "mamba-2.8b",
+        "mamba-codestral-7b",
+        "lfm2-1.2b",
+        "qwen3-next-80b-a3b",
+        "qwen3.5-27b",
+        "llama-3-8b",
+        "llama-3.1-70b",
+        "qwen2.5-7b",
+        "mistral-7b",
+        "deepseek-v3",
+    }
     assert load_model("llama3-8b").name == "llama-3-8b"
     assert load_model("NEMOTRON-H").name == "nemotron-h-8b"

@@ -74,18 +74,20 @@ def test_replay_plot_gap_bars_are_the_reports_gap_cause_by_cause():
 
 def test_replay_plot_over_still_draws_the_sweep(run_cli, tmp_path):
     png = tmp_path / "sweep.png"
-    code, out, err = run_cli("replay", *REPLAY[:-1], "20", "--no-gap", "--plot", png, "--plot-over", "block",
-                             "--json")
+    code, out, err = run_cli("replay", *REPLAY[:-1], "20", "--no-gap", "--plot", png, "--plot-over", "block", "--json")
     assert code == 0, err
     _png(png)
     assert json.loads(out)["sweep"]["over"] == "block"
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (("--plot-over", "budget"), ("--plot-over", "--plot FILE.png")),
-    (("--plot", "x.png", "--plot-over", "context"), ("--plot-over takes budget or block", "'context'")),
-    (("--plot", "x.txt"), ("--plot x.txt", ".png")),
-])
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (("--plot-over", "budget"), ("--plot-over", "--plot FILE.png")),
+        (("--plot", "x.png", "--plot-over", "context"), ("--plot-over takes budget or block", "'context'")),
+        (("--plot", "x.txt"), ("--plot x.txt", ".png")),
+    ],
+)
 def test_replay_plot_refusals(run_cli, tmp_path, monkeypatch, argv, needles):
     monkeypatch.chdir(tmp_path)
     from pathlib import Path
@@ -97,8 +99,24 @@ def test_replay_plot_refusals(run_cli, tmp_path, monkeypatch, argv, needles):
 
 def test_plot_to_a_missing_folder_is_one_line(run_cli, tmp_path):
     png = tmp_path / "no" / "such" / "folder" / "x.png"
-    _one_line(*run_cli("replay", "synthetic", "qwen3.5-4b", "--shared", "1500", "--private", "700", "--users", "4",
-                       "--kv-budget", "40GiB", "--plot", png), f"cannot write {png}")
+    _one_line(
+        *run_cli(
+            "replay",
+            "synthetic",
+            "qwen3.5-4b",
+            "--shared",
+            "1500",
+            "--private",
+            "700",
+            "--users",
+            "4",
+            "--kv-budget",
+            "40GiB",
+            "--plot",
+            png,
+        ),
+        f"cannot write {png}",
+    )
 
 
 def test_plan_plot_draws_the_plans_tok_s_per_gpu_against_gpus(run_cli, tmp_path):
@@ -110,7 +128,8 @@ def test_plan_plot_draws_the_plans_tok_s_per_gpu_against_gpus(run_cli, tmp_path)
     s = plots.plan_series(api.plan("qwen3-next", **PLAN_KW))
     # each plan as the table numbers it, at its GPUs and decode tok/s per GPU
     assert [(p["rank"], p["engine"], p["gpus"], p["tokens_per_s_per_gpu"]) for p in s["plans"]] == [
-        (i + 1, p["engine"], p["gpus"], p["decode"]["tokens_per_s_per_gpu"]) for i, p in enumerate(d["plans"])]
+        (i + 1, p["engine"], p["gpus"], p["decode"]["tokens_per_s_per_gpu"]) for i, p in enumerate(d["plans"])
+    ]
     assert {p["engine"] for p in s["plans"]} == {"vllm", "sglang"}
     # every layout listed or rejected is counted once, at its GPU count, fitted or not as --json says
     drawn = Counter()
@@ -118,7 +137,8 @@ def test_plan_plot_draws_the_plans_tok_s_per_gpu_against_gpus(run_cli, tmp_path)
         for key, count in by.items():
             drawn[(n, key == "plan" or key[1], key == "plan")] += count
     listed = Counter((p["gpus"], True, True) for p in d["plans"]) + Counter(
-        (x["gpus"], x["fitted"], False) for x in d["rejected"])
+        (x["gpus"], x["fitted"], False) for x in d["rejected"]
+    )
     assert drawn == listed
     assert min(s["tried"]) == 1 and min(p["gpus"] for p in d["plans"]) == max(s["tried"])
 

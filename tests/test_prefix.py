@@ -28,8 +28,9 @@ def _replayed(sc, shared, private):
     """(engine, mode or strategy) → the reused tokens of the 2nd and 3rd request, by `replay` with a 40 GiB budget
     (three requests evict nothing from it)."""
     trace = Synthetic(shared=shared, users=REQUESTS, private=private, output=OUTPUT)
-    rep = replay_report(replace(sc, budget=Budget(kv_budget=40 * GiB)), ReplaySettings(), trace.requests,
-                        "three requests")
+    rep = replay_report(
+        replace(sc, budget=Budget(kv_budget=40 * GiB)), ReplaySettings(), trace.requests, "three requests"
+    )
     out = {}
     for row in rep.rows:
         if row.engine in ("vllm", "sglang"):
@@ -45,9 +46,14 @@ def _prefixed(sc, shared, private):
         out.update((("vllm", m), (x.reused_tokens, x.later_reused_tokens)) for m, x in r.parts["vllm"].modes.items())
     if "sglang" in r.parts:
         x = r.parts["sglang"].reuse
-        out[("sglang", sc.sglang.release.strategy(sc.spec, sc.sglang.radix, overlap=sc.sglang.overlap,
-                                                  page_size=sc.sglang.page_size))] = (x.reused_tokens,
-                                                                                      x.later_reused_tokens)
+        out[
+            (
+                "sglang",
+                sc.sglang.release.strategy(
+                    sc.spec, sc.sglang.radix, overlap=sc.sglang.overlap, page_size=sc.sglang.page_size
+                ),
+            )
+        ] = (x.reused_tokens, x.later_reused_tokens)
     return out
 
 
@@ -60,15 +66,27 @@ def test_prefix_is_the_replay_of_its_trace_on_vllm(model, minor):
         assert want and _prefixed(sc, shared, private) == want, (shared, private)
 
 
-@pytest.mark.parametrize("model,version,radix,overlap", [
-    ("nemotron-h", "0.5.23", "auto", True), ("nemotron-h", "0.5.23", "no_buffer", False),
-    ("nemotron-h", "0.5.23", "extra_buffer", True), ("nemotron-h", "0.5.23", "extra_buffer_lazy", True),
-    ("qwen3-next", "0.5.18", "auto", True), ("nemotron-h", "0.5.9", "no_buffer", False),
-    ("qwen3-next", "0.5.9", "extra_buffer", True),
-])
+@pytest.mark.parametrize(
+    "model,version,radix,overlap",
+    [
+        ("nemotron-h", "0.5.23", "auto", True),
+        ("nemotron-h", "0.5.23", "no_buffer", False),
+        ("nemotron-h", "0.5.23", "extra_buffer", True),
+        ("nemotron-h", "0.5.23", "extra_buffer_lazy", True),
+        ("qwen3-next", "0.5.18", "auto", True),
+        ("nemotron-h", "0.5.9", "no_buffer", False),
+        ("qwen3-next", "0.5.9", "extra_buffer", True),
+    ],
+)
 def test_prefix_is_the_replay_of_its_trace_on_sglang(model, version, radix, overlap):
-    sc = scenario(model, 32768, sglang_version=version, engine="sglang", allow_long_context=True,
-                  sglang=dict(radix=radix, overlap=overlap))
+    sc = scenario(
+        model,
+        32768,
+        sglang_version=version,
+        engine="sglang",
+        allow_long_context=True,
+        sglang=dict(radix=radix, overlap=overlap),
+    )
     for shared, private in CASES:
         want = _replayed(sc, shared, private)
         assert want and _prefixed(sc, shared, private) == want, (shared, private)
@@ -127,18 +145,28 @@ def test_a_model_without_attention_runs_mode_none_on_vllm(run_cli):
     # no block; SGLang's radix replay models hybrids only, and says so
     code, out, _ = run_cli("prefix", "mamba-130m", "--shared", "1000", "--private", "10", "--json")
     d = json.loads(out)
-    assert code == 0 and d["vllm"]["modes"] == {"none": {
-        "block_size": None, "checkpoints": [], "reused_tokens": 0, "computed_tokens": 1010,
-        "later_reused_tokens": 0, "later_computed_tokens": 1010}}
+    assert code == 0 and d["vllm"]["modes"] == {
+        "none": {
+            "block_size": None,
+            "checkpoints": [],
+            "reused_tokens": 0,
+            "computed_tokens": 1010,
+            "later_reused_tokens": 0,
+            "later_computed_tokens": 1010,
+        }
+    }
     assert "has no attention layers" in d["skipped"]["sglang"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("nemotron-h", "--shared", "9000", "--engine", "vllm"), "vLLM takes no 9,000-token prompt"),
-    (("llama-3-8b", "--shared", "1000000000", "--allow-long-context"), "replays requests of at most 16,777,216"),
-    (("llama-3-8b", "--shared", "1700000", "--allow-long-context"), "106,250 16-token blocks"),
-    (("llama-3.1-70b", "--sweep", "0:130000:100", "--private", "100"), "more than 2,000,000"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("nemotron-h", "--shared", "9000", "--engine", "vllm"), "vLLM takes no 9,000-token prompt"),
+        (("llama-3-8b", "--shared", "1000000000", "--allow-long-context"), "replays requests of at most 16,777,216"),
+        (("llama-3-8b", "--shared", "1700000", "--allow-long-context"), "106,250 16-token blocks"),
+        (("llama-3.1-70b", "--sweep", "0:130000:100", "--private", "100"), "more than 2,000,000"),
+    ],
+)
 def test_prefix_refusals_are_one_line(run_cli, args, needle):
     one_line_error(*run_cli("prefix", *args), needle)
 
@@ -161,7 +189,7 @@ def test_an_align_start_vllm_refuses_is_skipped_with_its_reason_the_other_modes_
 
     refused = prefix_report(scenario("nemotron-h", minor=26, chunk=512, engine="vllm"), 4000, 200)
     assert set(refused.parts["vllm"].modes) == {"none", "all"}
-    (label, why), = refused.skipped
+    ((label, why),) = refused.skipped
     assert label == "vLLM 0.26.0 align" and "block_size (1040) must be <= max_num_batched_tokens (512)" in why
     later = prefix_report(scenario("nemotron-h", minor=27, chunk=512, engine="vllm"), 4000, 200)
     assert "align" in later.parts["vllm"].modes and not later.skipped

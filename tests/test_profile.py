@@ -36,8 +36,10 @@ def _interpreter_usable() -> bool:
 
 
 # the interpreter reads loop bounds through NumPy's deprecated array-to-int path: triton's, not ours
-pytestmark = [pytest.mark.kernels,
-              pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.kernels,
+    pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"),
+]
 
 needs_interpreter = pytest.mark.skipif(not _interpreter_usable(), reason="triton is loaded for a GPU in this process")
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
@@ -92,8 +94,10 @@ def test_interpret_json_allocation_equals_prediction(profile_cli):
     assert mem["tensors"][1]["shape"] == [2, SLOTS, 4, 8, 8]
     assert mem["tensors"][2]["shape"][:3] == [2, 2, CTX]
 
-    for phase, kernels in (("decode", ["causal_conv1d_update", "selective_state_update"]),
-                           ("prefill", ["causal_conv1d_prefill", "ssd_chunk_scan"])):
+    for phase, kernels in (
+        ("decode", ["causal_conv1d_update", "selective_state_update"]),
+        ("prefill", ["causal_conv1d_prefill", "ssd_chunk_scan"]),
+    ):
         rows = d[phase]["rows"]
         assert [r["kernel"] for r in rows] == kernels
         assert all(r["status"] == "ok" and r["measured"]["seconds"] > 0 for r in rows)
@@ -112,8 +116,9 @@ def test_interpret_json_allocation_equals_prediction(profile_cli):
 @needs_interpreter
 def test_interpret_dtype_flags_follow_the_planner(profile_cli):
     choice = DtypeChoice(ssm="bf16", kv="fp8")
-    code, out, err = profile_cli("nemotron-h", "--interpret", "--json", "--ssm-dtype", "bf16", "--kv-dtype", "fp8",
-                                 "--slots", "2")
+    code, out, err = profile_cli(
+        "nemotron-h", "--interpret", "--json", "--ssm-dtype", "bf16", "--kv-dtype", "fp8", "--slots", "2"
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["dtypes"]["ssm"] == "bfloat16" and d["dtypes"]["kv"] == "float8_e4m3fn"
@@ -224,8 +229,9 @@ def _spy_pools(monkeypatch) -> list:
 def test_ctrl_c_between_kernels_leaves_nothing_allocated(monkeypatch):
     refs = _spy_pools(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run_profile(pipeline.ProfileRequest(load_model("nemotron-h"), interpret=True),
-                             reporter=_InterruptAt("prefill"))
+        pipeline.run_profile(
+            pipeline.ProfileRequest(load_model("nemotron-h"), interpret=True), reporter=_InterruptAt("prefill")
+        )
     gc.collect()
     assert len(refs) == 3 and all(r() is None for r in refs)
 
@@ -272,10 +278,12 @@ def test_run_profile_checks_its_arguments_before_loading_torch():
 
 
 def test_command_module_loads_nothing_heavy():
-    code = ("import sys, hybridplan.profile.command, hybridplan.profile.report, hybridplan.profile.render, "
-            "hybridplan.profile.workload, hybridplan.profile.nvml, hybridplan.profile.pipeline; "
-            "heavy = [m for m in ('torch', 'triton', 'pynvml', 'numpy') if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, hybridplan.profile.command, hybridplan.profile.report, hybridplan.profile.render, "
+        "hybridplan.profile.workload, hybridplan.profile.nvml, hybridplan.profile.pipeline; "
+        "heavy = [m for m in ('torch', 'triton', 'pynvml', 'numpy') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -301,8 +309,11 @@ def test_the_cpu_pipeline_calibration_is_checked_against_its_own_rows(profile_cl
     for name, p in phases.items():
         # the measured side is the profile's own rows, summed; how near the prediction comes is a timing, and
         # timings are benchmarks/calibrated_step.py's to print (benchmarks/profile_gpu.sh), not a test's
-        timed = [r for r in profiled[name]["rows"]
-                 if r["predicted"]["bytes"] is not None and r["measured"]["seconds"] is not None]
+        timed = [
+            r
+            for r in profiled[name]["rows"]
+            if r["predicted"]["bytes"] is not None and r["measured"]["seconds"] is not None
+        ]
         assert p["rows"] == len(timed) > 0
         assert p["measured_s"] == pytest.approx(sum(r["measured"]["seconds"] for r in timed))
         assert p["predicted_s"] > 0 and p["error"] == pytest.approx(p["predicted_s"] / p["measured_s"] - 1)

@@ -70,8 +70,9 @@ def test_predicted_time_and_ratios():
     assert arith.tflops(2_000_000_000_000, 0.5) == 4.0 and arith.tflops(0, 1.0) is None
 
 
-@pytest.mark.parametrize("n, booked", [(0, 0), (1, 512), (511, 512), (512, 512), (513, 1024),
-                                       (10 * MiB + 1, 10 * MiB + 512)])
+@pytest.mark.parametrize(
+    "n, booked", [(0, 0), (1, 512), (511, 512), (512, 512), (513, 1024), (10 * MiB + 1, 10 * MiB + 512)]
+)
 def test_allocator_rounds_to_512_byte_blocks(n, booked):
     assert arith.allocator_block(n) == booked
 
@@ -99,14 +100,21 @@ def _tensor(name, role, shape, dtype, *, nbytes=None, block=None):
 
 
 def _memory(**counters):
-    tensors = (_tensor("mamba2.ssm", "state", (2, 3, 5, 7), "float32"),  # 840 B → a 1,024 B block
-               _tensor("attention.kv", "kv", (4, 2, 8192, 8, 128), "bfloat16"))  # 128 MiB
+    tensors = (
+        _tensor("mamba2.ssm", "state", (2, 3, 5, 7), "float32"),  # 840 B → a 1,024 B block
+        _tensor("attention.kv", "kv", (4, 2, 8192, 8, 128), "bfloat16"),
+    )  # 128 MiB
     return MemoryReport(predicted_state=840, predicted_kv=128 * MiB, tensors=tensors, **counters)
 
 
 def test_memory_report_exact_and_counters():
-    m = _memory(requested_delta=840 + 128 * MiB, allocated_delta=1024 + 128 * MiB, reserved_delta=2 * MiB + 128 * MiB,
-                nvml_used_delta=2 * MiB + 128 * MiB, context_bytes=500 * MiB)
+    m = _memory(
+        requested_delta=840 + 128 * MiB,
+        allocated_delta=1024 + 128 * MiB,
+        reserved_delta=2 * MiB + 128 * MiB,
+        nvml_used_delta=2 * MiB + 128 * MiB,
+        context_bytes=500 * MiB,
+    )
     assert m.exact and m.predicted_total == m.measured_total == 840 + 128 * MiB
     assert m.predicted_rounded == 1024 + 128 * MiB and m.rounding_explained
     assert m.requested_difference == 0 and m.unsplit_tails == 0
@@ -123,8 +131,11 @@ def test_memory_report_mismatch_and_tails():
     m = _memory(requested_delta=840 + 128 * MiB + 4, allocated_delta=1024 + 130 * MiB)
     assert not m.exact  # the allocator was asked for more than predicted
     assert m.unsplit_tails == 2 * MiB and m.rounding_explained is False
-    wrong = MemoryReport(predicted_state=840, predicted_kv=0,
-                         tensors=(_tensor("mamba2.ssm", "state", (2, 3, 5, 7), "float32", nbytes=836),))
+    wrong = MemoryReport(
+        predicted_state=840,
+        predicted_kv=0,
+        tensors=(_tensor("mamba2.ssm", "state", (2, 3, 5, 7), "float32", nbytes=836),),
+    )
     assert not wrong.exact and wrong.to_dict()["difference"]["total_bytes"] == -4
 
 
@@ -134,8 +145,20 @@ def test_memory_report_without_cuda_counters():
 
 
 def _plan(phase=DECODE, nbytes=1_000_000_000, flops=0, status="ok", part="ssm"):
-    return KernelPlan(phase, "mamba2", part, 0, 24, "selective_state_update" if status == "ok" else None, status,
-                      Mamba2Dims(128, 64, 128, 8), Step(256), nbytes, flops, 0)
+    return KernelPlan(
+        phase,
+        "mamba2",
+        part,
+        0,
+        24,
+        "selective_state_update" if status == "ok" else None,
+        status,
+        Mamba2Dims(128, 64, 128, 8),
+        Step(256),
+        nbytes,
+        flops,
+        0,
+    )
 
 
 def test_kernel_result_against_the_ceiling():
@@ -156,9 +179,11 @@ def test_rows_without_a_kernel_have_no_figures():
 
 
 def test_phase_totals_skip_rows_without_kernels():
-    rows = (KernelResult(_plan(nbytes=2_000_000_000, flops=10), 1e-3, 4e12),
-            KernelResult(_plan(nbytes=1_000_000_000, part="conv", flops=5), 0.5e-3, 4e12),
-            KernelResult(_plan(status="no kernel", nbytes=0), None, 4e12))
+    rows = (
+        KernelResult(_plan(nbytes=2_000_000_000, flops=10), 1e-3, 4e12),
+        KernelResult(_plan(nbytes=1_000_000_000, part="conv", flops=5), 0.5e-3, 4e12),
+        KernelResult(_plan(status="no kernel", nbytes=0), None, 4e12),
+    )
     ph = PhaseReport(DECODE, rows, 4e12)
     assert ph.nbytes == 3_000_000_000 and ph.flops == 15
     assert ph.seconds == pytest.approx(1.5e-3)
@@ -169,9 +194,18 @@ def test_phase_totals_skip_rows_without_kernels():
 
 
 def test_device_report():
-    d = DeviceReport(backend=CUDA, index=0, name="NVIDIA H200", total_bytes=141 * GiB, free_bytes=140 * GiB,
-                     memory_clock_mhz=3201, bus_width_bits=6144, copy_bytes=GiB, copy_seconds=2 * GiB / 4.3e12,
-                     nvml=True)
+    d = DeviceReport(
+        backend=CUDA,
+        index=0,
+        name="NVIDIA H200",
+        total_bytes=141 * GiB,
+        free_bytes=140 * GiB,
+        memory_clock_mhz=3201,
+        bus_width_bits=6144,
+        copy_bytes=GiB,
+        copy_seconds=2 * GiB / 4.3e12,
+        nvml=True,
+    )
     assert d.copy_bandwidth == pytest.approx(4.3e12)
     assert d.copy_fraction_of_peak == pytest.approx(4.3e12 / 4_916_736_000_000)
     assert d.to_dict()["peak_bandwidth_bytes_per_s"] == 4_916_736_000_000
@@ -188,14 +222,24 @@ def test_a_cuda_report_renders_and_serialises():
     w = plan_workload(spec, fp, Sizes(256, 8192, 8192, "bfloat16"))
     tensors = tuple(TensorReport(t, t.nbytes, t.nbytes, arith.allocator_block(t.nbytes)) for t in w.tensors)
     total = sum(t.nbytes for t in w.tensors)
-    memory = MemoryReport(w.predicted_state, w.predicted_kv, tensors, requested_delta=total, allocated_delta=total,
-                          reserved_delta=total, nvml_used_delta=total + 2 * MiB, context_bytes=520 * MiB,
-                          other_processes_bytes=0)
+    memory = MemoryReport(
+        w.predicted_state,
+        w.predicted_kv,
+        tensors,
+        requested_delta=total,
+        allocated_delta=total,
+        reserved_delta=total,
+        nvml_used_delta=total + 2 * MiB,
+        context_bytes=520 * MiB,
+        other_processes_bytes=0,
+    )
     device = DeviceReport(CUDA, 0, "NVIDIA H200", 141 * GiB, 139 * GiB, 3201, 6144, GiB, 2 * GiB / 4.3e12, True)
-    decode = PhaseReport(DECODE, tuple(KernelResult(k, k.nbytes / 3.9e12, 4.3e12, device.peak_bandwidth)
-                                       for k in w.decode), 4.3e12)
-    prefill = PhaseReport(PREFILL, tuple(KernelResult(k, 2e-3, 4.3e12, device.peak_bandwidth) for k in w.prefill),
-                          4.3e12)
+    decode = PhaseReport(
+        DECODE, tuple(KernelResult(k, k.nbytes / 3.9e12, 4.3e12, device.peak_bandwidth) for k in w.decode), 4.3e12
+    )
+    prefill = PhaseReport(
+        PREFILL, tuple(KernelResult(k, 2e-3, 4.3e12, device.peak_bandwidth) for k in w.prefill), 4.3e12
+    )
     report = ProfileReport("nemotron-h-8b", w, False, device, memory, decode, prefill, ("a note",))
     d = report.to_dict()
     assert json.loads(json.dumps(d))["memory"]["exact"] is True
@@ -204,8 +248,19 @@ def test_a_cuda_report_renders_and_serialises():
     console = Console(width=140, record=True, force_terminal=False)
     console.print(profile_view(report))
     text = console.export_text()
-    for needle in ("NVIDIA H200 (GPU 0)", "4,917 GB/s", "4,300 GB/s", "memory_allocated", "NVML used",
-                   "selective_state_update", "ssd_chunk_scan", "90.7 %", "CUDA context", "exact", "note: a note"):
+    for needle in (
+        "NVIDIA H200 (GPU 0)",
+        "4,917 GB/s",
+        "4,300 GB/s",
+        "memory_allocated",
+        "NVML used",
+        "selective_state_update",
+        "ssd_chunk_scan",
+        "90.7 %",
+        "CUDA context",
+        "exact",
+        "note: a note",
+    ):
         assert needle in text, needle
 
 
@@ -214,8 +269,12 @@ def test_a_cuda_report_renders_and_serialises():
 
 
 @settings(max_examples=60, deadline=None)
-@given(spec=st.sampled_from(HYBRIDS), slots=st.integers(1, 1024), ctx=st.integers(1, 1 << 20),
-       ssm=st.sampled_from([None, "fp32", "bf16", "fp16"]))
+@given(
+    spec=st.sampled_from(HYBRIDS),
+    slots=st.integers(1, 1024),
+    ctx=st.integers(1, 1 << 20),
+    ssm=st.sampled_from([None, "fp32", "bf16", "fp16"]),
+)
 def test_pools_add_up_to_the_prediction(spec, slots, ctx, ssm):
     try:
         fp = footprint(spec, tp=1, dtypes=DtypeChoice(ssm=ssm))
@@ -290,10 +349,22 @@ def test_kernel_rows_carry_typed_shapes_serialised_in_the_report_order():
     assert conv_p.launch == Prefill(8192) and ssm_p.launch == Prefill(8192, 1, w.chunk_size)
     assert conv_d.shape_dict() == {"batch": 256, "dim": 10240, "width": 4}
     assert list(conv_p.shape_dict().items()) == [("tokens", 8192), ("seqs", 1), ("dim", 10240), ("width", 4)]
-    assert list(ssm_p.shape_dict().items()) == [("tokens", 8192), ("seqs", 1), ("chunk", w.chunk_size),
-                                                ("nheads", 128), ("headdim", 64), ("dstate", 128), ("ngroups", 8)]
-    assert KernelResult(ssm_d, None, None).to_dict()["shape"] == {"batch": 256, "nheads": 128, "headdim": 64,
-                                                                  "dstate": 128, "ngroups": 8}
+    assert list(ssm_p.shape_dict().items()) == [
+        ("tokens", 8192),
+        ("seqs", 1),
+        ("chunk", w.chunk_size),
+        ("nheads", 128),
+        ("headdim", 64),
+        ("dstate", 128),
+        ("ngroups", 8),
+    ]
+    assert KernelResult(ssm_d, None, None).to_dict()["shape"] == {
+        "batch": 256,
+        "nheads": 128,
+        "headdim": 64,
+        "dstate": 128,
+        "ngroups": 8,
+    }
     assert len({*w.decode, *w.prefill}) == 4  # hashable, as the pipeline keys its timings by row
 
 
@@ -306,4 +377,3 @@ def test_rows_without_a_kernel_keep_their_dims_only():
     assert ssm_p.shape_dict() == {"dim": ssm_p.dims.dim, "dstate": ssm_p.dims.dstate}
     other = KernelPlan(DECODE, "kda", "ssm", 0, 6, None, "no kernel", StateDims((32, 128, 128)))
     assert other.shape_dict() == {"state": [32, 128, 128]}
-

@@ -30,9 +30,17 @@ class FakeNvml:
         self.used = 1 * GiB
         self.fail = set(fail)
         self.uuids = set(uuids)
-        for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
-                     "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMaxClockInfo",
-                     "nvmlDeviceGetMemoryBusWidth", "nvmlDeviceGetComputeRunningProcesses"):
+        for name in (
+            "nvmlInit",
+            "nvmlShutdown",
+            "nvmlDeviceGetHandleByIndex",
+            "nvmlDeviceGetHandleByUUID",
+            "nvmlDeviceGetName",
+            "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetMaxClockInfo",
+            "nvmlDeviceGetMemoryBusWidth",
+            "nvmlDeviceGetComputeRunningProcesses",
+        ):
             monkeypatch.setattr(pynvml, name, self._wrap(name))
         self.clock, self.bus = clock, bus
 
@@ -75,16 +83,26 @@ class FakeNvml:
         return self.bus
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
-        return [Proc(pid=111, usedGpuMemory=5 * GiB), Proc(pid=222, usedGpuMemory=None),
-                Proc(pid=333, usedGpuMemory=GiB), Proc(pid=444, usedGpuMemory=(1 << 64) - 1)]
+        return [
+            Proc(pid=111, usedGpuMemory=5 * GiB),
+            Proc(pid=222, usedGpuMemory=None),
+            Proc(pid=333, usedGpuMemory=GiB),
+            Proc(pid=444, usedGpuMemory=(1 << 64) - 1),
+        ]
 
 
 def test_reading_and_peak_bandwidth(monkeypatch):
     fake = FakeNvml(monkeypatch)
     with NvmlSession.open(0) as nv:
         r = nv.read()
-    assert r == NvmlReading(name="NVIDIA H100 80GB HBM3", total=80 * GiB, free=79 * GiB, used=GiB,
-                            memory_clock_mhz=2619, bus_width_bits=5120)
+    assert r == NvmlReading(
+        name="NVIDIA H100 80GB HBM3",
+        total=80 * GiB,
+        free=79 * GiB,
+        used=GiB,
+        memory_clock_mhz=2619,
+        bus_width_bits=5120,
+    )
     # 2 · 2619 MHz · 1e6 · 5120 bit / 8
     assert r.peak_bandwidth == 3_352_320_000_000
     assert fake.shutdowns == 1
@@ -177,12 +195,22 @@ def test_cuda_blocks_are_found_by_address():
     # one 20 MiB segment cut into a 5 MiB block, a 1,536 B block and the free rest; a second segment whose
     # blocks carry no address (older snapshots): addresses follow from the sizes
     snapshot = [
-        {"device": 0, "address": 1 << 32, "total_size": 20 << 20, "blocks": [
-            {"address": 1 << 32, "size": 5 << 20, "requested_size": (5 << 20) - 100, "state": "active_allocated"},
-            {"address": (1 << 32) + (5 << 20), "size": 1536, "requested_size": 1100, "state": "active_allocated"},
-            {"address": (1 << 32) + (5 << 20) + 1536, "size": (15 << 20) - 1536, "state": "inactive"}]},
-        {"device": 0, "address": 1 << 40, "total_size": 12 << 20, "blocks": [
-            {"size": 12 << 20, "requested_size": (11 << 20) + 1, "state": "active_allocated"}]},
+        {
+            "device": 0,
+            "address": 1 << 32,
+            "total_size": 20 << 20,
+            "blocks": [
+                {"address": 1 << 32, "size": 5 << 20, "requested_size": (5 << 20) - 100, "state": "active_allocated"},
+                {"address": (1 << 32) + (5 << 20), "size": 1536, "requested_size": 1100, "state": "active_allocated"},
+                {"address": (1 << 32) + (5 << 20) + 1536, "size": (15 << 20) - 1536, "state": "inactive"},
+            ],
+        },
+        {
+            "device": 0,
+            "address": 1 << 40,
+            "total_size": 12 << 20,
+            "blocks": [{"size": 12 << 20, "requested_size": (11 << 20) + 1, "state": "active_allocated"}],
+        },
         {"device": 1, "address": 1 << 44, "total_size": 2 << 20, "blocks": [{"size": 2 << 20}]},
     ]
     backend = CudaBackend(_fake_torch(snapshot, {}), 0)
@@ -191,8 +219,11 @@ def test_cuda_blocks_are_found_by_address():
 
 
 def test_cuda_counters():
-    stats = {"requested_bytes.all.current": 1000, "allocated_bytes.all.current": 1024,
-             "reserved_bytes.all.current": 2 << 20}
+    stats = {
+        "requested_bytes.all.current": 1000,
+        "allocated_bytes.all.current": 1024,
+        "reserved_bytes.all.current": 2 << 20,
+    }
     backend = CudaBackend(_fake_torch([], stats), 0)
     backend.nvml = SimpleNamespace(used=lambda: 7 * GiB)
     assert backend.counters() == {"requested": 1000, "allocated": 1024, "reserved": 2 << 20, "nvml_used": 7 * GiB}

@@ -38,37 +38,73 @@ def _cfg(path=NANO) -> dict:
 # scheme → (quantization_config, name, bytes a weight, where the figure is read)
 SCHEMES = {
     # Fp8LinearMethod: a float8 weight; block-quantized, a float32 weight_scale_inv per 128×128 block
-    "fp8": ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8 (blocks 128×128)", 1 + 4 / 128 ** 2,
-            "vLLM 0.33.0 model_executor/layers/quantization/fp8.py"),
+    "fp8": (
+        {"quant_method": "fp8", "weight_block_size": [128, 128]},
+        "fp8 (blocks 128×128)",
+        1 + 4 / 128**2,
+        "vLLM 0.33.0 model_executor/layers/quantization/fp8.py",
+    ),
     # ModelOptFp8LinearMethod: a float8 weight, per-tensor weight_scale and input_scale
-    "modelopt fp8": ({"quant_method": "modelopt", "quant_algo": "FP8"}, "modelopt fp8", 1.0,
-                     "vLLM 0.33.0 model_executor/layers/quantization/modelopt.py"),
+    "modelopt fp8": (
+        {"quant_method": "modelopt", "quant_algo": "FP8"},
+        "modelopt fp8",
+        1.0,
+        "vLLM 0.33.0 model_executor/layers/quantization/modelopt.py",
+    ),
     # ModelOptNvFp4LinearMethod: two fp4 codes a uint8, one float8_e4m3 weight_scale per 16
-    "modelopt nvfp4": ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-                       "modelopt nvfp4 (group 16)", 0.5 + 1 / 16,
-                       "vLLM 0.33.0 model_executor/layers/quantization/modelopt.py"),
+    "modelopt nvfp4": (
+        {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+        "modelopt nvfp4 (group 16)",
+        0.5 + 1 / 16,
+        "vLLM 0.33.0 model_executor/layers/quantization/modelopt.py",
+    ),
     # AWQLinearMethod: qweight int32 of 8 codes, scales fp16 per 128 inputs, qzeros int32 of 8 zeros per 128
-    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "awq int4 (group 128)",
-            0.5 + 2 / 128 + 0.5 / 128, "vLLM 0.33.0 model_executor/layers/quantization/awq.py"),
+    "awq": (
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+        "awq int4 (group 128)",
+        0.5 + 2 / 128 + 0.5 / 128,
+        "vLLM 0.33.0 model_executor/layers/quantization/awq.py",
+    ),
     # symmetric GPTQ under Marlin: qweight and scales; the zeros are emptied after loading (gptq_marlin.py)
-    "gptq": ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}, "gptq int4 (group 128)",
-             0.5 + 2 / 128, "vLLM 0.33.0 model_executor/layers/quantization/gptq_marlin.py"),
+    "gptq": (
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True},
+        "gptq int4 (group 128)",
+        0.5 + 2 / 128,
+        "vLLM 0.33.0 model_executor/layers/quantization/gptq_marlin.py",
+    ),
     # AutoRound exports GPTQ-packed int4 with zero points (auto_round.py hands it to the GPTQ/AWQ kernels)
-    "auto-round": ({"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True},
-                   "auto-round int4 (group 128)", 0.5 + 2 / 128 + 0.5 / 128,
-                   "vLLM 0.33.0 model_executor/layers/quantization/auto_round.py"),
+    "auto-round": (
+        {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True},
+        "auto-round int4 (group 128)",
+        0.5 + 2 / 128 + 0.5 / 128,
+        "vLLM 0.33.0 model_executor/layers/quantization/auto_round.py",
+    ),
     # CompressedTensorsWNA16: weight_packed int32 of 8 codes, weight_scale bf16 per group, no zeros when symmetric
-    "compressed-tensors": ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {
-        "num_bits": 4, "type": "int", "symmetric": True, "group_size": 128}}}},
-        "compressed-tensors int4 (group 128)", 0.5 + 2 / 128,
-        "vLLM 0.33.0 compressed_tensors/schemes/compressed_tensors_wNa16.py"),
+    "compressed-tensors": (
+        {
+            "quant_method": "compressed-tensors",
+            "config_groups": {
+                "group_0": {"weights": {"num_bits": 4, "type": "int", "symmetric": True, "group_size": 128}}
+            },
+        },
+        "compressed-tensors int4 (group 128)",
+        0.5 + 2 / 128,
+        "vLLM 0.33.0 compressed_tensors/schemes/compressed_tensors_wNa16.py",
+    ),
     # Mxfp4MoEMethod: two fp4 codes a uint8, one e8m0 scale per 32
-    "mxfp4": ({"quant_method": "mxfp4"}, "mxfp4", 0.5 + 1 / 32,
-              "vLLM 0.33.0 model_executor/layers/quantization/mxfp4.py"),
+    "mxfp4": (
+        {"quant_method": "mxfp4"},
+        "mxfp4",
+        0.5 + 1 / 32,
+        "vLLM 0.33.0 model_executor/layers/quantization/mxfp4.py",
+    ),
     # 4-bit: packed codes and a float32 absmax per 64; double quantization: a uint8 absmax per 64, float32 per 256
-    "bitsandbytes": ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
-                     "bitsandbytes 4-bit (double quant)", 0.5 + 1 / 64 + 4 / (64 * 256),
-                     "bitsandbytes functional.quantize_4bit, as vLLM's bitsandbytes.py loads it"),
+    "bitsandbytes": (
+        {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
+        "bitsandbytes 4-bit (double quant)",
+        0.5 + 1 / 64 + 4 / (64 * 256),
+        "bitsandbytes functional.quantize_4bit, as vLLM's bitsandbytes.py loads it",
+    ),
 }
 
 
@@ -88,8 +124,11 @@ def test_each_scheme_prices_the_linear_weights_only(name):
     config, _label, per, _where = SCHEMES[name]
     base = load_model("nemotron-3-nano-30b-a3b")
     spec = spec_from_config({**json.loads(base.config_json), "quantization_config": config}, name="q")
-    linear = sum(p.params for p in parts(spec.architecture, json.loads(spec.config_json), spec.family)
-                 if p.quantizable and p.section == "model")
+    linear = sum(
+        p.params
+        for p in parts(spec.architecture, json.loads(spec.config_json), spec.family)
+        if p.quantizable and p.section == "model"
+    )
     assert weights(spec).bytes == pytest.approx(weights(base).bytes - linear * (2 - per), rel=1e-9)
 
 
@@ -112,8 +151,13 @@ def test_a_folders_hf_quant_config_is_read(tmp_path):
     shutil.copy(QUANT / "hf_quant_config.modelopt-nvfp4.json", tmp_path / "hf_quant_config.json")
     spec = load_path(tmp_path)
     q = spec.quantization
-    assert (q.method, q.algo, q.kv_algo, q.nested, q.where) == ("modelopt", "NVFP4", "FP8", True,
-                                                                  "hf_quant_config.json")
+    assert (q.method, q.algo, q.kv_algo, q.nested, q.where) == (
+        "modelopt",
+        "NVFP4",
+        "FP8",
+        True,
+        "hf_quant_config.json",
+    )
     assert weights(spec).quantization == "modelopt nvfp4 (group 16)"
     assert load_path(tmp_path / "config.json").quantization == q
 
@@ -150,50 +194,62 @@ def _nano(quantization: dict):
 
 
 MODELOPT_NVFP4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8"}
-MODELOPT_SCHEME = {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                   "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}
-CT_NVFP4 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {
-    "num_bits": 4, "type": "float", "group_size": 16}}}, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}
+MODELOPT_SCHEME = {
+    "quant_method": "modelopt",
+    "quant_algo": "NVFP4",
+    "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+}
+CT_NVFP4 = {
+    "quant_method": "compressed-tensors",
+    "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
+    "kv_cache_scheme": {"num_bits": 8, "type": "float"},
+}
 
 
-@pytest.mark.parametrize("config,version,given,kv", [
-    # ModelOpt: auto resolves from the checkpoint from 0.14.0 (resolve_kv_cache_dtype_string absent in 0.13.0)
-    (MODELOPT_NVFP4, "0.13.0", None, None),
-    (MODELOPT_NVFP4, "0.14.0", None, "fp8_e4m3"),
-    (MODELOPT_SCHEME, "0.33.0", None, "fp8_e4m3"),
-    (MODELOPT_NVFP4, "0.33.0", "bfloat16", None),  # a flag the user gives wins
-    # compressed-tensors: its Attention layer sets fp8 from 0.15.0, over any flag until 0.21.0, under auto only
-    # from 0.22.0 (0.14.1 has no such branch)
-    (CT_NVFP4, "0.14.1", None, None),
-    (CT_NVFP4, "0.15.0", None, "fp8"),
-    (CT_NVFP4, "0.18.0", "bfloat16", "fp8"),
-    (CT_NVFP4, "0.21.0", "bfloat16", "fp8"),
-    (CT_NVFP4, "0.22.0", "bfloat16", None),
-    # ModelOpt's 4-bit KV scheme maps to nvfp4 from 0.20.0 (MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP), auto before
-    ({**MODELOPT_SCHEME, "kv_cache_scheme": {"num_bits": 4, "type": "float"}}, "0.19.1", None, None),
-    ({**MODELOPT_SCHEME, "kv_cache_scheme": {"num_bits": 4, "type": "float"}}, "0.20.0", None, "nvfp4"),
-    (CT_NVFP4, "0.25.1", "bfloat16", None),
-    (CT_NVFP4, "0.25.1", None, "fp8"),
-    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "0.33.0", None, None),
-])
+@pytest.mark.parametrize(
+    "config,version,given,kv",
+    [
+        # ModelOpt: auto resolves from the checkpoint from 0.14.0 (resolve_kv_cache_dtype_string absent in 0.13.0)
+        (MODELOPT_NVFP4, "0.13.0", None, None),
+        (MODELOPT_NVFP4, "0.14.0", None, "fp8_e4m3"),
+        (MODELOPT_SCHEME, "0.33.0", None, "fp8_e4m3"),
+        (MODELOPT_NVFP4, "0.33.0", "bfloat16", None),  # a flag the user gives wins
+        # compressed-tensors: its Attention layer sets fp8 from 0.15.0, over any flag until 0.21.0, under auto only
+        # from 0.22.0 (0.14.1 has no such branch)
+        (CT_NVFP4, "0.14.1", None, None),
+        (CT_NVFP4, "0.15.0", None, "fp8"),
+        (CT_NVFP4, "0.18.0", "bfloat16", "fp8"),
+        (CT_NVFP4, "0.21.0", "bfloat16", "fp8"),
+        (CT_NVFP4, "0.22.0", "bfloat16", None),
+        # ModelOpt's 4-bit KV scheme maps to nvfp4 from 0.20.0 (MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP), auto before
+        ({**MODELOPT_SCHEME, "kv_cache_scheme": {"num_bits": 4, "type": "float"}}, "0.19.1", None, None),
+        ({**MODELOPT_SCHEME, "kv_cache_scheme": {"num_bits": 4, "type": "float"}}, "0.20.0", None, "nvfp4"),
+        (CT_NVFP4, "0.25.1", "bfloat16", None),
+        (CT_NVFP4, "0.25.1", None, "fp8"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "0.33.0", None, None),
+    ],
+)
 def test_vllm_kv_from_the_checkpoint_by_release(config, version, given, kv):
     got = vllm_dtypes.checkpoint_kv(_nano(config), vllm_release(version), given)
     assert (got[0] if got else None) == kv
 
 
-@pytest.mark.parametrize("config,version,kv", [
-    (MODELOPT_NVFP4, "0.5.2", None),  # configure_kv_cache_dtype takes the model dtype under auto
-    (MODELOPT_NVFP4, "0.5.3rc2", "fp8_e4m3"),
-    (MODELOPT_NVFP4, "0.5.9", None),  # 0.5.9–0.5.14: the config.json layout reads kv_cache_scheme only
-    (MODELOPT_NVFP4, "0.5.14", None),
-    (MODELOPT_NVFP4, "0.5.15", "fp8_e4m3"),
-    (MODELOPT_SCHEME, "0.5.9", "fp8_e4m3"),
-    (MODELOPT_NVFP4, "0.5.16", "fp8_e4m3"),  # from 0.5.15 the scheme, else kv_cache_quant_algo
-    # ModelOptFp8Config keeps kv_cache_quant_method up to 0.5.3.post3, an attribute the auto rule does not read
-    ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.3.post3", None),
-    ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.4", "fp8_e4m3"),
-    (CT_NVFP4, "0.5.23", None),  # compressed-tensors sets no kv_cache_quant_algo
-])
+@pytest.mark.parametrize(
+    "config,version,kv",
+    [
+        (MODELOPT_NVFP4, "0.5.2", None),  # configure_kv_cache_dtype takes the model dtype under auto
+        (MODELOPT_NVFP4, "0.5.3rc2", "fp8_e4m3"),
+        (MODELOPT_NVFP4, "0.5.9", None),  # 0.5.9–0.5.14: the config.json layout reads kv_cache_scheme only
+        (MODELOPT_NVFP4, "0.5.14", None),
+        (MODELOPT_NVFP4, "0.5.15", "fp8_e4m3"),
+        (MODELOPT_SCHEME, "0.5.9", "fp8_e4m3"),
+        (MODELOPT_NVFP4, "0.5.16", "fp8_e4m3"),  # from 0.5.15 the scheme, else kv_cache_quant_algo
+        # ModelOptFp8Config keeps kv_cache_quant_method up to 0.5.3.post3, an attribute the auto rule does not read
+        ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.3.post3", None),
+        ({**MODELOPT_SCHEME, "quant_algo": "FP8"}, "0.5.4", "fp8_e4m3"),
+        (CT_NVFP4, "0.5.23", None),  # compressed-tensors sets no kv_cache_quant_algo
+    ],
+)
 def test_sglang_kv_from_the_checkpoint_by_release(config, version, kv):
     got = sglang_dtypes.checkpoint_kv(_nano(config), sglang_release(version), None)
     assert (got[0] if got else None) == kv
@@ -206,18 +262,25 @@ def test_modelopt_nvfp4_nano_block_of_the_real_0_16_log(run_cli, tmp_path):
     # 6,144·3·2 + 64·64·128·4 = 2,134,016 B → 16 · cdiv(2,134,016, 16 · 512) = 4,176; at bf16 it was 2,096
     shutil.copy(NANO, tmp_path / "config.json")
     shutil.copy(QUANT / "hf_quant_config.modelopt-nvfp4.json", tmp_path / "hf_quant_config.json")
-    code, out, err = run_cli("fit", tmp_path, "--kv-budget", "10GiB", "--ctx", "8192", "--vllm-version", "0.16.0",
-                             "--json")
+    code, out, err = run_cli(
+        "fit", tmp_path, "--kv-budget", "10GiB", "--ctx", "8192", "--vllm-version", "0.16.0", "--json"
+    )
     assert code in (0, 1), err
     assert json.loads(out)["vllm"]["modes"]["none"]["block_size"] == 4176
-    code, out, err = run_cli("fit", tmp_path, "--kv-budget", "10GiB", "--ctx", "8192", "--vllm-version", "0.13.0",
-                             "--json")
+    code, out, err = run_cli(
+        "fit", tmp_path, "--kv-budget", "10GiB", "--ctx", "8192", "--vllm-version", "0.13.0", "--json"
+    )
     assert json.loads(out)["vllm"]["modes"]["none"]["block_size"] == 2096
 
 
 def test_an_unsized_scheme_keeps_its_kv_and_refuses_its_weights():
-    spec = _nano({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
-                  "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}})
+    spec = _nano(
+        {
+            "quant_method": "modelopt",
+            "quant_algo": "MIXED_PRECISION",
+            "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+        }
+    )
     assert vllm_dtypes.checkpoint_kv(spec, vllm_release("0.33.0"), None)[0] == "fp8_e4m3"
     with pytest.raises(PlanError, match="MIXED_PRECISION"):
         weights(spec)
@@ -280,7 +343,7 @@ def test_modelopt_mixed_precision_against_a_real_log():
     spec = load_path(CONFIGS / "nvidia__Qwen3.6-27B-NVFP4.json")
     w = weights(spec)
     assert w.quantization == "modelopt mixed (nvfp4, fp8)"
-    assert abs(w.bytes / 2 ** 30 - 19.78) < 0.2
+    assert abs(w.bytes / 2**30 - 19.78) < 0.2
 
 
 def test_a_per_layer_ignore_list_leaves_those_layers_whole():
@@ -290,8 +353,12 @@ def test_a_per_layer_ignore_list_leaves_those_layers_whole():
     from hybridplan.weights.families import parts
 
     spec = load_path(CONFIGS / "nvidia__Qwen3.5-122B-A10B-NVFP4.json")
-    bf16 = spec_from_config({k: v for k, v in json.loads(spec.config_json).items() if k != "quantization_config"},
-                            name="bf16")
-    experts = sum(p.params for p in parts(spec.architecture, json.loads(spec.config_json), spec.family)
-                  if p.section == "model" and p.name.startswith("experts."))
+    bf16 = spec_from_config(
+        {k: v for k, v in json.loads(spec.config_json).items() if k != "quantization_config"}, name="bf16"
+    )
+    experts = sum(
+        p.params
+        for p in parts(spec.architecture, json.loads(spec.config_json), spec.family)
+        if p.section == "model" and p.name.startswith("experts.")
+    )
     assert weights(spec).bytes == pytest.approx(weights(bf16).bytes - experts * (2 - 0.5625), rel=1e-9)

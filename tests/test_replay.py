@@ -54,12 +54,15 @@ def test_mooncake_excerpt_reads_block_by_block():
     assert first.prompt.common_prefix(reqs[1].prompt) == MOONCAKE_BLOCK
 
 
-@pytest.mark.parametrize("line, needle", [
-    ("{not json", "line 2: not JSON"),
-    ('{"input_length": 600, "output_length": 1, "hash_ids": [1]}', "line 2: 1 hash_ids for 600 input tokens"),
-    ('{"input_length": -3, "hash_ids": []}', "line 2: 'input_length' must be an integer"),
-    ('[1, 2]', "line 2: a JSON object was expected"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "line 2: not JSON"),
+        ('{"input_length": 600, "output_length": 1, "hash_ids": [1]}', "line 2: 1 hash_ids for 600 input tokens"),
+        ('{"input_length": -3, "hash_ids": []}', "line 2: 'input_length' must be an integer"),
+        ("[1, 2]", "line 2: a JSON object was expected"),
+    ],
+)
 def test_malformed_mooncake_line_is_one_error(run_cli, tmp_path, line, needle):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [7]}\n' + line + "\n")
@@ -78,11 +81,14 @@ def test_lines_read_alike_with_msgspec_and_json(tmp_path, monkeypatch):
     def json_only(kind):
         def refuse(text):
             raise msgspec.DecodeError("the json path")
+
         return refuse
 
     t = tmp_path / "t.jsonl"
-    t.write_text('{"a": 1, "b": [1, 2]}  \n\n{"a": NaN}\n{"a": "\\u00e9", "a": 2}\n{"a": 1e400}\n'
-                 '{"a": "\\ud800", "b": 18446744073709551615}\n')
+    t.write_text(
+        '{"a": 1, "b": [1, 2]}  \n\n{"a": NaN}\n{"a": "\\u00e9", "a": 2}\n{"a": 1e400}\n'
+        '{"a": "\\ud800", "b": 18446744073709551615}\n'
+    )
     fast = [(n, repr(obj)) for n, obj in trace._lines(t)]
     monkeypatch.setattr(trace, "_decoder", json_only)
     assert fast == [(n, repr(obj)) for n, obj in trace._lines(t)]
@@ -97,8 +103,11 @@ def test_lines_read_alike_with_msgspec_and_json(tmp_path, monkeypatch):
         monkeypatch.setattr(trace, "_decoder", decoder)
         both.append(([r.prompt.runs for r in mooncake(t)], [r.prompt.tokens for r in read(tok)]))
     assert both[0] == both[1] == ([(((big + 1, 512), (3, 88)))], [(1, big)])
-    for text, needle in (('{"a": 1} x', "line 1: not JSON"), ("[1]", "line 1: a JSON object was expected"),
-                         ('{"input_length": 1e30, "hash_ids": [1]}', "line 1: 'input_length' must be an integer")):
+    for text, needle in (
+        ('{"a": 1} x', "line 1: not JSON"),
+        ("[1]", "line 1: a JSON object was expected"),
+        ('{"input_length": 1e30, "hash_ids": [1]}', "line 1: 'input_length' must be an integer"),
+    ):
         t.write_text(text + "\n")
         for decoder in (trace._decoder, json_only):
             monkeypatch.setattr(trace, "_decoder", decoder)
@@ -138,8 +147,10 @@ def test_token_lists_hash_like_runs():
     shared = list(range(3000))
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
         for u in range(4):
-            fh.write(json.dumps({"prompt_token_ids": shared + [10_000 + 1000 * u + j for j in range(300)],
-                                 "output_len": 1}) + "\n")
+            fh.write(
+                json.dumps({"prompt_token_ids": shared + [10_000 + 1000 * u + j for j in range(300)], "output_len": 1})
+                + "\n"
+            )
     tok, _, _ = vllm_run(sc, "align", read(Path(fh.name)))
     syn, _, _ = vllm_run(sc, "align", Synthetic(shared=3000, users=4, private=300, output=1).requests())
     assert reused(tok) == reused(syn) == [0, 0, 2640, 2640]  # 2640 = ⌊3000/528⌋·528, from the third (Marconi)
@@ -271,8 +282,15 @@ def test_sglang_22935_end_checkpoint_and_suffix(suffix, no_buffer, extra_buffer)
     ⌊len/64⌋·64 lies inside P only for a suffix under 64 tokens: 6464/6516 = 0.992."""
     reqs = [Request(i, Prompt(runs=((("P",), 6476), (("s", i), suffix))), 1) for i in range(2)]
     for radix, want in (("no_buffer", no_buffer), ("extra_buffer", extra_buffer)):
-        sc = scenario("qwen3.5-122b-a10b", 32768, sglang_version="0.5.9", tp=8, chunk=1 << 20,
-                      sglang=dict(radix=radix, page_size=64), budget=Budget(kv_budget=60 * GiB))
+        sc = scenario(
+            "qwen3.5-122b-a10b",
+            32768,
+            sglang_version="0.5.9",
+            tp=8,
+            chunk=1 << 20,
+            sglang=dict(radix=radix, page_size=64),
+            budget=Budget(kv_budget=60 * GiB),
+        )
         run, _, _ = sglang_run(sc, list(reqs))
         assert round(run.outcomes[1].reused / run.outcomes[1].prompt, 3) == want
 
@@ -281,8 +299,15 @@ def test_sglang_branching_point_serves_the_third_request():
     """extra_buffer: the second request tracks its branching point ⌊6476/64⌋·64 = 6464 (mamba_branching_seqlen,
     managers/schedule_batch.py), which the third reuses; no_buffer never saves one (#22935: 0 throughout)."""
     reqs = [Request(i, Prompt(runs=((("P",), 6476), (("s", i), 376))), 1) for i in range(4)]
-    sc = scenario("qwen3.5-122b-a10b", 32768, sglang_version="0.5.23", tp=8, chunk=1 << 20,
-                  sglang=dict(radix="extra_buffer", page_size=64), budget=Budget(kv_budget=60 * GiB))
+    sc = scenario(
+        "qwen3.5-122b-a10b",
+        32768,
+        sglang_version="0.5.23",
+        tp=8,
+        chunk=1 << 20,
+        sglang=dict(radix="extra_buffer", page_size=64),
+        budget=Budget(kv_budget=60 * GiB),
+    )
     run, _, r = sglang_run(sc, reqs)
     assert r.grid == 64 and reused(run) == [0, 0, 6464, 6464]
     sc = replace(sc, sglang=replace(sc.sglang, radix="no_buffer", page_size=1, overlap=False))
@@ -295,8 +320,14 @@ def test_sglang_path_cap_and_int8_by_release():
     for rs in (ReplaySettings(mamba_max_states_per_path=2), ReplaySettings(int8_checkpoint=True)):
         with pytest.raises(Exception, match="0.5.18"):
             spc.rules(sc, rs)
-    sc = scenario("qwen3.5-4b", 32768, sglang_version="0.5.23", chunk=512, budget=Budget(kv_budget=20 * GiB),
-                  sglang=dict(radix="extra_buffer"))
+    sc = scenario(
+        "qwen3.5-4b",
+        32768,
+        sglang_version="0.5.23",
+        chunk=512,
+        budget=Budget(kv_budget=20 * GiB),
+        sglang=dict(radix="extra_buffer"),
+    )
     work = Synthetic(shared=0, users=1, private=4000, output=1)
     run, _, _ = sglang_run(sc, work.requests(), ReplaySettings(mamba_max_states_per_path=2))
     # one state per 512-token chunk (8 of them), the path capped to its 2 deepest
@@ -313,8 +344,20 @@ def test_sglang_path_cap_and_int8_by_release():
 
 
 def test_baselines_bound_the_hybrid(run_cli):
-    code, out, _ = run_cli("replay", MOONCAKE, "qwen3.5-4b", "--ctx", "131072", "--kv-budget", "40GiB",
-                           "--engine", "vllm", "--limit", "120", "--json")
+    code, out, _ = run_cli(
+        "replay",
+        MOONCAKE,
+        "qwen3.5-4b",
+        "--ctx",
+        "131072",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "vllm",
+        "--limit",
+        "120",
+        "--json",
+    )
     assert code == 0
     d = json.loads(out)
     rates = {r["label"]: r["token_hit_rate"] for r in d["rows"]}
@@ -342,10 +385,23 @@ def test_concurrency_pins_blocks_and_waits():
 
 def test_prompt_at_max_model_len_is_refused_alone(run_cli, tmp_path):
     t = tmp_path / "t.jsonl"
-    t.write_text("".join(json.dumps({"prompt_token_ids": list(range(n)), "output_len": 1}) + "\n"
-                         for n in (100, 4096, 200)))
-    code, out, _ = run_cli("replay", t, "qwen3.5-4b", "--ctx", "4096", "--kv-budget", "8GiB", "--json",
-                           "--engine", "vllm", "--mode", "align")
+    t.write_text(
+        "".join(json.dumps({"prompt_token_ids": list(range(n)), "output_len": 1}) + "\n" for n in (100, 4096, 200))
+    )
+    code, out, _ = run_cli(
+        "replay",
+        t,
+        "qwen3.5-4b",
+        "--ctx",
+        "4096",
+        "--kv-budget",
+        "8GiB",
+        "--json",
+        "--engine",
+        "vllm",
+        "--mode",
+        "align",
+    )
     assert code == 0
     row = json.loads(out)["rows"][0]
     assert row["requests"] == 3 and [x["request"] for x in row["refused"]] == [1]
@@ -356,8 +412,7 @@ def test_eviction_is_counted_and_explained():
     """Six users each revisit a document of their own, round-robin: with room for a couple of requests the
     document's blocks and states are evicted before the user comes back (least recently freed first)."""
     sc = scenario("qwen3.5-4b", 32768, minor=29)
-    work = Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1, group_shared=2000,
-                     history=False)
+    work = Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1, group_shared=2000, history=False)
     r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
     per = vpc.Cache(r).blocks_needed(next(work.requests()))
     tight = per + 2 * (r.attn_groups + r.mamba_groups)
@@ -369,9 +424,25 @@ def test_eviction_is_counted_and_explained():
 
 
 def test_cli_text_view_and_diagnostics(run_cli):
-    code, out, _ = run_cli("replay", "synthetic", "qwen3.5-4b", "--shared", "1500", "--private", "700",
-                           "--users", "16", "--output", "1", "--kv-budget", "40GiB", "--vllm-version", "0.23",
-                           "--engine", "vllm")
+    code, out, _ = run_cli(
+        "replay",
+        "synthetic",
+        "qwen3.5-4b",
+        "--shared",
+        "1500",
+        "--private",
+        "700",
+        "--users",
+        "16",
+        "--output",
+        "1",
+        "--kv-budget",
+        "40GiB",
+        "--vllm-version",
+        "0.23",
+        "--engine",
+        "vllm",
+    )
     assert code == 0
     assert "vLLM 0.23.0 align" in out and "ideal cache" in out
     assert "vLLM 0.24.0+ saves a state at the shared prefix" in out  # the flag that changes it, with its rate

@@ -48,9 +48,17 @@ QUOTED = re.compile(r"(\d+\.\d) % hit rate")
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shared=st.integers(0, 2500), users=st.integers(1, 4), turns=st.integers(1, 3), private=st.integers(1, 700),
-       output=st.integers(0, 40), history=st.booleans(), concurrency=st.integers(1, 3),
-       blocks=st.sampled_from([None, 24, 60]), engine=st.sampled_from(["vllm", "sglang"]))
+@given(
+    shared=st.integers(0, 2500),
+    users=st.integers(1, 4),
+    turns=st.integers(1, 3),
+    private=st.integers(1, 700),
+    output=st.integers(0, 40),
+    history=st.booleans(),
+    concurrency=st.integers(1, 3),
+    blocks=st.sampled_from([None, 24, 60]),
+    engine=st.sampled_from(["vllm", "sglang"]),
+)
 # a third turn resuming from a Mamba hit the second still holds: vLLM refuses it (tests/test_block_pool.py
 # ``test_three_mamba_groups_sharing_a_held_hit_are_refused_where_vllm_allocates_nothing``); the pool once took it
 @example(shared=0, users=1, turns=3, private=273, output=0, history=True, concurrency=3, blocks=24, engine="vllm")
@@ -62,8 +70,9 @@ def test_causes_add_up_to_the_gap(shared, users, turns, private, output, history
     diagnostic quotes, is above the row's own rate."""
     work = Synthetic(shared=shared, users=users, turns=turns, private=private, output=output, history=history)
     sc = scenario("qwen3.5-4b", 32768, minor=29, engine=engine, budget=Budget(kv_budget=8 * GiB))
-    rs = ReplaySettings(concurrency=concurrency, num_gpu_blocks_override=blocks,
-                        max_total_tokens=blocks and blocks * 200)
+    rs = ReplaySettings(
+        concurrency=concurrency, num_gpu_blocks_override=blocks, max_total_tokens=blocks and blocks * 200
+    )
     rep = report(sc, work.requests(), rs)
     ideal = rep.rows[-1]
     assert ideal.gap is None
@@ -103,10 +112,10 @@ def test_eviction_alone():
     evicted before the users come back; at 40 GiB nothing is evicted. One in flight, so lifting concurrency is
     no change; what the unlimited pool reuses is what the roomy one does (it evicts nothing): the eviction
     cause is the roomy row's reuse less the tight one's, and the rest of the gap is the roomy row's."""
-    sc = scenario("qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"),
-                  budget=Budget(kv_budget=40 * GiB))
-    work = Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1, group_shared=2000,
-                     history=False)
+    sc = scenario(
+        "qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"), budget=Budget(kv_budget=40 * GiB)
+    )
+    work = Synthetic(shared=0, users=6, turns=3, private=200, output=2, group_size=1, group_shared=2000, history=False)
     r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
     tight = vpc.Cache(r).blocks_needed(next(work.requests())) + 2 * (r.attn_groups + r.mamba_groups)
     roomy = report(sc, work.requests()).rows[0]
@@ -127,8 +136,9 @@ def test_policy_and_grid_alone():
     nothing is evicted and no prompt is near max_model_len. A state at every block would give each ⌊1500/528⌋
     · 528 = 1056 (policy: 63 · 1056); the rest, 1500 − 1056 = 444 each, is the block rounding; the KV reaches
     all 1500 shared tokens, so the hash unit costs nothing."""
-    sc = scenario("qwen3.5-4b", 32768, minor=23, engine="vllm", vllm=dict(mode="align"),
-                  budget=Budget(kv_budget=40 * GiB))
+    sc = scenario(
+        "qwen3.5-4b", 32768, minor=23, engine="vllm", vllm=dict(mode="align"), budget=Budget(kv_budget=40 * GiB)
+    )
     row = report(sc, Synthetic(shared=1500, users=64, private=700, output=1).requests()).rows[0]
     assert row.run.reused_tokens == 0
     only(row, policy=63 * 1056, grid=63 * 444)
@@ -146,10 +156,11 @@ def test_max_model_len_alone():
     over every request gives request 1 its 1500 shared tokens. Admitting request 0 saves states at every
     block, so request 1 resumes at 1280 (max_model_len: 1280); the remaining 220 tokens are the block
     rounding."""
-    sc = scenario("nemotron-h", 4096, minor=28, engine="vllm", vllm=dict(mode="all"),
-                  budget=Budget(kv_budget=8 * GiB))
-    reqs = [Request(0, Prompt(runs=((("doc",), 1500), (("own", 0), 2700))), 1),
-            Request(1, Prompt(runs=((("doc",), 1500), (("own", 1), 100))), 1)]
+    sc = scenario("nemotron-h", 4096, minor=28, engine="vllm", vllm=dict(mode="all"), budget=Budget(kv_budget=8 * GiB))
+    reqs = [
+        Request(0, Prompt(runs=((("doc",), 1500), (("own", 0), 2700))), 1),
+        Request(1, Prompt(runs=((("doc",), 1500), (("own", 1), 100))), 1),
+    ]
     rep = report(sc, reqs)
     row = rep.row("vLLM 0.28.0 all")
     assert row.run.block == 1280 and [i for i, _ in row.run.refused] == [0]
@@ -163,8 +174,9 @@ def test_caching_off_alone():
     """A hybrid in vLLM's mode none caches nothing. Two requests with the same 2000-token document then 100
     tokens each (Qwen3.5-4B, 0.29): the ideal cache gives the second 2000. Caching on with a state at every
     block of mode none's block B resumes it at ⌊2000/B⌋·B: the caching-off cause; the rest is the rounding."""
-    sc = scenario("qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="none"),
-                  budget=Budget(kv_budget=8 * GiB))
+    sc = scenario(
+        "qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="none"), budget=Budget(kv_budget=8 * GiB)
+    )
     reqs = [Request(i, Prompt(runs=((("doc",), 2000), (("own", i), 100))), 1) for i in range(2)]
     row = report(sc, reqs).rows[0]
     B = row.run.block
@@ -176,8 +188,9 @@ def test_hash_unit_alone_on_the_attention_layers():
     """The attention layers alone hash 16-token blocks and resume at any block they match: two requests with
     the same 40 tokens then their own reuse ⌊40/16⌋·16 = 32 where the ideal cache reuses 40: 8 tokens to the
     hash unit, and no grid (the KV resumes at any token of a matched block)."""
-    sc = scenario("qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"),
-                  budget=Budget(kv_budget=8 * GiB))
+    sc = scenario(
+        "qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"), budget=Budget(kv_budget=8 * GiB)
+    )
     reqs = [Request(i, Prompt(runs=((("doc",), 40), (("own", i), 30))), 1) for i in range(2)]
     row = report(sc, reqs).row("attention layers alone")
     only(row, hash_unit=8)
@@ -191,10 +204,10 @@ def test_concurrency_alone():
     is evicted and the six later turns reuse 6 · 1056. At three in flight the running requests pin the pool and
     each new one evicts what the others cached. Lifting concurrency alone (the first lift) gives back exactly
     what the replay at one in flight reuses more."""
-    sc = scenario("qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"),
-                  budget=Budget(kv_budget=40 * GiB))
-    work = Synthetic(shared=0, users=3, turns=3, private=300, output=2, group_size=1, group_shared=1200,
-                     history=False)
+    sc = scenario(
+        "qwen3.5-4b", 32768, minor=29, engine="vllm", vllm=dict(mode="align"), budget=Budget(kv_budget=40 * GiB)
+    )
+    work = Synthetic(shared=0, users=3, turns=3, private=300, output=2, group_size=1, group_shared=1200, history=False)
     one = report(sc, work.requests(), ReplaySettings(num_gpu_blocks_override=20)).rows[0]
     three = report(sc, work.requests(), ReplaySettings(concurrency=3, num_gpu_blocks_override=20)).rows[0]
     assert one.run.evictions == 0 and one.run.reused_tokens == 6 * 1056
@@ -202,8 +215,9 @@ def test_concurrency_alone():
     assert three.gap.cause("concurrency").tokens == one.run.reused_tokens - three.run.reused_tokens
     assert one.gap.cause("concurrency").tokens == 0
     # past the first lift both replays are the same counterfactuals
-    assert {c: t for c, t in lost(three).items() if c != "concurrency"} == \
-        {c: t for c, t in lost(one).items() if c != "concurrency"}
+    assert {c: t for c, t in lost(three).items() if c != "concurrency"} == {
+        c: t for c, t in lost(one).items() if c != "concurrency"
+    }
 
 
 def test_mooncake_rows_name_every_cause_they_pay():
@@ -240,13 +254,23 @@ def test_pasted_engine_lines_name_the_model(run_cli):
     assert code == 0, err
     d = json.loads(out)
     assert d["model"] == "qwen3.5-4b" and any(r["label"].startswith("vLLM") for r in d["rows"])
-    code, out, err = run_cli(*base, "--", "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.5-4B",
-                             "--context-length", "131072")
+    code, out, err = run_cli(
+        *base,
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "Qwen/Qwen3.5-4B",
+        "--context-length",
+        "131072",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["model"] == "qwen3.5-4b" and any(r["label"].startswith("SGLang") for r in d["rows"])
-    code, out, err = run_cli("replay", MOONCAKE, "nemotron-h", "--kv-budget", "8GiB", "--", "vllm", "serve",
-                             "Qwen/Qwen3.5-4B")
+    code, out, err = run_cli(
+        "replay", MOONCAKE, "nemotron-h", "--kv-budget", "8GiB", "--", "vllm", "serve", "Qwen/Qwen3.5-4B"
+    )
     one_line_error(code, out, err, "two models")
 
 
@@ -254,8 +278,25 @@ def test_concurrency_is_capped_at_the_running_limit(run_cli):
     """vLLM runs at most --max-num-seqs requests at once and SGLang --max-running-requests (the rest wait in
     the queue): --concurrency 100000 with --max-num-seqs 4 replays the vLLM rows at 4 in flight, exactly as
     --concurrency 4 does, and a note says so."""
-    base = ("replay", MOONCAKE, "qwen3.5-4b", "--ctx", "131072", "--limit", "30", "--kv-budget", "6GiB",
-            "--engine", "vllm", "--mode", "align", "--no-gap", "--json", "--max-num-seqs", "4")
+    base = (
+        "replay",
+        MOONCAKE,
+        "qwen3.5-4b",
+        "--ctx",
+        "131072",
+        "--limit",
+        "30",
+        "--kv-budget",
+        "6GiB",
+        "--engine",
+        "vllm",
+        "--mode",
+        "align",
+        "--no-gap",
+        "--json",
+        "--max-num-seqs",
+        "4",
+    )
     code, out, err = run_cli(*base, "--concurrency", "100000")
     assert code == 0, err
     big = json.loads(out)
@@ -270,17 +311,43 @@ def test_concurrency_is_capped_at_the_running_limit(run_cli):
 
 def test_requests_out_writes_one_line_per_request(run_cli, tmp_path):
     out_file = tmp_path / "requests.jsonl"
-    code, out, err = run_cli("replay", MOONCAKE, "qwen3.5-4b", "--ctx", "131072", "--limit", "12", "--kv-budget",
-                             "6GiB", "--engine", "vllm", "--mode", "align", "--no-gap", "--json",
-                             "--requests-out", out_file)
+    code, out, err = run_cli(
+        "replay",
+        MOONCAKE,
+        "qwen3.5-4b",
+        "--ctx",
+        "131072",
+        "--limit",
+        "12",
+        "--kv-budget",
+        "6GiB",
+        "--engine",
+        "vllm",
+        "--mode",
+        "align",
+        "--no-gap",
+        "--json",
+        "--requests-out",
+        out_file,
+    )
     assert code == 0, err
     lines = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert lines == json.loads(out)["requests"] and len(lines) == 12
     # line 2 of the trace shares its first 512-token block with line 1 (hash id 0)
     assert lines[1]["shared_tokens"] == 512 and lines[1]["reused"]["ideal cache"] == 512
     assert set(lines[1]["why"]) == {"vLLM 0.33.0 align", "attention layers alone", "ideal cache"}
-    code, out, err = run_cli("replay", MOONCAKE, "qwen3.5-4b", "--limit", "2", "--kv-budget", "2GiB", "--no-gap",
-                             "--requests-out", tmp_path / "no-such-dir" / "r.jsonl")
+    code, out, err = run_cli(
+        "replay",
+        MOONCAKE,
+        "qwen3.5-4b",
+        "--limit",
+        "2",
+        "--kv-budget",
+        "2GiB",
+        "--no-gap",
+        "--requests-out",
+        tmp_path / "no-such-dir" / "r.jsonl",
+    )
     one_line_error(code, out, err, "--requests-out")
 
 

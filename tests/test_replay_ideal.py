@@ -45,8 +45,9 @@ def _brute(reqs: list[Request]) -> list[int]:
 
 _KEYS = st.sampled_from(["a", "b", "c", 7, ("reply", 0)])
 #: both builds of the ideal cache, held to the same definition
-BOTH = pytest.mark.parametrize("Ideal", [pytest.param(NativeIdeal, marks=native("hybridplan.replay._speedups")),
-                                          PyIdeal], ids=["c", "python"])
+BOTH = pytest.mark.parametrize(
+    "Ideal", [pytest.param(NativeIdeal, marks=native("hybridplan.replay._speedups")), PyIdeal], ids=["c", "python"]
+)
 _RUN = st.tuples(_KEYS, st.integers(0, 4))
 
 
@@ -68,8 +69,7 @@ def _run_trace(draw) -> list[Request]:
         if sum(n for _, n in runs) == 0:
             runs.append(("a", 1))
         quoted = draw(st.sampled_from([None, "reply"]))  # the output is the run a later prompt has as ("reply", 0)
-        reqs.append(Request(i, Prompt(runs=tuple(runs)), draw(st.integers(0, 3)), float(i), "",
-                            output_key=quoted))
+        reqs.append(Request(i, Prompt(runs=tuple(runs)), draw(st.integers(0, 3)), float(i), "", output_key=quoted))
     return reqs
 
 
@@ -80,7 +80,7 @@ def _token_trace(draw) -> list[Request]:
         ids = draw(st.lists(st.integers(0, 3), min_size=1, max_size=8))
         if reqs and draw(st.booleans()):
             base = draw(st.sampled_from(reqs)).prompt.tokens
-            ids = list(base[:draw(st.integers(0, len(base)))]) + ids
+            ids = list(base[: draw(st.integers(0, len(base)))]) + ids
         reqs.append(Request(i, Prompt(tokens=tuple(ids)), draw(st.integers(0, 3)), float(i), ""))
     return reqs
 

@@ -29,8 +29,17 @@ CELL = 16_384
 
 def sg_fit(model="nemotron-h", version=None, budget=R, ctx=8192, **kw):
     spec_tokens = kw.pop("spec_tokens", 0)
-    return fit(scenario(model, ctx, budget=Budget(kv_budget=budget), engine="sglang", sglang_version=version,
-                        spec_tokens=spec_tokens, sglang=kw)).parts["sglang"]
+    return fit(
+        scenario(
+            model,
+            ctx,
+            budget=Budget(kv_budget=budget),
+            engine="sglang",
+            sglang_version=version,
+            spec_tokens=spec_tokens,
+            sglang=kw,
+        )
+    ).parts["sglang"]
 
 
 def test_versions():
@@ -71,22 +80,29 @@ def test_pool_256_slots():
     # conv 24·257·61,440 B = 378,961,920 B = 0.35 GiB; SSM 24·257·4,194,304 B = 25,870,467,072 B = 24.09 GiB
     s = sglang.ENGINE.layout(scenario("nemotron-h", slots=256))
     assert s.pool.conv_bytes == 378_961_920 and s.pool.ssm_bytes == 25_870_467_072
-    assert s.pool.log() == ("Mamba Cache is allocated. max_mamba_cache_size: 256, conv_state size: 0.35GB, "
-                            "ssm_state size: 24.09GB ")
+    assert s.pool.log() == (
+        "Mamba Cache is allocated. max_mamba_cache_size: 256, conv_state size: 0.35GB, ssm_state size: 24.09GB "
+    )
     assert s.max_running_requests == 256 // 5  # extra_buffer with overlap: 5 state slots per request
     # before 0.5.3.post2 the line names no size
     s = sglang.ENGINE.layout(scenario("qwen3-next", slots=256, sglang_version="0.5.3"))
     assert s.pool.log().startswith("Mamba Cache is allocated. conv_state size: ")
 
 
-@pytest.mark.parametrize("version,k,kv_rows", [
-    # 0.5.17 on (kv_cache_configurator.py): K = ⌊(R·r/(1+r) − per)/per⌋ = ⌊199.19 − 1⌋ = 198; KV = R − (K+1)·per
-    ("0.5.23", 198, 199), ("0.5.17", 198, 199),
-    # 0.5.9–0.5.16: K = ⌊R·r/(1+r)/per⌋ = 199; KV = R − K·per (the pool still allocates K + 1 rows)
-    ("0.5.16", 199, 199), ("0.5.13", 199, 199), ("0.5.9", 199, 199),
-    # 0.5.6.post1 (radix cache on for Nemotron-H from here): K = ⌊R·r/(1+r)/per/(1+D)⌋ = 199; KV = R − K·per·(1+D)
-    ("0.5.6.post1", 199, 199),
-])
+@pytest.mark.parametrize(
+    "version,k,kv_rows",
+    [
+        # 0.5.17 on (kv_cache_configurator.py): K = ⌊(R·r/(1+r) − per)/per⌋ = ⌊199.19 − 1⌋ = 198; KV = R − (K+1)·per
+        ("0.5.23", 198, 199),
+        ("0.5.17", 198, 199),
+        # 0.5.9–0.5.16: K = ⌊R·r/(1+r)/per⌋ = 199; KV = R − K·per (the pool still allocates K + 1 rows)
+        ("0.5.16", 199, 199),
+        ("0.5.13", 199, 199),
+        ("0.5.9", 199, 199),
+        # 0.5.6.post1 (radix cache on for Nemotron-H from here): K = ⌊R·r/(1+r)/per/(1+D)⌋ = 199; KV = R − K·per·(1+D)
+        ("0.5.6.post1", 199, 199),
+    ],
+)
 def test_split_by_band(version, k, kv_rows):
     r = sg_fit(version=version)
     assert r.pool.size == k and r.kv_bytes == R - kv_rows * PER
@@ -115,21 +131,26 @@ def test_before_0_5_3_post2_the_pool_is_the_request_pool():
     assert r.ratio == 1 and "reserves 512 state slots" in r.notes[0]
 
 
-@pytest.mark.parametrize("version,strategy,overlap,spec,lock,slots", [
-    ("0.5.6.post1", "no_buffer", True, False, False, 3),  # radix on: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
-    ("0.5.7", "no_buffer", True, False, False, 5),  # 0.5.7 adds the extra-buffer slots to no_buffer too
-    ("0.5.7", "extra_buffer", True, True, False, 4),
-    ("0.5.8", "no_buffer", True, False, False, 3),
-    ("0.5.9", "extra_buffer", False, False, False, 5),  # 3 + 2 without speculative decoding, overlap or not
-    ("0.5.9", "extra_buffer", True, True, False, 4),
-    ("0.5.10", "extra_buffer", False, False, False, 4),  # from 0.5.10rc0 the overlap scheduler decides
-    ("0.5.13", "extra_buffer_lazy", True, False, False, 4),
-    ("0.5.23", "extra_buffer", True, False, False, 5),
-    # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (0.5.17 on): base 3 → 2, given back to no_buffer
-    ("0.5.23", "extra_buffer", True, False, True, 4), ("0.5.23", "no_buffer", False, False, True, 3),
-    ("0.5.23", "extra_buffer_lazy", True, False, True, 3), ("0.5.16", "extra_buffer", True, False, True, 5),
-    ("0.5.23", "off", True, False, False, 1),
-])
+@pytest.mark.parametrize(
+    "version,strategy,overlap,spec,lock,slots",
+    [
+        ("0.5.6.post1", "no_buffer", True, False, False, 3),  # radix on: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+        ("0.5.7", "no_buffer", True, False, False, 5),  # 0.5.7 adds the extra-buffer slots to no_buffer too
+        ("0.5.7", "extra_buffer", True, True, False, 4),
+        ("0.5.8", "no_buffer", True, False, False, 3),
+        ("0.5.9", "extra_buffer", False, False, False, 5),  # 3 + 2 without speculative decoding, overlap or not
+        ("0.5.9", "extra_buffer", True, True, False, 4),
+        ("0.5.10", "extra_buffer", False, False, False, 4),  # from 0.5.10rc0 the overlap scheduler decides
+        ("0.5.13", "extra_buffer_lazy", True, False, False, 4),
+        ("0.5.23", "extra_buffer", True, False, False, 5),
+        # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (0.5.17 on): base 3 → 2, given back to no_buffer
+        ("0.5.23", "extra_buffer", True, False, True, 4),
+        ("0.5.23", "no_buffer", False, False, True, 3),
+        ("0.5.23", "extra_buffer_lazy", True, False, True, 3),
+        ("0.5.16", "extra_buffer", True, False, True, 5),
+        ("0.5.23", "off", True, False, False, 1),
+    ],
+)
 def test_slots_per_request(version, strategy, overlap, spec, lock, slots):
     rel = sglang.release(version)
     assert rel.slots_per_request(strategy, overlap=overlap, spec_decoding=spec, skip_decode_lock=lock) == slots
@@ -174,8 +195,10 @@ def test_requests_by_band():
     assert adm("0.5.10", 5000, pool=30_000, tokens=1_000_000).logs == []
     # 0.5.14 on: the asked count is bounded by half the KV tokens instead, and a lowered count is logged
     a = adm("0.5.14", 800)
-    assert a.value == 500 and a.logs == ["max_running_requests was reduced from the requested 800 to 500 (per dp "
-                                         "worker) due to the available KV cache capacity."]
+    assert a.value == 500 and a.logs == [
+        "max_running_requests was reduced from the requested 800 to 500 (per dp "
+        "worker) due to the available KV cache capacity."
+    ]
     # 0.5.17 on: a cap by the state pool is logged instead (and the "reduced" line is left out)
     a = adm("0.5.17", 800, pool=600)
     assert (a.value, a.capped) == (200, True) and a.logs[0].startswith("max_running_requests is capped to 200 ")
@@ -241,22 +264,49 @@ def test_multimodal_reserve():
 
 
 def test_cli_flags(run_cli):
-    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang",
-                             "--sglang-env", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1", "--json")
+    code, out, err = run_cli(
+        "fit",
+        "nemotron-h",
+        "--ctx",
+        "8192",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "sglang",
+        "--sglang-env",
+        "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)["sglang"]
     # 198 Mamba slots at 0.5.23 (the K of test_split_by_band's table, derived in its comment)
     # over 4 slots a request: extra_buffer (Nemotron-H is in _MAMBA_EXTRA_BUFFER_ARCHS from 0.5.13) with the overlap
     # scheduler and SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, base 3 → 2 (test_slots_per_request's 0.5.23 row)
     assert (d["state_slots_per_request"], d["max_running_requests"]) == (4, 198 // 4)
-    code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang",
-                             "--sglang-version", "0.5.13", "--disable-overlap-schedule", "--radix", "extra_buffer",
-                             "--json")
+    code, out, err = run_cli(
+        "fit",
+        "nemotron-h",
+        "--ctx",
+        "8192",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.13",
+        "--disable-overlap-schedule",
+        "--radix",
+        "extra_buffer",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["sglang"]["state_slots_per_request"] == 4
-    for args, needle in ((("--sglang-env", "FOO=1"), "hybridplan models only SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"),
-                         (("--sglang-env", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"), "give SGLANG_OPT_MAMBA"),
-                         (("--page-size", "0"), "--page-size must be positive"),
-                         (("--sglang-version", "0.5.0rc2"), "has no Mamba state pool")):
-        code, out, err = run_cli("fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang",
-                                 *args)
+    for args, needle in (
+        (("--sglang-env", "FOO=1"), "hybridplan models only SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"),
+        (("--sglang-env", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"), "give SGLANG_OPT_MAMBA"),
+        (("--page-size", "0"), "--page-size must be positive"),
+        (("--sglang-version", "0.5.0rc2"), "has no Mamba state pool"),
+    ):
+        code, out, err = run_cli(
+            "fit", "nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang", *args
+        )
         assert code == 2 and out == "" and needle in err and err.count("\n") == 1, err

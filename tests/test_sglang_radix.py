@@ -20,8 +20,9 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("model", ["falcon-mamba-7b", "mamba-130m", "mamba-codestral-7b"])
-@pytest.mark.parametrize("flags", [dict(radix="no_buffer"), dict(radix="auto", page_size=64),
-                                   dict(radix="no_buffer", page_size=64)])
+@pytest.mark.parametrize(
+    "flags", [dict(radix="no_buffer"), dict(radix="auto", page_size=64), dict(radix="no_buffer", page_size=64)]
+)
 def test_unlisted_pure_ssm_is_served_with_no_buffer_flags_sglang_would_check_for_listed_ones(model, flags):
     sc = scenario(model, sglang_version="0.5.23", sglang=flags)
     chosen = sglang_strategy(sc)
@@ -38,10 +39,16 @@ def test_listed_architecture_keeps_the_no_buffer_checks():
         sglang_strategy(scenario("lfm2-1.2b", sglang_version="0.5.23", sglang=dict(radix="no_buffer")))
 
 
-@pytest.mark.parametrize("version, checked", [
-    # Qwen3_5MoeForCausalLM (Qwen3.8-2.4T-A95B ships as it): class from 0.5.17, in _MAMBA_RADIX_CACHE_ARCHS from 0.5.19
-    ("0.5.17", False), ("0.5.18", False), ("0.5.19", True), ("0.5.23", True),
-])
+@pytest.mark.parametrize(
+    "version, checked",
+    [
+        # Qwen3_5MoeForCausalLM (Qwen3.8-2.4T-A95B ships as it): class from 0.5.17, in _MAMBA_RADIX_CACHE_ARCHS from 0.5.19
+        ("0.5.17", False),
+        ("0.5.18", False),
+        ("0.5.19", True),
+        ("0.5.23", True),
+    ],
+)
 def test_text_only_qwen3_5_is_checked_from_0_5_19(version, checked):
     sc = scenario("qwen3.8-2.4t-a95b", sglang_version=version, sglang=dict(radix="no_buffer"))
     if checked:

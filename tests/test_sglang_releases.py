@@ -72,8 +72,10 @@ def test_nemotron_layers_block_type_is_read_from_0_5_10rc0(run_cli):
     ultra, rel = load_model("nemotron-3-ultra"), sglang.release
     for version in ("0.5.3.post1", "0.5.6", "0.5.9"):
         assert not rel(version).serves(ultra)
-        with pytest.raises(NotServed, match="gives them as layers_block_type, which configs/nemotron_h.py "
-                                            "NemotronHConfig reads from 0.5.10rc0"):
+        with pytest.raises(
+            NotServed,
+            match="gives them as layers_block_type, which configs/nemotron_h.py NemotronHConfig reads from 0.5.10rc0",
+        ):
             rel(version).check_served(ultra)
     rel("0.5.10rc0").check_served(ultra)
     # the same for Nemotron-H-8B rewritten with layers_block_type in place of its pattern
@@ -84,8 +86,18 @@ def test_nemotron_layers_block_type_is_read_from_0_5_10rc0(run_cli):
     assert not rel("0.5.9").serves(rewritten) and rel("0.5.10rc0").serves(rewritten)
     assert rel("0.5.9").serves(load_model("nemotron-h"))
     # refused as any model a release does not serve: exit 2, one line
-    code, out, err = run_cli("fit", "nemotron-3-ultra", "--ctx", "8192", "--kv-budget", "40GiB", "--engine",
-                             "sglang", "--sglang-version", "0.5.9")
+    code, out, err = run_cli(
+        "fit",
+        "nemotron-3-ultra",
+        "--ctx",
+        "8192",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.9",
+    )
     assert code == 2 and out == "" and "cannot read the layers of nemotron-3-ultra" in err, err
 
 
@@ -104,13 +116,17 @@ def test_nemotron_moe_layers_from_0_5_6():
     rel("0.5.3.post1").check_served(load_model("nemotron-h"))
 
 
-@pytest.mark.parametrize("version,why", [
-    # server_args.py 0.5.13–0.5.13.post1 _handle_mamba_radix_cache
-    ("0.5.13", "extra_buffer_lazy is not yet supported with speculative decoding"),
-    ("0.5.13.post1", "extra_buffer_lazy is not yet supported with speculative decoding"),
-    # server_args.py 0.5.14–0.5.16 _validate_mamba_extra_buffer
-    ("0.5.14", "extra_buffer_lazy unsupported with spec."), ("0.5.16", "extra_buffer_lazy unsupported with spec."),
-])
+@pytest.mark.parametrize(
+    "version,why",
+    [
+        # server_args.py 0.5.13–0.5.13.post1 _handle_mamba_radix_cache
+        ("0.5.13", "extra_buffer_lazy is not yet supported with speculative decoding"),
+        ("0.5.13.post1", "extra_buffer_lazy is not yet supported with speculative decoding"),
+        # server_args.py 0.5.14–0.5.16 _validate_mamba_extra_buffer
+        ("0.5.14", "extra_buffer_lazy unsupported with spec."),
+        ("0.5.16", "extra_buffer_lazy unsupported with spec."),
+    ],
+)
 def test_lazy_strategy_refused_with_speculative_decoding(version, why):
     with pytest.raises(PlanError, match=f"refuses the extra_buffer_lazy strategy with speculative decoding.*{why}"):
         sg_fit("qwen3-next", version=version, radix="extra_buffer_lazy", spec_tokens=1)
@@ -126,6 +142,20 @@ def test_lazy_strategy_with_speculative_decoding_from_0_5_17(version):
 
 
 def test_lazy_refusal_exits_2(run_cli):
-    code, out, err = run_cli("fit", "qwen3-next", "--ctx", "8192", "--kv-budget", "40GiB", "--engine", "sglang",
-                             "--sglang-version", "0.5.14", "--radix", "extra_buffer_lazy", "--spec-tokens", "1")
+    code, out, err = run_cli(
+        "fit",
+        "qwen3-next",
+        "--ctx",
+        "8192",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "sglang",
+        "--sglang-version",
+        "0.5.14",
+        "--radix",
+        "extra_buffer_lazy",
+        "--spec-tokens",
+        "1",
+    )
     assert code == 2 and out == "" and "extra_buffer_lazy unsupported with spec." in err, err

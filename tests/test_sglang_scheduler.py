@@ -24,8 +24,14 @@ SHARED = Synthetic(shared=3000, users=8, private=400, output=4)
 
 
 def run(radix: str, concurrency: int, chunk: int = 8192, version: str = "0.5.23"):
-    sc = scenario("qwen3.5-4b", 32768, sglang_version=version, chunk=chunk, budget=Budget(kv_budget=40 * GiB),
-                  sglang=dict(radix=radix, overlap=False))
+    sc = scenario(
+        "qwen3.5-4b",
+        32768,
+        sglang_version=version,
+        chunk=chunk,
+        budget=Budget(kv_budget=40 * GiB),
+        sglang=dict(radix=radix, overlap=False),
+    )
     r = spc.rules(sc, ReplaySettings())
     runs, ideal = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], SHARED.requests(), concurrency)
     return [o.reused for o in runs[r.label].outcomes], [o.shared for o in ideal.outcomes], r
@@ -79,8 +85,14 @@ def test_to_0_5_12_a_long_prompt_waits_for_the_next_batch():
     work = Synthetic(shared=3000, users=4, private=12000, output=1)
 
     def reuse(version):
-        sc = scenario("qwen3.5-4b", 32768, sglang_version=version, chunk=8192, budget=Budget(kv_budget=40 * GiB),
-                      sglang=dict(radix="no_buffer", overlap=False))
+        sc = scenario(
+            "qwen3.5-4b",
+            32768,
+            sglang_version=version,
+            chunk=8192,
+            budget=Budget(kv_budget=40 * GiB),
+            sglang=dict(radix="no_buffer", overlap=False),
+        )
         r = spc.rules(sc, ReplaySettings())
         runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], work.requests(), 4)
         return [o.reused for o in runs[r.label].outcomes]
@@ -96,8 +108,14 @@ def test_extra_buffer_decode_tracks_only_past_the_prompt():
     # multiple of 256 (schedule_batch.py prepare_for_decode tracks seq_len % 256 == 0), so no other state.
     # r4 (user 2, turn 2) holds r1's 1,708 tokens and resumes from 960 (SGLang 0.5.9's own Scheduler reuses
     # 960 there: benchmarks/results/replay-validation-sglang-2026-12-02.md)
-    sc = scenario("qwen3.5-4b", 32768, sglang_version="0.5.23", chunk=8192, budget=Budget(kv_budget=40 * GiB),
-                  sglang=dict(radix="extra_buffer", overlap=False))
+    sc = scenario(
+        "qwen3.5-4b",
+        32768,
+        sglang_version="0.5.23",
+        chunk=8192,
+        budget=Budget(kv_budget=40 * GiB),
+        sglang=dict(radix="extra_buffer", overlap=False),
+    )
     r = spc.rules(sc, ReplaySettings())
     work = Synthetic(shared=1000, users=3, turns=3, private=700, output=8, order="round-robin")
     for cache in (Scheduled(r), spc.Cache(r)):
@@ -118,10 +136,21 @@ def test_a_refused_prompt_takes_one_token_of_the_batch():
         return Request(i, Prompt(tokens=toks), 1, float(i), f"request {i}")
 
     own = [tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + 400)) for i in range(5)]
-    reqs = [req(0, shared + own[0]), req(1, tuple(range(100_000, 109_000))), req(2, shared + own[2]),
-            req(3, shared + own[3]), req(4, shared + own[4])]
-    sc = scenario("qwen3.5-4b", 8192, sglang_version="0.5.23", chunk=8192, budget=Budget(kv_budget=40 * GiB),
-                  sglang=dict(radix="no_buffer", overlap=False))
+    reqs = [
+        req(0, shared + own[0]),
+        req(1, tuple(range(100_000, 109_000))),
+        req(2, shared + own[2]),
+        req(3, shared + own[3]),
+        req(4, shared + own[4]),
+    ]
+    sc = scenario(
+        "qwen3.5-4b",
+        8192,
+        sglang_version="0.5.23",
+        chunk=8192,
+        budget=Budget(kv_budget=40 * GiB),
+        sglang=dict(radix="no_buffer", overlap=False),
+    )
     r = spc.rules(sc, ReplaySettings())
     runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], reqs, 5)
     out = runs[r.label].outcomes

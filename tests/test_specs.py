@@ -68,7 +68,10 @@ PROVENANCE = {
     "qwen3-8b": ("Qwen__Qwen3-8B.json", {}),
     "qwen3-32b": ("Qwen__Qwen3-32B.json", {}),
     "qwen3-32b-fp8": ("Qwen__Qwen3-32B-FP8.json", {}),
-    "qwen3-30b-a3b": ("Qwen__Qwen3-30B-A3B.json", {}),  # attention-only MoE beside Qwen3.5/3.6-35B-A3B  # the 32B's config plus its fp8 quantization_config
+    "qwen3-30b-a3b": (
+        "Qwen__Qwen3-30B-A3B.json",
+        {},
+    ),  # attention-only MoE beside Qwen3.5/3.6-35B-A3B  # the 32B's config plus its fp8 quantization_config
     "llama-3.3-70b-instruct": ("meta-llama__Llama-3.3-70B-Instruct.json", {}),
     "kimi-k2-instruct": ("moonshotai__Kimi-K2-Instruct.json", {}),  # DeepSeek-V3 layout, fp8 blocks
     "deepseek-r1": ("deepseek-ai__DeepSeek-R1.json", {}),  # the DeepSeek-V3 config but transformers_version
@@ -146,8 +149,11 @@ def test_every_shipped_spec_loads_and_sizes():
         r = size(scenario(s, 4096, minor=rel.version), ref)
         assert r.total_at_ctx > 0
         # MiniMax-M1's config names no torch_dtype: the class default (bfloat16 under vLLM's auto) is noted
-        expected = ("torch_dtype not in config: using the MiniMax-Text-01 class default 'bfloat16'",) \
-            if s.name == "minimax-m1" else ()
+        expected = (
+            ("torch_dtype not in config: using the MiniMax-Text-01 class default 'bfloat16'",)
+            if s.name == "minimax-m1"
+            else ()
+        )
         assert s.notes == expected, f"{s.name} relies on class defaults: {s.notes}"
 
 
@@ -262,12 +268,15 @@ def test_mla_kv_is_not_divided_by_tp():
 
 
 # TP rules (docs/engines.md §1): conv = (I + 2·g'·N)/t, g' = g if g % t == 0 else t; SSM heads/t.
-@pytest.mark.parametrize("tp,conv,ssm", [
-    (1, (10240, 3), (128, 64, 128)),
-    (2, ((8192 + 2 * 8 * 128) // 2, 3), (64, 64, 128)),
-    (4, ((8192 + 2 * 8 * 128) // 4, 3), (32, 64, 128)),
-    (8, ((8192 + 2 * 8 * 128) // 8, 3), (16, 64, 128)),
-])
+@pytest.mark.parametrize(
+    "tp,conv,ssm",
+    [
+        (1, (10240, 3), (128, 64, 128)),
+        (2, ((8192 + 2 * 8 * 128) // 2, 3), (64, 64, 128)),
+        (4, ((8192 + 2 * 8 * 128) // 4, 3), (32, 64, 128)),
+        (8, ((8192 + 2 * 8 * 128) // 8, 3), (16, 64, 128)),
+    ],
+)
 def test_nemotron_tp_shapes(tp, conv, ssm):
     fp = footprint(load_model("nemotron-h"), tp=tp, dtypes=DtypeChoice())
     (g,) = fp.state
@@ -288,15 +297,18 @@ def test_group_padding_for_single_group_mamba2(tp):
     assert fp.kv[0].bytes_per_token_per_layer == 2 * max(1, 2 // tp) * 64 * 2
 
 
-@pytest.mark.parametrize("name,tp,what", [
-    ("nemotron-h", 3, "groups"),  # 8 groups, not 1, not divisible by 3
-    ("nemotron-h", 16, "groups"),  # 8 % 16 ≠ 0 and 8 ≠ 1
-    ("falcon-h1-0.5b", 16, "attention heads"),  # 8 attention heads (and 24 Mamba heads)
-    ("qwen3.5-27b", 16, "attention heads"),  # 24 attention heads
-    ("jamba", 3, "inner width|attention heads"),  # 8192 % 3 and 32 % 3
-    ("lfm2", 3, "short-conv|attention heads"),  # 2048 % 3 and 32 % 3
-    ("qwen3-next", 3, r"heads \(16\)"),  # 16 attention heads and 16 GDN key heads
-])
+@pytest.mark.parametrize(
+    "name,tp,what",
+    [
+        ("nemotron-h", 3, "groups"),  # 8 groups, not 1, not divisible by 3
+        ("nemotron-h", 16, "groups"),  # 8 % 16 ≠ 0 and 8 ≠ 1
+        ("falcon-h1-0.5b", 16, "attention heads"),  # 8 attention heads (and 24 Mamba heads)
+        ("qwen3.5-27b", 16, "attention heads"),  # 24 attention heads
+        ("jamba", 3, "inner width|attention heads"),  # 8192 % 3 and 32 % 3
+        ("lfm2", 3, "short-conv|attention heads"),  # 2048 % 3 and 32 % 3
+        ("qwen3-next", 3, r"heads \(16\)"),  # 16 attention heads and 16 GDN key heads
+    ],
+)
 def test_invalid_tp_is_refused_saying_what(name, tp, what):
     with pytest.raises(PlanError, match=what):
         footprint(load_model(name), tp=tp, dtypes=DtypeChoice())
@@ -321,8 +333,9 @@ def test_spec_tokens_widen_conv_windows():
     assert fp.state[0].conv_shape == (8192, 3)
 
 
-@pytest.mark.parametrize("model, first", [("nemotron-h", "0.17.0"), ("falcon-h1-0.5b", "0.32.0"),
-                                          ("kimi-linear-48b-a3b", "0.27.0")])
+@pytest.mark.parametrize(
+    "model, first", [("nemotron-h", "0.17.0"), ("falcon-h1-0.5b", "0.32.0"), ("kimi-linear-48b-a3b", "0.27.0")]
+)
 def test_conv_keeps_speculative_columns_from_the_release_the_class_passes_them(model, first):
     # vllm/model_executor/models/{nemotron_h,falcon_h1}.py pass num_spec to MambaStateShapeCalculator from 0.17.0
     # and 0.32.0; kda_state_shape (layers/mamba/mamba_utils.py) adds it to the conv length only from 0.27.0
@@ -340,10 +353,13 @@ def test_lfm2_never_widens_its_conv_for_speculative_tokens():
 
 def test_kda_recurrent_dtype_follows_the_ssm_flag_from_0_30():
     # mamba_utils.py kda_state_dtype: no SSM dtype up to 0.29.0; from 0.30.0 float32/bfloat16, auto = float32
-    assert footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.29.0").state[0].ssm_dtype \
-        == "float32"
-    assert footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.30.0").state[0].ssm_dtype \
+    assert (
+        footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.29.0").state[0].ssm_dtype == "float32"
+    )
+    assert (
+        footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="bf16"), minor="0.30.0").state[0].ssm_dtype
         == "bfloat16"
+    )
     assert footprint("kimi-linear-48b-a3b", minor="0.30.0").state[0].ssm_dtype == "float32"
     with pytest.raises(PlanError, match="KDA recurrent state supports only auto, float32, and bfloat16"):
         footprint("kimi-linear-48b-a3b", dtypes=DtypeChoice(ssm="fp16"), minor="0.30.0")
@@ -355,10 +371,19 @@ def test_dtype_overrides():
 
 
 def test_transformers5_spellings_are_accepted():
-    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 1536, "num_attention_heads": 12,
-           "num_key_value_heads": 4, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128,
-           "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2,
-           "layer_types": ["linear_attention", "full_attention", "mamba", "attention"]}
+    cfg = {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "hidden_size": 1536,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+        "mamba_n_heads": 48,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "layer_types": ["linear_attention", "full_attention", "mamba", "attention"],
+    }
     s = spec_from_config(cfg, name="granite")
     assert s.layer_counts["mamba2"] == 2 and s.layer_counts["attention"] == 2
     # Granite-4.0-H-tiny style: 12 heads cannot be split 8 ways (docs/engines.md §1)
@@ -367,32 +392,67 @@ def test_transformers5_spellings_are_accepted():
 
 
 def test_zamba2_missing_heads_takes_the_class_default_and_says_so():
-    cfg = {"architectures": ["Zamba2ForCausalLM"], "hidden_size": 3584, "num_attention_heads": 32,
-           "layers_block_type": ["mamba", "hybrid"]}
+    cfg = {
+        "architectures": ["Zamba2ForCausalLM"],
+        "hidden_size": 3584,
+        "num_attention_heads": 32,
+        "layers_block_type": ["mamba", "hybrid"],
+    }
     s = spec_from_config(cfg, name="z")
     assert s.mixers[-1].num_heads == 8  # Zamba2Config.n_mamba_heads default, as vLLM sees it
     assert any("n_mamba_heads" in n for n in s.notes)
 
 
 def test_kimi_linear_and_minimax_and_bamba():
-    kimi = spec_from_config({"architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 8, "hidden_size": 2304,
-                             "num_attention_heads": 32, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-                             "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7], "full_attn_layers": [4, 8],
-                                                    "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}},
-                            name="kimi")
+    kimi = spec_from_config(
+        {
+            "architectures": ["KimiLinearForCausalLM"],
+            "num_hidden_layers": 8,
+            "hidden_size": 2304,
+            "num_attention_heads": 32,
+            "kv_lora_rank": 512,
+            "qk_rope_head_dim": 64,
+            "linear_attn_config": {
+                "kda_layers": [1, 2, 3, 5, 6, 7],
+                "full_attn_layers": [4, 8],
+                "num_heads": 32,
+                "head_dim": 128,
+                "short_conv_kernel_size": 4,
+            },
+        },
+        name="kimi",
+    )
     assert kimi.layer_counts["kda"] == 6 and kimi.layer_counts["mla"] == 2  # 1-indexed 4 and 8
     fp = footprint(kimi, tp=1, dtypes=DtypeChoice())
     (g,) = fp.state
     # conv = (H·d + 2·Hk·dk) = 3·32·128 = 12288 × (K − 1); SSM (32, 128, 128) kept in fp32
     assert g.conv_shape == (12288, 3) and g.ssm_shape == (32, 128, 128) and g.ssm_dtype == "float32"
-    mm = spec_from_config({"architectures": ["MiniMaxText01ForCausalLM"], "hidden_size": 6144,
-                           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-                           "attn_type_list": [0, 0, 0, 1]}, name="mm")
+    mm = spec_from_config(
+        {
+            "architectures": ["MiniMaxText01ForCausalLM"],
+            "hidden_size": 6144,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "attn_type_list": [0, 0, 0, 1],
+        },
+        name="mm",
+    )
     fp = footprint(mm, tp=1, dtypes=DtypeChoice())
     assert fp.state[0].conv_shape is None and fp.state[0].ssm_shape == (64, 128, 128)
-    bamba = spec_from_config({"architectures": ["BambaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 4096,
-                              "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 128,
-                              "mamba_d_state": 128, "attn_layer_indices": [2]}, name="bamba")
+    bamba = spec_from_config(
+        {
+            "architectures": ["BambaForCausalLM"],
+            "num_hidden_layers": 4,
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "mamba_n_heads": 128,
+            "mamba_d_state": 128,
+            "attn_layer_indices": [2],
+        },
+        name="bamba",
+    )
     assert bamba.layer_counts == {"mamba2": 3, "attention": 1, "mlp": 4}
     assert bamba.mixers[0].head_dim == 64  # "auto": 2·4096 / 128
 
@@ -401,14 +461,50 @@ def test_kimi_linear_and_minimax_and_bamba():
 # LFM2-8B-A1B (MoE) config") writes them, with the class defaults of Lfm2MoeConfig for dtype and tied embeddings
 # (transformers 5.12 models/lfm2_moe/configuration_lfm2_moe.py); no full config.json was found to ship
 LFM2_8B_A1B = {
-    "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe", "vocab_size": 65536, "hidden_size": 2048,
-    "intermediate_size": 7168, "moe_intermediate_size": 1792, "num_hidden_layers": 24, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "max_position_embeddings": 128000, "conv_bias": False, "conv_L_cache": 3,
-    "num_dense_layers": 2, "num_experts": 32, "num_experts_per_tok": 4, "use_expert_bias": True,
-    "dtype": "bfloat16", "tie_word_embeddings": True,
-    "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv",
-                    "conv", "full_attention", "conv", "conv", "conv", "full_attention", "conv", "conv", "conv",
-                    "full_attention", "conv", "conv", "full_attention", "conv", "conv"],
+    "architectures": ["Lfm2MoeForCausalLM"],
+    "model_type": "lfm2_moe",
+    "vocab_size": 65536,
+    "hidden_size": 2048,
+    "intermediate_size": 7168,
+    "moe_intermediate_size": 1792,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 128000,
+    "conv_bias": False,
+    "conv_L_cache": 3,
+    "num_dense_layers": 2,
+    "num_experts": 32,
+    "num_experts_per_tok": 4,
+    "use_expert_bias": True,
+    "dtype": "bfloat16",
+    "tie_word_embeddings": True,
+    "layer_types": [
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+        "full_attention",
+        "conv",
+        "conv",
+    ],
 }
 
 
@@ -435,8 +531,9 @@ def test_lfm2_moe_reads_what_the_engines_read():
     # conv_dim and head_dim are not read (the convs are hidden_size wide, the heads hidden / heads)
     base = spec_from_config(LFM2_8B_A1B, name="a")
     assert spec_from_config({**LFM2_8B_A1B, "conv_dim": 1024, "head_dim": 128}, name="b").mixers == base.mixers
-    assert spec_from_config({k: v for k, v in LFM2_8B_A1B.items() if k != "architectures"}, name="c").mixers \
-        == base.mixers  # model_type lfm2_moe alone
+    assert (
+        spec_from_config({k: v for k, v in LFM2_8B_A1B.items() if k != "architectures"}, name="c").mixers == base.mixers
+    )  # model_type lfm2_moe alone
     # a layer is attention only where layer_types says "full_attention" (vLLM builds a short conv otherwise)
     with pytest.raises(PlanError, match="unknown layer type 'attention'"):
         spec_from_config({**LFM2_8B_A1B, "layer_types": ["attention"] + LFM2_8B_A1B["layer_types"][1:]}, name="d")
@@ -466,8 +563,13 @@ def test_zamba2_transformers5_spelling():
 
 def test_native_zamba2_layer_mapping(configs):
     # Zyphra's own format names the layers 'm' / 'g'; 9 shared-block layers among 54
-    s = spec_from_config({**json.loads((configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json")
-                                       .read_text()), "architectures": ["Zamba2ForCausalLM"]}, name="z27")
+    s = spec_from_config(
+        {
+            **json.loads((configs / "Zyphra__Zamba2-2.7B.native-megatron-format.json").read_text()),
+            "architectures": ["Zamba2ForCausalLM"],
+        },
+        name="z27",
+    )
     assert s.layer_counts["mamba2"] == 54 and s.layer_counts["attention"] == 9
 
 
@@ -480,6 +582,9 @@ def test_layer_list_that_does_not_match_the_layer_count_is_refused():
 
 def test_missing_mamba_d_ssm_is_named_as_the_class_default():
     cfg = json.loads((CONFIGS / "tiiuae__Falcon-H1-0.5B-Base.from-python-dict.json").read_text())
-    with pytest.raises(PlanError, match="no mamba_d_ssm, and FalconH1Config's default inner width, 1024, is not "
-                                        r"heads·head_dim = 24·64 = 1536"):
+    with pytest.raises(
+        PlanError,
+        match="no mamba_d_ssm, and FalconH1Config's default inner width, 1024, is not "
+        r"heads·head_dim = 24·64 = 1536",
+    ):
         spec_from_config(cfg, name="f")

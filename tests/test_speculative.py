@@ -33,10 +33,19 @@ GiB = 1 << 30
 
 def _draft(tmp_path, layers: int, kv_heads: int, head_dim: int, arch: str = "DFlashDraftModel") -> str:
     """A Qwen3-layer draft's config.json (the fields vLLM's qwen3_dflash.py reads for its attention)."""
-    cfg = {"architectures": [arch], "model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": layers,
-           "num_attention_heads": 32, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-           "intermediate_size": 17408, "vocab_size": 248320, "max_position_embeddings": 262144,
-           "torch_dtype": "bfloat16"}
+    cfg = {
+        "architectures": [arch],
+        "model_type": "qwen3",
+        "hidden_size": 5120,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": 17408,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return str(tmp_path)
 
@@ -44,13 +53,21 @@ def _draft(tmp_path, layers: int, kv_heads: int, head_dim: int, arch: str = "DFl
 # --- vLLM: the method per release --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method,version,accepted", [
-    ("dflash", "0.19.1", False), ("dflash", "0.20.0", True),          # DFlashModelTypes enter in 0.20.0
-    ("mtp", "0.10.2", False), ("mtp", "0.11.0", True),                # the generic name from 0.11.0
-    ("qwen3_5_mtp", "0.16.0", False), ("qwen3_5_mtp", "0.17.0", True),
-    ("medusa", "0.32.0", True), ("medusa", "0.33.0", False),          # 0.33.0 drops medusa and mlp_speculator
-    ("eagle3", "0.10.0", True), ("nonsense", "0.33.0", False),
-])
+@pytest.mark.parametrize(
+    "method,version,accepted",
+    [
+        ("dflash", "0.19.1", False),
+        ("dflash", "0.20.0", True),  # DFlashModelTypes enter in 0.20.0
+        ("mtp", "0.10.2", False),
+        ("mtp", "0.11.0", True),  # the generic name from 0.11.0
+        ("qwen3_5_mtp", "0.16.0", False),
+        ("qwen3_5_mtp", "0.17.0", True),
+        ("medusa", "0.32.0", True),
+        ("medusa", "0.33.0", False),  # 0.33.0 drops medusa and mlp_speculator
+        ("eagle3", "0.10.0", True),
+        ("nonsense", "0.33.0", False),
+    ],
+)
 def test_vllm_method_by_release(method, version, accepted):
     target = load_model("qwen3.5-27b")
     cfg = {"method": method, "num_speculative_tokens": 2}
@@ -71,13 +88,16 @@ def test_vllm_mtp_names_become_mtp_from_0_11():
     assert speculative_from_vllm(cfg, target, "0.11.0").method == "mtp"
 
 
-@pytest.mark.parametrize("text,message", [
-    ('{"method": "mtp", ', "is not valid JSON"),
-    ('["mtp"]', "must be a JSON object"),
-    ('{"method": "eagle", "num_speculative_tokens": 3}', "without speculative model"),
-    ('{"method": "mtp", "num_speculative_tokens": 0}', "must be a positive integer"),
-    ('{"model": "[ngram]"}', "ngram needs num_speculative_tokens"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"method": "mtp", ', "is not valid JSON"),
+        ('["mtp"]', "must be a JSON object"),
+        ('{"method": "eagle", "num_speculative_tokens": 3}', "without speculative model"),
+        ('{"method": "mtp", "num_speculative_tokens": 0}', "must be a positive integer"),
+        ('{"model": "[ngram]"}', "ngram needs num_speculative_tokens"),
+    ],
+)
 def test_vllm_bad_config(text, message):
     with pytest.raises(PlanError, match=message):
         speculative_from_vllm(text, load_model("qwen3.5-27b"))
@@ -122,8 +142,15 @@ def test_mtp_tokens_default_to_the_layers():
 
 
 def _scenario(target, sp, ctx, tp, dtype, version, kv=None):
-    return Scenario(spec=target, ctx=ctx, tp=tp, dtypes=DtypeChoice(dtype=dtype, kv=kv), spec_tokens=sp.num_tokens,
-                    speculative=sp, vllm=VllmSettings(release=release(version)))
+    return Scenario(
+        spec=target,
+        ctx=ctx,
+        tp=tp,
+        dtypes=DtypeChoice(dtype=dtype, kv=kv),
+        spec_tokens=sp.num_tokens,
+        speculative=sp,
+        vllm=VllmSettings(release=release(version)),
+    )
 
 
 def test_mtp_layer_joins_the_attention_bucket():
@@ -149,8 +176,9 @@ def test_dflash_draft_gets_buckets_of_its_own_on_a_real_log(tmp_path):
     # 200,769. Without the draft's layers the same budget gives 4 groups of 16: 407 blocks over 246 + 3·7 = 267
     # pages a request → int(1.524…·200,000) = 304,868, the figure hybridplan printed before
     target = load_model("qwen3.6-27b")
-    sp = speculative_from_vllm({"method": "dflash", "model": _draft(tmp_path, 5, 8, 128), "num_speculative_tokens": 5},
-                               target, "0.20.2")
+    sp = speculative_from_vllm(
+        {"method": "dflash", "model": _draft(tmp_path, 5, 8, 128), "num_speculative_tokens": 5}, target, "0.20.2"
+    )
     sc = _scenario(target, sp, 200_000, 2, "bfloat16", "0.20.2")
     lo, hi = int((10.16 - 0.005) * GiB), int((10.16 + 0.005) * GiB)
     per_block = capacity(sc, "align", GiB).bytes_per_block
@@ -170,8 +198,9 @@ def test_draft_padding_lines_of_issue_46462(tmp_path):
     # layers, may waste at most 6.67%" and "Add 6 padding layers, may waste at most 60.00%": buckets 10 attention,
     # 30 GDN and an 8-layer draft of its own spec → group size 8: 30 → 32 (2/30) and 10 → 16 (6/10)
     target = load_model("qwen3.6-35b-a3b")
-    sp = speculative_from_vllm({"method": "dflash", "model": _draft(tmp_path, 8, 4, 128), "num_speculative_tokens": 6},
-                               target, "0.20.2")
+    sp = speculative_from_vllm(
+        {"method": "dflash", "model": _draft(tmp_path, 8, 4, 128), "num_speculative_tokens": 6}, target, "0.20.2"
+    )
     cap = capacity(_scenario(target, sp, 8192, 1, "bfloat16", "0.20.2"), "align", 10 * GiB)
     assert sorted(cap.padding_layers) == sorted([(6, 60.0), (2, 100 * 2 / 30)])
 
@@ -199,8 +228,15 @@ def test_smaller_draft_page_grows_its_block(tmp_path):
     # a draft of 1 KV head of 128 at TP 1 (512 B a token) beside Qwen3.6-35B-A3B's 2,048 B: its page at the
     # target's block is a quarter of the common page, so its block grows 4× (unify_kv_cache_spec_page_size)
     target = load_model("qwen3.6-35b-a3b")
-    sp = speculative_from_vllm({"method": "eagle3", "model": _draft(tmp_path, 1, 1, 128, "LlamaForCausalLMEagle3"),
-                                "num_speculative_tokens": 3}, target, "0.24.0")
+    sp = speculative_from_vllm(
+        {
+            "method": "eagle3",
+            "model": _draft(tmp_path, 1, 1, 128, "LlamaForCausalLMEagle3"),
+            "num_speculative_tokens": 3,
+        },
+        target,
+        "0.24.0",
+    )
     sc = _scenario(target, sp, 8192, 1, "bfloat16", "0.24.0")
     lay = layout(sc, "align")
     draft = [b for b in buckets(sc, lay)[0] if b.draft]
@@ -243,14 +279,22 @@ def _sglang_fit(version: str, model: str, *, path: bool, budget: int = 40 * GiB)
     target = load_model(model)
     flags = SglangFlags("NEXTN", draft=target.source if path else None, num_steps=3, eagle_topk=1)
     sp = replace(speculative_from_sglang(flags, target, version), num_tokens=3)  # the steps, as build.py counts
-    sc = Scenario(spec=target, ctx=8192, spec_tokens=3, speculative=sp, engine="sglang",
-                  sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=48),
-                  budget=Budget(kv_budget=budget))
+    sc = Scenario(
+        spec=target,
+        ctx=8192,
+        spec_tokens=3,
+        speculative=sp,
+        engine="sglang",
+        sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=48),
+        budget=Budget(kv_budget=budget),
+    )
     return sc, fit(sc)
 
 
-@pytest.mark.parametrize("version,path,priced", [("0.5.13", True, False), ("0.5.14", True, True),
-                                                 ("0.5.14", False, False), ("0.5.23", False, False)])
+@pytest.mark.parametrize(
+    "version,path,priced",
+    [("0.5.13", True, False), ("0.5.14", True, True), ("0.5.14", False, False), ("0.5.23", False, False)],
+)
 def test_sglang_says_what_the_draft_kv_takes(version, path, priced):
     # EAGLE's draft KV enters the target's cell from 0.5.14 only with --speculative-draft-model-path
     # (model_runner.py 0.5.14 / model_runner_components/spec_aux_hidden_state.py: ``eagle_draft_num_layers`` is
@@ -261,19 +305,26 @@ def test_sglang_says_what_the_draft_kv_takes(version, path, priced):
     assert ("into the target's KV cell" in notes) is priced and ("outside the split" in notes) is not priced
 
 
-@pytest.mark.parametrize("model,version,cell", [
-    # Qwen3.5-27B: 16 full-attention layers × 4 KV heads × (256 + 256) × 2 bytes = 65,536 bytes a token
-    # (pool_configurator.py ``_compute_cell_size``). The draft-mode config (configs/model_config.py
-    # ``_config_draft_model``) sets num_nextn_predict_layers = 1 on hf_config only until 0.5.17; SGLang reads the
-    # text config, so n = max(num_hidden_layers, num_attention_layers) = 64 and the cell is
-    # int(65,536 · (1 + 64/16)) = 327,680; from 0.5.18 the text config gets 1 too: int(65,536 · 17/16) = 69,632
-    ("qwen3.5-27b", "0.5.13", 65536), ("qwen3.5-27b", "0.5.14", 327680), ("qwen3.5-27b", "0.5.17", 327680),
-    ("qwen3.5-27b", "0.5.18", 69632),
-    # 0.5.22 on: c + int(c·n/L) = 65,536 + 4,096 (pool_configurator.py, ``draft_kv_size``)
-    ("qwen3.5-27b", "0.5.23", 69632),
-    # Qwen3-Next-80B-A3B: 12 full-attention layers × 2 KV heads × 512 × 2 bytes = 24,576; hf_config is the text
-    # config, n = 1 from 0.5.14: int(24,576 · 13/12) = 26,624
-    ("qwen3-next-80b-a3b", "0.5.14", 26624), ("qwen3-next-80b-a3b", "0.5.23", 26624)])
+@pytest.mark.parametrize(
+    "model,version,cell",
+    [
+        # Qwen3.5-27B: 16 full-attention layers × 4 KV heads × (256 + 256) × 2 bytes = 65,536 bytes a token
+        # (pool_configurator.py ``_compute_cell_size``). The draft-mode config (configs/model_config.py
+        # ``_config_draft_model``) sets num_nextn_predict_layers = 1 on hf_config only until 0.5.17; SGLang reads the
+        # text config, so n = max(num_hidden_layers, num_attention_layers) = 64 and the cell is
+        # int(65,536 · (1 + 64/16)) = 327,680; from 0.5.18 the text config gets 1 too: int(65,536 · 17/16) = 69,632
+        ("qwen3.5-27b", "0.5.13", 65536),
+        ("qwen3.5-27b", "0.5.14", 327680),
+        ("qwen3.5-27b", "0.5.17", 327680),
+        ("qwen3.5-27b", "0.5.18", 69632),
+        # 0.5.22 on: c + int(c·n/L) = 65,536 + 4,096 (pool_configurator.py, ``draft_kv_size``)
+        ("qwen3.5-27b", "0.5.23", 69632),
+        # Qwen3-Next-80B-A3B: 12 full-attention layers × 2 KV heads × 512 × 2 bytes = 24,576; hf_config is the text
+        # config, n = 1 from 0.5.14: int(24,576 · 13/12) = 26,624
+        ("qwen3-next-80b-a3b", "0.5.14", 26624),
+        ("qwen3-next-80b-a3b", "0.5.23", 26624),
+    ],
+)
 def test_sglang_eagle_draft_in_the_cell(model, version, cell):
     from hybridplan.engines.sglang.pool import footprint, kv_cell
 
@@ -292,8 +343,9 @@ def test_sglang_eagle_draft_tokens_at_0_5_18():
     assert (with_path.kv_bytes, without.kv_bytes) == (5128519680, 5128519680)
     assert (with_path.kv_tokens, without.kv_tokens) == (73651, 78255)
     # the "KV Cache is allocated" line stays the target's pool: (T + page) · 65,536 / 2 per K and V
-    assert with_path.kv_log == ("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 73651, K size: 2.25 GB, "
-                                "V size: 2.25 GB")
+    assert with_path.kv_log == (
+        "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 73651, K size: 2.25 GB, V size: 2.25 GB"
+    )
 
 
 def test_sglang_log_settings_become_the_scenario_speculative():
@@ -304,8 +356,12 @@ def test_sglang_log_settings_become_the_scenario_speculative():
     from hybridplan.engines.sglang.releases import release as sglang_release
 
     s = Settings("sglang")
-    for name, value in (("speculative_algorithm", "NEXTN"), ("speculative_num_steps", 3),
-                        ("speculative_eagle_topk", 1), ("speculative_num_draft_tokens", 4)):
+    for name, value in (
+        ("speculative_algorithm", "NEXTN"),
+        ("speculative_num_steps", 3),
+        ("speculative_eagle_topk", 1),
+        ("speculative_num_draft_tokens", 4),
+    ):
         s.put(name, value, "line 1")
     notes: list[str] = []
     sp = _speculative(s, load_model("qwen3.5-27b"), sglang_release("0.5.18"), notes)
@@ -323,24 +379,38 @@ def _dflash_fit(tmp_path, version: str, kv: str | None = None):
     from hybridplan.scenario import Budget
 
     target = load_model("qwen3.6-27b")
-    sp = speculative_from_sglang(SglangFlags("DFLASH", draft=_draft(tmp_path, 5, 1, 128), num_draft_tokens=4),
-                                 target, version)
+    sp = speculative_from_sglang(
+        SglangFlags("DFLASH", draft=_draft(tmp_path, 5, 1, 128), num_draft_tokens=4), target, version
+    )
     sp = replace(sp, num_tokens=3)
-    sc = Scenario(spec=target, ctx=8192, spec_tokens=3, speculative=sp, engine="sglang", dtypes=DtypeChoice(kv=kv),
-                  sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=16),
-                  budget=Budget(kv_budget=40 * GiB))
+    sc = Scenario(
+        spec=target,
+        ctx=8192,
+        spec_tokens=3,
+        speculative=sp,
+        engine="sglang",
+        dtypes=DtypeChoice(kv=kv),
+        sglang=SglangSettings(release=sglang_release(version), radix="off", max_running_requests=16),
+        budget=Budget(kv_budget=40 * GiB),
+    )
     return kv_cell(sc.sglang.release, sc, footprint(sc)), fit(sc)
 
 
-@pytest.mark.parametrize("version,kv,cell", [
-    # Qwen3.6-27B's cell: 16 full-attention layers × 4 KV heads × 512 × 2 bytes = 65,536. The draft: 5 layers of
-    # 1 KV head of 128. 0.5.11–0.5.17 scale by layer count (speculative/dflash_utils.py
-    # ``scale_kv_cell_size_per_token_for_dflash``): ⌈65,536 · (16 + 5) / 16⌉ = 86,016
-    ("0.5.11", None, 86016), ("0.5.17", None, 86016),
-    # 0.5.18 on add the draft's own cell (``dflash_draft_cell_size_per_token``): 1 · (128 + 128) · 5 · 2 = 2,560
-    ("0.5.18", None, 68096), ("0.5.23", None, 68096),
-    # --kv-cache-dtype fp8_e4m3 is the draft pool's dtype too (configure_kv_cache_dtype): 32,768 + 1,280
-    ("0.5.18", "fp8_e4m3", 34048)])
+@pytest.mark.parametrize(
+    "version,kv,cell",
+    [
+        # Qwen3.6-27B's cell: 16 full-attention layers × 4 KV heads × 512 × 2 bytes = 65,536. The draft: 5 layers of
+        # 1 KV head of 128. 0.5.11–0.5.17 scale by layer count (speculative/dflash_utils.py
+        # ``scale_kv_cell_size_per_token_for_dflash``): ⌈65,536 · (16 + 5) / 16⌉ = 86,016
+        ("0.5.11", None, 86016),
+        ("0.5.17", None, 86016),
+        # 0.5.18 on add the draft's own cell (``dflash_draft_cell_size_per_token``): 1 · (128 + 128) · 5 · 2 = 2,560
+        ("0.5.18", None, 68096),
+        ("0.5.23", None, 68096),
+        # --kv-cache-dtype fp8_e4m3 is the draft pool's dtype too (configure_kv_cache_dtype): 32,768 + 1,280
+        ("0.5.18", "fp8_e4m3", 34048),
+    ],
+)
 def test_sglang_dflash_draft_in_the_cell(tmp_path, version, kv, cell):
     got, f = _dflash_fit(tmp_path, version, kv)
     assert got == cell

@@ -130,8 +130,7 @@ def test_kind_time_bounds():
     kt = kind_time(Work("mlp", 1, weight_bytes=1e9, flops=1e15), g, eff, "bf16", graphs=True)
     assert kt.seconds == pytest.approx(1e15 / 494.5e12) and kt.bound == "FLOPs"
     # fp8 weights run at the fp8 peak (1,979 TFLOP/s)
-    assert kind_time(Work("mlp", 1, flops=1e15), g, eff, "fp8", graphs=True).seconds == pytest.approx(
-        1e15 / 989.5e12)
+    assert kind_time(Work("mlp", 1, flops=1e15), g, eff, "fp8", graphs=True).seconds == pytest.approx(1e15 / 989.5e12)
     # ten kernels at a 3 µs floor and nothing else to do
     kt = kind_time(Work("mlp", 1, kernels=10), g, replace(eff, kernel_floor_eager_us=3.0), "bf16", graphs=False)
     assert kt.seconds == pytest.approx(30e-6) and kt.bound == "launch overhead"
@@ -172,8 +171,9 @@ def test_running_cap_is_fits():
     from hybridplan import engines
 
     g = gpu("h200")
-    sc = Scenario(spec=load_model("qwen3.6-35b-a3b"), ctx=9216, engine="sglang",
-                  budget=Budget(gpu_mem=g.total, gpu=g.key))
+    sc = Scenario(
+        spec=load_model("qwen3.6-35b-a3b"), ctx=9216, engine="sglang", budget=Budget(gpu_mem=g.total, gpu=g.key)
+    )
     cap = engines.get("sglang").fit(sc).to_dict()["max_running_requests"]
     assert running_cap(sc, Workload(8192, 1024, 100_000))[0] == cap
 
@@ -215,15 +215,35 @@ def test_fixtures_each_predicted():
     from hybridplan.speed.model import FITTED_ON
 
     assert all(not json.loads((validation.DATA / f).read_text()).get("hybrid") for f in FITTED_ON)
-    assert step_time(decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=10), 1, 10),
-                     datasheet("h100"), DEFAULT).seconds > 0
+    assert (
+        step_time(
+            decode_step(Scenario(spec=load_model("llama-3.1-8b"), ctx=10), 1, 10), datasheet("h100"), DEFAULT
+        ).seconds
+        > 0
+    )
 
 
 def test_speed_command(capsys):
     from hybridplan.cli import main
 
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
-                 "--concurrency", "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--input",
+                "1024",
+                "--output",
+                "128",
+                "--concurrency",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert {"output_tok_s", "mean_ttft_ms", "mean_tpot_ms"} <= set(d["bench"])
     assert [row["batch"] for row in d["decode"]] == [1, 2, 4, 8]
@@ -248,13 +268,19 @@ def _fake_profile() -> dict:
     """A profile report's dict (``hybridplan profile --json``) from a fake CUDA device: copy at 3.0 TB/s; a
     decode row of 24 layers moving 3 GB in 1 ms + 24 × 5 µs; the decode at 1.5 TB/s; an 8,192-token prefill in
     0.1 s at 200 TFLOP/s."""
-    return {"model": "nemotron-h-8b", "tokens": 8192,
-            "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "copy": {"bandwidth_bytes_per_s": 3.0e12}},
-            "decode": {"measured": {"bandwidth_bytes_per_s": 1.5e12},
-                       "rows": [{"layers": 24, "predicted": {"bytes": 3.0e9},
-                                 "measured": {"seconds": 1e-3 + 24 * 5e-6}},
-                                {"layers": 4, "predicted": {"bytes": None}, "measured": {"seconds": None}}]},
-            "prefill": {"measured": {"seconds": 0.1, "tflop_per_s": 200.0}}}
+    return {
+        "model": "nemotron-h-8b",
+        "tokens": 8192,
+        "device": {"name": "NVIDIA H100 80GB HBM3", "backend": "cuda", "copy": {"bandwidth_bytes_per_s": 3.0e12}},
+        "decode": {
+            "measured": {"bandwidth_bytes_per_s": 1.5e12},
+            "rows": [
+                {"layers": 24, "predicted": {"bytes": 3.0e9}, "measured": {"seconds": 1e-3 + 24 * 5e-6}},
+                {"layers": 4, "predicted": {"bytes": None}, "measured": {"seconds": None}},
+            ],
+        },
+        "prefill": {"measured": {"seconds": 0.1, "tflop_per_s": 200.0}},
+    }
 
 
 def test_calibration_from_a_profile(tmp_path):
@@ -271,8 +297,13 @@ def test_calibration_from_a_profile(tmp_path):
     assert eff.state_hbm == pytest.approx(3.0e12 / 3.35e12) and eff.scan == pytest.approx(200 / 989)
     assert eff.hbm == DEFAULT.hbm and eff.kernel_floor_graph_us == pytest.approx(5.0)
     # state traffic at the copy bandwidth, weights at the fitted one
-    kt = kind_time(Work("mamba2", 1, weight_bytes=1e9, state_bytes=1e9), datasheet("h100"),
-                   replace(eff, kernel_floor_graph_us=0.0), "bf16", graphs=True)
+    kt = kind_time(
+        Work("mamba2", 1, weight_bytes=1e9, state_bytes=1e9),
+        datasheet("h100"),
+        replace(eff, kernel_floor_graph_us=0.0),
+        "bf16",
+        graphs=True,
+    )
     assert kt.seconds == pytest.approx(1e9 / 3.0e12 + 1e9 / (3.35e12 * DEFAULT.hbm))
     path = tmp_path / "cal.json"
     save(cal, path)
@@ -296,9 +327,16 @@ def test_the_calibrated_step_is_the_profiles_own(tmp_path):
     rep = _fake_profile()
     rep["decode"]["rows"] = [
         {"kind": "mamba2", "layers": 24, "predicted": {"bytes": 3.0e9}, "measured": {"seconds": 1e-3 + 24 * 5e-6}},
-        {"kind": "mamba2", "layers": 24, "predicted": {"bytes": 1.5e9}, "measured": {"seconds": 5e-4 + 24 * 7e-6}}]
-    rep["prefill"]["rows"] = [{"kind": "mamba2", "layers": 24, "predicted": {"bytes": 1e6, "flops": 1e14},
-                               "measured": {"seconds": 0.5 + 24 * 6e-6}}]
+        {"kind": "mamba2", "layers": 24, "predicted": {"bytes": 1.5e9}, "measured": {"seconds": 5e-4 + 24 * 7e-6}},
+    ]
+    rep["prefill"]["rows"] = [
+        {
+            "kind": "mamba2",
+            "layers": 24,
+            "predicted": {"bytes": 1e6, "flops": 1e14},
+            "measured": {"seconds": 0.5 + 24 * 6e-6},
+        }
+    ]
     cal = from_profile(rep)
     assert cal.launch_us == pytest.approx(6.0) and cal.scan_tflops == pytest.approx(200.0)
     dec, pre = check_profile(rep, cal, datasheet("h100"))
@@ -312,8 +350,26 @@ def test_speed_command_calibration(tmp_path, capsys):
 
     path = tmp_path / "cal.json"
     save(from_profile(_fake_profile()), path)
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
-                 "--concurrency", "4", "--calibration", str(path), "--json"]) == 0
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--input",
+                "1024",
+                "--output",
+                "128",
+                "--concurrency",
+                "4",
+                "--calibration",
+                str(path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["efficiency"]["state_hbm"] == pytest.approx(3.0e12 / 3.35e12)  # the copy's, with 5 µs a launch
     assert d["efficiency"]["kernel_floor_graph_us"] == pytest.approx(5.0)
@@ -367,15 +423,18 @@ def test_pipeline_rate_is_the_slowest_stage_or_the_round():
     # async scheduling off with pipeline parallelism, vllm/config/vllm.py)
     graphs, overlap = decode_mode(sc, m)
     assert graphs and not overlap
-    times = [step_time(stage_step(whole, sc.spec, st.spec, st.last), g, tp=2, graphs=graphs, overlap=overlap).seconds
-             for st in pipeline(sc)]
+    times = [
+        step_time(stage_step(whole, sc.spec, st.spec, st.last), g, tp=2, graphs=graphs, overlap=overlap).seconds
+        for st in pipeline(sc)
+    ]
     assert r.tokens_per_s == pytest.approx(min(4 * m / sum(times), m / max(times)))
     assert r.round_s == pytest.approx(sum(times)) and r.gpus == 8
     one = _layout_sc("qwen3.5-27b", tp=2)
     graphs, overlap = decode_mode(one, 16)  # PP 1: async scheduling overlaps the host with the GPU's step
     assert graphs and overlap
     assert decode_rate(one, g, 16, 32000).tokens_per_s == pytest.approx(
-        16 / step_time(decode_step(one, 16, 32000), g, tp=2, graphs=graphs, overlap=overlap).seconds)
+        16 / step_time(decode_step(one, 16, 32000), g, tp=2, graphs=graphs, overlap=overlap).seconds
+    )
 
 
 def test_vllm_data_parallel_reads_the_moe_across_its_ranks():
@@ -399,8 +458,7 @@ def test_sglang_dp_attention_is_not_priced_and_says_why():
     from hybridplan.engines.sglang.settings import SglangSettings
     from hybridplan.speed.layout import decode_rate
 
-    sc = replace(_layout_sc("qwen3.5-35b-a3b", tp=4, dp=4, dp_attention=True), engine="sglang",
-                 sglang=SglangSettings())
+    sc = replace(_layout_sc("qwen3.5-35b-a3b", tp=4, dp=4, dp_attention=True), engine="sglang", sglang=SglangSettings())
     r = decode_rate(sc, datasheet("h100"), 8, 32000)
     assert r.tokens_per_s is None and r.gpus == 4 and "DP attention" in r.why
 
@@ -474,6 +532,7 @@ def test_grouped_gemm_term_fitted_on_attention_moe_alone():
 
 
 # --- running requests are never more than the workload's prompts --------------------------------------------
+
 
 def test_concurrency_past_the_prompts_waits_no_more_than_the_prompts():
     # vllm bench serve sends each of its --num-prompts once (1,000 by default, vllm/benchmarks/serve.py), so with

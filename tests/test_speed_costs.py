@@ -35,8 +35,9 @@ from hybridplan.speed.work import SAMPLING, Step, Work, decode_step, vocab_size
 
 
 def _sc(model: str, gpu_key: str = "h100", engine: str = "vllm", **kw) -> Scenario:
-    return Scenario(spec=load_model(model), ctx=4096, engine=engine, budget=Budget(gpu_mem=gpu(gpu_key).total,
-                    gpu=gpu_key), **kw)
+    return Scenario(
+        spec=load_model(model), ctx=4096, engine=engine, budget=Budget(gpu_mem=gpu(gpu_key).total, gpu=gpu_key), **kw
+    )
 
 
 def test_kernels_per_block_are_the_named_kernels_times_the_layers():
@@ -148,11 +149,29 @@ def test_the_draft_pass_is_one_block_and_the_head():
 
 
 def test_ranges_fall_back_to_the_pooled_cell(monkeypatch):
-    fake = {"ranges": [
-        {"set": "hybrid", "figure": "TPOT", "regime": "concurrency 1", "rows": 3, "p10": 0.5, "median": 1, "p90": 2},
-        {"set": "hybrid", "figure": "TPOT", "regime": "all", "rows": 20, "p10": 0.8, "median": 1, "p90": 1.3},
-        {"set": "hybrid", "figure": "TTFT", "regime": "mid (2-127)", "rows": 9, "p10": 0.9, "median": 1,
-         "p90": 1.1}]}
+    fake = {
+        "ranges": [
+            {
+                "set": "hybrid",
+                "figure": "TPOT",
+                "regime": "concurrency 1",
+                "rows": 3,
+                "p10": 0.5,
+                "median": 1,
+                "p90": 2,
+            },
+            {"set": "hybrid", "figure": "TPOT", "regime": "all", "rows": 20, "p10": 0.8, "median": 1, "p90": 1.3},
+            {
+                "set": "hybrid",
+                "figure": "TTFT",
+                "regime": "mid (2-127)",
+                "rows": 9,
+                "p10": 0.9,
+                "median": 1,
+                "p90": 1.1,
+            },
+        ]
+    }
     monkeypatch.setattr(ranges, "table", lambda: fake)
     r = ranges.lookup(True, "TPOT", 1)  # 3 rows < MIN_ROWS: the set's cell over every regime
     assert r.pooled and (r.p10, r.p90, r.rows) == (0.8, 1.3, 20)
@@ -175,8 +194,24 @@ def test_the_shipped_ranges_file_names_its_command():
 def test_speed_json_carries_the_range_beside_each_figure(capsys):
     from hybridplan.cli import main
 
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
-                 "--concurrency", "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--input",
+                "1024",
+                "--output",
+                "128",
+                "--concurrency",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["schema_version"] == 3
     for key in ("output_tok_s", "mean_ttft_ms", "mean_tpot_ms"):
@@ -201,7 +236,8 @@ def test_each_recurrent_kernel_at_its_own_fraction():
     # a profile's calibration (state_hbm) wins over the fitted per-architecture fraction
     cal = replace(eff, state_hbm=0.6)
     assert kind_time(Work("gdn", 1, state_bytes=48e6), g, cal, "bf16", True).seconds == pytest.approx(
-        48e6 / (4800e9 * 0.6))
+        48e6 / (4800e9 * 0.6)
+    )
 
 
 def test_plan_prints_and_carries_the_range(capsys):

@@ -41,20 +41,23 @@ def offline_hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
 
 
-@pytest.mark.parametrize("repo_id, base, scheme, bytes_per_param", [
-    # NVIDIA's -FP8 releases are ModelOpt FP8: one byte a weight, per-tensor scales (hybridplan/weights/quant.py)
-    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", "nemotron-3-nano-30b-a3b", "modelopt fp8", 1.0),
-    # Qwen's -FP8 are block-wise fp8: one byte and a float32 scale per 128 × 128 block, 1 + 4 / 16384
-    ("Qwen/Qwen3.6-27B-FP8", "qwen3.6-27b", "fp8 (blocks 128×128)", 1 + 4 / 16384),
-    # NVFP4: half a byte and an fp8 scale per 16 weights, 0.5 + 1 / 16
-    ("nvidia/Qwen3.6-35B-A3B-NVFP4", "qwen3.6-35b-a3b", "modelopt nvfp4 (group 16)", 0.5 + 1 / 16),
-    # MXFP4: half a byte and an e8m0 scale per 32, 0.5 + 1 / 32; AMD's name for Meta's model
-    ("amd/Llama-3.3-70B-Instruct-MXFP4-Preview", "llama-3.3-70b-instruct", "mxfp4", 0.5 + 1 / 32),
-    # AWQ int4, group 128 with 4-bit zero points: 0.5 + 2 / 128 + 0.5 / 128
-    ("Qwen/Qwen3-8B-AWQ", "qwen3-8b", "awq int4 (group 128)", 0.5 + 2 / 128 + 0.5 / 128),
-    # GPTQ int4, group 128, symmetric (the Marlin kernels drop the zeros): 0.5 + 2 / 128
-    ("Qwen/Qwen3-8B-GPTQ-Int4", "qwen3-8b", "gptq int4 (group 128)", 0.5 + 2 / 128),
-])
+@pytest.mark.parametrize(
+    "repo_id, base, scheme, bytes_per_param",
+    [
+        # NVIDIA's -FP8 releases are ModelOpt FP8: one byte a weight, per-tensor scales (hybridplan/weights/quant.py)
+        ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8", "nemotron-3-nano-30b-a3b", "modelopt fp8", 1.0),
+        # Qwen's -FP8 are block-wise fp8: one byte and a float32 scale per 128 × 128 block, 1 + 4 / 16384
+        ("Qwen/Qwen3.6-27B-FP8", "qwen3.6-27b", "fp8 (blocks 128×128)", 1 + 4 / 16384),
+        # NVFP4: half a byte and an fp8 scale per 16 weights, 0.5 + 1 / 16
+        ("nvidia/Qwen3.6-35B-A3B-NVFP4", "qwen3.6-35b-a3b", "modelopt nvfp4 (group 16)", 0.5 + 1 / 16),
+        # MXFP4: half a byte and an e8m0 scale per 32, 0.5 + 1 / 32; AMD's name for Meta's model
+        ("amd/Llama-3.3-70B-Instruct-MXFP4-Preview", "llama-3.3-70b-instruct", "mxfp4", 0.5 + 1 / 32),
+        # AWQ int4, group 128 with 4-bit zero points: 0.5 + 2 / 128 + 0.5 / 128
+        ("Qwen/Qwen3-8B-AWQ", "qwen3-8b", "awq int4 (group 128)", 0.5 + 2 / 128 + 0.5 / 128),
+        # GPTQ int4, group 128, symmetric (the Marlin kernels drop the zeros): 0.5 + 2 / 128
+        ("Qwen/Qwen3-8B-GPTQ-Int4", "qwen3-8b", "gptq int4 (group 128)", 0.5 + 2 / 128),
+    ],
+)
 def test_a_quantized_variant_resolves_offline(offline_hub, repo_id, base, scheme, bytes_per_param):
     spec, shipped = load_model(repo_id), load_model(base)
     assert spec.architecture == shipped.architecture and spec.mixers == shipped.mixers and spec.ffn == shipped.ffn
@@ -175,12 +178,39 @@ def test_dataset_lengths_files(tmp_path, capsys):
     (tmp_path / "none.csv").write_text("a,b\n1,2\n")
     with pytest.raises(PlanError, match="line 2 names no prompt and output lengths"):
         read(tmp_path / "none.csv")
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--dataset-lengths", str(tmp_path / "a.jsonl"),
-                 "--input", "100"]) == 2
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--dataset-lengths",
+                str(tmp_path / "a.jsonl"),
+                "--input",
+                "100",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--dataset-lengths" in err
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--dataset-lengths", str(tmp_path / "a.jsonl"),
-                 "--concurrency", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--dataset-lengths",
+                str(tmp_path / "a.jsonl"),
+                "--concurrency",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
 
     d = json.loads(capsys.readouterr().out)
@@ -194,8 +224,26 @@ def test_engine_both_benchmarks_each_engine_at_its_own_batch(capsys):
     from hybridplan.cli import main
 
     # concurrency 1,000 of 1,024 + 128 tokens: each engine runs what its own sizing admits (hybridplan fit)
-    assert main(["speed", "nemotron-h", "--gpu-type", "h100", "--input", "1024", "--output", "128",
-                 "--concurrency", "1000", "--engine", "both", "--json"]) == 0
+    assert (
+        main(
+            [
+                "speed",
+                "nemotron-h",
+                "--gpu-type",
+                "h100",
+                "--input",
+                "1024",
+                "--output",
+                "128",
+                "--concurrency",
+                "1000",
+                "--engine",
+                "both",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert [b["engine"] for b in d["benches"]] == ["vllm", "sglang"]
     sglang = engines.get("sglang").fit(_sc("sglang", ctx=1152)).to_dict()["max_running_requests"]

@@ -135,7 +135,8 @@ def test_allreduce_latency_from_the_published_table():
     assert comm_time(step, datasheet("l40s"), DEFAULT, 2) == pytest.approx(64 * ring)
     # a set latency keeps the ring formula everywhere
     assert comm_time(step, datasheet("h100"), Efficiency(allreduce_us=8.0), 2) == pytest.approx(
-        64 * (8e-6 + 65536 / (450e9 * 0.7)))
+        64 * (8e-6 + 65536 / (450e9 * 0.7))
+    )
 
 
 def test_a_folds_fit_starts_from_the_round_values_not_the_shipped_ones():
@@ -151,10 +152,16 @@ def test_a_folds_fit_starts_from_the_round_values_not_the_shipped_ones():
 def test_ranges_are_the_held_out_ratios_nearest_rank():
     # ten held-out hybrid TPOT rows at concurrency 1, measured / predicted = 0.5, 0.6, …, 1.4: P10 by nearest rank
     # is the 1st (0.5), P90 the 9th (1.3); two reference rows give a cell of 2
-    rows = [validation.Row("f.json", f"r{i}", "bench", "mean_tpot_ms", (0.5 + i / 10) * 10.0, 10.0, True, False,
-                           concurrency=1) for i in range(10)]
-    rows += [validation.Row("g.json", f"s{i}", "bench", "output_tok_s", 100.0, 50.0 * (i + 1), False, False,
-                            concurrency=64) for i in range(2)]
+    rows = [
+        validation.Row(
+            "f.json", f"r{i}", "bench", "mean_tpot_ms", (0.5 + i / 10) * 10.0, 10.0, True, False, concurrency=1
+        )
+        for i in range(10)
+    ]
+    rows += [
+        validation.Row("g.json", f"s{i}", "bench", "output_tok_s", 100.0, 50.0 * (i + 1), False, False, concurrency=64)
+        for i in range(2)
+    ]
     cells = {(c["set"], c["figure"], c["regime"]): c for c in validation.ranges(rows, 5)["ranges"]}
     c = cells[("hybrid", "TPOT", "concurrency 1")]
     assert c["rows"] == 10 and c["p10"] == pytest.approx(0.5) and c["p90"] == pytest.approx(1.3)

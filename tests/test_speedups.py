@@ -17,12 +17,17 @@ pytestmark = pytest.mark.native
 
 C = native("hybridplan.replay._speedups")
 
-KEYS = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 6), st.sampled_from(["sys", "doc", ""]),
-                 st.tuples(st.just("out"), st.integers(0, 3)))
+KEYS = st.one_of(
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.integers(0, 6),
+    st.sampled_from(["sys", "doc", ""]),
+    st.tuples(st.just("out"), st.integers(0, 3)),
+)
 #: runs of a few thousand tokens at most (the unit keys are one a unit), and runs past 2**61 for the chains
 RUNS = st.lists(st.tuples(KEYS, st.sampled_from([0, 1, 7, 512, 530])), max_size=12).map(tuple)
 HUGE_RUNS = st.tuples(RUNS, st.tuples(KEYS, st.sampled_from([(1 << 61) - 1, 1 << 61, (1 << 61) + 5]))).map(
-    lambda x: (*x[0], x[1]))
+    lambda x: (*x[0], x[1])
+)
 
 
 def _python(prompt: Prompt, unit: int, stop: int) -> tuple[list[int], list[int]]:
@@ -94,9 +99,10 @@ def test_token_chains_are_the_python_twins(tokens):
 
 @C
 @settings(max_examples=200, deadline=None)
-@given(ids=st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.booleans(), st.just(1.0)), min_size=1,
-                    max_size=6),
-       tail=st.integers(1, 512))
+@given(
+    ids=st.lists(st.one_of(st.integers(-(1 << 70), 1 << 70), st.booleans(), st.just(1.0)), min_size=1, max_size=6),
+    tail=st.integers(1, 512),
+)
 def test_a_mooncake_lines_runs_are_the_python_twins(ids, tail):
     """``block_runs`` builds a Mooncake line's runs, (id, 512) a hash id and the rest of the prompt last; an id
     that is not exactly an int (a bool, a float) is the same one error line either way."""

@@ -24,8 +24,7 @@ PAGE = 1408 * 2 * 8 * 128 * 2
 
 
 def _capacity(version: str, budget: int):
-    sc = Scenario(load_model("nemotron-nano-9b-v2"), ctx=131072,
-                  vllm=vllm.VllmSettings(release=vllm.release(version)))
+    sc = Scenario(load_model("nemotron-nano-9b-v2"), ctx=131072, vllm=vllm.VllmSettings(release=vllm.release(version)))
     return vllm.capacity(sc, "all", budget)
 
 

@@ -48,18 +48,72 @@ sys.path.pop(0)
 #: a negated switch, a JSON config, a dtype, parallelism)
 CASES = (
     ("nemotron-h", ["nemotron-h", "--ctx", "8192", "--kv-budget", "40GiB"]),
-    ("qwen3-next-tp4-fp8", ["qwen3-next", "--tp", "4", "--ctx", "32768", "--kv-budget", "60GiB", "--kv-dtype", "fp8",
-                            "--max-num-seqs", "64"]),
-    ("qwen3.5-mtp-align", ["qwen3.5-4b", "--ctx", "16384", "--kv-budget", "30GiB", "--enforce-eager",
-                           "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']),
+    (
+        "qwen3-next-tp4-fp8",
+        [
+            "qwen3-next",
+            "--tp",
+            "4",
+            "--ctx",
+            "32768",
+            "--kv-budget",
+            "60GiB",
+            "--kv-dtype",
+            "fp8",
+            "--max-num-seqs",
+            "64",
+        ],
+    ),
+    (
+        "qwen3.5-mtp-align",
+        [
+            "qwen3.5-4b",
+            "--ctx",
+            "16384",
+            "--kv-budget",
+            "30GiB",
+            "--enforce-eager",
+            "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":2}',
+        ],
+    ),
     # a switch in each engine's own spelling, from the engine's command line (SGLang's store_true flags are
     # the ones its 0.5.3rc2-0.5.6 merger lists, or fails to)
-    ("sglang-switch", ["--gpu-type", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path",
-                       "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tp-size", "4", "--context-length", "32768",
-                       "--disable-radix-cache"]),
-    ("vllm-switch", ["--gpu-type", "h100", "--", "vllm", "serve", "Qwen/Qwen3-Next-80B-A3B-Instruct",
-                     "--tensor-parallel-size", "4", "--max-model-len", "32768", "--no-enable-prefix-caching",
-                     "--enforce-eager"]),
+    (
+        "sglang-switch",
+        [
+            "--gpu-type",
+            "h100",
+            "--",
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "--tp-size",
+            "4",
+            "--context-length",
+            "32768",
+            "--disable-radix-cache",
+        ],
+    ),
+    (
+        "vllm-switch",
+        [
+            "--gpu-type",
+            "h100",
+            "--",
+            "vllm",
+            "serve",
+            "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "--tensor-parallel-size",
+            "4",
+            "--max-model-len",
+            "32768",
+            "--no-enable-prefix-caching",
+            "--enforce-eager",
+        ],
+    ),
 )
 
 
@@ -71,10 +125,23 @@ def unpack(engine: str, version: str, cache: Path) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     # the shared wheel folder first (validation/engine_flags.py's /tmp/wheels/<engine>-<version>/)
     found = sorted(Path(f"/tmp/wheels/{engine}-{version}").glob("*.whl")) or sorted(
-        wheels.glob(f"{engine}-{version}-*.whl"))
+        wheels.glob(f"{engine}-{version}-*.whl")
+    )
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{engine}=={version}",
-                        "-d", str(wheels)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                f"{engine}=={version}",
+                "-d",
+                str(wheels),
+            ],
+            check=True,
+        )
         found = sorted(wheels.glob(f"{engine}-{version}-*.whl"))
     with zipfile.ZipFile(found[0]) as zf:
         zf.extractall(src, [n for n in zf.namelist() if n.startswith(f"{engine}/") and n.endswith(".py")])
@@ -120,8 +187,12 @@ def hybridplan_case(engine: str, version: str, args: list[str], out: Path) -> di
     given = {k: args[args.index(k) + 1] for k in ("--gpu-type", "--kv-budget") if k in args[:cut]}
     if "--kv-cache-memory-bytes" in command["argv"]:
         given.pop("--kv-budget", None)  # the command carries it (where the release has the flag)
-    return {"argv": command["argv"], "file": str(path), "figures": {"engine": report[engine], "command": command},
-            "options": [*[t for kv in given.items() for t in kv], "--engine", engine, flag, version]}
+    return {
+        "argv": command["argv"],
+        "file": str(path),
+        "figures": {"engine": report[engine], "command": command},
+        "options": [*[t for kv in given.items() for t in kv], "--engine", engine, flag, version],
+    }
 
 
 def feed_back(case: dict, argv: list[str]) -> dict:
@@ -171,8 +242,15 @@ def _vllm_stand_ins(src: Path) -> None:
 
 
 #: packages vLLM's frontend imports that the validation environment may lack (``STAND_INS``)
-ABSENT = ("prometheus_fastapi_instrumentator", "python_multipart", "mistral_common", "diskcache",
-          "lmformatenforcer", "ijson", "setproctitle")
+ABSENT = (
+    "prometheus_fastapi_instrumentator",
+    "python_multipart",
+    "mistral_common",
+    "diskcache",
+    "lmformatenforcer",
+    "ijson",
+    "setproctitle",
+)
 
 
 class _Placeholder(type):
@@ -208,8 +286,9 @@ class _Absent:
 
         module = types.ModuleType(spec.name)
         module.__path__ = []
-        module.__getattr__ = lambda attr: _Placeholder(attr, (), {}) if not attr.startswith("__") else (
-            (_ for _ in ()).throw(AttributeError(attr)))
+        module.__getattr__ = lambda attr: (
+            _Placeholder(attr, (), {}) if not attr.startswith("__") else ((_ for _ in ()).throw(AttributeError(attr)))
+        )
         if spec.name == "python_multipart":
             module.__version__ = "0.0.20"  # FastAPI's ensure_multipart_is_installed asks for > 0.0.12
         return module
@@ -253,8 +332,10 @@ def vllm_worker(cases: list[dict], src: Path) -> list[dict]:
     out = []
     for c in cases:
         argv = c["argv"]  # vllm serve MODEL --flag ...
-        diff = _compared(lambda: _served(vars(parser.parse_args(["serve", "--config", c["file"]]))),
-                         lambda: _served(vars(parser.parse_args(["serve", *argv[2:]]))))
+        diff = _compared(
+            lambda: _served(vars(parser.parse_args(["serve", "--config", c["file"]]))),
+            lambda: _served(vars(parser.parse_args(["serve", *argv[2:]]))),
+        )
         # the arguments the file stands for, as the parser inserts them (FlexibleArgumentParser._pull_args_from_config)
         expanded = parser._pull_args_from_config(["serve", "--config", c["file"]])
         if len(expanded) > 2 and expanded[1] == "--model":
@@ -293,16 +374,22 @@ def sglang_worker(cases: list[dict]) -> list[dict]:
         # 0.5.3rc2 to 0.5.6.x: prepare_server_args (python/sglang/srt/server_args.py) passes the destinations of
         # the actions whose ``action`` attribute is store_true/store_false; argparse's actions have no such
         # attribute, so the list it builds is empty, and a ``true`` becomes the bare switch
-        merger = ConfigArgumentMerger(boolean_actions=[
-            a.dest for a in parser._actions
-            if hasattr(a, "dest") and hasattr(a, "action") and a.action in ("store_true", "store_false")])
+        merger = ConfigArgumentMerger(
+            boolean_actions=[
+                a.dest
+                for a in parser._actions
+                if hasattr(a, "dest") and hasattr(a, "action") and a.action in ("store_true", "store_false")
+            ]
+        )
     else:  # later (by 0.5.8.post1): the merger reads the parser itself
         merger = ConfigArgumentMerger(parser)
     out = []
     for c in cases:
         argv = c["argv"]  # python -m sglang.launch_server --flag ...
-        diff = _compared(lambda: vars(parser.parse_args(merger.merge_config_with_args(["--config", c["file"]]))),
-                         lambda: vars(parser.parse_args(argv[3:])))
+        diff = _compared(
+            lambda: vars(parser.parse_args(merger.merge_config_with_args(["--config", c["file"]]))),
+            lambda: vars(parser.parse_args(argv[3:])),
+        )
         expanded = [*argv[:3], *merger.merge_config_with_args(["--config", c["file"]])]
         out.append({"diff": diff, "argv": expanded})
     return out
@@ -343,8 +430,10 @@ def no_config_agrees(engine: str, version: str, src: Path, refused: list[str]) -
         print(f"{engine} {version}: no case is served by this release: nothing to compare")
         return 0
     if not readers:
-        print(f"{engine} {version}: refused by hybridplan ({no_config[0]}), and the wheel has no --config "
-              "reader (no server_args_config_parser.py): agrees")
+        print(
+            f"{engine} {version}: refused by hybridplan ({no_config[0]}), and the wheel has no --config "
+            "reader (no server_args_config_parser.py): agrees"
+        )
         return 0
     print(f"{engine} {version}: FAILED: hybridplan refuses ({no_config[0]}), but the wheel reads --config")
     return 1
@@ -382,8 +471,12 @@ def main() -> int:
                 cases_file = Path(tmp) / "cases.json"
                 cases_file.write_text(json.dumps(cases))
                 env = {**os.environ, "PYTHONPATH": f"{src}:{ROOT}"}
-                done = subprocess.run([sys.executable, __file__, "--worker", engine, str(cases_file)],
-                                      capture_output=True, text=True, env=env)
+                done = subprocess.run(
+                    [sys.executable, __file__, "--worker", engine, str(cases_file)],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
             if done.returncode:
                 failed += 1
                 print(f"{engine} {version}: the worker failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -394,8 +487,10 @@ def main() -> int:
                 status = "equal" if not diff else f"DIFFERS: {diff}"
                 again = "the same figures" if not back else f"FIGURES DIFFER: {back}"
                 failed += bool(diff) or bool(back)
-                print(f"{engine} {version} {case['name']}: the file and the command parse {status}; fed back to "
-                      f"fit, {again}")
+                print(
+                    f"{engine} {version} {case['name']}: the file and the command parse {status}; fed back to "
+                    f"fit, {again}"
+                )
     print(f"{compared} files compared, {failed} failures")
     return 1 if failed else 0
 

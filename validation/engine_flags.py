@@ -73,8 +73,23 @@ def wheel_path(engine: str, version: str, wheels: Path, download: bool) -> Path:
     found = sorted(folder.glob("*.whl"))
     if not found and download:
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["flock", str(wheels / ".lock"), sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", f"{engine}=={version}", "-d", str(folder)], check=True)
+        subprocess.run(
+            [
+                "flock",
+                str(wheels / ".lock"),
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                f"{engine}=={version}",
+                "-d",
+                str(folder),
+            ],
+            check=True,
+        )
         found = sorted(folder.glob("*.whl"))
     if not found:
         raise FileNotFoundError(f"no wheel for {engine} {version} in {folder} (give --download)")
@@ -91,13 +106,18 @@ def sha256(path: Path) -> str:
 
 def _wanted(engine: str, name: str) -> bool:
     if engine == "sglang":
-        return name == "sglang/srt/server_args.py" or (name.startswith("sglang/srt/arg_groups/")
-                                                        and name.endswith(".py"))
-    return (name in ("vllm/config.py", "vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
-                     "vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/launchers/cli_args.py",
-                     "vllm/utils/__init__.py",
-                     "vllm/utils/argparse_utils.py")
-            or (name.startswith("vllm/config/") and name.endswith(".py")))
+        return name == "sglang/srt/server_args.py" or (
+            name.startswith("sglang/srt/arg_groups/") and name.endswith(".py")
+        )
+    return name in (
+        "vllm/config.py",
+        "vllm/engine/arg_utils.py",
+        "vllm/entrypoints/openai/cli_args.py",
+        "vllm/entrypoints/common/cli_args.py",
+        "vllm/entrypoints/launchers/cli_args.py",
+        "vllm/utils/__init__.py",
+        "vllm/utils/argparse_utils.py",
+    ) or (name.startswith("vllm/config/") and name.endswith(".py"))
 
 
 def sources(engine: str, wheel: Path) -> dict[str, str]:
@@ -126,8 +146,12 @@ def _const(node: ast.AST, names: dict[str, ast.AST], depth: int = 0):
         return list(_const(node.left, names, depth + 1)) + list(_const(node.right, names, depth + 1))
     if isinstance(node, ast.Name) and node.id in names:
         return _const(names[node.id], names, depth + 1)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("list", "sorted",
-                                                                                          "tuple") and node.args:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("list", "sorted", "tuple")
+        and node.args
+    ):
         return list(_const(node.args[0], names, depth + 1))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "keys":
         value = _const(node.func.value, names, depth + 1)
@@ -206,8 +230,9 @@ CUSTOM_ACTIONS = {
 # --- SGLang -------------------------------------------------------------------------------------------------
 
 
-def _sglang_fields(tree: ast.Module, trees: list[ast.Module], names: dict[str, ast.AST],
-                   flags: dict[str, dict]) -> None:
+def _sglang_fields(
+    tree: ast.Module, trees: list[ast.Module], names: dict[str, ast.AST], flags: dict[str, dict]
+) -> None:
     """0.5.14+: the flags ``add_cli_args_from_dataclass`` makes from ``A[T, Arg(...)]`` fields
     (sglang/srt/arg_groups/arg_utils.py): ServerArgs's own, and from 0.5.20 those of the namespaces in
     ``_INPUT_NAMESPACES`` (sglang/srt/arg_groups/fields/*.py)."""
@@ -217,8 +242,11 @@ def _sglang_fields(tree: ast.Module, trees: list[ast.Module], names: dict[str, a
     if isinstance(ns, ast.List):
         wanted += [e.id for e in ns.elts if isinstance(e, ast.Name)]
     for cname in wanted:
-        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cname), None) \
-            if cname == "ServerArgs" else classes.get(cname)
+        cls = (
+            next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cname), None)
+            if cname == "ServerArgs"
+            else classes.get(cname)
+        )
         if cls is None:
             raise Unreadable(f"sglang: no class {cname}")
         for node in cls.body:
@@ -228,8 +256,17 @@ def _sglang_fields(tree: ast.Module, trees: list[ast.Module], names: dict[str, a
             if not (isinstance(ann, ast.Subscript) and _head(ann) in ("A", "Annotated")):
                 continue
             parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-            meta = next((p for p in parts[1:] if isinstance(p, ast.Constant) and isinstance(p.value, str)
-                         or isinstance(p, ast.Call) and ast.unparse(p.func) == "Arg"), None)
+            meta = next(
+                (
+                    p
+                    for p in parts[1:]
+                    if isinstance(p, ast.Constant)
+                    and isinstance(p.value, str)
+                    or isinstance(p, ast.Call)
+                    and ast.unparse(p.func) == "Arg"
+                ),
+                None,
+            )
             if meta is None:
                 continue
             arg = {k.arg: k.value for k in meta.keywords} if isinstance(meta, ast.Call) else {}
@@ -249,8 +286,7 @@ def _sglang_fields(tree: ast.Module, trees: list[ast.Module], names: dict[str, a
                         if isinstance(dk, ast.Constant) and dk.value in ("nargs", "choices"):
                             kw[dk.value] = dv
             elif len(hints) == 1 and _head(hints[0]) == "Literal":
-                kw["choices"] = arg.get("choices") or ast.List(
-                    [ast.Constant(v) for v in _literals(hints[0], names)])
+                kw["choices"] = arg.get("choices") or ast.List([ast.Constant(v) for v in _literals(hints[0], names)])
             elif len(hints) == 1 and _head(hints[0]) in ("list", "List") and "type_parser" not in arg:
                 kw["nargs"] = arg.get("nargs") or ast.Constant("+")
                 if "choices" in arg:
@@ -289,8 +325,7 @@ def sglang_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
     prep = re.search(r"def prepare_server_args.*?(?=\ndef |\Z)", text, re.S)
     if prep is None:
         raise Unreadable("sglang: no prepare_server_args")
-    parser = {"allow_abbrev": "allow_abbrev=False" not in prep.group(0),
-              "config_file": '"--config"' in prep.group(0)}
+    parser = {"allow_abbrev": "allow_abbrev=False" not in prep.group(0), "config_file": '"--config"' in prep.group(0)}
     return flags, parser
 
 
@@ -333,9 +368,14 @@ def _fields(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], seen=()) -> lis
             ann = ast.unparse(node.annotation)
             if ann.startswith(("ClassVar", "InitVar")) or "ClassVar[" in ann:
                 continue
-            if isinstance(node.value, ast.Call) and "field" in ast.unparse(node.value.func) and any(
+            if (
+                isinstance(node.value, ast.Call)
+                and "field" in ast.unparse(node.value.func)
+                and any(
                     k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
-                    for k in node.value.keywords):
+                    for k in node.value.keywords
+                )
+            ):
                 continue
             out = [f for f in out if f[0] != node.target.id]
             out.append((node.target.id, node.annotation, node.value))
@@ -372,7 +412,8 @@ def _hints(node: ast.AST, names: dict[str, ast.AST], depth: int = 0) -> list[ast
     if isinstance(node, ast.Name) and node.id in names:
         target = names[node.id]
         if isinstance(target, (ast.Subscript, ast.BinOp, ast.Name, ast.Constant)) and not (
-                isinstance(target, ast.Constant) and not isinstance(target.value, str)):
+            isinstance(target, ast.Constant) and not isinstance(target.value, str)
+        ):
             return _hints(target, names, depth + 1)
     if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("TypeAliasType") and len(node.args) > 1:
         return _hints(node.args[1], names, depth + 1)
@@ -400,8 +441,9 @@ def _literals(node: ast.Subscript, names: dict[str, ast.AST]) -> list:
     return out
 
 
-def _field_kwargs(ann: ast.AST, names: dict[str, ast.AST], classes: dict[str, ast.ClassDef], rules: set[str],
-                  where: str) -> dict:
+def _field_kwargs(
+    ann: ast.AST, names: dict[str, ast.AST], classes: dict[str, ast.ClassDef], rules: set[str], where: str
+) -> dict:
     """argparse's keywords for a dataclass field, as the release's ``_compute_kwargs`` makes them (only what
     decides what the flag takes)."""
     hints = _hints(ann, names)
@@ -424,8 +466,9 @@ def _field_kwargs(ann: ast.AST, names: dict[str, ast.AST], classes: dict[str, as
             h = found[0]
             if coll == "set" and "set_nargs" not in rules:
                 continue
-            inner = (h.slice.elts if isinstance(h.slice, ast.Tuple) else [h.slice]) if isinstance(
-                h, ast.Subscript) else []
+            inner = (
+                (h.slice.elts if isinstance(h.slice, ast.Tuple) else [h.slice]) if isinstance(h, ast.Subscript) else []
+            )
             ellipsis = any(isinstance(e, ast.Constant) and e.value is Ellipsis for e in inner)
             nargs = "+" if coll != "tuple" or ellipsis else len(inner)
             out: dict = {"nargs": nargs}
@@ -457,8 +500,11 @@ def _kwargs_vars(fn_trees: list[ast.AST]) -> tuple[dict[str, str], dict[str, str
                 v = node.value
                 if isinstance(v, ast.Call) and ast.unparse(v.func).endswith("get_kwargs") and v.args:
                     whole[node.targets[0].id] = ast.unparse(v.args[0])
-                elif (isinstance(v, ast.Subscript) and isinstance(v.value, ast.Call)
-                      and ast.unparse(v.value.func).endswith("get_kwargs")):
+                elif (
+                    isinstance(v, ast.Subscript)
+                    and isinstance(v.value, ast.Call)
+                    and ast.unparse(v.value.func).endswith("get_kwargs")
+                ):
                     one[node.targets[0].id] = f"{ast.unparse(v.value.args[0])}.{_const(v.slice, {})}"
                 elif isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id in whole:
                     one[node.targets[0].id] = f"{whole[v.value.id]}.{_const(v.slice, {})}"
@@ -471,8 +517,12 @@ def _edits(tree: ast.AST, var: str) -> dict[str, dict[str, ast.AST | None]]:
     out: dict[str, dict[str, ast.AST | None]] = {}
 
     def target(t: ast.AST) -> tuple[str, str] | None:
-        if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Subscript)
-                and isinstance(t.value.value, ast.Name) and t.value.value.id == var):
+        if (
+            isinstance(t, ast.Subscript)
+            and isinstance(t.value, ast.Subscript)
+            and isinstance(t.value.value, ast.Name)
+            and t.value.value.id == var
+        ):
             try:
                 return str(_const(t.value.slice, {})), str(_const(t.slice, {}))
             except Unreadable:
@@ -546,8 +596,12 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
         _put(flags, opts, entry)
 
     for fname, tree in trees.items():
-        if fname not in ("vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
-                         "vllm/entrypoints/common/cli_args.py", "vllm/entrypoints/launchers/cli_args.py"):
+        if fname not in (
+            "vllm/engine/arg_utils.py",
+            "vllm/entrypoints/openai/cli_args.py",
+            "vllm/entrypoints/common/cli_args.py",
+            "vllm/entrypoints/launchers/cli_args.py",
+        ):
             continue
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -555,12 +609,18 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
             whole, one = _kwargs_vars([fn])
             edits = {v: _edits(fn, v) for v in whole}
             for node in ast.walk(fn):
-                if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
-                        getattr(node.iter.func, "attr", None) == "items" and \
-                        isinstance(node.iter.func.value, ast.Name):
+                if (
+                    isinstance(node, ast.For)
+                    and isinstance(node.iter, ast.Call)
+                    and getattr(node.iter.func, "attr", None) == "items"
+                    and isinstance(node.iter.func.value, ast.Name)
+                ):
                     var = node.iter.func.value.id
-                    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)
-                             and getattr(c.func, "attr", None) == "add_argument"]
+                    calls = [
+                        c
+                        for c in ast.walk(node)
+                        if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "add_argument"
+                    ]
                     if not calls:
                         continue
                     cls = whole.get(var)
@@ -570,8 +630,12 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
                         cls_loop.append(fname)
                         continue
                     for fld, _, _ in _fields(classes[cls], classes):
-                        add([f"--{fld.replace('_', '-')}"], apply(field_of(cls, fld), edits[var].get(fld, {})),
-                            {}, f"{cls}.{fld}")
+                        add(
+                            [f"--{fld.replace('_', '-')}"],
+                            apply(field_of(cls, fld), edits[var].get(fld, {})),
+                            {},
+                            f"{cls}.{fld}",
+                        )
             for node in ast.walk(fn):
                 if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument"):
                     continue
@@ -600,8 +664,9 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
             cls = classes[cls_name]
             edits: dict[str, dict] = {}
             for c in (*[classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes], cls):
-                custom = next((f for f in c.body if isinstance(f, ast.FunctionDef)
-                               and f.name == "_customize_cli_kwargs"), None)
+                custom = next(
+                    (f for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "_customize_cli_kwargs"), None
+                )
                 for fld, e in (_edits(custom, "frontend_kwargs") if custom is not None else {}).items():
                     edits.setdefault(fld, {}).update(e)
             for fld, _, default in _fields(cls, classes):
@@ -614,8 +679,12 @@ def vllm_flags(src: dict[str, str]) -> tuple[dict[str, dict], dict]:
                                 for dk, dv in zip(md.keys, md.values):
                                     if isinstance(dk, ast.Constant) and dk.value == "flags":
                                         extra = list(_const(dv, names))
-                add([*extra, f"--{fld.replace('_', '-')}"], apply(field_of(cls_name, fld), edits.get(fld, {})),
-                    {}, f"{cls_name}.{fld}")
+                add(
+                    [*extra, f"--{fld.replace('_', '-')}"],
+                    apply(field_of(cls_name, fld), edits.get(fld, {})),
+                    {},
+                    f"{cls_name}.{fld}",
+                )
     parser_src = src.get("vllm/utils/argparse_utils.py") or src["vllm/utils/__init__.py"]
     return flags, _vllm_parser(parser_src)
 
@@ -637,17 +706,29 @@ def _vllm_parser(text: str) -> dict:
     if m is None:
         raise Unreadable("vllm: no FlexibleArgumentParser.parse_args")
     body = m.group(0)
-    o_lines = [ln.strip() for ln in body.splitlines()
-               if ("-O" in ln or "optimization_level" in ln or "level" in ln and "processed_args" in ln)
-               and not ln.strip().startswith("#")]
-    attached = re.search(r"processed_args(?:\.append\(|\s*\+=\s*\[)f?['\"]([^'\"{]*)", "\n".join(
-        ln for ln in o_lines if "arg[3:]" in ln or "processed_args" in ln))
+    o_lines = [
+        ln.strip()
+        for ln in body.splitlines()
+        if ("-O" in ln or "optimization_level" in ln or "level" in ln and "processed_args" in ln)
+        and not ln.strip().startswith("#")
+    ]
+    attached = re.search(
+        r"processed_args(?:\.append\(|\s*\+=\s*\[)f?['\"]([^'\"{]*)",
+        "\n".join(ln for ln in o_lines if "arg[3:]" in ln or "processed_args" in ln),
+    )
     return {
         "allow_abbrev": "allow_abbrev=False" not in text,
         "underscores": 'replace("_", "-")' in body or "replace('_', '-')" in body,
         "dotted_json": 'split(".")' in body,
-        "model_option": ("refused" if re.search(r"raise ValueError\(\s*\"With `vllm serve`, you should provide the "
-                                                r"model as a", body) else "moved"),
+        "model_option": (
+            "refused"
+            if re.search(
+                r"raise ValueError\(\s*\"With `vllm serve`, you should provide the "
+                r"model as a",
+                body,
+            )
+            else "moved"
+        ),
         "o_rewrite": [ln for ln in o_lines if "processed_args" in ln or "in {" in ln],
         "o_target": attached.group(1) if attached else None,
     }
@@ -672,10 +753,19 @@ def table(engine: str, versions: tuple[str, ...], wheels: Path, download: bool) 
         parsers[v] = parser
         header[v] = {"wheel": wheel.name, "sha256": sha256(wheel), "flags": len(flags)}
         print(f"{engine} {v}: {len(flags)} flags", file=sys.stderr)
-    return {"engine": engine, "generated_by": "validation/engine_flags.py",
-            "sources": ("vllm/engine/arg_utils.py, vllm/config*.py, vllm/entrypoints/{openai,common}/cli_args.py, "
-                        "FlexibleArgumentParser" if engine == "vllm" else "sglang/srt/server_args.py"),
-            "releases": header, "parser": _runs(parsers, versions), "flags": _flag_runs(per, versions)}
+    return {
+        "engine": engine,
+        "generated_by": "validation/engine_flags.py",
+        "sources": (
+            "vllm/engine/arg_utils.py, vllm/config*.py, vllm/entrypoints/{openai,common}/cli_args.py, "
+            "FlexibleArgumentParser"
+            if engine == "vllm"
+            else "sglang/srt/server_args.py"
+        ),
+        "releases": header,
+        "parser": _runs(parsers, versions),
+        "flags": _flag_runs(per, versions),
+    }
 
 
 def _runs(values: dict[str, dict], versions: tuple[str, ...]) -> list[dict]:
@@ -700,12 +790,13 @@ def _flag_runs(per: dict[str, dict[str, dict]], versions: tuple[str, ...]) -> di
 
 def _restrict(data: dict, versions: tuple[str, ...], every: tuple[str, ...]) -> dict:
     """A committed table cut to some releases (rows re-joined over those alone)."""
+
     def expand(rows: list[dict]) -> dict[str, dict]:
         out = {}
         for r in rows:
             lo, hi = every.index(r["from"]), every.index(r["to"])
             value = {k: x for k, x in r.items() if k not in ("from", "to")}
-            for v in every[lo:hi + 1]:
+            for v in every[lo : hi + 1]:
                 if v in versions:
                     out[v] = value
         return out
@@ -715,8 +806,12 @@ def _restrict(data: dict, versions: tuple[str, ...], every: tuple[str, ...]) -> 
         kept = _runs(expand(rows), versions)
         if kept:
             flags[f] = kept
-    return {**data, "releases": {v: h for v, h in data["releases"].items() if v in versions},
-            "parser": _runs(expand(data["parser"]), versions), "flags": flags}
+    return {
+        **data,
+        "releases": {v: h for v, h in data["releases"].items() if v in versions},
+        "parser": _runs(expand(data["parser"]), versions),
+        "flags": flags,
+    }
 
 
 def dump(data: dict) -> str:
@@ -748,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--releases", help="comma-separated releases (default: every modelled release)")
     args = p.parse_args(argv)
     bad = 0
-    for engine in (("vllm", "sglang") if args.engine == "both" else (args.engine,)):
+    for engine in ("vllm", "sglang") if args.engine == "both" else (args.engine,):
         every = releases(engine)
         versions = every
         if args.releases:
@@ -762,15 +857,20 @@ def main(argv: list[str] | None = None) -> int:
                 committed = _restrict(committed, versions, every)
                 print(f"{engine}: comparing releases {', '.join(versions)} only", file=sys.stderr)
             if committed != json.loads(dump(data)):
-                diff = [f for f in sorted(set(committed["flags"]) | set(data["flags"]))
-                        if committed["flags"].get(f) != data["flags"].get(f)]
+                diff = [
+                    f
+                    for f in sorted(set(committed["flags"]) | set(data["flags"]))
+                    if committed["flags"].get(f) != data["flags"].get(f)
+                ]
                 other = [k for k in ("releases", "parser") if committed[k] != data[k]]
-                print(f"{engine}: the committed table differs from the wheels: {', '.join(other + diff[:20])}"
-                      f"{' …' if len(diff) > 20 else ''}", file=sys.stderr)
+                print(
+                    f"{engine}: the committed table differs from the wheels: {', '.join(other + diff[:20])}"
+                    f"{' …' if len(diff) > 20 else ''}",
+                    file=sys.stderr,
+                )
                 bad = 1
             else:
-                print(f"{engine}: the committed table equals the wheels' ({len(versions)} releases)",
-                      file=sys.stderr)
+                print(f"{engine}: the committed table equals the wheels' ({len(versions)} releases)", file=sys.stderr)
         else:
             if versions != every:
                 print(f"{engine}: writing only releases {', '.join(versions)}", file=sys.stderr)

@@ -47,8 +47,9 @@ def _function(source: str, name: str) -> str:
 
 def _engine_split(source: str, engine: str, partition: str | None):
     env = SimpleNamespace(VLLM_PP_LAYER_PARTITION=partition)
-    fake_os = SimpleNamespace(getenv=lambda key, default=None: partition if key.endswith("PP_LAYER_PARTITION")
-                              else default)
+    fake_os = SimpleNamespace(
+        getenv=lambda key, default=None: partition if key.endswith("PP_LAYER_PARTITION") else default
+    )
     scope = {"envs": env, "os": fake_os, "logger": logging.getLogger("validation"), "Tuple": tuple}
     exec(compile(_function(source, "get_pp_indices"), engine, "exec"), scope)  # noqa: S102 - the engine's code
     return scope["get_pp_indices"]
@@ -113,7 +114,9 @@ def check(engine: str, version: str, source: str) -> list[str]:
         env = _engine_split(source, engine, ",".join(map(str, given)))
         engine_bounds = tuple(env(n, r, pp) for r in range(pp))
         if _ours(engine, n, pp, given, version) != engine_bounds:
-            bad.append(f"{engine} {version}: partition {given}: {_ours(engine, n, pp, given, version)} against {engine_bounds}")
+            bad.append(
+                f"{engine} {version}: partition {given}: {_ours(engine, n, pp, given, version)} against {engine_bounds}"
+            )
     return bad
 
 

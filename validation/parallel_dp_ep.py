@@ -84,9 +84,17 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 GiB = 1 << 30
 #: the shipped MoE hybrids (issue 20)
-MOE_HYBRIDS = ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b",
-               "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "granite-4.0-h-small", "granite-4.0-h-tiny",
-               "kimi-linear-48b-a3b")
+MOE_HYBRIDS = (
+    "qwen3-next-80b-a3b",
+    "qwen3.5-35b-a3b",
+    "qwen3.5-122b-a10b",
+    "qwen3.5-397b-a17b",
+    "nemotron-3-nano-30b-a3b",
+    "nemotron-3-super-120b-a12b",
+    "granite-4.0-h-small",
+    "granite-4.0-h-tiny",
+    "kimi-linear-48b-a3b",
+)
 VLLM_TP = (1, 2, 4, 8)
 VLLM_DP = (1, 2, 3, 4, 6, 8, 16)
 SGLANG_TP = (2, 4, 8)
@@ -121,8 +129,9 @@ def _compare(report: dict, part: str, case: dict, theirs: dict, ours: dict) -> N
     for key, value in theirs.items():
         report["compared"][part] = report["compared"].get(part, 0) + 1
         if value != ours.get(key):
-            report["mismatches"].append({"part": part, **case, "figure": key, "engine": value,
-                                         "hybridplan": ours.get(key)})
+            report["mismatches"].append(
+                {"part": part, **case, "figure": key, "engine": value, "hybridplan": ours.get(key)}
+            )
 
 
 def _routed_parts(spec) -> list:
@@ -166,9 +175,13 @@ class VllmMoE:
         cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "FusedMoEParallelConfig")
         methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
         group = lambda key: types.SimpleNamespace(rank_in_group=self.rank[key], world_size=None)  # noqa: E731
-        scope = {"get_dp_group": lambda: group("dp"), "get_pcp_group": lambda: types.SimpleNamespace(
-            rank_in_group=0, world_size=1), "get_tensor_model_parallel_rank": lambda: self.rank["tp"],
-                 "envs": _Anything(), "logger": None}
+        scope = {
+            "get_dp_group": lambda: group("dp"),
+            "get_pcp_group": lambda: types.SimpleNamespace(rank_in_group=0, world_size=1),
+            "get_tensor_model_parallel_rank": lambda: self.rank["tp"],
+            "envs": _Anything(),
+            "logger": None,
+        }
         flatten = [n for n in methods if n.startswith("flatten_tp_across")]
         _exec_functions(moe / "config.py", [methods["make"]] + [methods[n] for n in flatten], scope)
         stand = type("FusedMoEParallelConfig", (), {"__init__": lambda self, **kw: self.__dict__.update(kw)})
@@ -177,15 +190,22 @@ class VllmMoE:
         scope["FusedMoEParallelConfig"] = stand
         self.make = scope["make"]
         self.make_params = set(inspect.signature(self.make).parameters)
-        where = next(f for f in ("expert_map_manager.py", "layer.py") if (moe / f).exists() and
-                     "def determine_expert_map" in (moe / f).read_text())
+        where = next(
+            f
+            for f in ("expert_map_manager.py", "layer.py")
+            if (moe / f).exists() and "def determine_expert_map" in (moe / f).read_text()
+        )
         self.map_file = f"fused_moe/{where}"
-        fn = next(n for n in ast.parse((moe / where).read_text()).body
-                  if isinstance(n, ast.FunctionDef) and n.name == "determine_expert_map")
+        fn = next(
+            n
+            for n in ast.parse((moe / where).read_text()).body
+            if isinstance(n, ast.FunctionDef) and n.name == "determine_expert_map"
+        )
         self.expert_map = _exec_functions(moe / where, [fn], {"torch": torch})["determine_expert_map"]
         pattern = re.compile(r"assert (self\.)?intermediate_size % (self\.)?tp_size == 0")
-        self.assert_file = next((f"fused_moe/{f.name}" for f in sorted(moe.glob("*.py"))
-                                 if pattern.search(f.read_text())), None)
+        self.assert_file = next(
+            (f"fused_moe/{f.name}" for f in sorted(moe.glob("*.py")) if pattern.search(f.read_text())), None
+        )
 
     def ranks(self, tp: int, dp: int, ep: bool, experts: int) -> list[dict]:
         """Each rank's MoE parallel config and the experts it holds."""
@@ -193,9 +213,15 @@ class VllmMoE:
         for dp_rank in range(dp):
             for tp_rank in range(tp):
                 self.rank.update(dp=dp_rank, tp=tp_rank)
-                kw = {"tp_size_": tp, "dp_size_": dp, "pcp_size_": 1, "sp_size_": 1,
-                      "vllm_parallel_config": _Anything(enable_expert_parallel=ep, enable_eplb=False,
-                                                        all2all_backend="allgather_reducescatter")}
+                kw = {
+                    "tp_size_": tp,
+                    "dp_size_": dp,
+                    "pcp_size_": 1,
+                    "sp_size_": 1,
+                    "vllm_parallel_config": _Anything(
+                        enable_expert_parallel=ep, enable_eplb=False, all2all_backend="allgather_reducescatter"
+                    ),
+                }
                 cfg = self.make(**{k: v for k, v in kw.items() if k in self.make_params})
                 local = experts
                 if cfg.use_ep:
@@ -215,8 +241,11 @@ def check_vllm(version: str, root: Path, report: dict) -> None:
 
     rel = release(version)
     engine = VllmMoE(root)
-    report["files"] = {"make": "fused_moe/config.py", "determine_expert_map": engine.map_file,
-                       "intermediate assert": engine.assert_file}
+    report["files"] = {
+        "make": "fused_moe/config.py",
+        "determine_expert_map": engine.map_file,
+        "intermediate assert": engine.assert_file,
+    }
     for name in MOE_HYBRIDS:
         spec = load_model(name)
         if not rel.serves(spec):
@@ -234,11 +263,16 @@ def check_vllm(version: str, root: Path, report: dict) -> None:
                     refused = engine.assert_file is not None and shape.intermediate % moe_tp != 0
                     theirs = {"refused": refused}
                     if not refused:
-                        theirs.update(ep_size=max(r["ep_size"] for r in ranks), moe_tp=moe_tp, experts_most=most,
-                                      experts_least=min(r["experts"] for r in ranks),
-                                      expert_params_most=_expert_params(spec, moe_tp, most, shape.experts))
-                    sc = Scenario(spec, ctx=8192, tp=tp, dp=dp, expert_parallel=ep, engine="vllm",
-                                  vllm=VllmSettings(release=rel))
+                        theirs.update(
+                            ep_size=max(r["ep_size"] for r in ranks),
+                            moe_tp=moe_tp,
+                            experts_most=most,
+                            experts_least=min(r["experts"] for r in ranks),
+                            expert_params_most=_expert_params(spec, moe_tp, most, shape.experts),
+                        )
+                    sc = Scenario(
+                        spec, ctx=8192, tp=tp, dp=dp, expert_parallel=ep, engine="vllm", vllm=VllmSettings(release=rel)
+                    )
                     ours: dict = {"refused": False}
                     try:
                         vllm_pp.check_moe(sc)
@@ -249,9 +283,13 @@ def check_vllm(version: str, root: Path, report: dict) -> None:
                         held = sh.experts_held if sh.experts_held is not None else shape.experts
                         mtp = sh.ranks("moe", "experts.up")
                         # hybridplan sizes the most loaded rank; the least loaded is the even share or one less
-                        ours.update(ep_size=sh.ep, moe_tp=mtp, experts_most=held,
-                                    experts_least=_least(shape.experts, sh.ep),
-                                    expert_params_most=_expert_params(spec, mtp, held, shape.experts))
+                        ours.update(
+                            ep_size=sh.ep,
+                            moe_tp=mtp,
+                            experts_most=held,
+                            experts_least=_least(shape.experts, sh.ep),
+                            expert_params_most=_expert_params(spec, mtp, held, shape.experts),
+                        )
                     _compare(report, "experts", {"model": name, "tp": tp, "dp": dp, "ep": ep}, theirs, ours)
 
 
@@ -264,9 +302,14 @@ def _least(experts: int, ep: int) -> int:
 def run_vllm(cache: Path, versions: list[str] | None) -> dict:
     from hybridplan.engines.vllm.releases import VERSIONS
 
-    found = [d for d in sorted(cache.glob("vllm-*"), key=lambda d: _release_key(d.name[5:]))
-             if d.is_dir() and (d / "vllm" / "model_executor" / "layers" / "fused_moe" / "config.py").exists()
-             and d.name[5:] in VERSIONS and (versions is None or d.name[5:] in versions)]
+    found = [
+        d
+        for d in sorted(cache.glob("vllm-*"), key=lambda d: _release_key(d.name[5:]))
+        if d.is_dir()
+        and (d / "vllm" / "model_executor" / "layers" / "fused_moe" / "config.py").exists()
+        and d.name[5:] in VERSIONS
+        and (versions is None or d.name[5:] in versions)
+    ]
     out = {}
     for d in found:
         version = d.name[5:]
@@ -300,15 +343,30 @@ class SglangParallel:
         self.vsg = vsg
         self.sg = sg = vsg.Sglang(src, version)
         self.version = version
-        self.p = types.SimpleNamespace(attn_tp_size=1, tp_size=1, attn_dp_size=1, attn_cp_size=1, attn_dcp_size=1,
-                                       enable_cp_tp_group_sharing=False, moe_ep_size=1, moe_ep_rank=0, moe_tp_size=1,
-                                       moe_tp_rank=0, pp_size=1)
+        self.p = types.SimpleNamespace(
+            attn_tp_size=1,
+            tp_size=1,
+            attn_dp_size=1,
+            attn_cp_size=1,
+            attn_dcp_size=1,
+            enable_cp_tp_group_sharing=False,
+            moe_ep_size=1,
+            moe_ep_rank=0,
+            moe_tp_size=1,
+            moe_tp_rank=0,
+            pp_size=1,
+        )
         ctx = sys.modules["sglang.srt.runtime_context"].__dict__
         ctx["get_parallel"] = lambda: self.p
         ctx["linear_attn_tp_size"] = lambda: self.p.attn_tp_size
         if sg.has("srt/runtime_context.py") and "def linear_attn_tp_size" in sg.source("srt/runtime_context.py")[0]:
-            ctx.update(sg.functions("srt/runtime_context.py", {"linear_attn_parallel_group", "linear_attn_tp_size"},
-                                    {"get_parallel": lambda: self.p}))
+            ctx.update(
+                sg.functions(
+                    "srt/runtime_context.py",
+                    {"linear_attn_parallel_group", "linear_attn_tp_size"},
+                    {"get_parallel": lambda: self.p},
+                )
+            )
         dpa = sys.modules["sglang.srt.layers.dp_attention"].__dict__
         dpa["get_attention_tp_size"] = lambda: self.p.attn_tp_size
         dpa["get_tensor_model_parallel_world_size"] = lambda: self.p.tp_size
@@ -325,13 +383,15 @@ class SglangParallel:
         env = {}
         if sg.has("srt/runtime_context.py") and "def derive_attn_tp_size" in sg.source("srt/runtime_context.py")[0]:
             env = sg.functions("srt/runtime_context.py", {"derive_attn_tp_size", "derive_attention_ranks"})
-        fn = sg.functions("srt/layers/dp_attention.py", {"compute_dp_attention_world_info"},
-                          env)["compute_dp_attention_world_info"]
+        fn = sg.functions("srt/layers/dp_attention.py", {"compute_dp_attention_world_info"}, env)[
+            "compute_dp_attention_world_info"
+        ]
         takes_flag = "enable_dp_attention" in inspect.signature(fn).parameters
 
         def info(tp_rank: int, tp: int, dp: int):
             out = fn(True, tp_rank, tp, dp) if takes_flag else fn(tp_rank, tp, dp)
             return out[0], out[1], out[2]  # attn_tp_rank, attn_tp_size, attn_dp_rank
+
         return info
 
     def _moe_widths(self):
@@ -340,36 +400,62 @@ class SglangParallel:
         if sg.has("srt/runtime_context.py") and "def derive_parallel_widths" in sg.source("srt/runtime_context.py")[0]:
             ns = sg.functions("srt/runtime_context.py", {"derive_parallel_widths", "derive_attn_tp_size"})
             derive = ns["derive_parallel_widths"]
-            return lambda tp, ep, dp: derive(tp_size=tp, attn_cp_size=1, attn_dp_size=dp, moe_ep_size=ep,
-                                             moe_dp_size=1, dcp_size=1, dcp_enabled=False)["moe_tp_size"]
+            return lambda tp, ep, dp: derive(
+                tp_size=tp,
+                attn_cp_size=1,
+                attn_dp_size=dp,
+                moe_ep_size=ep,
+                moe_dp_size=1,
+                dcp_size=1,
+                dcp_enabled=False,
+            )["moe_tp_size"]
         rel = "srt/distributed/parallel_state.py"
-        fn = next(n for n in sg.source(rel)[1].body if isinstance(n, ast.FunctionDef)
-                  and n.name == "initialize_model_parallel")
-        wanted = [s for s in fn.body if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name)
-                  and s.targets[0].id in ("moe_ep_size", "moe_dp_size", "moe_tp_size")]
+        fn = next(
+            n
+            for n in sg.source(rel)[1].body
+            if isinstance(n, ast.FunctionDef) and n.name == "initialize_model_parallel"
+        )
+        wanted = [
+            s
+            for s in fn.body
+            if isinstance(s, ast.Assign)
+            and isinstance(s.targets[0], ast.Name)
+            and s.targets[0].id in ("moe_ep_size", "moe_dp_size", "moe_tp_size")
+        ]
         code = compile(ast.Module(body=wanted, type_ignores=[]), str(sg.root / rel), "exec")
 
         def widths(tp, ep, dp):
-            ns = {"expert_model_parallel_size": ep, "moe_data_model_parallel_size": 1,
-                  "tensor_model_parallel_size": tp}
+            ns = {"expert_model_parallel_size": ep, "moe_data_model_parallel_size": 1, "tensor_model_parallel_size": tp}
             exec(code, ns)  # noqa: S102
             return ns["moe_tp_size"]
+
         return widths
 
     def _experts(self):
         """FusedMoE.__init__'s statements from ``self.moe_ep_size =`` to the intermediate slice."""
         rel = "srt/layers/moe/fused_moe_triton/layer.py"
-        get_exec = lambda: types.SimpleNamespace(moe=types.SimpleNamespace(  # noqa: E731
-            ep_join_mode=None, enable_w4a4_mxfp4_megamoe=False))
-        env = {"get_parallel": lambda: self.p, "get_moe_expert_parallel_world_size": lambda: self.p.moe_ep_size,
-               "get_moe_expert_parallel_rank": lambda: self.p.moe_ep_rank,
-               "get_moe_tensor_parallel_world_size": lambda: self.p.moe_tp_size,
-               "get_moe_tensor_parallel_rank": lambda: self.p.moe_tp_rank,
-               "has_per_rank_fused_shared_slots": lambda n: False, "get_exec": get_exec,
-               "get_server_args": lambda: types.SimpleNamespace(ep_join_mode=None)}  # 0.5.16: no elastic EP
-        return self.sg.part(rel, "FusedMoE", "__init__", env, start="self.moe_ep_size =",
-                            stop="self.intermediate_size_per_partition = intermediate_size",
-                            given=("num_experts", "num_fused_shared_experts", "intermediate_size"))
+        get_exec = lambda: types.SimpleNamespace(  # noqa: E731
+            moe=types.SimpleNamespace(ep_join_mode=None, enable_w4a4_mxfp4_megamoe=False)
+        )
+        env = {
+            "get_parallel": lambda: self.p,
+            "get_moe_expert_parallel_world_size": lambda: self.p.moe_ep_size,
+            "get_moe_expert_parallel_rank": lambda: self.p.moe_ep_rank,
+            "get_moe_tensor_parallel_world_size": lambda: self.p.moe_tp_size,
+            "get_moe_tensor_parallel_rank": lambda: self.p.moe_tp_rank,
+            "has_per_rank_fused_shared_slots": lambda n: False,
+            "get_exec": get_exec,
+            "get_server_args": lambda: types.SimpleNamespace(ep_join_mode=None),
+        }  # 0.5.16: no elastic EP
+        return self.sg.part(
+            rel,
+            "FusedMoE",
+            "__init__",
+            env,
+            start="self.moe_ep_size =",
+            stop="self.intermediate_size_per_partition = intermediate_size",
+            given=("num_experts", "num_fused_shared_experts", "intermediate_size"),
+        )
 
     def _kv_heads(self):
         rel = "srt/configs/model_config.py"
@@ -379,9 +465,10 @@ class SglangParallel:
     def _cell_tp(self) -> str:
         """Which TP the release's KV cell-size code divides the KV heads by, read from its source."""
         sg = self.sg
-        for rel, attn in (("srt/model_executor/pool_configurator.py", "tp_size = get_parallel().attn_tp_size"),
-                          ("srt/model_executor/model_runner_kv_cache_mixin.py",
-                           "get_num_kv_heads(get_attention_tp_size())")):
+        for rel, attn in (
+            ("srt/model_executor/pool_configurator.py", "tp_size = get_parallel().attn_tp_size"),
+            ("srt/model_executor/model_runner_kv_cache_mixin.py", "get_num_kv_heads(get_attention_tp_size())"),
+        ):
             if sg.has(rel) and attn in sg.source(rel)[0]:
                 return "attn_tp"
         return "unknown"
@@ -395,8 +482,9 @@ class SglangParallel:
 
     def heads(self, cfg, tp: int) -> int:
         text = getattr(cfg, "text_config", None)
-        me = _Anything(hf_config=cfg, hf_text_config=text if text is not None and not isinstance(text, dict)
-                       else cfg)  # any other field the method reads: None
+        me = _Anything(
+            hf_config=cfg, hf_text_config=text if text is not None and not isinstance(text, dict) else cfg
+        )  # any other field the method reads: None
         for k in ("get_total_num_kv_heads", "get_num_kv_heads"):
             setattr(me, k, types.MethodType(self.kv_heads[k], me))
         return me.get_num_kv_heads(tp)
@@ -409,9 +497,16 @@ def _pool_case(engine: tuple, ask: dict, r):
 
     vsg, rt, cfg, st, spec = engine
     dp, budget, requested, fixed = ask["dp"], ask["budget"], ask["requested"], ask["fixed"]
-    args = vsg.Args(radix_off=r.strategy == "off", strategy=r.strategy if r.strategy != "off" else "auto",
-                    overlap=r.strategy != "no_buffer", requested=requested, fixed=fixed, draft=0,
-                    page_size=r.page_size, full_memory_ratio=SglangSettingsDefault.full_memory_ratio)
+    args = vsg.Args(
+        radix_off=r.strategy == "off",
+        strategy=r.strategy if r.strategy != "off" else "auto",
+        overlap=r.strategy != "no_buffer",
+        requested=requested,
+        fixed=fixed,
+        draft=0,
+        page_size=r.page_size,
+        full_memory_ratio=SglangSettingsDefault.full_memory_ratio,
+    )
     args.enable_dp_attention, args.dp_size = True, dp
     runner = rt.runner
 
@@ -423,8 +518,15 @@ def _pool_case(engine: tuple, ask: dict, r):
 
     rt.runner = with_dp
     try:
-        return rt.run(cfg, st, budget=budget, ctx=r.ctx, cell=r.pool.fp.kv_bytes_per_token, args=args,
-                      multimodal_arch=spec.architecture)
+        return rt.run(
+            cfg,
+            st,
+            budget=budget,
+            ctx=r.ctx,
+            cell=r.pool.fp.kv_bytes_per_token,
+            args=args,
+            multimodal_arch=spec.architecture,
+        )
     finally:
         rt.runner = runner
 
@@ -433,9 +535,13 @@ def _pp_indices(sg):
     """The release's own ``get_pp_indices`` (distributed/utils.py), no partition given."""
     import os
 
-    env = {"os": types.SimpleNamespace(getenv=lambda key, default=None: default, environ=os.environ),
-           "envs": types.SimpleNamespace(SGLANG_PP_LAYER_PARTITION=types.SimpleNamespace(get=lambda: None)),
-           "logger": sg.log, "Tuple": tuple, "List": list}
+    env = {
+        "os": types.SimpleNamespace(getenv=lambda key, default=None: default, environ=os.environ),
+        "envs": types.SimpleNamespace(SGLANG_PP_LAYER_PARTITION=types.SimpleNamespace(get=lambda: None)),
+        "logger": sg.log,
+        "Tuple": tuple,
+        "List": list,
+    }
     return sg.functions("srt/distributed/utils.py", {"get_pp_indices"}, env)["get_pp_indices"]
 
 
@@ -462,18 +568,36 @@ def _pp_case(engine: tuple, ask: dict, stage_cells: list[int]) -> dict:
     try:
         out = []
         for cell in stage_cells:
-            args = vsg.Args(radix_off=ask["strategy"] == "off",
-                            strategy=ask["strategy"] if ask["strategy"] != "off" else "auto",
-                            overlap=ask["strategy"] != "no_buffer", requested=ask["requested"], fixed=None,
-                            draft=0, page_size=1, full_memory_ratio=ask["ratio"])
-            out.append(rt.run(cfg, st, budget=ask["budget"], ctx=ask["ctx"], cell=cell, args=args,
-                              multimodal_arch=spec.architecture))
+            args = vsg.Args(
+                radix_off=ask["strategy"] == "off",
+                strategy=ask["strategy"] if ask["strategy"] != "off" else "auto",
+                overlap=ask["strategy"] != "no_buffer",
+                requested=ask["requested"],
+                fixed=None,
+                draft=0,
+                page_size=1,
+                full_memory_ratio=ask["ratio"],
+            )
+            out.append(
+                rt.run(
+                    cfg,
+                    st,
+                    budget=ask["budget"],
+                    ctx=ask["ctx"],
+                    cell=cell,
+                    args=args,
+                    multimodal_arch=spec.architecture,
+                )
+            )
     finally:
         rt.runner = runner
     least = min(range(len(out)), key=lambda i: out[i]["kv_tokens"])
-    return {"max_mamba_cache_size": [o["max_mamba_cache_size"] for o in out],
-            "kv_tokens": [o["kv_tokens"] for o in out], "min_kv_tokens": out[least]["kv_tokens"],
-            "max_running_requests": out[least]["max_running_requests"]}
+    return {
+        "max_mamba_cache_size": [o["max_mamba_cache_size"] for o in out],
+        "kv_tokens": [o["kv_tokens"] for o in out],
+        "min_kv_tokens": out[least]["kv_tokens"],
+        "max_running_requests": out[least]["max_running_requests"],
+    }
 
 
 def check_sglang_pp(sp: SglangParallel, report: dict) -> None:
@@ -499,23 +623,42 @@ def check_sglang_pp(sp: SglangParallel, report: dict) -> None:
         for pp in (2, 4):
             for requested in (None, 100):
                 settings = hsg.SglangSettings(release=rel, max_running_requests=requested)
-                sc = Scenario(spec, ctx=32768, pp=pp, engine="sglang", sglang=settings, allow_long_context=True,
-                              budget=Budget(kv_budget=40 * GiB))
+                sc = Scenario(
+                    spec,
+                    ctx=32768,
+                    pp=pp,
+                    engine="sglang",
+                    sglang=settings,
+                    allow_long_context=True,
+                    budget=Budget(kv_budget=40 * GiB),
+                )
                 case = {"model": name, "pp": pp, "requested": requested}
                 try:
                     f = sglang_pp.fit(sc)
                 except PlanError as exc:
                     report["refused"].append({**case, "hybridplan": str(exc)[:100]})
                     continue
-                ours = {"max_mamba_cache_size": [q.fit.split.pool_size for q in f.stage_pools],
-                        "kv_tokens": [q.fit.kv_tokens for q in f.stage_pools], "min_kv_tokens": f.min_kv_tokens,
-                        "max_running_requests": f.max_running_requests}
-                ask = {"pp": pp, "layers": len(decoder_layers(spec)), "budget": 40 * GiB, "ctx": 32768,
-                       "requested": settings.requested(0), "strategy": f.strategy,
-                       "ratio": settings.full_memory_ratio}
+                ours = {
+                    "max_mamba_cache_size": [q.fit.split.pool_size for q in f.stage_pools],
+                    "kv_tokens": [q.fit.kv_tokens for q in f.stage_pools],
+                    "min_kv_tokens": f.min_kv_tokens,
+                    "max_running_requests": f.max_running_requests,
+                }
+                ask = {
+                    "pp": pp,
+                    "layers": len(decoder_layers(spec)),
+                    "budget": 40 * GiB,
+                    "ctx": 32768,
+                    "requested": settings.requested(0),
+                    "strategy": f.strategy,
+                    "ratio": settings.full_memory_ratio,
+                }
                 try:
-                    theirs = _pp_case((vsg, rt, cfg, st, spec, indices), ask,
-                                      [q.fit.pool.fp.kv_bytes_per_token for q in f.stage_pools])
+                    theirs = _pp_case(
+                        (vsg, rt, cfg, st, spec, indices),
+                        ask,
+                        [q.fit.pool.fp.kv_bytes_per_token for q in f.stage_pools],
+                    )
                 except (RuntimeError, ValueError) as exc:
                     report["refused"].append({**case, "sglang": str(exc)[:100]})
                     continue
@@ -545,16 +688,26 @@ def check_sglang(sp: SglangParallel, report: dict) -> None:
         attn_layers = [m for m in spec.mixers if m.kind in ATTENTION_KINDS and hasattr(m, "num_kv_heads")]
         for tp in SGLANG_TP:
             for dp in [d for d in range(1, tp + 1) if tp % d == 0]:
-                sc = Scenario(spec, ctx=32768, tp=tp, dp=dp, dp_attention=dp > 1, engine="sglang",
-                              sglang=hsg.SglangSettings(release=rel), allow_long_context=True)
+                sc = Scenario(
+                    spec,
+                    ctx=32768,
+                    tp=tp,
+                    dp=dp,
+                    dp_attention=dp > 1,
+                    engine="sglang",
+                    sglang=hsg.SglangSettings(release=rel),
+                    allow_long_context=True,
+                )
                 case = {"model": name, "tp": tp, "dp": dp}
                 # the attention topology, every rank
                 infos = [sp.world_info(r, tp, dp) for r in range(tp)]
-                theirs = {"attn_tp": infos[0][1], "attn_groups": len({i[2] for i in infos}),
-                          "ranks_a_group": max(sum(1 for i in infos if i[2] == g) for g in {i[2] for i in infos})}
+                theirs = {
+                    "attn_tp": infos[0][1],
+                    "attn_groups": len({i[2] for i in infos}),
+                    "ranks_a_group": max(sum(1 for i in infos if i[2] == g) for g in {i[2] for i in infos}),
+                }
                 attn = sglang_pp.attention_tp(sc) if dp > 1 else tp
-                _compare(report, "attention", case, theirs, {"attn_tp": attn, "attn_groups": dp,
-                                                             "ranks_a_group": attn})
+                _compare(report, "attention", case, theirs, {"attn_tp": attn, "attn_groups": dp, "ranks_a_group": attn})
                 # one rank's state and KV heads at its attention group
                 sp.set(tp, dp, 1)
                 try:
@@ -569,16 +722,28 @@ def check_sglang(sp: SglangParallel, report: dict) -> None:
                     report["refused"].append({**case, "hybridplan": str(exc)[:100]})
                     continue
                 fp = f.pool.fp
-                theirs = {"mamba_cache_per_req": st.per, "layers": st.layers,
-                          "conv_bytes_per_layer": sum(prod(s) for s in st.convs) * st.conv_dtype.itemsize,
-                          "ssm_bytes_per_layer": prod(st.temporal) * st.ssm_dtype.itemsize}
+                theirs = {
+                    "mamba_cache_per_req": st.per,
+                    "layers": st.layers,
+                    "conv_bytes_per_layer": sum(prod(s) for s in st.convs) * st.conv_dtype.itemsize,
+                    "ssm_bytes_per_layer": prod(st.temporal) * st.ssm_dtype.itemsize,
+                }
                 n = sum(g.count for g in fp.state)
-                ours = {"mamba_cache_per_req": hsg.per_request_bytes(fp), "layers": n,
-                        "conv_bytes_per_layer": fp.conv_bytes // n, "ssm_bytes_per_layer": fp.ssm_bytes // n}
+                ours = {
+                    "mamba_cache_per_req": hsg.per_request_bytes(fp),
+                    "layers": n,
+                    "conv_bytes_per_layer": fp.conv_bytes // n,
+                    "ssm_bytes_per_layer": fp.ssm_bytes // n,
+                }
                 _compare(report, "state", case, theirs, ours)
                 if attn_layers and sp.cell_tp == "attn_tp":
-                    _compare(report, "kv_heads", case, {"kv_heads_per_rank": sp.heads(cfg, attn)},
-                             {"kv_heads_per_rank": _our_heads(fp, attn_layers)})
+                    _compare(
+                        report,
+                        "kv_heads",
+                        case,
+                        {"kv_heads_per_rank": sp.heads(cfg, attn)},
+                        {"kv_heads_per_rank": _our_heads(fp, attn_layers)},
+                    )
                 # the pools and the request count, DP attention on
                 if dp > 1:
                     for budget in (20 * GiB, 60 * GiB):
@@ -593,17 +758,33 @@ def check_sglang(sp: SglangParallel, report: dict) -> None:
                     me = types.SimpleNamespace()
                     try:
                         sp.experts(me, shape.experts, 0, shape.intermediate)
-                        theirs = {"refused": False, "moe_tp": me.moe_tp_size, "experts_held": me.num_local_experts,
-                                  "intermediate_per_rank": me.intermediate_size_per_partition}
+                        theirs = {
+                            "refused": False,
+                            "moe_tp": me.moe_tp_size,
+                            "experts_held": me.num_local_experts,
+                            "intermediate_per_rank": me.intermediate_size_per_partition,
+                        }
                     except AssertionError:
                         theirs = {"refused": True}
                     try:
-                        sh = sglang_pp.sharding(Scenario(spec, ctx=32768, tp=tp, dp=dp, dp_attention=dp > 1,
-                                                         ep_size=ep, engine="sglang",
-                                                         sglang=hsg.SglangSettings(release=rel)))
-                        ours = {"refused": False, "moe_tp": sh.ranks("moe", "experts.up"),
-                                "experts_held": sh.experts_held if sh.experts_held is not None else shape.experts,
-                                "intermediate_per_rank": shape.intermediate // sh.ranks("moe", "experts.up")}
+                        sh = sglang_pp.sharding(
+                            Scenario(
+                                spec,
+                                ctx=32768,
+                                tp=tp,
+                                dp=dp,
+                                dp_attention=dp > 1,
+                                ep_size=ep,
+                                engine="sglang",
+                                sglang=hsg.SglangSettings(release=rel),
+                            )
+                        )
+                        ours = {
+                            "refused": False,
+                            "moe_tp": sh.ranks("moe", "experts.up"),
+                            "experts_held": sh.experts_held if sh.experts_held is not None else shape.experts,
+                            "intermediate_per_rank": shape.intermediate // sh.ranks("moe", "experts.up"),
+                        }
                     except PlanError:
                         ours = {"refused": True}
                     if theirs["refused"] or ours["refused"]:
@@ -621,17 +802,26 @@ def _pools(report: dict, engine: tuple, sc, base, ask: tuple) -> None:
     spec = engine[-1]
     budget, requested, fixed = ask
     s = hsg.SglangSettings(release=sc.sglang.release, max_running_requests=requested, max_mamba_cache_size=fixed)
-    case = {"model": spec.name, "tp": sc.tp, "dp": sc.dp, "budget_gib": budget // GiB, "requested": requested,
-            "fixed": fixed}
+    case = {
+        "model": spec.name,
+        "tp": sc.tp,
+        "dp": sc.dp,
+        "budget_gib": budget // GiB,
+        "requested": requested,
+        "fixed": fixed,
+    }
     try:
         r = sglang_pp.fit_data_parallel(replace_budget(sc, Budget(kv_budget=budget), sglang=s))
-        ours = {"starts": r.starts, "max_mamba_cache_size": r.split.pool_size, "kv_tokens": r.kv_tokens,
-                "max_running_requests": r.max_running_requests}
+        ours = {
+            "starts": r.starts,
+            "max_mamba_cache_size": r.split.pool_size,
+            "kv_tokens": r.kv_tokens,
+            "max_running_requests": r.max_running_requests,
+        }
     except PlanError:
         r, ours = None, {"starts": False}
     try:
-        theirs = _pool_case(engine, {"dp": sc.dp, "budget": budget, "requested": requested, "fixed": fixed},
-                            r or base)
+        theirs = _pool_case(engine, {"dp": sc.dp, "budget": budget, "requested": requested, "fixed": fixed}, r or base)
         # as validation/sglang.py: a start that leaves no KV token or no request serves nothing
         theirs["starts"] = theirs["kv_tokens"] > 0 and theirs["max_running_requests"] > 0
     except (RuntimeError, ValueError) as exc:
@@ -670,8 +860,9 @@ def run_sglang(cache: Path, versions: tuple[str, ...]) -> dict:
     out = {}
     for version in versions:
         src = vsg.unpack(version, cache)
-        run = subprocess.run([sys.executable, __file__, "--sglang-src", str(src), "--version", version],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, __file__, "--sglang-src", str(src), "--version", version], capture_output=True, text=True
+        )
         try:
             out[f"sglang {version}"] = json.loads(run.stdout)
         except json.JSONDecodeError:
@@ -698,8 +889,10 @@ def _summary(report: dict) -> list[str]:
             groups.setdefault((m["part"], m["figure"], m.get("model")), []).append(m)
         for (part, figure, model), ms in list(groups.items())[:10]:
             e = {k: v for k, v in ms[0].items() if k not in ("part", "figure", "model", "engine", "hybridplan")}
-            lines.append(f"   {part} {figure} {model}: {len(ms)}x, e.g. {e}: engine {ms[0]['engine']!r}, "
-                         f"hybridplan {ms[0]['hybridplan']!r}")
+            lines.append(
+                f"   {part} {figure} {model}: {len(ms)}x, e.g. {e}: engine {ms[0]['engine']!r}, "
+                f"hybridplan {ms[0]['hybridplan']!r}"
+            )
     return lines
 
 

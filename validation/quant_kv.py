@@ -38,31 +38,64 @@ CACHE = Path("~/.cache/hybridplan-validation").expanduser()
 FP8_SCHEME = {"dynamic": False, "num_bits": 8, "type": "float"}
 #: name → (quantization_config, --kv-cache-dtype given or None for auto)
 CASES = {
-    "modelopt nvfp4, kv_cache_quant_algo FP8": {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                                                "group_size": 16, "kv_cache_quant_algo": "FP8"},
-    "modelopt nvfp4, kv_cache_scheme fp8": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                            "kv_cache_scheme": FP8_SCHEME},
-    "modelopt fp8, kv_cache_scheme fp8": {"quant_method": "modelopt", "quant_algo": "FP8",
-                                          "kv_cache_scheme": FP8_SCHEME},
-    "modelopt fp8, kv_cache_quant_algo FP8": {"quant_method": "modelopt", "quant_algo": "FP8",
-                                              "kv_cache_quant_algo": "FP8"},
-    "modelopt nvfp4, kv_cache_scheme fp4": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                            "kv_cache_scheme": {"num_bits": 4, "type": "float"}},
+    "modelopt nvfp4, kv_cache_quant_algo FP8": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "kv_cache_quant_algo": "FP8",
+    },
+    "modelopt nvfp4, kv_cache_scheme fp8": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "kv_cache_scheme": FP8_SCHEME,
+    },
+    "modelopt fp8, kv_cache_scheme fp8": {
+        "quant_method": "modelopt",
+        "quant_algo": "FP8",
+        "kv_cache_scheme": FP8_SCHEME,
+    },
+    "modelopt fp8, kv_cache_quant_algo FP8": {
+        "quant_method": "modelopt",
+        "quant_algo": "FP8",
+        "kv_cache_quant_algo": "FP8",
+    },
+    "modelopt nvfp4, kv_cache_scheme fp4": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "kv_cache_scheme": {"num_bits": 4, "type": "float"},
+    },
     "modelopt nvfp4, no KV scheme": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
-    "hf_quant_config nvfp4, kv FP8": {"producer": {"name": "modelopt", "version": "0.29.0"},
-                                      "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
-                                                       "group_size": 16, "exclude_modules": ["lm_head"]}},
-    "hf_quant_config fp8, kv FP8": {"producer": {"name": "modelopt", "version": "0.29.0"},
-                                    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
-                                                     "exclude_modules": ["lm_head"]}},
+    "hf_quant_config nvfp4, kv FP8": {
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quantization": {
+            "quant_algo": "NVFP4",
+            "kv_cache_quant_algo": "FP8",
+            "group_size": 16,
+            "exclude_modules": ["lm_head"],
+        },
+    },
+    "hf_quant_config fp8, kv FP8": {
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]},
+    },
     "compressed-tensors nvfp4, kv_cache_scheme fp8": {
-        "quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor",
-                                                                  "dynamic": False, "symmetric": True},
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
-                                                                          "group_size": 16}}}},
+        "quant_method": "compressed-tensors",
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True},
+        "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "group_size": 16}}
+        },
+    },
     "compressed-tensors w4a16, no KV scheme": {
-        "quant_method": "compressed-tensors", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 4, "type": "int", "group_size": 128, "symmetric": True}}}},
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "group_size": 128, "symmetric": True},
+            }
+        },
+    },
     "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
 }
 GIVEN = (None, "bfloat16", "fp8_e5m2")
@@ -143,8 +176,14 @@ def vllm_kv(src: Path, version: str) -> dict:
         normalise = getattr(conv, "_normalize_quantization_config", None)
     except ImportError:  # before 0.14.0: ModelConfig._parse_quant_hf_config; 0.10 needs blake3 for vllm.config
         pass
-    layer = next((p for p in (src / "vllm/model_executor/layers/attention/attention.py",
-                              src / "vllm/attention/layer.py") if p.is_file()), None)
+    layer = next(
+        (
+            p
+            for p in (src / "vllm/model_executor/layers/attention/attention.py", src / "vllm/attention/layer.py")
+            if p.is_file()
+        ),
+        None,
+    )
     branch = _if_on(layer.read_text(), "Attention", "__init__", "kv_cache_scheme") if layer else None
     out = {}
     for name, quant in CASES.items():
@@ -163,8 +202,12 @@ def vllm_kv(src: Path, version: str) -> dict:
             if resolve is not None:
                 kv = resolve(kv, SimpleNamespace(hf_config=hf))
             if branch is not None and q.get("quant_method") == "compressed-tensors":
-                scope = {"quant_config": SimpleNamespace(kv_cache_scheme=q.get("kv_cache_scheme")),
-                         "kv_cache_scheme": q.get("kv_cache_scheme"), "kv_cache_dtype": kv, "getattr": getattr}
+                scope = {
+                    "quant_config": SimpleNamespace(kv_cache_scheme=q.get("kv_cache_scheme")),
+                    "kv_cache_scheme": q.get("kv_cache_scheme"),
+                    "kv_cache_dtype": kv,
+                    "getattr": getattr,
+                }
                 if eval(compile(ast.Expression(branch.test), "attention", "eval"), scope):  # noqa: S307
                     kv = "fp8"
             out[f"{name} | {given or 'auto'}"] = kv
@@ -211,10 +254,16 @@ def _statics(source: str, cls: str):
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for fn in node.body:
                 if isinstance(fn, ast.FunctionDef) and any(
-                        isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list):
-                    plain = ast.Module(body=[ast.FunctionDef(**{**{f: getattr(fn, f) for f in fn._fields},
-                                                                "decorator_list": [], "returns": None})],
-                                       type_ignores=[])
+                    isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list
+                ):
+                    plain = ast.Module(
+                        body=[
+                            ast.FunctionDef(
+                                **{**{f: getattr(fn, f) for f in fn._fields}, "decorator_list": [], "returns": None}
+                            )
+                        ],
+                        type_ignores=[],
+                    )
                     ast.fix_missing_locations(plain)
                     scope = {"Dict": dict, "Any": object, "Optional": object, "List": list}
                     exec(compile(plain, cls, "exec"), scope)  # noqa: S102 - the wheel's own function
@@ -227,7 +276,7 @@ def sglang_kv(src: Path, version: str) -> dict:
 
     path = src / "sglang/srt/layers/quantization/modelopt_quant.py"
     text = path.read_text()
-    runner = (src / "sglang/srt/mem_cache/kv_cache_dtype.py")
+    runner = src / "sglang/srt/mem_cache/kv_cache_dtype.py"
     runner = runner if runner.is_file() else src / "sglang/srt/model_executor/model_runner.py"
     rt = runner.read_text()
     auto_reads = 'getattr(quant_config, "kv_cache_quant_algo"' in rt and '.upper() == "FP8"' in rt
@@ -242,15 +291,36 @@ def sglang_kv(src: Path, version: str) -> dict:
         init, _ = _method(text, cls, "__init__")
         init_src = ast.unparse(init)
         # the attribute the KV algorithm lands in: its own, or ModelOptQuantConfig's (kv_cache_quant_algo)
-        attr_is_algo = ("self.kv_cache_quant_algo = kv_cache_quant_algo" in init_src
-                        or "super().__init__(kv_cache_quant_" in init_src)
-        fn = ast.FunctionDef(name="from_config", args=fn.args, body=fn.body, decorator_list=[], returns=None,
-                             type_comment=None, type_params=[]) if sys.version_info >= (3, 12) else ast.FunctionDef(
-            name="from_config", args=fn.args, body=fn.body, decorator_list=[], returns=None, type_comment=None)
+        attr_is_algo = (
+            "self.kv_cache_quant_algo = kv_cache_quant_algo" in init_src
+            or "super().__init__(kv_cache_quant_" in init_src
+        )
+        fn = (
+            ast.FunctionDef(
+                name="from_config",
+                args=fn.args,
+                body=fn.body,
+                decorator_list=[],
+                returns=None,
+                type_comment=None,
+                type_params=[],
+            )
+            if sys.version_info >= (3, 12)
+            else ast.FunctionDef(
+                name="from_config", args=fn.args, body=fn.body, decorator_list=[], returns=None, type_comment=None
+            )
+        )
         mod = ast.Module(body=[fn], type_ignores=[])
         ast.fix_missing_locations(mod)
-        scope = {"logger": logging.getLogger("sglang"), "Dict": dict, "Any": object, "Optional": object,
-                 "List": list, "is_layer_skipped": None, "ModelOptFp4Config": _statics(text, "ModelOptFp4Config")}
+        scope = {
+            "logger": logging.getLogger("sglang"),
+            "Dict": dict,
+            "Any": object,
+            "Optional": object,
+            "List": list,
+            "is_layer_skipped": None,
+            "ModelOptFp4Config": _statics(text, "ModelOptFp4Config"),
+        }
         exec(compile(mod, str(path), "exec"), scope)  # noqa: S102 - the wheel's own function
         try:
             built = scope["from_config"](_Cls, json.loads(json.dumps(quant)))
@@ -274,8 +344,9 @@ def worker(engine: str, src: Path, version: str) -> int:
 def show(engine: str, version: str) -> None:
     """What the engine's code gave per case (``--show``)."""
     src = CACHE / f"{engine}-{version}"
-    run = subprocess.run([sys.executable, __file__, "--worker", engine, str(src), version], capture_output=True,
-                         text=True)
+    run = subprocess.run(
+        [sys.executable, __file__, "--worker", engine, str(src), version], capture_output=True, text=True
+    )
     print(run.stdout.strip() or run.stderr.strip()[-2000:])
 
 
@@ -285,8 +356,9 @@ def show(engine: str, version: str) -> None:
 
 
 def releases(engine: str, which: str | None, cache: Path = CACHE) -> list[tuple[str, Path]]:
-    found = sorted(((p.name.split("-", 1)[1], p) for p in cache.glob(f"{engine}-*") if p.is_dir()),
-                   key=lambda vp: key(vp[0]))
+    found = sorted(
+        ((p.name.split("-", 1)[1], p) for p in cache.glob(f"{engine}-*") if p.is_dir()), key=lambda vp: key(vp[0])
+    )
     if which:
         wanted = set(which.split(","))
         found = [vp for vp in found if vp[0] in wanted]
@@ -308,10 +380,11 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(ROOT))
     total = bad = failed = 0
-    for engine in (("vllm", "sglang") if args.engine == "both" else (args.engine,)):
+    for engine in ("vllm", "sglang") if args.engine == "both" else (args.engine,):
         for version, src in releases(engine, args.releases, args.cache_dir.expanduser()):
-            run = subprocess.run([sys.executable, __file__, "--worker", engine, str(src), version],
-                                 capture_output=True, text=True)
+            run = subprocess.run(
+                [sys.executable, __file__, "--worker", engine, str(src), version], capture_output=True, text=True
+            )
             if run.returncode:
                 failed += 1
                 print(f"{engine} {version}: could not run: {run.stderr.strip().splitlines()[-1:]}")

@@ -77,19 +77,43 @@ def traces() -> dict:
             yield r
 
     return {
-        "shared-prefix": (lambda: capped(Synthetic(shared=3000, users=8, private=400, output=4).requests()),
-                          32768),
-        "shared-prefix-groups": (lambda: capped(Synthetic(shared=1200, users=8, private=300, output=4, group_size=4,
-                                                          group_shared=2500).requests()), 32768),
-        "vllm-45238-1500-700": (lambda: capped(Synthetic(shared=1500, users=16, private=700, output=1).requests()),
-                                32768),
-        "vllm-45238-1600-500": (lambda: capped(Synthetic(shared=1600, users=16, private=500, output=1).requests()),
-                                32768),
-        "conversation": (lambda: capped(Synthetic(shared=1000, users=3, turns=3, private=700, output=8,
-                                                  order="round-robin").requests()), 32768),
-        "revisited-documents": (lambda: capped(Synthetic(shared=0, users=6, turns=3, private=200, output=2,
-                                                         group_size=1, group_shared=2000, history=False,
-                                                         order="round-robin").requests()), 32768),
+        "shared-prefix": (lambda: capped(Synthetic(shared=3000, users=8, private=400, output=4).requests()), 32768),
+        "shared-prefix-groups": (
+            lambda: capped(
+                Synthetic(shared=1200, users=8, private=300, output=4, group_size=4, group_shared=2500).requests()
+            ),
+            32768,
+        ),
+        "vllm-45238-1500-700": (
+            lambda: capped(Synthetic(shared=1500, users=16, private=700, output=1).requests()),
+            32768,
+        ),
+        "vllm-45238-1600-500": (
+            lambda: capped(Synthetic(shared=1600, users=16, private=500, output=1).requests()),
+            32768,
+        ),
+        "conversation": (
+            lambda: capped(
+                Synthetic(shared=1000, users=3, turns=3, private=700, output=8, order="round-robin").requests()
+            ),
+            32768,
+        ),
+        "revisited-documents": (
+            lambda: capped(
+                Synthetic(
+                    shared=0,
+                    users=6,
+                    turns=3,
+                    private=200,
+                    output=2,
+                    group_size=1,
+                    group_shared=2000,
+                    history=False,
+                    order="round-robin",
+                ).requests()
+            ),
+            32768,
+        ),
         "mooncake-conversation": (moon, 131072),
         # `prefix`'s trace (hybridplan/reports/prefix.py): three requests, a shared prefix, one output token
         "prefix-4000-200": (lambda: Synthetic(shared=4000, users=3, private=200, output=1).requests(), 32768),
@@ -104,8 +128,9 @@ MODELS = (("qwen3.5-4b", "align"), ("nemotron-h-8b", "all"), ("nemotron-h-8b", "
 def releases_modes(version: str, model: str, mode: str) -> bool:
     from hybridplan.engines.vllm.releases import release
 
-    return mode in release(version).modes_for(__import__("hybridplan.loader", fromlist=["load_model"])
-                                              .load_model(model))
+    return mode in release(version).modes_for(
+        __import__("hybridplan.loader", fromlist=["load_model"]).load_model(model)
+    )
 
 
 def hybridplan_side(version: str, model: str, mode: str, trace: str, budget: str) -> dict:
@@ -119,8 +144,9 @@ def hybridplan_side(version: str, model: str, mode: str, trace: str, budget: str
     from hybridplan.scenario import Budget, Scenario
 
     factory, ctx = traces()[trace]
-    sc = Scenario(load_model(model), ctx=ctx, vllm=VllmSettings(release=release(version)),
-                  budget=Budget(kv_budget=40 * GiB))
+    sc = Scenario(
+        load_model(model), ctx=ctx, vllm=VllmSettings(release=release(version)), budget=Budget(kv_budget=40 * GiB)
+    )
     rules = vpc.rules(sc, ReplaySettings(), mode, 40 * GiB)
     if budget == "evicting":  # room for the largest request and a little more: the cache turns over
         biggest = max(vpc.Cache(rules).blocks_needed(r) for r in factory())
@@ -139,19 +165,31 @@ def hybridplan_side(version: str, model: str, mode: str, trace: str, budget: str
     reqs = []
     for r in factory():
         full = tokens(r.with_output())
-        reqs.append({"prompt": full[:r.prompt_len], "output": full[r.prompt_len:r.prompt_len + r.output_len]})
+        reqs.append({"prompt": full[: r.prompt_len], "output": full[r.prompt_len : r.prompt_len + r.output_len]})
     from hybridplan.engines.vllm.blocks import recurrent_pages
     from hybridplan.engines.vllm.dtypes import footprint
 
     fp = footprint(sc)
-    extra = max((recurrent_pages(sc, g.kind, mode, rules.block) for g in fp.state), default=2) - 2 \
-        if mode == "align" else 0
-    return {"rules": {"block": rules.block, "num_blocks": rules.num_blocks, "attn_groups": rules.attn_groups,
-                      "mamba_groups": rules.mamba_groups, "mode": mode, "chunk": rules.chunk, "max_model_len": ctx,
-                      "checkpoint_blocks": max(extra, 0), "retention": rules.retention,
-                      "checkpoint_align": rules.checkpoint_align,
-                      "group_order": list(rules.group_order)},
-            "requests": reqs, "reused": [o.reused for o in runs[rules.label].outcomes]}
+    extra = (
+        max((recurrent_pages(sc, g.kind, mode, rules.block) for g in fp.state), default=2) - 2 if mode == "align" else 0
+    )
+    return {
+        "rules": {
+            "block": rules.block,
+            "num_blocks": rules.num_blocks,
+            "attn_groups": rules.attn_groups,
+            "mamba_groups": rules.mamba_groups,
+            "mode": mode,
+            "chunk": rules.chunk,
+            "max_model_len": ctx,
+            "checkpoint_blocks": max(extra, 0),
+            "retention": rules.retention,
+            "checkpoint_align": rules.checkpoint_align,
+            "group_order": list(rules.group_order),
+        },
+        "requests": reqs,
+        "reused": [o.reused for o in runs[rules.label].outcomes],
+    }
 
 
 # ==================================================================================================
@@ -205,20 +243,38 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             os.environ["VLLM_PREFIX_CACHE_RETENTION_INTERVAL"] = str(retention)
         else:
             os.environ.pop("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
-        schc = SchedulerConfig(max_model_len=r["max_model_len"], is_encoder_decoder=False, max_num_seqs=16,
-                               max_num_batched_tokens=r["chunk"], enable_chunked_prefill=True,
-                               async_scheduling=False)
+        schc = SchedulerConfig(
+            max_model_len=r["max_model_len"],
+            is_encoder_decoder=False,
+            max_num_seqs=16,
+            max_num_batched_tokens=r["chunk"],
+            enable_chunked_prefill=True,
+            async_scheduling=False,
+        )
         kw = {"block_size": block, "enable_prefix_caching": True, "mamba_cache_mode": r["mode"]}
         if "prefix_cache_retention_interval" in inspect.signature(CacheConfig).parameters:
             kw["prefix_cache_retention_interval"] = retention
         cc = CacheConfig(**kw)
         cc.num_gpu_blocks = n
         vc = VllmConfig(scheduler_config=schc, cache_config=cc, device_config=DeviceConfig(device="cpu"))
-        object.__setattr__(vc, "model_config", ModelStandIn(
-            skip_tokenizer_init=True, uses_mrope=False, uses_xdrope=False, is_encoder_decoder=False,
-            max_model_len=r["max_model_len"], is_diffusion=False, enable_return_routed_experts=False,
-            return_sampling_mask=False, is_hybrid=True, is_multimodal_model=False, runner_type="generate",
-            architectures=[]))
+        object.__setattr__(
+            vc,
+            "model_config",
+            ModelStandIn(
+                skip_tokenizer_init=True,
+                uses_mrope=False,
+                uses_xdrope=False,
+                is_encoder_decoder=False,
+                max_model_len=r["max_model_len"],
+                is_diffusion=False,
+                enable_return_routed_experts=False,
+                return_sampling_mask=False,
+                is_hybrid=True,
+                is_multimodal_model=False,
+                runner_type="generate",
+                architectures=[],
+            ),
+        )
         mspec = {"block_size": block, "shapes": ((1,),), "dtypes": (torch.float32,), "mamba_cache_mode": r["mode"]}
         if "num_prefill_checkpoint_blocks" in MambaSpec.__dataclass_fields__:
             mspec["num_prefill_checkpoint_blocks"] = r["checkpoint_blocks"]
@@ -227,23 +283,37 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 # the prefix-cache grid for FlashInfer, 0.33.0): the scheduler then takes the prompt's checkpoint
                 # inside its last chunk instead of splitting the chunk there (hybridplan's Rules.checkpoint_align)
                 mspec["prefill_checkpoint_alignment"] = r["checkpoint_align"]
-        groups = [KVCacheGroupSpec([f"mamba{i}"], MambaSpec(**mspec)) if kind == "m" else
-                  KVCacheGroupSpec([f"attn{i}"], FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=1,
-                                                                   dtype=torch.float32))
-                  for i, kind in enumerate(r["group_order"])]  # in the order vLLM buckets the layers
+        groups = [
+            KVCacheGroupSpec([f"mamba{i}"], MambaSpec(**mspec))
+            if kind == "m"
+            else KVCacheGroupSpec(
+                [f"attn{i}"], FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=1, dtype=torch.float32)
+            )
+            for i, kind in enumerate(r["group_order"])
+        ]  # in the order vLLM buckets the layers
         kv = {"num_blocks": n, "kv_cache_tensors": [], "kv_cache_groups": groups}
         if "prefix_cache_retention_interval" in KVCacheConfig.__dataclass_fields__:
             kv["prefix_cache_retention_interval"] = retention
-        sched = Scheduler(vllm_config=vc, kv_cache_config=KVCacheConfig(**kv),
-                          structured_output_manager=StructuredOutputManager(vc), block_size=block, log_stats=True)
+        sched = Scheduler(
+            vllm_config=vc,
+            kv_cache_config=KVCacheConfig(**kv),
+            structured_output_manager=StructuredOutputManager(vc),
+            block_size=block,
+            log_stats=True,
+        )
         hasher = get_request_block_hasher(block, sha)
         reused, steps_seen = [], []
         started = time.perf_counter()
         for i, rq in enumerate(case["requests"]):
             rid = str(i)
             out = rq["output"] or [0]
-            req = Request(request_id=rid, prompt_token_ids=rq["prompt"], pooling_params=None, block_hasher=hasher,
-                          sampling_params=SamplingParams(max_tokens=len(out), ignore_eos=True))
+            req = Request(
+                request_id=rid,
+                prompt_token_ids=rq["prompt"],
+                pooling_params=None,
+                block_hasher=hasher,
+                sampling_params=SamplingParams(max_tokens=len(out), ignore_eos=True),
+            )
             sched.add_request(req)
             hit, steps = None, []
             for _ in range(100_000):
@@ -259,18 +329,27 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 for j in ids:
                     q = sched.requests[j]
                     sampled.append([out[len(q.output_token_ids)]] if q.num_computed_tokens >= q.num_tokens else [])
-                sched.update_from_output(so, ModelRunnerOutput(req_ids=ids, req_id_to_index={x: k for k, x in
-                                                                                         enumerate(ids)},
-                                                               sampled_token_ids=sampled))
+                sched.update_from_output(
+                    so,
+                    ModelRunnerOutput(
+                        req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)}, sampled_token_ids=sampled
+                    ),
+                )
                 if rid not in sched.requests:
                     break
             reused.append(hit if hit is not None else -1)
             steps_seen.append(steps[:6])
         import resource
 
-        results.append({"name": case["name"], "reused": reused, "steps": steps_seen,
-                        "seconds": time.perf_counter() - started,
-                        "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+        results.append(
+            {
+                "name": case["name"],
+                "reused": reused,
+                "steps": steps_seen,
+                "seconds": time.perf_counter() - started,
+                "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        )
     out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(ModelStandIn.read)}))
     return 0
 
@@ -330,9 +409,22 @@ def main() -> int:
             overlay = vv.transformers_overlay(version, cache)
             if overlay is not None:
                 env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
-                                   str(cases_file), str(out_file)], cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    version,
+                    str(src),
+                    str(cases_file),
+                    str(out_file),
+                ],
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             if proc.returncode != 0:
                 print(proc.stdout[-6000:], file=sys.stderr)
                 report["failed"].append(version)
@@ -341,30 +433,48 @@ def main() -> int:
             n = 0
             for res in out["results"]:
                 mine = ours[res["name"]]
-                report["cases"][f"{version} {res['name']}"] = {"requests": len(res["reused"]),
-                                                              "block": mine["rules"]["block"],
-                                                              "num_blocks": mine["rules"]["num_blocks"],
-                                                              "vllm_reused_tokens": sum(res["reused"]),
-                                                              "hybridplan_reused_tokens": sum(mine["reused"])}
+                report["cases"][f"{version} {res['name']}"] = {
+                    "requests": len(res["reused"]),
+                    "block": mine["rules"]["block"],
+                    "num_blocks": mine["rules"]["num_blocks"],
+                    "vllm_reused_tokens": sum(res["reused"]),
+                    "hybridplan_reused_tokens": sum(mine["reused"]),
+                }
                 for i, (a, b) in enumerate(zip(res["reused"], mine["reused"])):
                     n += 1
                     if a != b:
-                        report["mismatches"].append({"release": version, "case": res["name"], "request": i,
-                                                     "vllm": a, "hybridplan": b, "vllm_steps": res["steps"][i]})
+                        report["mismatches"].append(
+                            {
+                                "release": version,
+                                "case": res["name"],
+                                "request": i,
+                                "vllm": a,
+                                "hybridplan": b,
+                                "vllm_steps": res["steps"][i],
+                            }
+                        )
             report["compared"][version] = n
             report.setdefault("stand_in_fields_read", {})[version] = out["stand_in_fields_read"]
-            print(f"vLLM {version}: {n} requests compared, "
-                  f"{sum(m['release'] == version for m in report['mismatches'])} mismatches "
-                  f"[{time.time() - start:.0f} s]", file=sys.stderr, flush=True)
+            print(
+                f"vLLM {version}: {n} requests compared, "
+                f"{sum(m['release'] == version for m in report['mismatches'])} mismatches "
+                f"[{time.time() - start:.0f} s]",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         for k, c in report["cases"].items():
-            print(f"{k}: {c['requests']} requests, block {c['block']}, {c['num_blocks']} blocks, reused "
-                  f"{c['vllm_reused_tokens']:,} (vLLM) / {c['hybridplan_reused_tokens']:,} (hybridplan)")
+            print(
+                f"{k}: {c['requests']} requests, block {c['block']}, {c['num_blocks']} blocks, reused "
+                f"{c['vllm_reused_tokens']:,} (vLLM) / {c['hybridplan_reused_tokens']:,} (hybridplan)"
+            )
         total = sum(report["compared"].values())
-        print(f"total: {total} requests compared, {len(report['mismatches'])} mismatches"
-              + (f", failed: {', '.join(report['failed'])}" if report["failed"] else ""))
+        print(
+            f"total: {total} requests compared, {len(report['mismatches'])} mismatches"
+            + (f", failed: {', '.join(report['failed'])}" if report["failed"] else "")
+        )
         for m in report["mismatches"][:30]:
             print("  ", m)
     return 0 if not report["mismatches"] and not report["failed"] else 1

@@ -75,15 +75,32 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES = ("0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18",
-            "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+RELEASES = (
+    "0.5.9",
+    "0.5.10",
+    "0.5.11",
+    "0.5.12",
+    "0.5.13",
+    "0.5.14",
+    "0.5.15",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 QUICK_RELEASES = ("0.5.9", "0.5.23")
 MAX_OUTPUT = 8
 MAX_RUNNING = 64
 VOCAB = 100_000
 #: model → (hybridplan's name, the config.json shipped under /work/shared/model_configs or tests/data, TP)
-MODELS = {"qwen3-next": ("qwen3-next", "Qwen__Qwen3-Next-80B-A3B-Thinking.json", 4),
-          "nemotron-h": ("nemotron-h", "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", 1)}
+MODELS = {
+    "qwen3-next": ("qwen3-next", "Qwen__Qwen3-Next-80B-A3B-Thinking.json", 4),
+    "nemotron-h": ("nemotron-h", "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", 1),
+}
 GPU = "h100"
 #: the overlap scheduler (event_loop_overlap, which processes a batch's result after launching the next) is
 #: not driven: every case runs with --disable-overlap-schedule, which no_buffer takes anyway
@@ -116,13 +133,28 @@ def _token(key, off: int) -> int:
 #: the synthetic traces (``hybridplan.replay.trace.Synthetic``'s fields; outputs at most MAX_OUTPUT)
 SYNTHETIC = {
     "shared-prefix": {"shared": 3000, "users": 8, "private": 400, "output": 4},
-    "shared-prefix-groups": {"shared": 1200, "users": 8, "private": 300, "output": 4, "group_size": 4,
-                             "group_shared": 2500},
+    "shared-prefix-groups": {
+        "shared": 1200,
+        "users": 8,
+        "private": 300,
+        "output": 4,
+        "group_size": 4,
+        "group_shared": 2500,
+    },
     "vllm-45238-1500-700": {"shared": 1500, "users": 16, "private": 700, "output": 1},
     "vllm-45238-1600-500": {"shared": 1600, "users": 16, "private": 500, "output": 1},
     "conversation": {"shared": 1000, "users": 3, "turns": 3, "private": 700, "output": 8, "order": "round-robin"},
-    "revisited-documents": {"shared": 0, "users": 6, "turns": 3, "private": 200, "output": 2, "group_size": 1,
-                            "group_shared": 2000, "history": False, "order": "round-robin"},
+    "revisited-documents": {
+        "shared": 0,
+        "users": 6,
+        "turns": 3,
+        "private": 200,
+        "output": 2,
+        "group_size": 1,
+        "group_shared": 2000,
+        "history": False,
+        "order": "round-robin",
+    },
     "prefix-4000-200": {"shared": 4000, "users": 3, "private": 200, "output": 1},
     "prefix-10000-5000": {"shared": 10000, "users": 3, "private": 5000, "output": 1},
 }
@@ -142,14 +174,16 @@ def write_trace(name: str, tmp: Path) -> tuple[Path, list]:
     else:
         path = tmp / f"{name}.jsonl"
         lines = [json.loads(x) for x in MOONCAKE.read_text().splitlines() if x.strip()]
-        path.write_text("".join(json.dumps({**x, "output_length": min(x.get("output_length", 0), MAX_OUTPUT)}) + "\n"
-                                for x in lines))
+        path.write_text(
+            "".join(
+                json.dumps({**x, "output_length": min(x.get("output_length", 0), MAX_OUTPUT)}) + "\n" for x in lines
+            )
+        )
     out = []
     for r in read(path):
         full = r.with_output()
-        toks = list(full.tokens) if full.tokens is not None else [_token(k, j) for k, n in full.runs
-                                                                  for j in range(n)]
-        out.append({"prompt": toks[:r.prompt_len], "output": toks[r.prompt_len:r.prompt_len + r.output_len]})
+        toks = list(full.tokens) if full.tokens is not None else [_token(k, j) for k, n in full.runs for j in range(n)]
+        out.append({"prompt": toks[: r.prompt_len], "output": toks[r.prompt_len : r.prompt_len + r.output_len]})
     return path, out
 
 
@@ -168,8 +202,15 @@ def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, t
     from hybridplan import api
 
     name, _, tp = MODELS[model]
-    opts = {"engine": "sglang", "sglang_version": version, "radix": strategy, "tp": tp, "gpu_type": GPU,
-            "concurrency": concurrency, "no_gap": True}
+    opts = {
+        "engine": "sglang",
+        "sglang_version": version,
+        "radix": strategy,
+        "tp": tp,
+        "gpu_type": GPU,
+        "concurrency": concurrency,
+        "no_gap": True,
+    }
     opts["no_overlap"] = True  # event_loop_normal (OVERLAP below)
     try:
         doc = api.replay(str(trace_file), name, **opts).to_dict()
@@ -177,9 +218,13 @@ def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, t
         return {"refused": str(exc)}
     row = next(r for r in doc["rows"] if r["engine"] == "sglang")
     label = row["label"]
-    return {"rules": row["rules"], "label": label, "concurrency": doc["concurrency"],
-            "reused": [r["reused"].get(label, 0) for r in doc["requests"]],
-            "why": [r["why"].get(label) for r in doc["requests"]]}
+    return {
+        "rules": row["rules"],
+        "label": label,
+        "concurrency": doc["concurrency"],
+        "reused": [r["reused"].get(label, 0) for r in doc["requests"]],
+        "why": [r["why"].get(label) for r in doc["requests"]],
+    }
 
 
 # ==================================================================================================
@@ -257,8 +302,9 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     register = AutoConfig.register
     # transformers 5.19 (the environment's) ships configs the older releases register themselves (qwen3_asr,
     # 0.5.12-0.5.2x): theirs replace it, as under the transformers they pin
-    AutoConfig.register = staticmethod(lambda model_type, config, exist_ok=False: register(model_type, config,
-                                                                                         exist_ok=True))
+    AutoConfig.register = staticmethod(
+        lambda model_type, config, exist_ok=False: register(model_type, config, exist_ok=True)
+    )
 
     import sglang.srt.managers.scheduler as S
     import sglang.srt.managers.tp_worker as tpw
@@ -278,8 +324,13 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     tensor = torch.tensor
     torch.tensor = lambda *a, pin_memory=False, **k: tensor(*a, **k)  # the same, as a keyword (0.5.10)
     read: set[str] = set()
-    calls = {"prewarm_sampling", "init_attention_backends", "init_cuda_graphs", "get_pad_input_ids_func",
-             "register_hicache_layer_transfer_counter"}
+    calls = {
+        "prewarm_sampling",
+        "init_attention_backends",
+        "init_cuda_graphs",
+        "get_pad_input_ids_func",
+        "register_hicache_layer_transfer_counter",
+    }
 
     class StandIn:
         _name = "x"
@@ -299,11 +350,19 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
     def state_params():
         from sglang.srt.configs import mamba_utils as mu
 
-        fields = mu.Mamba2StateShape.__dataclass_fields__ if hasattr(mu.Mamba2StateShape, "__dataclass_fields__") \
+        fields = (
+            mu.Mamba2StateShape.__dataclass_fields__
+            if hasattr(mu.Mamba2StateShape, "__dataclass_fields__")
             else inspect.signature(mu.Mamba2StateShape).parameters
+        )
         kw = {"conv": [(1, 1)], "temporal": (1, 1, 1)}
-        kw.update({k: 1 for k in fields if k not in kw and k not in ("disable_conv_window_dedup", "num_k_heads_per_tp",
-                                                                      "conv_shard_groups")})
+        kw.update(
+            {
+                k: 1
+                for k in fields
+                if k not in kw and k not in ("disable_conv_window_dedup", "num_k_heads_per_tp", "conv_shard_groups")
+            }
+        )
         shape = mu.Mamba2StateShape(**kw)
         return mu.Mamba2CacheParams(layers=[0], shape=shape)
 
@@ -318,22 +377,47 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             from sglang.srt.model_executor import model_runner as mr
 
             if not ps.model_parallel_is_initialized():  # to 0.5.2x the model runner builds the groups
-                mr.ModelRunner.init_torch_distributed(StandIn(
-                    _name="model_runner", server_args=server_args, device="cpu", gpu_id=0, tp_size=1, tp_rank=0,
-                    pp_size=1, pp_rank=0, dp_size=1, moe_ep_size=1, attn_cp_size=1, moe_dp_size=1,
-                    dist_port=kw.get("nccl_port"), is_draft_worker=False, local_omp_cpuid=None,
-                    model_config=self.model_config, ps=kw.get("ps")))  # ps: the ParallelState 0.5.1x hand over
+                mr.ModelRunner.init_torch_distributed(
+                    StandIn(
+                        _name="model_runner",
+                        server_args=server_args,
+                        device="cpu",
+                        gpu_id=0,
+                        tp_size=1,
+                        tp_rank=0,
+                        pp_size=1,
+                        pp_rank=0,
+                        dp_size=1,
+                        moe_ep_size=1,
+                        attn_cp_size=1,
+                        moe_dp_size=1,
+                        dist_port=kw.get("nccl_port"),
+                        is_draft_worker=False,
+                        local_omp_cpuid=None,
+                        model_config=self.model_config,
+                        ps=kw.get("ps"),
+                    )
+                )  # ps: the ParallelState 0.5.1x hand over
             self.is_hybrid_swa = False
             self.random_seed, self.device = 0, "cpu"
             self.weight_load_time, self.graph_time_usage = 0.0, {}
             kv, slots, reqs = case_sizes["kv"], case_sizes["slots"], case_sizes["reqs"]
             sig = inspect.signature(mp.HybridReqToTokenPool.__init__).parameters
-            pkw = {"size": reqs, "mamba_size": slots, "max_context_len": self.model_config.context_len + 4,
-                   "device": "cpu", "enable_memory_saver": False, "cache_params": state_params(),
-                   "enable_mamba_extra_buffer": case_sizes["extra_buffer"]}
-            for k, v in (("mamba_spec_state_size", reqs), ("mamba_layer_ids", [0]), ("enable_overlap_schedule",
-                                                                                      case_sizes["overlap"]),
-                         ("speculative_num_draft_tokens", None)):
+            pkw = {
+                "size": reqs,
+                "mamba_size": slots,
+                "max_context_len": self.model_config.context_len + 4,
+                "device": "cpu",
+                "enable_memory_saver": False,
+                "cache_params": state_params(),
+                "enable_mamba_extra_buffer": case_sizes["extra_buffer"],
+            }
+            for k, v in (
+                ("mamba_spec_state_size", reqs),
+                ("mamba_layer_ids", [0]),
+                ("enable_overlap_schedule", case_sizes["overlap"]),
+                ("speculative_num_draft_tokens", None),
+            ):
                 if k in sig:
                     pkw[k] = v
             pool = mp.HybridReqToTokenPool(**{k: v for k, v in pkw.items() if k in sig})
@@ -346,24 +430,43 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             self.max_queued_requests = server_args.max_queued_requests
             self.max_req_len = min(self.model_config.context_len - 1, kv - 1)
             self.max_req_input_len = self.max_req_len - 5
-            self.model_runner = StandIn(_name="model_runner", model_config=self.model_config, req_to_token_pool=pool,
-                                        token_to_kv_pool_allocator=allocator, token_to_kv_pool=kvc,
-                                        memory_pool_config=object(), effective_logical_max_total_num_tokens=kv,
-                                        logical_max_total_num_tokens=kv, max_total_num_tokens=kv,
-                                        max_token_pool_size=kv, effective_max_total_num_tokens=kv,
-                                        max_running_requests=reqs, device="cpu", forward_stream=None,
-                                        mtp_draft_device_pools=None, mtp_draft_mamba_pools=None,
-                                        hybrid_gdn_config=None, mamba2_config=None)
+            self.model_runner = StandIn(
+                _name="model_runner",
+                model_config=self.model_config,
+                req_to_token_pool=pool,
+                token_to_kv_pool_allocator=allocator,
+                token_to_kv_pool=kvc,
+                memory_pool_config=object(),
+                effective_logical_max_total_num_tokens=kv,
+                logical_max_total_num_tokens=kv,
+                max_total_num_tokens=kv,
+                max_token_pool_size=kv,
+                effective_max_total_num_tokens=kv,
+                max_running_requests=reqs,
+                device="cpu",
+                forward_stream=None,
+                mtp_draft_device_pools=None,
+                mtp_draft_mamba_pools=None,
+                hybrid_gdn_config=None,
+                mamba2_config=None,
+            )
             try:
                 from sglang.srt.model_executor.model_runner_components.ngram_embedding_manager import (
                     NgramEmbeddingManager,
                 )
 
-                args = {"model": None, "model_config": self.model_config, "req_to_token_pool": pool,
-                        "max_running_requests": reqs, "device": "cpu", "server_args": server_args}
+                args = {
+                    "model": None,
+                    "model_config": self.model_config,
+                    "req_to_token_pool": pool,
+                    "max_running_requests": reqs,
+                    "device": "cpu",
+                    "server_args": server_args,
+                }
                 wanted = inspect.signature(NgramEmbeddingManager.from_model).parameters
                 self.model_runner.ngram_embedding_manager = NgramEmbeddingManager.from_model(
-                    **{k: v for k, v in args.items() if k in wanted})
+                    **{k: v for k, v in args.items() if k in wanted}
+                )
             except ImportError:
                 pass
             # the model kind, from ModelRunner's own properties where the release has them (0.5.9's
@@ -401,15 +504,26 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
         except Exception as exc:  # noqa: BLE001 - one case that will not run is reported; the others run
             import traceback
 
-            results.append({"name": case["name"], "error": f"{type(exc).__name__}: {exc}",
-                            "traceback": traceback.format_exc()[-3000:]})
+            results.append(
+                {
+                    "name": case["name"],
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-3000:],
+                }
+            )
             print(f"  {case['name']}: {results[-1]['error']}", file=sys.stderr, flush=True)
         else:
-            results.append({"name": case["name"], "reused": reused, "cached": cached,
-                            "tree": _tree_name(sched.tree_cache), "steps": loop.steps,
-                            "seconds": round(time.perf_counter() - started, 1)})
-            print(f"  {case['name']}: {sum(reused):,} reused [{results[-1]['seconds']} s]", file=sys.stderr,
-                  flush=True)
+            results.append(
+                {
+                    "name": case["name"],
+                    "reused": reused,
+                    "cached": cached,
+                    "tree": _tree_name(sched.tree_cache),
+                    "steps": loop.steps,
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
+            print(f"  {case['name']}: {sum(reused):,} reused [{results[-1]['seconds']} s]", file=sys.stderr, flush=True)
             _teardown(sched)
         out_file.write_text(json.dumps({"results": results, "stand_in_fields_read": sorted(read)}))
     return 0
@@ -422,8 +536,11 @@ def _tree_name(tree) -> str:
     binding = getattr(core, "_binding", None)
     name = type(tree).__name__
     if core is not None:
-        name += f" ({type(core).__name__}" + (f", {type(binding).__name__} from {type(binding).__module__}"
-                                               if binding is not None else "") + ")"
+        name += (
+            f" ({type(core).__name__}"
+            + (f", {type(binding).__name__} from {type(binding).__module__}" if binding is not None else "")
+            + ")"
+        )
     return name
 
 
@@ -436,8 +553,11 @@ def _server_args(prepare, argv):
         importlib.import_module("sglang.srt.arg_groups.mamba_hook")
     except ImportError:
         pass
-    mods = [m for name, m in list(sys.modules.items()) if name == "sglang.srt.server_args" or
-            name.startswith("sglang.srt.arg_groups")]
+    mods = [
+        m
+        for name, m in list(sys.modules.items())
+        if name == "sglang.srt.server_args" or name.startswith("sglang.srt.arg_groups")
+    ]
     for m in mods:  # for the process: 0.5.2x resolve the arguments when first read, in the Scheduler
         for f in DEVICE_CHECKS:
             if f in m.__dict__:
@@ -471,8 +591,16 @@ def _publisher(S):
         from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
 
         def pub(sa):
-            publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=0, pp_rank=0),
-                                                           dp_rank=S.resolve_spawn_dp_rank(None), gpu_id=0))
+            publish(
+                sa,
+                role="scheduler",
+                ranks=SpawnRanks(
+                    world_rank=spawn_world_rank(sa, tp_rank=0, pp_rank=0),
+                    dp_rank=S.resolve_spawn_dp_rank(None),
+                    gpu_id=0,
+                ),
+            )
+
         return pub
     except ImportError:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
@@ -495,12 +623,14 @@ def _scheduler(S, sa, port_args):
                 return None
             _PARALLEL_DONE.append(1)
             return first(*a, **k)
+
         boot.init_parallel_runtime = once
         boot._hp_once = True
     params = __import__("inspect").signature(S.Scheduler.__init__).parameters
     if "gpu_id" in params:
-        kw = {k: 0 for k in ("gpu_id", "tp_rank", "moe_ep_rank", "pp_rank", "attn_cp_rank", "moe_dp_rank")
-              if k in params}
+        kw = {
+            k: 0 for k in ("gpu_id", "tp_rank", "moe_ep_rank", "pp_rank", "attn_cp_rank", "moe_dp_rank") if k in params
+        }
         return S.Scheduler(sa, port_args, dp_rank=None, **kw)
     return S.Scheduler(sa, port_args)
 
@@ -532,9 +662,18 @@ class _Loop:
         sp = self.sp_type(max_new_tokens=len(out), ignore_eos=True)
         sp.normalize(None)
         fields = self.req_type.__dataclass_fields__ if hasattr(self.req_type, "__dataclass_fields__") else {}
-        kw = dict(rid=rid, input_text=None, input_ids=self.array("q", r["prompt"]) if _wants_array(self.req_type)
-                  else list(r["prompt"]), mm_inputs=None, sampling_params=sp, return_logprob=False,
-                  logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
+        kw = dict(
+            rid=rid,
+            input_text=None,
+            input_ids=self.array("q", r["prompt"]) if _wants_array(self.req_type) else list(r["prompt"]),
+            mm_inputs=None,
+            sampling_params=sp,
+            return_logprob=False,
+            logprob_start_len=-1,
+            top_logprobs_num=0,
+            token_ids_logprob=None,
+            stream=False,
+        )
         for k in ("input_embeds", "token_type_ids"):
             kw[k] = None
         if fields:
@@ -617,15 +756,23 @@ def unpack(version: str, cache: Path) -> Path:
     dest = cache / f"sglang-{version}-scheduler"
     if (dest / "sglang/srt/managers/scheduler.py").is_file():
         return dest
-    wheels = sorted(Path(f"/tmp/wheels/sglang-{version}").glob("sglang-*.whl")) + \
-        sorted(cache.glob(f"sglang-{version}-*.whl")) + sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
+    wheels = (
+        sorted(Path(f"/tmp/wheels/sglang-{version}").glob("sglang-*.whl"))
+        + sorted(cache.glob(f"sglang-{version}-*.whl"))
+        + sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
+    )
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}", "-d",
-                        str(cache)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}", "-d", str(cache)],
+            check=True,
+        )
         wheels = sorted(cache.glob(f"sglang-{version}-*.whl"))
     with zipfile.ZipFile(wheels[0]) as zf:
-        names = [n for n in zf.namelist() if n.startswith("sglang/") and not n.startswith(
-            ("sglang/test/", "sglang/multimodal_gen/"))]
+        names = [
+            n
+            for n in zf.namelist()
+            if n.startswith("sglang/") and not n.startswith(("sglang/test/", "sglang/multimodal_gen/"))
+        ]
         zf.extractall(dest, names)
     return dest
 
@@ -643,14 +790,30 @@ def model_dir(model: str, tmp: Path) -> Path:
 
 
 def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: dict, tp: int) -> list[str]:
-    text = "".join(p.read_text() for p in (src / "sglang/srt").glob("arg_groups/**/*.py")) + \
-        (src / "sglang/srt/server_args.py").read_text()
+    text = (
+        "".join(p.read_text() for p in (src / "sglang/srt").glob("arg_groups/**/*.py"))
+        + (src / "sglang/srt/server_args.py").read_text()
+    )
     flag = "--mamba-radix-cache-strategy" if "--mamba-radix-cache-strategy" in text else "--mamba-scheduler-strategy"
-    argv = ["--model-path", str(model_path), "--skip-tokenizer-init", "--device", "cpu", "--load-format", "dummy",
-            "--chunked-prefill-size", str(rules["chunked_prefill_size"]), flag, strategy,
-            "--max-total-tokens", str(rules["kv_pool_tokens"]),
-            "--max-mamba-cache-size", str(rules["mamba_pool_slots"]),
-            "--max-running-requests", str(MAX_RUNNING)]  # one rank: the pools are already the TP rank's
+    argv = [
+        "--model-path",
+        str(model_path),
+        "--skip-tokenizer-init",
+        "--device",
+        "cpu",
+        "--load-format",
+        "dummy",
+        "--chunked-prefill-size",
+        str(rules["chunked_prefill_size"]),
+        flag,
+        strategy,
+        "--max-total-tokens",
+        str(rules["kv_pool_tokens"]),
+        "--max-mamba-cache-size",
+        str(rules["mamba_pool_slots"]),
+        "--max-running-requests",
+        str(MAX_RUNNING),
+    ]  # one rank: the pools are already the TP rank's
     if not OVERLAP:
         argv.append("--disable-overlap-schedule")
     return argv
@@ -663,8 +826,11 @@ def main() -> int:
     ap.add_argument("--strategies", nargs="*", default=["no_buffer", "extra_buffer"])
     ap.add_argument("--concurrency", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--traces", nargs="*", metavar="TRACE")
-    ap.add_argument("--quick", action="store_true", help=f"releases {', '.join(QUICK_RELEASES)} and traces "
-                                                         f"{', '.join(QUICK_TRACES)} only")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"releases {', '.join(QUICK_RELEASES)} and traces {', '.join(QUICK_TRACES)} only",
+    )
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--progress", type=Path, help="append one line per release and case to this file")
     ap.add_argument("--json", action="store_true")
@@ -680,8 +846,15 @@ def main() -> int:
     traces = args.traces or list(QUICK_TRACES if args.quick else TRACES)
     cache = args.cache_dir.expanduser().resolve()
     cache.mkdir(parents=True, exist_ok=True)
-    report: dict = {"compared": {}, "mismatches": [], "failed": {}, "cases": {}, "refused": {},
-                    "stand_ins": list(STAND_INS), "max_output": MAX_OUTPUT}
+    report: dict = {
+        "compared": {},
+        "mismatches": [],
+        "failed": {},
+        "cases": {},
+        "refused": {},
+        "stand_ins": list(STAND_INS),
+        "max_output": MAX_OUTPUT,
+    }
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -710,18 +883,40 @@ def main() -> int:
                                 continue
                             ours[name] = side
                             r = side["rules"]
-                            todo.append({"name": name, "concurrency": c, "trace": t,
-                                         "argv": argv_for(version, src, mdir, r["strategy"], r, MODELS[model][2]),
-                                         "sizes": {"kv": r["kv_pool_tokens"], "slots": r["mamba_pool_slots"],
-                                                   "reqs": MAX_RUNNING, "extra_buffer": r["strategy"] != "no_buffer",
-                                                   "overlap": OVERLAP}})
+                            todo.append(
+                                {
+                                    "name": name,
+                                    "concurrency": c,
+                                    "trace": t,
+                                    "argv": argv_for(version, src, mdir, r["strategy"], r, MODELS[model][2]),
+                                    "sizes": {
+                                        "kv": r["kv_pool_tokens"],
+                                        "slots": r["mamba_pool_slots"],
+                                        "reqs": MAX_RUNNING,
+                                        "extra_buffer": r["strategy"] != "no_buffer",
+                                        "overlap": OVERLAP,
+                                    },
+                                }
+                            )
             cases_file, out_file = tmp / f"cases-{version}.json", tmp / f"out-{version}.json"
             used = {c["trace"] for c in todo}
             cases_file.write_text(json.dumps({"cases": todo, "traces": {t: reqs[t] for t in used}}))
             log(f"SGLang {version}: {len(todo)} cases ...")
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
-                                   str(cases_file), str(out_file)], cwd=tmp, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    version,
+                    str(src),
+                    str(cases_file),
+                    str(out_file),
+                ],
+                cwd=tmp,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             if not out_file.exists():
                 tail = proc.stdout[-4000:]
                 report["failed"][version] = tail
@@ -735,18 +930,29 @@ def main() -> int:
                     report["failed"][f"{version} {res['name']}"] = res["traceback"]
                     continue
                 report["cases"][f"{version} {res['name']}"] = {
-                    "requests": len(res["reused"]), "tree": res["tree"], "steps": res["steps"],
+                    "requests": len(res["reused"]),
+                    "tree": res["tree"],
+                    "steps": res["steps"],
                     "sglang_reused_tokens": sum(max(x, 0) for x in res["reused"]),
                     "sglang_cached_tokens": sum(max(x, 0) for x in res["cached"]),
-                    "hybridplan_reused_tokens": sum(mine["reused"])}
+                    "hybridplan_reused_tokens": sum(mine["reused"]),
+                }
                 for i, (a, b) in enumerate(zip(res["reused"], mine["reused"])):
                     n += 1
                     # -1: SGLang never scheduled it (handle_generate_request aborts a prompt too long for the
                     # context), which hybridplan lists as refused
                     if a != b and not (a == -1 and mine["why"][i] == "refused"):
                         bad += 1
-                        report["mismatches"].append({"release": version, "case": res["name"], "request": i,
-                                                     "sglang": a, "hybridplan": b, "why": mine["why"][i]})
+                        report["mismatches"].append(
+                            {
+                                "release": version,
+                                "case": res["name"],
+                                "request": i,
+                                "sglang": a,
+                                "hybridplan": b,
+                                "why": mine["why"][i],
+                            }
+                        )
             if proc.returncode != 0:
                 report["failed"][version] = proc.stdout[-4000:]
                 log(f"SGLang {version}: the worker stopped\n{proc.stdout[-4000:]}")
@@ -759,11 +965,15 @@ def main() -> int:
         print(json.dumps(report, indent=2))
     else:
         for k, c in report["cases"].items():
-            print(f"{k}: {c['requests']} requests ({c['tree']}), reused {c['sglang_reused_tokens']:,} (SGLang) / "
-                  f"{c['hybridplan_reused_tokens']:,} (hybridplan)")
+            print(
+                f"{k}: {c['requests']} requests ({c['tree']}), reused {c['sglang_reused_tokens']:,} (SGLang) / "
+                f"{c['hybridplan_reused_tokens']:,} (hybridplan)"
+            )
         total = sum(report["compared"].values())
-        print(f"total: {total} requests compared, {len(report['mismatches'])} mismatches"
-              + (f", failed: {', '.join(report['failed'])}" if report["failed"] else ""))
+        print(
+            f"total: {total} requests compared, {len(report['mismatches'])} mismatches"
+            + (f", failed: {', '.join(report['failed'])}" if report["failed"] else "")
+        )
         for m in report["mismatches"][:30]:
             print("  ", m)
     return 0 if not report["mismatches"] and not report["failed"] else 1

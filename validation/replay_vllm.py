@@ -57,8 +57,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-RELEASES = ("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
-            "0.31.0", "0.32.0", "0.33.0")
+RELEASES = (
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+)
 QUICK_RELEASES = ("0.23.0", "0.33.0")
 MAX_OUTPUT = 8
 #: --max-model-len of every case (the Mooncake excerpt's longest prompt is 120,633 tokens)
@@ -69,8 +82,10 @@ BATCHED_TOKENS = 8192
 MODELS = (("qwen3-next-80b-a3b", 4), ("nemotron-nano-9b-v2", 1))
 #: --kv-cache-memory-bytes per GPU: "roomy", and "tight" (a pool that turns over on the Mooncake excerpt while
 #: still holding one request of max_model_len, as vLLM's start requires); chosen by hand, per model
-BUDGETS = {"qwen3-next-80b-a3b": {"roomy": 40 * GiB, "tight": 3 * GiB},
-           "nemotron-nano-9b-v2": {"roomy": 40 * GiB, "tight": 3 * GiB + GiB // 2}}
+BUDGETS = {
+    "qwen3-next-80b-a3b": {"roomy": 40 * GiB, "tight": 3 * GiB},
+    "nemotron-nano-9b-v2": {"roomy": 40 * GiB, "tight": 3 * GiB + GiB // 2},
+}
 CONCURRENCY = (1, 8)
 QUICK_MOONCAKE = 40
 STAND_INS = (
@@ -96,14 +111,28 @@ def write_traces(folder: Path, quick: bool) -> dict[str, Path]:
 
     synthetic = {
         "shared-prefix": {"shared": 3000, "users": 8, "private": 400, "output": 4},
-        "shared-prefix-groups": {"shared": 1200, "users": 8, "private": 300, "output": 4, "group_size": 4,
-                                 "group_shared": 2500},
+        "shared-prefix-groups": {
+            "shared": 1200,
+            "users": 8,
+            "private": 300,
+            "output": 4,
+            "group_size": 4,
+            "group_shared": 2500,
+        },
         "vllm-45238-1500-700": {"shared": 1500, "users": 16, "private": 700, "output": 1},
         "vllm-45238-1600-500": {"shared": 1600, "users": 16, "private": 500, "output": 1},
-        "conversation": {"shared": 1000, "users": 3, "turns": 3, "private": 700, "output": 8,
-                         "order": "round-robin"},
-        "revisited-documents": {"shared": 0, "users": 6, "turns": 3, "private": 200, "output": 2, "group_size": 1,
-                                "group_shared": 2000, "history": False, "order": "round-robin"},
+        "conversation": {"shared": 1000, "users": 3, "turns": 3, "private": 700, "output": 8, "order": "round-robin"},
+        "revisited-documents": {
+            "shared": 0,
+            "users": 6,
+            "turns": 3,
+            "private": 200,
+            "output": 2,
+            "group_size": 1,
+            "group_shared": 2000,
+            "history": False,
+            "order": "round-robin",
+        },
         "prefix-4000-200": {"shared": 4000, "users": 3, "private": 200, "output": 1},
         "prefix-10000-5000": {"shared": 10000, "users": 3, "private": 5000, "output": 1},
     }
@@ -142,7 +171,7 @@ def token_ids(path: Path) -> list[dict]:
             toks = list(full.tokens)
         else:
             toks = [ids.setdefault(k, len(ids)) * (1 << 20) + j for k, n in full.runs for j in range(n)]
-        out.append({"prompt": toks[:r.prompt_len], "output": toks[r.prompt_len:r.prompt_len + r.output_len]})
+        out.append({"prompt": toks[: r.prompt_len], "output": toks[r.prompt_len : r.prompt_len + r.output_len]})
     return out
 
 
@@ -158,15 +187,30 @@ def hybridplan_side(version: str, model: str, tp: int, mode: str, trace: Path, b
     from hybridplan.errors import PlanError
 
     try:
-        rep = api.replay(str(trace), model, engine="vllm", vllm_version=version, mode=mode, tp=tp,
-                         ctx=str(MAX_MODEL_LEN), chunk=str(BATCHED_TOKENS), kv_budget=str(budget),
-                         concurrency=concurrency, no_gap=True)
+        rep = api.replay(
+            str(trace),
+            model,
+            engine="vllm",
+            vllm_version=version,
+            mode=mode,
+            tp=tp,
+            ctx=str(MAX_MODEL_LEN),
+            chunk=str(BATCHED_TOKENS),
+            kv_budget=str(budget),
+            concurrency=concurrency,
+            no_gap=True,
+        )
     except PlanError as exc:
         return {"refused": str(exc)}
     row = next(r for r in rep.rows if r.engine == "vllm")
-    return {"refused": None, "reused": [o.reused for o in row.run.outcomes],
-            "block": row.rules.get("block_size"), "num_blocks": row.rules.get("num_gpu_blocks"),
-            "in_flight": row.in_flight, "label": row.label}
+    return {
+        "refused": None,
+        "reused": [o.reused for o in row.run.outcomes],
+        "block": row.rules.get("block_size"),
+        "num_blocks": row.rules.get("num_gpu_blocks"),
+        "in_flight": row.in_flight,
+        "label": row.label,
+    }
 
 
 # ==================================================================================================
@@ -206,8 +250,9 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
             if name not in self.model_configs:
                 path = str(self.config_root / name)
                 try:
-                    self.model_configs[name] = EngineArgs(model=path, tokenizer=path, skip_tokenizer_init=True,
-                                                          max_model_len=MAX_MODEL_LEN).create_model_config()
+                    self.model_configs[name] = EngineArgs(
+                        model=path, tokenizer=path, skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN
+                    ).create_model_config()
                 except (ValueError, AttributeError) as exc:
                     self.model_configs[name] = exc
             found = self.model_configs[name]
@@ -236,8 +281,11 @@ def worker_main(version: str, src: Path, config_root: Path, cases_file: Path, ou
             res = {"error": "".join(traceback.format_exception(exc, limit=-6))}
         res["seconds"] = round(time.perf_counter() - started, 2)
         results.append({"name": case["name"], **res})
-        print(f"  {case['name']}: {res.get('error', '').splitlines()[-1:] or 'done'} [{res['seconds']} s]",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {case['name']}: {res.get('error', '').splitlines()[-1:] or 'done'} [{res['seconds']} s]",
+            file=sys.stderr,
+            flush=True,
+        )
         out_file.write_text(json.dumps({"results": results}))
     return 0
 
@@ -252,10 +300,18 @@ def engine_core(w, vv, case: dict):
 
     path = str(w.config_root / case["model"])
     built = w.model_config(case["model"])
-    flags = {"model": path, "tokenizer": path, "skip_tokenizer_init": True, "max_model_len": MAX_MODEL_LEN,
-             "tensor_parallel_size": case["tp"], "enable_prefix_caching": True, "mamba_cache_mode": case["mode"],
-             "max_num_batched_tokens": BATCHED_TOKENS, "kv_cache_memory_bytes": case["budget"],
-             "async_scheduling": False}
+    flags = {
+        "model": path,
+        "tokenizer": path,
+        "skip_tokenizer_init": True,
+        "max_model_len": MAX_MODEL_LEN,
+        "tensor_parallel_size": case["tp"],
+        "enable_prefix_caching": True,
+        "mamba_cache_mode": case["mode"],
+        "max_num_batched_tokens": BATCHED_TOKENS,
+        "kv_cache_memory_bytes": case["budget"],
+        "async_scheduling": False,
+    }
     args = EngineArgs(**flags)
     args.create_model_config = lambda: copy.deepcopy(built)
     vc = args.create_engine_config()
@@ -296,8 +352,13 @@ def engine_core(w, vv, case: dict):
                 out = [budget] * tp
             elif name == "get_supported_kv_cache_layouts":
                 out = [layouts] * tp
-            elif name in ("initialize_from_config", "compile_or_warm_up_model", "set_kv_cache_layout",
-                          "update_max_model_len", "initialize_cache"):
+            elif name in (
+                "initialize_from_config",
+                "compile_or_warm_up_model",
+                "set_kv_cache_layout",
+                "update_max_model_len",
+                "initialize_cache",
+            ):
                 out = []
             else:
                 raise NotImplementedError(f"the stand-in workers have no answer to {name!r}")
@@ -336,11 +397,15 @@ def run_case(w, vv, case: dict) -> dict:
     sched = core.scheduler
     groups = sched.kv_cache_config.kv_cache_groups
     blocks = sorted({g.kv_cache_spec.block_size for g in groups})
-    info = {"mode": vc.cache_config.mamba_cache_mode, "block": vc.cache_config.block_size,
-            "group_blocks": blocks, "num_blocks": sched.kv_cache_config.num_blocks,
-            "groups": "".join("m" if type(g.kv_cache_spec).__name__ == "MambaSpec" else "a" for g in groups),
-            "retention": getattr(vc.cache_config, "prefix_cache_retention_interval", None),
-            "scheduler": type(sched).__name__}
+    info = {
+        "mode": vc.cache_config.mamba_cache_mode,
+        "block": vc.cache_config.block_size,
+        "group_blocks": blocks,
+        "num_blocks": sched.kv_cache_config.num_blocks,
+        "groups": "".join("m" if type(g.kv_cache_spec).__name__ == "MambaSpec" else "a" for g in groups),
+        "retention": getattr(vc.cache_config, "prefix_cache_retention_interval", None),
+        "scheduler": type(sched).__name__,
+    }
     hasher = core.request_block_hasher
     reqs = case["requests"]
     conc = case["concurrency"]
@@ -355,8 +420,13 @@ def run_case(w, vv, case: dict) -> dict:
         while nxt < len(reqs) and len(in_flight) < conc:
             rq = reqs[nxt]
             out = rq["output"] or [0]
-            req = Request(request_id=str(nxt), prompt_token_ids=rq["prompt"], pooling_params=None,
-                          block_hasher=hasher, sampling_params=SamplingParams(max_tokens=len(out), ignore_eos=True))
+            req = Request(
+                request_id=str(nxt),
+                prompt_token_ids=rq["prompt"],
+                pooling_params=None,
+                block_hasher=hasher,
+                sampling_params=SamplingParams(max_tokens=len(out), ignore_eos=True),
+            )
             sched.add_request(req)
             in_flight.add(str(nxt))
             nxt += 1
@@ -365,8 +435,11 @@ def run_case(w, vv, case: dict) -> dict:
         if not so.num_scheduled_tokens:
             stalled += 1
             if stalled > 3:
-                return {"error": f"the scheduler scheduled nothing with {sorted(in_flight, key=int)} in flight",
-                        **info, "reused": reused}
+                return {
+                    "error": f"the scheduler scheduled nothing with {sorted(in_flight, key=int)} in flight",
+                    **info,
+                    "reused": reused,
+                }
             continue
         stalled = 0
         for nr in so.scheduled_new_reqs:
@@ -383,9 +456,12 @@ def run_case(w, vv, case: dict) -> dict:
             q = sched.requests[j]
             out = reqs[int(j)]["output"] or [0]
             sampled.append([out[len(q.output_token_ids)]] if q.num_computed_tokens >= q.num_tokens else [])
-        sched.update_from_output(so, ModelRunnerOutput(req_ids=ids, req_id_to_index={x: k for k, x in
-                                                                                      enumerate(ids)},
-                                                       sampled_token_ids=sampled))
+        sched.update_from_output(
+            so,
+            ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)}, sampled_token_ids=sampled
+            ),
+        )
         in_flight = {j for j in in_flight if j in sched.requests}
     return {"refused": None, **info, "reused": reused, "chunks": chunks, "steps": steps}
 
@@ -414,9 +490,12 @@ def main() -> int:
     ap.add_argument("--concurrency", nargs="+", type=int, default=list(CONCURRENCY))
     ap.add_argument("--budgets", nargs="+", default=["roomy", "tight"])
     ap.add_argument("--every-mode", action="store_true", help="Qwen3-Next in `all` too (vLLM runs it as align)")
-    ap.add_argument("--quick", action="store_true",
-                    help=f"releases {' '.join(QUICK_RELEASES)}, two synthetic traces and the first "
-                         f"{QUICK_MOONCAKE} Mooncake requests")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"releases {' '.join(QUICK_RELEASES)}, two synthetic traces and the first "
+        f"{QUICK_MOONCAKE} Mooncake requests",
+    )
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--log", type=Path, help="append progress lines to this file too")
     ap.add_argument("--verbose", action="store_true", help="a line per case")
@@ -440,10 +519,21 @@ def main() -> int:
             with args.log.open("a") as f:
                 f.write(time.strftime("%H:%M:%S ") + line + "\n")
 
-    report: dict = {"compared": {}, "mismatches": [], "failed": [], "errors": [], "cases": [], "refused": [],
-                    "stand_ins": list(STAND_INS), "flags": {"max_model_len": MAX_MODEL_LEN,
-                                                            "max_num_batched_tokens": BATCHED_TOKENS,
-                                                            "budgets": BUDGETS, "max_output": MAX_OUTPUT}}
+    report: dict = {
+        "compared": {},
+        "mismatches": [],
+        "failed": [],
+        "errors": [],
+        "cases": [],
+        "refused": [],
+        "stand_ins": list(STAND_INS),
+        "flags": {
+            "max_model_len": MAX_MODEL_LEN,
+            "max_num_batched_tokens": BATCHED_TOKENS,
+            "budgets": BUDGETS,
+            "max_output": MAX_OUTPUT,
+        },
+    }
     with tempfile.TemporaryDirectory(prefix="hybridplan-vreplay-") as tmp:
         tmp = Path(tmp)
         traces = write_traces(tmp, args.quick)
@@ -465,11 +555,20 @@ def main() -> int:
                         for conc in args.concurrency:
                             for trace, path in traces.items():
                                 name = f"{model} tp{tp} {mode} {budget} c{conc} {trace}"
-                                ours[name] = hybridplan_side(version, model, tp, mode, path, BUDGETS[model][budget],
-                                                             conc)
-                                todo.append({"name": name, "model": model, "tp": tp, "mode": mode,
-                                             "budget": BUDGETS[model][budget], "concurrency": conc,
-                                             "requests": tokens[trace]})
+                                ours[name] = hybridplan_side(
+                                    version, model, tp, mode, path, BUDGETS[model][budget], conc
+                                )
+                                todo.append(
+                                    {
+                                        "name": name,
+                                        "model": model,
+                                        "tp": tp,
+                                        "mode": mode,
+                                        "budget": BUDGETS[model][budget],
+                                        "concurrency": conc,
+                                        "requests": tokens[trace],
+                                    }
+                                )
             cases_file, out_file = tmp / f"cases-{version}.json", tmp / f"out-{version}.json"
             cases_file.write_text(json.dumps(todo))
             say(f"vLLM {version}: {len(todo)} cases (hybridplan's side done in {time.time() - start:.0f} s) ...")
@@ -477,9 +576,23 @@ def main() -> int:
             overlay = vv.transformers_overlay(version, cache) if os.environ.get("HP_OVERLAY") else None
             if overlay is not None:
                 env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", version, str(src),
-                                   str(config_root), str(cases_file), str(out_file)], cwd=tmp, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    version,
+                    str(src),
+                    str(config_root),
+                    str(cases_file),
+                    str(out_file),
+                ],
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             if proc.returncode != 0 or not out_file.exists():
                 say(proc.stdout[-6000:])
                 report["failed"].append(version)
@@ -492,52 +605,84 @@ def main() -> int:
                     say(f"  script error {res['name']}: {res['error'][-800:]}")
                     continue
                 if (res["refused"] is None) != (mine["refused"] is None):
-                    report["mismatches"].append({"release": version, "case": res["name"], "request": None,
-                                                 "vllm": res["refused"] or "started",
-                                                 "hybridplan": mine["refused"] or "started"})
-                    say(f"  {res['name']}: vLLM {res['refused'] or 'started'}; hybridplan "
-                        f"{mine['refused'] or 'started'}")
+                    report["mismatches"].append(
+                        {
+                            "release": version,
+                            "case": res["name"],
+                            "request": None,
+                            "vllm": res["refused"] or "started",
+                            "hybridplan": mine["refused"] or "started",
+                        }
+                    )
+                    say(
+                        f"  {res['name']}: vLLM {res['refused'] or 'started'}; hybridplan "
+                        f"{mine['refused'] or 'started'}"
+                    )
                     bad += 1
                     continue
                 if res["refused"] is not None:  # both refused the start
-                    report["refused"].append({"release": version, "case": res["name"], "vllm": res["refused"],
-                                              "hybridplan": mine["refused"]})
+                    report["refused"].append(
+                        {"release": version, "case": res["name"], "vllm": res["refused"], "hybridplan": mine["refused"]}
+                    )
                     n += 1
                     continue
-                case = {"release": version, "case": res["name"], "requests": len(res["reused"]),
-                        "vllm_block": res["block"], "vllm_num_blocks": res["num_blocks"],
-                        "vllm_groups": res["groups"], "vllm_mode": res["mode"], "vllm_retention": res["retention"],
-                        "hybridplan_block": mine["block"], "hybridplan_num_blocks": mine["num_blocks"],
-                        "vllm_reused_tokens": sum(max(x, 0) for x in res["reused"]),
-                        "hybridplan_reused_tokens": sum(mine["reused"]), "seconds": res["seconds"]}
+                case = {
+                    "release": version,
+                    "case": res["name"],
+                    "requests": len(res["reused"]),
+                    "vllm_block": res["block"],
+                    "vllm_num_blocks": res["num_blocks"],
+                    "vllm_groups": res["groups"],
+                    "vllm_mode": res["mode"],
+                    "vllm_retention": res["retention"],
+                    "hybridplan_block": mine["block"],
+                    "hybridplan_num_blocks": mine["num_blocks"],
+                    "vllm_reused_tokens": sum(max(x, 0) for x in res["reused"]),
+                    "hybridplan_reused_tokens": sum(mine["reused"]),
+                    "seconds": res["seconds"],
+                }
                 report["cases"].append(case)
                 if args.verbose:
-                    say(f"  {res['name']}: vLLM {res['mode']} block {res['block']} × {res['num_blocks']} "
+                    say(
+                        f"  {res['name']}: vLLM {res['mode']} block {res['block']} × {res['num_blocks']} "
                         f"({res['groups']}), reused {case['vllm_reused_tokens']:,}; hybridplan block {mine['block']} "
-                        f"× {mine['num_blocks']}, reused {case['hybridplan_reused_tokens']:,} [{res['seconds']} s]")
+                        f"× {mine['num_blocks']}, reused {case['hybridplan_reused_tokens']:,} [{res['seconds']} s]"
+                    )
                 diff = [i for i, (a, b) in enumerate(zip(res["reused"], mine["reused"])) if a != b]
                 if len(res["reused"]) != len(mine["reused"]):
                     diff.append(min(len(res["reused"]), len(mine["reused"])))
                 n += len(res["reused"])
                 bad += len(diff)
                 for i in diff:
-                    report["mismatches"].append({"release": version, "case": res["name"], "request": i,
-                                                 "vllm": res["reused"][i] if i < len(res["reused"]) else None,
-                                                 "hybridplan": mine["reused"][i] if i < len(mine["reused"]) else None,
-                                                 "vllm_chunks": res["chunks"][i][:8] if i < len(res["chunks"]) else None})
+                    report["mismatches"].append(
+                        {
+                            "release": version,
+                            "case": res["name"],
+                            "request": i,
+                            "vllm": res["reused"][i] if i < len(res["reused"]) else None,
+                            "hybridplan": mine["reused"][i] if i < len(mine["reused"]) else None,
+                            "vllm_chunks": res["chunks"][i][:8] if i < len(res["chunks"]) else None,
+                        }
+                    )
                 if diff:
-                    say(f"  {res['name']}: {len(diff)} of {len(res['reused'])} differ (first: request {diff[0]}); "
+                    say(
+                        f"  {res['name']}: {len(diff)} of {len(res['reused'])} differ (first: request {diff[0]}); "
                         f"vLLM block {res['block']} × {res['num_blocks']}, hybridplan {mine['block']} × "
-                        f"{mine['num_blocks']}")
+                        f"{mine['num_blocks']}"
+                    )
             report["compared"][version] = n
             if args.json:  # after each release: a sweep cut short still leaves its figures
                 args.json.write_text(json.dumps(report, indent=1))
-            say(f"vLLM {version}: {n} requests compared, {bad} mismatches, "
-                f"{sum(e['release'] == version for e in report['errors'])} script errors [{time.time() - start:.0f} s]")
+            say(
+                f"vLLM {version}: {n} requests compared, {bad} mismatches, "
+                f"{sum(e['release'] == version for e in report['errors'])} script errors [{time.time() - start:.0f} s]"
+            )
     total = sum(report["compared"].values())
-    say(f"total: {total} requests compared, {len(report['mismatches'])} mismatches listed, "
-        f"{len(report['errors'])} script errors" + (f", failed: {', '.join(report['failed'])}" if report["failed"]
-                                                    else ""))
+    say(
+        f"total: {total} requests compared, {len(report['mismatches'])} mismatches listed, "
+        f"{len(report['errors'])} script errors"
+        + (f", failed: {', '.join(report['failed'])}" if report["failed"] else "")
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0 if not report["mismatches"] and not report["failed"] and not report["errors"] else 1

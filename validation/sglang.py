@@ -99,12 +99,41 @@ CONFIG_CLASSES = {
     "KimiLinearForCausalLM": ("kimi_linear", "KimiLinearConfig"),
 }
 #: the hybrids whose split is compared (attention + recurrent layers), where the release serves them
-SPLIT_MODELS = ("nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b", "falcon-h1-0.5b", "qwen3-next-80b-a3b",
-                "qwen3.5-27b", "lfm2-1.2b", "granite-4.0-h-tiny", "kimi-linear-48b-a3b", "nemotron-nano-9b-v2")
+SPLIT_MODELS = (
+    "nemotron-h-8b",
+    "nemotron-h-56b",
+    "nemotron-3-nano-30b-a3b",
+    "falcon-h1-0.5b",
+    "qwen3-next-80b-a3b",
+    "qwen3.5-27b",
+    "lfm2-1.2b",
+    "granite-4.0-h-tiny",
+    "kimi-linear-48b-a3b",
+    "nemotron-nano-9b-v2",
+)
 #: one release per band of the pool split (``Release.split``) and of the request count (``Release.requests``),
 #: with the releases where a function it runs changes
-BANDS = ("0.5.2", "0.5.3.post1", "0.5.3.post2", "0.5.6", "0.5.6.post1", "0.5.7", "0.5.8", "0.5.9", "0.5.10rc0",
-         "0.5.11", "0.5.13", "0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+BANDS = (
+    "0.5.2",
+    "0.5.3.post1",
+    "0.5.3.post2",
+    "0.5.6",
+    "0.5.6.post1",
+    "0.5.7",
+    "0.5.8",
+    "0.5.9",
+    "0.5.10rc0",
+    "0.5.11",
+    "0.5.13",
+    "0.5.14",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 SPEC_REQUESTS = 48
 #: SGLang's files postpone their annotations (``from __future__ import annotations``): so do the bits run here
 _FUTURE = annotations.compiler_flag
@@ -170,17 +199,24 @@ class Sglang:
         self._sources: dict[str, tuple[str, ast.Module]] = {}
         sys.meta_path.insert(0, _Packages(self.root))
         self.envs = types.SimpleNamespace(
-            SGLANG_MAMBA_CONV_DTYPE=_Env("bfloat16"), SGLANG_MAMBA_SSM_DTYPE=_Env(None),
-            SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=_Env(False), SGLANG_VLM_CACHE_SIZE_MB=_Env(100),
-            SGLANG_MM_FEATURE_CACHE_MB=_Env(1024))
+            SGLANG_MAMBA_CONV_DTYPE=_Env("bfloat16"),
+            SGLANG_MAMBA_SSM_DTYPE=_Env(None),
+            SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=_Env(False),
+            SGLANG_VLM_CACHE_SIZE_MB=_Env(100),
+            SGLANG_MM_FEATURE_CACHE_MB=_Env(1024),
+        )
         os.environ["SGLANG_MAMBA_SSM_DTYPE"] = "float32"  # to 0.5.8.post1 ServerArgs always copies its flag here
-        self._module("sglang.srt.distributed.utils",
-                     self.functions("srt/distributed/utils.py", {"divide", "ensure_divisibility"}))
+        self._module(
+            "sglang.srt.distributed.utils",
+            self.functions("srt/distributed/utils.py", {"divide", "ensure_divisibility"}),
+        )
         self._module("sglang.srt.environ", {"envs": self.envs})
         parallel = lambda: types.SimpleNamespace(attn_tp_size=self.tp, tp_size=self.tp, attn_cp_size=1)  # noqa: E731
         self._module("sglang.srt.runtime_context", {"get_parallel": parallel, "linear_attn_tp_size": lambda: self.tp})
-        self._module("sglang.srt.layers.dp_attention", {"get_attention_tp_size": lambda: self.tp,
-                                                        "get_tensor_model_parallel_world_size": lambda: self.tp})
+        self._module(
+            "sglang.srt.layers.dp_attention",
+            {"get_attention_tp_size": lambda: self.tp, "get_tensor_model_parallel_world_size": lambda: self.tp},
+        )
         self._module("sglang.srt.utils", {"is_cpu": lambda: False})
         self._module("sglang.srt.configs.update_config", {"adjust_tp_num_heads_if_necessary": lambda *a, **k: None})
         from transformers import PretrainedConfig
@@ -205,8 +241,9 @@ class Sglang:
 
     def _exec(self, rel: str, nodes: list, env: dict) -> dict:
         ns = dict(env)
-        code = compile(ast.Module(body=nodes, type_ignores=[]), str(self.root / rel), "exec", flags=_FUTURE,
-                       dont_inherit=True)
+        code = compile(
+            ast.Module(body=nodes, type_ignores=[]), str(self.root / rel), "exec", flags=_FUTURE, dont_inherit=True
+        )
         exec(code, ns)  # noqa: S102
         return ns
 
@@ -231,11 +268,25 @@ class Sglang:
         return self._exec(rel, self._constants(rel) + body, env)
 
     def _constants(self, rel: str) -> list:
-        return [n for n in self.source(rel)[1].body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id.startswith("MAMBA_")]
+        return [
+            n
+            for n in self.source(rel)[1].body
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id.startswith("MAMBA_")
+        ]
 
-    def part(self, rel: str, cls: str, method: str | None, env: dict, *, start: str = "", stop: str | None = None,
-             keep=None, drop: tuple[str, ...] = (), given: tuple[str, ...] = ()):
+    def part(
+        self,
+        rel: str,
+        cls: str,
+        method: str | None,
+        env: dict,
+        *,
+        start: str = "",
+        stop: str | None = None,
+        keep=None,
+        drop: tuple[str, ...] = (),
+        given: tuple[str, ...] = (),
+    ):
         """Some statements of a method as a function of ``self`` and the locals named in ``given`` that returns the
         method's locals (a ``return x`` becomes ``_returned = x``): those from the first one whose source begins
         with ``start`` up to the one that begins with ``stop`` (or to the end), or those ``keep`` accepts; less any
@@ -243,14 +294,22 @@ class Sglang:
         text, _tree = self.source(rel)
         seg = lambda s: ast.get_source_segment(text, s)  # noqa: E731
         first = keep if keep is not None else (lambda src: src.startswith(start))
-        fn = next(f for f in self._class(rel, cls).body if isinstance(f, ast.FunctionDef)
-                  and (method is None or f.name == method) and any(first(seg(s)) for s in f.body))
+        fn = next(
+            f
+            for f in self._class(rel, cls).body
+            if isinstance(f, ast.FunctionDef)
+            and (method is None or f.name == method)
+            and any(first(seg(s)) for s in f.body)
+        )
         if keep is not None:
             chosen = [s for s in fn.body if keep(seg(s))]
         else:
             i = next(k for k, s in enumerate(fn.body) if seg(s).startswith(start))
-            j = len(fn.body) if stop is None else next(k for k, s in enumerate(fn.body) if k >= i
-                                                       and seg(s).startswith(stop)) + 1
+            j = (
+                len(fn.body)
+                if stop is None
+                else next(k for k, s in enumerate(fn.body) if k >= i and seg(s).startswith(stop)) + 1
+            )
             chosen = fn.body[i:j]
         body = []
         for s in chosen:
@@ -262,8 +321,9 @@ class Sglang:
         body.append(ast.Return(ast.Call(ast.Name("locals", ast.Load()), [], []), lineno=fn.end_lineno))
         new = copy.copy(fn)
         new.name, new.body, new.decorator_list, new.returns = f"{fn.name}_part", body, [], None
-        new.args = ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in ("self", *given)], kwonlyargs=[],
-                                 kw_defaults=[], defaults=[])
+        new.args = ast.arguments(
+            posonlyargs=[], args=[ast.arg(a) for a in ("self", *given)], kwonlyargs=[], kw_defaults=[], defaults=[]
+        )
         ast.fix_missing_locations(new)
         return self._exec(rel, self._constants(rel) + [new], env)[new.name]
 
@@ -289,6 +349,7 @@ class Sglang:
         of its own inherits its parent's. transformers 5.19 (5.5.3 on) gives every config class a dataclass
         ``__init__`` instead, which skips SGLang's (Qwen3.5-MoE's would keep ``text_config`` a dict): give such a
         class back the ``__init__`` it inherited."""
+
         def own(klass) -> bool:
             code = getattr(klass.__dict__.get("__init__"), "__code__", None)
             return code is not None and code.co_filename.startswith(str(self.root))
@@ -310,8 +371,9 @@ class Sglang:
             p = cfg.mamba2_cache_params
             conv = p.shape.conv
             convs = [tuple(conv)] if conv and isinstance(conv[0], int) else [tuple(c) for c in conv]
-            return State(convs, tuple(p.shape.temporal), p.dtype.conv, p.dtype.temporal, len(p.layers),
-                         p.mamba_cache_per_req)
+            return State(
+                convs, tuple(p.shape.temporal), p.dtype.conv, p.dtype.temporal, len(p.layers), p.mamba_cache_per_req
+            )
         conv, temporal, conv_dtype, ssm_dtype, layers = cfg.hybrid_gdn_params
         return State([tuple(conv)], tuple(temporal), conv_dtype, ssm_dtype, len(layers), cfg.mamba_cache_per_req)
 
@@ -365,8 +427,11 @@ def _builds(sg: Sglang, spec, raw: dict) -> bool:
     rel = "srt/models/nemotron_h.py"
     if spec.architecture != "NemotronHForCausalLM" or not sg.has(rel):
         return True
-    table = next(n.value for n in sg.source(rel)[1].body if isinstance(n, ast.AnnAssign)
-                 and getattr(n.target, "id", "") == "ALL_DECODER_LAYER_TYPES")
+    table = next(
+        n.value
+        for n in sg.source(rel)[1].body
+        if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "ALL_DECODER_LAYER_TYPES"
+    )
     names = vars(importlib.import_module("sglang.srt.configs.nemotron_h"))
     kinds = {eval(ast.unparse(k), dict(names)) for k in table.keys}  # noqa: S307 — the table's keys are constants
     return set(sg.config(spec, raw, 1).hybrid_override_pattern) <= kinds
@@ -392,12 +457,14 @@ def check_shapes(sg: Sglang, version: str, report: dict) -> None:
         cases = [("default", tp, spec, raw, None, None) for tp in (1, 2, 4, 8)]
         for label, in_config, ssm, conv in _dtype_cases(sg):
             changed = _with_ssm_dtype(raw, in_config) if in_config else raw
-            cases.append((label, 1, spec_from_config(changed, name=spec.name) if in_config else spec, changed, ssm,
-                          conv))
+            cases.append(
+                (label, 1, spec_from_config(changed, name=spec.name) if in_config else spec, changed, ssm, conv)
+            )
         _compare(report, "shapes", {"model": spec.name}, {"builds": _builds(sg, spec, raw)}, {"builds": True})
         for label, tp, variant, config, ssm, conv in cases:
-            sc = Scenario(variant, ctx=8192, tp=tp, dtypes=DtypeChoice(conv=conv, ssm=ssm),
-                          sglang=hsg.SglangSettings(release=rel))
+            sc = Scenario(
+                variant, ctx=8192, tp=tp, dtypes=DtypeChoice(conv=conv, ssm=ssm), sglang=hsg.SglangSettings(release=rel)
+            )
             try:
                 fp = hsg.footprint(sc)
             except PlanError as exc:  # a TP the heads do not allow (SGLang's layers assert it when built)
@@ -406,14 +473,22 @@ def check_shapes(sg: Sglang, version: str, report: dict) -> None:
             sg.set_dtypes(conv, ssm)
             st = sg.state(sg.config(variant, config, tp))
             layers = sum(g.count for g in fp.state)
-            theirs = {"mamba_cache_per_req": st.per, "layers": st.layers,
-                      "conv_bytes_per_layer": sum(prod(s) for s in st.convs) * st.conv_dtype.itemsize,
-                      "ssm_bytes_per_layer": prod(st.temporal) * st.ssm_dtype.itemsize,
-                      "conv_dtype": str(st.conv_dtype).removeprefix("torch."),
-                      "ssm_dtype": str(st.ssm_dtype).removeprefix("torch.")}
-            ours = {"mamba_cache_per_req": hsg.per_request_bytes(fp), "layers": layers,
-                    "conv_bytes_per_layer": fp.conv_bytes // layers, "ssm_bytes_per_layer": fp.ssm_bytes // layers,
-                    "conv_dtype": fp.dtypes.conv, "ssm_dtype": fp.dtypes.ssm}
+            theirs = {
+                "mamba_cache_per_req": st.per,
+                "layers": st.layers,
+                "conv_bytes_per_layer": sum(prod(s) for s in st.convs) * st.conv_dtype.itemsize,
+                "ssm_bytes_per_layer": prod(st.temporal) * st.ssm_dtype.itemsize,
+                "conv_dtype": str(st.conv_dtype).removeprefix("torch."),
+                "ssm_dtype": str(st.ssm_dtype).removeprefix("torch."),
+            }
+            ours = {
+                "mamba_cache_per_req": hsg.per_request_bytes(fp),
+                "layers": layers,
+                "conv_bytes_per_layer": fp.conv_bytes // layers,
+                "ssm_bytes_per_layer": fp.ssm_bytes // layers,
+                "conv_dtype": fp.dtypes.conv,
+                "ssm_dtype": fp.dtypes.ssm,
+            }
             _compare(report, "shapes", {"model": spec.name, "tp": tp, "dtypes": label}, theirs, ours)
     sg.set_dtypes(None, None)
 
@@ -424,8 +499,18 @@ def check_shapes(sg: Sglang, version: str, report: dict) -> None:
 class Args:
     """ServerArgs (and, from 0.5.17, the schedule/memory/spec/exec views) as the sizing code reads them."""
 
-    def __init__(self, *, radix_off: bool, strategy: str, overlap: bool, requested: int | None, fixed: int | None,
-                 draft: int, page_size: int, full_memory_ratio: float) -> None:
+    def __init__(
+        self,
+        *,
+        radix_off: bool,
+        strategy: str,
+        overlap: bool,
+        requested: int | None,
+        fixed: int | None,
+        draft: int,
+        page_size: int,
+        full_memory_ratio: float,
+    ) -> None:
         self.disable_radix_cache = radix_off
         self.mamba_scheduler_strategy = self.mamba_radix_cache_strategy = strategy
         self.disable_overlap_schedule = not overlap
@@ -446,8 +531,7 @@ class Args:
 
     # stood in: which strategies keep the extra buffer (ServerArgs methods to 0.5.17, derived fields after)
     def enable_mamba_extra_buffer(self) -> bool:
-        return not self.disable_radix_cache and self.mamba_radix_cache_strategy in ("extra_buffer",
-                                                                                    "extra_buffer_lazy")
+        return not self.disable_radix_cache and self.mamba_radix_cache_strategy in ("extra_buffer", "extra_buffer_lazy")
 
     def enable_mamba_extra_buffer_lazy(self) -> bool:
         return not self.disable_radix_cache and self.mamba_radix_cache_strategy == "extra_buffer_lazy"
@@ -470,18 +554,30 @@ class Runtime:
         self.sg = sg
         self.v = _release_key(sg.version)
         self.args: Args | None = None
-        self.env = {"logger": sg.log, "logging": _QuietLogging(sg.log), "envs": sg.envs, "ModelRunner": object,
-                    "get_schedule": lambda: self.args, "get_memory": lambda: self.args, "get_spec": lambda: self.args,
-                    "get_context": lambda: self.args, "get_exec": lambda: self.args.exec_view(),
-                    "mamba_extra_buffer_enabled": lambda: self.args.enable_mamba_extra_buffer(),
-                    "mamba_extra_buffer_lazy_enabled": lambda: self.args.enable_mamba_extra_buffer_lazy(),
-                    "max_speculative_num_draft_tokens": lambda: self.args.max_speculative_num_draft_tokens,
-                    "_pd_prefill_skips_mamba_spec_state": lambda: False, "kimi_linear_config": lambda _mc: None,
-                    "get_pp_indices": None, "get_world_group": lambda: types.SimpleNamespace(world_size=1,
-                                                                                           cpu_group=None),
-                    "get_available_gpu_memory": lambda *a, **k: self.free, "SGLANG_CI_SMALL_KV_SIZE": None,
-                    "log_info_on_rank0": lambda *a, **k: None, "torch": None, "math": math,
-                    "gc": types.SimpleNamespace(collect=lambda: 0)}
+        self.env = {
+            "logger": sg.log,
+            "logging": _QuietLogging(sg.log),
+            "envs": sg.envs,
+            "ModelRunner": object,
+            "get_schedule": lambda: self.args,
+            "get_memory": lambda: self.args,
+            "get_spec": lambda: self.args,
+            "get_context": lambda: self.args,
+            "get_exec": lambda: self.args.exec_view(),
+            "mamba_extra_buffer_enabled": lambda: self.args.enable_mamba_extra_buffer(),
+            "mamba_extra_buffer_lazy_enabled": lambda: self.args.enable_mamba_extra_buffer_lazy(),
+            "max_speculative_num_draft_tokens": lambda: self.args.max_speculative_num_draft_tokens,
+            "_pd_prefill_skips_mamba_spec_state": lambda: False,
+            "kimi_linear_config": lambda _mc: None,
+            "get_pp_indices": None,
+            "get_world_group": lambda: types.SimpleNamespace(world_size=1, cpu_group=None),
+            "get_available_gpu_memory": lambda *a, **k: self.free,
+            "SGLANG_CI_SMALL_KV_SIZE": None,
+            "log_info_on_rank0": lambda *a, **k: None,
+            "torch": None,
+            "math": math,
+            "gc": types.SimpleNamespace(collect=lambda: 0),
+        }
         self.free = 0.0
         self.runner_cls = self._runner_class()
         self._load()
@@ -490,9 +586,14 @@ class Runtime:
         return self.v >= _release_key(version)
 
     #: the sizing methods loaded from the wheel (attribute here → the name the runner calls it by)
-    BOUND = {"handle": "handle_max_mamba_cache", "ratio": "_calculate_mamba_ratio",
-             "requests": "_resolve_max_num_reqs", "capacity": "_resolve_token_capacity",
-             "available": "_profile_available_bytes", "constraints": "_apply_token_constraints"}
+    BOUND = {
+        "handle": "handle_max_mamba_cache",
+        "ratio": "_calculate_mamba_ratio",
+        "requests": "_resolve_max_num_reqs",
+        "capacity": "_resolve_token_capacity",
+        "available": "_profile_available_bytes",
+        "constraints": "_apply_token_constraints",
+    }
     # which file holds what
     RUNNER = "srt/model_executor/model_runner.py"
     MIXIN = "srt/model_executor/model_runner_kv_cache_mixin.py"
@@ -507,8 +608,10 @@ class Runtime:
         if self.at_least("0.5.6.post1"):
             return type("Runner", (), {})
         names = {"is_hybrid_gdn", "mamba2_config", "hybrid_gdn_config", "mambaish_config", "kimi_linear_config"}
-        env = {cls: _config_class(cls) for cls in ("Qwen3NextConfig", "FalconH1Config", "NemotronHConfig",
-                                                   "KimiLinearConfig")}
+        env = {
+            cls: _config_class(cls)
+            for cls in ("Qwen3NextConfig", "FalconH1Config", "NemotronHConfig", "KimiLinearConfig")
+        }
         props = self.sg.methods(self.RUNNER, "ModelRunner", names, _absent(env, self.sg, self.RUNNER))
         return type("ModelRunner", (), {k: v for k, v in props.items() if k in names})
 
@@ -517,26 +620,41 @@ class Runtime:
         self.initialize = None
         if not self.at_least("0.5.6.post1"):  # 0.5.2–0.5.6: the radix cache switched off by model, the fixed pool
             words = ("disable_radix_cache", "max_mamba_cache_size")
-            self.initialize = sg.part(self.RUNNER, "ModelRunner", "initialize", env,
-                                      keep=lambda src: any(w in src for w in words))
+            self.initialize = sg.part(
+                self.RUNNER, "ModelRunner", "initialize", env, keep=lambda src: any(w in src for w in words)
+            )
         if self.at_least("0.5.16"):
             host, cls = self.CONFIGURATOR, "KVCacheConfigurator"
-            ns = sg.methods(host, cls, {"_handle_max_mamba_cache", "_calculate_mamba_ratio", "resolve_max_num_reqs"},
-                            {**env, **self._tracking()})
-            self.handle, self.ratio, self.requests = (ns["_handle_max_mamba_cache"], ns["_calculate_mamba_ratio"],
-                                                      ns["resolve_max_num_reqs"])
+            ns = sg.methods(
+                host,
+                cls,
+                {"_handle_max_mamba_cache", "_calculate_mamba_ratio", "resolve_max_num_reqs"},
+                {**env, **self._tracking()},
+            )
+            self.handle, self.ratio, self.requests = (
+                ns["_handle_max_mamba_cache"],
+                ns["_calculate_mamba_ratio"],
+                ns["resolve_max_num_reqs"],
+            )
             self.mm = None
             if sg.has(host) and "mm_runtime_reservation_gb" in sg.source(host)[0]:
                 self.mm = sg.functions(host, {"mm_runtime_reservation_gb"}, env)["mm_runtime_reservation_gb"]
-                self.multimodal = sg.functions("srt/configs/model_config.py",
-                                               {"multimodal_model_archs", "is_multimodal_model"},
-                                               {"List": list, **_spliced(sg, "srt/configs/model_config.py",
-                                                                         "multimodal_model_archs")})
+                self.multimodal = sg.functions(
+                    "srt/configs/model_config.py",
+                    {"multimodal_model_archs", "is_multimodal_model"},
+                    {"List": list, **_spliced(sg, "srt/configs/model_config.py", "multimodal_model_archs")},
+                )
         else:
             host = self.MIXIN if sg.has(self.MIXIN) else self.RUNNER
             cls = "ModelRunnerKVCacheMixin" if host == self.MIXIN else "ModelRunner"
-            names = {"handle_max_mamba_cache", "_calculate_mamba_ratio", "_resolve_max_num_reqs",
-                     "_resolve_token_capacity", "_profile_available_bytes", "_apply_token_constraints"}
+            names = {
+                "handle_max_mamba_cache",
+                "_calculate_mamba_ratio",
+                "_resolve_max_num_reqs",
+                "_resolve_token_capacity",
+                "_profile_available_bytes",
+                "_apply_token_constraints",
+            }
             ns = sg.methods(host, cls, names, env) if self.at_least("0.5.3.post2") else {}
             self.handle = ns.get("handle_max_mamba_cache")
             self.ratio = ns.get("_calculate_mamba_ratio")
@@ -545,19 +663,45 @@ class Runtime:
             self.available = ns.get("_profile_available_bytes")
             self.constraints = ns.get("_apply_token_constraints")
             if not self.at_least("0.5.11"):
-                self.profile = sg.part(host, cls, "profile_max_num_token", env, start="rest_memory =",
-                                       given=("available_gpu_memory", "post_model_load_memory", "total_gpu_memory",
-                                              "pre_model_load_memory", "cell_size"))
+                self.profile = sg.part(
+                    host,
+                    cls,
+                    "profile_max_num_token",
+                    env,
+                    start="rest_memory =",
+                    given=(
+                        "available_gpu_memory",
+                        "post_model_load_memory",
+                        "total_gpu_memory",
+                        "pre_model_load_memory",
+                        "cell_size",
+                    ),
+                )
             if not self.at_least("0.5.10rc0"):
                 self.pool_params = _params(sg, host, cls, "init_memory_pool")
-                self.pool = sg.part(host, cls, "init_memory_pool", env, start="", drop=("kv_cache_dtype",),
-                                    stop="if self.max_total_num_tokens <= 0", given=self.pool_params)
+                self.pool = sg.part(
+                    host,
+                    cls,
+                    "init_memory_pool",
+                    env,
+                    start="",
+                    drop=("kv_cache_dtype",),
+                    stop="if self.max_total_num_tokens <= 0",
+                    given=self.pool_params,
+                )
                 worker = (self.WORKER, "TpModelWorker") if not self.at_least("0.5.7") else (self.RUNNER, "ModelRunner")
-                self.final = sg.part(*worker, None, env, start="self.max_running_requests = min(",
-                                     stop="self.max_running_requests = min(", given=("server_args",))
+                self.final = sg.part(
+                    *worker,
+                    None,
+                    env,
+                    start="self.max_running_requests = min(",
+                    stop="self.max_running_requests = min(",
+                    given=("server_args",),
+                )
         if self.at_least("0.5.11"):
-            pools = sg.functions(self.POOLS, {"MemoryPoolConfig"},
-                                 {"dataclass": dataclass, "Optional": Optional, "field": field})
+            pools = sg.functions(
+                self.POOLS, {"MemoryPoolConfig"}, {"dataclass": dataclass, "Optional": Optional, "field": field}
+            )
             ns = sg.methods(self.POOLS, "DefaultPoolConfigurator", {"calculate_pool_sizes"}, pools)
             self.pool_sizes = ns["calculate_pool_sizes"]
 
@@ -572,16 +716,34 @@ class Runtime:
 
     def runner(self, cfg, st: State, ctx: int, draft: int):
         me = self.runner_cls()
-        spec_algo = types.SimpleNamespace(is_none=lambda: not draft, is_eagle=lambda: bool(draft),
-                                          is_standalone=lambda: False, is_dflash=lambda: False)
+        spec_algo = types.SimpleNamespace(
+            is_none=lambda: not draft,
+            is_eagle=lambda: bool(draft),
+            is_standalone=lambda: False,
+            is_dflash=lambda: False,
+        )
         hf = cfg.text_config if not hasattr(type(cfg), "mamba2_cache_params") and hasattr(cfg, "text_config") else cfg
         me.__dict__.update(
-            server_args=self.args, spec_algorithm=spec_algo, is_draft_worker=False, mem_fraction_static=1.0,
-            model_config=types.SimpleNamespace(context_len=ctx, hf_config=hf, num_hidden_layers=st.layers,
-                                               is_multimodal=False),
-            dp_size=1, attn_dp_size=1, pp_size=1, ps=types.SimpleNamespace(attn_dp_size=1, pp_size=1),
-            extra_mamba_cache_bytes_per_req=0, fused_entry_bytes=lambda _kind: None, req_to_token_pool=None,
-            device="cuda", gpu_id=0, post_capture_kv_active=False, is_hybrid_swa=False, is_hybrid=False)
+            server_args=self.args,
+            spec_algorithm=spec_algo,
+            is_draft_worker=False,
+            mem_fraction_static=1.0,
+            model_config=types.SimpleNamespace(
+                context_len=ctx, hf_config=hf, num_hidden_layers=st.layers, is_multimodal=False
+            ),
+            dp_size=1,
+            attn_dp_size=1,
+            pp_size=1,
+            ps=types.SimpleNamespace(attn_dp_size=1, pp_size=1),
+            extra_mamba_cache_bytes_per_req=0,
+            fused_entry_bytes=lambda _kind: None,
+            req_to_token_pool=None,
+            device="cuda",
+            gpu_id=0,
+            post_capture_kv_active=False,
+            is_hybrid_swa=False,
+            is_hybrid=False,
+        )
         if not hasattr(type(me), "is_hybrid_gdn") and not hasattr(type(me), "mambaish_config"):
             me.mambaish_config = hf
             me.hybrid_gdn_config = hf if "qwen3" in type(hf).__name__.lower() else None
@@ -606,8 +768,9 @@ class Runtime:
         if self.at_least("0.5.16"):
             rest = budget / GiB
             if self.mm is not None:
-                rest -= self.mm(is_multimodal=self.multimodal["is_multimodal_model"]([multimodal_arch]),
-                                mm_feature_transport=None)
+                rest -= self.mm(
+                    is_multimodal=self.multimodal["is_multimodal_model"]([multimodal_arch]), mm_feature_transport=None
+                )
             left = self.handle(me, rest)
             kv_bytes = int(left * GiB)
             tokens = self.pool_sizes(_PoolSelf(cell), kv_bytes, args.page_size).max_total_num_tokens
@@ -627,8 +790,13 @@ class Runtime:
         else:
             kv_bytes, tokens, ratio, pool, reqs = self._run_old(me, budget, cell)
             out.update(request_pool=pool)
-        out.update(max_mamba_cache_size=args.max_mamba_cache_size, kv_pool_bytes=kv_bytes, kv_tokens=tokens,
-                   max_running_requests=reqs, logs=list(self.sg.lines.lines))
+        out.update(
+            max_mamba_cache_size=args.max_mamba_cache_size,
+            kv_pool_bytes=kv_bytes,
+            kv_tokens=tokens,
+            max_running_requests=reqs,
+            logs=list(self.sg.lines.lines),
+        )
         if ratio is not None:
             out["ratio"] = ratio
         # the MambaPool built: before 0.5.3.post2 it is the request pool (HybridReqToTokenPool(size=max_num_reqs))
@@ -659,8 +827,12 @@ class Runtime:
             reqs = me._resolve_max_num_reqs(tokens)
             return kv_bytes, tokens, ratio, reqs, reqs
         me.profile_max_num_token = lambda _total: prof["_returned"]
-        given = {"total_gpu_memory": 2 * free, "max_num_reqs": self.args.max_running_requests,
-                 "max_total_tokens": self.args.max_total_tokens, "server_args": self.args}
+        given = {
+            "total_gpu_memory": 2 * free,
+            "max_num_reqs": self.args.max_running_requests,
+            "max_total_tokens": self.args.max_total_tokens,
+            "server_args": self.args,
+        }
         local = self.pool(me, *[given[p] for p in self.pool_params])
         pool = local["max_num_reqs"]
         me.req_to_token_pool = types.SimpleNamespace(size=pool)
@@ -697,15 +869,20 @@ def _server_args_disable_radix(sg: Sglang, architecture: str) -> bool:
     self.disable_radix_cache = True`` in ``srt/server_args.py``; later releases call a helper instead): the branch
     is found in the wheel's source, not run."""
     text = sg.source("srt/server_args.py")[0]
-    branch = re.search(r'model_arch in \[\s*"' + re.escape(architecture) + r'"\s*\]:\n(.*?)(?=\n        (?:el)?if |\Z)',
-                       text, re.S)
+    branch = re.search(
+        r'model_arch in \[\s*"' + re.escape(architecture) + r'"\s*\]:\n(.*?)(?=\n        (?:el)?if |\Z)', text, re.S
+    )
     # the assignment at the branch's own level (12 spaces), not under a further condition
     return branch is not None and "\n            self.disable_radix_cache = True" in "\n" + branch.group(1)
 
 
 def _config_class(name: str):
-    module = {"Qwen3NextConfig": "qwen3_next", "FalconH1Config": "falcon_h1", "NemotronHConfig": "nemotron_h",
-              "KimiLinearConfig": "kimi_linear"}[name]
+    module = {
+        "Qwen3NextConfig": "qwen3_next",
+        "FalconH1Config": "falcon_h1",
+        "NemotronHConfig": "nemotron_h",
+        "KimiLinearConfig": "kimi_linear",
+    }[name]
     try:
         return getattr(importlib.import_module(f"sglang.srt.configs.{module}"), name)
     except ImportError:
@@ -715,8 +892,11 @@ def _config_class(name: str):
 def _spliced(sg: Sglang, rel: str, name: str) -> dict:
     """The lists another module splices into ``name`` (``*OTHER_ARCHS``), as empty: the hybrids are listed
     by name."""
-    node = next(n for n in sg.source(rel)[1].body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
-                and n.targets[0].id == name)
+    node = next(
+        n
+        for n in sg.source(rel)[1].body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name
+    )
     return {s.value.id: () for s in ast.walk(node) if isinstance(s, ast.Starred) and isinstance(s.value, ast.Name)}
 
 
@@ -773,10 +953,9 @@ def _cases(rel) -> list[Case]:
             for overlap in (True, False):
                 for fixed in (None, third):
                     for draft in (0, 2, 4):
-                        for requested in ((None, 100) if not draft else (SPEC_REQUESTS,)):
+                        for requested in (None, 100) if not draft else (SPEC_REQUESTS,):
                             for lock in locks:
-                                out.append(Case(name, 1, 40 * GiB, 8192, requested, radix, overlap, fixed, draft,
-                                                lock))
+                                out.append(Case(name, 1, 40 * GiB, 8192, requested, radix, overlap, fixed, draft, lock))
     return out
 
 
@@ -791,12 +970,24 @@ def check_split(sg: Sglang, version: str, report: dict) -> None:
     configs: dict = {}
     for case in _cases(rel):
         spec = load_model(case.model)
-        settings = hsg.SglangSettings(release=rel, radix=case.radix, overlap=case.overlap,
-                                      max_running_requests=case.requested, max_mamba_cache_size=case.fixed,
-                                      skip_decode_lock=case.skip_lock)
-        sc = Scenario(spec, ctx=case.ctx, tp=case.tp, engine="sglang", sglang=settings,
-                      spec_tokens=max(case.draft - 1, 0), budget=Budget(kv_budget=case.budget),
-                      allow_long_context=True)
+        settings = hsg.SglangSettings(
+            release=rel,
+            radix=case.radix,
+            overlap=case.overlap,
+            max_running_requests=case.requested,
+            max_mamba_cache_size=case.fixed,
+            skip_decode_lock=case.skip_lock,
+        )
+        sc = Scenario(
+            spec,
+            ctx=case.ctx,
+            tp=case.tp,
+            engine="sglang",
+            sglang=settings,
+            spec_tokens=max(case.draft - 1, 0),
+            budget=Budget(kv_budget=case.budget),
+            allow_long_context=True,
+        )
         try:
             r = hsg.ENGINE.fit(sc)
         except PlanError as exc:
@@ -812,20 +1003,45 @@ def check_split(sg: Sglang, version: str, report: dict) -> None:
         # radix: what the user asked (off) — the releases that decide by model (to 0.5.6) run their own code,
         # after what their ServerArgs decides by architecture (read from the wheel, not run); later ones take the
         # strategy hybridplan resolved
-        off = (case.radix == "off" or (rt.at_least("0.5.6.post1") and r.strategy == "off")
-               or _server_args_disable_radix(sg, spec.architecture))
+        off = (
+            case.radix == "off"
+            or (rt.at_least("0.5.6.post1") and r.strategy == "off")
+            or _server_args_disable_radix(sg, spec.architecture)
+        )
         strategy = r.strategy if r.strategy != "off" else "auto"
         overlap = case.overlap and r.strategy != "no_buffer"
-        args = Args(radix_off=off, strategy=strategy, overlap=overlap, requested=settings.requested(sc.spec_tokens),
-                    fixed=case.fixed, draft=settings.draft(sc.spec_tokens), page_size=r.page_size,
-                    full_memory_ratio=settings.full_memory_ratio)
-        ours = {"radix": r.strategy != "off", "max_mamba_cache_size": r.split.pool_size, "pool_size": r.pool.size,
-                "kv_pool_bytes": r.kv_bytes, "kv_tokens": r.kv_tokens, "ratio": r.ratio,
-                "request_pool": r.admission.request_pool, "max_running_requests": r.max_running_requests,
-                "logs": r.admission.logs, "starts": r.starts}
+        args = Args(
+            radix_off=off,
+            strategy=strategy,
+            overlap=overlap,
+            requested=settings.requested(sc.spec_tokens),
+            fixed=case.fixed,
+            draft=settings.draft(sc.spec_tokens),
+            page_size=r.page_size,
+            full_memory_ratio=settings.full_memory_ratio,
+        )
+        ours = {
+            "radix": r.strategy != "off",
+            "max_mamba_cache_size": r.split.pool_size,
+            "pool_size": r.pool.size,
+            "kv_pool_bytes": r.kv_bytes,
+            "kv_tokens": r.kv_tokens,
+            "ratio": r.ratio,
+            "request_pool": r.admission.request_pool,
+            "max_running_requests": r.max_running_requests,
+            "logs": r.admission.logs,
+            "starts": r.starts,
+        }
         try:
-            theirs = rt.run(cfg, st, budget=case.budget, ctx=case.ctx, cell=r.pool.fp.kv_bytes_per_token,
-                            args=args, multimodal_arch=spec.architecture)
+            theirs = rt.run(
+                cfg,
+                st,
+                budget=case.budget,
+                ctx=case.ctx,
+                cell=r.pool.fp.kv_bytes_per_token,
+                args=args,
+                multimodal_arch=spec.architecture,
+            )
             theirs["starts"] = True
         except (RuntimeError, ValueError) as exc:
             theirs = {"starts": False}
@@ -862,13 +1078,22 @@ def check_slots(sg: Sglang, version: str, report: dict) -> None:
                     if strategy == "extra_buffer_lazy" and not overlap:
                         continue  # SGLang asserts
                     sg.envs.SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK.value = lock
-                    args = Args(radix_off=strategy == "off", strategy=strategy, overlap=overlap,
-                                requested=SPEC_REQUESTS if draft else 100, fixed=60, draft=draft, page_size=1,
-                                full_memory_ratio=0.9)
-                    theirs = rt.run(cfg, st, budget=80 * GiB, ctx=8192, cell=1 << 16, args=args,
-                                    multimodal_arch=spec.architecture)
-                    ours = rel.slots_per_request(strategy, overlap=overlap, spec_decoding=bool(draft),
-                                                 skip_decode_lock=lock)
+                    args = Args(
+                        radix_off=strategy == "off",
+                        strategy=strategy,
+                        overlap=overlap,
+                        requested=SPEC_REQUESTS if draft else 100,
+                        fixed=60,
+                        draft=draft,
+                        page_size=1,
+                        full_memory_ratio=0.9,
+                    )
+                    theirs = rt.run(
+                        cfg, st, budget=80 * GiB, ctx=8192, cell=1 << 16, args=args, multimodal_arch=spec.architecture
+                    )
+                    ours = rel.slots_per_request(
+                        strategy, overlap=overlap, spec_decoding=bool(draft), skip_decode_lock=lock
+                    )
                     case = {"strategy": strategy, "overlap": overlap, "draft": draft, "skip_lock": lock}
                     _compare(report, "slots", case, {"ratio": theirs["ratio"]}, {"ratio": ours})
     sg.envs.SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK.value = False
@@ -878,8 +1103,7 @@ def _compare(report: dict, part: str, case: dict, theirs: dict, ours: dict) -> N
     for key, value in theirs.items():
         report["compared"][part] = report["compared"].get(part, 0) + 1
         if value != ours[key]:
-            report["mismatches"].append({"part": part, **case, "figure": key, "sglang": value,
-                                         "hybridplan": ours[key]})
+            report["mismatches"].append({"part": part, **case, "figure": key, "sglang": value, "hybridplan": ours[key]})
 
 
 def _grouped(mismatches: list[dict]) -> list[str]:
@@ -891,8 +1115,10 @@ def _grouped(mismatches: list[dict]) -> list[str]:
     out = []
     for (part, figure, model, _kind), ms in groups.items():
         e = {k: v for k, v in ms[0].items() if k not in ("part", "figure", "model", "sglang", "hybridplan")}
-        out.append(f"{part} {figure} {model}: {len(ms)}x, e.g. {e}: sglang {ms[0]['sglang']!r}, "
-                   f"hybridplan {ms[0]['hybridplan']!r}")
+        out.append(
+            f"{part} {figure} {model}: {len(ms)}x, e.g. {e}: sglang {ms[0]['sglang']!r}, "
+            f"hybridplan {ms[0]['hybridplan']!r}"
+        )
     return out
 
 
@@ -912,8 +1138,10 @@ def unpack(version: str, cache: Path) -> Path:
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if not found:
         print(f"downloading the sglang {version} wheel into {wheels} ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}",
-                        "-d", str(wheels)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"sglang=={version}", "-d", str(wheels)],
+            check=True,
+        )
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     with zipfile.ZipFile(found[0]) as zf:
         zf.extractall(src, [n for n in zf.namelist() if n.startswith("sglang/")])
@@ -943,19 +1171,27 @@ def every_release(versions: tuple[str, ...], cache: Path, as_json: bool) -> int:
     status = 0
     for version in versions:
         src = unpack(version, cache)
-        run = subprocess.run([sys.executable, __file__, "--src", str(src), "--version", version,
-                              *(["--json"] if as_json else [])])
+        run = subprocess.run(
+            [sys.executable, __file__, "--src", str(src), "--version", version, *(["--json"] if as_json else [])]
+        )
         status = status or run.returncode
     return status
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, help="folder holding an unpacked wheel's sglang/ package (default: fetch "
-                                             "and unpack the releases into the cache)")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        help="folder holding an unpacked wheel's sglang/ package (default: fetch "
+        "and unpack the releases into the cache)",
+    )
     ap.add_argument("--version", help="the release --src holds")
-    ap.add_argument("--releases", default="all",
-                    help="all (default), bands (one release per band of the rules), or a comma-separated list")
+    ap.add_argument(
+        "--releases",
+        default="all",
+        help="all (default), bands (one release per band of the rules), or a comma-separated list",
+    )
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -967,8 +1203,14 @@ def main() -> int:
         ap.error("--src needs --version")
     sys.path.insert(0, str(ROOT))
     sg = Sglang(args.src.resolve(), args.version)
-    report: dict = {"version": args.version, "compared": {}, "mismatches": [], "not_served": [], "refused": [],
-                    "refusals": []}
+    report: dict = {
+        "version": args.version,
+        "compared": {},
+        "mismatches": [],
+        "not_served": [],
+        "refused": [],
+        "refusals": [],
+    }
     try:
         check_shapes(sg, args.version, report)
         check_split(sg, args.version, report)
@@ -982,8 +1224,10 @@ def main() -> int:
     else:
         total = sum(report["compared"].values())
         parts = ", ".join(f"{k} {v}" for k, v in report["compared"].items())
-        print(f"SGLang {args.version}: {total} figures compared ({parts}), {len(report['mismatches'])} mismatches",
-              flush=True)
+        print(
+            f"SGLang {args.version}: {total} figures compared ({parts}), {len(report['mismatches'])} mismatches",
+            flush=True,
+        )
         for line in _grouped(report["mismatches"])[:12]:
             print("  ", line, flush=True)
     return 0 if not report["mismatches"] else 1

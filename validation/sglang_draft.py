@@ -48,17 +48,38 @@ ROOT = Path(__file__).resolve().parents[1]
 #: SGLang's files postpone their annotations: so do the pieces run here
 _FUTURE = annotations.compiler_flag
 GiB = 1 << 30
-RELEASES = ("0.5.10", "0.5.11", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20",
-            "0.5.21", "0.5.22", "0.5.23")
+RELEASES = (
+    "0.5.10",
+    "0.5.11",
+    "0.5.13",
+    "0.5.14",
+    "0.5.15",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 #: the targets whose MTP layers draft (NEXTN), with and without --speculative-draft-model-path
 MTP_TARGETS = ("qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b")
 #: draft models of their own: (algorithm, layers, KV heads, head dim, architecture)
-DRAFTS = (("EAGLE3", 1, 8, 128, "LlamaForCausalLMEagle3"), ("STANDALONE", 5, 8, 128, "Qwen3DFlashForCausalLM"),
-          ("DFLASH", 5, 8, 128, "DFlashDraftModel"), ("DFLASH", 1, 1, 128, "DFlashDraftModel"),
-          ("DFLASH", 2, 32, 128, "DFlashDraftModel"))
-FILES = ("sglang/srt/configs/model_config.py", "sglang/srt/model_executor/model_runner.py",
-         "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
-         "sglang/srt/model_executor/pool_configurator.py", "sglang/srt/speculative/dflash_utils.py")
+DRAFTS = (
+    ("EAGLE3", 1, 8, 128, "LlamaForCausalLMEagle3"),
+    ("STANDALONE", 5, 8, 128, "Qwen3DFlashForCausalLM"),
+    ("DFLASH", 5, 8, 128, "DFlashDraftModel"),
+    ("DFLASH", 1, 1, 128, "DFlashDraftModel"),
+    ("DFLASH", 2, 32, 128, "DFlashDraftModel"),
+)
+FILES = (
+    "sglang/srt/configs/model_config.py",
+    "sglang/srt/model_executor/model_runner.py",
+    "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
+    "sglang/srt/model_executor/pool_configurator.py",
+    "sglang/srt/speculative/dflash_utils.py",
+)
 
 
 def _run(rel: str, nodes: list, ns: dict) -> dict:
@@ -89,8 +110,10 @@ class Wheel:
         self.version = version
         found = sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))
         if not found:
-            raise SystemExit(f"no sglang {version} wheel in {cache / 'wheels'} (pip download --no-deps "
-                             f"sglang=={version} -d {cache / 'wheels'})")
+            raise SystemExit(
+                f"no sglang {version} wheel in {cache / 'wheels'} (pip download --no-deps "
+                f"sglang=={version} -d {cache / 'wheels'})"
+            )
         with zipfile.ZipFile(found[0]) as zf:
             names = set(zf.namelist())
             self.text = {f: zf.read(f).decode() for f in FILES if f in names}
@@ -137,8 +160,9 @@ class Wheel:
         body.append(ast.Return(ast.Call(ast.Name("locals", ast.Load()), [], []), lineno=fn.end_lineno))
         new = copy.copy(fn)
         new.name, new.body, new.decorator_list, new.returns = "piece", body, [], None
-        new.args = ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in given], kwonlyargs=[], kw_defaults=[],
-                                 defaults=[])
+        new.args = ast.arguments(
+            posonlyargs=[], args=[ast.arg(a) for a in given], kwonlyargs=[], kw_defaults=[], defaults=[]
+        )
         ast.fix_missing_locations(new)
         self.ran.add(f"{rel.split('/')[-1]}:{cls}.{method} ({len(body) - 1} statements)")
         return self._exec(rel, [new], env)["piece"]
@@ -162,21 +186,33 @@ class _Fields(SimpleNamespace):
 def _model_config(w: Wheel, raw: dict, draft_mode: bool, algorithm: str = "EAGLE"):
     """The ModelConfig fields these pieces read, after ``_config_draft_model`` where ``draft_mode``."""
     hf = _ns(copy.deepcopy(raw))
-    self = _Fields(hf_config=hf, hf_text_config=getattr(hf, "text_config", hf), is_draft_model=draft_mode,
-                   speculative_algorithm=algorithm)
+    self = _Fields(
+        hf_config=hf,
+        hf_text_config=getattr(hf, "text_config", hf),
+        is_draft_model=draft_mode,
+        speculative_algorithm=algorithm,
+    )
     rel = FILES[0]
-    if draft_mode and any(isinstance(n, ast.FunctionDef) and n.name == "_config_draft_model"
-                          for n in w._class(rel, "ModelConfig").body):
+    if draft_mode and any(
+        isinstance(n, ast.FunctionDef) and n.name == "_config_draft_model" for n in w._class(rel, "ModelConfig").body
+    ):
         fn = w.method(rel, "ModelConfig", "_config_draft_model", {"logger": _Quiet()})
         fn(self)
     text = self.hf_text_config
     layers = text.num_hidden_layers
-    return SimpleNamespace(hf_config=self.hf_config, hf_text_config=text,
-                           num_nextn_predict_layers=getattr(text, "num_nextn_predict_layers", None),
-                           num_hidden_layers=layers, num_attention_layers=layers, is_hybrid_swa=False,
-                           is_deepseek_v4_arch=False, head_dim=getattr(text, "head_dim", None),
-                           v_head_dim=getattr(text, "head_dim", None), dtype=getattr(text, "torch_dtype", None),
-                           get_num_kv_heads=lambda tp: max(1, text.num_key_value_heads // tp))
+    return SimpleNamespace(
+        hf_config=self.hf_config,
+        hf_text_config=text,
+        num_nextn_predict_layers=getattr(text, "num_nextn_predict_layers", None),
+        num_hidden_layers=layers,
+        num_attention_layers=layers,
+        is_hybrid_swa=False,
+        is_deepseek_v4_arch=False,
+        head_dim=getattr(text, "head_dim", None),
+        v_head_dim=getattr(text, "head_dim", None),
+        dtype=getattr(text, "torch_dtype", None),
+        get_num_kv_heads=lambda tp: max(1, text.num_key_value_heads // tp),
+    )
 
 
 class _Quiet:
@@ -185,18 +221,38 @@ class _Quiet:
 
 
 def _algorithm(name: str):
-    return SimpleNamespace(is_eagle=lambda: name in ("EAGLE", "EAGLE3"), is_eagle3=lambda: name == "EAGLE3",
-                           is_standalone=lambda: name == "STANDALONE", is_dflash=lambda: name == "DFLASH",
-                           is_dspark=lambda: name == "DSPARK", is_dflash_family=lambda: name in ("DFLASH", "DSPARK"),
-                           is_none=lambda: False)
+    return SimpleNamespace(
+        is_eagle=lambda: name in ("EAGLE", "EAGLE3"),
+        is_eagle3=lambda: name == "EAGLE3",
+        is_standalone=lambda: name == "STANDALONE",
+        is_dflash=lambda: name == "DFLASH",
+        is_dspark=lambda: name == "DSPARK",
+        is_dflash_family=lambda: name in ("DFLASH", "DSPARK"),
+        is_none=lambda: False,
+    )
 
 
-def sglang_cell(w: Wheel, *, algorithm: str, target_raw: dict, draft_raw: dict | None, path: bool, cell: int,
-                layers: int, tp: int, draft_kv_bytes: int) -> tuple[int | None, int]:
+def sglang_cell(
+    w: Wheel,
+    *,
+    algorithm: str,
+    target_raw: dict,
+    draft_raw: dict | None,
+    path: bool,
+    cell: int,
+    layers: int,
+    tp: int,
+    draft_kv_bytes: int,
+) -> tuple[int | None, int]:
     """(SGLang's draft layer count, the target's cell as SGLang scales it) for one case."""
     algo = _algorithm(algorithm)
-    args = _Fields(speculative_draft_model_path="/draft" if path else None, speculative_draft_model_revision=None,
-                   tp_size=tp, enable_hisparse=False, dcp_size=1)
+    args = _Fields(
+        speculative_draft_model_path="/draft" if path else None,
+        speculative_draft_model_revision=None,
+        tp_size=tp,
+        enable_hisparse=False,
+        dcp_size=1,
+    )
     target_mc = _model_config(w, target_raw, draft_mode=False)
     draft_mc = _model_config(w, draft_raw if path else target_raw, draft_mode=True, algorithm=algorithm)
     from_args = lambda *a, **k: draft_mc  # noqa: E731 — ModelConfig.from_server_args, the draft's config
@@ -205,20 +261,34 @@ def sglang_cell(w: Wheel, *, algorithm: str, target_raw: dict, draft_raw: dict |
     runner = "sglang/srt/model_executor/model_runner.py"
     comp = "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
     if w.has(comp):
-        env = {"ModelConfig": SimpleNamespace(from_server_args=from_args), "get_spec": lambda: args,
-               "get_exec": lambda: args, "logger": _Quiet(), "is_deepseek_v4": lambda *_: False}
+        env = {
+            "ModelConfig": SimpleNamespace(from_server_args=from_args),
+            "get_spec": lambda: args,
+            "get_exec": lambda: args,
+            "logger": _Quiet(),
+            "is_deepseek_v4": lambda *_: False,
+        }
         fn = w.function(comp, "_resolve_eagle_aux_hidden_state", env)
-        params = fn.__code__.co_varnames[:fn.__code__.co_argcount + fn.__code__.co_kwonlyargcount]
-        kw = {"config": aux, "server_args": args, "model_config": target_mc, "spec_algorithm": algo,
-              "is_draft_worker": False}
+        params = fn.__code__.co_varnames[: fn.__code__.co_argcount + fn.__code__.co_kwonlyargcount]
+        kw = {
+            "config": aux,
+            "server_args": args,
+            "model_config": target_mc,
+            "spec_algorithm": algo,
+            "is_draft_worker": False,
+        }
         fn(**{k: v for k, v in kw.items() if k in params})
         n_eagle = aux.eagle_draft_num_layers
     elif "eagle_draft_num_layers" in w.text.get(runner, ""):
-        piece = w.statements(runner, "ModelRunner", "__init__",
-                             lambda src: "eagle_draft_num_layers" in src and "dflash" not in src,
-                             ("self", "server_args"), {"logger": _Quiet()})
-        me = SimpleNamespace(spec_algorithm=algo, is_draft_worker=False,
-                             _build_model_config=lambda *a, **k: draft_mc)
+        piece = w.statements(
+            runner,
+            "ModelRunner",
+            "__init__",
+            lambda src: "eagle_draft_num_layers" in src and "dflash" not in src,
+            ("self", "server_args"),
+            {"logger": _Quiet()},
+        )
+        me = SimpleNamespace(spec_algorithm=algo, is_draft_worker=False, _build_model_config=lambda *a, **k: draft_mc)
         piece(me, args)
         n_eagle = me.eagle_draft_num_layers
     if algorithm in ("DFLASH", "DSPARK"):
@@ -228,14 +298,16 @@ def sglang_cell(w: Wheel, *, algorithm: str, target_raw: dict, draft_raw: dict |
     given = {}
     if w.has(dflash_rel):
         given["scale_kv_cell_size_per_token_for_dflash"] = w.function(
-            dflash_rel, "scale_kv_cell_size_per_token_for_dflash", {"Optional": object})
+            dflash_rel, "scale_kv_cell_size_per_token_for_dflash", {"Optional": object}
+        )
         if n_dflash and "def dflash_draft_cell_size_per_token" in w.text[dflash_rel]:
             import torch
 
             fn = w.function(dflash_rel, "dflash_draft_cell_size_per_token", {"torch": torch, "Any": object})
             dtype = {1: torch.float8_e4m3fn, 2: torch.bfloat16}[draft_kv_bytes]
-            aux.dflash_draft_cell_size_per_token = fn(draft_model_config=draft_mc, draft_num_layers=n_dflash,
-                                                      draft_kv_cache_dtype=dtype, tp_size=tp)
+            aux.dflash_draft_cell_size_per_token = fn(
+                draft_model_config=draft_mc, draft_num_layers=n_dflash, draft_kv_cache_dtype=dtype, tp_size=tp
+            )
     mod = types.ModuleType("sglang.srt.speculative.dflash_utils")
     mod.__dict__.update(given)
     sys.modules[mod.__name__] = mod  # this release's functions, not an earlier one's
@@ -243,27 +315,48 @@ def sglang_cell(w: Wheel, *, algorithm: str, target_raw: dict, draft_raw: dict |
     if not w.has(pools):
         return n_eagle, cell
     keep = lambda src: src.startswith("if") and ("draft_num_layers" in src or "dflash" in src)  # noqa: E731
-    env = {"is_deepseek_dsa": lambda *_: False, "get_memory": lambda: args,
-           "get_parallel": lambda: SimpleNamespace(attn_dcp_size=1), "logger": _Quiet()}
+    env = {
+        "is_deepseek_dsa": lambda *_: False,
+        "get_memory": lambda: args,
+        "get_parallel": lambda: SimpleNamespace(attn_dcp_size=1),
+        "logger": _Quiet(),
+    }
     if "def _dflash_draft_cell_size" in w.text[pools]:
         env["_dflash_draft_cell_size"] = w.function(pools, "_dflash_draft_cell_size", env)
-    piece = w.statements(pools, "DefaultPoolConfigurator", "__init__", keep,
-                         ("self", "mr", "kvc", "num_layers", "dcp_size"), env)
+    piece = w.statements(
+        pools, "DefaultPoolConfigurator", "__init__", keep, ("self", "mr", "kvc", "num_layers", "dcp_size"), env
+    )
     me = SimpleNamespace(_cell_size=cell)
-    runner_ns = SimpleNamespace(spec_algorithm=algo, is_draft_worker=False, spec_aux_config=aux,
-                                eagle_draft_num_layers=n_eagle, dflash_draft_num_layers=n_dflash,
-                                dflash_draft_cell_size_per_token=aux.dflash_draft_cell_size_per_token,
-                                fused_entry_bytes=lambda _kind: None, server_args=args, model_config=target_mc)
+    runner_ns = SimpleNamespace(
+        spec_algorithm=algo,
+        is_draft_worker=False,
+        spec_aux_config=aux,
+        eagle_draft_num_layers=n_eagle,
+        dflash_draft_num_layers=n_dflash,
+        dflash_draft_cell_size_per_token=aux.dflash_draft_cell_size_per_token,
+        fused_entry_bytes=lambda _kind: None,
+        server_args=args,
+        model_config=target_mc,
+    )
     if piece is not None:
         piece(me, runner_ns, runner_ns, layers, 1)
     return (n_dflash if algorithm in ("DFLASH", "DSPARK") else n_eagle), me._cell_size
 
 
 def _draft_config(layers: int, heads: int, head_dim: int, arch: str) -> dict:
-    return {"architectures": [arch], "model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": layers,
-            "num_attention_heads": 32, "num_key_value_heads": heads, "head_dim": head_dim,
-            "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 262144,
-            "torch_dtype": "bfloat16"}
+    return {
+        "architectures": [arch],
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": heads,
+        "head_dim": head_dim,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "torch_dtype": "bfloat16",
+    }
 
 
 def cases(version: str, tmp: Path):
@@ -278,10 +371,17 @@ def cases(version: str, tmp: Path):
     rel = release(version)
 
     def scenario(target, sp, tp, kv):
-        return Scenario(spec=target, ctx=8192, tp=tp, spec_tokens=3, speculative=replace(sp, num_tokens=3),
-                        engine="sglang", dtypes=DtypeChoice(kv=kv),
-                        sglang=SglangSettings(release=rel, radix="off", max_running_requests=16),
-                        budget=Budget(kv_budget=40 * GiB))
+        return Scenario(
+            spec=target,
+            ctx=8192,
+            tp=tp,
+            spec_tokens=3,
+            speculative=replace(sp, num_tokens=3),
+            engine="sglang",
+            dtypes=DtypeChoice(kv=kv),
+            sglang=SglangSettings(release=rel, radix="off", max_running_requests=16),
+            budget=Budget(kv_budget=40 * GiB),
+        )
 
     for name in MTP_TARGETS:
         target = load_model(name)
@@ -289,12 +389,18 @@ def cases(version: str, tmp: Path):
             continue
         raw = json.loads(target.config_json)
         for path in (False, True):
-            sp = speculative_from_sglang(SglangFlags("NEXTN", draft=target.source if path else None, num_steps=3,
-                                                     eagle_topk=1), target, version)
+            sp = speculative_from_sglang(
+                SglangFlags("NEXTN", draft=target.source if path else None, num_steps=3, eagle_topk=1), target, version
+            )
             for tp in (1, 2):
                 for kv in (None, "fp8_e4m3"):
-                    yield ({"target": name, "algorithm": "NEXTN", "path": path, "tp": tp, "kv": kv},
-                           scenario(target, sp, tp, kv), raw, raw, path)
+                    yield (
+                        {"target": name, "algorithm": "NEXTN", "path": path, "tp": tp, "kv": kv},
+                        scenario(target, sp, tp, kv),
+                        raw,
+                        raw,
+                        path,
+                    )
     target = load_model("qwen3.5-27b")
     raw = json.loads(target.config_json)
     for algorithm, layers, heads, dim, arch in DRAFTS:
@@ -303,14 +409,24 @@ def cases(version: str, tmp: Path):
         draft_raw = _draft_config(layers, heads, dim, arch)
         (folder / "config.json").write_text(json.dumps(draft_raw))
         try:
-            sp = speculative_from_sglang(SglangFlags(algorithm, draft=str(folder), num_draft_tokens=4), target,
-                                         version)
+            sp = speculative_from_sglang(SglangFlags(algorithm, draft=str(folder), num_draft_tokens=4), target, version)
         except PlanError:
             continue  # the release has no such algorithm
         for tp in (1, 2):
             for kv in (None, "fp8_e4m3"):
-                yield ({"target": "qwen3.5-27b", "algorithm": algorithm, "draft": f"{layers}x{heads}x{dim}",
-                        "tp": tp, "kv": kv}, scenario(target, sp, tp, kv), raw, draft_raw, True)
+                yield (
+                    {
+                        "target": "qwen3.5-27b",
+                        "algorithm": algorithm,
+                        "draft": f"{layers}x{heads}x{dim}",
+                        "tp": tp,
+                        "kv": kv,
+                    },
+                    scenario(target, sp, tp, kv),
+                    raw,
+                    draft_raw,
+                    True,
+                )
 
 
 def check(version: str, cache: Path) -> tuple[list[dict], set[str]]:
@@ -324,8 +440,9 @@ def check(version: str, cache: Path) -> tuple[list[dict], set[str]]:
         from typing import Optional
 
         env = {"dataclass": dataclass, "field": field, "Optional": Optional}
-        cfg = w._exec(pools, [n for n in w.trees[pools].body if isinstance(n, ast.ClassDef)
-                              and n.name == "MemoryPoolConfig"], env)
+        cfg = w._exec(
+            pools, [n for n in w.trees[pools].body if isinstance(n, ast.ClassDef) and n.name == "MemoryPoolConfig"], env
+        )
         calc = w.method(pools, "DefaultPoolConfigurator", "calculate_pool_sizes", {**env, **cfg})
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -334,9 +451,17 @@ def check(version: str, cache: Path) -> tuple[list[dict], set[str]]:
             base = fp.kv_bytes_per_token
             layers = sum(g.count for g in fp.kv if g.window is None)
             kv_bytes = 2 if sc.dtypes.kv is None else 1
-            n, cell = sglang_cell(w, algorithm=label["algorithm"] if label["algorithm"] != "NEXTN" else "EAGLE",
-                                  target_raw=target_raw, draft_raw=draft_raw, path=path, cell=base, layers=layers,
-                                  tp=sc.tp, draft_kv_bytes=kv_bytes)
+            n, cell = sglang_cell(
+                w,
+                algorithm=label["algorithm"] if label["algorithm"] != "NEXTN" else "EAGLE",
+                target_raw=target_raw,
+                draft_raw=draft_raw,
+                path=path,
+                cell=base,
+                layers=layers,
+                tp=sc.tp,
+                draft_kv_bytes=kv_bytes,
+            )
             ours_n = draft_layers_in_cell(sc.sglang.release, sc)
             ours_cell = kv_cell(sc.sglang.release, sc, fp)
             f = fit(sc)
@@ -348,9 +473,18 @@ def check(version: str, cache: Path) -> tuple[list[dict], set[str]]:
                 theirs_tokens = f.kv_bytes // cell
             # where SGLang counts no layers, hybridplan's None is the same outcome as SGLang's untouched cell
             theirs_n = n if cell != base else None
-            rows.append({"release": version, **label, "sglang": {"n": theirs_n, "cell": cell, "tokens": theirs_tokens},
-                         "hybridplan": {"n": ours_n if ours_cell != base else None, "cell": ours_cell,
-                                        "tokens": f.kv_tokens if f.kv_bytes > 0 else None}})
+            rows.append(
+                {
+                    "release": version,
+                    **label,
+                    "sglang": {"n": theirs_n, "cell": cell, "tokens": theirs_tokens},
+                    "hybridplan": {
+                        "n": ours_n if ours_cell != base else None,
+                        "cell": ours_cell,
+                        "tokens": f.kv_tokens if f.kv_bytes > 0 else None,
+                    },
+                }
+            )
     return rows, w.ran
 
 
@@ -377,8 +511,10 @@ def main() -> int:
         all_rows += rows
         if not args.json:
             scaled = sum(r["sglang"]["n"] is not None for r in rows)
-            print(f"SGLang {version}: {len(rows)} cases ({scaled} with the draft in the cell), ran "
-                  f"{', '.join(sorted(ran)) or 'nothing (no such code)'}")
+            print(
+                f"SGLang {version}: {len(rows)} cases ({scaled} with the draft in the cell), ran "
+                f"{', '.join(sorted(ran)) or 'nothing (no such code)'}"
+            )
     if args.json:
         print(json.dumps({"rows": all_rows, "compared": compared, "mismatches": bad}, indent=1))
     else:

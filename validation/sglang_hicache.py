@@ -38,14 +38,20 @@ from hybridplan.engines.sglang.hicache import DevicePools, HiCache, host_pools  
 from hybridplan.engines.sglang.releases import VERSIONS, release  # noqa: E402
 
 WHEELS = Path("/tmp/wheels")
-FILES = ("sglang/srt/mem_cache/memory_pool_host.py", "sglang/srt/mem_cache/pool_host/base.py",
-         "sglang/srt/mem_cache/pool_host/mamba.py", "sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py",
-         "sglang/srt/mem_cache/hi_mamba_radix_cache.py")
+FILES = (
+    "sglang/srt/mem_cache/memory_pool_host.py",
+    "sglang/srt/mem_cache/pool_host/base.py",
+    "sglang/srt/mem_cache/pool_host/mamba.py",
+    "sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py",
+    "sglang/srt/mem_cache/hi_mamba_radix_cache.py",
+)
 
 #: (device KV tokens, host KV bytes a token, page, device states, bytes a state, KV device bytes, Mamba device
 #: bytes): the sglang#39830 log's pools (tests/test_hicache.py), and a second shape at page 1
-POOLS = ((240_128, 13_312, 64, 48, 58_834_944, 5_902_958_592, 4_059_611_136),
-         (1_245_404, 12_288, 1, 712, 19_210_240, 15_303_536_640, 13_696_901_120))
+POOLS = (
+    (240_128, 13_312, 64, 48, 58_834_944, 5_902_958_592, 4_059_611_136),
+    (1_245_404, 12_288, 1, 712, 19_210_240, 15_303_536_640, 13_696_901_120),
+)
 #: (ratio or None, --hicache-size GB)
 SETTINGS = ((None, 0), (3.0, 0), (1.5, 0), (None, 96), (None, 20))
 
@@ -79,15 +85,21 @@ def _sizing(init: ast.FunctionDef) -> str:
                 continue
             for i, stmt in enumerate(seq):
                 if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "host_size > 0":
-                    return "\n".join(ast.unparse(s) for s in seq[i:i + 3])
+                    return "\n".join(ast.unparse(s) for s in seq[i : i + 3])
     raise LookupError("no `if host_size > 0` statement")
 
 
 def _run(code: str, device: int, unit: int, page: int, ratio: float, host_size: float) -> int:
     me = SimpleNamespace(size_per_token=unit, page_size=page)
-    ns = {"self": me, "host_size": host_size, "host_to_device_ratio": ratio,
-          "device_pool": SimpleNamespace(size=device), "device_capacity": device,
-          "device_capacity_tokens": device, "sync_fixed_hicache_size": lambda size, _gb: size}
+    ns = {
+        "self": me,
+        "host_size": host_size,
+        "host_to_device_ratio": ratio,
+        "device_pool": SimpleNamespace(size=device),
+        "device_capacity": device,
+        "device_capacity_tokens": device,
+        "sync_fixed_hicache_size": lambda size, _gb: size,
+    }
     exec(code, ns)  # noqa: S102 - SGLang's own statements, read from its wheel
     return me.size
 
@@ -97,7 +109,7 @@ def _split(sources: dict[str, str]):
     asm = sources.get("sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", "")
     tree = ast.parse(asm) if asm else None
     fn = stack = None
-    for node in (tree.body if tree else ()):
+    for node in tree.body if tree else ():
         if isinstance(node, ast.FunctionDef) and node.name == "_split_hicache_size":
             fn = node
         if isinstance(node, ast.FunctionDef) and node.name == "build_hybrid_mamba_stack":
@@ -132,17 +144,34 @@ def check(version: str) -> list[dict]:
             kv_gb, m_gb = split(size, kv_dev, m_dev) if size else (0, 0)
             engine = (_run(kv_code, t, kv_unit, page, r, kv_gb), _run(mamba_code, slots, slot, 1, r, m_gb))
             try:
-                p = host_pools(release(version), HiCache(ratio=ratio, size_gb=size),
-                               DevicePools(t, kv_unit, kv_dev, page, slots, slot, m_dev))
+                p = host_pools(
+                    release(version),
+                    HiCache(ratio=ratio, size_gb=size),
+                    DevicePools(t, kv_unit, kv_dev, page, slots, slot, m_dev),
+                )
                 ours = (p.kv.size, p.mamba.size)
             except Exception as exc:  # a refusal: SGLang's assert to 0.5.14 where the host pool is not larger
                 ours = (type(exc).__name__, str(exc)[:60])
                 asserted = release(version).before("0.5.15") and (engine[0] <= t or engine[1] <= slots)
-                rows.append({"version": version, "case": (t, page, ratio, size), "sglang": engine,
-                             "hybridplan": ours, "ok": asserted})
+                rows.append(
+                    {
+                        "version": version,
+                        "case": (t, page, ratio, size),
+                        "sglang": engine,
+                        "hybridplan": ours,
+                        "ok": asserted,
+                    }
+                )
                 continue
-            rows.append({"version": version, "case": (t, page, ratio, size), "sglang": engine, "hybridplan": ours,
-                         "ok": engine == ours})
+            rows.append(
+                {
+                    "version": version,
+                    "case": (t, page, ratio, size),
+                    "sglang": engine,
+                    "hybridplan": ours,
+                    "ok": engine == ours,
+                }
+            )
     return rows
 
 
@@ -151,8 +180,11 @@ def main() -> int:
     ap.add_argument("--releases", help="comma-separated (default: 0.5.10rc0 on, those under /tmp/wheels)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    versions = a.releases.split(",") if a.releases else [
-        v for v in VERSIONS[VERSIONS.index("0.5.10rc0"):] if (WHEELS / f"sglang-{v}").is_dir()]
+    versions = (
+        a.releases.split(",")
+        if a.releases
+        else [v for v in VERSIONS[VERSIONS.index("0.5.10rc0") :] if (WHEELS / f"sglang-{v}").is_dir()]
+    )
     rows = [r for v in versions for r in check(v)]
     bad = [r for r in rows if not r["ok"]]
     if a.json:

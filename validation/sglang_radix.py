@@ -42,25 +42,47 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ("0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 #: a shipped spec per architecture (GraniteMoeHybrid with Mamba layers)
-MODELS = {"FalconMambaForCausalLM": "falcon-mamba-7b", "MambaForCausalLM": "mamba-130m",
-          "Mamba2ForCausalLM": "mamba-codestral-7b", "Lfm2ForCausalLM": "lfm2-1.2b",
-          "Qwen3_5MoeForCausalLM": "qwen3.8-2.4t-a95b", "Qwen3NextForCausalLM": "qwen3-next",
-          "NemotronHForCausalLM": "nemotron-h-8b", "GraniteMoeHybridForCausalLM": "granite-4.0-h-tiny",
-          "FalconH1ForCausalLM": "falcon-h1-0.5b", "KimiLinearForCausalLM": "kimi-linear-48b-a3b"}
+MODELS = {
+    "FalconMambaForCausalLM": "falcon-mamba-7b",
+    "MambaForCausalLM": "mamba-130m",
+    "Mamba2ForCausalLM": "mamba-codestral-7b",
+    "Lfm2ForCausalLM": "lfm2-1.2b",
+    "Qwen3_5MoeForCausalLM": "qwen3.8-2.4t-a95b",
+    "Qwen3NextForCausalLM": "qwen3-next",
+    "NemotronHForCausalLM": "nemotron-h-8b",
+    "GraniteMoeHybridForCausalLM": "granite-4.0-h-tiny",
+    "FalconH1ForCausalLM": "falcon-h1-0.5b",
+    "KimiLinearForCausalLM": "kimi-linear-48b-a3b",
+}
 STRATEGIES = ("auto", "no_buffer", "extra_buffer")
-FILES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/overrides.py", "sglang/srt/arg_groups/mamba_hook.py",
-         "sglang/srt/arg_groups/model_hook.py", "sglang/srt/arg_groups/model_override_base.py")
-WANTED = {"_MAMBA_RADIX_CACHE_ARCHS", "_MAMBA_EXTRA_BUFFER_ARCHS", "supports_mamba_cache_extra_buffer",
-          "_mamba_radix_cache_resolution", "mamba_extra_buffer_of", "validate_mamba_no_buffer",
-          "validate_mamba_extra_buffer", "_platform_supports_mamba_cache_extra_buffer", "handle_mamba_radix_cache"}
+FILES = (
+    "sglang/srt/server_args.py",
+    "sglang/srt/arg_groups/overrides.py",
+    "sglang/srt/arg_groups/mamba_hook.py",
+    "sglang/srt/arg_groups/model_hook.py",
+    "sglang/srt/arg_groups/model_override_base.py",
+)
+WANTED = {
+    "_MAMBA_RADIX_CACHE_ARCHS",
+    "_MAMBA_EXTRA_BUFFER_ARCHS",
+    "supports_mamba_cache_extra_buffer",
+    "_mamba_radix_cache_resolution",
+    "mamba_extra_buffer_of",
+    "validate_mamba_no_buffer",
+    "validate_mamba_extra_buffer",
+    "_platform_supports_mamba_cache_extra_buffer",
+    "handle_mamba_radix_cache",
+}
 METHODS = {"_validate_mamba_no_buffer", "_validate_mamba_extra_buffer", "_handle_mamba_radix_cache"}
 
 
 def sources(version: str, cache: Path) -> dict[str, str]:
     wheel = next(iter(sorted((cache / "wheels").glob(f"sglang-{version}-*.whl"))), None)
     if wheel is None:
-        raise SystemExit(f"no SGLang {version} wheel under {cache / 'wheels'} (pip download --no-deps "
-                         f"sglang=={version} -d {cache / 'wheels'})")
+        raise SystemExit(
+            f"no SGLang {version} wheel under {cache / 'wheels'} (pip download --no-deps "
+            f"sglang=={version} -d {cache / 'wheels'})"
+        )
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         return {f: z.read(f).decode() for f in FILES if f in names}
@@ -77,8 +99,11 @@ def extract(version: str, cache: Path) -> tuple[dict, list[str]]:
                 node.decorator_list = []
                 found.append(f"{path}:{node.name}")
                 exec(compile(ast.Module([node], []), path, "exec"), ns)
-            elif (isinstance(node, ast.Assign) and len(node.targets) == 1
-                  and getattr(node.targets[0], "id", None) in WANTED):
+            elif (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) in WANTED
+            ):
                 found.append(f"{path}:{node.targets[0].id}")
                 exec(compile(ast.Module([node], []), path, "exec"), ns)
             elif isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
@@ -99,12 +124,22 @@ def stand_ins(ns: dict) -> None:
             setattr(server_args, k, v)
 
     cuda = SimpleNamespace(is_xpu=False, is_cuda=True, is_musa=False, is_npu=False, is_hip=False)
-    ns.update(Any=Any, Dict=dict, logger=logging.getLogger("sglang-radix"), run_post_process_pass=run_post_process_pass,
-              resolved_view=lambda sa: sa, model_config_of=lambda view: view.model_config,
-              get_platform=lambda: cuda, current_platform=SimpleNamespace(is_out_of_tree=lambda: False),
-              is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False,
-              mamba_cache_chunk_size=lambda server_args: 64, get_linear_attn_spec=lambda cfg: None,
-              get_linear_attn_spec_by_arch=lambda arch: None)
+    ns.update(
+        Any=Any,
+        Dict=dict,
+        logger=logging.getLogger("sglang-radix"),
+        run_post_process_pass=run_post_process_pass,
+        resolved_view=lambda sa: sa,
+        model_config_of=lambda view: view.model_config,
+        get_platform=lambda: cuda,
+        current_platform=SimpleNamespace(is_out_of_tree=lambda: False),
+        is_cuda=lambda: True,
+        is_musa=lambda: False,
+        is_npu=lambda: False,
+        mamba_cache_chunk_size=lambda server_args: 64,
+        get_linear_attn_spec=lambda cfg: None,
+        get_linear_attn_spec_by_arch=lambda arch: None,
+    )
     module = types.ModuleType("sglang_radix_stub")
     module.__path__ = []
 
@@ -114,9 +149,16 @@ def stand_ins(ns: dict) -> None:
         return ns[name]
 
     module.__getattr__ = lookup
-    for name in ("sglang", "sglang.srt", "sglang.srt.configs", "sglang.srt.arg_groups",
-                 "sglang.srt.configs.linear_attn_model_registry", "sglang.srt.arg_groups.mamba_hook",
-                 "sglang.srt.arg_groups.overrides", "sglang.srt.arg_groups.model_override_base"):
+    for name in (
+        "sglang",
+        "sglang.srt",
+        "sglang.srt.configs",
+        "sglang.srt.arg_groups",
+        "sglang.srt.configs.linear_attn_model_registry",
+        "sglang.srt.arg_groups.mamba_hook",
+        "sglang.srt.arg_groups.overrides",
+        "sglang.srt.arg_groups.model_override_base",
+    ):
         sys.modules[name] = module
 
 
@@ -124,11 +166,21 @@ def sglang_outcome(ns: dict, version: str, arch: str, strategy: str, overlap: bo
     hf = SimpleNamespace(architectures=[arch], layer_types=["mamba", "attention"])
     sa_cls = type("ServerArgs", (), {m: ns[m] for m in METHODS if m in ns})
     sa = sa_cls()
-    sa.__dict__.update(model_config=SimpleNamespace(hf_config=hf), disable_radix_cache=False,
-                       mamba_radix_cache_strategy=strategy, disable_overlap_schedule=not overlap, page_size=page,
-                       linear_attn_backend="triton", mamba_track_interval=256, speculative_num_draft_tokens=None,
-                       chunked_prefill_size=8192, disaggregation_mode="null", attention_backend=None,
-                       uses_mamba_radix_cache=False, mamba_cache_chunk_size=64)
+    sa.__dict__.update(
+        model_config=SimpleNamespace(hf_config=hf),
+        disable_radix_cache=False,
+        mamba_radix_cache_strategy=strategy,
+        disable_overlap_schedule=not overlap,
+        page_size=page,
+        linear_attn_backend="triton",
+        mamba_track_interval=256,
+        speculative_num_draft_tokens=None,
+        chunked_prefill_size=8192,
+        disaggregation_mode="null",
+        attention_backend=None,
+        uses_mamba_radix_cache=False,
+        mamba_cache_chunk_size=64,
+    )
     sa.get_model_config = lambda: sa.model_config
     try:
         if "handle_mamba_radix_cache" in ns:
@@ -154,8 +206,12 @@ def hybridplan_outcome(version: str, model: str, strategy: str, overlap: bool, p
     rel = release(version)
     if not rel.serves(spec):
         return None
-    sc = Scenario(spec, ctx=8192, engine="sglang",
-                  sglang=SglangSettings(release=rel, radix=strategy, overlap=overlap, page_size=page))
+    sc = Scenario(
+        spec,
+        ctx=8192,
+        engine="sglang",
+        sglang=SglangSettings(release=rel, radix=strategy, overlap=overlap, page_size=page),
+    )
     try:
         return resolve(sc).name
     except NotServed:
@@ -184,15 +240,28 @@ def main() -> int:
                         theirs = sglang_outcome(ns, version, arch, strategy, overlap, page)
                         match = (ours.startswith("refused") and theirs.startswith("refused")) or ours == theirs
                         bad += not match
-                        rows.append({"release": version, "architecture": arch, "strategy": strategy,
-                                     "overlap": overlap, "page_size": page, "sglang": theirs, "hybridplan": ours,
-                                     "match": match})
+                        rows.append(
+                            {
+                                "release": version,
+                                "architecture": arch,
+                                "strategy": strategy,
+                                "overlap": overlap,
+                                "page_size": page,
+                                "sglang": theirs,
+                                "hybridplan": ours,
+                                "match": match,
+                            }
+                        )
                         if not args.json and not match:
-                            print(f"SGLang {version} {arch} {strategy} overlap={overlap} page={page}: SGLang "
-                                  f"{theirs!r}, hybridplan {ours!r}  MISMATCH")
+                            print(
+                                f"SGLang {version} {arch} {strategy} overlap={overlap} page={page}: SGLang "
+                                f"{theirs!r}, hybridplan {ours!r}  MISMATCH"
+                            )
         if not args.json:
-            print(f"SGLang {version}: {sum(r['release'] == version for r in rows)} cases, ran {len(found)} pieces "
-                  f"of its source")
+            print(
+                f"SGLang {version}: {sum(r['release'] == version for r in rows)} cases, ran {len(found)} pieces "
+                f"of its source"
+            )
     if args.json:
         print(json.dumps({"rows": rows, "mismatches": bad}, indent=1))
     else:

@@ -60,15 +60,24 @@ DATA = ROOT / "tests" / "data" / "speed"
 #: the settings every benchmark row must carry (in the row, or once for the file); the engine's release may be
 #: missing only where the file says why (``release_note``), the checkpoint's dtype or quantization likewise
 BENCH_REQUIRED = ("id", "figure", "value", "engine", "gpu", "tp", "model", "input", "output", "concurrency")
-KERNEL_REQUIRED = {"gdn_decode_kernel": ("id", "figure", "value", "model", "gpu", "tp", "batch"),
-                   "ssd_prefill_kernel": ("id", "figure", "value", "model", "gpu", "tp", "tokens", "chunk",
-                                          "variant")}
+KERNEL_REQUIRED = {
+    "gdn_decode_kernel": ("id", "figure", "value", "model", "gpu", "tp", "batch"),
+    "ssd_prefill_kernel": ("id", "figure", "value", "model", "gpu", "tp", "tokens", "chunk", "variant"),
+}
 #: figures a benchmark prints, and the class each is scored in
-FIGURES = {"mean_tpot_ms": "TPOT", "median_tpot_ms": "TPOT", "mean_itl_ms": "TPOT", "median_itl_ms": "TPOT",
-           "mean_ttft_ms": "TTFT", "median_ttft_ms": "TTFT", "output_tok_s": "output tok/s",
-           "total_tok_s": "total tok/s",
-           # a page that prints "TTFT" / "TPOT" without saying mean or median: compared to the mean
-           "ttft_ms": "TTFT", "tpot_ms": "TPOT"}
+FIGURES = {
+    "mean_tpot_ms": "TPOT",
+    "median_tpot_ms": "TPOT",
+    "mean_itl_ms": "TPOT",
+    "median_itl_ms": "TPOT",
+    "mean_ttft_ms": "TTFT",
+    "median_ttft_ms": "TTFT",
+    "output_tok_s": "output tok/s",
+    "total_tok_s": "total tok/s",
+    # a page that prints "TTFT" / "TPOT" without saying mean or median: compared to the mean
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT",
+}
 from hybridplan.speed.ranges import PATH as RANGES_PATH  # noqa: E402
 from hybridplan.speed.ranges import REGIMES, regime  # noqa: E402  (the regimes, in one place)
 
@@ -115,10 +124,21 @@ class Row:
         return self.predicted / self.measured - 1.0
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "id": self.id, "kind": self.kind, "figure": self.figure,
-                "measured": self.measured, "predicted": self.predicted,
-                "error": None if self.predicted is None else self.error, "hybrid": self.hybrid, "fit": self.fit,
-                "bound": self.bound, "concurrency": self.concurrency, "gpu": self.gpu, "reason": self.reason}
+        return {
+            "file": self.file,
+            "id": self.id,
+            "kind": self.kind,
+            "figure": self.figure,
+            "measured": self.measured,
+            "predicted": self.predicted,
+            "error": None if self.predicted is None else self.error,
+            "hybrid": self.hybrid,
+            "fit": self.fit,
+            "bound": self.bound,
+            "concurrency": self.concurrency,
+            "gpu": self.gpu,
+            "reason": self.reason,
+        }
 
 
 def hybrid_of(doc: dict, m: dict) -> bool:
@@ -140,11 +160,27 @@ def _gdn(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
     mixer = next(x for x in spec.recurrent if x.kind == "gdn")
     b = s["batch"]
     # the kernel reads and writes the recurrent state (the conv window is another kernel's)
-    w = Work("gdn", 1, state_bytes=2.0 * b * g.ssm_bytes_per_layer,
-             scalar_flops=b * recurrent_update_flops(mixer, s["tp"]), kernels=1)
+    w = Work(
+        "gdn",
+        1,
+        state_bytes=2.0 * b * g.ssm_bytes_per_layer,
+        scalar_flops=b * recurrent_update_flops(mixer, s["tp"]),
+        kernels=1,
+    )
     kt = kind_time(w, datasheet(s["gpu"]), eff, "bf16", graphs=True)
-    return Row(doc["_file"], s["id"], doc["kind"], s["figure"], s["value"], kt.seconds * 1e6, True,
-               bool(doc.get("fit")), kt.bound, b, s["gpu"])
+    return Row(
+        doc["_file"],
+        s["id"],
+        doc["kind"],
+        s["figure"],
+        s["value"],
+        kt.seconds * 1e6,
+        True,
+        bool(doc.get("fit")),
+        kt.bound,
+        b,
+        s["gpu"],
+    )
 
 
 def _ssd(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
@@ -153,8 +189,19 @@ def _ssd(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
     mixer = next(x for x in spec.recurrent if x.kind == "mamba2")
     w = scan_layer_work(mixer, s["tp"], s["tokens"], s["chunk"], fused=s["variant"] == "fused")
     kt = kind_time(w, datasheet(s["gpu"]), eff, "bf16", graphs=True)
-    return Row(doc["_file"], s["id"], doc["kind"], s["figure"], s["value"], s["tokens"] / kt.seconds, True,
-               bool(doc.get("fit")), kt.bound, 1, s["gpu"])
+    return Row(
+        doc["_file"],
+        s["id"],
+        doc["kind"],
+        s["figure"],
+        s["value"],
+        s["tokens"] / kt.seconds,
+        True,
+        bool(doc.get("fit")),
+        kt.bound,
+        1,
+        s["gpu"],
+    )
 
 
 def acceptance_of(accept_length: float, k: int) -> float:
@@ -207,22 +254,39 @@ def _prepare(file: str, index: int):
         spec_tokens = int(sp["tokens"])
         acceptance = acceptance_of(float(sp["accept_length"]), spec_tokens)
     wl = Workload(s["input"], s["output"], s["concurrency"], s.get("num_prompts"), acceptance)
-    sc = Scenario(spec=spec, ctx=wl.input + wl.output, tp=s["tp"], engine=s["engine"], spec_tokens=spec_tokens,
-                  dtypes=DtypeChoice(kv=s.get("kv_dtype")), dp=s.get("dp") or 1, ep_size=s.get("ep") or 1,
-                  expert_parallel=(s.get("ep") or 1) > 1,
-                  vllm=VllmSettings(release=vllm_release(s.get("vllm_version"))),
-                  sglang=SglangSettings(release=sglang_release(s.get("sglang_version")),
-                                        mem_fraction_static=s.get("mem_fraction_static")),
-                  budget=Budget(gpu_mem=g.total, gpu=g.key) if s.get("cap", True) else Budget(),
-                  allow_long_context=True)
+    sc = Scenario(
+        spec=spec,
+        ctx=wl.input + wl.output,
+        tp=s["tp"],
+        engine=s["engine"],
+        spec_tokens=spec_tokens,
+        dtypes=DtypeChoice(kv=s.get("kv_dtype")),
+        dp=s.get("dp") or 1,
+        ep_size=s.get("ep") or 1,
+        expert_parallel=(s.get("ep") or 1) > 1,
+        vllm=VllmSettings(release=vllm_release(s.get("vllm_version"))),
+        sglang=SglangSettings(
+            release=sglang_release(s.get("sglang_version")), mem_fraction_static=s.get("mem_fraction_static")
+        ),
+        budget=Budget(gpu_mem=g.total, gpu=g.key) if s.get("cap", True) else Budget(),
+        allow_long_context=True,
+    )
     return s, sheet, prepare(sc, wl)
 
 
 def _bench(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
     s = settings(doc, m)
-    base = dict(file=doc["_file"], id=s["id"], kind=doc["kind"], figure=s["figure"], measured=s["value"],
-                hybrid=hybrid_of(doc, m), fit=bool(doc.get("fit")), concurrency=int(s["concurrency"]),
-                gpu=str(s["gpu"]))
+    base = dict(
+        file=doc["_file"],
+        id=s["id"],
+        kind=doc["kind"],
+        figure=s["figure"],
+        measured=s["value"],
+        hybrid=hybrid_of(doc, m),
+        fit=bool(doc.get("fit")),
+        concurrency=int(s["concurrency"]),
+        gpu=str(s["gpu"]),
+    )
     try:
         _, sheet, p = _prepared(doc["_file"], doc["measurements"].index(m))
         b = price(p, sheet, eff)
@@ -230,10 +294,18 @@ def _bench(doc: dict, m: dict, eff: Efficiency = DEFAULT) -> Row:
         return Row(predicted=None, reason=str(exc), **base)
     figure = s["figure"]
     total = b.output_tok_s * (p.workload.input + p.workload.output) / p.workload.output
-    value = {"output_tok_s": b.output_tok_s, "total_tok_s": total, "mean_ttft_ms": b.mean_ttft_s * 1e3,
-             "median_ttft_ms": b.median_ttft_s * 1e3, "mean_tpot_ms": b.tpot_s * 1e3,
-             "median_tpot_ms": b.tpot_s * 1e3, "mean_itl_ms": b.tpot_s * 1e3, "median_itl_ms": b.tpot_s * 1e3,
-             "ttft_ms": b.mean_ttft_s * 1e3, "tpot_ms": b.tpot_s * 1e3}[figure]
+    value = {
+        "output_tok_s": b.output_tok_s,
+        "total_tok_s": total,
+        "mean_ttft_ms": b.mean_ttft_s * 1e3,
+        "median_ttft_ms": b.median_ttft_s * 1e3,
+        "mean_tpot_ms": b.tpot_s * 1e3,
+        "median_tpot_ms": b.tpot_s * 1e3,
+        "mean_itl_ms": b.tpot_s * 1e3,
+        "median_itl_ms": b.tpot_s * 1e3,
+        "ttft_ms": b.mean_ttft_s * 1e3,
+        "tpot_ms": b.tpot_s * 1e3,
+    }[figure]
     bound = b.prefill.main_bound[0] if "ttft" in figure else b.decode.main_bound[0]
     return Row(predicted=value, bound=bound, **base)
 
@@ -260,12 +332,16 @@ def _docs() -> list[dict]:
     return _DOCS
 
 
-def rows(eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ...] | frozenset | None = None
-         ) -> list[Row]:
+def rows(
+    eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ...] | frozenset | None = None
+) -> list[Row]:
     """One Row per measurement of those files (every file by default), predicted with ``eff``."""
-    return [KINDS[doc["kind"]](doc, m, eff) for doc in _docs()
-            if (doc.get("fit") or not only_fit) and (files is None or doc["_file"] in files)
-            for m in doc["measurements"]]
+    return [
+        KINDS[doc["kind"]](doc, m, eff)
+        for doc in _docs()
+        if (doc.get("fit") or not only_fit) and (files is None or doc["_file"] in files)
+        for m in doc["measurements"]
+    ]
 
 
 # --- the fit: what hybridplan fits, as a function of the rows it is fitted on ---------------------------------
@@ -274,28 +350,38 @@ def rows(eff: Efficiency = DEFAULT, only_fit: bool = False, files: tuple[str, ..
 #: engine's host time per decode step (fixed and per running request), a prefill chunk's host time (fixed and per
 #: token), the grouped GEMM's half-efficiency rows, and the recurrent kernels' own fractions (on the kernel rows).
 #: The other terms are derived (kernel counts, all-reduce tables, sampler bytes, graph sizes) and not fitted.
-DECODE_GRID = {"hbm": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
-               "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0),
-               "vllm_step_us": (0, 100, 200, 400, 800, 1600, 3200),
-               "vllm_request_us": (0, 1, 2, 5, 10, 20, 40),
-               "sglang_step_us": (0, 100, 200, 400, 800, 1600, 3200),
-               "sglang_request_us": (0, 1, 2, 5, 10, 20, 40)}
-PREFILL_GRID = {"tensor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
-                "prefill_step_us": (0, 250, 500, 1000, 2000, 4000, 8000),
-                "prefill_token_us": (0, 0.25, 0.5, 1, 2, 4)}
+DECODE_GRID = {
+    "hbm": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
+    "kernel_floor_graph_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0),
+    "vllm_step_us": (0, 100, 200, 400, 800, 1600, 3200),
+    "vllm_request_us": (0, 1, 2, 5, 10, 20, 40),
+    "sglang_step_us": (0, 100, 200, 400, 800, 1600, 3200),
+    "sglang_request_us": (0, 1, 2, 5, 10, 20, 40),
+}
+PREFILL_GRID = {
+    "tensor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
+    "prefill_step_us": (0, 250, 500, 1000, 2000, 4000, 8000),
+    "prefill_token_us": (0, 0.25, 0.5, 1, 2, 4),
+}
 MOE_GRID = {"expert_tokens_half": (0, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)}
 #: the recurrent kernels' own fractions, each on its kernel rows alone
-KERNEL_GRIDS = {"gdn_decode_kernel": {"gdn_state_hbm": (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65,
-                                                        0.7, 0.75, 0.8, 0.85, 0.9)},
-                "ssd_prefill_kernel": {"ssd_scan": (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4,
-                                                    0.5, 0.6, 0.7)}}
+KERNEL_GRIDS = {
+    "gdn_decode_kernel": {
+        "gdn_state_hbm": (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
+    },
+    "ssd_prefill_kernel": {"ssd_scan": (0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)},
+}
 
 
 def _kernel_loss(eff: Efficiency, files, kind: str) -> float | None:
     """Mean |log(predicted / measured)| over those files' kernel rows of that kind."""
-    errs = [abs(math.log(r.predicted / r.measured)) for doc in _docs() if doc["kind"] == kind
-            and doc["_file"] in files for r in (KINDS[kind](doc, m, eff) for m in doc["measurements"])
-            if r.predicted]
+    errs = [
+        abs(math.log(r.predicted / r.measured))
+        for doc in _docs()
+        if doc["kind"] == kind and doc["_file"] in files
+        for r in (KINDS[kind](doc, m, eff) for m in doc["measurements"])
+        if r.predicted
+    ]
     return sum(errs) / len(errs) if errs else None
 
 
@@ -381,6 +467,7 @@ def fit(files=None) -> Efficiency:
 
 # --- grouped k-fold ---------------------------------------------------------------------------------------------
 
+
 def priceable(doc: dict) -> int:
     """How many of a file's benchmark rows hybridplan can price (their settings alone decide it, not their
     measured values)."""
@@ -447,8 +534,13 @@ def table(rs: list[Row]) -> list[dict]:
     for which in ("hybrid", "reference"):
         for cls in dict.fromkeys(FIGURES.values()):
             for reg in (*REGIMES, "all"):
-                sel = [r for r in bench if set_of(r) == which and FIGURES[r.figure] == cls
-                       and (reg == "all" or regime(r.concurrency) == reg)]
+                sel = [
+                    r
+                    for r in bench
+                    if set_of(r) == which
+                    and FIGURES[r.figure] == cls
+                    and (reg == "all" or regime(r.concurrency) == reg)
+                ]
                 if not sel:
                     continue
                 got = [r for r in sel if r.predicted is not None]
@@ -456,18 +548,34 @@ def table(rs: list[Row]) -> list[dict]:
                 if got:
                     errs = [abs(r.error) for r in got]
                     worst = max(got, key=factor)
-                    line.update(median=statistics.median(errs), p90=_quantile(errs, 0.9), worst=factor(worst),
-                                worst_id=worst.id, beyond_2x=sum(factor(r) > 2 for r in got) / len(got),
-                                bias=statistics.median(r.error for r in got))
+                    line.update(
+                        median=statistics.median(errs),
+                        p90=_quantile(errs, 0.9),
+                        worst=factor(worst),
+                        worst_id=worst.id,
+                        beyond_2x=sum(factor(r) > 2 for r in got) / len(got),
+                        bias=statistics.median(r.error for r in got),
+                    )
                 out.append(line)
     for name in dict.fromkeys(kernel_group(r) for r in rs if r.kind != "bench"):
         got = [r for r in rs if r.kind != "bench" and kernel_group(r) == name]
         errs = [abs(r.error) for r in got]
         worst = max(got, key=factor)
-        out.append({"set": "kernel", "figure": name, "regime": "all", "rows": len(got), "predicted": len(got),
-                    "median": statistics.median(errs), "p90": _quantile(errs, 0.9), "worst": factor(worst),
-                    "worst_id": worst.id, "beyond_2x": sum(factor(r) > 2 for r in got) / len(got),
-                    "bias": statistics.median(r.error for r in got)})
+        out.append(
+            {
+                "set": "kernel",
+                "figure": name,
+                "regime": "all",
+                "rows": len(got),
+                "predicted": len(got),
+                "median": statistics.median(errs),
+                "p90": _quantile(errs, 0.9),
+                "worst": factor(worst),
+                "worst_id": worst.id,
+                "beyond_2x": sum(factor(r) > 2 for r in got) / len(got),
+                "bias": statistics.median(r.error for r in got),
+            }
+        )
     return out
 
 
@@ -503,15 +611,18 @@ def corpus_counts() -> dict:
     """What the corpus holds: rows, files, GPUs, TP degrees, concurrencies, engines, hybrid and reference rows."""
     bench = [(d, settings(d, m)) for d in _docs() if d["kind"] == "bench" for m in d["measurements"]]
     kernels = sum(len(d["measurements"]) for d in _docs() if d["kind"] != "bench")
-    return {"bench_rows": len(bench), "kernel_rows": kernels, "files": len(_docs()),
-            "hybrid_rows": sum(hybrid_of(d, s) for d, s in bench),
-            "reference_rows": sum(not hybrid_of(d, s) for d, s in bench),
-            "gpus": sorted({str(s["gpu"]) for _, s in bench}),
-            "tp": sorted({int(s["tp"]) for _, s in bench}),
-            "concurrency": [min(int(s["concurrency"]) for _, s in bench),
-                            max(int(s["concurrency"]) for _, s in bench)],
-            "engines": sorted({str(s["engine"]) for _, s in bench}),
-            "models": sorted({str(s["model"]).rsplit("/", 1)[-1] for _, s in bench})}
+    return {
+        "bench_rows": len(bench),
+        "kernel_rows": kernels,
+        "files": len(_docs()),
+        "hybrid_rows": sum(hybrid_of(d, s) for d, s in bench),
+        "reference_rows": sum(not hybrid_of(d, s) for d, s in bench),
+        "gpus": sorted({str(s["gpu"]) for _, s in bench}),
+        "tp": sorted({int(s["tp"]) for _, s in bench}),
+        "concurrency": [min(int(s["concurrency"]) for _, s in bench), max(int(s["concurrency"]) for _, s in bench)],
+        "engines": sorted({str(s["engine"]) for _, s in bench}),
+        "models": sorted({str(s["model"]).rsplit("/", 1)[-1] for _, s in bench}),
+    }
 
 
 def ranges(rs: list[Row], k: int) -> dict:
@@ -522,16 +633,32 @@ def ranges(rs: list[Row], k: int) -> dict:
     for which in ("hybrid", "reference"):
         for cls in ("TPOT", "TTFT", "output tok/s"):
             for reg in (*REGIMES, "all"):
-                sel = [r.measured / r.predicted for r in bench if set_of(r) == which and FIGURES[r.figure] == cls
-                       and (reg == "all" or regime(r.concurrency) == reg)]
+                sel = [
+                    r.measured / r.predicted
+                    for r in bench
+                    if set_of(r) == which
+                    and FIGURES[r.figure] == cls
+                    and (reg == "all" or regime(r.concurrency) == reg)
+                ]
                 if sel:
-                    cells.append({"set": which, "figure": cls, "regime": reg, "rows": len(sel),
-                                  "p10": _quantile(sel, 0.1), "median": statistics.median(sel),
-                                  "p90": _quantile(sel, 0.9)})
-    return {"command": f"PYTHONPATH=. python validation/speed.py --folds {k} --write-ranges",
-            "what": "measured / predicted of the grouped k-fold's held-out rows (tests/data/speed), P10 and P90 "
-                    "by nearest rank, per model set, figure class and regime (validation/speed.py ranges)",
-            "folds": k, "ranges": cells}
+                    cells.append(
+                        {
+                            "set": which,
+                            "figure": cls,
+                            "regime": reg,
+                            "rows": len(sel),
+                            "p10": _quantile(sel, 0.1),
+                            "median": statistics.median(sel),
+                            "p90": _quantile(sel, 0.9),
+                        }
+                    )
+    return {
+        "command": f"PYTHONPATH=. python validation/speed.py --folds {k} --write-ranges",
+        "what": "measured / predicted of the grouped k-fold's held-out rows (tests/data/speed), P10 and P90 "
+        "by nearest rank, per model set, figure class and regime (validation/speed.py ranges)",
+        "folds": k,
+        "ranges": cells,
+    }
 
 
 def _pct(x) -> str:
@@ -543,23 +670,29 @@ FITTED_KEYS = (*DECODE_GRID, *PREFILL_GRID, *MOE_GRID, *(k for g in KERNEL_GRIDS
 
 def fold_table(fitted) -> str:
     """One line a fold: its test files and what its fit (on the other folds) chose."""
-    lines = ["| fold | test files | " + " | ".join(FITTED_KEYS) + " |",
-             "|---:|---|" + "---:|" * len(FITTED_KEYS)]
+    lines = ["| fold | test files | " + " | ".join(FITTED_KEYS) + " |", "|---:|---|" + "---:|" * len(FITTED_KEYS)]
     for i, (test, eff) in enumerate(fitted, 1):
         files = ", ".join(f"`{f}`" for f in sorted(test))
-        lines.append(f"| {i} | {files} | " + " | ".join("—" if getattr(eff, k) is None else f"{getattr(eff, k):g}"
-                                                       for k in FITTED_KEYS) + " |")
+        lines.append(
+            f"| {i} | {files} | "
+            + " | ".join("—" if getattr(eff, k) is None else f"{getattr(eff, k):g}" for k in FITTED_KEYS)
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def markdown(tab: list[dict], k: int, rs: list[Row], fitted=()) -> str:
-    lines = ([fold_table(fitted), ""] if fitted else []) + ["| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ([fold_table(fitted), ""] if fitted else []) + [
+        "| set | figure | regime | rows | predicted | median | P90 | worst | beyond 2× | median signed |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for t in tab:
         worst = f"{t['worst']:.2f}× (`{t['worst_id']}`)" if "worst" in t else "—"
-        lines.append(f"| {t['set']} | {t['figure']} | {t['regime']} | {t['rows']} | {t['predicted']} | "
-                     f"{_pct(t.get('median'))} | {_pct(t.get('p90'))} | {worst} | {_pct(t.get('beyond_2x'))} | "
-                     f"{'—' if t.get('bias') is None else format(t['bias'], '+.1%')} |")
+        lines.append(
+            f"| {t['set']} | {t['figure']} | {t['regime']} | {t['rows']} | {t['predicted']} | "
+            f"{_pct(t.get('median'))} | {_pct(t.get('p90'))} | {worst} | {_pct(t.get('beyond_2x'))} | "
+            f"{'—' if t.get('bias') is None else format(t['bias'], '+.1%')} |"
+        )
     missing = [r for r in rs if r.predicted is None]
     if missing:
         lines += ["", f"Not predicted: {len(missing)} of {len(rs)} rows:", ""]
@@ -578,10 +711,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every held-out row")
     ap.add_argument("--folds", type=int, default=5, help="K of the grouped k-fold (default 5)")
     ap.add_argument("--fit", action="store_true", help="fit the efficiencies on every file and print them")
-    ap.add_argument("--write-ranges", action="store_true",
-                    help=f"write the held-out P10–P90 ranges speed prints ({RANGES_PATH.relative_to(ROOT)})")
-    ap.add_argument("--in-sample", action="store_true",
-                    help="the old table: every row at the shipped efficiencies (some fitted on these rows)")
+    ap.add_argument(
+        "--write-ranges",
+        action="store_true",
+        help=f"write the held-out P10–P90 ranges speed prints ({RANGES_PATH.relative_to(ROOT)})",
+    )
+    ap.add_argument(
+        "--in-sample",
+        action="store_true",
+        help="the old table: every row at the shipped efficiencies (some fitted on these rows)",
+    )
     args = ap.parse_args(argv)
     if args.folds < 2 or args.folds > len(_docs()):
         print(f"--folds must be from 2 to the number of files ({len(_docs())}), got {args.folds}", file=sys.stderr)
@@ -600,8 +739,17 @@ def main(argv: list[str] | None = None) -> int:
         RANGES_PATH.write_text(json.dumps(ranges(rs, args.folds), indent=1) + "\n")
         print(f"wrote {RANGES_PATH.relative_to(ROOT)}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"folds": [{"test": sorted(t), "efficiency": e.to_dict()} for t, e in fitted],
-                          "corpus": corpus_counts(), "table": tab, "rows": [r.to_dict() for r in rs]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "folds": [{"test": sorted(t), "efficiency": e.to_dict()} for t, e in fitted],
+                    "corpus": corpus_counts(),
+                    "table": tab,
+                    "rows": [r.to_dict() for r in rs],
+                },
+                indent=1,
+            )
+        )
         return 0
     if args.markdown:
         print(markdown(tab, args.folds, rs, fitted))
@@ -611,19 +759,24 @@ def main(argv: list[str] | None = None) -> int:
             if r.predicted is None:
                 print(f"{r.id:<48} {r.figure:<15} {r.measured:>13,.2f} {'—':>13}  not predicted: {r.reason}")
             else:
-                print(f"{r.id:<48} {r.figure:<15} {r.measured:>13,.2f} {r.predicted:>13,.2f} {r.error:>+8.1%}  "
-                      f"{r.bound}")
+                print(
+                    f"{r.id:<48} {r.figure:<15} {r.measured:>13,.2f} {r.predicted:>13,.2f} {r.error:>+8.1%}  {r.bound}"
+                )
         print()
     c = corpus_counts()
-    print(f"corpus: {c['bench_rows']} benchmark rows ({c['hybrid_rows']} hybrid, {c['reference_rows']} reference) "
-          f"and {c['kernel_rows']} kernel rows in {c['files']} files; GPUs {', '.join(c['gpus'])}; TP "
-          f"{', '.join(map(str, c['tp']))}; concurrency {c['concurrency'][0]}–{c['concurrency'][1]}")
+    print(
+        f"corpus: {c['bench_rows']} benchmark rows ({c['hybrid_rows']} hybrid, {c['reference_rows']} reference) "
+        f"and {c['kernel_rows']} kernel rows in {c['files']} files; GPUs {', '.join(c['gpus'])}; TP "
+        f"{', '.join(map(str, c['tp']))}; concurrency {c['concurrency'][0]}–{c['concurrency'][1]}"
+    )
     print(f"grouped {args.folds}-fold: each file fitted or tested, never both\n")
     for t in tab:
         if "median" in t:
-            print(f"{t['set']:<9} {t['figure']:<28} {t['regime']:<18} n={t['predicted']:<3}/{t['rows']:<3} "
-                  f"median {t['median']:6.1%}  P90 {t['p90']:6.1%}  worst {t['worst']:5.2f}×  "
-                  f">2× {t['beyond_2x']:5.1%}")
+            print(
+                f"{t['set']:<9} {t['figure']:<28} {t['regime']:<18} n={t['predicted']:<3}/{t['rows']:<3} "
+                f"median {t['median']:6.1%}  P90 {t['p90']:6.1%}  worst {t['worst']:5.2f}×  "
+                f">2× {t['beyond_2x']:5.1%}"
+            )
         else:
             print(f"{t['set']:<9} {t['figure']:<28} {t['regime']:<18} n=0  /{t['rows']:<3} not predicted")
     return 0

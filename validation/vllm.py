@@ -70,10 +70,47 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
 #: every vLLM release from 0.10.0 on, as hybridplan knows them (hybridplan/engines/vllm/releases.py VERSIONS)
-ALL_RELEASES = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0",
-                "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0",
-                "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
-                "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+ALL_RELEASES = (
+    "0.10.0",
+    "0.10.1",
+    "0.10.1.1",
+    "0.10.2",
+    "0.11.0",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+    "0.18.0",
+    "0.18.1",
+    "0.19.0",
+    "0.19.1",
+    "0.20.0",
+    "0.20.1",
+    "0.20.2",
+    "0.21.0",
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+)
 RELEASES = ALL_RELEASES
 TPS = (1, 2, 4, 8)
 #: pipeline-parallel degrees run at TP 1: the layers split by vLLM's own get_pp_indices, one worker a stage
@@ -156,8 +193,7 @@ def attention_layer(version: str) -> str:
 def mla_layer(version: str) -> str:
     """The module of the ``MLAAttention`` layer class: vllm/attention/layer.py up to 0.15.1, its own module
     under vllm/model_executor/layers/attention/ from 0.16.0."""
-    return ("vllm.model_executor.layers.attention.mla_attention" if since(version, "0.16.0")
-            else "vllm.attention.layer")
+    return "vllm.model_executor.layers.attention.mla_attention" if since(version, "0.16.0") else "vllm.attention.layer"
 
 
 def attention_backend_base(version: str) -> str:
@@ -209,18 +245,22 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
     try:
         rel.check_served(spec)
         mode = rel.modes_for(spec, case["mode"])[0]  # `all` on a model without it runs as vLLM falls back
-        sc = Scenario(spec, ctx=max_len, tp=case["tp"], chunk=BATCHED_TOKENS, dtypes=DtypeChoice(kv=case["kv_dtype"]),
-                      speculative=Speculative(method="draft_model" if draft else None, layers=layers),
-                      vllm=vllm.VllmSettings(release=rel, gdn_backend=case["gdn_backend"],
-                                             block_size=case["block_size"]))
+        sc = Scenario(
+            spec,
+            ctx=max_len,
+            tp=case["tp"],
+            chunk=BATCHED_TOKENS,
+            dtypes=DtypeChoice(kv=case["kv_dtype"]),
+            speculative=Speculative(method="draft_model" if draft else None, layers=layers),
+            vllm=vllm.VllmSettings(release=rel, gdn_backend=case["gdn_backend"], block_size=case["block_size"]),
+        )
         fp = vllm.footprint(sc)
         cap = vllm.capacity(sc, mode, kv_budget)
         if case.get("pp"):  # the stages reconciled (hybridplan/engines/vllm/parallel.py), each with kv_budget
             from hybridplan.engines.vllm import parallel
             from hybridplan.scenario import Budget
 
-            staged = replace(sc, pp=case["pp"], budget=Budget(kv_budget=kv_budget),
-                             vllm=replace(sc.vllm, mode=mode))
+            staged = replace(sc, pp=case["pp"], budget=Budget(kv_budget=kv_budget), vllm=replace(sc.vllm, mode=mode))
             cap = parallel.fit(staged).modes[mode].capacity
     except PlanError as exc:
         return {"refused": str(exc)}
@@ -234,8 +274,9 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         "mamba_layers": sum(g.count for g in fp.state),
         "attention_layers": sum(g.count for g in fp.kv) + len(layers),
         "conv_bytes_per_layer": state.conv_bytes_per_layer,
-        "conv_bytes_per_layer_spec2": vllm.footprint(
-            replace(sc, spec_tokens=SPEC_TOKENS)).state[0].conv_bytes_per_layer,
+        "conv_bytes_per_layer_spec2": vllm.footprint(replace(sc, spec_tokens=SPEC_TOKENS))
+        .state[0]
+        .conv_bytes_per_layer,
         "ssm_bytes_per_layer": state.ssm_bytes_per_layer,
         "conv_dtype": state.conv_dtype,
         "ssm_dtype": state.ssm_dtype,
@@ -255,10 +296,8 @@ def hybridplan_figures(case: dict, *, release: str, kv_budget: int, max_len: int
         out["group_size"] = max(cap.stage_caches[0].group_layers)
     if fp.kv:
         # the target's attention block as the groups hold it (grown where a draft's larger page set the common one)
-        block = next((g.block or lay.block_size for g in cap.groups if not g.recurrent and not g.draft),
-                     lay.block_size)
-        out.update({"block_size": block, "padding_pct_2dp": f"{lay.padding_pct:.2f}",
-                    "block_logs": list(lay.logs)})
+        block = next((g.block or lay.block_size for g in cap.groups if not g.recurrent and not g.draft), lay.block_size)
+        out.update({"block_size": block, "padding_pct_2dp": f"{lay.padding_pct:.2f}", "block_logs": list(lay.logs)})
     own = {g.block or lay.block_size for g in cap.groups if g.draft}
     if own:  # the draft's layers in groups of their own
         out["draft_block_size"] = own.pop()
@@ -281,8 +320,10 @@ def unpack_release(version: str, cache: Path) -> Path:
     found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
     if not found:
         print(f"downloading the vllm {version} wheel into {wheels} ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"vllm=={version}",
-                        "-d", str(wheels)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"vllm=={version}", "-d", str(wheels)],
+            check=True,
+        )
         found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
     with zipfile.ZipFile(found[0]) as zf:
         zf.extractall(src, [n for n in zf.namelist() if n.startswith("vllm/") and n.endswith(".py")])
@@ -299,8 +340,20 @@ def transformers_overlay(version: str, cache: Path) -> Path | None:
             done = target / ".installed"
             if not done.exists():
                 print(f"installing {' '.join(requirements)} into {target} ...", file=sys.stderr, flush=True)
-                subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                                str(target), *requirements], check=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--no-deps",
+                        "--target",
+                        str(target),
+                        *requirements,
+                    ],
+                    check=True,
+                )
                 done.write_text(" ".join(requirements))
             return target
     return None
@@ -337,25 +390,66 @@ def cases(version: str, configs: dict[str, dict]) -> list[dict]:
         arch = config["architectures"][0]
         for tp in TPS:
             for mode in modes(version, config):
-                backends = ("flashinfer", "triton") if (arch in GDN_ARCHS and mode == "align"
-                                                        and since(version, "0.33.0")) else ("flashinfer",)
+                backends = (
+                    ("flashinfer", "triton")
+                    if (arch in GDN_ARCHS and mode == "align" and since(version, "0.33.0"))
+                    else ("flashinfer",)
+                )
                 for gdn in backends:
-                    out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": gdn,
-                                "block_size": None, "kv_dtype": None})
+                    out.append(
+                        {
+                            "model": name,
+                            "arch": arch,
+                            "tp": tp,
+                            "mode": mode,
+                            "gdn_backend": gdn,
+                            "block_size": None,
+                            "kv_dtype": None,
+                        }
+                    )
         for mode in modes(version, config):  # at TP 1: a user's --block-size, and an fp8 KV cache
             for block, kv in VARIANTS:
-                out.append({"model": name, "arch": arch, "tp": 1, "mode": mode, "gdn_backend": "flashinfer",
-                            "block_size": block, "kv_dtype": kv})
+                out.append(
+                    {
+                        "model": name,
+                        "arch": arch,
+                        "tp": 1,
+                        "mode": mode,
+                        "gdn_backend": "flashinfer",
+                        "block_size": block,
+                        "kv_dtype": kv,
+                    }
+                )
         for pp in PPS:  # pipeline stages at TP 1 (hybridplan/engines/vllm/parallel.py)
             for mode in modes(version, config):
-                out.append({"model": name, "arch": arch, "tp": 1, "pp": pp, "mode": mode, "gdn_backend": "flashinfer",
-                            "block_size": None, "kv_dtype": None})
+                out.append(
+                    {
+                        "model": name,
+                        "arch": arch,
+                        "tp": 1,
+                        "pp": pp,
+                        "mode": mode,
+                        "gdn_backend": "flashinfer",
+                        "block_size": None,
+                        "kv_dtype": None,
+                    }
+                )
         if since(version, DRAFT_SINCE) and arch not in ATTENTION_FREE and arch != "KimiLinearForCausalLM":
             for tp in (1, 2):
                 for mode in modes(version, config):
                     for draft in DRAFTS:
-                        out.append({"model": name, "arch": arch, "tp": tp, "mode": mode, "gdn_backend": "flashinfer",
-                                    "block_size": None, "kv_dtype": None, "draft": draft})
+                        out.append(
+                            {
+                                "model": name,
+                                "arch": arch,
+                                "tp": tp,
+                                "mode": mode,
+                                "gdn_backend": "flashinfer",
+                                "block_size": None,
+                                "kv_dtype": None,
+                                "draft": draft,
+                            }
+                        )
     return out
 
 
@@ -443,8 +537,13 @@ class Worker:
                 if cc is not None and cc.block_size is None:
                     cc.block_size = 16
                 mc = vllm_config.model_config
-                if (cc is not None and mc is not None and getattr(mc, "use_mla", False) and cc.block_size % 64
-                        and not since(version, "0.18.0")):
+                if (
+                    cc is not None
+                    and mc is not None
+                    and getattr(mc, "use_mla", False)
+                    and cc.block_size % 64
+                    and not since(version, "0.18.0")
+                ):
                     cc.block_size = 64
 
             @property
@@ -457,8 +556,12 @@ class Worker:
 
         from vllm.model_executor.models import ModelRegistry
 
-        for module in (attention_layer(version), attention_backend_base(version), "vllm.v1.core.kv_cache_utils",
-                       *self.runner_modules()):
+        for module in (
+            attention_layer(version),
+            attention_backend_base(version),
+            "vllm.v1.core.kv_cache_utils",
+            *self.runner_modules(),
+        ):
             importlib.import_module(module)
         for arch in ARCHS:
             registered = ModelRegistry.models.get(arch)
@@ -504,11 +607,17 @@ class Worker:
         config = json.loads((self.config_root / name / "config.json").read_text())
         if config.get("model_type") != self.checkpoint_code.model_type:
             return
-        fixed = [k for k in config if isinstance(getattr(self.checkpoint_code, k, None), property)
-                 and getattr(self.checkpoint_code, k).fset is None]
+        fixed = [
+            k
+            for k in config
+            if isinstance(getattr(self.checkpoint_code, k, None), property)
+            and getattr(self.checkpoint_code, k).fset is None
+        ]
         if fixed:
-            raise NotRun(f"its config sets {', '.join(fixed)}, which vLLM's copy of the checkpoint's config code "
-                         f"computes: it needs the checkpoint's own, newer code (trust_remote_code)")
+            raise NotRun(
+                f"its config sets {', '.join(fixed)}, which vLLM's copy of the checkpoint's config code "
+                f"computes: it needs the checkpoint's own, newer code (trust_remote_code)"
+            )
 
     def attention_backend(self):
         """Stand-in, from 0.20.0 (where the hybrid block alignment reads the backend's kernel block sizes):
@@ -581,8 +690,9 @@ class Worker:
             path = str(self.config_root / name)
             try:
                 self.check_loadable(name)
-                self.model_configs[name] = ModelConfig(model=path, tokenizer=path, skip_tokenizer_init=True,
-                                                       max_model_len=MAX_LEN)
+                self.model_configs[name] = ModelConfig(
+                    model=path, tokenizer=path, skip_tokenizer_init=True, max_model_len=MAX_LEN
+                )
             except (ValueError, AttributeError, NotRun) as exc:
                 self.model_configs[name] = exc
         found = self.model_configs[name]
@@ -638,8 +748,9 @@ class Worker:
         settings = self.cache_settings(case)
         settings["cache_dtype"] = self.resolved_kv_dtype(settings.get("cache_dtype", "auto"), mc)
         cc = CacheConfig(**settings)
-        pc = ParallelConfig(tensor_parallel_size=case["tp"], **(
-            {"pipeline_parallel_size": case["pp"]} if case.get("pp") else {}))
+        pc = ParallelConfig(
+            tensor_parallel_size=case["tp"], **({"pipeline_parallel_size": case["pp"]} if case.get("pp") else {})
+        )
         return VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc)
 
     def v1_engine_check(self, case: dict) -> None:
@@ -651,9 +762,16 @@ class Worker:
         from vllm.engine.arg_utils import EngineArgs
 
         path = str(self.config_root / case["model"])
-        args = EngineArgs(model=path, tokenizer=path, skip_tokenizer_init=True, max_model_len=MAX_LEN,
-                          tensor_parallel_size=case["tp"], enable_prefix_caching=False,
-                          kv_cache_dtype=case.get("kv_dtype") or "auto", block_size=case.get("block_size"))
+        args = EngineArgs(
+            model=path,
+            tokenizer=path,
+            skip_tokenizer_init=True,
+            max_model_len=MAX_LEN,
+            tensor_parallel_size=case["tp"],
+            enable_prefix_caching=False,
+            kv_cache_dtype=case.get("kv_dtype") or "auto",
+            block_size=case.get("block_size"),
+        )
         args._is_v1_supported_oracle(self.model_config(case["model"]))
 
     def model_class(self, mc):
@@ -667,8 +785,10 @@ class Worker:
         else:
             model_cls = ModelRegistry.resolve_model_cls(mc.architectures)[0]
         if not hasattr(model_cls, "get_mamba_state_shape_from_config"):
-            raise ValueError(f"{mc.architectures[0]} is not in vLLM {self.version}'s registry: it resolves to "
-                             f"{model_cls.__name__}, which has no recurrent-state support")
+            raise ValueError(
+                f"{mc.architectures[0]} is not in vLLM {self.version}'s registry: it resolves to "
+                f"{model_cls.__name__}, which has no recurrent-state support"
+            )
         return model_cls
 
     @staticmethod
@@ -768,10 +888,12 @@ class Worker:
 
     #: model classes that pick each decoder layer's class from their module's ALL_DECODER_LAYER_TYPES, keyed by
     #: the HF config field they read: (module, field)
-    LAYER_TABLES = {"NemotronHForCausalLM": ("nemotron_h", "hybrid_override_pattern"),
-                    "JambaForCausalLM": ("jamba", "layers_block_type"),
-                    "BambaForCausalLM": ("bamba", "layers_block_type"),
-                    "GraniteMoeHybridForCausalLM": ("granitemoehybrid", "layer_types")}
+    LAYER_TABLES = {
+        "NemotronHForCausalLM": ("nemotron_h", "hybrid_override_pattern"),
+        "JambaForCausalLM": ("jamba", "layers_block_type"),
+        "BambaForCausalLM": ("bamba", "layers_block_type"),
+        "GraniteMoeHybridForCausalLM": ("granitemoehybrid", "layer_types"),
+    }
 
     def layer_kinds(self, arch: str, hf) -> list[str]:
         """Per decoder layer, the cache-holding mixers the vLLM model class builds, read from the HF config
@@ -830,7 +952,9 @@ class Worker:
                         # as QwenGatedDeltaNetAttention.__init__: FlashInfer's prefill exports checkpoints in align
                         layer._checkpoint_alignment = (
                             mixer_module.FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
-                            if cc.mamba_cache_mode == "align" and gdn_backend == "flashinfer" else None)
+                            if cc.mamba_cache_mode == "align" and gdn_backend == "flashinfer"
+                            else None
+                        )
                     layers[f"model.layers.{i}.mixer"] = layer
                 elif kind == "mla":
                     MLAAttention = importlib.import_module(mla_layer(self.version)).MLAAttention
@@ -925,9 +1049,12 @@ class Worker:
 
         mc, cc = vc.model_config, vc.cache_config
         runner = types.SimpleNamespace(
-            vllm_config=vc, speculative_config=vc.speculative_config, shared_kv_cache_layers={},
+            vllm_config=vc,
+            speculative_config=vc.speculative_config,
+            shared_kv_cache_layers={},
             kv_cache_dtype=mc.dtype if cc.cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cc.cache_dtype],
-            attention_chunk_size=mc.attention_chunk_size)
+            attention_chunk_size=mc.attention_chunk_size,
+        )
         return GPUModelRunner.get_kv_cache_spec(runner)
 
     def scheduler_kv_cache_config(self, vc, specs: dict, workers: int, stages: list[dict] | None = None):
@@ -983,8 +1110,9 @@ class Worker:
         vc.compilation_config.static_forward_context.update(layers)
 
         self.align_block_size(vc)
-        block_logs = [m for m in self.messages
-                      if m.startswith(("Setting attention block size", "Padding mamba page size"))]
+        block_logs = [
+            m for m in self.messages if m.startswith(("Setting attention block size", "Padding mamba page size"))
+        ]
         specs = self.layer_specs(vc, layers)
         workers = case["tp"]
         from vllm.logger import _print_info_once
@@ -1023,8 +1151,11 @@ class Worker:
         if hasattr(kv_cache_utils, "update_kv_cache_capacity"):
             kv_cache_utils.update_kv_cache_capacity(vc, sched)
         # the grouping's padding warning comes once per worker in this process: each distinct line once
-        capacity_logs = list(dict.fromkeys(m for m in self.messages if "KV cache size" in m or m.startswith(
-            ("Maximum concurrency", "Add "))))
+        capacity_logs = list(
+            dict.fromkeys(
+                m for m in self.messages if "KV cache size" in m or m.startswith(("Maximum concurrency", "Add "))
+            )
+        )
         tokens = re.search(r"KV cache size: ([\d,]+) tokens", "\n".join(capacity_logs))
 
         kv_groups = sched.kv_cache_groups
@@ -1042,8 +1173,10 @@ class Worker:
             # 0.24, one fused window from 0.25)
             "conv_bytes_per_layer": sum(prod(s) * d.itemsize for s, d in zip(convs, state_dtypes)),
             "ssm_bytes_per_layer": prod(mamba.shapes[-1]) * state_dtypes[-1].itemsize if len(mamba.shapes) > 1 else 0,
-            "conv_bytes_per_layer_spec2": sum(prod(s) * d.itemsize for s, d in zip(
-                spec_shapes[:-1] if len(spec_shapes) > 1 else spec_shapes, state_dtypes)),
+            "conv_bytes_per_layer_spec2": sum(
+                prod(s) * d.itemsize
+                for s, d in zip(spec_shapes[:-1] if len(spec_shapes) > 1 else spec_shapes, state_dtypes)
+            ),
             "conv_dtype": self.dtype_name(state_dtypes[0], case),
             "ssm_dtype": self.dtype_name(state_dtypes[-1], case) if len(state_dtypes) > 1 else None,
             "mamba_page_bytes": sum(prod(s) * d.itemsize for s, d in zip(mamba.shapes, state_dtypes)),
@@ -1059,6 +1192,7 @@ class Worker:
         }
         if attn:
             padding = re.search(r"Padding mamba page size by ([\d.]+)%", "\n".join(block_logs))
+
             # the attention groups' block as the engine sizes them (0.18.0-0.19.1: scaled up to the padded page
             # by unify_kv_cache_spec_page_size after the worker set the config's block back to 16)
             # a draft's own group holds draft layers only; under PP the scheduler's groups are the first stage's,
@@ -1066,13 +1200,21 @@ class Worker:
             def draft(g) -> bool:
                 return bool(g.layer_names) and all(n.startswith("draft.") for n in g.layer_names)
 
-            (block_size,) = {g.kv_cache_spec.block_size for g in kv_groups
-                             if type(g.kv_cache_spec).__name__ != "MambaSpec" and not draft(g)}
+            (block_size,) = {
+                g.kv_cache_spec.block_size
+                for g in kv_groups
+                if type(g.kv_cache_spec).__name__ != "MambaSpec" and not draft(g)
+            }
             own = {g.kv_cache_spec.block_size for g in kv_groups if draft(g)}
             if own:
                 (out["draft_block_size"],) = own
-            out.update({"block_size": block_size,
-                        "padding_pct_2dp": padding.group(1) if padding else "0.00", "block_logs": block_logs})
+            out.update(
+                {
+                    "block_size": block_size,
+                    "padding_pct_2dp": padding.group(1) if padding else "0.00",
+                    "block_logs": block_logs,
+                }
+            )
         return out
 
 
@@ -1126,8 +1268,15 @@ def compare(version: str, results: list[dict], report: dict) -> None:
             continue
         report["compared"][version] += 1
         if (theirs["refused"] is None) != (ours["refused"] is None):
-            report["mismatches"].append({"release": version, **case, "figure": "refused",
-                                         "vllm": theirs["refused"], "hybridplan": ours["refused"]})
+            report["mismatches"].append(
+                {
+                    "release": version,
+                    **case,
+                    "figure": "refused",
+                    "vllm": theirs["refused"],
+                    "hybridplan": ours["refused"],
+                }
+            )
             continue
         if theirs["refused"] is not None:
             report["refused"].append({"release": version, **case, "vllm": theirs["refused"]})
@@ -1138,8 +1287,9 @@ def compare(version: str, results: list[dict], report: dict) -> None:
                 continue
             report["compared"][version] += 1
             if key not in ours or ours[key] != value:
-                report["mismatches"].append({"release": version, **case, "figure": key, "vllm": value,
-                                             "hybridplan": ours.get(key, "<missing>")})
+                report["mismatches"].append(
+                    {"release": version, **case, "figure": key, "vllm": value, "hybridplan": ours.get(key, "<missing>")}
+                )
 
 
 def main() -> int:
@@ -1163,10 +1313,17 @@ def main() -> int:
     configs = shipped_configs()
     if args.models:
         configs = {k: v for k, v in configs.items() if k in args.models}
-    report: dict = {"compared": {}, "mismatches": [], "refused": [], "not_run": [], "errors": [], "failed": [],
-                    "cases": [],
-                    "stand_ins": list(STAND_INS),
-                    "seconds": {}}
+    report: dict = {
+        "compared": {},
+        "mismatches": [],
+        "refused": [],
+        "not_run": [],
+        "errors": [],
+        "failed": [],
+        "cases": [],
+        "stand_ins": list(STAND_INS),
+        "seconds": {},
+    }
     with tempfile.TemporaryDirectory(prefix="hybridplan-vllm-") as tmp:
         config_root = Path(tmp) / "models"
         for name, config in configs.items():
@@ -1183,9 +1340,24 @@ def main() -> int:
             overlay = transformers_overlay(version, cache)
             if overlay is not None:
                 env["PYTHONPATH"] = os.pathsep.join([str(overlay), env.get("PYTHONPATH", "")])
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--config-root", str(config_root),
-                                   "--worker", version, str(src), str(cases_file), str(out_file)],
-                                  cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--config-root",
+                    str(config_root),
+                    "--worker",
+                    version,
+                    str(src),
+                    str(cases_file),
+                    str(out_file),
+                ],
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             if proc.returncode != 0:
                 print(proc.stdout[-6000:], file=sys.stderr)
                 print(f"vLLM {version}: the worker failed (exit {proc.returncode})", file=sys.stderr)
@@ -1203,14 +1375,19 @@ def main() -> int:
             refused = sum(m["release"] == version for m in report["refused"])
             not_run = sum(m["release"] == version for m in report["not_run"])
             errors = sum(m["release"] == version for m in report["errors"])
-            print(f"vLLM {version}: {n} comparisons, {bad} mismatches ({refused} cases refused by both"
-                  + (f", {not_run} not run" if not_run else "") + (f", {errors} script errors" if errors else "")
-                  + f") [{report['seconds'][version]} s]")
+            print(
+                f"vLLM {version}: {n} comparisons, {bad} mismatches ({refused} cases refused by both"
+                + (f", {not_run} not run" if not_run else "")
+                + (f", {errors} script errors" if errors else "")
+                + f") [{report['seconds'][version]} s]"
+            )
         for version in report["failed"]:
             print(f"vLLM {version}: the worker failed (its output is above)")
         total = sum(report["compared"].values())
-        print(f"total: {total} comparisons, {len(report['mismatches'])} mismatches"
-              + (f", {len(report['failed'])} releases failed" if report["failed"] else ""))
+        print(
+            f"total: {total} comparisons, {len(report['mismatches'])} mismatches"
+            + (f", {len(report['failed'])} releases failed" if report["failed"] else "")
+        )
         for m in report["mismatches"][:40]:
             print("  ", m)
         for m in report["errors"][:5]:

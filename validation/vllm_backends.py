@@ -43,8 +43,27 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES = ("0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
-            "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+RELEASES = (
+    "0.20.0",
+    "0.20.1",
+    "0.20.2",
+    "0.21.0",
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+)
 CAPABILITIES = ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0), (12, 1))
 
 WORKER = r'''
@@ -137,8 +156,15 @@ print("RESULT " + json.dumps(out))
 #: before 0.20.0: releases, and a GPU hybridplan knows for each capability
 BEFORE_RELEASES = ("0.11.1", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.19.1")
 GPU_OF = {(8, 9): "l40s", (9, 0): "h100", (10, 0): "b200", (10, 3): "b300", (12, 0): "rtx-5090"}
-HD256_CASE = {"model": "qwen3-next-80b-a3b", "arch": "Qwen3NextForCausalLM", "tp": 2, "mode": "none",
-              "gdn_backend": "flashinfer", "block_size": None, "kv_dtype": "fp8"}
+HD256_CASE = {
+    "model": "qwen3-next-80b-a3b",
+    "arch": "Qwen3NextForCausalLM",
+    "tp": 2,
+    "mode": "none",
+    "gdn_backend": "flashinfer",
+    "block_size": None,
+    "kv_dtype": "fp8",
+}
 
 
 def before_worker(version: str, src: str, config_root: str) -> None:
@@ -150,8 +176,9 @@ def before_worker(version: str, src: str, config_root: str) -> None:
     vv = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = vv
     spec.loader.exec_module(vv)
-    os.environ.update(HF_HUB_OFFLINE="1", VLLM_ALLOW_LONG_MAX_MODEL_LEN="1",
-                      VLLM_CACHE_ROOT=str(Path(src) / ".vllm-cache"))
+    os.environ.update(
+        HF_HUB_OFFLINE="1", VLLM_ALLOW_LONG_MAX_MODEL_LEN="1", VLLM_CACHE_ROOT=str(Path(src) / ".vllm-cache")
+    )
     os.environ["PYTHONPATH"] = os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])
     if not vv.since(version, "0.11.1"):
         os.environ["VLLM_USE_V1"] = "1"
@@ -164,6 +191,7 @@ def before_worker(version: str, src: str, config_root: str) -> None:
 
     out = []
     for cc in GPU_OF:
+
         class OnThisGpu(type(w.platform)):
             @classmethod
             def get_device_capability(cls, device_id: int = 0):
@@ -186,7 +214,7 @@ def worker_rows(version: str, cmd: list[str], failed: list[str], **run: object) 
         failed.append(version)
         print(f"vLLM {version}: the worker failed\n{(proc.stdout + proc.stderr)[-3000:]}", file=sys.stderr)
         return None
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def hybridplan_block(version: str, capability: str) -> int:
@@ -198,9 +226,15 @@ def hybridplan_block(version: str, capability: str) -> int:
     from hybridplan.scenario import Budget, DtypeChoice, Scenario
 
     cc = tuple(int(p) for p in capability.split("."))
-    sc = Scenario(load_model(HD256_CASE["model"]), ctx=8192, tp=HD256_CASE["tp"], dtypes=DtypeChoice(kv="fp8"),
-                  engine="vllm", vllm=VllmSettings(release=release(version)),
-                  budget=Budget(gpu=GPU_OF[cc], gpu_mem=1))
+    sc = Scenario(
+        load_model(HD256_CASE["model"]),
+        ctx=8192,
+        tp=HD256_CASE["tp"],
+        dtypes=DtypeChoice(kv="fp8"),
+        engine="vllm",
+        vllm=VllmSettings(release=release(version)),
+        budget=Budget(gpu=GPU_OF[cc], gpu_mem=1),
+    )
     return attention_block_size(sc, "none")[0]
 
 
@@ -218,8 +252,20 @@ def run_before(releases: list[str], cache: Path, as_json: bool) -> tuple[list, i
         (Path(tmp) / "models" / HD256_CASE["model"] / "config.json").write_text(json.dumps(doc["config"]))
         for version in releases:
             src = unpack(version, cache)
-            out = worker_rows(version, [sys.executable, str(Path(__file__).resolve()), "--before-worker", version,
-                                        str(src), str(Path(tmp) / "models")], failed, cwd=tmp, env=dict(os.environ))
+            out = worker_rows(
+                version,
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--before-worker",
+                    version,
+                    str(src),
+                    str(Path(tmp) / "models"),
+                ],
+                failed,
+                cwd=tmp,
+                env=dict(os.environ),
+            )
             for row in out or ():
                 row["release"] = version
                 row["hybridplan"] = hybridplan_block(version, row["capability"])
@@ -227,9 +273,11 @@ def run_before(releases: list[str], cache: Path, as_json: bool) -> tuple[list, i
                 bad += not row["match"]
                 rows.append(row)
                 if not as_json:
-                    print(f"vLLM {version} {row['capability']:>4} Qwen3-Next TP 2 fp8 KV: block "
-                          f"{row.get('block_size', row.get('error'))} / hybridplan {row['hybridplan']}"
-                          f"{'' if row['match'] else '  MISMATCH'}")
+                    print(
+                        f"vLLM {version} {row['capability']:>4} Qwen3-Next TP 2 fp8 KV: block "
+                        f"{row.get('block_size', row.get('error'))} / hybridplan {row['hybridplan']}"
+                        f"{'' if row['match'] else '  MISMATCH'}"
+                    )
     return rows, bad, failed
 
 
@@ -240,8 +288,10 @@ def unpack(version: str, cache: Path) -> Path:
         return dest
     wheels = sorted((cache / "wheels").glob(f"vllm-{version}-*.whl")) or sorted(cache.glob(f"vllm-{version}-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", f"vllm=={version}", "-d",
-                        str(cache / "wheels")], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", f"vllm=={version}", "-d", str(cache / "wheels")],
+            check=True,
+        )
         wheels = sorted((cache / "wheels").glob(f"vllm-{version}-*.whl"))
     with zipfile.ZipFile(wheels[0]) as z:
         z.extractall(dest, [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")])
@@ -261,8 +311,12 @@ def main() -> int:
     ap.add_argument("--releases", nargs="+", default=list(RELEASES), metavar="X.Y.Z")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "hybridplan-validation")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--before-0.20", dest="before", action="store_true",
-                    help="the hybrid config hook of 0.11.0-0.19.1 (--releases from those) instead")
+    ap.add_argument(
+        "--before-0.20",
+        dest="before",
+        action="store_true",
+        help="the hybrid config hook of 0.11.0-0.19.1 (--releases from those) instead",
+    )
     ap.add_argument("--before-worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.before_worker:
@@ -281,8 +335,9 @@ def main() -> int:
     report, bad, failed = [], 0, []
     for version in args.releases:
         src = unpack(version, args.cache_dir)
-        out = worker_rows(version, [sys.executable, "-c", WORKER, str(src), json.dumps(CAPABILITIES)], failed,
-                          cwd="/tmp")
+        out = worker_rows(
+            version, [sys.executable, "-c", WORKER, str(src), json.dumps(CAPABILITIES)], failed, cwd="/tmp"
+        )
         for row in out or ():
             row["release"] = version
             if row["backend"] is None:
@@ -294,9 +349,11 @@ def main() -> int:
             report.append(row)
             if not args.json:
                 kind = "MLA" if row["mla"] else "MHA"
-                print(f"vLLM {version} {row['capability']:>4} {kind}: {row['backend'] or 'none valid'} "
-                      f"{row.get('kernel_sizes')} unit {row.get('unit')} / hybridplan {row.get('hybridplan')}"
-                      f"{'' if row['match'] else '  MISMATCH'}")
+                print(
+                    f"vLLM {version} {row['capability']:>4} {kind}: {row['backend'] or 'none valid'} "
+                    f"{row.get('kernel_sizes')} unit {row.get('unit')} / hybridplan {row.get('hybridplan')}"
+                    f"{'' if row['match'] else '  MISMATCH'}"
+                )
     if args.json:
         print(json.dumps({"rows": report, "mismatches": bad, "failed": failed}, indent=1))
     else:

@@ -31,9 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: model → (why hybridplan's count differs, the difference expected: None where the layouts differ outright)
-KNOWN = {"minimax-m1": ("transformers' MiniMax class is another layout; the official index agrees with hybridplan",
-                        None),
-         "kimi-linear-48b-a3b": ("the checkpoint's router biases, a buffer in transformers: 26 · 256", 26 * 256)}
+KNOWN = {
+    "minimax-m1": ("transformers' MiniMax class is another layout; the official index agrees with hybridplan", None),
+    "kimi-linear-48b-a3b": ("the checkpoint's router biases, a buffer in transformers: 26 · 256", 26 * 256),
+}
 #: model_type transformers knows the checkpoint's class by, where the config's own is not registered
 MODEL_TYPES = {"minimax_m1": "minimax"}
 
@@ -66,15 +67,25 @@ def main() -> int:
         known = why if expected is None or ours - theirs == expected else None
         ok = ours == theirs
         bad += not ok and known is None
-        rows.append({"model": spec.name, "class": cls, "hybridplan": ours, "transformers": theirs, "match": ok,
-                     "known_difference": None if ok else known})
+        rows.append(
+            {
+                "model": spec.name,
+                "class": cls,
+                "hybridplan": ours,
+                "transformers": theirs,
+                "match": ok,
+                "known_difference": None if ok else known,
+            }
+        )
     if args.json:
         print(json.dumps({"rows": rows, "mismatches": bad}, indent=2))
     else:
         for r in rows:
             mark = "=" if r["match"] else ("~" if r["known_difference"] else "≠")
-            print(f"{r['model']:28} {r['hybridplan']:>17,} {mark} {r['transformers']:>17,}  {r['class']}"
-                  + (f"  ({r['known_difference']})" if r["known_difference"] else ""))
+            print(
+                f"{r['model']:28} {r['hybridplan']:>17,} {mark} {r['transformers']:>17,}  {r['class']}"
+                + (f"  ({r['known_difference']})" if r["known_difference"] else "")
+            )
         print(f"{len(rows)} models, {sum(r['match'] for r in rows)} exact, {bad} unexplained")
     return 1 if bad else 0
 

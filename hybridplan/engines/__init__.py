@@ -58,8 +58,9 @@ class ReplayAdvice(Protocol):
     row's way, what may recover each cause of its gap to the ideal cache. ``rules`` is a row's rules' dict;
     ``r`` the engine's own rules (its prefix cache module's ``Rules``)."""
 
-    def policies(self, sc: Scenario, rs: ReplaySettings,
-                 unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
+    def policies(
+        self, sc: Scenario, rs: ReplaySettings, unbounded: bool
+    ) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
         """(policy, rules) per row the scenario asks of this engine, and the rows it would not start with, with
         the reason (``NotServed``: none starts). ``unbounded``: pools that never evict, no budget asked for."""
         ...
@@ -68,14 +69,16 @@ class ReplayAdvice(Protocol):
         """The model's attention layers alone in this engine's layout (``BASELINE``'s; None elsewhere)."""
         ...
 
-    def diagnose(self, run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
-                 replay_one: Callable[[Policy], Run] | None) -> list[str]:
+    def diagnose(
+        self, run: Run, rules: dict, sc: Scenario, rs: ReplaySettings, replay_one: Callable[[Policy], Run] | None
+    ) -> list[str]:
         """A row's misses in words, with the flag that changes each and by how much (``replay_one`` replays a
         changed policy over the trace; None: the trace is too long)."""
         ...
 
-    def candidates(self, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
-                   rs: ReplaySettings) -> list[tuple[str, str, object]]:
+    def candidates(
+        self, p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario, rs: ReplaySettings
+    ) -> list[tuple[str, str, object]]:
         """(cause, change, rules) for each flag or memory that may recover a cause of the gap (``lost``)."""
         ...
 
@@ -91,8 +94,9 @@ class ReplayAdvice(Protocol):
         """The grid the states of rules with every cause lifted sit on."""
         ...
 
-    def sweep_point(self, sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float,
-                    block: int) -> tuple[Policy, float] | None:
+    def sweep_point(
+        self, sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float, block: int
+    ) -> tuple[Policy, float] | None:
         """A row's policy and x at one ``--plot`` point (``over``: budget or block); None: not swept."""
         ...
 
@@ -230,5 +234,17 @@ def none_left(skipped: dict[str, str], what: str) -> PlanError:
     return PlanError("; ".join(skipped.values()) or f"no engine to {what}")
 
 
-__all__ = ["BASELINE", "Engine", "FitPart", "LogGiven", "NAMES", "Part", "PrefixPart", "ReplayAdvice",
-           "each", "every", "get", "none_left"]
+__all__ = [
+    "BASELINE",
+    "Engine",
+    "FitPart",
+    "LogGiven",
+    "NAMES",
+    "Part",
+    "PrefixPart",
+    "ReplayAdvice",
+    "each",
+    "every",
+    "get",
+    "none_left",
+]

@@ -32,9 +32,14 @@ class Reuse(Struct, frozen=True):
     later_computed_tokens: int
 
     def to_dict(self, grid_key: str) -> dict:
-        return {grid_key: self.grid, "checkpoints": list(self.checkpoints), "reused_tokens": self.reused_tokens,
-                "computed_tokens": self.computed_tokens, "later_reused_tokens": self.later_reused_tokens,
-                "later_computed_tokens": self.later_computed_tokens}
+        return {
+            grid_key: self.grid,
+            "checkpoints": list(self.checkpoints),
+            "reused_tokens": self.reused_tokens,
+            "computed_tokens": self.computed_tokens,
+            "later_reused_tokens": self.later_reused_tokens,
+            "later_computed_tokens": self.later_computed_tokens,
+        }
 
 
 def last(pattern: re.Pattern, text: str):
@@ -56,8 +61,13 @@ class Row(Struct, frozen=True):
         return self.logged == self.predicted
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "predicted": self.predicted,
-                "ok": self.ok}
+        return {
+            "engine": self.engine,
+            "figure": self.figure,
+            "logged": self.logged,
+            "predicted": self.predicted,
+            "ok": self.ok,
+        }
 
 
 class Setting(Struct, frozen=True):
@@ -126,8 +136,15 @@ class Estimate(Struct, frozen=True):
         return abs(self.error_pct) <= self.tolerance_pct
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "figure": self.figure, "logged": self.logged, "predicted": self.predicted,
-                "error_pct": round(self.error_pct, 3), "within": self.within, "basis": self.basis}
+        return {
+            "engine": self.engine,
+            "figure": self.figure,
+            "logged": self.logged,
+            "predicted": self.predicted,
+            "error_pct": round(self.error_pct, 3),
+            "within": self.within,
+            "basis": self.basis,
+        }
 
 
 class LogCheck(Struct, frozen=True):
@@ -187,18 +204,23 @@ class Waterfall(Struct, frozen=True):
         return [t.name for t in (*self.before, *self.terms) if t.kind == "estimate"]
 
     def to_dict(self) -> dict:
-        return {"gpu_bytes": self.gpu_bytes, "utilization": self.utilization, "utilization_note": self.factor_note,
-                "requested_bytes": self.requested,
-                "weights_bytes": self.term("weights"),
-                "drafter_weights_bytes": sum(t.bytes for t in (*self.terms, *self.after)
-                                             if t.name == "drafter weights"),
-                "activation_bytes": self.term("activation"),
-                "non_torch_bytes": self.term("non-torch"), "cudagraph_bytes": self.term("CUDA graphs"),
-                "kv_budget_bytes": self.cache_bytes, "estimated": self.estimated,
-                "terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
-                          for t in (*self.before, *self.terms)],
-                "after_terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note}
-                                for t in self.after]}
+        return {
+            "gpu_bytes": self.gpu_bytes,
+            "utilization": self.utilization,
+            "utilization_note": self.factor_note,
+            "requested_bytes": self.requested,
+            "weights_bytes": self.term("weights"),
+            "drafter_weights_bytes": sum(t.bytes for t in (*self.terms, *self.after) if t.name == "drafter weights"),
+            "activation_bytes": self.term("activation"),
+            "non_torch_bytes": self.term("non-torch"),
+            "cudagraph_bytes": self.term("CUDA graphs"),
+            "kv_budget_bytes": self.cache_bytes,
+            "estimated": self.estimated,
+            "terms": [
+                {"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note} for t in (*self.before, *self.terms)
+            ],
+            "after_terms": [{"name": t.name, "bytes": t.bytes, "kind": t.kind, "note": t.note} for t in self.after],
+        }
 
 
 class Shortfall(Struct, frozen=True):
@@ -216,9 +238,11 @@ class Shortfall(Struct, frozen=True):
     @property
     def problem(self) -> str:
         taken = ", ".join(f"{t.name} {t.bytes / (1 << 30):.2f} GiB" for t in (*self.memory.before, *self.memory.terms))
-        return (f"{self.engine}: nothing is left for the caches ({self.cache_label}): {taken} take more than "
-                f"{self.memory.requested / (1 << 30):.2f} GiB ({self.factor_label} {self.memory.utilization:.4g}); "
-                "use more GPUs (--tp) or a quantized checkpoint")
+        return (
+            f"{self.engine}: nothing is left for the caches ({self.cache_label}): {taken} take more than "
+            f"{self.memory.requested / (1 << 30):.2f} GiB ({self.factor_label} {self.memory.utilization:.4g}); "
+            "use more GPUs (--tp) or a quantized checkpoint"
+        )
 
     @property
     def flags(self) -> str:

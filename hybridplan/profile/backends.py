@@ -65,8 +65,9 @@ class Backend(Protocol):
     def copy_size(self, spare: int | None) -> int:
         """Bytes of the bandwidth-ceiling copy, given what is ``spare`` beside the run (None: unknown)."""
 
-    def device_report(self, copy_bytes: int, copy_seconds: float | None,
-                      free_before_pools: int | None = None) -> DeviceReport:
+    def device_report(
+        self, copy_bytes: int, copy_seconds: float | None, free_before_pools: int | None = None
+    ) -> DeviceReport:
         """The device, its memory and the copy ceiling; ``free_before_pools`` is the free memory the run
         started from, where the backend reports that (CUDA) rather than what is free now."""
 
@@ -112,18 +113,27 @@ def load_torch(interpret: bool):
         import torch
         import triton  # noqa: F401
     except ImportError as exc:
-        raise PlanError(f"`hybridplan profile` needs torch and triton ({exc.name} is missing): {INSTALL_HINT}"
-                        + ("" if interpret else "; with them, `--interpret` runs the same pipeline at a tiny size on "
-                           "the CPU where there is no GPU")) from None
+        raise PlanError(
+            f"`hybridplan profile` needs torch and triton ({exc.name} is missing): {INSTALL_HINT}"
+            + (
+                ""
+                if interpret
+                else "; with them, `--interpret` runs the same pipeline at a tiny size on the CPU where there is no GPU"
+            )
+        ) from None
     if not interpret:
         if not torch.cuda.is_available():
-            raise PlanError("no CUDA GPU is available (torch.cuda.is_available() is False); "
-                            "`--interpret` runs the same pipeline at a tiny size on the CPU")
+            raise PlanError(
+                "no CUDA GPU is available (torch.cuda.is_available() is False); "
+                "`--interpret` runs the same pipeline at a tiny size on the CPU"
+            )
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
             raise PlanError("TRITON_INTERPRET is set: unset it to profile on the GPU (or use --interpret)")
     if interpret and not _interpreting_triton():
-        raise PlanError("--interpret needs triton loaded with TRITON_INTERPRET=1, but this process loaded it "
-                        "for the GPU already: run it in a fresh process or export TRITON_INTERPRET=1")
+        raise PlanError(
+            "--interpret needs triton loaded with TRITON_INTERPRET=1, but this process loaded it "
+            "for the GPU already: run it in a fresh process or export TRITON_INTERPRET=1"
+        )
     return torch
 
 
@@ -186,16 +196,23 @@ class CudaBackend:
         free, _ = self.torch.cuda.mem_get_info(self.device)
         return int(free)
 
-    def device_report(self, copy_bytes: int, copy_seconds: float | None,
-                      free_before_pools: int | None = None) -> DeviceReport:
+    def device_report(
+        self, copy_bytes: int, copy_seconds: float | None, free_before_pools: int | None = None
+    ) -> DeviceReport:
         reading = self.nvml.read() if self.nvml else None
         free, total = self.torch.cuda.mem_get_info(self.device)
-        return DeviceReport(backend=CUDA, index=self.index, name=(reading.name if reading and reading.name
-                                                                  else self.props.name),
-                            total_bytes=int(total), free_bytes=free_before_pools or int(free),
-                            memory_clock_mhz=reading.memory_clock_mhz if reading else None,
-                            bus_width_bits=reading.bus_width_bits if reading else None,
-                            copy_bytes=copy_bytes, copy_seconds=copy_seconds, nvml=reading is not None)
+        return DeviceReport(
+            backend=CUDA,
+            index=self.index,
+            name=(reading.name if reading and reading.name else self.props.name),
+            total_bytes=int(total),
+            free_bytes=free_before_pools or int(free),
+            memory_clock_mhz=reading.memory_clock_mhz if reading else None,
+            bus_width_bits=reading.bus_width_bits if reading else None,
+            copy_bytes=copy_bytes,
+            copy_seconds=copy_seconds,
+            nvml=reading is not None,
+        )
 
     def copy_size(self, spare: int | None) -> int:
         # two buffers must fit beside what the run needs
@@ -223,10 +240,12 @@ class CudaBackend:
     def counters(self) -> dict[str, int | None]:
         torch = self.torch
         stats = torch.cuda.memory_stats(self.device)
-        return {"requested": stats.get("requested_bytes.all.current"),
-                "allocated": torch.cuda.memory_allocated(self.device),
-                "reserved": torch.cuda.memory_reserved(self.device),
-                "nvml_used": self.nvml.used() if self.nvml else None}
+        return {
+            "requested": stats.get("requested_bytes.all.current"),
+            "allocated": torch.cuda.memory_allocated(self.device),
+            "reserved": torch.cuda.memory_reserved(self.device),
+            "nvml_used": self.nvml.used() if self.nvml else None,
+        }
 
     def blocks(self, tensors: Sequence[Any]) -> list[int | None]:
         """The caching-allocator block behind each tensor (from the allocator's snapshot)."""
@@ -307,11 +326,19 @@ class InterpreterBackend:
     def free_bytes(self) -> int | None:
         return _cpu_memory()[1]
 
-    def device_report(self, copy_bytes: int, copy_seconds: float | None,
-                      free_before_pools: int | None = None) -> DeviceReport:
+    def device_report(
+        self, copy_bytes: int, copy_seconds: float | None, free_before_pools: int | None = None
+    ) -> DeviceReport:
         total, free = _cpu_memory()
-        return DeviceReport(backend=INTERPRETER, index=None, name=f"{_cpu_name()} (Triton interpreter)",
-                            total_bytes=total, free_bytes=free, copy_bytes=copy_bytes, copy_seconds=copy_seconds)
+        return DeviceReport(
+            backend=INTERPRETER,
+            index=None,
+            name=f"{_cpu_name()} (Triton interpreter)",
+            total_bytes=total,
+            free_bytes=free,
+            copy_bytes=copy_bytes,
+            copy_seconds=copy_seconds,
+        )
 
     def copy_size(self, spare: int | None) -> int:
         return CPU_COPY_BYTES
@@ -337,6 +364,8 @@ class InterpreterBackend:
         pass
 
     def notes(self, w: Workload, common: Sequence[str]) -> tuple[str, ...]:
-        shrunk = (f"--interpret: {w.spec.name} is {w.spec.name.removesuffix('-tiny')} shrunk to toy sizes; "
-                  "timings measure the Triton interpreter on the CPU, not a GPU")
+        shrunk = (
+            f"--interpret: {w.spec.name} is {w.spec.name.removesuffix('-tiny')} shrunk to toy sizes; "
+            "timings measure the Triton interpreter on the CPU, not a GPU"
+        )
         return (shrunk, *common)

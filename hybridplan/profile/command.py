@@ -10,22 +10,65 @@ from hybridplan.options import DTYPES, MODEL, OUTPUT, Flag, Options, count_value
 
 GROUPS = (
     MODEL,
-    (param("gpu", Flag(Optional[int], option("--gpu", min=0, metavar="INDEX",
-                                             help="CUDA device index (default 0).")), None),
-     param("slots", Flag(Optional[int], option("--slots", metavar="N", parser=count_value("--slots"),
-                                               help="Sequences in the state pool, all stepped at decode "
-                                                    "(default 256; 4 with --interpret).")), None),
-     param("ctx", tokens_option("--ctx", "Tokens of attention KV to allocate (default: the model's maximum; 64 "
-                                         "with --interpret)."), None),
-     param("tokens", tokens_option("--tokens", "Prefill length through the chunk scan (default 8192; 32 with "
-                                               "--interpret)."), None),
-     param("interpret", Flag(bool, option("--interpret", help="No GPU: run the same pipeline on the CPU "
-                                                              "through the Triton interpreter, on the model "
-                                                              "shrunk to toy sizes.")), False),
-     param("save_calibration", Flag(Optional[Path], option(
-         "--save-calibration", metavar="FILE", help="Also write what was measured (decode bandwidth, scan prefill "
-                                                    "throughput, copy bandwidth, launch overhead) for hybridplan "
-                                                    "speed --calibration.")), None)),
+    (
+        param(
+            "gpu",
+            Flag(Optional[int], option("--gpu", min=0, metavar="INDEX", help="CUDA device index (default 0).")),
+            None,
+        ),
+        param(
+            "slots",
+            Flag(
+                Optional[int],
+                option(
+                    "--slots",
+                    metavar="N",
+                    parser=count_value("--slots"),
+                    help="Sequences in the state pool, all stepped at decode (default 256; 4 with --interpret).",
+                ),
+            ),
+            None,
+        ),
+        param(
+            "ctx",
+            tokens_option(
+                "--ctx", "Tokens of attention KV to allocate (default: the model's maximum; 64 with --interpret)."
+            ),
+            None,
+        ),
+        param(
+            "tokens",
+            tokens_option("--tokens", "Prefill length through the chunk scan (default 8192; 32 with --interpret)."),
+            None,
+        ),
+        param(
+            "interpret",
+            Flag(
+                bool,
+                option(
+                    "--interpret",
+                    help="No GPU: run the same pipeline on the CPU "
+                    "through the Triton interpreter, on the model "
+                    "shrunk to toy sizes.",
+                ),
+            ),
+            False,
+        ),
+        param(
+            "save_calibration",
+            Flag(
+                Optional[Path],
+                option(
+                    "--save-calibration",
+                    metavar="FILE",
+                    help="Also write what was measured (decode bandwidth, scan prefill "
+                    "throughput, copy bandwidth, launch overhead) for hybridplan "
+                    "speed --calibration.",
+                ),
+            ),
+            None,
+        ),
+    ),
     DTYPES,
     OUTPUT,
 )
@@ -59,8 +102,15 @@ def profile(o: Options) -> None:
 
     spec = load_model(o.model, o.revision)
     note_default_model(f"{o.model} ({spec.source})" if spec.source else o.model)
-    req = ProfileRequest(spec, gpu=o.gpu, interpret=o.interpret, slots=o.slots, ctx=o.ctx,
-                         tokens=o.tokens, dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype))
+    req = ProfileRequest(
+        spec,
+        gpu=o.gpu,
+        interpret=o.interpret,
+        slots=o.slots,
+        ctx=o.ctx,
+        tokens=o.tokens,
+        dtypes=DtypeChoice(o.dtype, o.conv_dtype, o.ssm_dtype, o.kv_dtype),
+    )
     with progress_display() as reporter:
         report = run_profile(req, reporter)
     if o.save_calibration is not None:

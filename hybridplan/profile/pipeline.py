@@ -94,12 +94,17 @@ def _sized(req: ProfileRequest) -> Workload:
     interpret = req.interpret
     spec = shrink_spec(req.model) if interpret else req.model
     ctx = positive(req.ctx if req.ctx is not None else (CTX if interpret else default_ctx(spec)), "--ctx")
-    sc = Scenario(spec, ctx=ctx, dtypes=req.dtypes,
-                  slots=req.slots if req.slots is not None else (SLOTS if interpret else GPU_SLOTS))
+    sc = Scenario(
+        spec,
+        ctx=ctx,
+        dtypes=req.dtypes,
+        slots=req.slots if req.slots is not None else (SLOTS if interpret else GPU_SLOTS),
+    )
     tokens = positive(req.tokens if req.tokens is not None else (TOKENS if interpret else GPU_TOKENS), "--tokens")
     sc.vllm.release.check_served(spec)
-    return plan_workload(spec, vllm.footprint(sc), Sizes(sc.slots, ctx, tokens,
-                                                         activation_dtype(spec, req.dtypes.dtype, interpret)))
+    return plan_workload(
+        spec, vllm.footprint(sc), Sizes(sc.slots, ctx, tokens, activation_dtype(spec, req.dtypes.dtype, interpret))
+    )
 
 
 def _check_fits(backend: Backend, w: Workload) -> int | None:
@@ -110,15 +115,19 @@ def _check_fits(backend: Backend, w: Workload) -> int | None:
     extra = w.workspace_bytes + backend.harness_bytes + MARGIN
     where = backend.where()
     if pred > free:
-        raise PlanError(f"the predicted pools need {human_bytes(pred)} (state {human_bytes(w.predicted_state)} for "
-                        f"{w.slots:,} slots + KV {human_bytes(w.predicted_kv)} at {w.ctx:,} tokens) but {where} has "
-                        f"{human_bytes(free)} free: {human_bytes(arith.missing_bytes(pred, free))} missing; "
-                        "lower --slots or --ctx")
+        raise PlanError(
+            f"the predicted pools need {human_bytes(pred)} (state {human_bytes(w.predicted_state)} for "
+            f"{w.slots:,} slots + KV {human_bytes(w.predicted_kv)} at {w.ctx:,} tokens) but {where} has "
+            f"{human_bytes(free)} free: {human_bytes(arith.missing_bytes(pred, free))} missing; "
+            "lower --slots or --ctx"
+        )
     if pred + extra > free:
-        raise PlanError(f"the predicted pools ({human_bytes(pred)}) fit in the {human_bytes(free)} free on {where}, "
-                        f"but not with the {human_bytes(extra)} the kernel runs need beside them: "
-                        f"{human_bytes(arith.missing_bytes(pred + extra, free))} missing; lower --slots, --ctx "
-                        "or --tokens")
+        raise PlanError(
+            f"the predicted pools ({human_bytes(pred)}) fit in the {human_bytes(free)} free on {where}, "
+            f"but not with the {human_bytes(extra)} the kernel runs need beside them: "
+            f"{human_bytes(arith.missing_bytes(pred + extra, free))} missing; lower --slots, --ctx "
+            "or --tokens"
+        )
     return free
 
 
@@ -150,8 +159,10 @@ def _allocate(backend: Backend, arena: _Arena, w: Workload) -> MemoryReport:
     after = backend.counters()
     allocated = [arena.pools[t.name] for t in w.tensors]
     blocks = backend.blocks(allocated)
-    tensors = tuple(TensorReport(plan=t, nbytes=int(a.nbytes), storage_bytes=int(a.untyped_storage().nbytes()),
-                                 block_bytes=b) for t, a, b in zip(w.tensors, allocated, blocks))
+    tensors = tuple(
+        TensorReport(plan=t, nbytes=int(a.nbytes), storage_bytes=int(a.untyped_storage().nbytes()), block_bytes=b)
+        for t, a, b in zip(w.tensors, allocated, blocks)
+    )
     del allocated
 
     def delta(key: str) -> int | None:
@@ -163,10 +174,17 @@ def _allocate(backend: Backend, arena: _Arena, w: Workload) -> MemoryReport:
         if t.role == "state":
             arena.pools[t.name].zero_()
     backend.sync()
-    return MemoryReport(predicted_state=w.predicted_state, predicted_kv=w.predicted_kv, tensors=tensors,
-                        requested_delta=delta("requested"), allocated_delta=delta("allocated"),
-                        reserved_delta=delta("reserved"), nvml_used_delta=delta("nvml_used"),
-                        context_bytes=backend.context_bytes, other_processes_bytes=backend.other_processes)
+    return MemoryReport(
+        predicted_state=w.predicted_state,
+        predicted_kv=w.predicted_kv,
+        tensors=tensors,
+        requested_delta=delta("requested"),
+        allocated_delta=delta("allocated"),
+        reserved_delta=delta("reserved"),
+        nvml_used_delta=delta("nvml_used"),
+        context_bytes=backend.context_bytes,
+        other_processes_bytes=backend.other_processes,
+    )
 
 
 def _kernel_fn(backend: Backend, arena: _Arena, w: Workload, k: KernelPlan) -> Callable[[], None]:
@@ -175,8 +193,7 @@ def _kernel_fn(backend: Backend, arena: _Arena, w: Workload, k: KernelPlan) -> C
     gen = torch.Generator(device=backend.device).manual_seed(0)
     call = kernel_call(k, gen, getattr(torch, w.act_dtype), backend.device)
     arena.scratch.extend(call.held)
-    pool = next(arena.pools[t.name] for t in w.tensors
-                if t.role == "state" and t.group == k.group and t.part == k.part)
+    pool = next(arena.pools[t.name] for t in w.tensors if t.role == "state" and t.group == k.group and t.part == k.part)
 
     def run() -> None:
         for layer in range(k.layers):
@@ -202,8 +219,10 @@ def run_profile(req: ProfileRequest, reporter: Reporter | None = None) -> Profil
     if interpret and req.gpu is not None:
         raise PlanError("--interpret runs on the CPU: drop --gpu")
     if not model.recurrent:
-        raise PlanError(f"{model.name} has no recurrent layers: there is nothing for `hybridplan profile` to run "
-                        "(`hybridplan size` sizes its KV)")
+        raise PlanError(
+            f"{model.name} has no recurrent layers: there is nothing for `hybridplan profile` to run "
+            "(`hybridplan size` sizes its KV)"
+        )
     reporter = reporter or _Silent()
     w = _sized(req)
     backend = load_backend(interpret, req.gpu)
@@ -230,16 +249,25 @@ def run_profile(req: ProfileRequest, reporter: Reporter | None = None) -> Profil
         def phase(name: str, plans: tuple[KernelPlan, ...]) -> PhaseReport:
             return PhaseReport(name, tuple(KernelResult(p, times.get(p), ceiling, peak) for p in plans), ceiling)
 
-        return ProfileReport(model=model.name, workload=w, interpret=interpret, device=device, memory=memory,
-                             decode=phase(DECODE, w.decode), prefill=phase(PREFILL, w.prefill),
-                             notes=backend.notes(w, run_notes(w, memory)))
+        return ProfileReport(
+            model=model.name,
+            workload=w,
+            interpret=interpret,
+            device=device,
+            memory=memory,
+            decode=phase(DECODE, w.decode),
+            prefill=phase(PREFILL, w.prefill),
+            notes=backend.notes(w, run_notes(w, memory)),
+        )
     except BaseException as exc:
         # the traceback's frames hold tensors: clear them so that the memory really goes back below
         traceback.clear_frames(exc.__traceback__)
         if isinstance(exc, getattr(backend.torch, "OutOfMemoryError", ())):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-            raise PlanError(f"{backend.where()} ran out of memory although the prediction fit when the run "
-                            f"started (another process?): {first}") from None
+            raise PlanError(
+                f"{backend.where()} ran out of memory although the prediction fit when the run "
+                f"started (another process?): {first}"
+            ) from None
         raise
     finally:
         arena.release()

@@ -54,9 +54,12 @@ class DeviceReport(Struct, frozen=True):
             "memory_clock_mhz": self.memory_clock_mhz,
             "bus_width_bits": self.bus_width_bits,
             "peak_bandwidth_bytes_per_s": self.peak_bandwidth,
-            "copy": {"bytes": self.copy_bytes, "seconds": self.copy_seconds,
-                     "bandwidth_bytes_per_s": self.copy_bandwidth,
-                     "fraction_of_peak": self.copy_fraction_of_peak},
+            "copy": {
+                "bytes": self.copy_bytes,
+                "seconds": self.copy_seconds,
+                "bandwidth_bytes_per_s": self.copy_bandwidth,
+                "fraction_of_peak": self.copy_fraction_of_peak,
+            },
         }
 
 
@@ -70,11 +73,18 @@ class TensorReport(Struct, frozen=True):
     block_bytes: int | None = None
 
     def to_dict(self) -> dict:
-        return {"name": self.plan.name, "role": self.plan.role, "shape": list(self.plan.shape),
-                "dtype": self.plan.dtype,
-                "predicted": {"bytes": self.plan.nbytes, "allocator_bytes": arith.allocator_block(self.plan.nbytes)},
-                "measured": {"bytes": self.nbytes, "storage_bytes": self.storage_bytes,
-                             "allocator_block_bytes": self.block_bytes}}
+        return {
+            "name": self.plan.name,
+            "role": self.plan.role,
+            "shape": list(self.plan.shape),
+            "dtype": self.plan.dtype,
+            "predicted": {"bytes": self.plan.nbytes, "allocator_bytes": arith.allocator_block(self.plan.nbytes)},
+            "measured": {
+                "bytes": self.nbytes,
+                "storage_bytes": self.storage_bytes,
+                "allocator_block_bytes": self.block_bytes,
+            },
+        }
 
 
 class MemoryReport(Struct, frozen=True):
@@ -163,19 +173,28 @@ class MemoryReport(Struct, frozen=True):
     def to_dict(self) -> dict:
         return {
             "exact": self.exact,
-            "predicted": {"state_pool_bytes": self.predicted_state, "kv_bytes": self.predicted_kv,
-                          "total_bytes": self.predicted_total, "allocator_rounded_bytes": self.predicted_rounded},
-            "measured": {"state_pool_bytes": self.measured_state, "kv_bytes": self.measured_kv,
-                         "total_bytes": self.measured_total,
-                         "allocator_requested_bytes": self.requested_delta,
-                         "allocator_allocated_bytes": self.allocated_delta,
-                         "allocator_block_bytes": self.block_bytes,
-                         "allocator_reserved_bytes": self.reserved_delta,
-                         "nvml_used_bytes": self.nvml_used_delta},
-            "difference": {"total_bytes": self.measured_total - self.predicted_total,
-                           "allocated_vs_rounded_bytes": self.unsplit_tails,
-                           "reserved_vs_allocated_bytes": self.segment_slack,
-                           "nvml_vs_reserved_bytes": self.outside_allocator},
+            "predicted": {
+                "state_pool_bytes": self.predicted_state,
+                "kv_bytes": self.predicted_kv,
+                "total_bytes": self.predicted_total,
+                "allocator_rounded_bytes": self.predicted_rounded,
+            },
+            "measured": {
+                "state_pool_bytes": self.measured_state,
+                "kv_bytes": self.measured_kv,
+                "total_bytes": self.measured_total,
+                "allocator_requested_bytes": self.requested_delta,
+                "allocator_allocated_bytes": self.allocated_delta,
+                "allocator_block_bytes": self.block_bytes,
+                "allocator_reserved_bytes": self.reserved_delta,
+                "nvml_used_bytes": self.nvml_used_delta,
+            },
+            "difference": {
+                "total_bytes": self.measured_total - self.predicted_total,
+                "allocated_vs_rounded_bytes": self.unsplit_tails,
+                "reserved_vs_allocated_bytes": self.segment_slack,
+                "nvml_vs_reserved_bytes": self.outside_allocator,
+            },
             "cuda_context_bytes": self.context_bytes,
             "other_processes_bytes": self.other_processes_bytes,
             "tensors": [t.to_dict() for t in self.tensors],
@@ -219,13 +238,24 @@ class KernelResult(Struct, frozen=True):
     def to_dict(self) -> dict:
         p = self.plan
         return {
-            "kind": p.kind, "part": p.part, "layers": p.layers, "kernel": p.kernel, "status": p.status,
+            "kind": p.kind,
+            "part": p.part,
+            "layers": p.layers,
+            "kernel": p.kernel,
+            "status": p.status,
             "shape": p.shape_dict(),
-            "predicted": {"bytes": p.nbytes if p.runs else None, "flops": p.flops if p.runs else None,
-                          "seconds": self.predicted_seconds},
-            "measured": {"seconds": self.seconds, "bandwidth_bytes_per_s": self.achieved_bandwidth,
-                         "fraction_of_copy": self.fraction_of_ceiling, "fraction_of_peak": self.fraction_of_peak,
-                         "tflop_per_s": self.tflops},
+            "predicted": {
+                "bytes": p.nbytes if p.runs else None,
+                "flops": p.flops if p.runs else None,
+                "seconds": self.predicted_seconds,
+            },
+            "measured": {
+                "seconds": self.seconds,
+                "bandwidth_bytes_per_s": self.achieved_bandwidth,
+                "fraction_of_copy": self.fraction_of_ceiling,
+                "fraction_of_peak": self.fraction_of_peak,
+                "tflop_per_s": self.tflops,
+            },
         }
 
 
@@ -277,9 +307,12 @@ class PhaseReport(Struct, frozen=True):
         return {
             "rows": [r.to_dict() for r in self.rows],
             "predicted": {"bytes": self.nbytes, "flops": self.flops, "seconds": self.predicted_seconds},
-            "measured": {"seconds": self.seconds, "bandwidth_bytes_per_s": self.achieved_bandwidth,
-                         "fraction_of_copy": self.fraction_of_ceiling,
-                         "tflop_per_s": self.tflops},
+            "measured": {
+                "seconds": self.seconds,
+                "bandwidth_bytes_per_s": self.achieved_bandwidth,
+                "fraction_of_copy": self.fraction_of_ceiling,
+                "tflop_per_s": self.tflops,
+            },
             "not_covered": list(self.not_covered),
         }
 
@@ -291,8 +324,10 @@ def run_notes(w: Workload, memory: MemoryReport) -> list[str]:
     if missing:
         notes.append(f"no kernel for {', '.join(missing)}: those rows have no time and are left out of the totals")
     if memory.unsplit_tails:
-        notes.append(f"memory_allocated grew {human_bytes(memory.unsplit_tails, exact=True)} past the 512-byte "
-                     "rounding: blocks handed out whole, tails too small to split")
+        notes.append(
+            f"memory_allocated grew {human_bytes(memory.unsplit_tails, exact=True)} past the 512-byte "
+            "rounding: blocks handed out whole, tails too small to split"
+        )
     return notes
 
 

@@ -40,14 +40,25 @@ def _groups(n_groups: int) -> int:
 def shrink_mixer(m):
     """The same mixer at toy size; conv windows (``conv_kernel``, ``l_cache``) and attention windows kept."""
     if isinstance(m, Mamba2):
-        return Mamba2(num_heads=_HEADS, head_dim=_HEAD_DIM, state_size=_STATE, n_groups=_groups(m.n_groups),
-                      conv_kernel=m.conv_kernel, intermediate=_HEADS * _HEAD_DIM)
+        return Mamba2(
+            num_heads=_HEADS,
+            head_dim=_HEAD_DIM,
+            state_size=_STATE,
+            n_groups=_groups(m.n_groups),
+            conv_kernel=m.conv_kernel,
+            intermediate=_HEADS * _HEAD_DIM,
+        )
     if isinstance(m, Mamba1):
         return Mamba1(intermediate=16, state_size=_STATE, conv_kernel=m.conv_kernel)
     if isinstance(m, GatedDeltaNet):
         ratio = max(1, m.num_v_heads // max(1, m.num_k_heads))
-        return GatedDeltaNet(num_k_heads=2, num_v_heads=2 * min(ratio, 2), head_k_dim=_HEAD_DIM,
-                             head_v_dim=_HEAD_DIM, conv_kernel=m.conv_kernel)
+        return GatedDeltaNet(
+            num_k_heads=2,
+            num_v_heads=2 * min(ratio, 2),
+            head_k_dim=_HEAD_DIM,
+            head_v_dim=_HEAD_DIM,
+            conv_kernel=m.conv_kernel,
+        )
     if isinstance(m, KimiDeltaAttention):
         return KimiDeltaAttention(num_heads=2, head_dim=_HEAD_DIM, conv_kernel=m.conv_kernel)
     if isinstance(m, ShortConv):
@@ -56,8 +67,12 @@ def shrink_mixer(m):
         return LinearAttention(num_heads=2, head_dim=_HEAD_DIM)
     if isinstance(m, Attention):
         kv = _HEADS if m.num_kv_heads >= m.num_heads else 2
-        return Attention(num_heads=_HEADS, num_kv_heads=kv, head_dim=_HEAD_DIM,
-                         window=None if m.window is None else min(m.window, CTX // 2))
+        return Attention(
+            num_heads=_HEADS,
+            num_kv_heads=kv,
+            head_dim=_HEAD_DIM,
+            window=None if m.window is None else min(m.window, CTX // 2),
+        )
     if isinstance(m, MLA):
         return MLA(num_heads=_HEADS, kv_lora_rank=16, qk_rope_head_dim=_HEAD_DIM)
     raise PlanError(f"--interpret cannot shrink a {getattr(m, 'kind', type(m).__name__)} layer")
@@ -79,6 +94,13 @@ def shrink_spec(spec: ModelSpec, layers_per_mixer: int = LAYERS_PER_MIXER) -> Mo
         if ffn_seen.get(kind, 0) < layers_per_mixer:
             ffn_seen[kind] = ffn_seen.get(kind, 0) + 1
             ffn.append(kind)
-    return replace(spec, name=f"{spec.name}-tiny", mixers=tuple(small[m] for m in kept),
-                   ffn=tuple(ffn), chunk_size=CHUNK, aliases=(), max_position_embeddings=CTX,
-                   notes=())
+    return replace(
+        spec,
+        name=f"{spec.name}-tiny",
+        mixers=tuple(small[m] for m in kept),
+        ffn=tuple(ffn),
+        chunk_size=CHUNK,
+        aliases=(),
+        max_position_embeddings=CTX,
+        notes=(),
+    )

@@ -253,8 +253,20 @@ def _conv_row(phase: str, i: int, g: StateGroup, z: RowSizes) -> KernelPlan:
         per_layer = bench.conv_prefill_bytes(tokens, 1, dim, width, state_bytes=sb, io_bytes=act, weight_bytes=act)
         flops = 2 * tokens * dim * width
         work = 2 * tokens * dim * act + weights + (tokens + 8) * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "conv", i, g.count, CONV_KERNELS[phase], "ok", dims, launch,
-                      g.count * per_layer, g.count * flops, work)
+    return KernelPlan(
+        phase,
+        g.kind,
+        "conv",
+        i,
+        g.count,
+        CONV_KERNELS[phase],
+        "ok",
+        dims,
+        launch,
+        g.count * per_layer,
+        g.count * flops,
+        work,
+    )
 
 
 def _ssm_without_kernel(phase: str, i: int, g: StateGroup, dims: Dims, *, decode_only: bool) -> KernelPlan | None:
@@ -277,8 +289,20 @@ def _gdn_row(phase: str, i: int, g: StateGroup, mixer: GatedDeltaNet, z: RowSize
     hk = dims.k_heads
     per_layer = bench.gdn_update_bytes(slots, hv, hk, vdim, kdim, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (2 * slots * hk * kdim + 2 * slots * hv * vdim) * act + 2 * slots * hv * 4 + slots * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, GDN_DECODE, "ok", dims, Step(slots),
-                      g.count * per_layer, g.count * bench.gdn_update_flops(slots, hv, vdim, kdim), work)
+    return KernelPlan(
+        phase,
+        g.kind,
+        "ssm",
+        i,
+        g.count,
+        GDN_DECODE,
+        "ok",
+        dims,
+        Step(slots),
+        g.count * per_layer,
+        g.count * bench.gdn_update_flops(slots, hv, vdim, kdim),
+        work,
+    )
 
 
 def _mamba1_row(phase: str, i: int, g: StateGroup, z: RowSizes) -> KernelPlan:
@@ -290,8 +314,20 @@ def _mamba1_row(phase: str, i: int, g: StateGroup, z: RowSizes) -> KernelPlan:
         return blocked
     per_layer = bench.mamba1_update_bytes(slots, dim, dstate, state_bytes=size_of(g.ssm_dtype), io_bytes=act)
     work = (4 * slots * dim + 2 * slots * dstate) * act + (dim * dstate + 2 * dim) * 4 + slots * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, MAMBA1_DECODE, "ok", dims, Step(slots),
-                      g.count * per_layer, g.count * bench.mamba1_update_flops(slots, dim, dstate), work)
+    return KernelPlan(
+        phase,
+        g.kind,
+        "ssm",
+        i,
+        g.count,
+        MAMBA1_DECODE,
+        "ok",
+        dims,
+        Step(slots),
+        g.count * per_layer,
+        g.count * bench.mamba1_update_flops(slots, dim, dstate),
+        work,
+    )
 
 
 def _ssm_row(phase: str, i: int, g: StateGroup, mixer, z: RowSizes) -> KernelPlan:
@@ -315,19 +351,39 @@ def _ssm_row(phase: str, i: int, g: StateGroup, mixer, z: RowSizes) -> KernelPla
         launch = Step(slots)
         per_layer = bench.state_update_bytes(slots, nheads, headdim, dstate, ngroups, state_bytes=sb, io_bytes=act)
         flops = bench.state_update_flops(slots, nheads, headdim, dstate)
-        work = (3 * slots * nheads * headdim + slots * nheads + 2 * slots * ngroups * dstate) * act + params \
+        work = (
+            (3 * slots * nheads * headdim + slots * nheads + 2 * slots * ngroups * dstate) * act
+            + params
             + slots * INDEX_BYTES
+        )
     else:
         launch = Prefill(tokens, chunk=chunk)
         per_layer = bench.chunk_scan_bytes(tokens, 1, nheads, headdim, dstate, ngroups, io_bytes=act, state_bytes=sb)
         flops = bench.chunk_scan_flops([tokens], chunk, nheads, headdim, dstate, ngroups)
         nchunks = -(-tokens // chunk)
-        inter = (2 * nchunks * nheads * chunk + nchunks * ngroups * chunk * chunk
-                 + nchunks * nheads * headdim * dstate) * 4 + nchunks * nheads * headdim * dstate * max(act, 4)
-        work = (3 * tokens * nheads * headdim + tokens * nheads + 2 * tokens * ngroups * dstate) * act + params \
-            + inter + (3 * nchunks + 8) * INDEX_BYTES
-    return KernelPlan(phase, g.kind, "ssm", i, g.count, SSM_KERNELS[phase], "ok", dims, launch,
-                      g.count * per_layer, g.count * flops, work)
+        inter = (
+            2 * nchunks * nheads * chunk + nchunks * ngroups * chunk * chunk + nchunks * nheads * headdim * dstate
+        ) * 4 + nchunks * nheads * headdim * dstate * max(act, 4)
+        work = (
+            (3 * tokens * nheads * headdim + tokens * nheads + 2 * tokens * ngroups * dstate) * act
+            + params
+            + inter
+            + (3 * nchunks + 8) * INDEX_BYTES
+        )
+    return KernelPlan(
+        phase,
+        g.kind,
+        "ssm",
+        i,
+        g.count,
+        SSM_KERNELS[phase],
+        "ok",
+        dims,
+        launch,
+        g.count * per_layer,
+        g.count * flops,
+        work,
+    )
 
 
 class RowSizes(NamedTuple):
@@ -376,12 +432,25 @@ def plan_workload(spec: ModelSpec, fp: Footprint, sizes: Sizes) -> Workload:
         raise PlanError("the profiler runs one GPU without speculative tokens (tp 1, spec-tokens 0)")
     chunk = int(sizes.chunk_size or spec.chunk_size or DEFAULT_CHUNK)
     if sizes.slots > bench.MAX_GRID_YZ:
-        raise PlanError(f"--slots {sizes.slots:,}: one decode launch steps at most {bench.MAX_GRID_YZ:,} sequences "
-                        "(CUDA's grid limit); lower --slots")
+        raise PlanError(
+            f"--slots {sizes.slots:,}: one decode launch steps at most {bench.MAX_GRID_YZ:,} sequences "
+            "(CUDA's grid limit); lower --slots"
+        )
     if -(-sizes.tokens // chunk) > bench.MAX_GRID_YZ:
-        raise PlanError(f"--tokens {sizes.tokens:,}: one prefill launch covers at most {bench.MAX_GRID_YZ:,} chunks "
-                        f"of {chunk} tokens (CUDA's grid limit); lower --tokens")
+        raise PlanError(
+            f"--tokens {sizes.tokens:,}: one prefill launch covers at most {bench.MAX_GRID_YZ:,} chunks "
+            f"of {chunk} tokens (CUDA's grid limit); lower --tokens"
+        )
     z = RowSizes(sizes.slots, sizes.tokens, chunk, size_of(sizes.act_dtype))
-    return Workload(spec=spec, fp=fp, slots=sizes.slots, ctx=sizes.ctx, tokens=sizes.tokens, chunk_size=chunk,
-                    act_dtype=sizes.act_dtype, tensors=pool_tensors(spec, fp, sizes.slots, sizes.ctx),
-                    decode=kernel_rows(spec, fp, DECODE, z), prefill=kernel_rows(spec, fp, PREFILL, z))
+    return Workload(
+        spec=spec,
+        fp=fp,
+        slots=sizes.slots,
+        ctx=sizes.ctx,
+        tokens=sizes.tokens,
+        chunk_size=chunk,
+        act_dtype=sizes.act_dtype,
+        tensors=pool_tensors(spec, fp, sizes.slots, sizes.ctx),
+        decode=kernel_rows(spec, fp, DECODE, z),
+        prefill=kernel_rows(spec, fp, PREFILL, z),
+    )

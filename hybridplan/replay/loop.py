@@ -22,8 +22,20 @@ from typing import Any, Protocol, cast
 from hybridplan.replay.trace import Request, step
 
 #: why a request reused less than it shares with an earlier one
-REASONS = ("hit", "cold", "caching_off", "refused", "block_past_max_len", "before_first_checkpoint", "checkpoint_past_divergence",
-           "not_admitted_yet", "retention", "evicted", "speculative", "partial")
+REASONS = (
+    "hit",
+    "cold",
+    "caching_off",
+    "refused",
+    "block_past_max_len",
+    "before_first_checkpoint",
+    "checkpoint_past_divergence",
+    "not_admitted_yet",
+    "retention",
+    "evicted",
+    "speculative",
+    "partial",
+)
 
 
 @dataclass
@@ -151,11 +163,11 @@ class PyIdeal:
                     have = cut
                 if have and i < prompt_end:
                     n += min(length, have)
-                edges[first] = seq[8 * i:] if i else seq
+                edges[first] = seq[8 * i :] if i else seq
                 break
             m = _common(edge, seq, 8 * i, min(len(edge), 8 * (end - i))) >> 3
             if i < prompt_end:
-                n += sum(pairs[i + 1:min(i + m, prompt_end):2])
+                n += sum(pairs[i + 1 : min(i + m, prompt_end) : 2])
             i += m
             node = pairs[i - 2]
             if 8 * m == len(edge):  # on from the branch point at its end
@@ -163,9 +175,9 @@ class PyIdeal:
             if i == end:  # the request ends along the edge
                 break
             other_first, other = _PAIR.unpack_from(edge, 8 * m)
-            edges[first] = edge[:8 * m]
-            edges[other_first] = edge[8 * m:]
-            edges[pairs[i]] = seq[8 * i:]
+            edges[first] = edge[: 8 * m]
+            edges[other_first] = edge[8 * m :]
+            edges[pairs[i]] = seq[8 * i :]
             key, length = runs[i >> 1][0], pairs[i + 1]
             if step(node, key, other) == other_first:  # the same key, another length
                 if i < prompt_end:
@@ -198,12 +210,12 @@ def _pack(values: list[int]) -> bytes:
 def _common(edge: bytes, seq: bytes, at: int, limit: int) -> int:
     """How many of ``edge``'s first ``limit`` bytes equal ``seq``'s from ``at``, in whole pairs (16 bytes); the
     first pair is known equal. Compared a slice at a time: the whole, then halving."""
-    if edge[:limit] == seq[at:at + limit]:
+    if edge[:limit] == seq[at : at + limit]:
         return limit
     lo, hi = 16, limit  # equal up to lo, not up to hi
     while hi - lo > 16:
         mid = lo + ((hi - lo) >> 5 << 4)
-        if edge[lo:mid] == seq[at + lo:at + mid]:
+        if edge[lo:mid] == seq[at + lo : at + mid]:
             lo = mid
         else:
             hi = mid
@@ -228,6 +240,7 @@ class NativeIdeal:
 
 try:
     from hybridplan.replay import _speedups  # noqa: F401 - built where a C compiler was at hand
+
     Ideal: type[PyIdeal] | type[NativeIdeal] = NativeIdeal
 except ImportError:
     Ideal = PyIdeal
@@ -328,8 +341,13 @@ class Policy:
         return Policy(self.label, type(self.cache)(self.cache.r), self.block, max_len, self.concurrency, self.aside)
 
 
-def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int = 1, keep_outcomes: bool = True,
-           progress: Callable[[int], None] | None = None) -> tuple[dict[str, Run], Run]:
+def replay(
+    policies: list[Policy],
+    requests: Iterable[Request],
+    concurrency: int = 1,
+    keep_outcomes: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Run], Run]:
     """Every policy over the same requests, and the ideal cache beside them. Python's cycle collector is paused
     meanwhile (and resumed after, if it was running): the replay makes millions of objects, none of them in a
     reference cycle (requests, prompts, their keys, the caches' dicts and tuples, the tree's bytes), so they are
@@ -343,8 +361,13 @@ def replay(policies: list[Policy], requests: Iterable[Request], concurrency: int
             gc.enable()
 
 
-def _replay(policies: list[Policy], requests: Iterable[Request], concurrency: int, keep_outcomes: bool,
-            progress: Callable[[int], None] | None) -> tuple[dict[str, Run], Run]:
+def _replay(
+    policies: list[Policy],
+    requests: Iterable[Request],
+    concurrency: int,
+    keep_outcomes: bool,
+    progress: Callable[[int], None] | None,
+) -> tuple[dict[str, Run], Run]:
     ideal = Ideal()
     runs = {p.label: Run(p.label, p.block, keep_outcomes=keep_outcomes and not p.aside) for p in policies}
     ideal_run = Run(Ideal.label, 1, keep_outcomes=keep_outcomes)

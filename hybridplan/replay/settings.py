@@ -36,9 +36,12 @@ class ReplaySettings(Struct, frozen=True):
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise PlanError(f"--concurrency must be at least 1, got {self.concurrency}")
-        for flag, v in (("--limit", self.limit), ("--prefix-match-unit", self.prefix_match_unit),
-                        ("--num-gpu-blocks-override", self.num_gpu_blocks_override),
-                        ("--max-total-tokens", self.max_total_tokens)):
+        for flag, v in (
+            ("--limit", self.limit),
+            ("--prefix-match-unit", self.prefix_match_unit),
+            ("--num-gpu-blocks-override", self.num_gpu_blocks_override),
+            ("--max-total-tokens", self.max_total_tokens),
+        ):
             if v is not None and v <= 0:
                 raise PlanError(f"{flag} must be positive, got {v}")
         if self.retention_interval is not None and self.retention_interval < 0:

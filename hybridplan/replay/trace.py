@@ -102,7 +102,7 @@ class Prompt(Struct, frozen=True, dict=True):
         if self.tokens is not None:
             h, toks = 0, self.tokens
             for a in range(0, total - unit + 1, unit):
-                h = hash((h, toks[a:a + unit]))
+                h = hash((h, toks[a : a + unit]))
                 out.append(h)
         elif _native is not None:
             out = _native.unit_keys(self.runs, unit, total)
@@ -140,7 +140,7 @@ class Prompt(Struct, frozen=True, dict=True):
             else:
                 memo, chain = [0], 0
                 append = memo.append
-                for key, n in (self.runs if self.tokens is None else zip(self.tokens, repeat(1))):
+                for key, n in self.runs if self.tokens is None else zip(self.tokens, repeat(1)):
                     if n:
                         chain = step(chain, key, n)
                     append(chain)
@@ -168,7 +168,7 @@ class Prompt(Struct, frozen=True, dict=True):
         if not t:
             return base
         if self.tokens is not None:
-            return hash((base, self.tokens[q * unit:pos]))
+            return hash((base, self.tokens[q * unit : pos]))
         ends, starts, chains, keys_ = self._runs_index()
         j = bisect_left(ends, pos)
         return step(chains[j], keys_[j], pos - starts[j])
@@ -241,8 +241,9 @@ class Request(Struct, frozen=True, dict=True):
         return full
 
     def _with_output(self) -> Prompt:
-        return _followed(self.prompt, self.output_key if self.output_key is not None else ("out", self.index),
-                         self.output_len)
+        return _followed(
+            self.prompt, self.output_key if self.output_key is not None else ("out", self.index), self.output_len
+        )
 
 
 def _followed(prompt: Prompt, key: object, n: int) -> Prompt:
@@ -366,12 +367,14 @@ _ABSENT = object()
 def _count_why(name: str, low: int):
     """What a line is told whose token count ``name`` msgspec refuses: none, above MAX_PROMPT, or no integer
     ≥ ``low``."""
+
     def why(v: object) -> str:
         if v is _ABSENT:
             return f"no {name!r}"
         if _holds(v, Annotated[int, Meta(ge=low)]):
             return f"{name!r} is {v:,}: more than {MAX_PROMPT:,} tokens"
         return f"{name!r} must be an integer ≥ {low}, got {v!r}"
+
     return why
 
 
@@ -399,8 +402,11 @@ def _first_refused(obj: dict, kind: type, whys: dict) -> str | None:
 
 #: what a Mooncake line is told when msgspec refuses one of its fields, in the order the fields are checked (the
 #: count of ``hash_ids`` is checked before ``timestamp``: ``_mooncake_refusal``)
-_MOONCAKE_WHY = {"input_length": _count_why("input_length", 1), "output_length": _count_why("output_length", 0),
-                 "hash_ids": lambda v: "'hash_ids' must be a list of integers"}
+_MOONCAKE_WHY = {
+    "input_length": _count_why("input_length", 1),
+    "output_length": _count_why("output_length", 0),
+    "hash_ids": lambda v: "'hash_ids' must be a list of integers",
+}
 _TIMESTAMP_WHY = {"timestamp": lambda v: f"'timestamp' must be a number, got {v!r}"}
 
 
@@ -419,8 +425,12 @@ def _blocks_why(n: int, ids: list) -> str | None:
 
 
 def _mooncake_refusal(obj: dict) -> str:
-    return (_first_refused(obj, MooncakeLine, _MOONCAKE_WHY) or _blocks_why(obj["input_length"], obj["hash_ids"])
-            or _first_refused(obj, MooncakeLine, _TIMESTAMP_WHY) or "not a Mooncake record")
+    return (
+        _first_refused(obj, MooncakeLine, _MOONCAKE_WHY)
+        or _blocks_why(obj["input_length"], obj["hash_ids"])
+        or _first_refused(obj, MooncakeLine, _TIMESTAMP_WHY)
+        or "not a Mooncake record"
+    )
 
 
 def _mooncake_line(rec: MooncakeLine, path: Path, line: int, index: int) -> Request:
@@ -449,8 +459,11 @@ def _token_ids_why(v: object) -> str:
 
 
 #: what a token-id line is told when msgspec refuses one of its fields, in the order the fields are checked
-_TOKEN_WHY = {"prompt_token_ids": _token_ids_why, "output_len": _count_why("output_len", 0),
-              "arrival": lambda v: f"'arrival' must be a number, got {v!r}"}
+_TOKEN_WHY = {
+    "prompt_token_ids": _token_ids_why,
+    "output_len": _count_why("output_len", 0),
+    "arrival": lambda v: f"'arrival' must be a number, got {v!r}",
+}
 
 
 def _token_refusal(obj: dict) -> str:
@@ -497,20 +510,24 @@ class Synthetic(Struct, frozen=True):
         if self.order not in ORDERS:
             raise PlanError(f"synthetic workload: order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         if self.users * self.turns > MAX_REQUESTS:
-            raise PlanError(f"synthetic workload: {self.users * self.turns:,} requests, more than "
-                            f"{MAX_REQUESTS:,}")
+            raise PlanError(f"synthetic workload: {self.users * self.turns:,} requests, more than {MAX_REQUESTS:,}")
         if self.shared + self.private + self.group_shared == 0:
             raise PlanError("synthetic workload: every prompt would be empty (give shared or private tokens)")
         extra = max((x for x in self.private_extra if isinstance(x, int)), default=0)
         turns = self.turns if self.history else 1  # the longest prompt: the last turn's, with its extra tokens
         longest = self.shared + self.group_shared + turns * self.private + extra + (turns - 1) * self.output
         if longest > MAX_PROMPT or self.output > MAX_PROMPT:
-            raise PlanError(f"synthetic workload: a prompt of {longest:,} tokens and {self.output:,} output "
-                            f"tokens; at most {MAX_PROMPT:,} each")
+            raise PlanError(
+                f"synthetic workload: a prompt of {longest:,} tokens and {self.output:,} output "
+                f"tokens; at most {MAX_PROMPT:,} each"
+            )
 
     def requests(self) -> Iterator[Request]:
-        pairs = ([(u, t) for t in range(self.turns) for u in range(self.users)] if self.order == "round-robin"
-                 else [(u, t) for u in range(self.users) for t in range(self.turns)])
+        pairs = (
+            [(u, t) for t in range(self.turns) for u in range(self.users)]
+            if self.order == "round-robin"
+            else [(u, t) for u in range(self.users) for t in range(self.turns)]
+        )
         for i, (u, t) in enumerate(pairs):
             runs: list[tuple[object, int]] = []
             if self.shared:
@@ -524,13 +541,30 @@ class Synthetic(Struct, frozen=True):
                     runs.append((("user", u, k), self.private + extra))
                 if k < t and self.output:
                     runs.append(((("reply", u, k), 0), self.output))
-            yield Request(i, Prompt(runs=tuple(runs)), self.output, float(i), f"user {u + 1}, turn {t + 1}",
-                          output_key=("reply", u, t))
+            yield Request(
+                i,
+                Prompt(runs=tuple(runs)),
+                self.output,
+                float(i),
+                f"user {u + 1}, turn {t + 1}",
+                output_key=("reply", u, t),
+            )
 
 
-_SYNTH_KEYS = {"shared": "shared", "system_prompt": "shared", "users": "users", "turns": "turns",
-               "private": "private", "private_per_turn": "private", "output": "output", "output_tokens": "output",
-               "history": "history", "order": "order", "group_size": "group_size", "group_shared": "group_shared"}
+_SYNTH_KEYS = {
+    "shared": "shared",
+    "system_prompt": "shared",
+    "users": "users",
+    "turns": "turns",
+    "private": "private",
+    "private_per_turn": "private",
+    "output": "output",
+    "output_tokens": "output",
+    "history": "history",
+    "order": "order",
+    "group_size": "group_size",
+    "group_shared": "group_shared",
+}
 
 
 def synthetic_yaml(path: Path) -> Synthetic:
@@ -572,8 +606,7 @@ def detect(path: Path) -> str:
             return "mooncake"
         if "prompt_token_ids" in obj:
             return "tokens"
-        raise _bad(path, line, "neither a Mooncake record ('hash_ids') nor a token-id record "
-                               "('prompt_token_ids')")
+        raise _bad(path, line, "neither a Mooncake record ('hash_ids') nor a token-id record ('prompt_token_ids')")
     raise PlanError(f"{path}: the trace holds no request")
 
 

@@ -20,9 +20,11 @@ from hybridplan.errors import PlanError
 from hybridplan.logread import Log
 from hybridplan.reports import schema_version
 
-NOTHING = ("no line hybridplan can check in this log (looked for vLLM's \"Setting attention block size\", \"Padding "
-           "mamba page size\", \"KV cache size\", \"Maximum concurrency\" and \"max_num_seqs … exceeds\", and SGLang's "
-           "\"Mamba Cache is allocated\", \"KV Cache is allocated\" and max_running_requests lines)")
+NOTHING = (
+    'no line hybridplan can check in this log (looked for vLLM\'s "Setting attention block size", "Padding '
+    'mamba page size", "KV cache size", "Maximum concurrency" and "max_num_seqs … exceeds", and SGLang\'s '
+    '"Mamba Cache is allocated", "KV Cache is allocated" and max_running_requests lines)'
+)
 
 
 class StartCheck(Struct, frozen=True):
@@ -51,9 +53,15 @@ class StartCheck(Struct, frozen=True):
         return next((s.value for s in self.settings if s.name == name), None)
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "lines": list(self.lines), "model": self.model, "ok": self.ok,
-                "error": self.error, **{f: [_JSON[f](x) for x in getattr(self, f)] for f in _FIELDS},
-                "notes": list(self.notes)}
+        return {
+            "index": self.index,
+            "lines": list(self.lines),
+            "model": self.model,
+            "ok": self.ok,
+            "error": self.error,
+            **{f: [_JSON[f](x) for x in getattr(self, f)] for f in _FIELDS},
+            "notes": list(self.notes),
+        }
 
 
 class CheckReport(Struct, frozen=True):
@@ -106,14 +114,21 @@ class CheckReport(Struct, frozen=True):
     def csv_rows(self) -> list[dict]:
         """One row per figure compared, typed as --json types it (``typed``: a count as a number, without its
         separators; text that is not a number stays text)."""
-        return [{"start": s.index, **{k: v for k, v in _row_json(x).items() if k in self.csv_columns}}
-                for s in self.checked for x in s.rows]
+        return [
+            {"start": s.index, **{k: v for k, v in _row_json(x).items() if k in self.csv_columns}}
+            for s in self.checked
+            for x in s.rows
+        ]
 
     def to_dict(self) -> dict:
-        return {"schema_version": schema_version("check-log"), "model": self.model, "ok": self.ok,
-                **{f: [{**_JSON[f](x), "start": s.index} for s in self.checked for x in getattr(s, f)]
-                   for f in _FIELDS},
-                "notes": list(self.notes), "starts": [s.to_dict() for s in self.starts]}
+        return {
+            "schema_version": schema_version("check-log"),
+            "model": self.model,
+            "ok": self.ok,
+            **{f: [{**_JSON[f](x), "start": s.index} for s in self.checked for x in getattr(s, f)] for f in _FIELDS},
+            "notes": list(self.notes),
+            "starts": [s.to_dict() for s in self.starts],
+        }
 
 
 # --- the JSON: numbers as numbers, the unit in the name -------------------------------------------------------
@@ -165,16 +180,31 @@ def _setting_json(x: Setting) -> dict:
 
 def _unit(figure: str) -> str | None:
     """The unit of a figure, from its label as the table shows it."""
-    for mark, unit in (("(GiB)", "GiB"), ("(GB", "GB"), ("(MB)", "MB"), ("(tokens)", "tokens"), ("%", "percent"),
-                       ("max concurrency", "requests"), ("block size", "tokens")):
+    for mark, unit in (
+        ("(GiB)", "GiB"),
+        ("(GB", "GB"),
+        ("(MB)", "MB"),
+        ("(tokens)", "tokens"),
+        ("%", "percent"),
+        ("max concurrency", "requests"),
+        ("block size", "tokens"),
+    ):
         if mark in figure:
             return unit
     return None
 
 
 def _row_json(x: Row) -> dict:
-    return {"engine": x.engine, "figure": x.figure, "unit": _unit(x.figure), "logged": typed(x.logged),
-            "predicted": typed(x.predicted), "logged_text": x.logged, "predicted_text": x.predicted, "ok": x.ok}
+    return {
+        "engine": x.engine,
+        "figure": x.figure,
+        "unit": _unit(x.figure),
+        "logged": typed(x.logged),
+        "predicted": typed(x.predicted),
+        "logged_text": x.logged,
+        "predicted_text": x.predicted,
+        "ok": x.ok,
+    }
 
 
 def _estimate_json(x: Estimate) -> dict:
@@ -182,13 +212,22 @@ def _estimate_json(x: Estimate) -> dict:
 
 
 def _not_modelled_json(x: NotModelled) -> dict:
-    return {"engine": x.engine, "figure": x.figure, "logged": typed(x.logged), "logged_text": x.logged,
-            "reason": x.reason}
+    return {
+        "engine": x.engine,
+        "figure": x.figure,
+        "logged": typed(x.logged),
+        "logged_text": x.logged,
+        "reason": x.reason,
+    }
 
 
 _FIELDS = ("settings", "rows", "estimates", "not_modelled")
-_JSON: dict[str, Callable[[Any], dict]] = {"settings": _setting_json, "rows": _row_json, "estimates": _estimate_json,
-                                          "not_modelled": _not_modelled_json}
+_JSON: dict[str, Callable[[Any], dict]] = {
+    "settings": _setting_json,
+    "rows": _row_json,
+    "estimates": _estimate_json,
+    "not_modelled": _not_modelled_json,
+}
 
 
 def keywords() -> list[str]:
@@ -215,22 +254,39 @@ def split(log: Log) -> list[Log]:
 def _check_start(index: int, log: Log, given: LogGiven) -> StartCheck:
     found = [e for e in engines.every() if e.log_present(log)]
     if not found:
-        return StartCheck(index, log.span, None, notes=(
-            f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no figure hybridplan checks: it stopped "
-            "before its caches were sized, or the excerpt left them out",))
+        return StartCheck(
+            index,
+            log.span,
+            None,
+            notes=(
+                f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no figure hybridplan checks: it stopped "
+                "before its caches were sized, or the excerpt left them out",
+            ),
+        )
     parts = [e.check_log(log, given) for e in found]
     if log.cut_by is None:
         cut: tuple[str, ...] = ()
     elif log.cut_by.startswith("container "):
-        cut = (f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) is the lines of {log.cut_by}: the log "
-               "interleaves docker compose services, each read on its own lines",)
+        cut = (
+            f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) is the lines of {log.cut_by}: the log "
+            "interleaves docker compose services, each read on its own lines",
+        )
     else:
-        cut = (f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no banner of its own: it is cut from "
-               f"the one before where a figure that start printed appears again ({log.cut_by}), as pasted runs are; "
-               "the settings the log states are read from this start's lines alone",)
-    return StartCheck(index, log.span, parts[0].model, tuple(s for p in parts for s in p.settings),
-                      tuple(r for p in parts for r in p.rows), tuple(n for p in parts for n in p.not_modelled),
-                      cut + tuple(n for p in parts for n in p.notes), tuple(e for p in parts for e in p.estimates))
+        cut = (
+            f"start {index} (lines {log.span[0]:,}–{log.span[1]:,}) prints no banner of its own: it is cut from "
+            f"the one before where a figure that start printed appears again ({log.cut_by}), as pasted runs are; "
+            "the settings the log states are read from this start's lines alone",
+        )
+    return StartCheck(
+        index,
+        log.span,
+        parts[0].model,
+        tuple(s for p in parts for s in p.settings),
+        tuple(r for p in parts for r in p.rows),
+        tuple(n for p in parts for n in p.not_modelled),
+        cut + tuple(n for p in parts for n in p.notes),
+        tuple(e for p in parts for e in p.estimates),
+    )
 
 
 def check(log: Log, given: LogGiven = LogGiven()) -> CheckReport:

@@ -48,9 +48,16 @@ class CrossoverReport(Struct, frozen=True):
         out = []
         for ctx in self.ladder:
             hyb, ref = self.fp.total_at(ctx), self.ref_fp.total_at(ctx)
-            out.append({"ctx": ctx, "hybrid_state_bytes": self.fp.state_bytes,
-                        "hybrid_kv_bytes": self.fp.kv_bytes_at(ctx), "hybrid_bytes": hyb, "reference_bytes": ref,
-                        "ratio": ref / hyb if hyb else None})
+            out.append(
+                {
+                    "ctx": ctx,
+                    "hybrid_state_bytes": self.fp.state_bytes,
+                    "hybrid_kv_bytes": self.fp.kv_bytes_at(ctx),
+                    "hybrid_bytes": hyb,
+                    "reference_bytes": ref,
+                    "ratio": ref / hyb if hyb else None,
+                }
+            )
         return out
 
     def to_dict(self) -> dict:
@@ -62,16 +69,19 @@ class CrossoverReport(Struct, frozen=True):
             "reference_bytes_per_token": self.ref_fp.kv_bytes_per_token,
             "reference_state_bytes": self.ref_fp.state_bytes,
             "hybrid_kv_bytes_per_token": self.fp.kv_bytes_per_token,
-            "rows": [{
-                "ssm_dtype": r.ssm_dtype,
-                "state_bytes": r.state_bytes,
-                "state_only_tokens": float(r.state_only) if r.state_only is not None else None,
-                "state_only_exact": _exact(r.state_only),
-                "state_only_first_smaller": r.state_only_tokens,
-                "total_tokens": float(r.total) if r.total is not None else None,
-                "total_exact": _exact(r.total),
-                "total_first_smaller": r.total_tokens,
-            } for r in self.rows],
+            "rows": [
+                {
+                    "ssm_dtype": r.ssm_dtype,
+                    "state_bytes": r.state_bytes,
+                    "state_only_tokens": float(r.state_only) if r.state_only is not None else None,
+                    "state_only_exact": _exact(r.state_only),
+                    "state_only_first_smaller": r.state_only_tokens,
+                    "total_tokens": float(r.total) if r.total is not None else None,
+                    "total_exact": _exact(r.total),
+                    "total_first_smaller": r.total_tokens,
+                }
+                for r in self.rows
+            ],
             "ladder": self.ladder_rows(),
             "notes": list(self.spec.notes),
         }
@@ -86,8 +96,10 @@ def crossover(sc: Scenario, ref: ModelSpec) -> CrossoverReport:
     if not spec.recurrent:
         raise PlanError(f"{spec.name} has no recurrent layers: there is no crossover to find")
     if (spec.name, spec, spec.facts) == (ref.name, ref, ref.facts):
-        raise PlanError(f"{spec.name} against itself: the two needs are equal at every context, so there is no "
-                        "crossover; name another reference with --vs")
+        raise PlanError(
+            f"{spec.name} against itself: the two needs are equal at every context, so there is no "
+            "crossover; name another reference with --vs"
+        )
     sc.vllm.release.check_served(spec)
     ref_fp = vllm.footprint(reference(sc, ref))
     default_fp = vllm.footprint(sc)

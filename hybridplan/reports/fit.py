@@ -109,8 +109,14 @@ class FitReport(Struct, frozen=True):
                 v: Any = p  # vLLM's part: its Fit (with the mode chosen and the refusal, if any)
                 f = v.chosen
                 n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
-                out[name] = vllm_command(self.sc, model, mode=v.default_mode, max_num_seqs=n, revision=self.revision,
-                                         lowered=not f.starts and v.refusal is None)
+                out[name] = vllm_command(
+                    self.sc,
+                    model,
+                    mode=v.default_mode,
+                    max_num_seqs=n,
+                    revision=self.revision,
+                    lowered=not f.starts and v.refusal is None,
+                )
             else:
                 out[name] = sglang_command(self.sc, model, revision=self.revision)
         return out
@@ -129,9 +135,18 @@ class FitReport(Struct, frozen=True):
                 continue
             rel = sc.vllm.release if name == "vllm" else sc.sglang.release
             coupled = not import_module(f"hybridplan.engines.{name}.deploy").dp_replicas(sc)
-            out[name] = Target(name, rel, cmd, sc.spec.name, tp=sc.tp, pp=sc.pp, dp=sc.dp, dp_coupled=coupled,
-                               figures=tuple(f"predicted: {line}" for line in _logs(part)),
-                               gpus_per_node=gpus_per_node)
+            out[name] = Target(
+                name,
+                rel,
+                cmd,
+                sc.spec.name,
+                tp=sc.tp,
+                pp=sc.pp,
+                dp=sc.dp,
+                dp_coupled=coupled,
+                figures=tuple(f"predicted: {line}" for line in _logs(part)),
+                gpus_per_node=gpus_per_node,
+            )
         return out
 
     def flags(self) -> dict[str, str]:
@@ -139,11 +154,19 @@ class FitReport(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         sc = self.sc
-        d: dict = {"schema_version": SCHEMA_VERSION, "model": sc.spec.name, "ctx": sc.ctx, "tp": sc.tp,
-                   "ok": self.verdict_ok, "flags": self.flags(), "notes": list(self.notes),
-                   "commands": {name: None if c is None else {"env": list(c.env), "argv": list(c.argv),
-                                                              "notes": list(c.notes)}
-                                for name, c in self.commands().items()}}
+        d: dict = {
+            "schema_version": SCHEMA_VERSION,
+            "model": sc.spec.name,
+            "ctx": sc.ctx,
+            "tp": sc.tp,
+            "ok": self.verdict_ok,
+            "flags": self.flags(),
+            "notes": list(self.notes),
+            "commands": {
+                name: None if c is None else {"env": list(c.env), "argv": list(c.argv), "notes": list(c.notes)}
+                for name, c in self.commands().items()
+            },
+        }
         if self.skipped:
             d["skipped"] = dict(self.skipped)
         d.update((name, p.to_dict()) for name, p in self.parts.items())
@@ -172,9 +195,11 @@ def budget_notes(sc: Scenario) -> tuple[str, ...]:
         if g.approximation:
             notes.append(g.approximation)
         if g.unified:
-            notes.append(f"{g.name} shares its memory with the host: vLLM reads free memory from the host's "
-                         "available memory (vllm/utils/mem_utils.py), so whatever the host takes during start-up "
-                         "counts as non-torch; real logs came out up to 3.2 GiB below this estimate (docs/memory.md)")
+            notes.append(
+                f"{g.name} shares its memory with the host: vLLM reads free memory from the host's "
+                "available memory (vllm/utils/mem_utils.py), so whatever the host takes during start-up "
+                "counts as non-torch; real logs came out up to 3.2 GiB below this estimate (docs/memory.md)"
+            )
     return tuple(notes)
 
 
@@ -189,8 +214,10 @@ def estimate_note(parts: dict) -> tuple[str, ...]:
             said.append(f"{_ENGINE_NAMES.get(name, name)}: {what}")
     if not said:
         return ()
-    return ("memory terms estimated from real start-up logs (docs/memory.md), which the engine measures at "
-            f"start-up: {'; '.join(said)}",)
+    return (
+        "memory terms estimated from real start-up logs (docs/memory.md), which the engine measures at "
+        f"start-up: {'; '.join(said)}",
+    )
 
 
 def engine_model(ref: str | None, sc: Scenario) -> str:

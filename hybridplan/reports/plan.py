@@ -38,18 +38,36 @@ class PlanReport(Struct, frozen=True):
         if not plans:
             raise PlanError("no plan holds the target, so there is nothing to pick")
         if not 1 <= n <= len(plans):
-            raise PlanError(f"--pick {n}: there {'is 1 plan' if len(plans) == 1 else f'are {len(plans)} plans'}, "
-                            f"pick 1 to {len(plans)}")
+            raise PlanError(
+                f"--pick {n}: there {'is 1 plan' if len(plans) == 1 else f'are {len(plans)} plans'}, "
+                f"pick 1 to {len(plans)}"
+            )
         return plans[n - 1]
 
     def targets(self, n: int = 1, gpus_per_node: int = 8) -> dict:
         """What `--emit` writes for the ``n``th plan: what `fit` with that plan's command writes."""
         return self.fit_report(self.picked(n)).targets(gpus_per_node)
 
-    csv_columns = ("rank", "engine", "gpus", "tp", "pp", "dp", "expert_parallel", "ep_size", "dp_attention",
-                   "kv_dtype", "ssm_dtype", "mamba_cache_mode", "holds_requests", "margin_fraction",
-                   "decode_tokens_per_s_per_gpu", "decode_tokens_per_s_per_gpu_p10", "decode_tokens_per_s_per_gpu_p90",
-                   "command")
+    csv_columns = (
+        "rank",
+        "engine",
+        "gpus",
+        "tp",
+        "pp",
+        "dp",
+        "expert_parallel",
+        "ep_size",
+        "dp_attention",
+        "kv_dtype",
+        "ssm_dtype",
+        "mamba_cache_mode",
+        "holds_requests",
+        "margin_fraction",
+        "decode_tokens_per_s_per_gpu",
+        "decode_tokens_per_s_per_gpu_p10",
+        "decode_tokens_per_s_per_gpu_p90",
+        "command",
+    )
 
     def csv_rows(self) -> list[dict]:
         """One row per plan, in the order `plan` lists them (``csv_columns``; a variant's None: the engine's
@@ -57,12 +75,27 @@ class PlanReport(Struct, frozen=True):
         out = []
         for i, p in enumerate(self.result.plans, 1):
             lay, v, c = p.layout, p.variant, self.command(p)
-            out.append({"rank": i, "engine": lay.engine, "gpus": lay.gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
-                        "expert_parallel": lay.expert_parallel, "ep_size": lay.ep_size,
-                        "dp_attention": lay.dp_attention, "kv_dtype": v.kv, "ssm_dtype": v.ssm,
-                        "mamba_cache_mode": v.mode, "holds_requests": p.holds, "margin_fraction": p.margin,
-                        "decode_tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-                        **_range_columns(p), "command": None if c is None else str(c)})
+            out.append(
+                {
+                    "rank": i,
+                    "engine": lay.engine,
+                    "gpus": lay.gpus,
+                    "tp": lay.tp,
+                    "pp": lay.pp,
+                    "dp": lay.dp,
+                    "expert_parallel": lay.expert_parallel,
+                    "ep_size": lay.ep_size,
+                    "dp_attention": lay.dp_attention,
+                    "kv_dtype": v.kv,
+                    "ssm_dtype": v.ssm,
+                    "mamba_cache_mode": v.mode,
+                    "holds_requests": p.holds,
+                    "margin_fraction": p.margin,
+                    "decode_tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+                    **_range_columns(p),
+                    "command": None if c is None else str(c),
+                }
+            )
         return out
 
     @property
@@ -112,16 +145,28 @@ class PlanReport(Struct, frozen=True):
         for p in r.plans:
             c = self.command(p)
             plans.append({**p.to_dict(), "command": None if c is None else {"env": list(c.env), "argv": list(c.argv)}})
-        return {"schema_version": schema_version("plan"), "model": r.base.spec.name, "ctx": r.base.ctx,
-                "concurrency": r.concurrency, "gpu": r.base.budget.gpu, "max_gpus": r.max_gpus,
-                "layouts_tried": r.tried, "plans": plans, "rejected": [x.to_dict() for x in r.rejected],
-                "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else []}
+        return {
+            "schema_version": schema_version("plan"),
+            "model": r.base.spec.name,
+            "ctx": r.base.ctx,
+            "concurrency": r.concurrency,
+            "gpu": r.base.budget.gpu,
+            "max_gpus": r.max_gpus,
+            "layouts_tried": r.tried,
+            "plans": plans,
+            "rejected": [x.to_dict() for x in r.rejected],
+            "notes": [r.base.budget.gpu_note] if r.base.budget.gpu_note else [],
+        }
 
 
 #: a rejection's kind (hybridplan/plan.py REJECTION_KINDS) as a family of causes a person reads
-KIND_WORDS = {"refused": "the engine refuses the layout", "not modelled": "not modelled by hybridplan",
-              "weights": "the weights do not fit", "too few": "too few requests fit (KV blocks or state slots)",
-              "memory": "too few requests fit in the GPUs' memory"}
+KIND_WORDS = {
+    "refused": "the engine refuses the layout",
+    "not modelled": "not modelled by hybridplan",
+    "weights": "the weights do not fit",
+    "too few": "too few requests fit (KV blocks or state slots)",
+    "memory": "too few requests fit in the GPUs' memory",
+}
 
 
 def kind(r: Rejection) -> str:

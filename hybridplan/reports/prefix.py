@@ -40,8 +40,19 @@ OUTPUT = 1
 
 #: `prefix --csv`: a row per shared length and engine row; "2nd" (reused_tokens, computed_tokens) and "3rd+"
 #: (later_…) as the table's columns; grid_tokens: the row's block size (vLLM) or state grid (SGLang)
-CSV_COLUMNS = ("shared_tokens", "private_tokens", "prompt_tokens", "engine", "row", "grid", "grid_tokens",
-               "reused_tokens", "computed_tokens", "later_reused_tokens", "later_computed_tokens")
+CSV_COLUMNS = (
+    "shared_tokens",
+    "private_tokens",
+    "prompt_tokens",
+    "engine",
+    "row",
+    "grid",
+    "grid_tokens",
+    "reused_tokens",
+    "computed_tokens",
+    "later_reused_tokens",
+    "later_computed_tokens",
+)
 
 
 class PrefixReport(Struct, frozen=True):
@@ -62,16 +73,31 @@ class PrefixReport(Struct, frozen=True):
         out = []
         for engine, part in self.parts.items():
             for label, grid_name, r in part.entries():
-                out.append({"shared_tokens": self.shared, "private_tokens": self.private,
-                            "prompt_tokens": self.shared + self.private, "engine": engine, "row": label,
-                            "grid": grid_name, "grid_tokens": r.grid, "reused_tokens": r.reused_tokens,
-                            "computed_tokens": r.computed_tokens, "later_reused_tokens": r.later_reused_tokens,
-                            "later_computed_tokens": r.later_computed_tokens})
+                out.append(
+                    {
+                        "shared_tokens": self.shared,
+                        "private_tokens": self.private,
+                        "prompt_tokens": self.shared + self.private,
+                        "engine": engine,
+                        "row": label,
+                        "grid": grid_name,
+                        "grid_tokens": r.grid,
+                        "reused_tokens": r.reused_tokens,
+                        "computed_tokens": r.computed_tokens,
+                        "later_reused_tokens": r.later_reused_tokens,
+                        "later_computed_tokens": r.later_computed_tokens,
+                    }
+                )
         return out
 
     def to_dict(self) -> dict:
-        d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "shared": self.shared,
-                   "private": self.private, "prompt": self.shared + self.private}
+        d: dict = {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.spec.name,
+            "shared": self.shared,
+            "private": self.private,
+            "prompt": self.shared + self.private,
+        }
         d.update((name, p.to_dict()) for name, p in self.parts.items())
         if self.skipped:
             d["skipped"] = dict(self.skipped)
@@ -124,8 +150,10 @@ def _check_size(ln: Lanes, prompt: int) -> None:
         raise PlanError(f"a prompt of {prompt:,} tokens: hybridplan replays requests of at most {MAX_PROMPT:,}")
     for _, p, _ in ln.chosen:
         if prompt // p.block > MAX_UNITS:
-            raise PlanError(f"a {prompt:,}-token prompt spans {prompt // p.block:,} {p.block:,}-token blocks on "
-                            f"{p.label}: hybridplan replays at most {MAX_UNITS:,} a request: shorten the prompt")
+            raise PlanError(
+                f"a {prompt:,}-token prompt spans {prompt // p.block:,} {p.block:,}-token blocks on "
+                f"{p.label}: hybridplan replays at most {MAX_UNITS:,} a request: shorten the prompt"
+            )
 
 
 def prefix(sc: Scenario, shared: int, private: int, ln: Lanes | None = None) -> PrefixReport:
@@ -164,7 +192,8 @@ class SweepReport(Struct, frozen=True):
         for p in self.points:
             for label, grid_name, r in p.entries():
                 out.setdefault(f"{label} ({grid_name} {r.grid})", []).append(
-                    (p.shared, r.reused_tokens, r.later_reused_tokens))
+                    (p.shared, r.reused_tokens, r.later_reused_tokens)
+                )
         return out
 
     csv_columns = CSV_COLUMNS
@@ -174,8 +203,12 @@ class SweepReport(Struct, frozen=True):
         return [r for p in self.points for r in p.csv_rows()]
 
     def to_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "private": self.private,
-                "points": [p.to_dict() for p in self.points]}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.spec.name,
+            "private": self.private,
+            "points": [p.to_dict() for p in self.points],
+        }
 
 
 def parse_sweep(text: str) -> range:
@@ -190,15 +223,18 @@ def parse_sweep(text: str) -> range:
     return range(a, b + 1, step)
 
 
-def prefix_sweep(sc: Scenario, sweep: str, private: int,
-                 progress: Callable[[int, int], None] | None = None) -> SweepReport:
+def prefix_sweep(
+    sc: Scenario, sweep: str, private: int, progress: Callable[[int, int], None] | None = None
+) -> SweepReport:
     """``prefix`` at every shared length of ``sweep``; ``progress(done, total)`` after each point."""
     shared = [n for n in parse_sweep(sweep) if n + private > 0]
     ln = lanes(sc)
     units = sum((n + private) // p.block for n in shared for _, p, _ in ln.chosen)
     if units > MAX_SWEEP_UNITS:
-        raise PlanError(f"--sweep {sweep} with {private:,} private tokens would replay {units:,} blocks (vLLM) and "
-                        f"grid points (SGLang), more than {MAX_SWEEP_UNITS:,}: sweep shorter prompts or fewer steps")
+        raise PlanError(
+            f"--sweep {sweep} with {private:,} private tokens would replay {units:,} blocks (vLLM) and "
+            f"grid points (SGLang), more than {MAX_SWEEP_UNITS:,}: sweep shorter prompts or fewer steps"
+        )
     points = []
     for n in shared:
         points.append(prefix(sc, n, private, ln))

@@ -80,13 +80,26 @@ class Row(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         r = self.run
-        d = {"engine": self.engine, "label": self.label, "block": r.block, "requests": r.requests,
-                "token_hit_rate": r.hit_rate, "requests_with_hit": r.with_hit, "prompt_tokens": r.prompt_tokens,
-                "reused_tokens": r.reused_tokens, "computed_tokens": r.computed_tokens,
-                "prefill_flops_saved": self.flops_saved, "prefill_flops_total": self.flops_total,
-                "peak_states_held": r.peak_states, "peak_blocks_held": r.peak_blocks, "evictions": r.evictions,
-                "refused": [{"request": i, "why": w} for i, w in r.refused], "reasons": dict(r.reasons),
-                "rules": self.rules, "diagnostics": list(self.diagnostics)}
+        d = {
+            "engine": self.engine,
+            "label": self.label,
+            "block": r.block,
+            "requests": r.requests,
+            "token_hit_rate": r.hit_rate,
+            "requests_with_hit": r.with_hit,
+            "prompt_tokens": r.prompt_tokens,
+            "reused_tokens": r.reused_tokens,
+            "computed_tokens": r.computed_tokens,
+            "prefill_flops_saved": self.flops_saved,
+            "prefill_flops_total": self.flops_total,
+            "peak_states_held": r.peak_states,
+            "peak_blocks_held": r.peak_blocks,
+            "evictions": r.evictions,
+            "refused": [{"request": i, "why": w} for i, w in r.refused],
+            "reasons": dict(r.reasons),
+            "rules": self.rules,
+            "diagnostics": list(self.diagnostics),
+        }
         if self.in_flight is not None:
             d["in_flight"] = self.in_flight
         if r.host is not None:  # SGLang's host tier: its hits beside the device's, and what it wrote
@@ -114,13 +127,22 @@ class ReplayReport(Struct, frozen=True):
         cache's, capped at prompt − 1), and per row what it reused and why (``REASONS``)."""
         first = self.rows[0].run.outcomes if self.rows else []
         for i, o in enumerate(first):
-            yield {"index": o.index, "prompt_tokens": o.prompt, "shared_tokens": o.shared,
-                   "reused": {r.label: r.run.outcomes[i].reused for r in self.rows if len(r.run.outcomes) > i},
-                   "why": {r.label: r.run.outcomes[i].reason for r in self.rows if len(r.run.outcomes) > i}}
+            yield {
+                "index": o.index,
+                "prompt_tokens": o.prompt,
+                "shared_tokens": o.shared,
+                "reused": {r.label: r.run.outcomes[i].reused for r in self.rows if len(r.run.outcomes) > i},
+                "why": {r.label: r.run.outcomes[i].reason for r in self.rows if len(r.run.outcomes) > i},
+            }
 
     def to_dict(self) -> dict:
-        d: dict = {"schema_version": SCHEMA_VERSION, "model": self.spec.name, "trace": self.trace,
-                   "concurrency": self.settings.concurrency, "rows": [r.to_dict() for r in self.rows]}
+        d: dict = {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.spec.name,
+            "trace": self.trace,
+            "concurrency": self.settings.concurrency,
+            "rows": [r.to_dict() for r in self.rows],
+        }
         if self.settings.per_request:
             d["requests"] = list(islice(self.request_lines(), MAX_LISTED))
         if self.skipped:
@@ -140,8 +162,9 @@ def _advice_of(engine: str) -> ReplayAdvice:
     return engines.get(engines.BASELINE if engine == "baseline" else engine).replay_advice()
 
 
-def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple[list[tuple[str, Policy, dict]],
-                                                                                 dict[str, str]]:
+def policies(
+    sc: Scenario, rs: ReplaySettings, unbounded: bool = False
+) -> tuple[list[tuple[str, Policy, dict]], dict[str, str]]:
     """(engine, policy, rules) for every engine and mode the scenario asks for, the attention-only baseline, and
     the engines skipped with the reason. ``unbounded``: every pool holds all it is given (nothing is evicted, no
     budget is asked for), the geometry alone deciding what is reused (`prefix`)."""
@@ -165,8 +188,7 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool = False) -> tuple
 # --- the report ----------------------------------------------------------------------------------------
 
 
-def _replay_one(factory: Callable[[], Iterable[Request]], concurrency: int,
-                n: int) -> Callable[[Policy], Run] | None:
+def _replay_one(factory: Callable[[], Iterable[Request]], concurrency: int, n: int) -> Callable[[Policy], Run] | None:
     """A what-if replay of one changed policy over the trace, where the trace is short enough (None: it is not)."""
     if n > WHAT_IF_LIMIT:
         return None
@@ -214,8 +236,11 @@ class Cause(Struct, frozen=True):
     note: str = ""
 
     def to_dict(self) -> dict:
-        d: dict = {"tokens": self.tokens, "share": self.share,
-                   "recover": [{"change": c, "token_hit_rate": h} for c, h in self.recover]}
+        d: dict = {
+            "tokens": self.tokens,
+            "share": self.share,
+            "recover": [{"change": c, "token_hit_rate": h} for c, h in self.recover],
+        }
         if self.tried:
             d["tried_without_gain"] = list(self.tried)
         if self.note:
@@ -238,8 +263,13 @@ class Gap(Struct, frozen=True):
         return next(c for c in self.causes if c.name == name)
 
     def to_dict(self) -> dict:
-        return {"ideal_tokens": self.ideal_tokens, "reused_tokens": self.reused_tokens, "gap_tokens": self.tokens,
-                "order": list(CAUSES), "lost": {c.name: c.to_dict() for c in self.causes}}
+        return {
+            "ideal_tokens": self.ideal_tokens,
+            "reused_tokens": self.reused_tokens,
+            "gap_tokens": self.tokens,
+            "order": list(CAUSES),
+            "lost": {c.name: c.to_dict() for c in self.causes},
+        }
 
 
 def _aside(p: Policy, label: str, rules, concurrency: int | None) -> Policy:
@@ -283,9 +313,14 @@ def attribute(run: Run, ideal: Run, stages: list[tuple[str, Run | None]], grid: 
     return lost
 
 
-def gaps(chosen: list[tuple[str, Policy, dict]], replayed: tuple[dict[str, Run], Run],
-         stages: dict[str, tuple[list[tuple[str, Policy | None]], int]], sc: Scenario, rs: ReplaySettings,
-         factory: Callable[[], Iterable[Request]] | None) -> dict[str, Gap]:
+def gaps(
+    chosen: list[tuple[str, Policy, dict]],
+    replayed: tuple[dict[str, Run], Run],
+    stages: dict[str, tuple[list[tuple[str, Policy | None]], int]],
+    sc: Scenario,
+    rs: ReplaySettings,
+    factory: Callable[[], Iterable[Request]] | None,
+) -> dict[str, Gap]:
     """Each row's gap, cause by cause, and what recovers each (``replayed``: the rows' runs and the ideal cache's):
     the candidates of every row (each engine's ``candidates``: the same row's rules rebuilt with one change)
     replayed together in one more pass over the trace (``factory``; None: not replayed, the trace being too
@@ -298,8 +333,10 @@ def gaps(chosen: list[tuple[str, Policy, dict]], replayed: tuple[dict[str, Run],
         lost = attribute(runs[p.label], ideal, [(c, runs[q.label] if q is not None else None) for c, q in st], grid)
         losts[p.label] = lost
         if factory is not None and engine != "baseline":
-            cands += [(p.label, cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency))
-                      for cause, change, r in _advice_of(engine).candidates(p, rules, runs[p.label], lost, sc, rs)]
+            cands += [
+                (p.label, cause, change, _aside(p, f"{p.label} · {change}", r, p.concurrency))
+                for cause, change, r in _advice_of(engine).candidates(p, rules, runs[p.label], lost, sc, rs)
+            ]
     alt: dict[str, Run] = {}
     if cands:
         alt, _ = replay([q for *_, q in cands], factory(), rs.concurrency, keep_outcomes=False)
@@ -332,9 +369,14 @@ def _no_flag(engine: str, cause: str, rules: dict, too_long: bool) -> str:
     return _advice_of(engine).no_flag(cause)
 
 
-def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterable[Request]], trace: str,
-                  progress: Callable[[Iterator[Request]], Iterator[Request]] | None = None,
-                  sweep_over: str | None = None) -> ReplayReport:
+def replay_report(
+    sc: Scenario,
+    rs: ReplaySettings,
+    factory: Callable[[], Iterable[Request]],
+    trace: str,
+    progress: Callable[[Iterator[Request]], Iterator[Request]] | None = None,
+    sweep_over: str | None = None,
+) -> ReplayReport:
     """Replay ``factory()``'s requests through every engine and mode the scenario asks for."""
     chosen, skipped = policies(sc, rs)
     if not chosen:
@@ -356,26 +398,46 @@ def replay_report(sc: Scenario, rs: ReplaySettings, factory: Callable[[], Iterab
     rows = []
     for engine, p, rules in chosen:
         run = runs[p.label]
-        diag = _advice_of(engine).diagnose(run, rules, sc, rs, _replay_one(limited, p.concurrency or rs.concurrency,
-                                                                           n)) if engine != "baseline" else []
-        rows.append(Row(engine, p.label, run, rules, fl.saved(run), fl.total(run), tuple(diag),
-                        found.get(p.label), p.concurrency))
+        diag = (
+            _advice_of(engine).diagnose(run, rules, sc, rs, _replay_one(limited, p.concurrency or rs.concurrency, n))
+            if engine != "baseline"
+            else []
+        )
+        rows.append(
+            Row(
+                engine,
+                p.label,
+                run,
+                rules,
+                fl.saved(run),
+                fl.total(run),
+                tuple(diag),
+                found.get(p.label),
+                p.concurrency,
+            )
+        )
     rows.append(Row("baseline", ideal.label, ideal, {"mode": "ideal"}, fl.saved(ideal), fl.total(ideal)))
     notes = [fl.note] if fl.note else []
-    capped = [(p.label, p.concurrency) for _, p, _ in chosen if p.concurrency is not None
-              and p.concurrency < rs.concurrency]
+    capped = [
+        (p.label, p.concurrency) for _, p, _ in chosen if p.concurrency is not None and p.concurrency < rs.concurrency
+    ]
     if capped:
         by: dict[int, list[str]] = {}
         for label, c in capped:
             by.setdefault(c, []).append(label)
-        notes.append(f"--concurrency {rs.concurrency:,} is past the engines' running limit (vLLM --max-num-seqs, "
-                     "SGLang --max-running-requests), so the rest wait in the queue: " + "; ".join(
-                         f"{', '.join(labels)} run{'s' if len(labels) == 1 else ''} {c:,} at once"
-                         for c, labels in by.items()))
+        notes.append(
+            f"--concurrency {rs.concurrency:,} is past the engines' running limit (vLLM --max-num-seqs, "
+            "SGLang --max-running-requests), so the rest wait in the queue: "
+            + "; ".join(
+                f"{', '.join(labels)} run{'s' if len(labels) == 1 else ''} {c:,} at once" for c, labels in by.items()
+            )
+        )
     if rs.concurrency > 1:
-        notes.append(f"{rs.concurrency} requests in flight: SGLang's rows run its scheduler loop (prefills share "
-                     "the chunk budget of a step, requests of one batch cannot hit each other); vLLM's cache a "
-                     "request's prefill when it is admitted, its shared prefill budget not modelled (docs/replay.md)")
+        notes.append(
+            f"{rs.concurrency} requests in flight: SGLang's rows run its scheduler loop (prefills share "
+            "the chunk budget of a step, requests of one batch cannot hit each other); vLLM's cache a "
+            "request's prefill when it is admitted, its shared prefill budget not modelled (docs/replay.md)"
+        )
     notes += _default_notes(sc)
     if any(o.reason == "refused" for o in ideal.outcomes) and found:
         notes.append("the gap is to the ideal cache over every request, those refused at max_model_len too")

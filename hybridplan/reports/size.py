@@ -58,11 +58,23 @@ class SizeReport(Struct, frozen=True):
         from hybridplan.engines.vllm.context import refusal
 
         why = refusal(self.sc)
-        late = (f"sized as asked, but vLLM {self.vllm_release.version} would not start with --max-model-len "
-                f"{self.ctx}: {why}",) + self._longer() if why else ()
-        staged = tuple(s.line for s in self.stages) + ((
-            "the figures above are the whole model's; each stage keeps only its own layers' (vLLM's split, "
-            "vllm/distributed/utils.py get_pp_indices)",) if self.sc.pp > 1 else ())
+        late = (
+            (
+                f"sized as asked, but vLLM {self.vllm_release.version} would not start with --max-model-len "
+                f"{self.ctx}: {why}",
+            )
+            + self._longer()
+            if why
+            else ()
+        )
+        staged = tuple(s.line for s in self.stages) + (
+            (
+                "the figures above are the whole model's; each stage keeps only its own layers' (vLLM's split, "
+                "vllm/distributed/utils.py get_pp_indices)",
+            )
+            if self.sc.pp > 1
+            else ()
+        )
         return self.release_notes + self.spec.notes + self.vllm_release.caveats(self.spec) + late + staged
 
     def _longer(self) -> tuple[str, ...]:
@@ -71,8 +83,9 @@ class SizeReport(Struct, frozen=True):
 
         spec = self.spec
         made = spec.max_position_embeddings
-        longer = [name for name, n in shipped_contexts(spec.architecture).items()
-                  if name != spec.name and n >= self.ctx]
+        longer = [
+            name for name, n in shipped_contexts(spec.architecture).items() if name != spec.name and n >= self.ctx
+        ]
         what = f"{spec.name} is {spec.source}" if spec.source else spec.name
         what += f", made for {made:,} tokens" if made else ""
         if not longer:
@@ -107,14 +120,21 @@ class SizeReport(Struct, frozen=True):
             "layers": self.spec.layer_counts,
             "dtypes": {"conv": fp.dtypes.conv, "ssm": fp.dtypes.ssm, "kv": fp.dtypes.kv},
             "state": {
-                "groups": [{
-                    "kind": g.kind, "count": g.count,
-                    "conv_shape": list(g.conv_shape) if g.conv_shape else None,
-                    "ssm_shape": list(g.ssm_shape) if g.ssm_shape else None,
-                    "conv_dtype": g.conv_dtype, "ssm_dtype": g.ssm_dtype,
-                    "conv_bytes_per_layer": g.conv_bytes_per_layer, "ssm_bytes_per_layer": g.ssm_bytes_per_layer,
-                    "bytes_per_layer": g.bytes_per_layer, "bytes": g.bytes,
-                } for g in fp.state],
+                "groups": [
+                    {
+                        "kind": g.kind,
+                        "count": g.count,
+                        "conv_shape": list(g.conv_shape) if g.conv_shape else None,
+                        "ssm_shape": list(g.ssm_shape) if g.ssm_shape else None,
+                        "conv_dtype": g.conv_dtype,
+                        "ssm_dtype": g.ssm_dtype,
+                        "conv_bytes_per_layer": g.conv_bytes_per_layer,
+                        "ssm_bytes_per_layer": g.ssm_bytes_per_layer,
+                        "bytes_per_layer": g.bytes_per_layer,
+                        "bytes": g.bytes,
+                    }
+                    for g in fp.state
+                ],
                 "conv_bytes_per_sequence": fp.conv_bytes,
                 "ssm_bytes_per_sequence": fp.ssm_bytes,
                 "bytes_per_sequence": fp.state_bytes,
@@ -123,18 +143,38 @@ class SizeReport(Struct, frozen=True):
                 "bytes_per_token_per_layer": full[0].bytes_per_token_per_layer if full else 0,
                 "bytes_per_token": fp.kv_bytes_per_token,
                 "bytes_at_ctx": fp.kv_bytes_at(self.ctx),
-                "groups": [{"kind": g.kind, "count": g.count, "dtype": g.dtype, "window": g.window,
-                            "bytes_per_token_per_layer": g.bytes_per_token_per_layer,
-                            "bytes_at_ctx": g.bytes_at(self.ctx)} for g in fp.kv],
+                "groups": [
+                    {
+                        "kind": g.kind,
+                        "count": g.count,
+                        "dtype": g.dtype,
+                        "window": g.window,
+                        "bytes_per_token_per_layer": g.bytes_per_token_per_layer,
+                        "bytes_at_ctx": g.bytes_at(self.ctx),
+                    }
+                    for g in fp.kv
+                ],
             },
             "total_bytes_at_ctx": self.total_at_ctx,
-            "reference": {"model": self.ref.name, "bytes_per_token": self.ref_fp.kv_bytes_per_token,
-                          "bytes_at_ctx": self.ref_at_ctx, "ratio": self.ratio},
+            "reference": {
+                "model": self.ref.name,
+                "bytes_per_token": self.ref_fp.kv_bytes_per_token,
+                "bytes_at_ctx": self.ref_at_ctx,
+                "ratio": self.ratio,
+            },
             "pool": {"slots": self.slots, "state_bytes": fp.pool_bytes(self.slots)},
             "weights": self.weights.to_dict() if self.weights else None,
             "notes": list(self.notes),
-            **({"pp": self.sc.pp, "dp": self.sc.dp, "expert_parallel": self.sc.expert_parallel,
-                "stages": [s.to_dict() for s in self.stages]} if self.stages else {}),
+            **(
+                {
+                    "pp": self.sc.pp,
+                    "dp": self.sc.dp,
+                    "expert_parallel": self.sc.expert_parallel,
+                    "stages": [s.to_dict() for s in self.stages],
+                }
+                if self.stages
+                else {}
+            ),
             **(self.engines.to_dict() if self.engines else {}),
         }
 
@@ -159,9 +199,13 @@ def _served(sc: Scenario) -> tuple[Scenario, tuple[str, ...]]:
         if rel is None:
             raise
         why = str(exc).split("; try --vllm-version")[0]
-        return (replace(sc, vllm=replace(sc.vllm, release=rel)),
-                (f"sized with vLLM {rel.version}'s rules, the newest release that serves it ({why}); "
-                 f"--vllm-version picks another",))
+        return (
+            replace(sc, vllm=replace(sc.vllm, release=rel)),
+            (
+                f"sized with vLLM {rel.version}'s rules, the newest release that serves it ({why}); "
+                f"--vllm-version picks another",
+            ),
+        )
 
 
 def size(sc: Scenario, ref: ModelSpec, with_engines: bool = False) -> SizeReport:

@@ -78,16 +78,27 @@ class Bench(Struct, frozen=True):
     draft_s: float | None = None
 
     def to_dict(self) -> dict:
-        return {"input": self.workload.input, "output": self.workload.output,
-                "concurrency": self.workload.concurrency, "num_prompts": self.workload.prompts,
-                "engine": self.engine, "running": self.running, "running_from": self.running_from,
-                "output_tok_s": self.output_tok_s, "mean_ttft_ms": self.mean_ttft_s * 1e3,
-                "median_ttft_ms": self.median_ttft_s * 1e3, "mean_tpot_ms": self.tpot_s * 1e3,
-                "mean_itl_ms": self.tpot_s * 1e3, "tokens_per_step": self.tokens_per_step,
-                "decode_step_ms": self.decode.seconds * 1e3, "prefill_ms": self.prefill_s * 1e3,
-                "draft_ms": None if self.draft_s is None else self.draft_s * 1e3,
-                "decode_host_ms": self.decode.host_s * 1e3, "decode_host_overlapped": self.decode.overlap,
-                "notes": list(self.notes)}
+        return {
+            "input": self.workload.input,
+            "output": self.workload.output,
+            "concurrency": self.workload.concurrency,
+            "num_prompts": self.workload.prompts,
+            "engine": self.engine,
+            "running": self.running,
+            "running_from": self.running_from,
+            "output_tok_s": self.output_tok_s,
+            "mean_ttft_ms": self.mean_ttft_s * 1e3,
+            "median_ttft_ms": self.median_ttft_s * 1e3,
+            "mean_tpot_ms": self.tpot_s * 1e3,
+            "mean_itl_ms": self.tpot_s * 1e3,
+            "tokens_per_step": self.tokens_per_step,
+            "decode_step_ms": self.decode.seconds * 1e3,
+            "prefill_ms": self.prefill_s * 1e3,
+            "draft_ms": None if self.draft_s is None else self.draft_s * 1e3,
+            "decode_host_ms": self.decode.host_s * 1e3,
+            "decode_host_overlapped": self.decode.overlap,
+            "notes": list(self.notes),
+        }
 
 
 def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
@@ -109,16 +120,22 @@ def running_cap(sc: Scenario, wl: Workload) -> tuple[int, str]:
     if name == "sglang":
         cap = int(part["max_running_requests"])
         if cap < 1:
-            raise PlanError(f"SGLang runs no request of {wl.input + wl.output:,} tokens on this GPU "
-                            "(hybridplan fit shows the memory split)")
+            raise PlanError(
+                f"SGLang runs no request of {wl.input + wl.output:,} tokens on this GPU "
+                "(hybridplan fit shows the memory split)"
+            )
         return min(wl.concurrency, cap), f"SGLang max_running_requests {cap} (hybridplan fit)"
     mode = part["modes"][sc.vllm.mode or part["default_mode"]]
     cap = min(int(mode["max_num_seqs"]), floor(mode["max_concurrency"]))
     if cap < 1:
-        raise PlanError(f"vLLM's KV blocks do not hold one request of {wl.input + wl.output:,} tokens on this GPU "
-                        f"({mode['max_concurrency']:.2f}x; hybridplan fit shows the budget)")
-    return min(wl.concurrency, cap), (f"vLLM: max_num_seqs {mode['max_num_seqs']}, blocks for "
-                                      f"{floor(mode['max_concurrency'])} requests (hybridplan fit)")
+        raise PlanError(
+            f"vLLM's KV blocks do not hold one request of {wl.input + wl.output:,} tokens on this GPU "
+            f"({mode['max_concurrency']:.2f}x; hybridplan fit shows the budget)"
+        )
+    return min(wl.concurrency, cap), (
+        f"vLLM: max_num_seqs {mode['max_num_seqs']}, blocks for "
+        f"{floor(mode['max_concurrency'])} requests (hybridplan fit)"
+    )
 
 
 def prefill_chunk(sc: Scenario) -> int:
@@ -184,8 +201,18 @@ def prepare(sc: Scenario, wl: Workload) -> Prepared:
     dec = decode_step(sc, running, wl.input + wl.output // 2)
     graphs, overlap = decode_mode(sc, running)
     draft = draft_step(dec, sc) if sc.spec_tokens and wl.acceptance is not None else None
-    return Prepared(sc, wl, running, running_from, dec, prefill_step(sc, wl.input), graphs, overlap, draft,
-                    tuple(mode_notes(sc, running)))
+    return Prepared(
+        sc,
+        wl,
+        running,
+        running_from,
+        dec,
+        prefill_step(sc, wl.input),
+        graphs,
+        overlap,
+        draft,
+        tuple(mode_notes(sc, running)),
+    )
 
 
 def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
@@ -201,12 +228,16 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
         a = wl.acceptance
         per_step = (1 - a ** (k + 1)) / (1 - a)
         draft_s = k * step_time(p.draft, g, eff, tp=sc.tp, graphs=p.graphs).seconds
-        notes.append(f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
-                     f"the draft's {k} forward passes take {draft_s * 1e3:.3f} ms a step (one decoder block of "
-                     "the target's shape, its LM head and sampler each)")
+        notes.append(
+            f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
+            f"the draft's {k} forward passes take {draft_s * 1e3:.3f} ms a step (one decoder block of "
+            "the target's shape, its LM head and sampler each)"
+        )
     elif k:
-        notes.append(f"--spec-tokens {k} without --acceptance: every step verifies {k + 1} tokens a request but "
-                     "only one is counted as emitted")
+        notes.append(
+            f"--spec-tokens {k} without --acceptance: every step verifies {k + 1} tokens a request but "
+            "only one is counted as emitted"
+        )
     steps = wl.output / per_step
     tpot = ((dec.seconds + (draft_s or 0.0)) * steps + (running - 1) * t_pf) / wl.output
     cycle = tpot * wl.output + t_pf  # one request's lifetime, its own prefill with it; a slot frees every cycle / B
@@ -215,13 +246,28 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
     ttft += [max(0, c - running) * cycle / running + t_pf] * max(0, n - c)
     if wl.concurrency > n:
-        notes.append(f"--concurrency {wl.concurrency:,} is more than the workload's {n:,} prompts: at most {n:,} "
-                     "are in flight at once (vllm bench serve sends each prompt once)")
+        notes.append(
+            f"--concurrency {wl.concurrency:,} is more than the workload's {n:,} prompts: at most {n:,} "
+            "are in flight at once (vllm bench serve sends each prompt once)"
+        )
     if running < c:
         notes.append(f"{c - running:,} of the {c:,} concurrent requests wait for a slot: {running_from}")
-    return Bench(wl, sc.engine if sc.engine != "both" else "vllm", running, running_from, dec, pf, t_pf,
-                 per_step, tpot, sum(ttft) / len(ttft), median(ttft), running * wl.output / cycle, tuple(notes),
-                 draft_s)
+    return Bench(
+        wl,
+        sc.engine if sc.engine != "both" else "vllm",
+        running,
+        running_from,
+        dec,
+        pf,
+        t_pf,
+        per_step,
+        tpot,
+        sum(ttft) / len(ttft),
+        median(ttft),
+        running * wl.output / cycle,
+        tuple(notes),
+        draft_s,
+    )
 
 
 def bench(sc: Scenario, g: Datasheet, wl: Workload, eff: Efficiency = DEFAULT) -> Bench:

@@ -101,11 +101,16 @@ def from_profile(report: dict) -> Calibration:
         t_pf = _phase_seconds(prefill)
         launch = median(excess) if excess else None
         return Calibration(
-            device=str(device["name"]), backend=str(device["backend"]), model=str(report["model"]),
-            copy_bandwidth=copy, decode_bandwidth=decode["measured"]["bandwidth_bytes_per_s"],
+            device=str(device["name"]),
+            backend=str(device["backend"]),
+            model=str(report["model"]),
+            copy_bandwidth=copy,
+            decode_bandwidth=decode["measured"]["bandwidth_bytes_per_s"],
             prefill_tokens_per_s=report["tokens"] / t_pf if t_pf else None,
-            prefill_tflops=prefill["measured"]["tflop_per_s"], launch_us=launch,
-            scan_tflops=_scan_tflops(prefill.get("rows") or (), launch))
+            prefill_tflops=prefill["measured"]["tflop_per_s"],
+            launch_us=launch,
+            scan_tflops=_scan_tflops(prefill.get("rows") or (), launch),
+        )
     except (KeyError, TypeError) as exc:
         raise PlanError(f"not a hybridplan profile report: {exc} missing") from None
 
@@ -125,8 +130,10 @@ def load(path: Path) -> Calibration:
     except json.JSONDecodeError as exc:
         raise PlanError(f"--calibration {path} is not JSON: {exc.msg} (line {exc.lineno})") from None
     if not isinstance(d, dict) or d.get("version") != CALIBRATION_VERSION:
-        raise PlanError(f"--calibration {path} is not a calibration file of version {CALIBRATION_VERSION} "
-                        "(write one with hybridplan profile --save-calibration)")
+        raise PlanError(
+            f"--calibration {path} is not a calibration file of version {CALIBRATION_VERSION} "
+            "(write one with hybridplan profile --save-calibration)"
+        )
     try:
         return Calibration(**d)
     except TypeError as exc:
@@ -147,8 +154,13 @@ class PhaseCheck(Struct, frozen=True):
         return self.predicted_s / self.measured_s - 1
 
     def to_dict(self) -> dict:
-        return {"phase": self.phase, "rows": self.rows, "predicted_s": self.predicted_s,
-                "measured_s": self.measured_s, "error": self.error}
+        return {
+            "phase": self.phase,
+            "rows": self.rows,
+            "predicted_s": self.predicted_s,
+            "measured_s": self.measured_s,
+            "error": self.error,
+        }
 
 
 def check_profile(report: dict, cal: Calibration, g: Datasheet, base: Efficiency = DEFAULT) -> tuple[PhaseCheck, ...]:
@@ -167,8 +179,11 @@ def check_profile(report: dict, cal: Calibration, g: Datasheet, base: Efficiency
     out = []
     for phase in ("decode", "prefill"):
         try:
-            rows = [r for r in report[phase]["rows"]
-                    if r["predicted"]["bytes"] is not None and r["measured"]["seconds"] is not None]
+            rows = [
+                r
+                for r in report[phase]["rows"]
+                if r["predicted"]["bytes"] is not None and r["measured"]["seconds"] is not None
+            ]
         except (KeyError, TypeError) as exc:
             raise PlanError(f"not a hybridplan profile report: {exc} missing") from None
         if not rows:
@@ -176,8 +191,13 @@ def check_profile(report: dict, cal: Calibration, g: Datasheet, base: Efficiency
         predicted = 0.0
         for r in rows:
             flops = float(r["predicted"].get("flops") or 0) if phase == "prefill" else 0.0
-            w = Work(r["kind"], int(r["layers"]), state_bytes=float(r["predicted"]["bytes"]), scan_flops=flops,
-                     kernels=int(r["layers"]))
+            w = Work(
+                r["kind"],
+                int(r["layers"]),
+                state_bytes=float(r["predicted"]["bytes"]),
+                scan_flops=flops,
+                kernels=int(r["layers"]),
+            )
             predicted += kind_time(w, g, eff, "bf16", graphs=True).seconds
         out.append(PhaseCheck(phase, len(rows), predicted, sum(float(r["measured"]["seconds"]) for r in rows)))
     return tuple(out)

@@ -42,8 +42,10 @@ def mode_notes(sc: Scenario, batch: int) -> list[str]:
     elif batch <= top:
         graphs = f"CUDA graphs captured up to batch {top:,}: the decode step at batch {batch:,} replays one"
     else:
-        graphs = (f"CUDA graphs captured up to batch {top:,} only: the decode step at batch {batch:,} runs eager, "
-                  "a host launch per kernel")
+        graphs = (
+            f"CUDA graphs captured up to batch {top:,} only: the decode step at batch {batch:,} runs eager, "
+            "a host launch per kernel"
+        )
     return [graphs, _engine_module(sc).overlaps_cpu(sc)[1]]
 
 
@@ -65,11 +67,25 @@ def draft_step(step: Step, sc: Scenario) -> Step:
             continue
         # weights are read once a pass whatever its tokens (one layer's of ``count``, the head whole); the rest
         # scales with the pass's tokens, one a request where the verify step pushed ``per``
-        kinds.append(replace(w, layers=min(w.layers, 1), weight_bytes=w.weight_bytes * share * per,
-                     kv_bytes=w.kv_bytes * share,
-                     state_bytes=w.state_bytes * share, flops=w.flops * share, scalar_flops=w.scalar_flops * share,
-                     scan_flops=w.scan_flops * share, logit_bytes=w.logit_bytes * share,
-                     kernels=max(1, round(w.kernels * (share * per)))))
+        kinds.append(
+            replace(
+                w,
+                layers=min(w.layers, 1),
+                weight_bytes=w.weight_bytes * share * per,
+                kv_bytes=w.kv_bytes * share,
+                state_bytes=w.state_bytes * share,
+                flops=w.flops * share,
+                scalar_flops=w.scalar_flops * share,
+                scan_flops=w.scan_flops * share,
+                logit_bytes=w.logit_bytes * share,
+                kernels=max(1, round(w.kernels * (share * per))),
+            )
+        )
     blocks = (1 if mixer else 0) + (1 if ffn else 0)
-    return replace(step, tokens=step.batch, kinds=tuple(kinds), allreduces=blocks if step.allreduces else 0,
-                   allreduce_bytes=step.allreduce_bytes / per)
+    return replace(
+        step,
+        tokens=step.batch,
+        kinds=tuple(kinds),
+        allreduces=blocks if step.allreduces else 0,
+        allreduce_bytes=step.allreduce_bytes / per,
+    )

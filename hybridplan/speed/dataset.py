@@ -43,8 +43,13 @@ from hybridplan.speed.model import DEFAULT, Efficiency
 from hybridplan.speed.work import decode_step, prefill_step
 
 #: the field names a record's lengths go by, (prompt, output), first found wins
-FIELDS = (("input", "output"), ("input_len", "output_len"), ("prompt_len", "output_len"),
-          ("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"))
+FIELDS = (
+    ("input", "output"),
+    ("input_len", "output_len"),
+    ("prompt_len", "output_len"),
+    ("prompt_tokens", "completion_tokens"),
+    ("input_tokens", "output_tokens"),
+)
 
 
 def read(path: Path) -> tuple[tuple[int, int], ...]:
@@ -87,8 +92,9 @@ def _lengths(path: Path, n: int, doc: dict) -> tuple[int, int]:
         except (TypeError, ValueError):
             number = -1.0
         if number != int(number) or int(number) < 1:
-            raise PlanError(f"--dataset-lengths {path}: line {n}: {key} must be a positive whole number of tokens, "
-                            f"got {value!r}")
+            raise PlanError(
+                f"--dataset-lengths {path}: line {n}: {key} must be a positive whole number of tokens, got {value!r}"
+            )
         out.append(int(number))
     return out[0], out[1]
 
@@ -102,8 +108,13 @@ def requests(lengths: tuple[tuple[int, int], ...], num_prompts: int | None) -> t
 def mean_workload(reqs: tuple[tuple[int, int], ...], concurrency: int, acceptance: float | None) -> Workload:
     """The workload of the mix's mean lengths (rounded), sending as many prompts."""
     n = len(reqs)
-    return Workload(max(1, round(sum(i for i, _ in reqs) / n)), max(1, round(sum(o for _, o in reqs) / n)),
-                    concurrency, n, acceptance)
+    return Workload(
+        max(1, round(sum(i for i, _ in reqs) / n)),
+        max(1, round(sum(o for _, o in reqs) / n)),
+        concurrency,
+        n,
+        acceptance,
+    )
 
 
 class Mix(Struct, frozen=True):
@@ -137,8 +148,18 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     notes_mode = tuple(mode_notes(sc, running))
     priced: dict[int, Bench] = {}
     for i in sorted({i for i, _ in reqs}):
-        p = Prepared(sc, replace(wl, input=i), running, running_from, decode, prefill_step(sc, i), graphs, overlap,
-                     draft, notes_mode)
+        p = Prepared(
+            sc,
+            replace(wl, input=i),
+            running,
+            running_from,
+            decode,
+            prefill_step(sc, i),
+            graphs,
+            overlap,
+            draft,
+            notes_mode,
+        )
         priced[i] = price(p, g, eff)
     one = priced[reqs[0][0]]
     t_pf = [priced[i].prefill_s for i, _ in reqs]
@@ -157,13 +178,31 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
         else:  # sent as one finishes, into the same queue
             ttft.append(max(0, c - running) * cycle / running + t)
     notes = [x for x in one.notes if not x.startswith("--concurrency")]
-    notes.insert(0, f"{source}: {n:,} requests, prompts {min(i for i, _ in reqs):,}–{max(i for i, _ in reqs):,} "
-                    f"tokens (mean {sum(i for i, _ in reqs) / n:,.1f}), outputs {min(o for _, o in reqs):,}–"
-                    f"{max(o for _, o in reqs):,} (mean {mean_out:,.1f}); each prompt prefilled at its own "
-                    f"length, the decode step at the slots' lifetime-weighted context of {ctx:,} tokens")
+    notes.insert(
+        0,
+        f"{source}: {n:,} requests, prompts {min(i for i, _ in reqs):,}–{max(i for i, _ in reqs):,} "
+        f"tokens (mean {sum(i for i, _ in reqs) / n:,.1f}), outputs {min(o for _, o in reqs):,}–"
+        f"{max(o for _, o in reqs):,} (mean {mean_out:,.1f}); each prompt prefilled at its own "
+        f"length, the decode step at the slots' lifetime-weighted context of {ctx:,} tokens",
+    )
     if concurrency > n:
-        notes.append(f"--concurrency {concurrency:,} is more than the dataset's {n:,} requests: at most {n:,} are "
-                     "in flight at once")
-    return Bench(wl, one.engine, running, running_from, one.decode, priced[wl.input].prefill
-                 if wl.input in priced else one.prefill, mean_pf, one.tokens_per_step, tpot,
-                 sum(ttft) / n, median(ttft), running * mean_out / cycle, tuple(notes), one.draft_s)
+        notes.append(
+            f"--concurrency {concurrency:,} is more than the dataset's {n:,} requests: at most {n:,} are "
+            "in flight at once"
+        )
+    return Bench(
+        wl,
+        one.engine,
+        running,
+        running_from,
+        one.decode,
+        priced[wl.input].prefill if wl.input in priced else one.prefill,
+        mean_pf,
+        one.tokens_per_step,
+        tpot,
+        sum(ttft) / n,
+        median(ttft),
+        running * mean_out / cycle,
+        tuple(notes),
+        one.draft_s,
+    )

@@ -45,15 +45,28 @@ class Rate(Struct, frozen=True):
         return self.tokens_per_s / self.gpus if self.tokens_per_s is not None else None
 
     def to_dict(self) -> dict:
-        return {"tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.per_gpu, "gpus": self.gpus,
-                "round_s": self.round_s, "not_priced": self.why}
+        return {
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.per_gpu,
+            "gpus": self.gpus,
+            "round_s": self.round_s,
+            "not_priced": self.why,
+        }
 
 
 def _scaled(w: Work, share: float) -> Work:
-    return replace(w, layers=round(w.layers * share), weight_bytes=w.weight_bytes * share,
-                   kv_bytes=w.kv_bytes * share, state_bytes=w.state_bytes * share, flops=w.flops * share,
-                   scalar_flops=w.scalar_flops * share, scan_flops=w.scan_flops * share,
-                   kernels=round(w.kernels * share), logit_bytes=w.logit_bytes * share)
+    return replace(
+        w,
+        layers=round(w.layers * share),
+        weight_bytes=w.weight_bytes * share,
+        kv_bytes=w.kv_bytes * share,
+        state_bytes=w.state_bytes * share,
+        flops=w.flops * share,
+        scalar_flops=w.scalar_flops * share,
+        scan_flops=w.scan_flops * share,
+        kernels=round(w.kernels * share),
+        logit_bytes=w.logit_bytes * share,
+    )
 
 
 def stage_step(step: Step, whole, stage_spec, last: bool) -> Step:
@@ -80,8 +93,12 @@ def _moe_across_dp(sc: Scenario, step: Step, m: int, ctx: int) -> Step:
     if sc.dp <= 1 or "moe" not in {w.kind for w in step.kinds}:
         return step
     pooled = {w.kind: w for w in decode_step(sc, m * sc.dp, ctx).kinds}
-    kinds = tuple(replace(pooled["moe"], weight_bytes=pooled["moe"].weight_bytes / sc.dp,
-                          flops=pooled["moe"].flops / sc.dp) if w.kind == "moe" else w for w in step.kinds)
+    kinds = tuple(
+        replace(pooled["moe"], weight_bytes=pooled["moe"].weight_bytes / sc.dp, flops=pooled["moe"].flops / sc.dp)
+        if w.kind == "moe"
+        else w
+        for w in step.kinds
+    )
     return replace(step, kinds=kinds)
 
 
@@ -89,8 +106,11 @@ def decode_rate(sc: Scenario, g: Datasheet, batch: int, ctx: int, eff: Efficienc
     """Decode tokens/s of the scenario's layout with ``batch`` requests running on each engine at ``ctx``."""
     gpus = sc.tp * sc.pp * (1 if sc.dp_attention else sc.dp)
     if sc.dp_attention:
-        return Rate(None, gpus, why="SGLang DP attention runs its attention and recurrent layers at a smaller TP "
-                                    "than its MoE: not priced")
+        return Rate(
+            None,
+            gpus,
+            why="SGLang DP attention runs its attention and recurrent layers at a smaller TP than its MoE: not priced",
+        )
     m = ceil(batch / sc.pp)
     graphs, overlap = decode_mode(sc, m)
     kw: dict[str, Any] = {"tp": sc.tp, "graphs": graphs, "overlap": overlap}

@@ -22,8 +22,17 @@ from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.work import Step, Work
 
 #: what bounds a layer kind's time
-BOUNDS = ("weights", "KV reads", "state reads and writes", "logits", "FLOPs", "fp32 FLOPs", "launch overhead",
-          "communication", "step overhead")
+BOUNDS = (
+    "weights",
+    "KV reads",
+    "state reads and writes",
+    "logits",
+    "FLOPs",
+    "fp32 FLOPs",
+    "launch overhead",
+    "communication",
+    "step overhead",
+)
 
 
 class Efficiency(Struct, frozen=True):
@@ -109,8 +118,16 @@ ALLREDUCE_NVLINK_US: dict[int, tuple[tuple[int, float], ...]] = {
 #: MI300X, TP 4, 2 KB … 8 MB; the PR's quick-reduce columns are opt-in). Used for every TP on xGMI (TP 8 was not
 #: measured there; its full mesh has the same one hop).
 ALLREDUCE_XGMI_US: tuple[tuple[int, float], ...] = (
-    (2048, 7.18), (16384, 7.26), (32768, 7.58), (262144, 14.39), (524288, 14.65), (1048576, 22.91),
-    (2097152, 36.64), (4194304, 63.86), (8388608, 118.31))
+    (2048, 7.18),
+    (16384, 7.26),
+    (32768, 7.58),
+    (262144, 14.39),
+    (524288, 14.65),
+    (1048576, 22.91),
+    (2097152, 36.64),
+    (4194304, 63.86),
+    (8388608, 118.31),
+)
 #: µs NCCL's ring all-reduce of 8 bytes took on 8 PCIe GPUs: 42.14 µs on 8 RTX 4090s over PCIe Gen4
 #: (https://github.com/NVIDIA/nccl/issues/1530, nccl-tests all_reduce_perf, out-of-place). A ring's latency is
 #: 2·(tp − 1) hops, so TP t is priced at 42.14 · (t − 1) / 7, plus its bytes at the link (``allreduce_time``).
@@ -126,10 +143,18 @@ FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 #: 317 benchmark rows priced, 2026-12-02c: benchmarks/results/speed-kfold-2026-12-02c.md); the terms the corpus
 #: does not resolve keep the starting values (scalar, link, the eager launch, the grouped GEMM's half point) or
 #: fit to 0 (the hosts' per-step times and SGLang's per-request time)
-DEFAULT = Efficiency(hbm=0.7, tensor=0.55, gdn_state_hbm=0.5, ssd_scan=0.2, kernel_floor_graph_us=6.0,
-                     vllm_request_us=40.0, prefill_step_us=8000.0, prefill_token_us=4.0,
-                     source="fitted on every file of tests/data/speed (python validation/speed.py --fit); "
-                            "held-out accuracy: docs/VALIDATION.md")
+DEFAULT = Efficiency(
+    hbm=0.7,
+    tensor=0.55,
+    gdn_state_hbm=0.5,
+    ssd_scan=0.2,
+    kernel_floor_graph_us=6.0,
+    vllm_request_us=40.0,
+    prefill_step_us=8000.0,
+    prefill_token_us=4.0,
+    source="fitted on every file of tests/data/speed (python validation/speed.py --fit); "
+    "held-out accuracy: docs/VALIDATION.md",
+)
 
 
 class KindTime(Struct, frozen=True):
@@ -145,9 +170,16 @@ class KindTime(Struct, frozen=True):
     work: Work | None = None
 
     def to_dict(self) -> dict:
-        d = {"kind": self.kind, "seconds": self.seconds, "bound": self.bound, "share": self.share,
-             "memory_s": self.memory_s, "tensor_s": self.tensor_s, "scalar_s": self.scalar_s,
-             "launch_s": self.launch_s}
+        d = {
+            "kind": self.kind,
+            "seconds": self.seconds,
+            "bound": self.bound,
+            "share": self.share,
+            "memory_s": self.memory_s,
+            "tensor_s": self.tensor_s,
+            "scalar_s": self.scalar_s,
+            "launch_s": self.launch_s,
+        }
         if self.work is not None:
             d["work"] = self.work.to_dict()
         return d
@@ -181,10 +213,19 @@ class StepTime(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         name, share = self.main_bound
-        return {"phase": self.step.phase, "batch": self.step.batch, "ctx": self.step.ctx,
-                "tokens": self.step.tokens, "seconds": self.seconds, "bound": name, "bound_share": share,
-                "host_s": self.host_s, "host_overlapped": self.overlap,
-                "by_bound_s": self.by_bound(), "kinds": [k.to_dict() for k in self.kinds]}
+        return {
+            "phase": self.step.phase,
+            "batch": self.step.batch,
+            "ctx": self.step.ctx,
+            "tokens": self.step.tokens,
+            "seconds": self.seconds,
+            "bound": name,
+            "bound_share": share,
+            "host_s": self.host_s,
+            "host_overlapped": self.overlap,
+            "by_bound_s": self.by_bound(),
+            "kinds": [k.to_dict() for k in self.kinds],
+        }
 
 
 def _need(value: float | None, what: str, g: Datasheet) -> float:
@@ -227,8 +268,9 @@ def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) 
     (``kernel_floor_graph_us``); without a CUDA graph the host launches each kernel (``kernel_floor_eager_us``)
     ahead of the GPU, so the kind takes at least its kernels' launches."""
     peak_bw = _need(g.hbm_gbps, "HBM bandwidth", g) * 1e9
-    mem = ((w.weight_bytes + w.kv_bytes + w.logit_bytes) / (peak_bw * eff.hbm)
-           + w.state_bytes / (peak_bw * _state_eff(w, eff)))
+    mem = (w.weight_bytes + w.kv_bytes + w.logit_bytes) / (peak_bw * eff.hbm) + w.state_bytes / (
+        peak_bw * _state_eff(w, eff)
+    )
     peak = tensor_peak(g, dtype)
     # the routed experts' share of the FLOPs at the grouped GEMM's fraction, the rest at the large-matmul one
     routed = w.routed_flops / (peak * grouped_gemm_efficiency(w.expert_tokens, eff)) if w.routed_flops else 0.0
@@ -244,8 +286,12 @@ def kind_time(w: Work, g: Datasheet, eff: Efficiency, dtype: str, graphs: bool) 
     if launch > parts[top]:
         top = "launch overhead"
     elif top == "memory":
-        split = {"weights": w.weight_bytes, "KV reads": w.kv_bytes, "state reads and writes": w.state_bytes,
-                 "logits": w.logit_bytes}
+        split = {
+            "weights": w.weight_bytes,
+            "KV reads": w.kv_bytes,
+            "state reads and writes": w.state_bytes,
+            "logits": w.logit_bytes,
+        }
         top = max(split, key=split.get)
     return KindTime(w.kind, seconds, top, 1.0, mem, ten, sca, launch, w)
 
@@ -287,16 +333,23 @@ def allreduce_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> tuple[
     nbytes = step.allreduce_bytes
     cls = link_class(g)
     if eff.allreduce_us is None and cls == "nvlink":
-        return (allreduce_nvlink_us(tp, nbytes) * 1e-6,
-                "vLLM's custom all-reduce measured on H100 NVLink (SGLang PR #2904)")
+        return (
+            allreduce_nvlink_us(tp, nbytes) * 1e-6,
+            "vLLM's custom all-reduce measured on H100 NVLink (SGLang PR #2904)",
+        )
     if eff.allreduce_us is None and cls == "xgmi":
-        return (_table_us(ALLREDUCE_XGMI_US, nbytes) * 1e-6,
-                "the ROCm custom all-reduce measured on MI300X xGMI (SGLang PR #6619)")
+        return (
+            _table_us(ALLREDUCE_XGMI_US, nbytes) * 1e-6,
+            "the ROCm custom all-reduce measured on MI300X xGMI (SGLang PR #6619)",
+        )
     link = _need(g.link_gbps, "the GPU-to-GPU link", g) * 1e9 / 2 * eff.link
     fixed = ALLREDUCE_PCIE_TP8_US * (tp - 1) / 7 if eff.allreduce_us is None else eff.allreduce_us
-    src = (f"NCCL's ring over {g.link}: {fixed:.1f} µs latency (8 PCIe GPUs measured at {ALLREDUCE_PCIE_TP8_US} "
-           "µs, NCCL issue #1530, scaled by the ring's hops)" if eff.allreduce_us is None else
-           f"a ring over {g.link}: {fixed:g} µs")
+    src = (
+        f"NCCL's ring over {g.link}: {fixed:.1f} µs latency (8 PCIe GPUs measured at {ALLREDUCE_PCIE_TP8_US} "
+        "µs, NCCL issue #1530, scaled by the ring's hops)"
+        if eff.allreduce_us is None
+        else f"a ring over {g.link}: {fixed:g} µs"
+    )
     return (fixed * 1e-6 + 2 * (tp - 1) / tp * nbytes / link, f"{src} + its bytes at {eff.link:.0%} of the link")
 
 
@@ -307,16 +360,22 @@ def comm_time(step: Step, g: Datasheet, eff: Efficiency, tp: int) -> float:
     return step.allreduces * allreduce_time(step, g, eff, tp)[0]
 
 
-def step_time(step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True,
-              overlap: bool = False) -> StepTime:
+def step_time(
+    step: Step, g: Datasheet, eff: Efficiency = DEFAULT, *, tp: int = 1, graphs: bool = True, overlap: bool = False
+) -> StepTime:
     """The step's time: its layer kinds' GPU times, its all-reduces, and its engine's (``Step.engine``) host time
     for the step (``Efficiency.cpu_step_us`` / ``cpu_prefill_us``), which the GPU hides where the engine overlaps
     the two (``overlap``) and adds to otherwise. The breakdown carries the host time's visible part as "engine"."""
-    kinds = [kind_time(w, g, eff, step.tensor_dtype, graphs) for w in step.kinds if w.bytes or w.flops
-             or w.scan_flops or w.scalar_flops or w.kernels]
+    kinds = [
+        kind_time(w, g, eff, step.tensor_dtype, graphs)
+        for w in step.kinds
+        if w.bytes or w.flops or w.scan_flops or w.scalar_flops or w.kernels
+    ]
     comm = comm_time(step, g, eff, tp)
     gpu = sum(k.seconds for k in kinds) + comm
-    host = (eff.cpu_step_us(step.engine, step.batch) if step.phase == "decode" else eff.cpu_prefill_us(step.tokens)) * 1e-6
+    host = (
+        eff.cpu_step_us(step.engine, step.batch) if step.phase == "decode" else eff.cpu_prefill_us(step.tokens)
+    ) * 1e-6
     visible = max(0.0, host - gpu) if overlap else host
     extra = [KindTime("all-reduce", comm, "communication", 1.0, 0, 0, 0, 0)] if comm else []
     extra.append(KindTime("engine", visible, "step overhead", 1.0, 0, 0, 0, 0))

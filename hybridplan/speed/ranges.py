@@ -23,8 +23,13 @@ REGIMES = ("concurrency 1", "mid (2-127)", "saturated (>=128)")
 #: fewest held-out rows a regime's own P10–P90 is read from
 MIN_ROWS = 8
 #: the figure classes a benchmark's printed figures are scored in
-CLASSES = {"output_tok_s": "output tok/s", "mean_ttft_ms": "TTFT", "median_ttft_ms": "TTFT",
-           "mean_tpot_ms": "TPOT", "mean_itl_ms": "TPOT"}
+CLASSES = {
+    "output_tok_s": "output tok/s",
+    "mean_ttft_ms": "TTFT",
+    "median_ttft_ms": "TTFT",
+    "mean_tpot_ms": "TPOT",
+    "mean_itl_ms": "TPOT",
+}
 
 
 def regime(concurrency: int) -> str:
@@ -47,8 +52,15 @@ class Range(Struct, frozen=True):
         return predicted * self.p10, predicted * self.p90
 
     def to_dict(self, predicted: float | None = None) -> dict:
-        d = {"set": self.set, "figure": self.figure, "regime": self.regime, "rows": self.rows,
-             "ratio_p10": self.p10, "ratio_p90": self.p90, "pooled": self.pooled}
+        d = {
+            "set": self.set,
+            "figure": self.figure,
+            "regime": self.regime,
+            "rows": self.rows,
+            "ratio_p10": self.p10,
+            "ratio_p90": self.p90,
+            "pooled": self.pooled,
+        }
         if predicted is not None:
             d["p10"], d["p90"] = self.around(predicted)
         return d

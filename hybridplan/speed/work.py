@@ -68,8 +68,17 @@ GDN_CHUNK = 64
 #: Mamba-2's chunk where the config names none (vLLM's default ``chunk_size``)
 SSD_CHUNK = 256
 
-_GROUP_KIND = {"mlp": "mlp", "moe": "moe", "gdn": "gdn", "kda": "kda", "linear_attention": "linear_attention",
-               "conv": "short_conv", "shared": SHARED, "lm_head": HEAD, "norm": NORM}
+_GROUP_KIND = {
+    "mlp": "mlp",
+    "moe": "moe",
+    "gdn": "gdn",
+    "kda": "kda",
+    "linear_attention": "linear_attention",
+    "conv": "short_conv",
+    "shared": SHARED,
+    "lm_head": HEAD,
+    "norm": NORM,
+}
 
 
 class Work(Struct, frozen=True):
@@ -100,11 +109,20 @@ class Work(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         # bytes as whole bytes (a rank's share of a tensor can be fractional in the model: rounded here only)
-        return {"kind": self.kind, "layers": self.layers, "weight_bytes": round(self.weight_bytes),
-                "kv_bytes": round(self.kv_bytes), "state_bytes": round(self.state_bytes), "flops": self.flops,
-                "scalar_flops": self.scalar_flops, "scan_flops": self.scan_flops, "kernels": self.kernels,
-                "routed_flops": self.routed_flops, "expert_tokens": self.expert_tokens,
-                "logit_bytes": round(self.logit_bytes)}
+        return {
+            "kind": self.kind,
+            "layers": self.layers,
+            "weight_bytes": round(self.weight_bytes),
+            "kv_bytes": round(self.kv_bytes),
+            "state_bytes": round(self.state_bytes),
+            "flops": self.flops,
+            "scalar_flops": self.scalar_flops,
+            "scan_flops": self.scan_flops,
+            "kernels": self.kernels,
+            "routed_flops": self.routed_flops,
+            "expert_tokens": self.expert_tokens,
+            "logit_bytes": round(self.logit_bytes),
+        }
 
 
 class Step(Struct, frozen=True):
@@ -131,6 +149,7 @@ class Step(Struct, frozen=True):
 
     def _identity(self) -> tuple:
         return tuple([getattr(self, n) for n in self.__struct_fields__ if n != "notes"])
+
     #: the engine whose kernels and host time the step is priced with
     engine: str = "vllm"
 
@@ -209,9 +228,15 @@ def rank_weights(spec: ModelSpec, tp: int, dtype: str) -> RankWeights:
             routed_p += rp
     scale = w.bytes_per_rank / counted if counted and w.source != "config" else 1.0
     tensor = "fp8" if q is not None and q.bytes_per_param < 1.5 else "bf16"
-    return RankWeights(bytes=tuple((k, v * scale) for k, v in by.items()), params=tuple(params.items()),
-                       routed_bytes=routed_b * scale, routed_params=routed_p, total=w.bytes_per_rank,
-                       tensor_dtype=tensor, source=w.source)
+    return RankWeights(
+        bytes=tuple((k, v * scale) for k, v in by.items()),
+        params=tuple(params.items()),
+        routed_bytes=routed_b * scale,
+        routed_params=routed_p,
+        total=w.bytes_per_rank,
+        tensor_dtype=tensor,
+        source=w.source,
+    )
 
 
 def _decoder_blocks(spec: ModelSpec) -> int:
@@ -302,8 +327,14 @@ def scan_layer_work(m, tp: int, tokens: int, chunk: int, sequences: int = 1, *, 
     elif isinstance(m, (GatedDeltaNet, KimiDeltaAttention)):
         heads, p, n = shapes.ssm
         moved = total * (shapes.conv[0] * 2 + heads * p * 2) + 2 * chunks * heads * p * n * 4
-    return Work(m.kind, 1, state_bytes=moved, scan_flops=chunk_scan_flops(m, tp, total, chunk),
-                scalar_flops=scan_scalar_flops(m, tp, total), kernels=kernels)
+    return Work(
+        m.kind,
+        1,
+        state_bytes=moved,
+        scan_flops=chunk_scan_flops(m, tp, total, chunk),
+        scalar_flops=scan_scalar_flops(m, tp, total),
+        kernels=kernels,
+    )
 
 
 def _chunk(spec: ModelSpec, m) -> int:
@@ -375,9 +406,17 @@ def decode_step(sc: Scenario, batch: int, ctx: int) -> Step:
         out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches))
     if vocab_size(spec):
         out.append(sampling_work(spec, sc.engine, tokens))
-    return Step("decode", batch, ctx, tokens, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
-                allreduce_bytes=float(tokens * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype,
-                engine=_engine(sc))
+    return Step(
+        "decode",
+        batch,
+        ctx,
+        tokens,
+        tuple(out),
+        allreduces=_decoder_blocks(spec) if tp > 1 else 0,
+        allreduce_bytes=float(tokens * _activation_bytes(spec, dtype)),
+        tensor_dtype=rw.tensor_dtype,
+        engine=_engine(sc),
+    )
 
 
 def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
@@ -431,9 +470,17 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
         out.append(Work(kind, layers, wb, kv, st, flops, scalar, launches, scan_flops, routed, m_tokens))
     if vocab_size(spec):
         out.append(sampling_work(spec, sc.engine, sequences))
-    return Step("prefill", sequences, tokens, total, tuple(out), allreduces=_decoder_blocks(spec) if tp > 1 else 0,
-                allreduce_bytes=float(total * _activation_bytes(spec, dtype)), tensor_dtype=rw.tensor_dtype,
-                engine=_engine(sc))
+    return Step(
+        "prefill",
+        sequences,
+        tokens,
+        total,
+        tuple(out),
+        allreduces=_decoder_blocks(spec) if tp > 1 else 0,
+        allreduce_bytes=float(total * _activation_bytes(spec, dtype)),
+        tensor_dtype=rw.tensor_dtype,
+        engine=_engine(sc),
+    )
 
 
 def _engine(sc: Scenario) -> str:

@@ -46,10 +46,18 @@ class Weights(Struct, frozen=True):
     groups: tuple[tuple[str, int], ...] = ()
 
     def to_dict(self) -> dict:
-        return {"params": self.params, "bytes": self.bytes, "bytes_per_rank": self.bytes_per_rank,
-                "dtype": self.dtype, "quantization": self.quantization, "source": self.source, "tp": self.tp,
-                "mtp_params": self.mtp_params, "vision_params": self.vision_params,
-                "params_by_part": dict(self.groups)}
+        return {
+            "params": self.params,
+            "bytes": self.bytes,
+            "bytes_per_rank": self.bytes_per_rank,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "source": self.source,
+            "tp": self.tp,
+            "mtp_params": self.mtp_params,
+            "vision_params": self.vision_params,
+            "params_by_part": dict(self.groups),
+        }
 
 
 def _vocab_rows(part: Part, hidden: int, tp: int) -> int:
@@ -72,8 +80,13 @@ def rank_params(part: Part, tp: int, hidden: int) -> float:
 
 
 #: the layer kinds (ModelSpec.layer_counts) that hold each group of parts
-_KINDS = {"gdn": ("gdn",), "attention": ("attention", "sliding_attention", "mla"), "mamba": ("mamba2", "mamba1"),
-          "mlp": ("mlp",), "moe": ("moe",)}
+_KINDS = {
+    "gdn": ("gdn",),
+    "attention": ("attention", "sliding_attention", "mla"),
+    "mamba": ("mamba2", "mamba1"),
+    "mlp": ("mlp",),
+    "moe": ("moe",),
+}
 
 
 class _Layers(Struct, frozen=True):
@@ -158,18 +171,28 @@ def _from_checkpoint(ckpt: Checkpoint, counted: Weights | None, s: _Serving) -> 
         # say so: its bytes are not parameters to price at the serving dtype
         width = min((1, 2, 4), key=lambda b: abs(size / b - counted.params)) if counted else stored
         if width == 1:
-            raise PlanError(f"{ckpt.where} holds {size:,} B for {counted.params:,} counted parameters, about one "
-                            "byte each, yet its config names no quantization (no quantization_config, no "
-                            "hf_quant_config.json): give --weights")
+            raise PlanError(
+                f"{ckpt.where} holds {size:,} B for {counted.params:,} counted parameters, about one "
+                "byte each, yet its config names no quantization (no quantization_config, no "
+                "hf_quant_config.json): give --weights"
+            )
         params = size // width
     else:
         params = counted.params if counted else 0
     loaded = size if quantized or not params else params * size_of(s.dtype)
     per_rank = loaded * counted.bytes_per_rank // counted.bytes if counted and counted.bytes else loaded // s.tp
-    return Weights(params=params, bytes=loaded, bytes_per_rank=per_rank, dtype=s.dtype,
-                   quantization=counted.quantization if counted else None, source=ckpt.source, tp=s.tp,
-                   mtp_params=mtp_params, vision_params=counted.vision_params if counted else 0,
-                   groups=counted.groups if counted else ())
+    return Weights(
+        params=params,
+        bytes=loaded,
+        bytes_per_rank=per_rank,
+        dtype=s.dtype,
+        quantization=counted.quantization if counted else None,
+        source=ckpt.source,
+        tp=s.tp,
+        mtp_params=mtp_params,
+        vision_params=counted.vision_params if counted else 0,
+        groups=counted.groups if counted else (),
+    )
 
 
 def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
@@ -187,15 +210,23 @@ def _counted(spec: ModelSpec, tp: int, dtype: str, mtp: bool) -> Weights:
     for p in every:
         key = p.section if p.section != "model" else p.group
         groups[key] = groups.get(key, 0) + p.params
-    return Weights(params=sum(p.params for p in loaded), bytes=int(total_bytes), bytes_per_rank=int(rank_bytes),
-                   dtype=dtype, quantization=q.name if q else None, source="config", tp=tp,
-                   mtp_params=sum(p.params for p in every if p.section == "mtp"),
-                   vision_params=sum(p.params for p in every if p.section == "vision"),
-                   groups=tuple(groups.items()))
+    return Weights(
+        params=sum(p.params for p in loaded),
+        bytes=int(total_bytes),
+        bytes_per_rank=int(rank_bytes),
+        dtype=dtype,
+        quantization=q.name if q else None,
+        source="config",
+        tp=tp,
+        mtp_params=sum(p.params for p in every if p.section == "mtp"),
+        vision_params=sum(p.params for p in every if p.section == "vision"),
+        groups=tuple(groups.items()),
+    )
 
 
-def rank_bytes(spec: ModelSpec, tp: int, dtype: str, given: int | None = None,
-               params: float | None = None) -> tuple[int, str]:
+def rank_bytes(
+    spec: ModelSpec, tp: int, dtype: str, given: int | None = None, params: float | None = None
+) -> tuple[int, str]:
     """One rank's weights and where the figure comes from: ``given`` (bytes over all ranks, split evenly),
     ``params`` at ``dtype``, else counted from the config as the engine shards it."""
     if given is not None:
@@ -203,10 +234,14 @@ def rank_bytes(spec: ModelSpec, tp: int, dtype: str, given: int | None = None,
     if params is not None:
         return int(params * size_of(dtype)) // tp, "given (--params)"
     w = weights(spec, tp, dtype)
-    how = {"config": "counted from the config", "safetensors-headers": "from the checkpoint's safetensors headers",
-           "safetensors-index": "from the checkpoint's safetensors index"}[w.source]
+    how = {
+        "config": "counted from the config",
+        "safetensors-headers": "from the checkpoint's safetensors headers",
+        "safetensors-index": "from the checkpoint's safetensors index",
+    }[w.source]
     return w.bytes_per_rank, f"{how} ({w.params / 1e9:.2f}B parameters" + (
-        f", {w.quantization}" if w.quantization else "") + ")"
+        f", {w.quantization}" if w.quantization else ""
+    ) + ")"
 
 
 # --- a speculative drafter's weights ---------------------------------------------------------------------------
@@ -250,8 +285,10 @@ def draft_extra_parts(kind: str, cfg: DraftFields, target_hidden: int) -> tuple[
     # wide): ``eagle_config.eagle_aux_hidden_state_layer_ids`` or ``dflash_config.target_layer_ids``
     # (vllm/model_executor/models/llama_eagle3.py, qwen3_dflash.py), else 3 (EAGLE-3) or the draft's layers
     n_aux = cfg.aux_layers or (3 if kind == "eagle3" else cfg.num_hidden_layers or 1)
-    extra: tuple[Part, ...] = (Part("draft", "fc", n_aux * target_hidden * h, "replicated"),
-                               Part("draft", "hidden_norm", h))
+    extra: tuple[Part, ...] = (
+        Part("draft", "fc", n_aux * target_hidden * h, "replicated"),
+        Part("draft", "hidden_norm", h),
+    )
     if kind == "eagle3":
         heads = cfg.heads or 1
         kv = cfg.kv_heads or heads
@@ -260,8 +297,15 @@ def draft_extra_parts(kind: str, cfg: DraftFields, target_hidden: int) -> tuple[
     return extra
 
 
-def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kind: str,
-                     ends: tuple[bool, int | None], target_hidden: int | None = None) -> tuple[int, int]:
+def draft_rank_bytes(
+    draft: ModelSpec,
+    tp: int,
+    dtype: str | None = None,
+    *,
+    kind: str,
+    ends: tuple[bool, int | None],
+    target_hidden: int | None = None,
+) -> tuple[int, int]:
     """A draft model's weights as parameters over all ranks and bytes on one rank of ``tp``: its decoder layers and
     norms as its config's family counts them, the tensors of its draft class (``draft_extra_parts``: ``kind``
     eagle, eagle3, dflash, dspark, or model for a plain draft), and the ends it keeps of its own, ``ends`` =
@@ -270,12 +314,17 @@ def draft_rank_bytes(draft: ModelSpec, tp: int, dtype: str | None = None, *, kin
     embedding, head_rows = ends
     dtype = dtype or draft.model_dtype
     hidden = draft.hidden_size or 1
-    kept = [p for p in (counted_parts(draft) if draft.facts.fields else ())
-            if p.group != "lm_head" and (embedding or p.group != "embedding") and p.section == "model"]
+    kept = [
+        p
+        for p in (counted_parts(draft) if draft.facts.fields else ())
+        if p.group != "lm_head" and (embedding or p.group != "embedding") and p.section == "model"
+    ]
     if head_rows:
         kept.append(Part("lm_head", "lm_head", head_rows * hidden, "vocab"))
     kept += draft_extra_parts(kind, draft.facts.draft, target_hidden or hidden)
     q = draft.quantization.weights_scheme() if draft.quantization is not None else None
     lay = _layers(draft)
-    return (sum(p.params for p in kept),
-            int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q, lay) for p in kept)))
+    return (
+        sum(p.params for p in kept),
+        int(sum(_bytes(p, rank_params(p, tp, hidden), size_of(dtype), q, lay) for p in kept)),
+    )

@@ -110,8 +110,9 @@ def from_index(index: dict[str, Any], layers: int | None, where: str) -> Checkpo
     params = meta.get("total_parameters")
     mtp = any(_is_mtp(name, layers) for name in (index.get("weight_map") or {}))
     unknown = None if mtp else 0
-    return Checkpoint(params if isinstance(params, int) and params > 0 else None, size, unknown, unknown,
-                      "safetensors-index", where)
+    return Checkpoint(
+        params if isinstance(params, int) and params > 0 else None, size, unknown, unknown, "safetensors-index", where
+    )
 
 
 def from_hub(repo_id: str, revision: str | None, layers: int | None) -> Checkpoint | None:
@@ -121,8 +122,9 @@ def from_hub(repo_id: str, revision: str | None, layers: int | None) -> Checkpoi
     from hybridplan import hub
 
     where = f"{repo_id}@{revision}" if revision else repo_id
-    cached = huggingface_hub.try_to_load_from_cache(repo_id, "model.safetensors.index.json",
-                                                    cache_dir=hub.cache_dir(), revision=revision)
+    cached = huggingface_hub.try_to_load_from_cache(
+        repo_id, "model.safetensors.index.json", cache_dir=hub.cache_dir(), revision=revision
+    )
     if isinstance(cached, str):
         try:
             return from_index(json.loads(Path(cached).read_text(encoding="utf-8")), layers, where)
@@ -134,6 +136,9 @@ def from_hub(repo_id: str, revision: str | None, layers: int | None) -> Checkpoi
         meta = huggingface_hub.get_safetensors_metadata(repo_id, revision=revision)
     except Exception:  # noqa: BLE001 - the headers are a refinement: without them the weights are counted
         return None
-    tensors = [(name, prod(t.shape), t.data_offsets[1] - t.data_offsets[0])
-               for f in meta.files_metadata.values() for name, t in f.tensors.items()]
+    tensors = [
+        (name, prod(t.shape), t.data_offsets[1] - t.data_offsets[0])
+        for f in meta.files_metadata.values()
+        for name, t in f.tensors.items()
+    ]
     return from_tensors(tensors, layers, where)

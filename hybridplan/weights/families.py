@@ -69,8 +69,13 @@ class Count:
             return
         self.parts.append(Part(group, name, n_in * n_out * times, how.split, True, how.units, self.section))
         if how.bias:
-            self.add(group, name + ".bias", n_out, times, How(how.split if how.split == "column" else "replicated",
-                                                               units=how.units))
+            self.add(
+                group,
+                name + ".bias",
+                n_out,
+                times,
+                How(how.split if how.split == "column" else "replicated", units=how.units),
+            )
 
     def norm(self, group: str, name: str, n: int, times: int = 1) -> None:
         self.add(group, name, n, times)
@@ -221,9 +226,14 @@ def _flag(f: Fields, key: str, default: bool = False) -> bool:
 
 def nemotron_h(f: Fields, c: Count) -> None:
     h, v = f.int("hidden_size"), f.int("vocab_size")
-    pattern = f.str("hybrid_override_pattern") if f.has("hybrid_override_pattern") else "".join(
-        {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}.get(t, "?")
-        for t in f.list("layers_block_type" if f.has("layers_block_type") else "layer_types"))
+    pattern = (
+        f.str("hybrid_override_pattern")
+        if f.has("hybrid_override_pattern")
+        else "".join(
+            {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}.get(t, "?")
+            for t in f.list("layers_block_type" if f.has("layers_block_type") else "layer_types")
+        )
+    )
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm_f", h)
     _nemotron_layers(f, c, pattern)
@@ -245,29 +255,63 @@ def _nemotron_layers(f: Fields, c: Count, pattern: str) -> None:
     c.norm("norm", "layer norms", h, len(pattern))
     if n["M"]:
         heads, hd = f.int("mamba_num_heads", default=128), f.int("mamba_head_dim", default=64)
-        mamba2(c, h, SSM2(heads, hd, f.int("ssm_state_size", default=128), f.int("n_groups", default=8),
-                          f.int("conv_kernel", default=4), heads * hd, _flag(f, "use_conv_bias", True),
-                          _flag(f, "mamba_proj_bias")), n["M"])
+        mamba2(
+            c,
+            h,
+            SSM2(
+                heads,
+                hd,
+                f.int("ssm_state_size", default=128),
+                f.int("n_groups", default=8),
+                f.int("conv_kernel", default=4),
+                heads * hd,
+                _flag(f, "use_conv_bias", True),
+                _flag(f, "mamba_proj_bias"),
+            ),
+            n["M"],
+        )
     if n["*"]:
         heads, bias = f.int("num_attention_heads"), _flag(f, "attention_bias")
-        attention(c, h, Attn(heads, f.int("num_key_value_heads", default=8),
-                             f.int("head_dim", "attention_head_dim", default=h // heads), bias, out_bias=bias), n["*"])
+        attention(
+            c,
+            h,
+            Attn(
+                heads,
+                f.int("num_key_value_heads", default=8),
+                f.int("head_dim", "attention_head_dim", default=h // heads),
+                bias,
+                out_bias=bias,
+            ),
+            n["*"],
+        )
     if n["-"]:
         inter, bias = f.int("intermediate_size"), _flag(f, "mlp_bias")
         c.linear("mlp", "up_proj", h, inter, n["-"], How(bias=bias))
         c.linear("mlp", "down_proj", inter, h, n["-"], How("row", bias))
     if n["E"]:
         shared = f.int("moe_shared_expert_intermediate_size", default=0, minimum=0) * f.int(
-            "n_shared_experts", default=1, minimum=0)
-        moe(c, h, Experts(f.int("n_routed_experts"), f.int("moe_intermediate_size"), gated=False, shared=shared,
-                          shared_gated=False, latent=f.opt_int("moe_latent_size")), n["E"])
+            "n_shared_experts", default=1, minimum=0
+        )
+        moe(
+            c,
+            h,
+            Experts(
+                f.int("n_routed_experts"),
+                f.int("moe_intermediate_size"),
+                gated=False,
+                shared=shared,
+                shared_gated=False,
+                latent=f.opt_int("moe_latent_size"),
+            ),
+            n["E"],
+        )
 
 
 def jamba(f: Fields, c: Count) -> None:
     h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
     period, offset = f.int("attn_layer_period", default=8), f.int("attn_layer_offset", default=4, minimum=0)
     e_period, e_offset = f.int("expert_layer_period", default=2), f.int("expert_layer_offset", default=1, minimum=0)
-    experts = (f.count("num_experts", default=16) or 1)
+    experts = f.count("num_experts", default=16) or 1
     n_attn = sum(1 for i in range(n) if i % period == offset)
     n_moe = sum(1 for i in range(n) if experts > 1 and i % e_period == e_offset)
     embeddings(c, v, h, _tied(f, False))
@@ -275,9 +319,20 @@ def jamba(f: Fields, c: Count) -> None:
     c.norm("norm", "input_layernorm, pre_ff_layernorm", 2 * h, n)
     rank = f.raw.get("mamba_dt_rank", "auto")
     rank = math.ceil(h / 16) if rank in ("auto", None) else f.int("mamba_dt_rank")
-    mamba1(c, h, SSM1(int(f.number("mamba_expand", default=2) * h), f.int("mamba_d_state", default=16),
-                      f.int("mamba_d_conv", default=4), rank, _flag(f, "mamba_conv_bias", True),
-                      _flag(f, "mamba_proj_bias"), inner_norms=True), n - n_attn)
+    mamba1(
+        c,
+        h,
+        SSM1(
+            int(f.number("mamba_expand", default=2) * h),
+            f.int("mamba_d_state", default=16),
+            f.int("mamba_d_conv", default=4),
+            rank,
+            _flag(f, "mamba_conv_bias", True),
+            _flag(f, "mamba_proj_bias"),
+            inner_norms=True,
+        ),
+        n - n_attn,
+    )
     heads = f.int("num_attention_heads")
     attention(c, h, Attn(heads, f.int("num_key_value_heads", default=8), h // heads), n_attn)
     inter = f.int("intermediate_size")
@@ -296,9 +351,21 @@ def zamba2(f: Fields, c: Count) -> None:
     c.norm("norm", "input_layernorm", h, n)
     inner = int(f.number("mamba_expand", "expand", default=2) * h)
     heads = f.int("n_mamba_heads", default=8)
-    mamba2(c, h, SSM2(heads, inner // heads, f.int("mamba_d_state", default=64), f.int("mamba_ngroups", default=1),
-                      f.int("mamba_d_conv", default=4), inner, _flag(f, "use_conv_bias", True),
-                      _flag(f, "add_bias_linear")), n)
+    mamba2(
+        c,
+        h,
+        SSM2(
+            heads,
+            inner // heads,
+            f.int("mamba_d_state", default=64),
+            f.int("mamba_ngroups", default=1),
+            f.int("mamba_d_conv", default=4),
+            inner,
+            _flag(f, "use_conv_bias", True),
+            _flag(f, "add_bias_linear"),
+        ),
+        n,
+    )
     c.linear("shared", "linear", h, h, hybrid, WHOLE)
     blocks, rank = f.int("num_mem_blocks", default=1), f.int("adapter_rank", default=128)
     a, ffn, att_heads = 2 * h, f.int("intermediate_size", "ffn_hidden_size"), f.int("num_attention_heads")
@@ -319,21 +386,50 @@ def falcon_h1(f: Fields, c: Count) -> None:
     c.norm("norm", "input_layernorm, pre_ff_layernorm", 2 * h, n)
     heads = f.int("mamba_n_heads", default=128)
     hd = f.int("mamba_d_head", default=h * 2 // heads)
-    mamba2(c, h, SSM2(heads, hd, f.int("mamba_d_state", default=256), f.int("mamba_n_groups", default=1),
-                      f.int("mamba_d_conv", default=4), f.int("mamba_d_ssm", default=heads * hd),
-                      _flag(f, "mamba_conv_bias", True), _flag(f, "mamba_proj_bias"), _flag(f, "mamba_rms_norm")), n)
+    mamba2(
+        c,
+        h,
+        SSM2(
+            heads,
+            hd,
+            f.int("mamba_d_state", default=256),
+            f.int("mamba_n_groups", default=1),
+            f.int("mamba_d_conv", default=4),
+            f.int("mamba_d_ssm", default=heads * hd),
+            _flag(f, "mamba_conv_bias", True),
+            _flag(f, "mamba_proj_bias"),
+            _flag(f, "mamba_rms_norm"),
+        ),
+        n,
+    )
     att = f.int("num_attention_heads")
-    attention(c, h, Attn(att, f.int("num_key_value_heads", default=8), f.int("head_dim", default=h // att),
-                         _flag(f, "attention_bias")), n)
+    attention(
+        c,
+        h,
+        Attn(
+            att,
+            f.int("num_key_value_heads", default=8),
+            f.int("head_dim", default=h // att),
+            _flag(f, "attention_bias"),
+        ),
+        n,
+    )
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), n, _flag(f, "mlp_bias"))
 
 
 def _granite_ssm(f: Fields, h: int) -> SSM2:
     heads = f.int("mamba_n_heads", default=128)
     inner = int(f.number("mamba_expand", default=2) * h)
-    return SSM2(heads, f.int("mamba_d_head", default=inner // heads), f.int("mamba_d_state", default=256),
-                f.int("mamba_n_groups", default=1), f.int("mamba_d_conv", default=4), inner,
-                _flag(f, "mamba_conv_bias", True), _flag(f, "mamba_proj_bias"))
+    return SSM2(
+        heads,
+        f.int("mamba_d_head", default=inner // heads),
+        f.int("mamba_d_state", default=256),
+        f.int("mamba_n_groups", default=1),
+        f.int("mamba_d_conv", default=4),
+        inner,
+        _flag(f, "mamba_conv_bias", True),
+        _flag(f, "mamba_proj_bias"),
+    )
 
 
 def granite_hybrid(f: Fields, c: Count) -> None:
@@ -372,9 +468,19 @@ def mamba_1(f: Fields, c: Count) -> None:
     c.norm("norm", "norm_f, layer norms", h, n + 1)
     rank = f.raw.get("time_step_rank", "auto")
     rank = math.ceil(h / 16) if rank in ("auto", None) else f.int("time_step_rank")
-    mamba1(c, h, SSM1(f.int("intermediate_size", default=int(f.number("expand", default=2) * h)),
-                      f.int("state_size", default=16), f.int("conv_kernel", default=4), rank,
-                      _flag(f, "use_conv_bias", True), _flag(f, "use_bias")), n)
+    mamba1(
+        c,
+        h,
+        SSM1(
+            f.int("intermediate_size", default=int(f.number("expand", default=2) * h)),
+            f.int("state_size", default=16),
+            f.int("conv_kernel", default=4),
+            rank,
+            _flag(f, "use_conv_bias", True),
+            _flag(f, "use_bias"),
+        ),
+        n,
+    )
 
 
 def mamba_2(f: Fields, c: Count) -> None:
@@ -383,9 +489,21 @@ def mamba_2(f: Fields, c: Count) -> None:
     c.norm("norm", "norm_f, layer norms", h, n + 1)
     heads = f.int("num_heads", default=128)
     inner = int(f.number("expand", default=2) * h)
-    mamba2(c, h, SSM2(heads, f.int("head_dim", default=inner // heads), f.int("state_size", default=128),
-                      f.int("n_groups", default=8), f.int("conv_kernel", default=4), inner,
-                      _flag(f, "use_conv_bias", True), _flag(f, "use_bias")), n)
+    mamba2(
+        c,
+        h,
+        SSM2(
+            heads,
+            f.int("head_dim", default=inner // heads),
+            f.int("state_size", default=128),
+            f.int("n_groups", default=8),
+            f.int("conv_kernel", default=4),
+            inner,
+            _flag(f, "use_conv_bias", True),
+            _flag(f, "use_bias"),
+        ),
+        n,
+    )
 
 
 def lfm2(f: Fields, c: Count) -> None:
@@ -471,30 +589,58 @@ def _qwen_layers(f: Fields, c: Count, counts: tuple[int, int], ids: list[int]) -
     """``counts``: (layers, of which full attention); ``ids``: the layer indices (none for MTP layers)."""
     h, (n, n_attn) = f.int("hidden_size"), counts
     c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
-    gdn(c, h, GatedDeltaNet(f.int("linear_num_key_heads", default=16), f.int("linear_num_value_heads", default=32),
-                            f.int("linear_key_head_dim", default=128), f.int("linear_value_head_dim", default=128),
-                            f.int("linear_conv_kernel_dim", default=4)), n - n_attn)
+    gdn(
+        c,
+        h,
+        GatedDeltaNet(
+            f.int("linear_num_key_heads", default=16),
+            f.int("linear_num_value_heads", default=32),
+            f.int("linear_key_head_dim", default=128),
+            f.int("linear_value_head_dim", default=128),
+            f.int("linear_conv_kernel_dim", default=4),
+        ),
+        n - n_attn,
+    )
     heads = f.int("num_attention_heads")
-    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=2), f.int("head_dim", default=256),
-                         gated=True, qk_norm=True), n_attn)
+    attention(
+        c,
+        h,
+        Attn(heads, f.int("num_key_value_heads", default=2), f.int("head_dim", default=256), gated=True, qk_norm=True),
+        n_attn,
+    )
     experts = f.count("num_experts")
     dense_ids = set(f.int_list("mlp_only_layers"))
-    step = (f.count("decoder_sparse_step", default=1) or 1)
+    step = f.count("decoder_sparse_step", default=1) or 1
     n_moe = (n if not ids else sum(1 for i in ids if i not in dense_ids and (i + 1) % step == 0)) if experts else 0
     gated_mlp(c, "mlp", h, f.int("intermediate_size", default=0, minimum=0), n - n_moe)
     if n_moe:
-        moe(c, h, Experts(experts, f.int("moe_intermediate_size"),
-                          shared=f.count("shared_expert_intermediate_size"), shared_gate=True), n_moe)
+        moe(
+            c,
+            h,
+            Experts(
+                experts,
+                f.int("moe_intermediate_size"),
+                shared=f.count("shared_expert_intermediate_size"),
+                shared_gate=True,
+            ),
+            n_moe,
+        )
 
 
 def qwen_vision(vision: Mapping[str, Any], lm_hidden: int) -> Count:
     """The Qwen3.5 vision tower (``Qwen3_5VisionConfig``; a missing field takes its class default)."""
     f = Fields(vision, "Qwen3.5 vision_config")
     c = Count(f, "vision")
-    h, inter, depth = f.int("hidden_size", default=1152), f.int("intermediate_size", default=4304), f.int(
-        "depth", default=27)
-    patch, temporal, chans = f.int("patch_size", default=16), f.int("temporal_patch_size", default=2), f.int(
-        "in_channels", default=3)
+    h, inter, depth = (
+        f.int("hidden_size", default=1152),
+        f.int("intermediate_size", default=4304),
+        f.int("depth", default=27),
+    )
+    patch, temporal, chans = (
+        f.int("patch_size", default=16),
+        f.int("temporal_patch_size", default=2),
+        f.int("in_channels", default=3),
+    )
     out, merge = f.int("out_hidden_size", default=lm_hidden), f.int("spatial_merge_size", default=2)
     biased = How(bias=True)
     c.add("vision", "patch_embed", chans * temporal * patch * patch * h + h)
@@ -514,8 +660,11 @@ def qwen_vision(vision: Mapping[str, Any], lm_hidden: int) -> Count:
 
 def minimax(f: Fields, c: Count) -> None:
     h, v = f.int("hidden_size"), f.int("vocab_size")
-    kinds = f.list("attn_type_list") if f.has("attn_type_list") else [
-        0 if t == "linear_attention" else 1 for t in f.list("layer_types")]
+    kinds = (
+        f.list("attn_type_list")
+        if f.has("attn_type_list")
+        else [0 if t == "linear_attention" else 1 for t in f.list("layer_types")]
+    )
     n, n_attn = len(kinds), sum(1 for k in kinds if k == 1)
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm", h)
@@ -528,8 +677,12 @@ def minimax(f: Fields, c: Count) -> None:
     c.linear("linear_attention", "output_gate", h, heads * hd, lin)
     c.linear("linear_attention", "out_proj", heads * hd, h, lin, ROW)
     c.norm("linear_attention", "norm", heads * hd, lin)
-    moe(c, h, Experts(f.int("num_local_experts"), f.int("intermediate_size"),
-                      shared=f.count("shared_intermediate_size")), n)
+    moe(
+        c,
+        h,
+        Experts(f.int("num_local_experts"), f.int("intermediate_size"), shared=f.count("shared_intermediate_size")),
+        n,
+    )
 
 
 def dense(f: Fields, c: Count) -> None:
@@ -540,8 +693,19 @@ def dense(f: Fields, c: Count) -> None:
     c.norm("norm", "norm", h)
     c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
     bias = _flag(f, "attention_bias")
-    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=heads), f.int("head_dim", default=h // heads),
-                         qwen2 or bias, qk_norm=f.raw.get("model_type") == "qwen3", out_bias=bias), n)
+    attention(
+        c,
+        h,
+        Attn(
+            heads,
+            f.int("num_key_value_heads", default=heads),
+            f.int("head_dim", default=h // heads),
+            qwen2 or bias,
+            qk_norm=f.raw.get("model_type") == "qwen3",
+            out_bias=bias,
+        ),
+        n,
+    )
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), n, _flag(f, "mlp_bias"))
 
 
@@ -554,8 +718,19 @@ def qwen3_moe(f: Fields, c: Count) -> None:
     c.norm("norm", "norm", h)
     c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
     bias = _flag(f, "attention_bias")
-    attention(c, h, Attn(heads, f.int("num_key_value_heads", default=heads), f.int("head_dim", default=h // heads),
-                         bias, qk_norm=True, out_bias=bias), n)
+    attention(
+        c,
+        h,
+        Attn(
+            heads,
+            f.int("num_key_value_heads", default=heads),
+            f.int("head_dim", default=h // heads),
+            bias,
+            qk_norm=True,
+            out_bias=bias,
+        ),
+        n,
+    )
     sparse = sum(_qwen3_moe_layers(f))
     gated_mlp(c, "mlp", h, f.int("intermediate_size"), n - sparse)
     if sparse:
@@ -592,8 +767,11 @@ def _deepseek_layers(f: Fields, c: Count, n: int, first: int) -> None:
 def _mla(f: Fields, c: Count, n: int) -> None:
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi-Linear): low-rank KV (and optionally Q)."""
     h, heads = f.int("hidden_size"), f.int("num_attention_heads")
-    rope, nope, vd = f.int("qk_rope_head_dim", default=64), f.int("qk_nope_head_dim", default=128), f.int(
-        "v_head_dim", default=128)
+    rope, nope, vd = (
+        f.int("qk_rope_head_dim", default=64),
+        f.int("qk_nope_head_dim", default=128),
+        f.int("v_head_dim", default=128),
+    )
     kv_rank, q_rank = f.int("kv_lora_rank", default=512), f.opt_int("q_lora_rank")
     if q_rank:
         c.linear("attention", "q_a_proj", h, q_rank, n, WHOLE)
@@ -616,8 +794,11 @@ def kimi_linear(f: Fields, c: Count) -> None:
     embeddings(c, v, h, _tied(f, False))
     c.norm("norm", "norm", h)
     c.norm("norm", "input_layernorm, post_attention_layernorm", 2 * h, n)
-    heads, hd, kernel = int(la.get("num_heads", 32)), int(la.get("head_dim", 128)), int(
-        la.get("short_conv_kernel_size", 4))
+    heads, hd, kernel = (
+        int(la.get("num_heads", 32)),
+        int(la.get("head_dim", 128)),
+        int(la.get("short_conv_kernel_size", 4)),
+    )
     p = heads * hd
     # q, k, v, the beta gate (one per head) and f_a; f_b, g_a, g_b: the low-rank forget and output gates
     for name, width in (("q_proj, k_proj, v_proj", 3 * p), ("b_proj", heads)):
@@ -638,17 +819,33 @@ def kimi_linear(f: Fields, c: Count) -> None:
 
 #: architecture → counter (a family hybridplan cannot count is refused: pass --weights)
 FAMILIES: dict[str, Callable[[Fields, Count], None]] = {
-    "NemotronHForCausalLM": nemotron_h, "JambaForCausalLM": jamba, "Zamba2ForCausalLM": zamba2,
-    "FalconH1ForCausalLM": falcon_h1, "GraniteMoeHybridForCausalLM": granite_hybrid, "BambaForCausalLM": bamba,
-    "MambaForCausalLM": mamba_1, "FalconMambaForCausalLM": mamba_1, "Mamba2ForCausalLM": mamba_2,
-    "Lfm2ForCausalLM": lfm2, "Lfm2MoeForCausalLM": lfm2_moe, "Qwen3NextForCausalLM": qwen_next,
+    "NemotronHForCausalLM": nemotron_h,
+    "JambaForCausalLM": jamba,
+    "Zamba2ForCausalLM": zamba2,
+    "FalconH1ForCausalLM": falcon_h1,
+    "GraniteMoeHybridForCausalLM": granite_hybrid,
+    "BambaForCausalLM": bamba,
+    "MambaForCausalLM": mamba_1,
+    "FalconMambaForCausalLM": mamba_1,
+    "Mamba2ForCausalLM": mamba_2,
+    "Lfm2ForCausalLM": lfm2,
+    "Lfm2MoeForCausalLM": lfm2_moe,
+    "Qwen3NextForCausalLM": qwen_next,
     "Qwen3_5ForConditionalGeneration": qwen_next,
-    "Qwen3_5MoeForConditionalGeneration": qwen_next, "Qwen3_5ForCausalLM": qwen_next,
-    "Qwen3_5MoeForCausalLM": qwen_next, "MiniMaxText01ForCausalLM": minimax, "MiniMaxForCausalLM": minimax,
-    "MiniMaxM1ForCausalLM": minimax, "LlamaForCausalLM": dense, "MistralForCausalLM": dense,
-    "Qwen2ForCausalLM": dense, "Qwen3ForCausalLM": dense, "Qwen3MoeForCausalLM": qwen3_moe,
+    "Qwen3_5MoeForConditionalGeneration": qwen_next,
+    "Qwen3_5ForCausalLM": qwen_next,
+    "Qwen3_5MoeForCausalLM": qwen_next,
+    "MiniMaxText01ForCausalLM": minimax,
+    "MiniMaxForCausalLM": minimax,
+    "MiniMaxM1ForCausalLM": minimax,
+    "LlamaForCausalLM": dense,
+    "MistralForCausalLM": dense,
+    "Qwen2ForCausalLM": dense,
+    "Qwen3ForCausalLM": dense,
+    "Qwen3MoeForCausalLM": qwen3_moe,
     "DeepseekV2ForCausalLM": deepseek,
-    "DeepseekV3ForCausalLM": deepseek, "KimiLinearForCausalLM": kimi_linear,
+    "DeepseekV3ForCausalLM": deepseek,
+    "KimiLinearForCausalLM": kimi_linear,
 }
 #: multimodal classes whose checkpoint holds a vision tower the engine loads
 VISION = {"Qwen3_5ForConditionalGeneration": qwen_vision, "Qwen3_5MoeForConditionalGeneration": qwen_vision}

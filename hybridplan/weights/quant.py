@@ -43,23 +43,40 @@ from hybridplan.quant_config import stated_quantization
 #: the checkpoint's module names (after ``…layers.N.``) that each counted part (hybridplan/weights/families.py,
 #: group → name) is made of, across the families' checkpoints
 _MODULES: dict[str, dict[str, tuple[str, ...]]] = {
-    "gdn": {"in_proj_qkvz": ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_qkv", "linear_attn.in_proj_z"),
-            "in_proj_ba": ("linear_attn.in_proj_ba", "linear_attn.in_proj_b", "linear_attn.in_proj_a"),
-            "out_proj": ("linear_attn.out_proj",)},
-    "attention": {n: (f"self_attn.{n}", f"mixer.{n}", f"attention.{n}") for n in ("q_proj", "k_proj", "v_proj",
-                                                                                  "o_proj")},
-    "mamba": {"in_proj.zx": ("mixer.in_proj", "mamba.in_proj"), "in_proj.bc": ("mixer.in_proj", "mamba.in_proj"),
-              "in_proj.dt": ("mixer.in_proj", "mamba.in_proj"), "out_proj": ("mixer.out_proj", "mamba.out_proj")},
+    "gdn": {
+        "in_proj_qkvz": ("linear_attn.in_proj_qkvz", "linear_attn.in_proj_qkv", "linear_attn.in_proj_z"),
+        "in_proj_ba": ("linear_attn.in_proj_ba", "linear_attn.in_proj_b", "linear_attn.in_proj_a"),
+        "out_proj": ("linear_attn.out_proj",),
+    },
+    "attention": {
+        n: (f"self_attn.{n}", f"mixer.{n}", f"attention.{n}") for n in ("q_proj", "k_proj", "v_proj", "o_proj")
+    },
+    "mamba": {
+        "in_proj.zx": ("mixer.in_proj", "mamba.in_proj"),
+        "in_proj.bc": ("mixer.in_proj", "mamba.in_proj"),
+        "in_proj.dt": ("mixer.in_proj", "mamba.in_proj"),
+        "out_proj": ("mixer.out_proj", "mamba.out_proj"),
+    },
     "mlp": {"gate_up_proj": ("mlp.gate_proj", "mlp.up_proj", "mlp.gate_up_proj"), "down_proj": ("mlp.down_proj",)},
-    "moe": {"experts.up": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mixer.experts.0.up_proj"),
-            "experts.down": ("mlp.experts.0.down_proj", "mixer.experts.0.down_proj"),
-            "shared_expert.up": ("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
-                                 "mixer.shared_experts.up_proj"),
-            "shared_expert.down": ("mlp.shared_expert.down_proj", "mixer.shared_experts.down_proj"),
-            "fc1_latent_proj": ("mixer.fc1_latent_proj",), "fc2_latent_proj": ("mixer.fc2_latent_proj",)},
+    "moe": {
+        "experts.up": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mixer.experts.0.up_proj"),
+        "experts.down": ("mlp.experts.0.down_proj", "mixer.experts.0.down_proj"),
+        "shared_expert.up": (
+            "mlp.shared_expert.gate_proj",
+            "mlp.shared_expert.up_proj",
+            "mixer.shared_experts.up_proj",
+        ),
+        "shared_expert.down": ("mlp.shared_expert.down_proj", "mixer.shared_experts.down_proj"),
+        "fc1_latent_proj": ("mixer.fc1_latent_proj",),
+        "fc2_latent_proj": ("mixer.fc2_latent_proj",),
+    },
 }
-_LAYER_PREFIXES = ("model.language_model.layers.{i}.", "model.layers.{i}.", "backbone.layers.{i}.",
-                   "language_model.model.layers.{i}.")
+_LAYER_PREFIXES = (
+    "model.language_model.layers.{i}.",
+    "model.layers.{i}.",
+    "backbone.layers.{i}.",
+    "language_model.model.layers.{i}.",
+)
 _VISION_PREFIXES = ("model.visual.", "visual.", "model.vision_tower.", "vision_tower.")
 
 
@@ -102,8 +119,7 @@ class Scheme(Struct, frozen=True):
             if any(_matches(n, p) for n in per_layer for p in self.patterns):
                 n_skipped += 1
             elif self.per_module:
-                algo = next((modules[k] for n in per_layer for k in modules if n == k or n.startswith(k + ".")),
-                            None)
+                algo = next((modules[k] for n in per_layer for k in modules if n == k or n.startswith(k + ".")), None)
                 if algo is not None:
                     priced, cost = priced + 1, cost + algo
         if self.per_module:  # the modules it lists take their algorithm, the rest stay whole
@@ -190,8 +206,9 @@ class Quantization(Struct, frozen=True):
 
     def weights_scheme(self) -> Scheme:
         if self.scheme is None:
-            raise PlanError(self.unsized or f"hybridplan does not size the quantization {self.method!r}: give "
-                            "--weights")
+            raise PlanError(
+                self.unsized or f"hybridplan does not size the quantization {self.method!r}: give --weights"
+            )
         return self.scheme
 
     def describe(self) -> str:
@@ -205,8 +222,11 @@ def _kv_scheme(value: Any) -> KVScheme | None:
         return None
     bits = value.get("num_bits")
     dyn = value.get("dynamic")
-    return KVScheme(bits if isinstance(bits, int) else None, str(value["type"]) if value.get("type") else None,
-                    dyn if isinstance(dyn, bool) else None)
+    return KVScheme(
+        bits if isinstance(bits, int) else None,
+        str(value["type"]) if value.get("type") else None,
+        dyn if isinstance(dyn, bool) else None,
+    )
 
 
 def read(config: Mapping[str, Any], where: str | None = None) -> Quantization | None:
@@ -239,8 +259,16 @@ def _read_cached(text: str, where: str) -> Quantization:
         sch = replace(sch, patterns=_patterns(q) + (_patterns(section) if section is not q else ()))
     except PlanError as exc:
         sch, unsized = None, str(exc)
-    return Quantization(method, str(algo).upper() if algo else None, str(kv_algo) if kv_algo else None, kv_scheme,
-                        inner is not None, where, sch, unsized)
+    return Quantization(
+        method,
+        str(algo).upper() if algo else None,
+        str(kv_algo) if kv_algo else None,
+        kv_scheme,
+        inner is not None,
+        where,
+        sch,
+        unsized,
+    )
 
 
 def scheme(config: Mapping[str, Any]) -> Scheme | None:
@@ -277,8 +305,9 @@ def _mixed(q: Mapping[str, Any], section: Mapping[str, Any], ignore: tuple[str, 
     the model dtype (vLLM modelopt.py ``ModelOptMixedPrecisionConfig``)."""
     layers = section.get("quantized_layers") or q.get("quantized_layers")
     if not isinstance(layers, Mapping) or not layers:
-        raise PlanError("hybridplan does not size the modelopt scheme MIXED_PRECISION without quantized_layers: "
-                        "give --weights")
+        raise PlanError(
+            "hybridplan does not size the modelopt scheme MIXED_PRECISION without quantized_layers: give --weights"
+        )
     per: list[tuple[str, float]] = []
     for module, how in layers.items():
         algo = str((how or {}).get("quant_algo", "")).upper() if isinstance(how, Mapping) else ""
@@ -287,11 +316,16 @@ def _mixed(q: Mapping[str, Any], section: Mapping[str, Any], ignore: tuple[str, 
         elif algo in ("NVFP4", "W4A16_NVFP4"):
             per.append((str(module), 0.5 + 1 / int(how.get("group_size") or 16)))
         else:
-            raise PlanError(f"hybridplan does not size the modelopt algorithm {algo or '?'} of {module}: give "
-                            "--weights")
+            raise PlanError(
+                f"hybridplan does not size the modelopt algorithm {algo or '?'} of {module}: give --weights"
+            )
     algos = sorted({a for _, a in per})
-    return Scheme("modelopt mixed (" + ", ".join({1.0: "fp8"}.get(a, "nvfp4") for a in algos) + ")",
-                  max(algos), ignore, per_module=tuple(per))
+    return Scheme(
+        "modelopt mixed (" + ", ".join({1.0: "fp8"}.get(a, "nvfp4") for a in algos) + ")",
+        max(algos),
+        ignore,
+        per_module=tuple(per),
+    )
 
 
 def _int_scheme(bits: int, group: int | None, zero: bool) -> float:
@@ -328,8 +362,11 @@ def _scheme(q: Mapping[str, Any], method: str, section: Mapping[str, Any]) -> Sc
     if method == "bitsandbytes":
         if q.get("load_in_4bit"):
             double = bool(q.get("bnb_4bit_use_double_quant"))
-            return Scheme("bitsandbytes 4-bit" + (" (double quant)" if double else ""),
-                          0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64), ignore)
+            return Scheme(
+                "bitsandbytes 4-bit" + (" (double quant)" if double else ""),
+                0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64),
+                ignore,
+            )
         if q.get("load_in_8bit"):
             return Scheme("bitsandbytes 8-bit", 1.0, ignore)
     if method == "compressed-tensors":

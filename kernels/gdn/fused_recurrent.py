@@ -30,15 +30,32 @@ __all__ = ["gated_delta_rule_update", "gdn_update_launch_config"]
 
 @triton.jit
 def _gdn_update_kernel(
-    state_ptr, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, idx_ptr, o_ptr,
-    pad_slot_id, scale, eps,
-    s_slot, s_head, s_v,
-    q_b, q_h,
-    k_b, k_h,
-    v_b, v_h,
-    g_b, g_h,
-    beta_b, beta_h,
-    o_b, o_h,
+    state_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    idx_ptr,
+    o_ptr,
+    pad_slot_id,
+    scale,
+    eps,
+    s_slot,
+    s_head,
+    s_v,
+    q_b,
+    q_h,
+    k_b,
+    k_h,
+    v_b,
+    v_h,
+    g_b,
+    g_h,
+    beta_b,
+    beta_h,
+    o_b,
+    o_h,
     V: tl.constexpr,
     K: tl.constexpr,
     HEADS_PER_KEY: tl.constexpr,
@@ -118,8 +135,9 @@ def gated_delta_rule_update(
         raise ValueError(f"state must be (slots, Hv, V, K), got shape {tuple(state.shape)}")
     _, hv, vdim, kdim = state.shape
     if v.dim() != 3 or q.dim() != 3:
-        raise ValueError(f"q, k must be (batch, Hk, K) and v (batch, Hv, V); got q {tuple(q.shape)}, "
-                         f"v {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k must be (batch, Hk, K) and v (batch, Hv, V); got q {tuple(q.shape)}, v {tuple(v.shape)}"
+        )
     batch, hk = v.shape[0], q.shape[1]
     check_shape("v", v, (batch, hv, vdim))
     check_shape("q", q, (batch, hk, kdim))
@@ -141,16 +159,32 @@ def gated_delta_rule_update(
     cfg = gdn_update_launch_config(vdim, kdim, state.element_size())
     grid = (triton.cdiv(vdim, cfg["BLOCK_V"]), hv, batch)
     _gdn_update_kernel[grid](
-        state, q, k, v, g, beta, idx if idx is not None else g, out,
+        state,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        idx if idx is not None else g,
+        out,
         int(pad_slot_id) if idx is not None else -1,
-        float(kdim ** -0.5 if scale is None else scale), L2_EPS,
-        state.stride(0), state.stride(1), state.stride(2),
-        q.stride(0), q.stride(1),
-        k.stride(0), k.stride(1),
-        v.stride(0), v.stride(1),
-        g.stride(0), g.stride(1),
-        beta.stride(0), beta.stride(1),
-        out.stride(0), out.stride(1),
+        float(kdim**-0.5 if scale is None else scale),
+        L2_EPS,
+        state.stride(0),
+        state.stride(1),
+        state.stride(2),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        g.stride(0),
+        g.stride(1),
+        beta.stride(0),
+        beta.stride(1),
+        out.stride(0),
+        out.stride(1),
         V=vdim,
         K=kdim,
         HEADS_PER_KEY=hv // hk,

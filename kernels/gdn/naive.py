@@ -43,7 +43,7 @@ def gated_delta_rule_update_ref(
     Returns o (batch, Hv, V) in state's dtype; a pad entry leaves the pool alone and gets a zero row."""
     batch, hv, vdim = v.shape
     hk, kdim = k.shape[1], k.shape[2]
-    scale = kdim ** -0.5 if scale is None else scale
+    scale = kdim**-0.5 if scale is None else scale
     group = hv // hk
     out = torch.zeros((batch, hv, vdim), dtype=state.dtype, device=state.device)
     for b in range(batch):

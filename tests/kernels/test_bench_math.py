@@ -149,8 +149,14 @@ def test_rates_and_rows():
     assert bench.tflops(3e12, 0.5) == 6.0
     with pytest.raises(ValueError):
         bench.bandwidth(1, 0)
-    row = bench.make_row("selective_state_update", {"batch": 64, "nheads": 128, "state_dtype": "float32"},
-                         seconds=125e-6, nbytes=500_000_000, flops=250_000_000, copy_bandwidth=4.3e12)
+    row = bench.make_row(
+        "selective_state_update",
+        {"batch": 64, "nheads": 128, "state_dtype": "float32"},
+        seconds=125e-6,
+        nbytes=500_000_000,
+        flops=250_000_000,
+        copy_bandwidth=4.3e12,
+    )
     assert row["time_us"] == pytest.approx(125.0)
     assert row["gb_per_s"] == pytest.approx(4000.0)
     assert row["frac_of_copy"] == pytest.approx(4.0e12 / 4.3e12)
@@ -163,10 +169,15 @@ def test_rates_and_rows():
 
 
 def _rows(decode_gbps, scan_seconds):
-    rows = [bench.make_row("selective_state_update", {"batch": b, "nheads": 128, "state_dtype": "float32"},
-                           1e-3, int(g * 1e6)) for b, g in zip((32, 64, 128), decode_gbps)]
-    rows.append(bench.make_row("selective_state_update", {"batch": 64, "nheads": 128, "state_dtype": "bfloat16"},
-                               1e-3, 1))  # bf16 state: not part of the fp32 target
+    rows = [
+        bench.make_row(
+            "selective_state_update", {"batch": b, "nheads": 128, "state_dtype": "float32"}, 1e-3, int(g * 1e6)
+        )
+        for b, g in zip((32, 64, 128), decode_gbps)
+    ]
+    rows.append(
+        bench.make_row("selective_state_update", {"batch": 64, "nheads": 128, "state_dtype": "bfloat16"}, 1e-3, 1)
+    )  # bf16 state: not part of the fp32 target
     rows.append(bench.make_row("ssd_chunk_scan", {"ntokens": 16384, "nseqs": 1}, scan_seconds, 1, tokens=16384))
     return rows
 
@@ -202,8 +213,9 @@ def test_script_exits_2_without_gpu(on_gpu):
     if on_gpu:
         pytest.skip("a CUDA GPU is present: the script would run the benchmarks")
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "kernels.py")], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "kernels.py")], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 2
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(lines) == 1 and "no CUDA GPU" in lines[0]
@@ -222,6 +234,7 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
     """The script's per-kernel benchmarks, run at tiny shapes with a wall-clock timer in place of do_bench:
     every wrapper call, row and the JSON report are exercised without a GPU (the times mean nothing)."""
     import hybridplan.kernels as hk
+
     torch = pytest.importorskip("torch")
 
     spec = importlib.util.spec_from_file_location("kernels_benchmark_script", REPO / "benchmarks" / "kernels.py")
@@ -234,16 +247,31 @@ def test_benchmark_suite_plumbing_on_tiny_shapes(device):
         return max(time.perf_counter() - t0, 1e-9)
 
     tiny = types.SimpleNamespace(**{k: getattr(bench, k) for k in bench.__all__})
-    tiny.NEMOTRON_H_8B = {"nheads": 2, "headdim": 8, "dstate": 8, "ngroups": 1, "conv_dim": 16, "conv_width": 4,
-                          "chunk_size": 8}
+    tiny.NEMOTRON_H_8B = {
+        "nheads": 2,
+        "headdim": 8,
+        "dstate": 8,
+        "ngroups": 1,
+        "conv_dim": 16,
+        "conv_width": 4,
+        "chunk_size": 8,
+    }
     tiny.QWEN3_NEXT = {"v_heads": 4, "k_heads": 2, "vdim": 8, "kdim": 8}
     tiny.JAMBA_1_5_MINI = {"dim": 16, "dstate": 4}
     tiny.time_cuda = wall_clock
     suite = script._Suite(torch, hk, tiny, device, quick=True, act_dtype=torch.float32)
-    rows = [suite.state_update(2, torch.float32, 1e9), suite.state_update(2, torch.float16, 1e9),
-            suite.conv_update(2, 1e9), suite.chunk_scan(16, 2, 1e9), suite.conv_prefill(16, 2, 1e9)]
-    assert [r["kernel"] for r in rows] == ["selective_state_update"] * 2 + ["causal_conv1d_update", "ssd_chunk_scan",
-                                                                          "causal_conv1d_prefill"]
+    rows = [
+        suite.state_update(2, torch.float32, 1e9),
+        suite.state_update(2, torch.float16, 1e9),
+        suite.conv_update(2, 1e9),
+        suite.chunk_scan(16, 2, 1e9),
+        suite.conv_prefill(16, 2, 1e9),
+    ]
+    assert [r["kernel"] for r in rows] == ["selective_state_update"] * 2 + [
+        "causal_conv1d_update",
+        "ssd_chunk_scan",
+        "causal_conv1d_prefill",
+    ]
     assert rows[0]["bytes"] == bench.state_update_bytes(2, 2, 8, 8, 1, 4, 4)
     assert rows[3]["flops"] == bench.chunk_scan_flops([8, 8], 8, 2, 8, 8, 1) and rows[3]["tokens_per_s"] > 0
     gdn = suite.gdn_update(2, torch.float32, 1e9)

@@ -34,8 +34,9 @@ def report(tmp_path_factory):
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton-cache"))  # compile for real, not from a cache
-    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, ARCHES)], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, ARCHES)], capture_output=True, text=True, env=env, timeout=900
+    )
     if proc.returncode != 0:
         pytest.fail(f"aot_compile.py failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
@@ -111,6 +112,7 @@ def test_occupancy_per_arch_is_the_one_docs_profile_md_states(report):
 if __name__ == "__main__":  # print the table for docs/profile.md
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
-    out = subprocess.run([sys.executable, str(SCRIPT), *map(str, ARCHES)], capture_output=True, text=True,
-                         env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, ARCHES)], capture_output=True, text=True, env=env, check=True
+    ).stdout
     print(occupancy_table(json.loads(out)))

@@ -42,8 +42,9 @@ def _assert_windows(pool, ref_pool, dtype):
 # decode
 
 
-@pytest.mark.parametrize("dim,width", [(40, 4), (300, 4), (24, 2)],
-                         ids=["dim40-K4", "dim300-K4-two-blocks", "dim24-K2"])
+@pytest.mark.parametrize(
+    "dim,width", [(40, 4), (300, 4), (24, 2)], ids=["dim40-K4", "dim300-K4-two-blocks", "dim24-K2"]
+)
 def test_update_matches_reference(device, gen, state_dtype, dim, width):
     batch, slots = 5, 8
     indices = [6, -1, 0, 3, 2]
@@ -171,11 +172,19 @@ def test_prefill_chunked_invariance(device, gen, split):
     y_full = causal_conv1d_prefill(torch.cat(xs), w, b, cu_from_lengths(lengths, device), full_pool, idx, init, **meta)
 
     part_pool = pool0.clone()
-    y1 = causal_conv1d_prefill(torch.cat([x[:a] for x, a in zip(xs, heads)]), w, b, cu_from_lengths(heads, device),
-                               part_pool, idx, init)
+    y1 = causal_conv1d_prefill(
+        torch.cat([x[:a] for x, a in zip(xs, heads)]), w, b, cu_from_lengths(heads, device), part_pool, idx, init
+    )
     tails = [n - a for n, a in zip(lengths, heads)]
-    y2 = causal_conv1d_prefill(torch.cat([x[a:] for x, a in zip(xs, heads)]), w, b, cu_from_lengths(tails, device),
-                               part_pool, idx, torch.ones(3, dtype=torch.bool, device=device))
+    y2 = causal_conv1d_prefill(
+        torch.cat([x[a:] for x, a in zip(xs, heads)]),
+        w,
+        b,
+        cu_from_lengths(tails, device),
+        part_pool,
+        idx,
+        torch.ones(3, dtype=torch.bool, device=device),
+    )
     y_split = torch.cat([torch.cat([p, q]) for p, q in zip(y1.split(heads), y2.split(tails))])
     # the same fp32 sums in the same order either way: equal up to the last ulp
     assert rel_err(y_split, y_full) <= 1e-6
@@ -193,8 +202,9 @@ def test_decode_after_prefill(device, gen):
     init = torch.tensor([True, False, True], device=device)
 
     long_pool = pool0.clone()
-    y_long = causal_conv1d_prefill(torch.cat(xs), w, b, cu_from_lengths([n + 1 for n in lengths], device),
-                                   long_pool, idx, init)
+    y_long = causal_conv1d_prefill(
+        torch.cat(xs), w, b, cu_from_lengths([n + 1 for n in lengths], device), long_pool, idx, init
+    )
     pool = pool0.clone()
     causal_conv1d_prefill(torch.cat([x[:-1] for x in xs]), w, b, cu_from_lengths(lengths, device), pool, idx, init)
     y_step = causal_conv1d_update(torch.stack([x[-1] for x in xs]), pool, w, b, "silu", idx)

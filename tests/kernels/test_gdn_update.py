@@ -30,8 +30,19 @@ O_F32 = 2e-5
 SHAPES = [(2, 4, 16, 16), (1, 2, 128, 24), (2, 2, 12, 8)]
 
 
-def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, indices=(3, -1, 0, 7, 5),
-         pad_slot_id=-1, l2norm=True, scale=None):
+def _run(
+    device,
+    gen,
+    shape,
+    state_dtype=torch.float32,
+    *,
+    batch=5,
+    slots=9,
+    indices=(3, -1, 0, 7, 5),
+    pad_slot_id=-1,
+    l2norm=True,
+    scale=None,
+):
     hk, hv, kdim, vdim = shape
     q, k, v, g, beta = gdn_inputs(batch, hk, hv, kdim, vdim, gen, device=device)
     pool = state_pool((slots, hv, vdim, kdim), gen, state_dtype, device)
@@ -41,10 +52,27 @@ def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, ind
     before = pool.clone()
     ref_pool = f64(pool)
     out = torch.full((batch, hv, vdim), float("nan"), device=device)  # poisoned: every row gets written
-    o = gated_delta_rule_update(pool, q, k, v, g, beta, scale=scale, use_qk_l2norm=l2norm, state_batch_indices=idx,
-                                pad_slot_id=pad_slot_id, out=out)
-    o_ref = gated_delta_rule_update_ref(ref_pool, *f64(q, k, v, g, beta), scale=scale, use_qk_l2norm=l2norm,
-                                        state_batch_indices=idx, pad_slot_id=pad_slot_id)
+    o = gated_delta_rule_update(
+        pool,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        scale=scale,
+        use_qk_l2norm=l2norm,
+        state_batch_indices=idx,
+        pad_slot_id=pad_slot_id,
+        out=out,
+    )
+    o_ref = gated_delta_rule_update_ref(
+        ref_pool,
+        *f64(q, k, v, g, beta),
+        scale=scale,
+        use_qk_l2norm=l2norm,
+        state_batch_indices=idx,
+        pad_slot_id=pad_slot_id,
+    )
     assert o is out
     return pool, before, ref_pool, o, o_ref, used
 
@@ -61,8 +89,7 @@ def test_matches_reference(device, gen, shape, state_dtype):
 
 
 def test_without_indices_and_without_normalisation(device, gen):
-    pool, _, ref_pool, o, o_ref, _ = _run(device, gen, (2, 4, 16, 16), indices=None, slots=5, l2norm=False,
-                                          scale=0.3)
+    pool, _, ref_pool, o, o_ref, _ = _run(device, gen, (2, 4, 16, 16), indices=None, slots=5, l2norm=False, scale=0.3)
     # unnormalised q, k of norm ~4: the dot's error bound scales with |k| |q|, 16x the unit-norm case
     assert rel_err(pool, ref_pool) <= 16 * STATE_F32 and rel_err(o, o_ref) <= 16 * O_F32
 

@@ -23,8 +23,11 @@ def _check(call, ref, pool, used, y_bound, state_bound):
     """Run ``call`` on ``pool`` and ``ref`` on a float64 copy with the same arguments."""
     ref_pool = f64(pool)
     before = pool.clone()
-    args = {k: f64(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-            for k, v in call.args.items() if k not in ("out", "metadata")}
+    args = {
+        k: f64(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        for k, v in call.args.items()
+        if k not in ("out", "metadata")
+    }
     y = call(pool)
     y_ref = ref(**args, **{call.pool_arg: ref_pool})
     assert y is call.args["out"]

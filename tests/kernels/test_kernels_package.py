@@ -25,18 +25,82 @@ def test_no_autotune_anywhere():
 
 def test_public_api():
     expected = {
-        "selective_state_update": ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus",
-                                   "state_batch_indices", "pad_slot_id", "out"],
-        "causal_conv1d_update": ["x", "conv_state", "weight", "bias", "activation", "conv_state_indices",
-                                 "pad_slot_id"],
-        "causal_conv1d_prefill": ["x", "weight", "bias", "cu_seqlens", "conv_states", "state_indices",
-                                  "has_initial_state", "activation"],
-        "gated_delta_rule_update": ["state", "q", "k", "v", "g", "beta", "scale", "use_qk_l2norm",
-                                    "state_batch_indices", "pad_slot_id"],
-        "mamba1_state_update": ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus",
-                                "state_batch_indices", "pad_slot_id"],
-        "ssd_chunk_scan": ["x", "dt", "A", "B", "C", "chunk_size", "cu_seqlens", "state_pool", "state_indices",
-                           "has_initial_state", "D", "z", "dt_bias", "dt_softplus"],
+        "selective_state_update": [
+            "state",
+            "x",
+            "dt",
+            "A",
+            "B",
+            "C",
+            "D",
+            "z",
+            "dt_bias",
+            "dt_softplus",
+            "state_batch_indices",
+            "pad_slot_id",
+            "out",
+        ],
+        "causal_conv1d_update": [
+            "x",
+            "conv_state",
+            "weight",
+            "bias",
+            "activation",
+            "conv_state_indices",
+            "pad_slot_id",
+        ],
+        "causal_conv1d_prefill": [
+            "x",
+            "weight",
+            "bias",
+            "cu_seqlens",
+            "conv_states",
+            "state_indices",
+            "has_initial_state",
+            "activation",
+        ],
+        "gated_delta_rule_update": [
+            "state",
+            "q",
+            "k",
+            "v",
+            "g",
+            "beta",
+            "scale",
+            "use_qk_l2norm",
+            "state_batch_indices",
+            "pad_slot_id",
+        ],
+        "mamba1_state_update": [
+            "state",
+            "x",
+            "dt",
+            "A",
+            "B",
+            "C",
+            "D",
+            "z",
+            "dt_bias",
+            "dt_softplus",
+            "state_batch_indices",
+            "pad_slot_id",
+        ],
+        "ssd_chunk_scan": [
+            "x",
+            "dt",
+            "A",
+            "B",
+            "C",
+            "chunk_size",
+            "cu_seqlens",
+            "state_pool",
+            "state_indices",
+            "has_initial_state",
+            "D",
+            "z",
+            "dt_bias",
+            "dt_softplus",
+        ],
     }
     for name, params in expected.items():
         fn = getattr(hk, name)
@@ -52,8 +116,9 @@ def test_public_api():
         hk.not_a_kernel  # noqa: B018
 
 
-@pytest.mark.parametrize("P,N,nbytes",
-                         [(64, 128, 4), (64, 128, 2), (64, 64, 4), (16, 16, 4), (24, 12, 2), (128, 256, 4)])
+@pytest.mark.parametrize(
+    "P,N,nbytes", [(64, 128, 4), (64, 128, 2), (64, 64, 4), (16, 16, 4), (24, 12, 2), (128, 256, 4)]
+)
 def test_state_update_launch_config(P, N, nbytes):
     cfg = state_update_launch_config(P, N, nbytes)
     bp, bn = cfg["BLOCK_P"], cfg["BLOCK_N"]

@@ -28,8 +28,18 @@ Y_F32 = 1e-5
 SHAPES = [(32, 16), (200, 16), (24, 12)]
 
 
-def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, indices=(3, -1, 0, 7, 5),
-         pad_slot_id=-1, plain=False):
+def _run(
+    device,
+    gen,
+    shape,
+    state_dtype=torch.float32,
+    *,
+    batch=5,
+    slots=9,
+    indices=(3, -1, 0, 7, 5),
+    pad_slot_id=-1,
+    plain=False,
+):
     dim, dstate = shape
     x, dt, A, B, C, D, z, dt_bias = mamba1_inputs(batch, dim, dstate, gen, device=device)
     if plain:  # no D, z, bias; dt already a positive step
@@ -43,8 +53,13 @@ def _run(device, gen, shape, state_dtype=torch.float32, *, batch=5, slots=9, ind
     ref_pool = f64(pool)
     out = torch.full((batch, dim), float("nan"), device=device)  # poisoned: every row gets written
     y = mamba1_state_update(pool, x, dt, A, B, C, D, z, dt_bias, not plain, idx, pad_slot_id, out=out)
-    y_ref = mamba1_state_update_ref(ref_pool, *f64(x, dt, A, B, C, D, z, dt_bias), dt_softplus=not plain,
-                                    state_batch_indices=idx, pad_slot_id=pad_slot_id)
+    y_ref = mamba1_state_update_ref(
+        ref_pool,
+        *f64(x, dt, A, B, C, D, z, dt_bias),
+        dt_softplus=not plain,
+        state_batch_indices=idx,
+        pad_slot_id=pad_slot_id,
+    )
     assert y is out
     return pool, before, ref_pool, y, y_ref, used
 

@@ -61,8 +61,15 @@ def _states_by_steps(s, s0):
     pool = s0[None].clone()
     out = []
     for t in range(s["x"].shape[0]):
-        selective_state_update_ref(pool, s["x"][t : t + 1], s["dt"][t : t + 1], s["A"], s["B"][t : t + 1],
-                                   s["C"][t : t + 1], dt_bias=s["dt_bias"])
+        selective_state_update_ref(
+            pool,
+            s["x"][t : t + 1],
+            s["dt"][t : t + 1],
+            s["A"],
+            s["B"][t : t + 1],
+            s["C"][t : t + 1],
+            dt_bias=s["dt_bias"],
+        )
         out.append(pool[0].clone())
     return torch.stack(out)
 
@@ -112,9 +119,16 @@ def test_perturbation_decays_as_product_reference(gen, t):
     ys = []
     for step in range(T):
         sl = slice(step, step + 1)
-        y = selective_state_update_ref(pool, s["x"][sl].expand(2, -1, -1), s["dt"][sl].expand(2, -1), s["A"],
-                                       s["B"][sl].expand(2, -1, -1), s["C"][sl].expand(2, -1, -1), s["D"],
-                                       dt_bias=s["dt_bias"])
+        y = selective_state_update_ref(
+            pool,
+            s["x"][sl].expand(2, -1, -1),
+            s["dt"][sl].expand(2, -1),
+            s["A"],
+            s["B"][sl].expand(2, -1, -1),
+            s["C"][sl].expand(2, -1, -1),
+            s["D"],
+            dt_bias=s["dt_bias"],
+        )
         if step == t:
             pool[1] += delta  # perturb the checkpoint after step t
         ys.append(y)
@@ -141,9 +155,16 @@ def test_perturbation_decays_as_product_decode_kernel(device, gen):
     pool = torch.stack([s0, s0]).float().to(device)
     for step in range(T):
         sl = slice(step, step + 1)
-        selective_state_update(pool, dev["x"][sl].expand(2, -1, -1), dev["dt"][sl].expand(2, -1), dev["A"],
-                               dev["B"][sl].expand(2, -1, -1), dev["C"][sl].expand(2, -1, -1), dev["D"],
-                               dt_bias=dev["dt_bias"])
+        selective_state_update(
+            pool,
+            dev["x"][sl].expand(2, -1, -1),
+            dev["dt"][sl].expand(2, -1),
+            dev["A"],
+            dev["B"][sl].expand(2, -1, -1),
+            dev["C"][sl].expand(2, -1, -1),
+            dev["D"],
+            dt_bias=dev["dt_bias"],
+        )
         if step == t:
             pool[1] += delta.float().to(device)
     expected = delta * _decay_product(s, t + 1, T)[:, None, None]
@@ -170,8 +191,21 @@ def test_perturbation_decays_as_product_chunk_scan_kernel(device, gen):
     pool = torch.stack([s0, s0 + delta]).float().to(device)
     idx = torch.tensor([0, 1], dtype=torch.int32, device=device)
     init = torch.tensor([True, True], device=device)
-    y = ssd_chunk_scan(two["x"], two["dt"], prm["A"], two["B"], two["C"], 8, cu_from_lengths([T, T], device),
-                       pool, idx, init, D=prm["D"], z=two["z"], dt_bias=prm["dt_bias"])
+    y = ssd_chunk_scan(
+        two["x"],
+        two["dt"],
+        prm["A"],
+        two["B"],
+        two["C"],
+        8,
+        cu_from_lengths([T, T], device),
+        pool,
+        idx,
+        init,
+        D=prm["D"],
+        z=two["z"],
+        dt_bias=prm["dt_bias"],
+    )
     M = float(pool.abs().max()) + float(delta.abs().max())
     expected = delta * _decay_product(s, 0, T)[:, None, None]
     err = (f64(pool[1].cpu()) - f64(pool[0].cpu()) - expected).abs().max()

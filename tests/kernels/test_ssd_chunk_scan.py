@@ -34,8 +34,9 @@ INDICES = [1, 4, 7, 6, 0, -1]
 HAS_INIT = [True, False, True, True, True, True]
 
 
-def _setup(device, gen, lengths, shape, io_dtype=torch.float32, state_dtype=torch.float32, slots=9,
-           d_per_channel=False):
+def _setup(
+    device, gen, lengths, shape, io_dtype=torch.float32, state_dtype=torch.float32, slots=9, d_per_channel=False
+):
     H, P, N, G = shape
     cu = cu_from_lengths(lengths, device)
     x, z, dt, B, C = ssd_tokens(int(cu[-1]), H, P, N, G, gen, io_dtype, device)
@@ -45,16 +46,42 @@ def _setup(device, gen, lengths, shape, io_dtype=torch.float32, state_dtype=torc
 
 
 def _scan(t, chunk, pool, idx, init, *, with_z=True, with_D=True, with_bias=True, softplus=True, out=None):
-    return ssd_chunk_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], chunk, t["cu"], pool, idx, init,
-                          D=t["D"] if with_D else None, z=t["z"] if with_z else None,
-                          dt_bias=t["dt_bias"] if with_bias else None, dt_softplus=softplus, out=out)
+    return ssd_chunk_scan(
+        t["x"],
+        t["dt"],
+        t["A"],
+        t["B"],
+        t["C"],
+        chunk,
+        t["cu"],
+        pool,
+        idx,
+        init,
+        D=t["D"] if with_D else None,
+        z=t["z"] if with_z else None,
+        dt_bias=t["dt_bias"] if with_bias else None,
+        dt_softplus=softplus,
+        out=out,
+    )
 
 
 def _ref(t, pool64, idx, init, *, with_z=True, with_D=True, with_bias=True, softplus=True):
     x, dt, A, B, C, D, z, bias = f64(t["x"], t["dt"], t["A"], t["B"], t["C"], t["D"], t["z"], t["dt_bias"])
-    return ssd_scan_sequential_ref(x, dt, A, B, C, t["cu"], pool64, idx, init, D=D if with_D else None,
-                                   z=z if with_z else None, dt_bias=bias if with_bias else None,
-                                   dt_softplus=softplus)
+    return ssd_scan_sequential_ref(
+        x,
+        dt,
+        A,
+        B,
+        C,
+        t["cu"],
+        pool64,
+        idx,
+        init,
+        D=D if with_D else None,
+        z=z if with_z else None,
+        dt_bias=bias if with_bias else None,
+        dt_softplus=softplus,
+    )
 
 
 def _full_check(device, t, chunk, state_dtype, y_bound, state_bound=STATE_F32, **opts):
@@ -120,8 +147,9 @@ def test_optional_inputs(device, gen, shape, with_z, with_D, with_bias, softplus
     t = _setup(device, gen, LENGTHS, shape, d_per_channel=d_per_channel)
     if not softplus:
         t["dt"] = t["dt"].abs() * 0.2 + 0.05
-    _full_check(device, t, 8, torch.float32, Y_F32, with_z=with_z, with_D=with_D, with_bias=with_bias,
-                softplus=softplus)
+    _full_check(
+        device, t, 8, torch.float32, Y_F32, with_z=with_z, with_D=with_D, with_bias=with_bias, softplus=softplus
+    )
 
 
 def test_no_initial_states(device, gen):
@@ -191,8 +219,9 @@ def test_decode_after_prefill(device, gen):
     heads, last = _split(t, lengths, longer)
     pool = pool0.clone()
     _scan(heads, 8, pool, idx, init)
-    y_step = selective_state_update(pool, last["x"], last["dt"], t["A"], last["B"], last["C"], t["D"], last["z"],
-                                    t["dt_bias"], True, idx)
+    y_step = selective_state_update(
+        pool, last["x"], last["dt"], t["A"], last["B"], last["C"], t["D"], last["z"], t["dt_bias"], True, idx
+    )
     last_rows = torch.cumsum(torch.tensor(longer), 0) - 1
     assert rel_err(y_step, y_long[last_rows]) <= 2 * Y_F32
     assert rel_err(pool, long_pool) <= 2 * STATE_F32

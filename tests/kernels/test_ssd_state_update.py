@@ -37,9 +37,24 @@ def _state_bound(state_dtype):
     return STATE_F32 + store_roundoff(state_dtype)
 
 
-def _run(device, gen, shape, state_dtype=torch.float32, io_dtype=torch.float32, *, batch=5, slots=9,
-         indices=(3, -1, 0, 7, 5), pad_slot_id=-1, with_z=True, with_D=True, with_bias=True, softplus=True,
-         d_per_channel=False, index_dtype=torch.int32):
+def _run(
+    device,
+    gen,
+    shape,
+    state_dtype=torch.float32,
+    io_dtype=torch.float32,
+    *,
+    batch=5,
+    slots=9,
+    indices=(3, -1, 0, 7, 5),
+    pad_slot_id=-1,
+    with_z=True,
+    with_D=True,
+    with_bias=True,
+    softplus=True,
+    d_per_channel=False,
+    index_dtype=torch.int32,
+):
     H, P, N, G = shape
     A, D, dt_bias = ssd_params(H, P, gen, device, d_per_channel)
     x, z, dt, B, C = ssd_tokens(batch, H, P, N, G, gen, io_dtype, device)
@@ -58,11 +73,24 @@ def _run(device, gen, shape, state_dtype=torch.float32, io_dtype=torch.float32, 
     out = torch.full((batch, H, P), float("nan"), dtype=io_dtype, device=device)  # poisoned: every row gets written
 
     y = selective_state_update(pool, x, dt, A, B, C, D, z, dt_bias, softplus, idx, pad_slot_id, out=out)
-    y_ref = selective_state_update_ref(ref_pool, *f64(x, dt, A, B, C, D, z, dt_bias), dt_softplus=softplus,
-                                       state_batch_indices=idx, pad_slot_id=pad_slot_id)
+    y_ref = selective_state_update_ref(
+        ref_pool,
+        *f64(x, dt, A, B, C, D, z, dt_bias),
+        dt_softplus=softplus,
+        state_batch_indices=idx,
+        pad_slot_id=pad_slot_id,
+    )
     assert y is out
-    return dict(y=y, y_ref=y_ref, pool=pool, ref_pool=ref_pool, before=before, used=used, unused=unused,
-                pad_rows=[] if indices is None else [b for b, i in enumerate(indices) if i == pad_slot_id])
+    return dict(
+        y=y,
+        y_ref=y_ref,
+        pool=pool,
+        ref_pool=ref_pool,
+        before=before,
+        used=used,
+        unused=unused,
+        pad_rows=[] if indices is None else [b for b, i in enumerate(indices) if i == pad_slot_id],
+    )
 
 
 def _check(r, state_dtype, io_dtype=torch.float32):
@@ -92,8 +120,16 @@ def test_16bit_activations(device, gen, io_dtype):
     ids=["bare", "D-per-channel-no-bias", "no-z-no-softplus"],
 )
 def test_optional_inputs(device, gen, with_z, with_D, with_bias, softplus, d_per_channel):
-    r = _run(device, gen, (4, 16, 16, 2), with_z=with_z, with_D=with_D, with_bias=with_bias, softplus=softplus,
-             d_per_channel=d_per_channel)
+    r = _run(
+        device,
+        gen,
+        (4, 16, 16, 2),
+        with_z=with_z,
+        with_D=with_D,
+        with_bias=with_bias,
+        softplus=softplus,
+        d_per_channel=d_per_channel,
+    )
     _check(r, torch.float32)
 
 

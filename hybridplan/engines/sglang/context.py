@@ -33,5 +33,7 @@ def refusal(sc: Scenario) -> str | None:
     derived = context_length(sc.spec)
     if sc.ctx <= derived or sc.allow_long_context:
         return None
-    return (f"User-specified context_length ({sc.ctx}) is greater than the derived context_length ({derived}). "
-            f"To allow overriding this maximum, set the env var {ENV}=1")
+    return (
+        f"User-specified context_length ({sc.ctx}) is greater than the derived context_length ({derived}). "
+        f"To allow overriding this maximum, set the env var {ENV}=1"
+    )

@@ -103,9 +103,16 @@ def note(sc: Scenario) -> str | None:
         return None
     mib, rel = gpu_mib(sc), sc.sglang.release
     if mib is None:
-        return (f"--chunked-prefill-size not given and no GPU named: {NO_GPU_CHUNK:,}, SGLang's default for a "
-                "60–160 GiB GPU (H100-class), taken as hybridplan's default")
+        return (
+            f"--chunked-prefill-size not given and no GPU named: {NO_GPU_CHUNK:,}, SGLang's default for a "
+            "60–160 GiB GPU (H100-class), taken as hybridplan's default"
+        )
     who = f"the {sc.budget.gpu}" if sc.budget.gpu else "a GPU"
-    where = ("server_args.py __post_init__" if rel.before(TIERS_FROM) else "server_args.py _handle_gpu_memory_settings"
-             if rel.before(HOOK_FROM) else "arg_groups/memory_hook.py")
+    where = (
+        "server_args.py __post_init__"
+        if rel.before(TIERS_FROM)
+        else "server_args.py _handle_gpu_memory_settings"
+        if rel.before(HOOK_FROM)
+        else "arg_groups/memory_hook.py"
+    )
     return f"--chunked-prefill-size {chunk(sc):,}: SGLang {rel.version}'s default for {who} of {mib:,.0f} MiB ({where})"

@@ -38,8 +38,14 @@ def program_length(argv: tuple[str, ...]) -> int:
 def server_command(config_path: str) -> tuple[list[str], list[str]]:
     """The container's command and arguments: the server with the file, on every interface (its default host is
     127.0.0.1) and its port."""
-    return ["python3", "-m", "sglang.launch_server"], ["--config", config_path, "--host", "0.0.0.0", "--port",
-                                                        str(PORT)]
+    return ["python3", "-m", "sglang.launch_server"], [
+        "--config",
+        config_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+    ]
 
 
 def dp_replicas(sc) -> bool:
@@ -51,6 +57,8 @@ def node_commands(config_path: str, nodes: int) -> tuple[list[str], list[str]]:
     """A replica over ``nodes`` nodes (a LeaderWorkerSet group): every node runs the server with ``--nnodes``,
     its ``--node-rank`` and the leader's ``--dist-init-addr`` (python/sglang/srt/server_args.py); the leader,
     rank 0, serves. LWS_LEADER_ADDRESS and LWS_WORKER_INDEX are the LeaderWorkerSet's own variables."""
-    run = (f"python3 -m sglang.launch_server --config {config_path} --host 0.0.0.0 --port {PORT} "
-           f"--nnodes {nodes} --node-rank ${{LWS_WORKER_INDEX}} --dist-init-addr ${{LWS_LEADER_ADDRESS}}:20000")
+    run = (
+        f"python3 -m sglang.launch_server --config {config_path} --host 0.0.0.0 --port {PORT} "
+        f"--nnodes {nodes} --node-rank ${{LWS_WORKER_INDEX}} --dist-init-addr ${{LWS_LEADER_ADDRESS}}:20000"
+    )
     return ["sh", "-c", run], ["sh", "-c", run]

@@ -24,14 +24,21 @@ from hybridplan.engines.sglang.releases import Release
 from hybridplan.spec import ModelSpec
 
 #: ``--dtype`` (server_args.py), the same in every release
-MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
-                "float32": "float32"}
+MODEL_DTYPES = {
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+}
 
 
 def model_dtype(spec: ModelSpec, dtype: str | None) -> str:
     """The dtype SGLang serves the model at: the config's, unless ``--dtype``."""
-    return serving_dtype(spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="SGLang --dtype",
-                                                      accepted=MODEL_DTYPES))
+    return serving_dtype(
+        spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="SGLang --dtype", accepted=MODEL_DTYPES)
+    )
+
 
 AUTO_FROM_CHECKPOINT_SINCE = "0.5.3rc2"
 FP8_CONFIG_ATTRIBUTE_SINCE = "0.5.4"
@@ -74,11 +81,12 @@ def checkpoint_kv(spec: ModelSpec, rel: Release, given: str | None) -> tuple[str
     """``fp8_e4m3`` and why, where the checkpoint makes SGLang's auto KV cache fp8; None when the flag (or the
     model dtype) stands. ``given``: the --kv-cache-dtype name, None for auto."""
     q = spec.quantization
-    if q is None or given is not None or not q.method.startswith("modelopt") or rel.before(
-            AUTO_FROM_CHECKPOINT_SINCE):
+    if q is None or given is not None or not q.method.startswith("modelopt") or rel.before(AUTO_FROM_CHECKPOINT_SINCE):
         return None
     fp8, field = _declares_fp8(q, rel)
     if not fp8:
         return None
-    return "fp8_e4m3", (f"the ModelOpt {q.algo or ''} checkpoint's {field} ({q.where}): SGLang {rel.version} "
-                        "resolves auto to fp8 (ModelRunner.configure_kv_cache_dtype)")
+    return "fp8_e4m3", (
+        f"the ModelOpt {q.algo or ''} checkpoint's {field} ({q.where}): SGLang {rel.version} "
+        "resolves auto to fp8 (ModelRunner.configure_kv_cache_dtype)"
+    )

@@ -98,8 +98,10 @@ class HiCache(Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.write_policy not in WRITE_POLICIES:
-            raise PlanError(f"--hicache-write-policy {self.write_policy!r}: SGLang takes "
-                            f"{', '.join(WRITE_POLICIES)} (server_args.py)")
+            raise PlanError(
+                f"--hicache-write-policy {self.write_policy!r}: SGLang takes "
+                f"{', '.join(WRITE_POLICIES)} (server_args.py)"
+            )
         if self.ratio is not None and self.ratio <= 0:
             raise PlanError(f"--hicache-ratio must be positive, got {self.ratio:g}")
         if self.size_gb < 0:
@@ -161,22 +163,35 @@ class HostPools(Struct, frozen=True):
         return [kv, f"Allocating {m_gb:.2f} GB host memory for hierarchical Mamba cache ({slots}layout={self.layout})."]
 
     def to_dict(self) -> dict:
-        return {"kv_host_tokens": self.kv.size, "kv_host_bytes": self.kv.bytes, "kv_bytes_per_token": self.kv.unit,
-                "mamba_host_slots": self.mamba.size, "mamba_host_bytes": self.mamba.bytes,
-                "mamba_bytes_per_slot": self.mamba.unit, "kv_budget_gb": self.kv_budget_gb,
-                "mamba_budget_gb": self.mamba_budget_gb, "hicache_ratio": self.ratio, "layout": self.layout,
-                "write_policy": self.write_policy, "notes": list(self.notes)}
+        return {
+            "kv_host_tokens": self.kv.size,
+            "kv_host_bytes": self.kv.bytes,
+            "kv_bytes_per_token": self.kv.unit,
+            "mamba_host_slots": self.mamba.size,
+            "mamba_host_bytes": self.mamba.bytes,
+            "mamba_bytes_per_slot": self.mamba.unit,
+            "kv_budget_gb": self.kv_budget_gb,
+            "mamba_budget_gb": self.mamba_budget_gb,
+            "hicache_ratio": self.ratio,
+            "layout": self.layout,
+            "write_policy": self.write_policy,
+            "notes": list(self.notes),
+        }
 
 
 def check(rel: Release, radix_off: bool = False) -> None:
     """SGLang's refusals of HiCache for a hybrid, before any pool is built."""
     if radix_off:
         # server_args.py (0.5.2–0.5.22), arg_groups/hicache_hook.py (0.5.23)
-        raise Refused("The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive "
-                      "and cannot be used at the same time. Please use only one of them.")
+        raise Refused(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive "
+            "and cannot be used at the same time. Please use only one of them."
+        )
     if rel.before(HYBRID_SINCE):
-        raise Refused(f"{HYBRID_REFUSAL} (mem_cache/hiradix_cache.py: a hybrid's KV pool is a HybridLinearKVPool; "
-                      f"HiCache takes hybrids from {HYBRID_SINCE})")
+        raise Refused(
+            f"{HYBRID_REFUSAL} (mem_cache/hiradix_cache.py: a hybrid's KV pool is a HybridLinearKVPool; "
+            f"HiCache takes hybrids from {HYBRID_SINCE})"
+        )
 
 
 def _size(device: int, unit: int, page: int, ratio: float, budget_gb: float | None) -> int:
@@ -213,24 +228,32 @@ def host_pools(rel: Release, hc: HiCache, dev: DevicePools) -> HostPools:
             m_gb = hc.size_gb * mamba_device_bytes / total
         else:
             kv_gb = m_gb = hc.size_gb
-            notes.append(f"SGLang {rel.version} gives each host pool the whole --hicache-size {hc.size_gb:g} GB "
-                         f"(sglang#29034; split between them from {SPLIT_SINCE})")
+            notes.append(
+                f"SGLang {rel.version} gives each host pool the whole --hicache-size {hc.size_gb:g} GB "
+                f"(sglang#29034; split between them from {SPLIT_SINCE})"
+            )
     elif hc.ratio is None and rel.at_least(AUTO_SIZE_SINCE):
-        notes.append(f"SGLang {rel.version} lowers the default --hicache-ratio {DEFAULT_RATIO:g} until the host "
-                     "pools fit 0.8 of the host's free memory (--hicache-host-memory-fraction, "
-                     "mem_cache/hicache_auto_size.py): the sizes shown assume the host holds them; give "
-                     "--hicache-ratio or --hicache-size to pin them")
+        notes.append(
+            f"SGLang {rel.version} lowers the default --hicache-ratio {DEFAULT_RATIO:g} until the host "
+            "pools fit 0.8 of the host's free memory (--hicache-host-memory-fraction, "
+            "mem_cache/hicache_auto_size.py): the sizes shown assume the host holds them; give "
+            "--hicache-ratio or --hicache-size to pin them"
+        )
     kv = HostPool("kv", _size(kv_tokens, kv_unit, page, ratio, kv_gb), kv_unit, kv_tokens)
     mamba = HostPool("mamba", _size(mamba_slots, mamba_unit, 1, ratio, m_gb), mamba_unit, mamba_slots)
     for p in (kv, mamba):
         if p.size <= p.device:
             what = "tokens" if p.name == "kv" else "states"
             if rel.before(WARN_SINCE):
-                raise Refused(f"{SMALL_HOST_ASSERT} (the {p.name} host pool holds {p.size:,} {what}, the device "
-                              f"pool {p.device:,}; mem_cache/memory_pool_host.py, an assert until {WARN_SINCE})")
-            notes.append(f"the {p.name} host pool ({p.size:,} {what}) is no larger than the device pool "
-                         f"({p.device:,}): SGLang warns that L2 cache effectiveness is reduced "
-                         "(pool_host/base.py)")
+                raise Refused(
+                    f"{SMALL_HOST_ASSERT} (the {p.name} host pool holds {p.size:,} {what}, the device "
+                    f"pool {p.device:,}; mem_cache/memory_pool_host.py, an assert until {WARN_SINCE})"
+                )
+            notes.append(
+                f"the {p.name} host pool ({p.size:,} {what}) is no larger than the device pool "
+                f"({p.device:,}): SGLang warns that L2 cache effectiveness is reduced "
+                "(pool_host/base.py)"
+            )
     return HostPools(kv, mamba, kv_gb, m_gb, ratio, hc.layout(rel), hc.write_policy, rel, tuple(notes))
 
 
@@ -252,16 +275,24 @@ def host_tier(r: Rules, sc: Scenario, rs: ReplaySettings, f: Fit) -> Rules:
     rel, hc = sc.sglang.release, sc.sglang.hicache
     if rs.int8_checkpoint and rel.at_least(INT8_REFUSED_SINCE):
         # server_args.py (0.5.18), arg_groups/mamba_hook.py ``handle_int8_mamba_checkpoint`` (0.5.19-0.5.23)
-        raise Refused(f"SGLang {rel.version}: --enable-int8-mamba-checkpoint is not supported together with "
-                      "--enable-hierarchical-cache: the host-offload path is not int8-aware. Disable one of them.")
+        raise Refused(
+            f"SGLang {rel.version}: --enable-int8-mamba-checkpoint is not supported together with "
+            "--enable-hierarchical-cache: the host-offload path is not int8-aware. Disable one of them."
+        )
     try:
         check(rel, radix_off=r.strategy == "off")
         host = for_fit(f, hc, sc, kv_tokens=r.kv_tokens)
     except Refused as exc:
         raise Refused(f"SGLang {rel.version} will not start: {exc}") from None
-    return replace(r, label=f"{r.label} + HiCache {hc.write_policy}", host_kv_tokens=host.kv.size,
-                   host_states=host.mamba.size, write_policy=hc.write_policy, write_threshold=hc.threshold,
-                   host_notes=host.notes)
+    return replace(
+        r,
+        label=f"{r.label} + HiCache {hc.write_policy}",
+        host_kv_tokens=host.kv.size,
+        host_states=host.mamba.size,
+        write_policy=hc.write_policy,
+        write_threshold=hc.threshold,
+        host_notes=host.notes,
+    )
 
 
 def for_fit(f: Fit, hc: HiCache, sc: Scenario, kv_tokens: int | None = None) -> HostPools:
@@ -281,8 +312,19 @@ def for_fit(f: Fit, hc: HiCache, sc: Scenario, kv_tokens: int | None = None) -> 
     if extra and layers:
         unit += extra * fp.kv_bytes_per_token // layers
     t = kv_tokens if kv_tokens is not None else f.kv_tokens  # --max-total-tokens in `replay`
-    return host_pools(f.rel, hc, DevicePools(t, unit, (t + f.page_size) * fp.kv_bytes_per_token, f.page_size,
-                                             f.pool.size, fp.conv_bytes + fp.ssm_bytes, f.pool.bytes + spec_bytes))
+    return host_pools(
+        f.rel,
+        hc,
+        DevicePools(
+            t,
+            unit,
+            (t + f.page_size) * fp.kv_bytes_per_token,
+            f.page_size,
+            f.pool.size,
+            fp.conv_bytes + fp.ssm_bytes,
+            f.pool.bytes + spec_bytes,
+        ),
+    )
 
 
 def diagnose(run, rules: dict) -> list[str]:
@@ -296,12 +338,15 @@ def diagnose(run, rules: dict) -> list[str]:
         return out
     policy = h["write_policy"]
     if policy == "write_through_selective":
-        why = ("write_through_selective backs a node up only when a second request inserts it "
-               "(write_through_threshold 2), so a prefix evicted after one sighting is not on host; "
-               "--hicache-write-policy write_through backs every insert up")
+        why = (
+            "write_through_selective backs a node up only when a second request inserts it "
+            "(write_through_threshold 2), so a prefix evicted after one sighting is not on host; "
+            "--hicache-write-policy write_through backs every insert up"
+        )
     elif policy == "write_back":
-        why = ("write_back backs a node up only when the device evicts it, and no later request matched what "
-               "was backed up")
+        why = (
+            "write_back backs a node up only when the device evicts it, and no later request matched what was backed up"
+        )
     else:
         why = "no later request matched a prefix that was on host and not on device"
     out.append(f"the host tier gave no host hit over {run.evictions:,} device evictions: {why}")

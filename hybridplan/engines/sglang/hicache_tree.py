@@ -151,7 +151,7 @@ class HostTierCache(Cache):
             return Lookup(0, kv, off=True)
         branching = floor_to(kv, r.grid) if r.strategy.startswith("extra_buffer") and kv > hit else 0
         look = Lookup(hit, kv, branching, evicted and not hit, junction=branching)
-        units = keys[:hit // r.grid]
+        units = keys[: hit // r.grid]
         look.host_units = [k for k in units if k not in cost]  # type: ignore[attr-defined]
         look.host_state = hit_key if hit_key is not None and hit_key not in self.st_cost else None  # type: ignore
         return look
@@ -161,7 +161,7 @@ class HostTierCache(Cache):
         loaded = getattr(look, "host_units", [])
         state = getattr(look, "host_state", None)
         if loaded or state is not None:  # load_back: the host part of the hit into the device pools first
-            on_device = [k for k in keys[:look.hit // r.grid] if k in self.kv_cost]
+            on_device = [k for k in keys[: look.hit // r.grid] if k in self.kv_cost]
             self._hold_all(on_device)  # the hit's device part is not a victim of its own load
             self.pinned = {*loaded, *([state] if state is not None else [])}
             room = self._evict_kv(len(loaded) * r.grid) and (state is None or self._evict_state(1.0))
@@ -205,8 +205,14 @@ class HostTierCache(Cache):
         return True
 
     def host_stats(self) -> dict:
-        return {"write_policy": self.r.write_policy, "host_kv_tokens": self.r.host_kv_tokens,
-                "host_states": self.r.host_states, "host_hit_requests": self.host_hit_requests,
-                "host_hit_tokens": self.host_hit_tokens, "written_tokens": self.written_tokens,
-                "written_states": self.written_states, "host_evicted_tokens": self.host_evicted_tokens,
-                "host_evicted_states": self.host_evicted_states}
+        return {
+            "write_policy": self.r.write_policy,
+            "host_kv_tokens": self.r.host_kv_tokens,
+            "host_states": self.r.host_states,
+            "host_hit_requests": self.host_hit_requests,
+            "host_hit_tokens": self.host_hit_tokens,
+            "written_tokens": self.written_tokens,
+            "written_states": self.written_states,
+            "host_evicted_tokens": self.host_evicted_tokens,
+            "host_evicted_states": self.host_evicted_states,
+        }

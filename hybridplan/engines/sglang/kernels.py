@@ -23,18 +23,38 @@ if TYPE_CHECKING:
 
 DECODE_KERNELS: dict[str, tuple[str, ...]] = {
     **_VLLM,
-    "gdn": ("fused_add_rms_norm", "in_proj_qkvz", "in_proj_ba", "fused_qkvzba_split_reshape_cat",
-            "causal_conv1d_update", "fused_sigmoid_gating_delta_rule_update", "fused_rms_norm_gated", "out_proj"),
-    "moe": ("fused_add_rms_norm", "router_gemm", "topk", "moe_align_block_size", "fused_moe_w13", "silu_and_mul",
-            "fused_moe_w2", "moe_sum_reduce"),
+    "gdn": (
+        "fused_add_rms_norm",
+        "in_proj_qkvz",
+        "in_proj_ba",
+        "fused_qkvzba_split_reshape_cat",
+        "causal_conv1d_update",
+        "fused_sigmoid_gating_delta_rule_update",
+        "fused_rms_norm_gated",
+        "out_proj",
+    ),
+    "moe": (
+        "fused_add_rms_norm",
+        "router_gemm",
+        "topk",
+        "moe_align_block_size",
+        "fused_moe_w13",
+        "silu_and_mul",
+        "fused_moe_w2",
+        "moe_sum_reduce",
+    ),
 }
 
 #: SGLang's sampler (sglang/srt/layers/sampler.py ``Sampler.forward``) for a plain request: the fp32 logits, the
 #: temperature division, the softmax, the sampling kernel (FlashInfer's top-k/top-p from probabilities, greedy
 #: argmax when temperature is 0)
 #: each with the bytes it moves per logit (read + written)
-SAMPLER_KERNELS: tuple[tuple[str, int], ...] = (("logits_to_fp32", 2 + 4), ("apply_temperature", 4 + 4),
-                                                ("softmax", 4 + 4), ("sampling_from_probs", 4))
+SAMPLER_KERNELS: tuple[tuple[str, int], ...] = (
+    ("logits_to_fp32", 2 + 4),
+    ("apply_temperature", 4 + 4),
+    ("softmax", 4 + 4),
+    ("sampling_from_probs", 4),
+)
 
 
 def graph_max_batch(sc: Scenario) -> int:

@@ -23,39 +23,90 @@ GB = 1 << 30
 
 ENGINE = "sglang"
 #: substrings one of which every line read here holds: a log is filtered by them before it is read
-KEYWORDS = ("server_args", "Mamba Cache is allocated", "KV Cache is allocated", "max_running_requests",
-            "max_total_num_tokens", "max_mamba_cache_size", "Load weight", "Memory pool end", "Found local HF snapshot",
-            "hierarchical")
+KEYWORDS = (
+    "server_args",
+    "Mamba Cache is allocated",
+    "KV Cache is allocated",
+    "max_running_requests",
+    "max_total_num_tokens",
+    "max_mamba_cache_size",
+    "Load weight",
+    "Memory pool end",
+    "Found local HF snapshot",
+    "hierarchical",
+)
 
 SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\()?(.*)")
-_PAIR = re.compile(r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?\d[\d.e+-]*|"
-                   r"\[[^\[\]]*\]|\{[^{}]*\}|[\w.]+)")
+_PAIR = re.compile(
+    r"(?:'(\w+)': |\b(\w+)=)('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?\d[\d.e+-]*|"
+    r"\[[^\[\]]*\]|\{[^{}]*\}|[\w.]+)"
+)
 #: the server arguments read, with the scenario's name for each
-FIELDS = ("model_path", "tp_size", "dp_size", "enable_dp_attention", "pp_size", "page_size", "mem_fraction_static",
-          "max_running_requests", "max_total_tokens", "context_length", "kv_cache_dtype", "dtype",
-          "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens", "speculative_eagle_topk",
-          "speculative_draft_model_path", "speculative_num_steps",
-          "disable_overlap_schedule", "max_mamba_cache_size", "mamba_ssm_dtype", "mamba_full_memory_ratio",
-          "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "quantization", "enable_hierarchical_cache",
-          "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_mem_layout", "hicache_io_backend")
+FIELDS = (
+    "model_path",
+    "tp_size",
+    "dp_size",
+    "enable_dp_attention",
+    "pp_size",
+    "page_size",
+    "mem_fraction_static",
+    "max_running_requests",
+    "max_total_tokens",
+    "context_length",
+    "kv_cache_dtype",
+    "dtype",
+    "disable_radix_cache",
+    "speculative_algorithm",
+    "speculative_num_draft_tokens",
+    "speculative_eagle_topk",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "disable_overlap_schedule",
+    "max_mamba_cache_size",
+    "mamba_ssm_dtype",
+    "mamba_full_memory_ratio",
+    "mamba_scheduler_strategy",
+    "mamba_radix_cache_strategy",
+    "quantization",
+    "enable_hierarchical_cache",
+    "hicache_ratio",
+    "hicache_size",
+    "hicache_write_policy",
+    "hicache_mem_layout",
+    "hicache_io_backend",
+)
 
-POOL = re.compile(r"Mamba Cache is allocated\. (?:max_mamba_cache_size: (\d+), )?conv_state size: ([\d.]+)GB, "
-                  r"ssm_state size: ([\d.]+)GB(?: intermediate_ssm_state_cache size: ([\d.]+)GB "
-                  r"intermediate_conv_window_cache size: ([\d.]+)GB)?")
-KV = re.compile(r"KV Cache is allocated\. (?:dtype: ([\w.]+), )?#tokens: (\d+), K size: ([\d.]+) GB, "
-                r"V size: ([\d.]+) GB")
-SCHED = re.compile(r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
-                   r"max_running_requests=(\d+), context_len=(\d+)")
-CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache \(max_mamba_cache_size=(\d+), "
-                 r"(\d+) state slots per request\)")
+POOL = re.compile(
+    r"Mamba Cache is allocated\. (?:max_mamba_cache_size: (\d+), )?conv_state size: ([\d.]+)GB, "
+    r"ssm_state size: ([\d.]+)GB(?: intermediate_ssm_state_cache size: ([\d.]+)GB "
+    r"intermediate_conv_window_cache size: ([\d.]+)GB)?"
+)
+KV = re.compile(
+    r"KV Cache is allocated\. (?:dtype: ([\w.]+), )?#tokens: (\d+), K size: ([\d.]+) GB, "
+    r"V size: ([\d.]+) GB"
+)
+SCHED = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
+    r"max_running_requests=(\d+), context_len=(\d+)"
+)
+CAP = re.compile(
+    r"max_running_requests is capped to (\d+) by the mamba state cache \(max_mamba_cache_size=(\d+), "
+    r"(\d+) state slots per request\)"
+)
 REDUCED = re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+)")
-NOT_ENOUGH = re.compile(r"Computed max_mamba_cache_size=(-?\d+) \(total_rest_memory=(-?[\d.]+) GB, "
-                        r"mamba_cache_per_req=([\d.]+) MB\)")
+NOT_ENOUGH = re.compile(
+    r"Computed max_mamba_cache_size=(-?\d+) \(total_rest_memory=(-?[\d.]+) GB, "
+    r"mamba_cache_per_req=([\d.]+) MB\)"
+)
 #: the HiCache host pools (pool_host/base.py from 0.5.17, memory_pool_host.py before; pool_host/mamba.py)
-HOST_KV = re.compile(r"Allocating (?:kv hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory|"
-                     r"([\d.]+) GB host memory for hierarchical KV cache)")
-HOST_MAMBA = re.compile(r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache \((?:(\d+) state slots, )?"
-                        r"layout=(\w+)\)")
+HOST_KV = re.compile(
+    r"Allocating (?:kv hierarchical KV host pool: (\d+) tokens, ([\d.]+) GB host memory|"
+    r"([\d.]+) GB host memory for hierarchical KV cache)"
+)
+HOST_MAMBA = re.compile(
+    r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache \((?:(\d+) state slots, )?"
+    r"layout=(\w+)\)"
+)
 #: the weights' download step names the Hub repository where no server_args line is in the excerpt
 #: (sglang/srt/model_loader/weight_utils.py), and the loader's last line names the class it loaded
 SNAPSHOT = re.compile(r"Found local HF snapshot for (\S+?) at ")
@@ -64,8 +115,12 @@ LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")
 LOAD_END = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB")
 NOT_MODELLED = (
     (LOAD_END, 2, "weights loaded (GB)", "the weights are measured at load; hybridplan takes them as input"),
-    (re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"), 1, "free memory after the pools (GB)",
-     "what is left besides the pools depends on the GPU and the process"),
+    (
+        re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"),
+        1,
+        "free memory after the pools (GB)",
+        "what is left besides the pools depends on the GPU and the process",
+    ),
 )
 
 
@@ -110,29 +165,37 @@ def _version(log: Log, given: LogGiven, as_dict: bool, s: Settings, notes: list[
     elif log.has(re.compile(r"\bmamba_scheduler_strategy\b")):
         hints.append("--mamba-scheduler-strategy alone: 0.5.7 to 0.5.13")
     s.put("version", DEFAULT.version, "default (newest modelled)")
-    notes.append(f"the log does not say the SGLang version: rules of {DEFAULT.version} used"
-                 + (f" ({'; '.join(hints)})" if hints else ""))
+    notes.append(
+        f"the log does not say the SGLang version: rules of {DEFAULT.version} used"
+        + (f" ({'; '.join(hints)})" if hints else "")
+    )
     return DEFAULT
 
 
 def read_settings(log: Log, given: LogGiven, notes: list[str]) -> tuple[Settings, Release]:
     s = Settings(ENGINE)
-    for name, value in (("model_path", given.model), ("tp_size", given.tp), ("context_length", given.ctx),
-                        ("max_running_requests", given.max_running_requests),
-                        ("mem_fraction_static", given.mem_fraction_static), ("dtype", given.dtype),
-                        ("mamba_ssm_dtype", given.ssm_dtype),
-                        # SGLang has no plain fp8: hybridplan's fp8 is its fp8_e4m3 (options._kv_dtype)
-                        ("kv_cache_dtype", "fp8_e4m3" if given.kv_dtype == "fp8" else given.kv_dtype),
-                        # the flags fit takes too (LogGiven)
-                        ("max_mamba_cache_size", given.max_mamba_cache_size),
-                        ("mamba_full_memory_ratio", given.mamba_full_memory_ratio),
-                        ("disable_radix_cache", None if given.radix is None else given.radix == "off"),
-                        ("mamba_radix_cache_strategy", given.radix if given.radix not in (None, "off") else None),
-                        ("page_size", given.page_size), ("speculative_algorithm", given.spec_method),
-                        ("speculative_num_steps", given.spec_tokens),
-                        ("speculative_draft_model_path", given.spec_draft),
-                        ("speculative_eagle_topk", given.eagle_topk),
-                        ("speculative_num_draft_tokens", given.draft_tokens)):
+    for name, value in (
+        ("model_path", given.model),
+        ("tp_size", given.tp),
+        ("context_length", given.ctx),
+        ("max_running_requests", given.max_running_requests),
+        ("mem_fraction_static", given.mem_fraction_static),
+        ("dtype", given.dtype),
+        ("mamba_ssm_dtype", given.ssm_dtype),
+        # SGLang has no plain fp8: hybridplan's fp8 is its fp8_e4m3 (options._kv_dtype)
+        ("kv_cache_dtype", "fp8_e4m3" if given.kv_dtype == "fp8" else given.kv_dtype),
+        # the flags fit takes too (LogGiven)
+        ("max_mamba_cache_size", given.max_mamba_cache_size),
+        ("mamba_full_memory_ratio", given.mamba_full_memory_ratio),
+        ("disable_radix_cache", None if given.radix is None else given.radix == "off"),
+        ("mamba_radix_cache_strategy", given.radix if given.radix not in (None, "off") else None),
+        ("page_size", given.page_size),
+        ("speculative_algorithm", given.spec_method),
+        ("speculative_num_steps", given.spec_tokens),
+        ("speculative_draft_model_path", given.spec_draft),
+        ("speculative_eagle_topk", given.eagle_topk),
+        ("speculative_num_draft_tokens", given.draft_tokens),
+    ):
         s.put(name, value, "flag")
     args, found, as_dict = server_args(log)
     rel = _version(log, given, as_dict, s, notes)
@@ -172,12 +235,17 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
         s.put("context_length", ctx, "default (the model's maximum)")
     draft = s.get("speculative_num_draft_tokens") if s.get("speculative_algorithm") else None
     settings = SglangSettings(
-        release=rel, radix=_strategy_flag(s), overlap=not s.get("disable_overlap_schedule"),
+        release=rel,
+        radix=_strategy_flag(s),
+        overlap=not s.get("disable_overlap_schedule"),
         full_memory_ratio=float(s.get("mamba_full_memory_ratio") or FULL_MEMORY_RATIO),
-        max_running_requests=s.get("max_running_requests"), max_mamba_cache_size=s.get("max_mamba_cache_size"),
-        page_size=int(s.get("page_size") or 1), draft_tokens=int(draft) if draft else None,
+        max_running_requests=s.get("max_running_requests"),
+        max_mamba_cache_size=s.get("max_mamba_cache_size"),
+        page_size=int(s.get("page_size") or 1),
+        draft_tokens=int(draft) if draft else None,
         mem_fraction_static=float(s.get("mem_fraction_static")) if s.get("mem_fraction_static") else None,
-        hicache=_hicache(log, s))
+        hicache=_hicache(log, s),
+    )
     kv = s.get("kv_cache_dtype")
     if kv in (None, "auto"):  # a ModelOpt checkpoint's fp8 KV under auto (hybridplan/engines/sglang/dtypes.py)
         from hybridplan.engines.sglang.dtypes import checkpoint_kv
@@ -185,12 +253,24 @@ def scenario(log: Log, s: Settings, rel: Release, given: LogGiven, notes: list[s
         if (forced := checkpoint_kv(spec, settings.release, None)) is not None:
             s.values["kv_cache_dtype"] = forced[0]
             s.sources["kv_cache_dtype"] = f"auto resolved to {forced[0]} by {forced[1]}"
-    dtypes = DtypeChoice(None if s.get("dtype") in (None, "auto") else str(s.get("dtype")), None,
-                         None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
-                         None if kv in (None, "auto") else str(kv))
+    dtypes = DtypeChoice(
+        None if s.get("dtype") in (None, "auto") else str(s.get("dtype")),
+        None,
+        None if s.get("mamba_ssm_dtype") is None else str(s.get("mamba_ssm_dtype")),
+        None if kv in (None, "auto") else str(kv),
+    )
     sp = _speculative(s, spec, rel, notes)
-    return Scenario(spec, ctx=ctx, tp=int(s.get("tp_size") or 1), dtypes=dtypes, engine=ENGINE, sglang=settings,
-                    spec_tokens=sp.num_tokens, speculative=sp, allow_long_context=True)
+    return Scenario(
+        spec,
+        ctx=ctx,
+        tp=int(s.get("tp_size") or 1),
+        dtypes=dtypes,
+        engine=ENGINE,
+        sglang=settings,
+        spec_tokens=sp.num_tokens,
+        speculative=sp,
+        allow_long_context=True,
+    )
 
 
 def _steps(s: Settings, sp):
@@ -219,8 +299,13 @@ def _speculative(s: Settings, spec, rel: Release, notes: list[str]):
 
     draft = s.get("speculative_draft_model_path")
     try:
-        flags = SglangFlags(str(algorithm), None if draft is None else str(draft), num("speculative_num_steps"),
-                            num("speculative_eagle_topk"), num("speculative_num_draft_tokens"))
+        flags = SglangFlags(
+            str(algorithm),
+            None if draft is None else str(draft),
+            num("speculative_num_steps"),
+            num("speculative_eagle_topk"),
+            num("speculative_num_draft_tokens"),
+        )
         return _steps(s, speculative_from_sglang(flags, spec, rel.version))
     except PlanError as exc:
         notes.append(f"the speculative draft ({algorithm}, {draft}) could not be read: {exc}")
@@ -273,15 +358,22 @@ def check(log: Log, given: LogGiven) -> LogCheck:
             refusals.append(str(exc))
     names = " and ".join(r.version for r in sorted(candidates, key=lambda r: r.key))
     if not tried:
-        raise NotServed(f"SGLang {given.sglang_version} is a build between {names}, and neither runs the model: "
-                        + "; ".join(refusals))
+        raise NotServed(
+            f"SGLang {given.sglang_version} is a build between {names}, and neither runs the model: "
+            + "; ".join(refusals)
+        )
     rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
-    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
-                    for r, c in tried if r != rel) or "; ".join(refusals)
-    note = (f"SGLang {given.sglang_version} is a build between releases {names}: checked against both, "
-            f"{rel.version}'s rules kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
-    settings = tuple(with_(x, value=f"{given.sglang_version} (checked as {rel.version})") if x.name == "version"
-                     else x for x in best.settings)
+    why = "; ".join(
+        f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ" for r, c in tried if r != rel
+    ) or "; ".join(refusals)
+    note = (
+        f"SGLang {given.sglang_version} is a build between releases {names}: checked against both, "
+        f"{rel.version}'s rules kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})"
+    )
+    settings = tuple(
+        with_(x, value=f"{given.sglang_version} (checked as {rel.version})") if x.name == "version" else x
+        for x in best.settings
+    )
     return with_(best, settings=settings, notes=(note, *best.notes))
 
 
@@ -295,13 +387,18 @@ def _hicache(log: Log, s: Settings):
         s.put("enable_hierarchical_cache", True, f.source)
     size = s.get("hicache_size")
     ratio = s.get("hicache_ratio")
-    return HiCache(ratio=float(ratio) if ratio is not None else None, size_gb=float(size or 0),
-                   write_policy=str(s.get("hicache_write_policy") or "write_through"),
-                   mem_layout=s.get("hicache_mem_layout"), io_backend=str(s.get("hicache_io_backend") or "kernel"))
+    return HiCache(
+        ratio=float(ratio) if ratio is not None else None,
+        size_gb=float(size or 0),
+        write_policy=str(s.get("hicache_write_policy") or "write_through"),
+        mem_layout=s.get("hicache_mem_layout"),
+        io_backend=str(s.get("hicache_io_backend") or "kernel"),
+    )
 
 
-def _host_rows(log: Log, sc: Scenario, fp, page: int, pools: tuple[int | None, int | None, int | None],
-               out: list[NotModelled]) -> list[Row]:
+def _host_rows(
+    log: Log, sc: Scenario, fp, page: int, pools: tuple[int | None, int | None, int | None], out: list[NotModelled]
+) -> list[Row]:
     """The host pools the log prints beside those hybridplan sizes for its device pools (hicache.py): ``pools``
     is (the Mamba pool's states, the KV pool's tokens, max_running_requests)."""
     from hybridplan.engines.sglang import hicache
@@ -330,8 +427,9 @@ def _host_rows(log: Log, sc: Scenario, fp, page: int, pools: tuple[int | None, i
 
     pool = Pool(k, fp)
     try:
-        dev = hicache.DevicePools(t, unit, (t + page) * fp.kv_bytes_per_token, page, k, fp.conv_bytes + fp.ssm_bytes,
-                                  pool.bytes + spec)
+        dev = hicache.DevicePools(
+            t, unit, (t + page) * fp.kv_bytes_per_token, page, k, fp.conv_bytes + fp.ssm_bytes, pool.bytes + spec
+        )
         h = hicache.host_pools(rel, hc, dev)
     except Refused as exc:
         for f, what in ((kv_line, "KV host pool"), (m_line, "Mamba host pool")):
@@ -384,14 +482,17 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
         chosen = next((f for f in fits if f[2] == logged_k), fits[0])
         memory = chosen[:2]
         s.put("max_total_num_tokens", logged_t, (kv_line or sched).source)
-        notes.append("no KV budget (--kv-budget) and no \"Load weight begin\" line: the memory split is taken as "
-                     f"the one that leaves the logged {logged_t:,} KV tokens ({_gb(memory[0])} GB)")
+        notes.append(
+            'no KV budget (--kv-budget) and no "Load weight begin" line: the memory split is taken as '
+            f"the one that leaves the logged {logged_t:,} KV tokens ({_gb(memory[0])} GB)"
+        )
         if len(fits) > 1:
             either = [f[2] for f in fits]
-            notes.append(f"{len(fits)} memory splits leave the logged {logged_t:,} KV tokens: "
-                         + ", ".join(f"{_gb(lo)} GB with max_mamba_cache_size {k}" for lo, _, k in fits)
-                         + (f"; the logged {logged_k} is one of them, and its split is checked"
-                            if logged_k in either else ""))
+            notes.append(
+                f"{len(fits)} memory splits leave the logged {logged_t:,} KV tokens: "
+                + ", ".join(f"{_gb(lo)} GB with max_mamba_cache_size {k}" for lo, _, k in fits)
+                + (f"; the logged {logged_k} is one of them, and its split is checked" if logged_k in either else "")
+            )
     if memory is not None and (k is not None or t is not None):
         k_pred, t_pred = _predict(sc, strat, page, memory, (logged_k, logged_t))
         if logged_k is not None:
@@ -401,7 +502,7 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
             rows.append(Row(ENGINE, "KV pool tokens", str(logged_t), str(t_pred)))
         k, t = k_pred if k is None else k, t_pred if t is None else t
     elif k is not None or t is not None:
-        notes.append("no KV budget (--kv-budget) and no \"Load weight\" lines: the pool sizes are taken from the log")
+        notes.append('no KV budget (--kv-budget) and no "Load weight" lines: the pool sizes are taken from the log')
         if logged_k is not None:
             s.put("max_mamba_cache_size", logged_k, pool_line.source)
         if logged_t is not None:
@@ -417,10 +518,17 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
         if pool_line[4] is not None and d and n is not None:
             rows_s = (n if rel.spec_rows_follow_requests else k) + 1
             buf = SpecBuffers(rows_s, d, fp, dedup=rel.at_least("0.5.14"))
-            rows.append(Row(ENGINE, f"intermediate_ssm_state_cache (GB, {rows_s} rows × {d})", pool_line[4],
-                            _gb(buf.ssm_bytes)))
-            rows.append(Row(ENGINE, f"intermediate_conv_window_cache (GB, {rows_s} rows × {d})", pool_line[5],
-                            _gb(buf.conv_bytes)))
+            rows.append(
+                Row(ENGINE, f"intermediate_ssm_state_cache (GB, {rows_s} rows × {d})", pool_line[4], _gb(buf.ssm_bytes))
+            )
+            rows.append(
+                Row(
+                    ENGINE,
+                    f"intermediate_conv_window_cache (GB, {rows_s} rows × {d})",
+                    pool_line[5],
+                    _gb(buf.conv_bytes),
+                )
+            )
     if kv_line is not None:
         half = (int(kv_line[2]) + page) * fp.kv_bytes_per_token // 2
         rows.append(Row(ENGINE, f"K size (GB, {int(kv_line[2]):,} tokens)", kv_line[3], _gb(half)))
@@ -431,8 +539,14 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
         rows.append(Row(ENGINE, "max_running_requests", sched[4], str(admission.value)))
     if cap_line is not None:
         rows.append(Row(ENGINE, "state slots per request", cap_line[3], str(strat.ratio)))
-        rows.append(Row(ENGINE, f"max_running_requests cap (max_mamba_cache_size {cap_line[2]})", cap_line[1],
-                        str(int(cap_line[2]) // strat.ratio)))
+        rows.append(
+            Row(
+                ENGINE,
+                f"max_running_requests cap (max_mamba_cache_size {cap_line[2]})",
+                cap_line[1],
+                str(int(cap_line[2]) // strat.ratio),
+            )
+        )
     if (f := log.last(REDUCED)) is not None and admission is not None:
         rows.append(Row(ENGINE, f"max_running_requests reduced from {f[1]}", f[2], str(admission.value)))
     if (f := log.last(NOT_ENOUGH)) is not None:
@@ -447,8 +561,9 @@ def _check(log: Log, given: LogGiven) -> LogCheck:
     return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
 
 
-def _predict(sc: Scenario, strat, page: int, memory: tuple[float, float],
-             logged: tuple[int | None, int | None]) -> tuple[int, int]:
+def _predict(
+    sc: Scenario, strat, page: int, memory: tuple[float, float], logged: tuple[int | None, int | None]
+) -> tuple[int, int]:
     """K and T for the memory split: the R in the logged interval that reproduces the logged (K, T) if there
     is one (the "Load weight" lines print 0.01 GB, so R is known to a few MB), else the interval's middle."""
     from hybridplan.engines.sglang.pool import admit, footprint, split
@@ -492,8 +607,9 @@ def _from_tokens(sc: Scenario, fp, strat, page: int, tokens: int) -> list[tuple[
         for _ in range(200):  # the pool's size follows the memory: R = KV bytes + what the split charges at R
             at = _with_budget(sc, max(r, 1.0))
             part = split(at, fp, strat.name, strat.ratio)
-            extra = draft_headroom(sc.sglang.release, admit(at, fp, part, strat, page).request_pool,
-                                   sc.sglang.draft(sc.spec_tokens))
+            extra = draft_headroom(
+                sc.sglang.release, admit(at, fp, part, strat, page).request_pool, sc.sglang.draft(sc.spec_tokens)
+            )
             nxt = max(tokens - extra, 0) // page * cell + (r - part.kv_bytes)
             if abs(nxt - r) < 1:
                 break
@@ -526,9 +642,10 @@ def _not_enough(sc: Scenario, fp, strat, f: Found) -> list[Row]:
 
     r_gb, per = float(f[2]), per_request_bytes(fp)
     ratio = sc.sglang.full_memory_ratio
-    ks = {int(((r_gb + e) * GB * ratio / (1 + ratio) - (per if sc.sglang.release.split == "padded" else 0)) // per)
-          for e in (-0.005, 0.0, 0.005)}
+    ks = {
+        int(((r_gb + e) * GB * ratio / (1 + ratio) - (per if sc.sglang.release.split == "padded" else 0)) // per)
+        for e in (-0.005, 0.0, 0.005)
+    }
     logged = int(f[1])
     predicted = logged if logged in ks else min(ks, key=lambda k: abs(k - logged))
     return [Row(ENGINE, f"max_mamba_cache_size from total_rest_memory {f[2]} GB", f[1], str(predicted))]
-

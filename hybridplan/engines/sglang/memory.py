@@ -41,8 +41,14 @@ CONTEXT_TP = int(1.2 * GiB)
 
 def prefill_graph_sizes(chunk: int) -> int:
     """How many token counts the prefill CUDA graphs capture up to ``chunk``."""
-    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-             *range(1280, 4097, 256), *range(4608, chunk + 1, 512)]
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1025, 64),
+        *range(1280, 4097, 256),
+        *range(4608, chunk + 1, 512),
+    ]
     return sum(1 for s in sizes if s <= chunk)
 
 
@@ -76,8 +82,9 @@ def default_mem_fraction(sc: Scenario, smi_mib: float) -> tuple[float, str]:
         if mrr is not None and rel.at_least("0.5.14"):
             bs = min(bs, mrr)
         reserved = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp / 8 * 1024
-        piecewise = rel.at_least("0.5.10rc0") and not (multimodal or spec_decoding
-                                                       or sc.spec.architecture == "Qwen3NextForCausalLM")
+        piecewise = rel.at_least("0.5.10rc0") and not (
+            multimodal or spec_decoding or sc.spec.architecture == "Qwen3NextForCausalLM"
+        )
         if piecewise:
             reserved += prefill_graph_sizes(chunk) * 8
         if smi_mib > 60 * 1024:
@@ -123,18 +130,37 @@ def drafter(sc: Scenario) -> Term | None:
         if not (sp.method in ("eagle", "nextn") or sp.method.endswith("mtp")) or not sp.layers:
             return None
         params, size = mtp_rank_bytes(sc.spec, sc.tp, dtype)
-        return Term("drafter weights", size, "counted", f"the target's MTP layers (NEXTN), {params / 1e9:.2f}B "
-                    "parameters; embedding and LM head shared with the target") if params else None
+        return (
+            Term(
+                "drafter weights",
+                size,
+                "counted",
+                f"the target's MTP layers (NEXTN), {params / 1e9:.2f}B "
+                "parameters; embedding and LM head shared with the target",
+            )
+            if params
+            else None
+        )
     draft = sp.draft
     vocab = draft.facts.draft.vocab_size
     own = sp.method == "standalone"
     head = vocab if own or sp.method == "eagle3" else None
     kind = "model" if own else sp.method
-    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(own, head),
-                                    target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0)
-    return Term("drafter weights", size, "counted",
-                f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; embedding "
-                f"{'its own' if own else 'shared'}, LM head {'its own' if head else 'shared'}")
+    params, size = draft_rank_bytes(
+        draft,
+        sc.tp,
+        dtype,
+        kind=kind,
+        ends=(own, head),
+        target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0,
+    )
+    return Term(
+        "drafter weights",
+        size,
+        "counted",
+        f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; embedding "
+        f"{'its own' if own else 'shared'}, LM head {'its own' if head else 'shared'}",
+    )
 
 
 def memory(sc: Scenario) -> Waterfall:
@@ -150,8 +176,12 @@ def memory(sc: Scenario) -> Waterfall:
         fraction, how = sc.sglang.mem_fraction_static, "given (--mem-fraction-static)"
     else:
         fraction, how = default_mem_fraction(sc, smi)
-    context = Term("CUDA context", CONTEXT_TP1 if sc.tp == 1 else CONTEXT_TP, "estimate",
-                   "with the communicators, off the total before loading")
+    context = Term(
+        "CUDA context",
+        CONTEXT_TP1 if sc.tp == 1 else CONTEXT_TP,
+        "estimate",
+        "with the communicators, off the total before loading",
+    )
     before = b.gpu_mem - context.bytes
     weights, source = rank_bytes(sc.spec, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), b.weights, b.params)
     requested = int(before * fraction)
@@ -163,11 +193,16 @@ def memory(sc: Scenario) -> Waterfall:
     draft = drafter(sc)
     if draft is not None:
         reserve = before - requested
-        draft = Term(draft.name, draft.bytes, draft.kind,
-                     f"{draft.note}; loaded after the pools, out of the {reserve / GiB:.2f} GiB that "
-                     f"mem_fraction_static {fraction:.4g} leaves")
-    return Waterfall(b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how,
-                     (draft,) if draft is not None else ())
+        draft = Term(
+            draft.name,
+            draft.bytes,
+            draft.kind,
+            f"{draft.note}; loaded after the pools, out of the {reserve / GiB:.2f} GiB that "
+            f"mem_fraction_static {fraction:.4g} leaves",
+        )
+    return Waterfall(
+        b.gpu_mem, fraction, requested, tuple(terms), left, (context,), how, (draft,) if draft is not None else ()
+    )
 
 
 def drafter_shortfall(water: Waterfall | None) -> str | None:
@@ -179,6 +214,8 @@ def drafter_shortfall(water: Waterfall | None) -> str | None:
     need = sum(t.bytes for t in water.after)
     if need <= reserve:
         return None
-    return (f"the speculative draft's weights ({need / GiB:.2f} GiB) exceed the {reserve / GiB:.2f} GiB that "
-            f"mem_fraction_static {water.utilization:.4g} leaves beside the pools, where the draft worker loads "
-            "them: lower --mem-fraction-static")
+    return (
+        f"the speculative draft's weights ({need / GiB:.2f} GiB) exceed the {reserve / GiB:.2f} GiB that "
+        f"mem_fraction_static {water.utilization:.4g} leaves beside the pools, where the draft worker loads "
+        "them: lower --mem-fraction-static"
+    )

@@ -47,8 +47,9 @@ QWEN35_STAGE_LAYERS = "0.5.10"
 SPREAD_LEFTOVER = "0.5.6"
 
 
-def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None,
-          rel: Release | None = None) -> tuple[tuple[int, int], ...]:
+def split(
+    num_layers: int, pp: int, partition: tuple[int, ...] | None = None, rel: Release | None = None
+) -> tuple[tuple[int, int], ...]:
     """Each stage's layers ``[start, end)`` as SGLang's ``get_pp_indices`` gives them: from 0.5.6 (read in every
     wheel 0.5.6-0.5.23) one leftover layer to each of the last ``n % pp`` stages; up to 0.5.5.post3 (0.5.2-0.5.5
     read) ``n // pp`` a stage and the last takes what is left."""
@@ -108,9 +109,14 @@ class StagePools(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         f = self.fit
-        return {**self.stage.to_dict(), "budget_bytes": f.budget, "max_mamba_cache_size": f.pool.size,
-                "kv_tokens": f.kv_tokens, "max_running_requests": f.max_running_requests,
-                "weights_bytes": f.memory.term("weights") if f.memory else None}
+        return {
+            **self.stage.to_dict(),
+            "budget_bytes": f.budget,
+            "max_mamba_cache_size": f.pool.size,
+            "kv_tokens": f.kv_tokens,
+            "max_running_requests": f.max_running_requests,
+            "weights_bytes": f.memory.term("weights") if f.memory else None,
+        }
 
 
 class PipelineFit(Fit, frozen=True):
@@ -129,20 +135,39 @@ class PipelineFit(Fit, frozen=True):
     @property
     def notes(self) -> tuple[str, ...]:
         b = self.stage_pools[self.binding]
-        rows = tuple(f"PP stage {p.stage.rank} (layers {p.stage.start}-{p.stage.end - 1}): R "
-                     f"{p.fit.budget / (1 << 30):.2f} GiB, {p.fit.pool.size:,} state slots, {p.fit.kv_tokens:,} KV "
-                     f"tokens, {p.fit.max_running_requests:,} requests" for p in self.stage_pools)
+        rows = tuple(
+            f"PP stage {p.stage.rank} (layers {p.stage.start}-{p.stage.end - 1}): R "
+            f"{p.fit.budget / (1 << 30):.2f} GiB, {p.fit.pool.size:,} state slots, {p.fit.kv_tokens:,} KV "
+            f"tokens, {p.fit.max_running_requests:,} requests"
+            for p in self.stage_pools
+        )
         fewest = min(self.stage_pools, key=lambda p: p.fit.max_running_requests)
-        caps = () if fewest.fit.max_running_requests >= b.fit.max_running_requests else (
-            f"PP stage {fewest.stage.rank}'s state pool admits fewer requests "
-            f"({fewest.fit.max_running_requests:,}) than the binding stage's",)
-        return super().notes + rows + (
-            f"SGLang keeps the smallest KV token capacity of all stages ({self.min_kv_tokens:,}, the all-reduce MIN): "
-            f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds",) + caps
+        caps = (
+            ()
+            if fewest.fit.max_running_requests >= b.fit.max_running_requests
+            else (
+                f"PP stage {fewest.stage.rank}'s state pool admits fewer requests "
+                f"({fewest.fit.max_running_requests:,}) than the binding stage's",
+            )
+        )
+        return (
+            super().notes
+            + rows
+            + (
+                f"SGLang keeps the smallest KV token capacity of all stages ({self.min_kv_tokens:,}, the all-reduce MIN): "
+                f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds",
+            )
+            + caps
+        )
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "pp": self.pp, "binding_stage": self.binding,
-                "min_kv_tokens": self.min_kv_tokens, "stages": [p.to_dict() for p in self.stage_pools]}
+        return {
+            **super().to_dict(),
+            "pp": self.pp,
+            "binding_stage": self.binding,
+            "min_kv_tokens": self.min_kv_tokens,
+            "stages": [p.to_dict() for p in self.stage_pools],
+        }
 
 
 def fit(sc: Scenario) -> PipelineFit | Shortfall:
@@ -163,10 +188,14 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
             if water.cache_bytes <= 0:
                 from hybridplan.engines.sglang.memory import CACHE_LABEL, FACTOR_LABEL
 
-                return Shortfall(f"SGLang {rel.version} (PP stage {st.rank}, layers {st.start}-{st.end - 1})", water,
-                                 CACHE_LABEL, FACTOR_LABEL)
+                return Shortfall(
+                    f"SGLang {rel.version} (PP stage {st.rank}, layers {st.start}-{st.end - 1})",
+                    water,
+                    CACHE_LABEL,
+                    FACTOR_LABEL,
+                )
             budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
-        charged = (most if rel.at_least(STAGE_SHARE) else None)
+        charged = most if rel.at_least(STAGE_SHARE) else None
         recurrent = charged.spec.recurrent if charged is not None else sc.spec.recurrent
         own = replace(st.spec, mixers=tuple(m for m in st.spec.mixers if m.kind in ATTENTION_KINDS) + recurrent)
         f = pool_fit(replace(sc, spec=own, pp=1, pp_partition=None, budget=budget))
@@ -175,11 +204,27 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         out.append(StagePools(st, replace(f, memory=water)))
     tokens = min(p.fit.kv_tokens for p in out if p.fit.pool.fp.kv) if any(p.fit.pool.fp.kv for p in out) else 0
     # the token capacity every stage keeps is the smallest (the all-reduce MIN): that stage's figures are shown
-    binding = min(range(len(out)), key=lambda i: (out[i].fit.kv_tokens if out[i].fit.pool.fp.kv else 1 << 62,
-                                                  out[i].fit.max_running_requests))
+    binding = min(
+        range(len(out)),
+        key=lambda i: (out[i].fit.kv_tokens if out[i].fit.pool.fp.kv else 1 << 62, out[i].fit.max_running_requests),
+    )
     f = out[binding].fit
-    fields = {name: getattr(f, name) for name in ("split", "pool", "spec", "strategy", "admission", "ctx", "tp",
-                                                  "page_size", "refusal", "memory", "draft")}
+    fields = {
+        name: getattr(f, name)
+        for name in (
+            "split",
+            "pool",
+            "spec",
+            "strategy",
+            "admission",
+            "ctx",
+            "tp",
+            "page_size",
+            "refusal",
+            "memory",
+            "draft",
+        )
+    }
     from hybridplan.engines.sglang.context import refusal
 
     fields["refusal"] = refusal(sc)
@@ -197,8 +242,10 @@ def attention_tp(sc: Scenario) -> int:
     if sc.dp < 2:
         raise PlanError("--enable-dp-attention needs --dp-size above 1")
     if sc.tp % sc.dp:
-        raise PlanError(f"SGLang refuses --enable-dp-attention with --tp-size {sc.tp} and --dp-size {sc.dp}: "
-                        "tp_size must be divisible by dp_size")
+        raise PlanError(
+            f"SGLang refuses --enable-dp-attention with --tp-size {sc.tp} and --dp-size {sc.dp}: "
+            "tp_size must be divisible by dp_size"
+        )
     return sc.tp // sc.dp
 
 
@@ -222,15 +269,20 @@ def sharding(sc: Scenario) -> Sharding:
     if shape is not None:
         where = "(FusedMoE, sglang/srt/layers/moe/fused_moe_triton/layer.py)"
         if shape.experts % sc.ep_size:
-            raise PlanError(f"SGLang cannot deal {sc.spec.name}'s {shape.experts} routed experts over --ep-size "
-                            f"{sc.ep_size}: it asserts num_experts % moe_ep_size == 0 {where}")
+            raise PlanError(
+                f"SGLang cannot deal {sc.spec.name}'s {shape.experts} routed experts over --ep-size "
+                f"{sc.ep_size}: it asserts num_experts % moe_ep_size == 0 {where}"
+            )
         if shape.intermediate % moe_tp:
-            raise PlanError(f"SGLang cannot slice {sc.spec.name}'s experts over {moe_tp} MoE TP ranks (tp_size "
-                            f"{sc.tp} / ep_size {sc.ep_size}): their intermediate size {shape.intermediate} is not a "
-                            f"multiple of it; it asserts intermediate_size % moe_tp_size == 0 {where}")
+            raise PlanError(
+                f"SGLang cannot slice {sc.spec.name}'s experts over {moe_tp} MoE TP ranks (tp_size "
+                f"{sc.tp} / ep_size {sc.ep_size}): their intermediate size {shape.intermediate} is not a "
+                f"multiple of it; it asserts intermediate_size % moe_tp_size == 0 {where}"
+            )
         held = shape.experts // sc.ep_size if sc.ep_size > 1 else None
-    return Sharding(attn, ffn_tp=sc.tp, expert_tp=moe_tp, ep=sc.ep_size, lm_head_tp=sc.tp,
-                    embedding_tp=embedding, experts_held=held)
+    return Sharding(
+        attn, ffn_tp=sc.tp, expert_tp=moe_tp, ep=sc.ep_size, lm_head_tp=sc.tp, embedding_tp=embedding, experts_held=held
+    )
 
 
 def rank_memory(sc: Scenario) -> Waterfall:
@@ -244,8 +296,9 @@ def rank_memory(sc: Scenario) -> Waterfall:
     if b.weights is not None or b.params is not None:
         raise PlanError("with --dp-size / --ep-size the weights are split per part: leave --weights and --params out")
     size, source = stage_rank_bytes(sc.spec, None, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), sharding(sc))
-    weights = Term("weights", size, "counted", source + f"; attention over {attention_tp(sc)}, experts over "
-                                                        f"EP {sc.ep_size}")
+    weights = Term(
+        "weights", size, "counted", source + f"; attention over {attention_tp(sc)}, experts over EP {sc.ep_size}"
+    )
     terms = tuple(weights if t.name == "weights" else t for t in whole.terms)
     left = whole.requested - sum(t.bytes for t in terms)
     return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, terms, left, whole.before, whole.factor_note)
@@ -268,10 +321,15 @@ def requests_per_group(requested: int, dp: int, rel: Release) -> int:
     if rel.at_least(ONE_REQUEST_A_GROUP):
         return max(1, share)
     if share < 1:
-        said = (" and raises \"Hybrid (mamba/linear-attention) state cache is too small to serve any requests\""
-                if rel.at_least(RAISES_NO_REQUEST) else ", so no request can run (max_running_requests 0)")
-        raise PlanError(f"SGLang {rel.version} splits --max-running-requests {requested} over the {dp} DP-attention "
-                        f"groups as {requested} // {dp} = 0 a group{said}; give at least {dp}")
+        said = (
+            ' and raises "Hybrid (mamba/linear-attention) state cache is too small to serve any requests"'
+            if rel.at_least(RAISES_NO_REQUEST)
+            else ", so no request can run (max_running_requests 0)"
+        )
+        raise PlanError(
+            f"SGLang {rel.version} splits --max-running-requests {requested} over the {dp} DP-attention "
+            f"groups as {requested} // {dp} = 0 a group{said}; give at least {dp}"
+        )
     return share
 
 
@@ -282,8 +340,10 @@ def state_slots_per_group(slots: int, dp: int) -> int:
     0.5.23: the releases validation/parallel_dp_ep.py runs). A share of none is refused: the pool would hold no
     state."""
     if slots // dp < 1:
-        raise PlanError(f"SGLang splits --max-mamba-cache-size {slots} over the {dp} DP-attention groups as "
-                        f"{slots} // {dp} = 0 state slots a group: no request can run; give at least {dp}")
+        raise PlanError(
+            f"SGLang splits --max-mamba-cache-size {slots} over the {dp} DP-attention groups as "
+            f"{slots} // {dp} = 0 state slots a group: no request can run; give at least {dp}"
+        )
     return slots // dp
 
 
@@ -305,29 +365,50 @@ class DataParallelFit(Fit, frozen=True):
 
     @property
     def flags(self) -> str:
-        return super().flags + (f" --dp-size {self.dp}" if self.dp > 1 else "") + (
-            " --enable-dp-attention" if self.dp_attention else "") + (
-            f" --ep-size {self.ep_size}" if self.ep_size > 1 else "")
+        return (
+            super().flags
+            + (f" --dp-size {self.dp}" if self.dp > 1 else "")
+            + (" --enable-dp-attention" if self.dp_attention else "")
+            + (f" --ep-size {self.ep_size}" if self.ep_size > 1 else "")
+        )
 
     @property
     def notes(self) -> tuple[str, ...]:
         if self.dp_attention:
-            how = (f"--enable-dp-attention: {self.dp} attention groups of {self.attn_tp} ranks on {self.tp} GPUs; "
-                   f"each rank keeps the KV and the recurrent state of its own group's requests, its attention and "
-                   f"recurrent layers split {self.attn_tp} ways, the MLP and MoE {self.tp} ways")
+            how = (
+                f"--enable-dp-attention: {self.dp} attention groups of {self.attn_tp} ranks on {self.tp} GPUs; "
+                f"each rank keeps the KV and the recurrent state of its own group's requests, its attention and "
+                f"recurrent layers split {self.attn_tp} ways, the MLP and MoE {self.tp} ways"
+            )
         elif self.dp > 1:
             how = f"--dp-size {self.dp}: {self.dp} replicas of {self.tp} GPUs ({self.gpus} in all), each as shown"
         else:
             how = ""
-        ep = (f"--ep-size {self.ep_size}: each rank holds the routed experts of 1/{self.ep_size} of the experts "
-              f"(the most loaded rank: rounded up)",) if self.ep_size > 1 else ()
-        total = (f"{self.dp} × {self.max_running_requests:,} = {self.total_requests:,} running requests in all",) \
-            if self.dp > 1 else ()
+        ep = (
+            (
+                f"--ep-size {self.ep_size}: each rank holds the routed experts of 1/{self.ep_size} of the experts "
+                f"(the most loaded rank: rounded up)",
+            )
+            if self.ep_size > 1
+            else ()
+        )
+        total = (
+            (f"{self.dp} × {self.max_running_requests:,} = {self.total_requests:,} running requests in all",)
+            if self.dp > 1
+            else ()
+        )
         return super().notes + ((how,) if how else ()) + ep + total
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "dp": self.dp, "dp_attention": self.dp_attention, "ep_size": self.ep_size,
-                "attention_tp": self.attn_tp, "gpus": self.gpus, "total_max_running_requests": self.total_requests}
+        return {
+            **super().to_dict(),
+            "dp": self.dp,
+            "dp_attention": self.dp_attention,
+            "ep_size": self.ep_size,
+            "attention_tp": self.attn_tp,
+            "gpus": self.gpus,
+            "total_max_running_requests": self.total_requests,
+        }
 
 
 def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
@@ -346,8 +427,12 @@ def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
     if sc.budget.kv_budget is None:
         water = rank_memory(sc)
         if water.cache_bytes <= 0:
-            return Shortfall(f"SGLang {sc.sglang.release.version}", water, "the memory split between the pools (R)",
-                             "mem_fraction_static")
+            return Shortfall(
+                f"SGLang {sc.sglang.release.version}",
+                water,
+                "the memory split between the pools (R)",
+                "mem_fraction_static",
+            )
         budget = Budget(kv_budget=water.cache_bytes, gpu=sc.budget.gpu, gpu_mem=sc.budget.gpu_mem)
     s = sc.sglang
     if sc.dp_attention and s.max_running_requests is not None:
@@ -357,7 +442,17 @@ def fit_data_parallel(sc: Scenario) -> DataParallelFit | Shortfall:
     f = pool_fit(replace(sc, tp=attn, dp=1, dp_attention=False, ep_size=1, budget=budget, sglang=s))
     if isinstance(f, Shortfall):
         return f
-    fields = {name: getattr(f, name) for name in ("split", "pool", "spec", "strategy", "admission", "ctx",
-                                                  "page_size", "draft")}
-    return DataParallelFit(**fields, tp=sc.tp, refusal=refusal(sc), memory=water, dp=sc.dp,
-                           dp_attention=sc.dp_attention, ep_size=sc.ep_size, attn_tp=attn)
+    fields = {
+        name: getattr(f, name)
+        for name in ("split", "pool", "spec", "strategy", "admission", "ctx", "page_size", "draft")
+    }
+    return DataParallelFit(
+        **fields,
+        tp=sc.tp,
+        refusal=refusal(sc),
+        memory=water,
+        dp=sc.dp,
+        dp_attention=sc.dp_attention,
+        ep_size=sc.ep_size,
+        attn_tp=attn,
+    )

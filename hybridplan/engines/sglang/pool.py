@@ -53,14 +53,21 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release) -> CacheDty
     KV at the model dtype unless ``--kv-cache-dtype``."""
     mdt = model_dtype(spec, choice.dtype)
     names = _since(rel, _STATE_SINCE, STATE_DTYPES)
-    conv = flag_dtype(choice.conv, what="--conv-dtype", engine_flag=f"SGLang {rel.version} SGLANG_MAMBA_CONV_DTYPE",
-                      accepted=names)
+    conv = flag_dtype(
+        choice.conv, what="--conv-dtype", engine_flag=f"SGLang {rel.version} SGLANG_MAMBA_CONV_DTYPE", accepted=names
+    )
     if conv not in (None, "bfloat16") and not rel.conv_dtype_settable:
         raise PlanError(f"SGLang {rel.version} keeps conv states in bfloat16 (SGLANG_MAMBA_CONV_DTYPE came in 0.5.9)")
-    ssm = flag_dtype(choice.ssm, what="--ssm-dtype", engine_flag=f"SGLang {rel.version} --mamba-ssm-dtype",
-                     accepted=names)
-    kv = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"SGLang {rel.version} --kv-cache-dtype",
-                    accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED)
+    ssm = flag_dtype(
+        choice.ssm, what="--ssm-dtype", engine_flag=f"SGLang {rel.version} --mamba-ssm-dtype", accepted=names
+    )
+    kv = flag_dtype(
+        choice.kv,
+        what="--kv-dtype",
+        engine_flag=f"SGLang {rel.version} --kv-cache-dtype",
+        accepted=_since(rel, _KV_SINCE, KV_DTYPES),
+        not_sized=KV_NOT_SIZED,
+    )
     if kv is None and (forced := checkpoint_kv(spec, rel, None)) is not None:  # a ModelOpt checkpoint's fp8 KV
         kv = KV_DTYPES[forced[0]]
     from_config = spec.config_dtype("mamba_ssm_dtype") if rel.ssm_from_config(spec) else None
@@ -109,11 +116,15 @@ class Pool(Struct, frozen=True):
 
     def log(self, spec: SpecBuffers | None = None) -> str:
         size = f"max_mamba_cache_size: {self.size}, " if self.named else ""
-        line = (f"Mamba Cache is allocated. {size}conv_state size: {self.conv_bytes / GB:.2f}GB, ssm_state size: "
-                f"{self.ssm_bytes / GB:.2f}GB ")
+        line = (
+            f"Mamba Cache is allocated. {size}conv_state size: {self.conv_bytes / GB:.2f}GB, ssm_state size: "
+            f"{self.ssm_bytes / GB:.2f}GB "
+        )
         if spec is not None:
-            line += (f"intermediate_ssm_state_cache size: {spec.ssm_bytes / GB:.2f}GB "
-                     f"intermediate_conv_window_cache size: {spec.conv_bytes / GB:.2f}GB ")
+            line += (
+                f"intermediate_ssm_state_cache size: {spec.ssm_bytes / GB:.2f}GB "
+                f"intermediate_conv_window_cache size: {spec.conv_bytes / GB:.2f}GB "
+            )
         return line
 
 
@@ -238,9 +249,11 @@ def split(sc: Scenario, fp: Footprint, strategy: str, ratio: int) -> Split:
         k = int(room // (per * (1 + d / ratio))) if d else int((share(total) - pad * per) // per)
         spec = per * (min(mrr or 0, k // ratio) + pad) * d if d else 0
     if k <= 0:
-        raise Refused(f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
-                        f"max_mamba_cache_size={k} (total_rest_memory={total / GB:.2f} GB, "
-                        f"mamba_cache_per_req={per / (1 << 20):.2f} MB)")
+        raise Refused(
+            f"Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+            f"max_mamba_cache_size={k} (total_rest_memory={total / GB:.2f} GB, "
+            f"mamba_cache_per_req={per / (1 << 20):.2f} MB)"
+        )
     return Split(total, k, spec, total - spec - (k + pad) * per)
 
 
@@ -345,15 +358,19 @@ class Admission(Struct, frozen=True):
         if self.capped and self.rel.logs_cap:
             return [cap_log(self.cap, self.pool_size, self.ratio)]
         if self.requested is not None and self.value < self.requested:
-            return [f"max_running_requests was reduced from the requested {self.requested} to {self.value} "
-                    "(per dp worker) due to the available KV cache capacity."]
+            return [
+                f"max_running_requests was reduced from the requested {self.requested} to {self.value} "
+                "(per dp worker) due to the available KV cache capacity."
+            ]
         return []
 
 
 def cap_log(n: int, k: int, ratio: int) -> str:
-    return (f"max_running_requests is capped to {n} by the mamba state cache (max_mamba_cache_size={k}, {ratio} "
-            "state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, "
-            "or halve the state size with --mamba-ssm-dtype bfloat16.")
+    return (
+        f"max_running_requests is capped to {n} by the mamba state cache (max_mamba_cache_size={k}, {ratio} "
+        "state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, "
+        "or halve the state size with --mamba-ssm-dtype bfloat16."
+    )
 
 
 class PoolLayout(Struct, frozen=True):
@@ -371,13 +388,22 @@ class PoolLayout(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         fp = self.pool.fp
-        return {"version": self.rel.version, "slots": self.pool.size, "rows": self.pool.rows,
-                "conv_dtype": fp.dtypes.conv, "ssm_dtype": fp.dtypes.ssm,
-                "conv_state_bytes": self.pool.conv_bytes, "ssm_state_bytes": self.pool.ssm_bytes,
-                "pool_bytes": self.pool.bytes, "per_request_bytes": per_request_bytes(fp),
-                "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
-                "max_running_requests": self.max_running_requests, "checkpoint_grid": self.grid,
-                "logs": [self.pool.log()]}
+        return {
+            "version": self.rel.version,
+            "slots": self.pool.size,
+            "rows": self.pool.rows,
+            "conv_dtype": fp.dtypes.conv,
+            "ssm_dtype": fp.dtypes.ssm,
+            "conv_state_bytes": self.pool.conv_bytes,
+            "ssm_state_bytes": self.pool.ssm_bytes,
+            "pool_bytes": self.pool.bytes,
+            "per_request_bytes": per_request_bytes(fp),
+            "radix_strategy": self.strategy,
+            "state_slots_per_request": self.ratio,
+            "max_running_requests": self.max_running_requests,
+            "checkpoint_grid": self.grid,
+            "logs": [self.pool.log()],
+        }
 
 
 def layout(sc: Scenario) -> PoolLayout:
@@ -386,8 +412,13 @@ def layout(sc: Scenario) -> PoolLayout:
 
     strat = strategy(sc)
     rel = sc.sglang.release
-    return PoolLayout(rel, Pool(sc.slots, footprint(sc), rel.logs_pool_size), strat.name, strat.ratio,
-                      checkpoint_grid(sc.spec, rel, page_size(sc, strat)))
+    return PoolLayout(
+        rel,
+        Pool(sc.slots, footprint(sc), rel.logs_pool_size),
+        strat.name,
+        strat.ratio,
+        checkpoint_grid(sc.spec, rel, page_size(sc, strat)),
+    )
 
 
 class Fit(Struct, frozen=True):
@@ -436,14 +467,16 @@ class Fit(Struct, frozen=True):
 
     @property
     def kv_log(self) -> str | None:
-        """"KV Cache is allocated": K and V each hold T + page tokens of the attention layers."""
+        """ "KV Cache is allocated": K and V each hold T + page tokens of the attention layers."""
         fp = self.pool.fp
         if not fp.kv or not self.kv_tokens:
             return None
         half = (self.kv_tokens + self.page_size) * fp.kv_bytes_per_token // 2
         dtype = f"dtype: torch.{fp.dtypes.kv}, " if self.rel.at_least("0.5.13") else ""
-        return (f"KV Cache is allocated. {dtype}#tokens: {self.kv_tokens}, K size: {half / GB:.2f} GB, "
-                f"V size: {half / GB:.2f} GB")
+        return (
+            f"KV Cache is allocated. {dtype}#tokens: {self.kv_tokens}, K size: {half / GB:.2f} GB, "
+            f"V size: {half / GB:.2f} GB"
+        )
 
     @property
     def logs(self) -> list[str]:
@@ -459,18 +492,23 @@ class Fit(Struct, frozen=True):
         if self.refusal is not None:
             return f"SGLang: {self.refusal}"
         if self.pool.fp.kv and self.kv_tokens < 1:
-            return (f"SGLang: the {self.split.pool_size}-slot state pool ({human_bytes(self.pool.bytes)}) leaves "
-                    f"nothing of the {human_bytes(self.budget)} for the KV pool; give --max-running-requests (or "
-                    "--max-mamba-cache-size) to shrink it")
+            return (
+                f"SGLang: the {self.split.pool_size}-slot state pool ({human_bytes(self.pool.bytes)}) leaves "
+                f"nothing of the {human_bytes(self.budget)} for the KV pool; give --max-running-requests (or "
+                "--max-mamba-cache-size) to shrink it"
+            )
         if self.max_running_requests < 1:
-            return (f"SGLang: the state pool of {self.pool.size} slots admits no request at {self.ratio} state slots "
-                    "per request")
+            return (
+                f"SGLang: the state pool of {self.pool.size} slots admits no request at {self.ratio} state slots "
+                "per request"
+            )
         return None
 
     @property
     def flags(self) -> str:
-        return (f"--context-length {self.ctx} --max-running-requests {self.max_running_requests}"
-                + (f" --tp {self.tp}" if self.tp > 1 else ""))
+        return f"--context-length {self.ctx} --max-running-requests {self.max_running_requests}" + (
+            f" --tp {self.tp}" if self.tp > 1 else ""
+        )
 
     @property
     def draft_headroom(self) -> int:
@@ -482,19 +520,27 @@ class Fit(Struct, frozen=True):
         per, v = per_request_bytes(self.pool.fp), self.rel.version
         notes = []
         if self.split.fixed_ignored:
-            notes.append(f"SGLang {v} ignores --max-mamba-cache-size while the radix cache is on: it sizes the "
-                         f"state pool from --mamba-full-memory-ratio ({self.split.pool_size} slots); the flag counts "
-                         "only with --radix off")
+            notes.append(
+                f"SGLang {v} ignores --max-mamba-cache-size while the radix cache is on: it sizes the "
+                f"state pool from --mamba-full-memory-ratio ({self.split.pool_size} slots); the flag counts "
+                "only with --radix off"
+            )
         if (extra := self.draft_headroom) and self.pool.fp.kv:
             more = human_bytes(extra * self.pool.fp.kv_bytes_per_token)
-            notes.append(f"SGLang {v} adds {extra:,} KV tokens ({more}) to the pool beyond its split, for the draft "
-                         f"and verify tokens of {self.admission.request_pool} requests")
+            notes.append(
+                f"SGLang {v} adds {extra:,} KV tokens ({more}) to the pool beyond its split, for the draft "
+                f"and verify tokens of {self.admission.request_pool} requests"
+            )
         if self.split.reserved_only:
-            notes.append(f"SGLang {v} reserves {self.split.pool_size} state slots but builds a pool of "
-                         f"{self.pool.size} (max_running_requests)")
+            notes.append(
+                f"SGLang {v} reserves {self.split.pool_size} state slots but builds a pool of "
+                f"{self.pool.size} (max_running_requests)"
+            )
         elif self.pool.bytes + self.kv_bytes + self.split.spec_reserve > self.budget:
-            notes.append(f"SGLang {v} leaves the pool's padding row out of its split: the two pools take "
-                         f"{human_bytes(per)} more than the budget")
+            notes.append(
+                f"SGLang {v} leaves the pool's padding row out of its split: the two pools take "
+                f"{human_bytes(per)} more than the budget"
+            )
         if self.draft is not None:
             notes.append(self.draft)
         if self.host is not None:
@@ -503,16 +549,27 @@ class Fit(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         a = self.admission
-        return {"version": self.rel.version, "budget_bytes": self.budget,
-                "memory": self.memory.to_dict() if self.memory else None, "max_mamba_cache_size": self.pool.size,
-                "pool_bytes": self.pool.bytes, "conv_state_bytes": self.pool.conv_bytes,
-                "ssm_state_bytes": self.pool.ssm_bytes,
-                "speculative_buffer_bytes": self.spec.bytes if self.spec else 0,
-                "kv_pool_bytes": self.kv_bytes, "kv_tokens": self.kv_tokens,
-                "radix_strategy": self.strategy, "state_slots_per_request": self.ratio,
-                "max_running_requests": self.max_running_requests, "requested_max_running_requests": a.requested,
-                "state_pool_cap": a.cap, "capped": a.capped, "context_length_refused": self.refusal,
-                "logs": self.logs, **({"hicache": self.host.to_dict()} if self.host is not None else {})}
+        return {
+            "version": self.rel.version,
+            "budget_bytes": self.budget,
+            "memory": self.memory.to_dict() if self.memory else None,
+            "max_mamba_cache_size": self.pool.size,
+            "pool_bytes": self.pool.bytes,
+            "conv_state_bytes": self.pool.conv_bytes,
+            "ssm_state_bytes": self.pool.ssm_bytes,
+            "speculative_buffer_bytes": self.spec.bytes if self.spec else 0,
+            "kv_pool_bytes": self.kv_bytes,
+            "kv_tokens": self.kv_tokens,
+            "radix_strategy": self.strategy,
+            "state_slots_per_request": self.ratio,
+            "max_running_requests": self.max_running_requests,
+            "requested_max_running_requests": a.requested,
+            "state_pool_cap": a.cap,
+            "capped": a.capped,
+            "context_length_refused": self.refusal,
+            "logs": self.logs,
+            **({"hicache": self.host.to_dict()} if self.host is not None else {}),
+        }
 
 
 #: The draft's KV in the target's KV cell (sglang/srt/model_executor/pool_configurator.py,
@@ -530,8 +587,13 @@ class Fit(Struct, frozen=True):
 #: - before those releases, and an EAGLE-family draft SGLang does not count (``draft_layers_in_cell`` None): the
 #:   draft pool (``draft_runner_cache_size`` before 0.5.10, the same token count after) lies outside the split,
 #:   left out and said.
-DRAFT_KV_IN_CELL = {"dflash": "0.5.11", "dspark": "0.5.16", "eagle": "0.5.14", "eagle3": "0.5.14",
-                    "standalone": "0.5.14"}
+DRAFT_KV_IN_CELL = {
+    "dflash": "0.5.11",
+    "dspark": "0.5.16",
+    "eagle": "0.5.14",
+    "eagle3": "0.5.14",
+    "standalone": "0.5.14",
+}
 #: draft-mode rewrites that set ``num_nextn_predict_layers = 1`` where SGLang reads it (configs/model_config.py
 #: ``_config_draft_model``; from 0.5.14): on hf_config, which is the text config for these
 _MTP_ONE = ("Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")
@@ -606,18 +668,27 @@ def draft_kv_note(rel: Release, sc: Scenario, fp: Footprint, tokens: int) -> str
         return None
     if (n := draft_layers_in_cell(rel, sc)) is not None:
         cell = kv_cell(rel, sc, fp)
-        return (f"SGLang {rel.version} prices the {sp.method} draft's KV into the target's KV cell as {n} more "
-                f"target layer{'s' if n != 1 else ''} ({fp.kv_bytes_per_token:,} → {cell:,} bytes per token; "
-                f"pool_configurator.py): the draft's pool of {tokens:,} tokens is inside the split")
+        return (
+            f"SGLang {rel.version} prices the {sp.method} draft's KV into the target's KV cell as {n} more "
+            f"target layer{'s' if n != 1 else ''} ({fp.kv_bytes_per_token:,} → {cell:,} bytes per token; "
+            f"pool_configurator.py): the draft's pool of {tokens:,} tokens is inside the split"
+        )
     if since is not None and rel.at_least(since):
-        why = ("without --speculative-draft-model-path" if sp.draft_ref is None and sp.method != "dflash"
-               else "for this draft")
-        return (f"SGLang {rel.version} counts no draft layers in the target's KV cell {why} (pool_configurator.py): "
-                f"the {sp.method} draft's KV pool of the target's {tokens:,} tokens takes memory outside the split, "
-                "not counted here; the KV tokens shown stand")
-    return (f"SGLang {rel.version} gives the {sp.method} draft's KV pool ({layers} layers) the target's {tokens:,} "
-            "tokens, in memory outside the split (draft_runner_cache_size): the KV tokens shown stand, that memory "
-            "is not counted")
+        why = (
+            "without --speculative-draft-model-path"
+            if sp.draft_ref is None and sp.method != "dflash"
+            else "for this draft"
+        )
+        return (
+            f"SGLang {rel.version} counts no draft layers in the target's KV cell {why} (pool_configurator.py): "
+            f"the {sp.method} draft's KV pool of the target's {tokens:,} tokens takes memory outside the split, "
+            "not counted here; the KV tokens shown stand"
+        )
+    return (
+        f"SGLang {rel.version} gives the {sp.method} draft's KV pool ({layers} layers) the target's {tokens:,} "
+        "tokens, in memory outside the split (draft_runner_cache_size): the KV tokens shown stand, that memory "
+        "is not counted"
+    )
 
 
 def fit(sc: Scenario) -> Fit | Shortfall:
@@ -629,8 +700,12 @@ def fit(sc: Scenario) -> Fit | Shortfall:
 
         water = memory(sc)
         if water.cache_bytes <= 0:
-            return Shortfall(f"SGLang {sc.sglang.release.version}", water, "the memory split between the pools (R)",
-                             "mem_fraction_static")
+            return Shortfall(
+                f"SGLang {sc.sglang.release.version}",
+                water,
+                "the memory split between the pools (R)",
+                "mem_fraction_static",
+            )
 
     rel, fp, s = sc.sglang.release, footprint(sc), sc.sglang
     strat = strategy(sc)
@@ -652,8 +727,19 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     draft = draft_kv_note(rel, sc, fp, admission.kv_tokens)
     from hybridplan.engines.sglang.memory import drafter_shortfall
 
-    out = Fit(part, Pool(size, fp, rel.logs_pool_size), buffers, strat.name, admission, sc.ctx, sc.tp, page,
-              refusal(sc) or drafter_shortfall(water), water, draft)
+    out = Fit(
+        part,
+        Pool(size, fp, rel.logs_pool_size),
+        buffers,
+        strat.name,
+        admission,
+        sc.ctx,
+        sc.tp,
+        page,
+        refusal(sc) or drafter_shortfall(water),
+        water,
+        draft,
+    )
     if s.hicache is not None and fp.kv and out.kv_tokens > 0:
         from hybridplan.engines.sglang import hicache
 

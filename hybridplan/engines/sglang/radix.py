@@ -33,24 +33,37 @@ def strategy(sc: Scenario) -> Strategy:
     if name == "extra_buffer_lazy" and s.draft(sc.spec_tokens) and rel.between("0.5.13", "0.5.17"):
         # server_args.py: 0.5.13 _handle_mamba_radix_cache, 0.5.14-0.5.16 _validate_mamba_extra_buffer; 0.5.17
         # refuses it with DFlash only, later releases not at all
-        why = ("extra_buffer_lazy is not yet supported with speculative decoding" if rel.before("0.5.14")
-               else "extra_buffer_lazy unsupported with spec.")
-        raise PlanError(f"SGLang {rel.version} refuses the extra_buffer_lazy strategy with speculative decoding "
-                        f"(\"{why}\"): use --radix extra_buffer")
+        why = (
+            "extra_buffer_lazy is not yet supported with speculative decoding"
+            if rel.before("0.5.14")
+            else "extra_buffer_lazy unsupported with spec."
+        )
+        raise PlanError(
+            f"SGLang {rel.version} refuses the extra_buffer_lazy strategy with speculative decoding "
+            f'("{why}"): use --radix extra_buffer'
+        )
     checked = rel.checks_radix(sc.spec)  # the no_buffer rules below run only for the architectures SGLang lists
     if name == "no_buffer" and s.draft(sc.spec_tokens) and checked:
         if rel.between("0.5.10rc0", "0.5.14"):
-            raise PlanError(f"SGLang {rel.version} refuses speculative decoding with the no_buffer radix strategy "
-                            f"(\"Speculative decoding for {sc.spec.architecture} is not compatible with radix cache "
-                            "when using --mamba-scheduler-strategy no_buffer\"): use --radix extra_buffer or off")
+            raise PlanError(
+                f"SGLang {rel.version} refuses speculative decoding with the no_buffer radix strategy "
+                f'("Speculative decoding for {sc.spec.architecture} is not compatible with radix cache '
+                'when using --mamba-scheduler-strategy no_buffer"): use --radix extra_buffer or off'
+            )
         if rel.between("0.5.9", "0.5.10rc0"):  # "Disabling radix cache since speculative decoding ..."
             name = "off"
     if name == "no_buffer" and s.page_size > 1 and rel.page_rule == "refuse" and checked:
-        raise PlanError(f"SGLang {rel.version} refuses --page-size {s.page_size} with the no_buffer strategy "
-                        "(\"no_buffer only supports page_size=1\")")
+        raise PlanError(
+            f"SGLang {rel.version} refuses --page-size {s.page_size} with the no_buffer strategy "
+            '("no_buffer only supports page_size=1")'
+        )
     overlap = s.overlap and name != "no_buffer"  # no_buffer runs without the overlap scheduler
-    return Strategy(name, rel.slots_per_request(name, overlap=overlap, spec_decoding=bool(s.draft(sc.spec_tokens)),
-                                                skip_decode_lock=s.skip_decode_lock))
+    return Strategy(
+        name,
+        rel.slots_per_request(
+            name, overlap=overlap, spec_decoding=bool(s.draft(sc.spec_tokens)), skip_decode_lock=s.skip_decode_lock
+        ),
+    )
 
 
 def page_size(sc: Scenario, strat: Strategy) -> int:

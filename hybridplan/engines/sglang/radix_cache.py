@@ -72,13 +72,24 @@ class Rules(Struct, frozen=True):
     host_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        d = {"version": self.version, "strategy": self.strategy, "checkpoint_grid": self.grid,
-             "chunked_prefill_size": self.chunk, "kv_pool_tokens": self.kv_tokens,
-             "mamba_pool_slots": self.state_slots, "slots_per_request": self.slots_per_request,
-             "mamba_max_states_per_path": self.max_states_per_path, "int8_checkpoint": self.int8}
+        d = {
+            "version": self.version,
+            "strategy": self.strategy,
+            "checkpoint_grid": self.grid,
+            "chunked_prefill_size": self.chunk,
+            "kv_pool_tokens": self.kv_tokens,
+            "mamba_pool_slots": self.state_slots,
+            "slots_per_request": self.slots_per_request,
+            "mamba_max_states_per_path": self.max_states_per_path,
+            "int8_checkpoint": self.int8,
+        }
         if self.write_policy is not None:
-            d.update(hicache_write_policy=self.write_policy, host_kv_tokens=self.host_kv_tokens,
-                     host_states=self.host_states, hicache_notes=list(self.host_notes))
+            d.update(
+                hicache_write_policy=self.write_policy,
+                host_kv_tokens=self.host_kv_tokens,
+                host_states=self.host_states,
+                hicache_notes=list(self.host_notes),
+            )
         return d
 
 
@@ -91,14 +102,18 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
         raise NotServed(f"{sc.spec.name} has no attention layers: replay models SGLang's hybrid radix cache")
     strat = strategy(sc)
     grid = checkpoint_grid(sc.spec, rel, page_size(sc, strat))
-    for flag, on in (("--mamba-max-states-per-path", rs.mamba_max_states_per_path != -1),
-                     ("--enable-int8-mamba-checkpoint", rs.int8_checkpoint)):
+    for flag, on in (
+        ("--mamba-max-states-per-path", rs.mamba_max_states_per_path != -1),
+        ("--enable-int8-mamba-checkpoint", rs.int8_checkpoint),
+    ):
         if on and rel.before(CAP_FLAGS_SINCE):
-            raise PlanError(f"SGLang {rel.version} has no {flag} (present from {CAP_FLAGS_SINCE} among the releases "
-                            "read)")
+            raise PlanError(
+                f"SGLang {rel.version} has no {flag} (present from {CAP_FLAGS_SINCE} among the releases read)"
+            )
     if rs.mamba_max_states_per_path == 0 or rs.mamba_max_states_per_path < -1:
-        raise PlanError("--mamba-max-states-per-path must be -1 (unlimited) or a positive integer "
-                        "(arg_groups/mamba_hook.py)")
+        raise PlanError(
+            "--mamba-max-states-per-path must be -1 (unlimited) or a positive integer (arg_groups/mamba_hook.py)"
+        )
     try:
         f = fit(sc)
     except Refused as exc:  # SGLang's own start-up refusal: with --engine both, vLLM still replays
@@ -108,8 +123,19 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
     kv = rs.max_total_tokens or f.kv_tokens
     slots = sc.sglang.max_mamba_cache_size or f.pool.size
     name = strat.name
-    out = Rules(f"SGLang {rel.version} {name}", rel.version, name, grid, default_chunk(sc), kv, slots, strat.ratio,
-                rs.mamba_max_states_per_path, rs.int8_checkpoint, sc.ctx)
+    out = Rules(
+        f"SGLang {rel.version} {name}",
+        rel.version,
+        name,
+        grid,
+        default_chunk(sc),
+        kv,
+        slots,
+        strat.ratio,
+        rs.mamba_max_states_per_path,
+        rs.int8_checkpoint,
+        sc.ctx,
+    )
     if sc.sglang.hicache is not None:
         from hybridplan.engines.sglang.hicache import host_tier
 
@@ -335,7 +361,7 @@ class Cache:
         # what the tree keeps: no_buffer every computed token; extra_buffer only up to the last tracked state, the
         # KV past it is freed (mem_cache/mamba_radix_cache.py cache_finished_req)
         kv_limit = kv_end if r.strategy in ("no_buffer", EVERY) else max(positions, default=look.hit)
-        mine_kv = keys[:max(min(kv_limit // r.grid, len(keys)), hit_units)]
+        mine_kv = keys[: max(min(kv_limit // r.grid, len(keys)), hit_units)]
         kv_cost, grid = self.kv_cost, r.grid
         inserted = 0
         for k in mine_kv[hit_units:]:
@@ -383,8 +409,11 @@ class Cache:
         held_kv = keys[:hit_units]
         self._hold_all(held_kv)
         new_kv = max(req.prompt_len + req.output_len - hit_units * r.grid, 0)
-        if (req.prompt_len + req.output_len > r.kv_tokens or not self._evict_kv(new_kv)
-                or not self._evict_state(r.slots_per_request)):
+        if (
+            req.prompt_len + req.output_len > r.kv_tokens
+            or not self._evict_kv(new_kv)
+            or not self._evict_state(r.slots_per_request)
+        ):
             self._release_all(held_kv[::-1])  # in order
             return False
         self.kv_private += new_kv
@@ -440,7 +469,7 @@ class Cache:
     def _cap_path(self, path: list[object]) -> None:
         """Drop the shallowest states of this path beyond the cap; the tail stays (#31230)."""
         present = [k for k in dict.fromkeys(path) if k in self.st_cost]
-        for k in present[:max(len(present) - self.r.max_states_per_path, 0)]:
+        for k in present[: max(len(present) - self.r.max_states_per_path, 0)]:
             self.st_used -= self.st_cost.pop(k)
             self.st_lru.pop(k, None)
             self.states -= 1

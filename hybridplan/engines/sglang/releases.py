@@ -14,58 +14,147 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
 
 #: every 0.5.x release on PyPI (there is no final 0.5.0); the first ones have no Mamba pool
-EARLY = ("0.5.0rc0", "0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2rc0",
-         "0.5.2rc1", "0.5.2rc2")
-VERSIONS = ("0.5.2", "0.5.3rc0", "0.5.3rc2", "0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3", "0.5.4",
-            "0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.5.post3",
-            "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9", "0.5.10rc0", "0.5.10",
-            "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15",
-            "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+EARLY = (
+    "0.5.0rc0",
+    "0.5.0rc1",
+    "0.5.0rc2",
+    "0.5.1",
+    "0.5.1.post1",
+    "0.5.1.post2",
+    "0.5.1.post3",
+    "0.5.2rc0",
+    "0.5.2rc1",
+    "0.5.2rc2",
+)
+VERSIONS = (
+    "0.5.2",
+    "0.5.3rc0",
+    "0.5.3rc2",
+    "0.5.3",
+    "0.5.3.post1",
+    "0.5.3.post2",
+    "0.5.3.post3",
+    "0.5.4",
+    "0.5.4.post1",
+    "0.5.4.post2",
+    "0.5.4.post3",
+    "0.5.5",
+    "0.5.5.post1",
+    "0.5.5.post2",
+    "0.5.5.post3",
+    "0.5.6",
+    "0.5.6.post1",
+    "0.5.6.post2",
+    "0.5.7",
+    "0.5.8",
+    "0.5.8.post1",
+    "0.5.9",
+    "0.5.10rc0",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 DEFAULT_VERSION = VERSIONS[-1]
 
 #: the release whose models/ first holds a class for the architecture (``EntryClass``)
 _ADDED = {
-    "Qwen3NextForCausalLM": "0.5.2", "FalconH1ForCausalLM": "0.5.3rc2", "NemotronHForCausalLM": "0.5.3.post1",
-    "KimiLinearForCausalLM": "0.5.4.post2", "GraniteMoeHybridForCausalLM": "0.5.9", "Lfm2ForCausalLM": "0.5.9",
-    "Lfm2MoeForCausalLM": "0.5.9", "Qwen3_5ForConditionalGeneration": "0.5.9",
-    "Qwen3_5MoeForConditionalGeneration": "0.5.9", "NemotronHPuzzleForCausalLM": "0.5.13",
-    "Qwen3_5ForCausalLM": "0.5.17", "Qwen3_5MoeForCausalLM": "0.5.17", "MambaForCausalLM": "0.5.20",
-    "Mamba2ForCausalLM": "0.5.20", "FalconMambaForCausalLM": "0.5.20",
+    "Qwen3NextForCausalLM": "0.5.2",
+    "FalconH1ForCausalLM": "0.5.3rc2",
+    "NemotronHForCausalLM": "0.5.3.post1",
+    "KimiLinearForCausalLM": "0.5.4.post2",
+    "GraniteMoeHybridForCausalLM": "0.5.9",
+    "Lfm2ForCausalLM": "0.5.9",
+    "Lfm2MoeForCausalLM": "0.5.9",
+    "Qwen3_5ForConditionalGeneration": "0.5.9",
+    "Qwen3_5MoeForConditionalGeneration": "0.5.9",
+    "NemotronHPuzzleForCausalLM": "0.5.13",
+    "Qwen3_5ForCausalLM": "0.5.17",
+    "Qwen3_5MoeForCausalLM": "0.5.17",
+    "MambaForCausalLM": "0.5.20",
+    "Mamba2ForCausalLM": "0.5.20",
+    "FalconMambaForCausalLM": "0.5.20",
 }
 #: hybrids no 0.5.x release has a class for
-_NEVER = frozenset({"BambaForCausalLM", "JambaForCausalLM", "Zamba2ForCausalLM", "MiniMaxText01ForCausalLM",
-                    "MiniMaxForCausalLM", "MiniMaxM1ForCausalLM"})
+_NEVER = frozenset(
+    {
+        "BambaForCausalLM",
+        "JambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "MiniMaxText01ForCausalLM",
+        "MiniMaxForCausalLM",
+        "MiniMaxM1ForCausalLM",
+    }
+)
 
 #: architectures whose radix cache SGLang switches off, from one release to the one before the second
 #: (model_runner.py and server_args.py: "... model detected, disable radix cache", "Disabling Radix Cache for
 #: ... as it is not yet supported")
-_RADIX_OFF = {"NemotronHForCausalLM": ("0.5.3.post1", "0.5.6.post1"),
-              "FalconH1ForCausalLM": ("0.5.3rc2", "0.5.6.post1"), "KimiLinearForCausalLM": ("0.5.4.post2", "0.5.14")}
+_RADIX_OFF = {
+    "NemotronHForCausalLM": ("0.5.3.post1", "0.5.6.post1"),
+    "FalconH1ForCausalLM": ("0.5.3rc2", "0.5.6.post1"),
+    "KimiLinearForCausalLM": ("0.5.4.post2", "0.5.14"),
+}
 
 #: architectures that may run the extra_buffer strategy, with the release that first allows it
 #: (server_args.py ``_handle_mamba_radix_cache``; 0.5.14 ``_support_mamba_cache_extra_buffer``; 0.5.15+
 #: arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS``)
-_EXTRA_BUFFER = {"Qwen3NextForCausalLM": "0.5.7", "Qwen3_5ForConditionalGeneration": "0.5.9",
-                 "Qwen3_5MoeForConditionalGeneration": "0.5.9", "FalconH1ForCausalLM": "0.5.13",
-                 "GraniteMoeHybridForCausalLM": "0.5.13", "NemotronHForCausalLM": "0.5.13",
-                 "NemotronHPuzzleForCausalLM": "0.5.14", "KimiLinearForCausalLM": "0.5.16",
-                 "Qwen3_5ForCausalLM": "0.5.19", "Qwen3_5MoeForCausalLM": "0.5.19"}
+_EXTRA_BUFFER = {
+    "Qwen3NextForCausalLM": "0.5.7",
+    "Qwen3_5ForConditionalGeneration": "0.5.9",
+    "Qwen3_5MoeForConditionalGeneration": "0.5.9",
+    "FalconH1ForCausalLM": "0.5.13",
+    "GraniteMoeHybridForCausalLM": "0.5.13",
+    "NemotronHForCausalLM": "0.5.13",
+    "NemotronHPuzzleForCausalLM": "0.5.14",
+    "KimiLinearForCausalLM": "0.5.16",
+    "Qwen3_5ForCausalLM": "0.5.19",
+    "Qwen3_5MoeForCausalLM": "0.5.19",
+}
 
 #: SGLang resolves ``auto`` and checks the strategy (no_buffer: page_size 1, no overlap scheduler, speculative
 #: decoding; the 0.5.11–0.5.13 page reset) only for the architectures it lists: server_args.py's per-model
 #: branches calling ``_handle_mamba_radix_cache`` (0.5.9–0.5.14), then arg_groups/overrides.py
 #: ``_MAMBA_RADIX_CACHE_ARCHS`` or a registered linear-attention spec (0.5.15–0.5.23). Every hybrid hybridplan
 #: models is listed from its class on, except these: listed from the release given, or never (None)
-_RADIX_CHECKED_FROM = {"Lfm2MoeForCausalLM": "0.5.17", "Qwen3_5ForCausalLM": "0.5.19",
-                       "Qwen3_5MoeForCausalLM": "0.5.19", "MambaForCausalLM": None, "Mamba2ForCausalLM": None,
-                       "FalconMambaForCausalLM": None}
+_RADIX_CHECKED_FROM = {
+    "Lfm2MoeForCausalLM": "0.5.17",
+    "Qwen3_5ForCausalLM": "0.5.19",
+    "Qwen3_5MoeForCausalLM": "0.5.19",
+    "MambaForCausalLM": None,
+    "Mamba2ForCausalLM": None,
+    "FalconMambaForCausalLM": None,
+}
 
 #: configs whose state-dtype helper is handed the model config from 0.5.9, so that its ``mamba_ssm_dtype``
 #: counts (configs/mamba_utils.py ``mamba2_state_dtype(self)`` in configs/<model>.py); the others keep float32
-_SSM_FROM_CONFIG = frozenset({"NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "FalconH1ForCausalLM",
-                              "Qwen3NextForCausalLM", "Qwen3_5ForConditionalGeneration",
-                              "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
-                              "Lfm2ForCausalLM"})
+_SSM_FROM_CONFIG = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "FalconH1ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5MoeForCausalLM",
+        "Lfm2ForCausalLM",
+    }
+)
 
 #: Nemotron-H: the config fields configs/nemotron_h.py ``NemotronHConfig`` takes the layers from, with the release
 #: that first reads each; a config naming none of them gets the class's default pattern, not the model's layers
@@ -144,14 +233,22 @@ class Release(Struct, frozen=True):
             read = [f for f, since in _NEMOTRON_LAYER_FIELDS.items() if self.at_least(since)]
             if not any(f in config for f in read):
                 unread = [(f, since) for f, since in _NEMOTRON_LAYER_FIELDS.items() if f in config]
-                reason = (f"its config gives them as {unread[0][0]}, which configs/nemotron_h.py NemotronHConfig reads "
-                          f"from {unread[0][1]}" if unread else "its config names them in none of the fields "
-                          f"configs/nemotron_h.py NemotronHConfig reads ({', '.join(read)})")
-                return (f"SGLang {self.version} cannot read the layers of {spec.name}: {reason}; without one the "
-                        "class keeps its default layer pattern")
+                reason = (
+                    f"its config gives them as {unread[0][0]}, which configs/nemotron_h.py NemotronHConfig reads "
+                    f"from {unread[0][1]}"
+                    if unread
+                    else "its config names them in none of the fields "
+                    f"configs/nemotron_h.py NemotronHConfig reads ({', '.join(read)})"
+                )
+                return (
+                    f"SGLang {self.version} cannot read the layers of {spec.name}: {reason}; without one the "
+                    "class keeps its default layer pattern"
+                )
         if "moe" in spec.ffn and self.before(_NEMOTRON_MOE):
-            return (f"SGLang {self.version} cannot build {spec.name}: models/nemotron_h.py has no MoE layer class "
-                    f"(ALL_DECODER_LAYER_TYPES has no 'E' until {_NEMOTRON_MOE})")
+            return (
+                f"SGLang {self.version} cannot build {spec.name}: models/nemotron_h.py has no MoE layer class "
+                f"(ALL_DECODER_LAYER_TYPES has no 'E' until {_NEMOTRON_MOE})"
+            )
         return None
 
     # --- the radix cache ---------------------------------------------------------------------------
@@ -195,21 +292,28 @@ class Release(Struct, frozen=True):
         if chosen not in STRATEGIES:
             raise PlanError(f"unknown radix strategy {chosen!r} (known: {', '.join(STRATEGIES)})")
         if chosen not in self.strategies:
-            raise PlanError(f"SGLang {self.version} has no radix strategy {chosen!r} (it has: "
-                            f"{', '.join(self.strategies)})")
+            raise PlanError(
+                f"SGLang {self.version} has no radix strategy {chosen!r} (it has: {', '.join(self.strategies)})"
+            )
         if chosen == "off" or not self.radix_on(spec):
             return "off"
         unchecked = not self.checks_radix(spec)
         if chosen.startswith("extra_buffer") and unchecked and self.at_least("0.5.21"):
-            raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} "
-                            f"(\"--mamba-radix-cache-strategy {chosen} needs mamba state\", arg_groups/model_hook.py): "
-                            "use no_buffer")
+            raise PlanError(
+                f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} "
+                f'("--mamba-radix-cache-strategy {chosen} needs mamba state", arg_groups/model_hook.py): '
+                "use no_buffer"
+            )
         if chosen.startswith("extra_buffer") and not self.extra_buffer(spec) and not unchecked:
-            raise PlanError(f"SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} (\"mamba "
-                            "extra_buffer is not supported\"): use no_buffer")
+            raise PlanError(
+                f'SGLang {self.version} refuses the {chosen} strategy for {spec.architecture} ("mamba '
+                'extra_buffer is not supported"): use no_buffer'
+            )
         if chosen == "extra_buffer_lazy" and not overlap:
-            raise PlanError("SGLang refuses extra_buffer_lazy without the overlap scheduler (\"Lazy extra buffer "
-                            "requires overlap schedule\")")
+            raise PlanError(
+                'SGLang refuses extra_buffer_lazy without the overlap scheduler ("Lazy extra buffer '
+                'requires overlap schedule")'
+            )
         if unchecked:  # auto unresolved and no_buffer unchecked (no extra buffer, overlap kept); before 0.5.21 an
             # explicit extra_buffer is not checked either and starts with the buffer (0.5.21's handler says such a
             # start fails at prefill)
@@ -219,12 +323,15 @@ class Release(Struct, frozen=True):
                 return "extra_buffer"
             return "no_buffer"
         if chosen == "no_buffer" and self.at_least("0.5.14") and overlap:
-            raise PlanError(f"SGLang {self.version} refuses an explicit no_buffer strategy with the overlap scheduler "
-                            "on (\"no_buffer do not support overlap schedule\"): add --disable-overlap-schedule")
+            raise PlanError(
+                f"SGLang {self.version} refuses an explicit no_buffer strategy with the overlap scheduler "
+                'on ("no_buffer do not support overlap schedule"): add --disable-overlap-schedule'
+            )
         return chosen
 
-    def slots_per_request(self, strategy: str, *, overlap: bool = True, spec_decoding: bool = False,
-                          skip_decode_lock: bool = False) -> int:
+    def slots_per_request(
+        self, strategy: str, *, overlap: bool = True, spec_decoding: bool = False, skip_decode_lock: bool = False
+    ) -> int:
         """State slots one running request holds (``mamba_ratio``): 1 without the radix cache (and before
         0.5.3.post2, whose cap is the pool itself); 3 with it until 0.5.6.post2; then by strategy — no_buffer 3
         (5 in 0.5.7), extra_buffer 3 + 2, or 3 + 1 with speculative decoding (0.5.8–0.5.9) or without the overlap
@@ -250,8 +357,15 @@ class Release(Struct, frozen=True):
     @property
     def split(self) -> str:
         """The band of the pool split (see ``pool.split``): the function changed at these releases."""
-        for first, name in (("0.5.17", "padded"), ("0.5.13", "joint"), ("0.5.9", "ratio"), ("0.5.8", "spec-first"),
-                            ("0.5.7", "0.5.7"), ("0.5.3.post2", "radix"), ("0.5.2", "fixed")):
+        for first, name in (
+            ("0.5.17", "padded"),
+            ("0.5.13", "joint"),
+            ("0.5.9", "ratio"),
+            ("0.5.8", "spec-first"),
+            ("0.5.7", "0.5.7"),
+            ("0.5.3.post2", "radix"),
+            ("0.5.2", "fixed"),
+        ):
             if self.at_least(first):
                 return name
         raise AssertionError(self.version)
@@ -259,8 +373,12 @@ class Release(Struct, frozen=True):
     @property
     def requests(self) -> str:
         """The band of the max_running_requests rule (see ``pool.Admission``)."""
-        for first, name in (("0.5.17", "capped-log"), ("0.5.14", "kv-bounded"), ("0.5.10rc0", "estimate"),
-                            ("0.5.2", "two-stage")):
+        for first, name in (
+            ("0.5.17", "capped-log"),
+            ("0.5.14", "kv-bounded"),
+            ("0.5.10rc0", "estimate"),
+            ("0.5.2", "two-stage"),
+        ):
             if self.at_least(first):
                 return name
         raise AssertionError(self.version)
@@ -278,7 +396,7 @@ class Release(Struct, frozen=True):
 
     @property
     def logs_cap(self) -> bool:
-        """"max_running_requests is capped to …" from 0.5.17; "… was reduced from the requested …" from 0.5.14."""
+        """ "max_running_requests is capped to …" from 0.5.17; "… was reduced from the requested …" from 0.5.14."""
         return self.at_least("0.5.17")
 
     @property

@@ -39,8 +39,11 @@ def running_limit(sc: Scenario) -> int:
 def _any_budget(s: Scenario) -> Scenario:
     """The scenario, with a budget where none is given (the pools then come from --max-total-tokens and
     --max-mamba-cache-size)."""
-    return s if s.budget.kv_budget is not None or s.budget.gpu_mem is not None else replace(
-        s, budget=replace(s.budget, kv_budget=1 << 40))
+    return (
+        s
+        if s.budget.kv_budget is not None or s.budget.gpu_mem is not None
+        else replace(s, budget=replace(s.budget, kv_budget=1 << 40))
+    )
 
 
 def _policy(r: spc.Rules, concurrency: int | None = None) -> Policy:
@@ -97,8 +100,9 @@ def _rerun(sc: Scenario, rs: ReplaySettings, replay_one: Callable[[Policy], Run]
     return replay_one(pol)
 
 
-def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
-             replay_one: Callable[[Policy], Run] | None) -> list[str]:
+def diagnose(
+    run: Run, rules: dict, sc: Scenario, rs: ReplaySettings, replay_one: Callable[[Policy], Run] | None
+) -> list[str]:
     """An SGLang row's misses in words: what stood in the way, the flag that changes it and by how much (a
     what-if replay with ``replay_one``; None: the trace is too long to replay)."""
     c, B = run.reasons, run.block
@@ -109,8 +113,11 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
 
     out: list[str] = []
     if c.get("caching_off"):
-        out.append(adv.caching_off(c, mode, "; --mamba-radix-cache-strategy extra_buffer (without "
-                                            "--disable-radix-cache) saves them"))
+        out.append(
+            adv.caching_off(
+                c, mode, "; --mamba-radix-cache-strategy extra_buffer (without --disable-radix-cache) saves them"
+            )
+        )
     if c.get("block_past_max_len"):
         out.append(adv.block_past_max_len(c, B, sc.ctx))
     if c.get("before_first_checkpoint"):
@@ -118,8 +125,11 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
     if c.get("checkpoint_past_divergence"):
         msg, _ = adv.past_divergence(c, run)
         if mode == "no_buffer":
-            msg += adv.advice("--mamba-radix-cache-strategy extra_buffer saves a state at the branching point",
-                              rerun(radix="extra_buffer"), run)
+            msg += adv.advice(
+                "--mamba-radix-cache-strategy extra_buffer saves a state at the branching point",
+                rerun(radix="extra_buffer"),
+                run,
+            )
         out.append(msg)
     out += adv.common(run, rules, ADMISSION, "--max-mamba-cache-size", rerun)
     from hybridplan.engines.sglang.hicache import diagnose as host_tier
@@ -127,8 +137,9 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
     return out + host_tier(run, rules)
 
 
-def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
-               rs: ReplaySettings) -> list[tuple[str, str, object]]:
+def candidates(
+    p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario, rs: ReplaySettings
+) -> list[tuple[str, str, object]]:
     """(cause, change, rules) for each SGLang flag or memory that may recover a cause that costs tokens: the
     row's rules rebuilt with that change (those SGLang refuses left out)."""
     out: list[tuple[str, str, object]] = []
@@ -149,9 +160,15 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
 
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
-            add("eviction", f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots}"
-                f" ({k}× the memory)", lambda k=k: replace(r0, kv_tokens=k * r0.kv_tokens,  # type: ignore[misc]  # a default argument binds the loop's value
-                                                           state_slots=k * r0.state_slots))
+            add(
+                "eviction",
+                f"--max-total-tokens {k * r0.kv_tokens} --max-mamba-cache-size {k * r0.state_slots} ({k}× the memory)",
+                lambda k=k: replace(
+                    r0,
+                    kv_tokens=k * r0.kv_tokens,  # type: ignore[misc]  # a default argument binds the loop's value
+                    state_slots=k * r0.state_slots,
+                ),
+            )
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1
         add("max_model_len", f"--context-length {m}", lambda: sg(replace(sc, ctx=m)))
@@ -161,8 +178,7 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
         if mode == "no_buffer":
             add("policy", "--mamba-radix-cache-strategy extra_buffer", lambda: sg(_radix(sc, "extra_buffer")))
         if rs.mamba_max_states_per_path != -1:
-            add("policy", "--mamba-max-states-per-path -1",
-                lambda: sg(r=replace(rs, mamba_max_states_per_path=-1)))
+            add("policy", "--mamba-max-states-per-path -1", lambda: sg(r=replace(rs, mamba_max_states_per_path=-1)))
     return out
 
 
@@ -181,8 +197,9 @@ def state_grid(r: spc.Rules) -> int:
     return spc.state_grid(r)
 
 
-def sweep_point(sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float,
-                block: int) -> tuple[Policy, float] | None:
+def sweep_point(
+    sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float, block: int
+) -> tuple[Policy, float] | None:
     """The row's policy at one point of a ``--plot`` over the budget (its pools times ``k``); None over the
     block, which SGLang's checkpoint grid does not take."""
     if over != "budget":

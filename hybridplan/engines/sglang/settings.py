@@ -45,9 +45,12 @@ class SglangSettings(Struct, frozen=True):
             raise PlanError(f"unknown radix strategy {self.radix!r} (known: {', '.join(STRATEGIES)})")
         if self.full_memory_ratio <= 0:
             raise PlanError(f"--mamba-full-memory-ratio must be positive, got {self.full_memory_ratio}")
-        for flag, value in (("--max-running-requests", self.max_running_requests),
-                            ("--max-mamba-cache-size", self.max_mamba_cache_size), ("--page-size", self.page_size),
-                            ("--draft-tokens", self.draft_tokens)):
+        for flag, value in (
+            ("--max-running-requests", self.max_running_requests),
+            ("--max-mamba-cache-size", self.max_mamba_cache_size),
+            ("--page-size", self.page_size),
+            ("--draft-tokens", self.draft_tokens),
+        ):
             if value is not None and value <= 0:
                 raise PlanError(f"{flag} must be positive, got {value}")
 

@@ -20,8 +20,15 @@ from hybridplan.speculative import load_draft, mtp_layers, token_count
 #: ``--speculative-algorithm`` choices (sglang/srt/server_args.py; SpeculativeAlgorithm in
 #: sglang/srt/speculative/spec_info.py) and the release that first accepts each, read from the wheels of
 #: 0.5.2-0.5.23: DFLASH from 0.5.11 (0.5.10 has none), DSPARK from 0.5.16; NEXTN is EAGLE.
-SGLANG_ALGORITHMS: dict[str, str] = {"EAGLE": "0.5.2", "EAGLE3": "0.5.2", "NEXTN": "0.5.2", "STANDALONE": "0.5.2",
-                                     "NGRAM": "0.5.2", "DFLASH": "0.5.11", "DSPARK": "0.5.16"}
+SGLANG_ALGORITHMS: dict[str, str] = {
+    "EAGLE": "0.5.2",
+    "EAGLE3": "0.5.2",
+    "NEXTN": "0.5.2",
+    "STANDALONE": "0.5.2",
+    "NGRAM": "0.5.2",
+    "DFLASH": "0.5.11",
+    "DSPARK": "0.5.16",
+}
 
 
 class SglangFlags(Struct, frozen=True):
@@ -43,24 +50,33 @@ def speculative_from_sglang(flags: SglangFlags, target: ModelSpec, release: str 
     from hybridplan.engines.sglang.releases import release as parse
 
     rel = parse(release)
-    algorithm, draft, num_steps, eagle_topk, num_draft_tokens = (flags.algorithm, flags.draft, flags.num_steps,
-                                                                 flags.eagle_topk, flags.num_draft_tokens)
+    algorithm, draft, num_steps, eagle_topk, num_draft_tokens = (
+        flags.algorithm,
+        flags.draft,
+        flags.num_steps,
+        flags.eagle_topk,
+        flags.num_draft_tokens,
+    )
     if algorithm is None:
         return Speculative()
     name = algorithm.upper()
     since = SGLANG_ALGORITHMS.get(name)
     if since is None or rel.before(since):
         known = [a for a, s in SGLANG_ALGORITHMS.items() if rel.at_least(s)]
-        raise PlanError(f"SGLang {rel.version} refuses --speculative-algorithm {algorithm}: \"Unknown speculative "
-                        f"algorithm name: {algorithm}\" (it has {', '.join(known)}; sglang/srt/speculative/"
-                        "spec_info.py)" + (f"; {name} is accepted from {since}" if since else ""))
+        raise PlanError(
+            f'SGLang {rel.version} refuses --speculative-algorithm {algorithm}: "Unknown speculative '
+            f'algorithm name: {algorithm}" (it has {", ".join(known)}; sglang/srt/speculative/'
+            "spec_info.py)" + (f"; {name} is accepted from {since}" if since else "")
+        )
     steps = token_count(num_steps, "--speculative-num-steps")
     topk = token_count(eagle_topk, "--speculative-eagle-topk")
     tokens = token_count(num_draft_tokens, "--speculative-num-draft-tokens")
     if tokens is None:
         if steps is None:
-            raise PlanError(f"--speculative-algorithm {algorithm} needs --speculative-num-steps or "
-                            "--speculative-num-draft-tokens (hybridplan does not guess SGLang's auto choice)")
+            raise PlanError(
+                f"--speculative-algorithm {algorithm} needs --speculative-num-steps or "
+                "--speculative-num-draft-tokens (hybridplan does not guess SGLang's auto choice)"
+            )
         if topk not in (None, 1):
             raise PlanError("with --speculative-eagle-topk above 1 give --speculative-num-draft-tokens")
         tokens = steps + 1

@@ -163,8 +163,11 @@ class PyPool:
         for kind in self.groups:
             offset.append(n_ents)
             n_ents += nblocks if kind == "a" else len(mamba)
-        ents: list[tuple[int, int] | None] = [(g, k) if k is not None else None for g, kind in enumerate(self.groups)
-                                              for k in (attn if kind == "a" else mamba)]
+        ents: list[tuple[int, int] | None] = [
+            (g, k) if k is not None else None
+            for g, kind in enumerate(self.groups)
+            for k in (attn if kind == "a" else mamba)
+        ]
         hits: list[int] = []  # the blocks a hit holds from the start: attention's below it, Mamba's first
         m_hit = False
         if hit:
@@ -186,7 +189,8 @@ class PyPool:
         avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
         # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
         if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
-                steps, hit_blocks, nblocks, m_needs, m_index, avail, m_kept):
+            steps, hit_blocks, nblocks, m_needs, m_index, avail, m_kept
+        ):
             return False
         slots: list[int | None] = [None] * len(ents)
         for f in hits:
@@ -338,8 +342,16 @@ class PyPool:
         self._next, self.fresh, self.uncached_queued = slot, fresh, uncached
         self.states, self.peak_states, self.evictions = states, peak, evictions
 
-    def _fits(self, steps: list[int], hit_blocks: int, nblocks: int, m_needs: list[int], m_index: list[int],
-              avail: int, m_kept: int) -> bool:
+    def _fits(
+        self,
+        steps: list[int],
+        hit_blocks: int,
+        nblocks: int,
+        m_needs: list[int],
+        m_index: list[int],
+        avail: int,
+        m_kept: int,
+    ) -> bool:
         """The dry run: at no step does the request take more blocks than are free (the attention groups' new
         blocks b ≥ ``hit_blocks`` are needed at b·B + 1 tokens; the Mamba groups' at ``m_needs``, and each
         Mamba block passed counts as freed once the computed tokens are past it, but for the ``m_kept`` hit
@@ -360,7 +372,6 @@ class PyPool:
             if avail + freed - na * a_taken - nm * bisect_right(m_needs, end) < 0:
                 return False
         return avail + freed - new >= 0
-
 
     def finish(self, request: int) -> None:
         """Free what the request still holds (KVCacheManager.free)."""

@@ -40,13 +40,19 @@ FALLBACK_CHUNK = 2048
 #: The CUDA compute capability of each GPU hybridplan/gpus.py knows (NVIDIA's published list); the ROCm boards
 #: have none. The block unit below depends on it; with no GPU given, Hopper's rules (9.0) apply.
 COMPUTE_CAPABILITY = {
-    **dict.fromkeys(("h100", "h100-pcie", "h100-nvl", "h800", "h200", "h200-nvl", "h20", "gh200", "gh200-144g"),
-                    (9, 0)),
-    "b200": (10, 0), "gb200": (10, 0), "b300": (10, 3), "gb300": (10, 3),
+    **dict.fromkeys(
+        ("h100", "h100-pcie", "h100-nvl", "h800", "h200", "h200-nvl", "h20", "gh200", "gh200-144g"), (9, 0)
+    ),
+    "b200": (10, 0),
+    "gb200": (10, 0),
+    "b300": (10, 3),
+    "gb300": (10, 3),
     **dict.fromkeys(("a100-40g", "a100-40g-pcie", "a100-80g", "a100-80g-pcie"), (8, 0)),
     **dict.fromkeys(("a10g", "a10", "rtx-a6000", "rtx-3060", "rtx-3090"), (8, 6)),
     **dict.fromkeys(("l40s", "l40", "l20", "l4", "rtx-6000-ada", "rtx-4080", "rtx-4090"), (8, 9)),
-    **dict.fromkeys(("rtx-pro-6000", "rtx-5070-ti", "rtx-5090"), (12, 0)), "gb10": (12, 1), "t4": (7, 5),
+    **dict.fromkeys(("rtx-pro-6000", "rtx-5070-ti", "rtx-5090"), (12, 0)),
+    "gb10": (12, 1),
+    "t4": (7, 5),
 }
 #: FlashInfer-MLA's kernel blocks are 32 and 64 (vllm/v1/attention/backends/mla/flashinfer_mla.py, 0.20.0–0.33.0):
 #: the block it prefers, and so the unit, is 32
@@ -95,8 +101,12 @@ def gdn_prefill_backend(sc: Scenario) -> str:
 
 def _flashinfer_gdn(sc: Scenario, fp: Footprint, mode: str) -> bool:
     """0.33 align with FlashInfer's GDN prefill: a 64-token checkpoint grid and one more page per GDN layer."""
-    return (mode == "align" and sc.vllm.release.at_least("0.33.0") and any(g.kind == "gdn" for g in fp.state)
-            and gdn_prefill_backend(sc) == "flashinfer")
+    return (
+        mode == "align"
+        and sc.vllm.release.at_least("0.33.0")
+        and any(g.kind == "gdn" for g in fp.state)
+        and gdn_prefill_backend(sc) == "flashinfer"
+    )
 
 
 def backend_kernel_block(cc: tuple[int, int], mla: bool) -> int:
@@ -169,11 +179,14 @@ def layout(sc: Scenario, mode: str) -> Layout:
         # up to 0.17.1 the block is still unset when the hybrid hook runs (``HybridAttentionMambaModelConfig``):
         # it says so even when the default 16 already holds a state page
         if grown or (sc.vllm.release.before("0.18.0") and sc.vllm.block_size is None):
-            logs.append(f"Setting attention block size to {b} tokens to ensure that attention page size is >= "
-                        "mamba page size.")
+            logs.append(
+                f"Setting attention block size to {b} tokens to ensure that attention page size is >= mamba page size."
+            )
         if page != mpage:
-            logs.append(f"Padding mamba page size by {100 * (page - mpage) / mpage:.2f}% to ensure that mamba page "
-                        "size and attention page size are exactly equal.")
+            logs.append(
+                f"Padding mamba page size by {100 * (page - mpage) / mpage:.2f}% to ensure that mamba page "
+                "size and attention page size are exactly equal."
+            )
     return Layout(mode, b, mpage if fp.state else page, page, grown, tuple(logs))
 
 
@@ -198,8 +211,9 @@ def prefill_checkpoint(sc: Scenario, kind: str) -> bool:
     (mamba_mixer2.py ``get_kv_cache_spec``, alignment 1), FlashInfer's GDN in 0.33.0 (qwen_gdn_linear_attn.py,
     alignment the prefix-cache grid)."""
     rel = sc.vllm.release
-    return ((kind == "mamba2" and rel.at_least("0.32.0"))
-            or (kind == "gdn" and rel.at_least("0.33.0") and gdn_prefill_backend(sc) == "flashinfer"))
+    return (kind == "mamba2" and rel.at_least("0.32.0")) or (
+        kind == "gdn" and rel.at_least("0.33.0") and gdn_prefill_backend(sc) == "flashinfer"
+    )
 
 
 def attention_pages(sc: Scenario, window: int | None, block_size: int) -> int:
@@ -220,7 +234,6 @@ def pages_per_request(sc: Scenario, mode: str, lay: Layout) -> tuple[int, int]:
     return state, attn
 
 
-
 class ModePages(Struct, frozen=True):
     """One mode's layout and what one request pins in it."""
 
@@ -230,12 +243,18 @@ class ModePages(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         lay = self.layout
-        return {"block_size": lay.block_size, "mamba_page_bytes": lay.mamba_page_bytes, "page_bytes": lay.page_bytes,
-                "padding_pct": lay.padding_pct, "padding_bytes": lay.page_bytes - lay.mamba_page_bytes,
-                "state_pages_per_request": self.state_pages_per_request,
-                "state_bytes_per_request": self.state_pages_per_request * lay.page_bytes,
-                "kv_pages_per_request": self.kv_pages_per_request,
-                "kv_bytes_per_request": self.kv_pages_per_request * lay.page_bytes, "logs": list(lay.logs)}
+        return {
+            "block_size": lay.block_size,
+            "mamba_page_bytes": lay.mamba_page_bytes,
+            "page_bytes": lay.page_bytes,
+            "padding_pct": lay.padding_pct,
+            "padding_bytes": lay.page_bytes - lay.mamba_page_bytes,
+            "state_pages_per_request": self.state_pages_per_request,
+            "state_bytes_per_request": self.state_pages_per_request * lay.page_bytes,
+            "kv_pages_per_request": self.kv_pages_per_request,
+            "kv_bytes_per_request": self.kv_pages_per_request * lay.page_bytes,
+            "logs": list(lay.logs),
+        }
 
 
 class Pages(Struct, frozen=True):
@@ -247,9 +266,12 @@ class Pages(Struct, frozen=True):
     modes: dict[str, ModePages]
 
     def to_dict(self) -> dict:
-        return {"version": self.rel.version, "default_mode": self.default_mode,
-                "mode_with_prefix_caching": self.prefix_mode,
-                "modes": {m: v.to_dict() for m, v in self.modes.items()}}
+        return {
+            "version": self.rel.version,
+            "default_mode": self.default_mode,
+            "mode_with_prefix_caching": self.prefix_mode,
+            "modes": {m: v.to_dict() for m, v in self.modes.items()},
+        }
 
 
 def pages(sc: Scenario) -> Pages:

@@ -15,8 +15,17 @@ if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
 #: the length fields vLLM reads, in its order; the smallest wins, except that model_max_length overrides all
-KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-        "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 #: RoPE types whose config length is already the scaled one, so their factor is not applied: su, longrope and
 #: llama3; from 0.30.0 also the YaRN family (before, YaRN's length is original_max_position_embeddings · factor)
 UNSCALED_ROPE = frozenset({"su", "longrope", "llama3"})
@@ -69,6 +78,8 @@ def refusal(sc: Scenario) -> str | None:
     m = derived_max_len(sc.spec, sc.vllm.release)
     if m.value is None or sc.ctx <= m.value or sc.allow_long_context:
         return None
-    return (f"User-specified max_model_len ({sc.ctx}) is greater than the derived max_model_len ({m} or "
-            f"model_max_length={sc.spec.context.length('model_max_length')} in model's config.json). To allow "
-            f"overriding this maximum, set the env var {ENV}=1.")
+    return (
+        f"User-specified max_model_len ({sc.ctx}) is greater than the derived max_model_len ({m} or "
+        f"model_max_length={sc.spec.context.length('model_max_length')} in model's config.json). To allow "
+        f"overriding this maximum, set the env var {ENV}=1."
+    )

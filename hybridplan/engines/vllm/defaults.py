@@ -111,7 +111,7 @@ def device(gpu: Gpu | None = None, gpu_mem: int | None = None) -> Device:
 
 
 def tier(rel: Release, dev: Device) -> str:
-    """"largest", "large" or "small" (``get_batch_defaults``)."""
+    """ "largest", "large" or "small" (``get_batch_defaults``)."""
     mem = dev.mem
     if mem is None:  # no GPU named: taken as an H100-class device
         return "large"
@@ -125,9 +125,14 @@ def tier(rel: Release, dev: Device) -> str:
     return "small"
 
 
-def batch_defaults(rel: Release, dev: Device, ctx: int | None = None,
-                   given: tuple[int | None, int | None] = (None, None), usage: str = "serve",
-                   performance_mode: str | None = None) -> BatchDefaults:
+def batch_defaults(
+    rel: Release,
+    dev: Device,
+    ctx: int | None = None,
+    given: tuple[int | None, int | None] = (None, None),
+    usage: str = "serve",
+    performance_mode: str | None = None,
+) -> BatchDefaults:
     """``max_num_batched_tokens`` and ``max_num_seqs`` of a start at ``ctx`` (max_model_len): each as given
     (``given``), else the release's default for the device."""
     tokens, seqs = given
@@ -159,8 +164,13 @@ def _gpu(sc: Scenario) -> Gpu | None:
 
 def for_scenario(sc: Scenario) -> BatchDefaults:
     """The scenario's ``max_num_batched_tokens`` (``Scenario.chunk`` where given) and ``max_num_seqs``."""
-    return batch_defaults(sc.vllm.release, device(_gpu(sc), sc.budget.gpu_mem), sc.ctx,
-                          (sc.chunk, sc.vllm.max_num_seqs), performance_mode=sc.vllm.performance_mode)
+    return batch_defaults(
+        sc.vllm.release,
+        device(_gpu(sc), sc.budget.gpu_mem),
+        sc.ctx,
+        (sc.chunk, sc.vllm.max_num_seqs),
+        performance_mode=sc.vllm.performance_mode,
+    )
 
 
 def batched_tokens(sc: Scenario) -> int:
@@ -173,8 +183,11 @@ def max_num_seqs(sc: Scenario) -> int:
     return for_scenario(sc).max_num_seqs
 
 
-_TIER_WORDS = {"largest": "the tier from 160 GiB", "large": "the tier from 70 GiB, not A100s or GB10",
-               "small": "the tier under 70 GiB, A100s and GB10 included"}
+_TIER_WORDS = {
+    "largest": "the tier from 160 GiB",
+    "large": "the tier from 70 GiB, not A100s or GB10",
+    "small": "the tier under 70 GiB, A100s and GB10 included",
+}
 
 
 def note(sc: Scenario) -> str | None:
@@ -185,15 +198,22 @@ def note(sc: Scenario) -> str | None:
     if not taken:
         return None
     rel = sc.vllm.release
-    mode = (", doubled by --performance-mode throughput"
-            if sc.vllm.performance_mode == "throughput" and rel.at_least(PERFORMANCE_MODE_FROM) else "")
+    mode = (
+        ", doubled by --performance-mode throughput"
+        if sc.vllm.performance_mode == "throughput" and rel.at_least(PERFORMANCE_MODE_FROM)
+        else ""
+    )
     where = "vllm/engine/arg_utils.py get_batch_defaults"
     word = "defaults" if len(taken) > 1 else "default"
     if d.device == Device(None).words:
-        return (f"{' and '.join(taken)}: no GPU named (--kv-budget), so vLLM {rel.version}'s `vllm serve` {word} "
-                f"for an H100-class GPU ({_TIER_WORDS['large']}{mode}; {where})")
-    return (f"{' and '.join(taken)}: vLLM {rel.version}'s `vllm serve` {word} for {d.device}, "
-            f"{_TIER_WORDS[d.tier]}{mode} ({where})")
+        return (
+            f"{' and '.join(taken)}: no GPU named (--kv-budget), so vLLM {rel.version}'s `vllm serve` {word} "
+            f"for an H100-class GPU ({_TIER_WORDS['large']}{mode}; {where})"
+        )
+    return (
+        f"{' and '.join(taken)}: vLLM {rel.version}'s `vllm serve` {word} for {d.device}, "
+        f"{_TIER_WORDS[d.tier]}{mode} ({where})"
+    )
 
 
 # --- the GDN prefill backend ------------------------------------------------------------------------------
@@ -231,13 +251,18 @@ def gdn_prefill_backend(sc: Scenario) -> str:
 
 def gdn_note(sc: Scenario) -> str | None:
     """Which GDN prefill backend 0.33 runs, where the model has GDN layers and none was given."""
-    if (sc.vllm.gdn_backend is not None or sc.vllm.release.before(GDN_BACKEND_MATTERS_FROM)
-            or not any(m.kind == "gdn" for m in sc.spec.recurrent)):
+    if (
+        sc.vllm.gdn_backend is not None
+        or sc.vllm.release.before(GDN_BACKEND_MATTERS_FROM)
+        or not any(m.kind == "gdn" for m in sc.spec.recurrent)
+    ):
         return None
     from hybridplan.engines.vllm.blocks import compute_capability
 
     cc = compute_capability(sc)
     b = gdn_prefill_backend(sc)
-    return (f"GDN prefill backend: {b}, vLLM {sc.vllm.release.version}'s pick on compute capability "
-            f"{cc[0]}.{cc[1]} (qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend"
-            + ("; FlashInfer's 64-token checkpoint grid applies in align mode)" if b == "flashinfer" else ")"))
+    return (
+        f"GDN prefill backend: {b}, vLLM {sc.vllm.release.version}'s pick on compute capability "
+        f"{cc[0]}.{cc[1]} (qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend"
+        + ("; FlashInfer's 64-token checkpoint grid applies in align mode)" if b == "flashinfer" else ")")
+    )

@@ -52,7 +52,6 @@ def node_commands(config_path: str, nodes: int) -> tuple[list[str], list[str]]:
     """A replica over ``nodes`` nodes (a LeaderWorkerSet group): vLLM spans nodes through a Ray cluster, the
     leader's head and each worker joined to it (docs/serving/distributed_serving, ``--distributed-executor-backend
     ray``); the leader serves. LWS_LEADER_ADDRESS is the leader's address the LeaderWorkerSet gives every pod."""
-    leader = (f"ray start --head --port=6379 && vllm serve --config {config_path} "
-              "--distributed-executor-backend ray")
+    leader = f"ray start --head --port=6379 && vllm serve --config {config_path} --distributed-executor-backend ray"
     worker = "ray start --address=${LWS_LEADER_ADDRESS}:6379 --block"
     return ["sh", "-c", leader], ["sh", "-c", worker]

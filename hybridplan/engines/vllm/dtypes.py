@@ -18,18 +18,35 @@ if TYPE_CHECKING:
     from hybridplan.scenario import DtypeChoice, Scenario
 
 #: ``--dtype`` (vllm/config/model.py ``ModelDType``), the same in every release
-MODEL_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
-                "float32": "float32"}
+MODEL_DTYPES = {
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+}
 #: ``--mamba-cache-dtype`` and ``--mamba-ssm-cache-dtype`` (vllm/config/cache.py ``MambaDType``): float32 from
 #: 0.10.1, float16 from 0.13.0, bfloat16 from 0.22.0
 STATE_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 _STATE_SINCE = {"float32": "0.10.1", "float16": "0.13.0", "bfloat16": "0.22.0"}
 #: ``--kv-cache-dtype`` (vllm/config/cache.py ``CacheDType``): the names hybridplan sizes, with the release
 #: that brought each, and those it does not size
-KV_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
-             "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}
-_KV_SINCE = {"fp8": "0.10.0", "fp8_e4m3": "0.10.0", "fp8_e5m2": "0.10.0", "bfloat16": "0.11.0", "float16": "0.18.0",
-             "int8_per_token_head": "0.20.0"}
+KV_DTYPES = {
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "fp8": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "int8_per_token_head": "int8",
+}
+_KV_SINCE = {
+    "fp8": "0.10.0",
+    "fp8_e4m3": "0.10.0",
+    "fp8_e5m2": "0.10.0",
+    "bfloat16": "0.11.0",
+    "float16": "0.18.0",
+    "int8_per_token_head": "0.20.0",
+}
 #: ``int8_per_token_head`` (0.20.0 on): int8 K and V (vllm/utils/torch_utils.py ``STR_DTYPE_TO_TORCH_DTYPE``) and
 #: one float32 scale per token, head and side beside them, carved from the KV cache: 0.20.0–0.32.0
 #: ``AttentionSpec.page_size_bytes`` adds 2 · block · heads · 4 B (vllm/v1/kv_cache_interface.py), 0.33.0's
@@ -37,23 +54,51 @@ _KV_SINCE = {"fp8": "0.10.0", "fp8_e4m3": "0.10.0", "fp8_e5m2": "0.10.0", "bfloa
 #: (vllm/v1/attention/backends/triton_attn.py); the hybrid block is aligned on that page
 #: (vllm/platforms/interface.py). The same bytes in every release: 4 B a token, head and side
 PER_TOKEN_HEAD_SCALE = {"int8": 4}
-KV_NOT_SIZED = ("fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc",
-                "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
-                "ultraquant_4bit", "int4_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+KV_NOT_SIZED = (
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "octave_k3v4",
+    "octave_k3v3",
+    "octave_k3v3_compact",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
 
 #: the release from which each model class widens its conv state by the speculative tokens (``num_spec`` passed
 #: to ``MambaStateShapeCalculator`` in its ``get_mamba_state_shape_from_config``, vllm/model_executor/models/*.py)
 #: and the calculator keeps them (vllm/model_executor/layers/mamba/mamba_utils.py: ``kda_state_shape`` only from
 #: 0.27.0). Classes not listed (Mamba-1, Jamba, Bamba, LFM2, MiniMax, Plamo2) never widen it.
-_CONV_HOLDS_SPEC = {"Qwen3NextForCausalLM": "0.10.2", "Qwen3_5ForConditionalGeneration": "0.17.0",
-                    "Qwen3_5MoeForConditionalGeneration": "0.17.0", "Qwen3_5ForCausalLM": "0.17.0",
-                    "Qwen3_5MoeForCausalLM": "0.17.0", "NemotronHForCausalLM": "0.17.0",
-                    # the VL/Omni wrappers hand their text config to NemotronH's shape calculator
-                    **dict.fromkeys(("NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3",
-                                     "NemotronH_Super_Omni_Reasoning_V3", "NemotronH_Omni_Reasoning_V3"), "0.17.0"),
-                    "Mamba2ForCausalLM": "0.17.0", "KimiLinearForCausalLM": "0.27.0",
-                    "FalconH1ForCausalLM": "0.32.0", "Zamba2ForCausalLM": "0.32.0",
-                    "GraniteMoeHybridForCausalLM": "0.32.0"}
+_CONV_HOLDS_SPEC = {
+    "Qwen3NextForCausalLM": "0.10.2",
+    "Qwen3_5ForConditionalGeneration": "0.17.0",
+    "Qwen3_5MoeForConditionalGeneration": "0.17.0",
+    "Qwen3_5ForCausalLM": "0.17.0",
+    "Qwen3_5MoeForCausalLM": "0.17.0",
+    "NemotronHForCausalLM": "0.17.0",
+    # the VL/Omni wrappers hand their text config to NemotronH's shape calculator
+    **dict.fromkeys(
+        (
+            "NemotronH_Nano_VL_V2",
+            "NemotronH_Nano_Omni_Reasoning_V3",
+            "NemotronH_Super_Omni_Reasoning_V3",
+            "NemotronH_Omni_Reasoning_V3",
+        ),
+        "0.17.0",
+    ),
+    "Mamba2ForCausalLM": "0.17.0",
+    "KimiLinearForCausalLM": "0.27.0",
+    "FalconH1ForCausalLM": "0.32.0",
+    "Zamba2ForCausalLM": "0.32.0",
+    "GraniteMoeHybridForCausalLM": "0.32.0",
+}
 
 _QWEN35_VLM = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
 _QWEN35_LM = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
@@ -61,8 +106,9 @@ _QWEN35_LM = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"})
 
 def model_dtype(spec: ModelSpec, dtype: str | None = None) -> str:
     """``--dtype``, auto by default (vllm/config/model.py ``_resolve_auto_dtype``)."""
-    return serving_dtype(spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="vLLM --dtype",
-                                                      accepted=MODEL_DTYPES))
+    return serving_dtype(
+        spec.model_dtype, flag_dtype(dtype, what="--dtype", engine_flag="vLLM --dtype", accepted=MODEL_DTYPES)
+    )
 
 
 def _since(rel: Release, table: dict[str, str], names: dict[str, str]) -> dict[str, str]:
@@ -88,7 +134,8 @@ def _ssm_hook(spec: ModelSpec, rel: Release) -> str | None:
     if spec.architecture == "NemotronH_Nano_VL_V2" and rel.at_least(VL_V2_SSM_HOOK_SINCE):
         return spec.config_dtype("mamba_ssm_cache_dtype") or "float32"
     qwen35 = (spec.architecture in _QWEN35_VLM and rel.at_least("0.17.0")) or (
-        spec.architecture in _QWEN35_LM and rel.at_least("0.27.0"))
+        spec.architecture in _QWEN35_LM and rel.at_least("0.27.0")
+    )
     return spec.config_dtype("mamba_ssm_dtype") if qwen35 else None
 
 
@@ -99,9 +146,11 @@ def _kda_recurrent(spec: ModelSpec, rel: Release, ssm_given: str | None) -> str:
     if ssm_given is None or rel.before("0.30.0"):
         return "float32"
     if ssm_given not in ("float32", "bfloat16") and any(m.kind == "kda" for m in spec.recurrent):
-        raise PlanError(f"vLLM {rel.version} refuses --mamba-ssm-cache-dtype {ssm_given} for KDA layers (\"KDA "
-                        "recurrent state supports only auto, float32, and bfloat16\", "
-                        "vllm/model_executor/layers/mamba/mamba_utils.py)")
+        raise PlanError(
+            f'vLLM {rel.version} refuses --mamba-ssm-cache-dtype {ssm_given} for KDA layers ("KDA '
+            'recurrent state supports only auto, float32, and bfloat16", '
+            "vllm/model_executor/layers/mamba/mamba_utils.py)"
+        )
     return ssm_given
 
 
@@ -135,25 +184,38 @@ def checkpoint_kv(spec: ModelSpec, rel: Release, given: str | None) -> tuple[str
         label = q.kv_scheme.label if q.kv_scheme is not None else (q.kv_algo or "").lower()
         if q.kv_scheme is not None:
             ks = q.kv_scheme
-            name = ("fp8_e4m3" if ks.dynamic is False and ks.num_bits == 8 and ks.type == "float" else
-                    "nvfp4" if ks.num_bits == 4 and ks.type == "float" and rel.at_least(MODELOPT_NVFP4_KV_SINCE)
-                    else None)
+            name = (
+                "fp8_e4m3"
+                if ks.dynamic is False and ks.num_bits == 8 and ks.type == "float"
+                else "nvfp4"
+                if ks.num_bits == 4 and ks.type == "float" and rel.at_least(MODELOPT_NVFP4_KV_SINCE)
+                else None
+            )
             field = "kv_cache_scheme"
         elif q.kv_algo:
             name = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4" if rel.at_least(MODELOPT_NVFP4_KV_SINCE) else None}.get(
-                q.kv_algo.lower())
+                q.kv_algo.lower()
+            )
             field = "kv_cache_quant_algo"
         else:
             return None
         if name is None:
             return None
-        return name, (f"the ModelOpt checkpoint's {field} {label} ({q.where}; vLLM {rel.version} resolves auto "
-                      "from it: vllm/utils/torch_utils.py resolve_kv_cache_dtype_string)")
-    if q.method == "compressed-tensors" and q.kv_scheme is not None and rel.at_least(CT_KV_SINCE) and (
-            given is None or rel.before(CT_KV_AUTO_ONLY_FROM)):
+        return name, (
+            f"the ModelOpt checkpoint's {field} {label} ({q.where}; vLLM {rel.version} resolves auto "
+            "from it: vllm/utils/torch_utils.py resolve_kv_cache_dtype_string)"
+        )
+    if (
+        q.method == "compressed-tensors"
+        and q.kv_scheme is not None
+        and rel.at_least(CT_KV_SINCE)
+        and (given is None or rel.before(CT_KV_AUTO_ONLY_FROM))
+    ):
         over = "auto" if given is None else f"--kv-cache-dtype {given}"
-        return "fp8", (f"the compressed-tensors checkpoint's kv_cache_scheme ({q.kv_scheme.label}, {q.where}): "
-                       f"vLLM {rel.version}'s Attention layer sets the cache to fp8 over {over}")
+        return "fp8", (
+            f"the compressed-tensors checkpoint's kv_cache_scheme ({q.kv_scheme.label}, {q.where}): "
+            f"vLLM {rel.version}'s Attention layer sets the cache to fp8 over {over}"
+        )
     return None
 
 
@@ -169,18 +231,35 @@ def _kv(spec: ModelSpec, choice: DtypeChoice, rel: Release, mdt: str) -> str:
     """The KV cache dtype: the checkpoint's where it imposes one (``checkpoint_kv``), else the flag, else the
     model dtype."""
     forced = checkpoint_kv(spec, rel, _kv_name(choice.kv))
-    asked = flag_dtype(choice.kv, what="--kv-dtype", engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
-                       accepted=_since(rel, _KV_SINCE, KV_DTYPES), not_sized=KV_NOT_SIZED) or mdt
+    asked = (
+        flag_dtype(
+            choice.kv,
+            what="--kv-dtype",
+            engine_flag=f"vLLM {rel.version} --kv-cache-dtype",
+            accepted=_since(rel, _KV_SINCE, KV_DTYPES),
+            not_sized=KV_NOT_SIZED,
+        )
+        or mdt
+    )
     if forced is None:
         return asked
     if forced[0] in KV_NOT_SIZED:
-        raise PlanError(f"vLLM {rel.version} keeps a {forced[0]} KV cache for this checkpoint ({forced[1]}), which "
-                        "hybridplan does not size: pass --kv-dtype to size another")
+        raise PlanError(
+            f"vLLM {rel.version} keeps a {forced[0]} KV cache for this checkpoint ({forced[1]}), which "
+            "hybridplan does not size: pass --kv-dtype to size another"
+        )
     kv = KV_DTYPES[forced[0]]
-    if (spec.quantization is not None and spec.quantization.method == "compressed-tensors"
-            and rel.before(HYBRID_BLOCK_AFTER_LOAD_SINCE) and size_of(kv) != size_of(asked) and spec.is_hybrid):
-        raise PlanError(f"vLLM {rel.version} aligns the hybrid block at the {asked} KV cache before the model is "
-                        f"built, then {forced[1]}; hybridplan does not model that start: pass --kv-dtype fp8")
+    if (
+        spec.quantization is not None
+        and spec.quantization.method == "compressed-tensors"
+        and rel.before(HYBRID_BLOCK_AFTER_LOAD_SINCE)
+        and size_of(kv) != size_of(asked)
+        and spec.is_hybrid
+    ):
+        raise PlanError(
+            f"vLLM {rel.version} aligns the hybrid block at the {asked} KV cache before the model is "
+            f"built, then {forced[1]}; hybridplan does not model that start: pass --kv-dtype fp8"
+        )
     return kv
 
 
@@ -197,25 +276,36 @@ def cache_dtypes(spec: ModelSpec, choice: DtypeChoice, rel: Release = NEWEST) ->
         kv_dt = _kv(spec, choice, rel, mdt)
         for given, flag in ((choice.conv, "--conv-dtype"), (choice.ssm, "--ssm-dtype")):
             if given is not None:
-                raise PlanError(f"vLLM {rel.version} has no {flag} (--mamba-cache-dtype and "
-                                "--mamba-ssm-cache-dtype came in 0.10.1): its states take the KV cache dtype")
+                raise PlanError(
+                    f"vLLM {rel.version} has no {flag} (--mamba-cache-dtype and "
+                    "--mamba-ssm-cache-dtype came in 0.10.1): its states take the KV cache dtype"
+                )
         return CacheDtypes(conv=kv_dt, ssm=kv_dt, kv=kv_dt, ssm_by_kind=())
     states = _since(rel, _STATE_SINCE, STATE_DTYPES)
-    conv_dt = flag_dtype(choice.conv, what="--conv-dtype", engine_flag=f"vLLM {rel.version} --mamba-cache-dtype",
-                         accepted=states) or mdt
+    conv_dt = (
+        flag_dtype(
+            choice.conv, what="--conv-dtype", engine_flag=f"vLLM {rel.version} --mamba-cache-dtype", accepted=states
+        )
+        or mdt
+    )
     kv_dt = _kv(spec, choice, rel, mdt)
-    ssm_given = flag_dtype(choice.ssm, what="--ssm-dtype",
-                           engine_flag=f"vLLM {rel.version} --mamba-ssm-cache-dtype", accepted=states)
+    ssm_given = flag_dtype(
+        choice.ssm, what="--ssm-dtype", engine_flag=f"vLLM {rel.version} --mamba-ssm-cache-dtype", accepted=states
+    )
     ssm_dt = ssm_given or _ssm_hook(spec, rel) or conv_dt
     by_kind = [("kda", _kda_recurrent(spec, rel, ssm_given)), ("linear_attention", conv_dt)]
     if rel.before("0.17.0"):
         by_kind.append(("gdn", conv_dt))
     if "float32" in (conv_dt, ssm_dt) and rel.before("0.10.2") and any(m.kind == "mamba1" for m in spec.recurrent):
-        raise PlanError(f"vLLM {rel.version} refuses a float32 state for Mamba-1 layers (\"fp32 state for mamba1 "
-                        "is not yet supported\", vllm/model_executor/layers/mamba/mamba_utils.py)")
+        raise PlanError(
+            f'vLLM {rel.version} refuses a float32 state for Mamba-1 layers ("fp32 state for mamba1 '
+            'is not yet supported", vllm/model_executor/layers/mamba/mamba_utils.py)'
+        )
     if conv_dt == "float32" and rel.before("0.20.1") and any(m.kind == "linear_attention" for m in spec.recurrent):
-        raise PlanError(f"vLLM {rel.version} refuses a float32 state for MiniMax (\"fp32 state for minimax is not "
-                        "yet supported\", vllm/model_executor/layers/mamba/mamba_utils.py)")
+        raise PlanError(
+            f'vLLM {rel.version} refuses a float32 state for MiniMax ("fp32 state for minimax is not '
+            'yet supported", vllm/model_executor/layers/mamba/mamba_utils.py)'
+        )
     return CacheDtypes(conv=conv_dt, ssm=ssm_dt, kv=kv_dt, ssm_by_kind=tuple(by_kind))
 
 
@@ -229,14 +319,19 @@ def _as_sized(spec: ModelSpec, rel: Release) -> ModelSpec:
     """0.10.0's Nemotron-H sizes the Mamba conv from ``expand · hidden_size`` rather than heads · head_dim
     (``get_mamba_state_shape_from_config``, vllm/model_executor/models/nemotron_h.py; 0.10.1 reads the heads):
     the two differ for Nemotron-Nano-9B-v2 (2 · 4,480 = 8,960 against 128 · 80 = 10,240)."""
-    if (spec.architecture != "NemotronHForCausalLM" or rel.at_least("0.10.1") or not spec.facts.fields
-            or not spec.hidden_size):
+    if (
+        spec.architecture != "NemotronHForCausalLM"
+        or rel.at_least("0.10.1")
+        or not spec.facts.fields
+        or not spec.hidden_size
+    ):
         return spec
     # NemotronHConfig's ``expand`` is the config's ``mamba_expand``, 2 by default (transformers_utils/configs/
     # nemotron_h.py)
     inner = spec.facts.mamba_expand * spec.hidden_size
-    return replace(spec, mixers=tuple(replace(m, intermediate=inner) if isinstance(m, Mamba2) else m
-                                      for m in spec.mixers))
+    return replace(
+        spec, mixers=tuple(replace(m, intermediate=inner) if isinstance(m, Mamba2) else m for m in spec.mixers)
+    )
 
 
 def _with_scales(spec: ModelSpec, fp: Footprint, tp: int) -> Footprint:
@@ -253,18 +348,34 @@ def _with_scales(spec: ModelSpec, fp: Footprint, tp: int) -> Footprint:
             continue
         heads.setdefault((m.kind, m.window), kv_heads_per_rank(m.num_heads, m.num_kv_heads, tp))
     if any((g.kind, g.window) not in heads for g in fp.kv):
-        raise PlanError(f"--kv-cache-dtype int8_per_token_head is not sized for {spec.name}'s "
-                        f"{', '.join(sorted({g.kind for g in fp.kv}))} layers (vLLM scales per KV head)")
-    return replace(fp, kv=tuple(replace(g, bytes_per_token_per_layer=g.bytes_per_token_per_layer
-                                        + 2 * heads[(g.kind, g.window)] * scale) for g in fp.kv))
+        raise PlanError(
+            f"--kv-cache-dtype int8_per_token_head is not sized for {spec.name}'s "
+            f"{', '.join(sorted({g.kind for g in fp.kv}))} layers (vLLM scales per KV head)"
+        )
+    return replace(
+        fp,
+        kv=tuple(
+            replace(g, bytes_per_token_per_layer=g.bytes_per_token_per_layer + 2 * heads[(g.kind, g.window)] * scale)
+            for g in fp.kv
+        ),
+    )
 
 
 @lru_cache(maxsize=256)
 def _cached(spec: ModelSpec, tp: int, choice: DtypeChoice, spec_tokens: int, rel: Release) -> Footprint:
     spec = _as_sized(spec, rel)
     first = _CONV_HOLDS_SPEC.get(spec.architecture)
-    return _with_scales(spec, _footprint(spec, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
-                                         conv_holds_spec=first is not None and rel.at_least(first)), tp)
+    return _with_scales(
+        spec,
+        _footprint(
+            spec,
+            cache_dtypes(spec, choice, rel),
+            tp=tp,
+            spec_tokens=spec_tokens,
+            conv_holds_spec=first is not None and rel.at_least(first),
+        ),
+        tp,
+    )
 
 
 def draft_footprint(sc: Scenario) -> Footprint | None:
@@ -278,9 +389,19 @@ def draft_footprint(sc: Scenario) -> Footprint | None:
 
 
 @lru_cache(maxsize=64)
-def _cached_draft(spec: ModelSpec, layers: tuple, tp: int, choice: DtypeChoice, spec_tokens: int,
-                  rel: Release) -> Footprint:
+def _cached_draft(
+    spec: ModelSpec, layers: tuple, tp: int, choice: DtypeChoice, spec_tokens: int, rel: Release
+) -> Footprint:
     draft = replace(spec, name=f"{spec.name} draft", mixers=layers)
     first = _CONV_HOLDS_SPEC.get(spec.architecture)
-    return _with_scales(draft, _footprint(draft, cache_dtypes(spec, choice, rel), tp=tp, spec_tokens=spec_tokens,
-                                          conv_holds_spec=first is not None and rel.at_least(first)), tp)
+    return _with_scales(
+        draft,
+        _footprint(
+            draft,
+            cache_dtypes(spec, choice, rel),
+            tp=tp,
+            spec_tokens=spec_tokens,
+            conv_holds_spec=first is not None and rel.at_least(first),
+        ),
+        tp,
+    )

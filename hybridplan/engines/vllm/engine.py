@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 class VllmEngine(LogVerbs):
     name = "vllm"
     #: the lines whose presence says a log is vLLM's (``logs.FIGURES``)
-    looked_for = ('vLLM\'s "Setting attention block size"', '"Padding mamba page size"', '"KV cache size"',
-                  '"Maximum concurrency"')
+    looked_for = (
+        'vLLM\'s "Setting attention block size"',
+        '"Padding mamba page size"',
+        '"KV cache size"',
+        '"Maximum concurrency"',
+    )
 
     def check_served(self, sc: Scenario) -> None:
         sc.vllm.release.check_served(sc.spec)

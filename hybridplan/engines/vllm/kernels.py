@@ -33,26 +33,85 @@ if TYPE_CHECKING:
     from hybridplan.scenario import Scenario
 
 DECODE_KERNELS: dict[str, tuple[str, ...]] = {
-    "attention": ("fused_add_rms_norm", "qkv_proj", "rotary_embedding", "reshape_and_cache", "attention",
-                  "o_proj"),
-    "sliding_attention": ("fused_add_rms_norm", "qkv_proj", "rotary_embedding", "reshape_and_cache",
-                          "attention", "o_proj"),
-    "mla": ("fused_add_rms_norm", "q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj", "kv_a_layernorm",
-            "rotary_embedding", "concat_and_cache_mla", "mla_decode", "o_proj"),
-    "gdn": ("fused_add_rms_norm", "in_proj_qkvz", "in_proj_ba", "cat_qkv", "causal_conv1d_update", "contiguous_q",
-            "contiguous_k", "contiguous_v", "fused_gdn_gating", "fused_recurrent_gated_delta_rule",
-            "rms_norm_gated", "out_proj"),
-    "kda": ("fused_add_rms_norm", "q_proj", "k_proj", "v_proj", "f_proj", "b_proj", "causal_conv1d_update",
-            "fused_kda_gate", "fused_recurrent_kda", "g_proj", "rms_norm_gated", "o_proj"),
-    "mamba2": ("fused_add_rms_norm", "in_proj", "causal_conv1d_update", "selective_state_update", "rms_norm_gated",
-               "out_proj"),
-    "mamba1": ("fused_add_rms_norm", "in_proj", "causal_conv1d_update", "x_proj", "dt_proj",
-               "selective_state_update", "out_proj"),
+    "attention": ("fused_add_rms_norm", "qkv_proj", "rotary_embedding", "reshape_and_cache", "attention", "o_proj"),
+    "sliding_attention": (
+        "fused_add_rms_norm",
+        "qkv_proj",
+        "rotary_embedding",
+        "reshape_and_cache",
+        "attention",
+        "o_proj",
+    ),
+    "mla": (
+        "fused_add_rms_norm",
+        "q_a_proj",
+        "q_a_layernorm",
+        "q_b_proj",
+        "kv_a_proj",
+        "kv_a_layernorm",
+        "rotary_embedding",
+        "concat_and_cache_mla",
+        "mla_decode",
+        "o_proj",
+    ),
+    "gdn": (
+        "fused_add_rms_norm",
+        "in_proj_qkvz",
+        "in_proj_ba",
+        "cat_qkv",
+        "causal_conv1d_update",
+        "contiguous_q",
+        "contiguous_k",
+        "contiguous_v",
+        "fused_gdn_gating",
+        "fused_recurrent_gated_delta_rule",
+        "rms_norm_gated",
+        "out_proj",
+    ),
+    "kda": (
+        "fused_add_rms_norm",
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "f_proj",
+        "b_proj",
+        "causal_conv1d_update",
+        "fused_kda_gate",
+        "fused_recurrent_kda",
+        "g_proj",
+        "rms_norm_gated",
+        "o_proj",
+    ),
+    "mamba2": (
+        "fused_add_rms_norm",
+        "in_proj",
+        "causal_conv1d_update",
+        "selective_state_update",
+        "rms_norm_gated",
+        "out_proj",
+    ),
+    "mamba1": (
+        "fused_add_rms_norm",
+        "in_proj",
+        "causal_conv1d_update",
+        "x_proj",
+        "dt_proj",
+        "selective_state_update",
+        "out_proj",
+    ),
     "short_conv": ("fused_add_rms_norm", "in_proj", "causal_conv1d_update", "gate_mul", "out_proj"),
     "linear_attention": ("fused_add_rms_norm", "qkv_proj", "lightning_decode", "norm_gate", "out_proj"),
     "mlp": ("fused_add_rms_norm", "gate_up_proj", "act_and_mul", "down_proj"),
-    "moe": ("fused_add_rms_norm", "router_gemm", "topk_softmax", "moe_align_block_size", "fused_moe_w13",
-            "silu_and_mul", "fused_moe_w2", "moe_sum"),
+    "moe": (
+        "fused_add_rms_norm",
+        "router_gemm",
+        "topk_softmax",
+        "moe_align_block_size",
+        "fused_moe_w13",
+        "silu_and_mul",
+        "fused_moe_w2",
+        "moe_sum",
+    ),
     "shared": ("shared_gate_up_proj", "shared_act_and_mul", "shared_down_proj", "shared_expert_gate"),
     "lm_head": ("final_rms_norm", "lm_head"),
 }
@@ -62,9 +121,14 @@ DECODE_KERNELS: dict[str, tuple[str, ...]] = {
 #: ``logprobs`` path computes only when asked (not here), the greedy argmax or the exponential-race sample
 #: (``random_sample``: the probabilities' softmax, the exponential draw, the division, the argmax)
 #: each with the bytes it moves per logit (read + written): bf16 logits in, fp32 from there
-SAMPLER_KERNELS: tuple[tuple[str, int], ...] = (("logits_to_fp32", 2 + 4), ("apply_temperature", 4 + 4),
-                                                ("softmax", 4 + 4), ("exponential_", 4), ("div", 8 + 4),
-                                                ("argmax", 4))
+SAMPLER_KERNELS: tuple[tuple[str, int], ...] = (
+    ("logits_to_fp32", 2 + 4),
+    ("apply_temperature", 4 + 4),
+    ("softmax", 4 + 4),
+    ("exponential_", 4),
+    ("div", 8 + 4),
+    ("argmax", 4),
+)
 
 #: async scheduling (the CPU's scheduling of step n+1 while the GPU runs step n) is on by default from 0.11.2
 #: (vllm/config/vllm.py ``VllmConfig.__post_init__``: ``async_scheduling`` None → True) unless speculative
@@ -84,8 +148,9 @@ def graph_max_batch(sc: Scenario) -> int:
 def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     """Whether the CPU's per-step work overlaps the GPU's, and why."""
     if sc.vllm.release.before(ASYNC_SCHEDULING_FROM):
-        return False, (f"vLLM {sc.vllm.release.version}: async scheduling off by default (on from 0.11.2): the "
-                       "host's step adds")
+        return False, (
+            f"vLLM {sc.vllm.release.version}: async scheduling off by default (on from 0.11.2): the host's step adds"
+        )
     if sc.spec_tokens:
         return False, "async scheduling is off with speculative decoding (vllm/config/vllm.py): the host's step adds"
     if sc.pp > 1:

@@ -28,15 +28,43 @@ GiB = 1 << 30
 ENGINE = "vllm"
 
 #: substrings one of which every line read here holds: a log is filtered by them before it is read
-KEYWORDS = ("vLLM", "version", "non-default args", "LLM engine", "max model len", "amba", "attention block size",
-            "KV cache", "concurrency", "padding layers", "Resolved architecture", "prefix caching", "max_num_seqs",
-            "Model loading took", "CUDA graph", "Graph capturing", "cudagraph", "To serve at least one request",
-            "Auto-fit", "Free memory on device", "data type to store kv cache", "model   ", "Device capability",
-            "arch=sm", "device_name=", "Error: ", "Chunked prefill is enabled", "GDN prefill kernel")
+KEYWORDS = (
+    "vLLM",
+    "version",
+    "non-default args",
+    "LLM engine",
+    "max model len",
+    "amba",
+    "attention block size",
+    "KV cache",
+    "concurrency",
+    "padding layers",
+    "Resolved architecture",
+    "prefix caching",
+    "max_num_seqs",
+    "Model loading took",
+    "CUDA graph",
+    "Graph capturing",
+    "cudagraph",
+    "To serve at least one request",
+    "Auto-fit",
+    "Free memory on device",
+    "data type to store kv cache",
+    "model   ",
+    "Device capability",
+    "arch=sm",
+    "device_name=",
+    "Error: ",
+    "Chunked prefill is enabled",
+    "GDN prefill kernel",
+)
 
 # --- settings ----------------------------------------------------------------------------------------
-BANNER = (re.compile(r"vLLM (?:API )?server version ([^\s,]+)"), re.compile(r"LLM engine \(v([^)\s]+)\)"),
-          re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+]*)\s*$"))
+BANNER = (
+    re.compile(r"vLLM (?:API )?server version ([^\s,]+)"),
+    re.compile(r"LLM engine \(v([^)\s]+)\)"),
+    re.compile(r"\bversion (\d+\.\d+\.\d+[\w.+]*)\s*$"),
+)
 BANNER_MODEL = (re.compile(r"serving model (\S+)"), re.compile(r"\bmodel {3}(\S+)\s*$"))
 ARGS = re.compile(r"non-default args: (\{.*)")
 CONFIG = re.compile(r"with config: (.*)")
@@ -59,15 +87,21 @@ DEVICE_NAME = re.compile(r"device_name=(NVIDIA_[A-Za-z0-9_-]+?)(?:,|\.json)")
 #: ``_log_gdn_backend_decision``, "Using FlashInfer GDN prefill kernel (requested=auto, head_k_dim=128).")
 GDN_KERNEL = re.compile(r"Using (FlashInfer|CuteDSL|AITER FlyDSL|Triton/FLA|SYCL|CPU) GDN prefill kernel")
 #: engine-config fields (``VllmConfig.__str__``), as ``name=value``
-CONFIG_FIELDS = {"model": r"\bmodel='([^']*)'", "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
-                 "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)", "max_seq_len": r"\bmax_seq_len=(\d+)",
-                 "dtype": r"\bdtype=(?:torch\.)?(\w+)", "kv_cache_dtype": r"\bkv_cache_dtype=(\w+)",
-                 "enable_prefix_caching": r"\benable_prefix_caching=(True|False)",
-                 "quantization": r"\bquantization=(\w+)", "num_spec_tokens": r"\bnum_spec_tokens=(\d+)",
-                 "enforce_eager": r"\benforce_eager=(True|False)",
-                 # ``SpeculativeConfig.__repr__``: method, model and num_spec_tokens, the method as normalised
-                 "speculative_method": r"speculative_config=SpeculativeConfig\(method='(\w+)'",
-                 "speculative_model": r"speculative_config=SpeculativeConfig\(method='\w+', model='([^']*)'"}
+CONFIG_FIELDS = {
+    "model": r"\bmodel='([^']*)'",
+    "tensor_parallel_size": r"\btensor_parallel_size=(\d+)",
+    "pipeline_parallel_size": r"\bpipeline_parallel_size=(\d+)",
+    "max_seq_len": r"\bmax_seq_len=(\d+)",
+    "dtype": r"\bdtype=(?:torch\.)?(\w+)",
+    "kv_cache_dtype": r"\bkv_cache_dtype=(\w+)",
+    "enable_prefix_caching": r"\benable_prefix_caching=(True|False)",
+    "quantization": r"\bquantization=(\w+)",
+    "num_spec_tokens": r"\bnum_spec_tokens=(\d+)",
+    "enforce_eager": r"\benforce_eager=(True|False)",
+    # ``SpeculativeConfig.__repr__``: method, model and num_spec_tokens, the method as normalised
+    "speculative_method": r"speculative_config=SpeculativeConfig\(method='(\w+)'",
+    "speculative_model": r"speculative_config=SpeculativeConfig\(method='\w+', model='([^']*)'",
+}
 
 # --- figures -----------------------------------------------------------------------------------------
 SSM_DTYPE = re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'")
@@ -79,24 +113,43 @@ LOADED = re.compile(r"Model loading took ([\d.]+) GiB")
 TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 SEQS = re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
-CAPPED = re.compile(r"Capping cudagraph capture sizes from max (\d+) to (\d+) to fit Mamba cache blocks "
-                    r"\((\d+) blocks available\)")
-ONE_REQUEST = re.compile(r"To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+) GiB "
-                         r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)")
+CAPPED = re.compile(
+    r"Capping cudagraph capture sizes from max (\d+) to (\d+) to fit Mamba cache blocks "
+    r"\((\d+) blocks available\)"
+)
+ONE_REQUEST = re.compile(
+    r"To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+) GiB "
+    r"KV cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)"
+)
 #: the exception a start ended with (its last line, ``NotImplementedError: Pipeline parallelism is not supported …``)
 REFUSED = re.compile(r"(?:^|\s)([A-Z]\w*Error): (.+?)\s*$")
 #: figures the log may show that hybridplan does not predict: pattern, figure, reason
 NOT_MODELLED = (
-    (re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"), "CUDA graph estimate (GiB)",
-     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
-    (re.compile(r"CUDA graph pool memory: ([\d.]+) GiB \(actual\)"), "CUDA graph pool (GiB)",
-     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
-    (re.compile(r"Graph capturing finished in \d+ secs?, took (-?[\d.]+) GiB"), "CUDA graph capture (GiB)",
-     "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead"),
-    (re.compile(r"Free memory on device \(([^)]*)\) on startup is less than desired"), "free memory at start",
-     "other processes' use of the GPU is not known before the start"),
-    (re.compile(r"Auto-fit max_model_len: reduced from \d+ to (\d+)"), "auto-fit max_model_len",
-     "--max-model-len auto is not modelled: give the context"),
+    (
+        re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB"),
+        "CUDA graph estimate (GiB)",
+        "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead",
+    ),
+    (
+        re.compile(r"CUDA graph pool memory: ([\d.]+) GiB \(actual\)"),
+        "CUDA graph pool (GiB)",
+        "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead",
+    ),
+    (
+        re.compile(r"Graph capturing finished in \d+ secs?, took (-?[\d.]+) GiB"),
+        "CUDA graph capture (GiB)",
+        "CUDA-graph memory is profiled on the GPU; hybridplan takes it in --overhead",
+    ),
+    (
+        re.compile(r"Free memory on device \(([^)]*)\) on startup is less than desired"),
+        "free memory at start",
+        "other processes' use of the GPU is not known before the start",
+    ),
+    (
+        re.compile(r"Auto-fit max_model_len: reduced from \d+ to (\d+)"),
+        "auto-fit max_model_len",
+        "--max-model-len auto is not modelled: give the context",
+    ),
 )
 FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST, REFUSED)
 #: the figures in the order a start prints them: the configuration (vllm/model_executor/models/config.py), the
@@ -105,14 +158,18 @@ FIGURE_PATTERNS = (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, AVAILABLE, TOKENS, CON
 FIGURE_STAGES = ((SSM_DTYPE, BLOCK, PADDING), (PAD_LAYERS, AVAILABLE), (TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST))
 #: the lines a start-up prints once each (the API server's banner, its arguments, the engine core's config): one
 #: printed again opens the next start in the same file (``logread.Log.starts``)
-OPENERS = (re.compile(r"vLLM (?:API )?server version"), re.compile(r"non-default args: \{"),
-           re.compile(r"Initializing a V[01] LLM engine"))
+OPENERS = (
+    re.compile(r"vLLM (?:API )?server version"),
+    re.compile(r"non-default args: \{"),
+    re.compile(r"Initializing a V[01] LLM engine"),
+)
 
 
 def present(log: Log) -> bool:
     """Does the log hold a figure this module checks?"""
-    return any(log.has(p) for p in (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)) \
-        or (_refusal(log) is not None and any(log.has(p) for p in OPENERS))
+    return any(
+        log.has(p) for p in (SSM_DTYPE, BLOCK, PADDING, PAD_LAYERS, TOKENS, CONC, SEQS, CAPPED, ONE_REQUEST)
+    ) or (_refusal(log) is not None and any(log.has(p) for p in OPENERS))
 
 
 def _refusal(log: Log) -> Found | None:
@@ -146,8 +203,9 @@ def _args(log: Log) -> tuple[dict, Found | None]:
             return value, found
     except (ValueError, SyntaxError):
         pass
-    pairs = re.findall(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?[\d.e+]+|\{[^{}]*\}|\[[^\[\]]*\])",
-                       text)
+    pairs = re.findall(
+        r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|True|False|None|-?[\d.e+]+|\{[^{}]*\}|\[[^\[\]]*\])", text
+    )
     return {k: literal(v) for k, v in pairs}, found
 
 
@@ -177,18 +235,30 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
     """What the run was started with: flags, then the engine-config line, then ``non-default args``, then the
     other lines that state a setting."""
     s = Settings(ENGINE)
-    for name, value in (("version", given.vllm_version), ("model", given.model), ("tensor_parallel_size", given.tp),
-                        ("max_model_len", given.ctx), ("mamba_cache_mode", given.mode),
-                        ("kv_cache_memory_bytes", given.kv_budget), ("num_speculative_tokens", given.spec_tokens),
-                        ("max_num_seqs", given.max_num_seqs), ("dtype", given.dtype),
-                        ("mamba_cache_dtype", given.conv_dtype), ("mamba_ssm_cache_dtype", given.ssm_dtype),
-                        ("kv_cache_dtype", given.kv_dtype), ("gpu", given.gpu)):
+    for name, value in (
+        ("version", given.vllm_version),
+        ("model", given.model),
+        ("tensor_parallel_size", given.tp),
+        ("max_model_len", given.ctx),
+        ("mamba_cache_mode", given.mode),
+        ("kv_cache_memory_bytes", given.kv_budget),
+        ("num_speculative_tokens", given.spec_tokens),
+        ("max_num_seqs", given.max_num_seqs),
+        ("dtype", given.dtype),
+        ("mamba_cache_dtype", given.conv_dtype),
+        ("mamba_ssm_cache_dtype", given.ssm_dtype),
+        ("kv_cache_dtype", given.kv_dtype),
+        ("gpu", given.gpu),
+    ):
         s.put(name, value, "flag")
     s.put("block_size", given.block_size, "flag")
     if given.speculative_config is not None:  # --speculative-config, as fit reads it
         cfg = _spec_flag(given.speculative_config)
-        for name, key in (("num_speculative_tokens", "num_speculative_tokens"), ("speculative_method", "method"),
-                          ("speculative_model", "model")):
+        for name, key in (
+            ("num_speculative_tokens", "num_speculative_tokens"),
+            ("speculative_method", "method"),
+            ("speculative_model", "model"),
+        ):
             s.put(name, cfg.get(key), "flag")
     for pattern in BANNER:
         if (f := log.last(pattern)) is not None:
@@ -212,10 +282,26 @@ def read_settings(log: Log, given: LogGiven) -> Settings:
         s.put("num_speculative_tokens", spec_cfg.get("num_speculative_tokens"), args_src)
         s.put("speculative_method", spec_cfg.get("method"), args_src)
         s.put("speculative_model", spec_cfg.get("model"), args_src)
-    for name in ("model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype",
-                 "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "enable_prefix_caching",
-                 "mamba_cache_mode", "block_size", "max_num_seqs", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "enforce_eager", "quantization", "max_num_batched_tokens", "gdn_prefill_backend"):
+    for name in (
+        "model",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_model_len",
+        "dtype",
+        "kv_cache_dtype",
+        "mamba_cache_dtype",
+        "mamba_ssm_cache_dtype",
+        "enable_prefix_caching",
+        "mamba_cache_mode",
+        "block_size",
+        "max_num_seqs",
+        "gpu_memory_utilization",
+        "kv_cache_memory_bytes",
+        "enforce_eager",
+        "quantization",
+        "max_num_batched_tokens",
+        "gdn_prefill_backend",
+    ):
         s.put(name, args.get(name), args_src)
     if (f := log.last(CHUNKED)) is not None:
         s.put("max_num_batched_tokens", int(f[1]), f.source)
@@ -252,19 +338,27 @@ def _mode(log: Log, s: Settings, rel: Release, spec, spec_tokens: int, notes: li
         elif not (prefix if prefix is not None else rel.prefix_caching_default(spec)):
             # MambaModelConfig (vllm/model_executor/models/config.py) sets the mode to none when prefix caching is
             # off, as it is with no flag for hybrids until 0.27.1
-            s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = "none", (
-                f"{asked} asked ({source}), none with prefix caching off (vLLM {rel.version}'s MambaModelConfig)")
+            s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = (
+                "none",
+                (f"{asked} asked ({source}), none with prefix caching off (vLLM {rel.version}'s MambaModelConfig)"),
+            )
             return "none"
         else:
             run = rel.modes_for(spec, str(asked))[0]
             if run != asked:  # `all` on a class without SupportsMambaPrefixCaching
-                s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = run, (
-                    f"{asked} asked ({source}), {run} for {spec.architecture} (vLLM {rel.version}'s "
-                    "MambaModelConfig)")
+                s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = (
+                    run,
+                    (
+                        f"{asked} asked ({source}), {run} for {spec.architecture} (vLLM {rel.version}'s "
+                        "MambaModelConfig)"
+                    ),
+                )
             return run
     mode = rel.mode(spec, spec_tokens, None if prefix is None else bool(prefix))
-    s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = mode, (
-        f"vLLM {rel.version}'s choice with prefix caching {'on' if mode != 'none' else 'off'}")
+    s.values["mamba_cache_mode"], s.sources["mamba_cache_mode"] = (
+        mode,
+        (f"vLLM {rel.version}'s choice with prefix caching {'on' if mode != 'none' else 'off'}"),
+    )
     return mode
 
 
@@ -285,8 +379,9 @@ def _dtype(value) -> str | None:
 
 
 #: architectures vLLM resolves for a speculative draft (MTP layers, EAGLE heads, DFlash), not the served model's
-DRAFT_ARCH = re.compile(r"(?:MTP|Eagle\w*|EagleLlama\w*|DFlash\w*|Medusa\w*|Mlp\w*Speculator)$|^(?:Eagle|DFlash|Medusa)",
-                        re.IGNORECASE)
+DRAFT_ARCH = re.compile(
+    r"(?:MTP|Eagle\w*|EagleLlama\w*|DFlash\w*|Medusa\w*|Mlp\w*Speculator)$|^(?:Eagle|DFlash|Medusa)", re.IGNORECASE
+)
 
 
 def _model(s: Settings, notes: list[str]):
@@ -319,9 +414,11 @@ def _speculative(s: Settings, spec, rel: Release, spec_tokens: int, notes: list[
     method = s.get("speculative_method")
     if method is None or not spec_tokens:
         if spec_tokens:
-            notes.append(f"{spec_tokens} speculative tokens with no method named (--spec-tokens alone, or a log "
-                         "that names none): not modelled beyond the count: an MTP layer's or a draft model's KV "
-                         "and weights are left out (give --speculative-config)")
+            notes.append(
+                f"{spec_tokens} speculative tokens with no method named (--spec-tokens alone, or a log "
+                "that names none): not modelled beyond the count: an MTP layer's or a draft model's KV "
+                "and weights are left out (give --speculative-config)"
+            )
         return Speculative(num_tokens=spec_tokens) if spec_tokens else Speculative()
     model = s.get("speculative_model")
     cfg = {"method": str(method), "num_speculative_tokens": spec_tokens}
@@ -401,9 +498,11 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
         notes.append(f"the log does not say the vLLM version: rules of {rel.version} used")
         s.put("version", rel.version, "default (newest modelled)")
     elif untagged(str(version)):
-        notes.append(f"vLLM {version} is a source build whose version names no release (setuptools-scm's fallback "
-                     f"without a git tag): rules of {rel.version} used; pass --vllm-version with the release it "
-                     "follows")
+        notes.append(
+            f"vLLM {version} is a source build whose version names no release (setuptools-scm's fallback "
+            f"without a git tag): rules of {rel.version} used; pass --vllm-version with the release it "
+            "follows"
+        )
         s.values["version"] = f"{version} (checked as {rel.version})"
     spec = _model(s, notes)
     rel.check_served(spec)
@@ -415,18 +514,36 @@ def scenario(log: Log, s: Settings, notes: list[str], rel: Release | None = None
         ctx = int(conc[1].replace(",", "")) if conc else default_ctx(spec)
         s.put("max_model_len", ctx, conc.source if conc else "default (the model's maximum)")
     spec_tokens = int(s.get("num_speculative_tokens") or 0)
-    dtypes = DtypeChoice(_dtype(s.get("dtype")), _dtype(s.get("mamba_cache_dtype")),
-                         _dtype(s.get("mamba_ssm_cache_dtype")), _dtype(s.get("kv_cache_dtype")))
+    dtypes = DtypeChoice(
+        _dtype(s.get("dtype")),
+        _dtype(s.get("mamba_cache_dtype")),
+        _dtype(s.get("mamba_ssm_cache_dtype")),
+        _dtype(s.get("kv_cache_dtype")),
+    )
     _checkpoint_kv(s, spec, rel, dtypes.kv)
     mode = _mode(log, s, rel, spec, spec_tokens, notes)
     sp = _speculative(s, spec, rel, spec_tokens, notes)
     cc = _capability(log, s)
     gdn = _gdn_backend(log, s, rel, cc, spec)
-    sc = Scenario(spec, ctx=int(ctx), tp=tp, dtypes=dtypes, spec_tokens=spec_tokens, speculative=sp, engine=ENGINE,
-                  vllm=VllmSettings(release=rel, block_size=s.get("block_size"), max_num_seqs=s.get("max_num_seqs"),
-                                    enforce_eager=bool(s.get("enforce_eager")), compute_capability=cc,
-                                    gdn_backend=gdn),
-                  chunk=_positive(s.get("max_num_batched_tokens")), allow_long_context=True)
+    sc = Scenario(
+        spec,
+        ctx=int(ctx),
+        tp=tp,
+        dtypes=dtypes,
+        spec_tokens=spec_tokens,
+        speculative=sp,
+        engine=ENGINE,
+        vllm=VllmSettings(
+            release=rel,
+            block_size=s.get("block_size"),
+            max_num_seqs=s.get("max_num_seqs"),
+            enforce_eager=bool(s.get("enforce_eager")),
+            compute_capability=cc,
+            gdn_backend=gdn,
+        ),
+        chunk=_positive(s.get("max_num_batched_tokens")),
+        allow_long_context=True,
+    )
     return sc, rel, mode
 
 
@@ -443,8 +560,9 @@ def _range_from_concurrency(value: float, per_request: int) -> range:
     return range(max(ceil((value - 0.005) * per_request), 0), floor((value + 0.005) * per_request) + 1)
 
 
-def _figures(cap: Capacity, ctx: int, conc: Found | None, tokens: Found | None, seqs: Found | None,
-             capped: Found | None) -> list[Row]:
+def _figures(
+    cap: Capacity, ctx: int, conc: Found | None, tokens: Found | None, seqs: Found | None, capped: Found | None
+) -> list[Row]:
     rows = []
     if conc is not None:
         rows.append(Row(ENGINE, f"max concurrency ({ctx:,} tokens)", conc[2], f"{cap.max_concurrency:.2f}"))
@@ -483,8 +601,10 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
         s.put("num_blocks", "from the concurrency", conc.source)
         if not counts:  # at fewer than 100 blocks a request, 0.01x may hold no whole count: take the nearest
             near = max(round(float(conc[2]) * per_request), 0)
-            notes.append(f"no whole block count gives the logged concurrency {conc[2]}x at {per_request:,} blocks a "
-                         f"request for these settings: {near:,} blocks, the nearest, are checked")
+            notes.append(
+                f"no whole block count gives the logged concurrency {conc[2]}x at {per_request:,} blocks a "
+                f"request for these settings: {near:,} blocks, the nearest, are checked"
+            )
             counts = range(near, near + 1)
     else:
         notes.append("the log gives no KV budget, concurrency or block count: the KV token figure is not checked")
@@ -497,11 +617,15 @@ def capacity_rows(log: Log, sc: Scenario, mode: str, s: Settings, notes: list[st
             break
     if chosen is None:
         chosen = capacity(sc, mode, counts[len(counts) // 2] * per_block)
-        notes.append(f"no block count that {how} allows ({counts[0]:,} to {counts[-1]:,} blocks of {per_block:,} B) "
-                     "reproduces the logged figures")
+        notes.append(
+            f"no block count that {how} allows ({counts[0]:,} to {counts[-1]:,} blocks of {per_block:,} B) "
+            "reproduces the logged figures"
+        )
     elif len(counts) > 1:
-        notes.append(f"{chosen.num_blocks:,} blocks of {per_block:,} B: the count of the {len(counts)} that {how} "
-                     f"allows ({counts[0]:,} to {counts[-1]:,}) that reproduces the logged figures")
+        notes.append(
+            f"{chosen.num_blocks:,} blocks of {per_block:,} B: the count of the {len(counts)} that {how} "
+            f"allows ({counts[0]:,} to {counts[-1]:,}) that reproduces the logged figures"
+        )
     return _figures(chosen, sc.ctx, conc, tokens, seqs, capped)
 
 
@@ -527,8 +651,9 @@ def _hints(log: Log, given: LogGiven, result: LogCheck) -> tuple[str, ...]:
 
     def setting(name: str) -> tuple[str, str]:
         x = next((x for x in result.settings if x.name == name), None)
-        return (x.value, x.source) if x is not None else ("1", "default") if name == "tensor_parallel_size" \
-            else ("?", "")
+        return (
+            (x.value, x.source) if x is not None else ("1", "default") if name == "tensor_parallel_size" else ("?", "")
+        )
 
     def reconciles(g: LogGiven) -> bool:
         try:
@@ -538,24 +663,33 @@ def _hints(log: Log, given: LogGiven, result: LogCheck) -> tuple[str, ...]:
         return bool(c.rows) and all(r.ok for r in c.rows)
 
     (tp, tp_from), (version, version_from) = setting("tensor_parallel_size"), setting("version")
-    out = [f"the figures do not reconcile with the settings assumed: TP {tp} ({tp_from}), vLLM {version} "
-           f"({version_from})"]
-    tps = [] if tp_from.startswith("line") else [n for n in HINT_TPS
-                                                 if str(n) != tp and reconciles(with_(given, tp=n))]
+    out = [
+        f"the figures do not reconcile with the settings assumed: TP {tp} ({tp_from}), vLLM {version} ({version_from})"
+    ]
+    tps = [] if tp_from.startswith("line") else [n for n in HINT_TPS if str(n) != tp and reconciles(with_(given, tp=n))]
     if tps:
-        out.append(f"TP {' or '.join(map(str, tps))} reconciles every figure: the log may leave its TP out "
-                   f"(pass --tp {tps[0]})")
+        out.append(
+            f"TP {' or '.join(map(str, tps))} reconciles every figure: the log may leave its TP out "
+            f"(pass --tp {tps[0]})"
+        )
     if not version_from.startswith("line"):  # the log does not say its release: try the newest of each minor
         newest = {r.minor: r for r in KNOWN}
-        hits = [r.version for r in newest.values()
-                if r.version != version and reconciles(with_(given, vllm_version=r.version))]
+        hits = [
+            r.version
+            for r in newest.values()
+            if r.version != version and reconciles(with_(given, vllm_version=r.version))
+        ]
         if hits:
-            out.append(f"vLLM {', '.join(hits)} reconcile{'s' if len(hits) == 1 else ''} every figure: pass "
-                       f"--vllm-version with the release the log ran")
+            out.append(
+                f"vLLM {', '.join(hits)} reconcile{'s' if len(hits) == 1 else ''} every figure: pass "
+                f"--vllm-version with the release the log ran"
+            )
     tried = [what for what, src in (("TP", tp_from), ("release", version_from)) if not src.startswith("line")]
     if len(out) == 1 and tried:
-        out.append(f"no other {' or '.join(tried)} reconciles them either (TP {', '.join(map(str, HINT_TPS))}; "
-                   "each minor's newest release)")
+        out.append(
+            f"no other {' or '.join(tried)} reconciles them either (TP {', '.join(map(str, HINT_TPS))}; "
+            "each minor's newest release)"
+        )
     return tuple(out)
 
 
@@ -578,17 +712,23 @@ def _releases(log: Log, given: LogGiven) -> LogCheck:
         except NotServed as exc:
             refusals.append(str(exc))
     if not tried:
-        raise NotServed(f"vLLM {version} is a build between {' and '.join(r.version for r in sorted(candidates))}, "
-                        f"and neither serves the model: " + "; ".join(refusals))
+        raise NotServed(
+            f"vLLM {version} is a build between {' and '.join(r.version for r in sorted(candidates))}, "
+            f"and neither serves the model: " + "; ".join(refusals)
+        )
     rel, best = max(tried, key=lambda t: (sum(r.ok for r in t[1].rows), -tried.index(t)))
     others = [(r, c) for r, c in tried if r != rel]
-    why = "; ".join(f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ"
-                    for r, c in others) or "; ".join(refusals)
-    note = (f"vLLM {version} is a build between releases "
-            f"{' and '.join(r.version for r in sorted(candidates))}: checked against both, {rel.version}'s rules "
-            f"kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})")
-    settings = tuple(replace(x, value=f"{x.value} (checked as {rel.version})") if x.name == "version" else x
-                     for x in best.settings)
+    why = "; ".join(
+        f"{r.version}'s: {sum(not x.ok for x in c.rows)} of {len(c.rows)} figures differ" for r, c in others
+    ) or "; ".join(refusals)
+    note = (
+        f"vLLM {version} is a build between releases "
+        f"{' and '.join(r.version for r in sorted(candidates))}: checked against both, {rel.version}'s rules "
+        f"kept ({sum(x.ok for x in best.rows)} of {len(best.rows)} figures match; {why})"
+    )
+    settings = tuple(
+        replace(x, value=f"{x.value} (checked as {rel.version})") if x.name == "version" else x for x in best.settings
+    )
     return replace(best, settings=settings, notes=(note, *best.notes))
 
 
@@ -606,10 +746,12 @@ def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
         # vllm/v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory`` (every release modelled): nothing left
         # for the KV cache once the weights and activations are in (another process holds the GPU, or the
         # utilisation is too low)
-        ours = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for "
-                f"more details. (the log's {avail.source}; vllm/v1/core/kv_cache_utils.py "
-                "check_enough_kv_cache_memory)")
+        ours = (
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for "
+            f"more details. (the log's {avail.source}; vllm/v1/core/kv_cache_utils.py "
+            "check_enough_kv_cache_memory)"
+        )
     if pp > 1 and ours is None:
         from hybridplan.engines.vllm import parallel
 
@@ -627,8 +769,14 @@ def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
     if pp > 1:
         for p in FIGURE_PATTERNS:
             if p is not REFUSED and (f := log.last(p)) is not None:
-                out.append(NotModelled(ENGINE, p.pattern.split("(")[0].strip(), f[1],
-                                       f"pipeline parallelism (PP {pp}) splits the layers over ranks"))
+                out.append(
+                    NotModelled(
+                        ENGINE,
+                        p.pattern.split("(")[0].strip(),
+                        f[1],
+                        f"pipeline parallelism (PP {pp}) splits the layers over ranks",
+                    )
+                )
         return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes))
     fp, lay = footprint(sc), layout(sc, mode)
     if (f := log.last(SSM_DTYPE)) is not None:
@@ -644,18 +792,39 @@ def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
         rows.append(Row(ENGINE, "padding layers (added, % wasted)", _pads(logged_pads), _pads(predicted)))
     if (f := log.last(ONE_REQUEST)) is not None:
         need = capacity(sc, mode, 1 << 50).request_bytes
-        rows.append(Row(ENGINE, f"KV cache one {int(f[1]):,}-token request needs (GiB)", f[2],
-                        f"{round(need / GiB, 2)}" if rel.rounds_available_memory else f"{need / GiB:.2f}"))
+        rows.append(
+            Row(
+                ENGINE,
+                f"KV cache one {int(f[1]):,}-token request needs (GiB)",
+                f[2],
+                f"{round(need / GiB, 2)}" if rel.rounds_available_memory else f"{need / GiB:.2f}",
+            )
+        )
     if (f := log.last(SEQS)) is not None:
-        rows.append(Row(ENGINE, f"max_num_seqs {f[1]} against {f[2]} Mamba cache blocks", "refused",
-                        _verdict(rel, int(f[1]), int(f[2]), sc.vllm.enforce_eager)))
+        rows.append(
+            Row(
+                ENGINE,
+                f"max_num_seqs {f[1]} against {f[2]} Mamba cache blocks",
+                "refused",
+                _verdict(rel, int(f[1]), int(f[2]), sc.vllm.enforce_eager),
+            )
+        )
     if any(n.startswith(DRAFT_UNREAD) for n in notes):  # the draft's layers join the KV cache: not sized
-        for p, figure in ((PAD_LAYERS, "padding layers"), (TOKENS, "KV cache size (tokens)"),
-                          (CONC, "max concurrency")):
+        for p, figure in (
+            (PAD_LAYERS, "padding layers"),
+            (TOKENS, "KV cache size (tokens)"),
+            (CONC, "max concurrency"),
+        ):
             if (f := log.last(p)) is not None:
-                out.append(NotModelled(ENGINE, figure, f[0] if p is PAD_LAYERS else f[1] if p is TOKENS else f[2],
-                                       "the speculative draft's layers join the KV cache, and its config could not "
-                                       "be read (give the draft as a shipped spec, a config path or a Hub id)"))
+                out.append(
+                    NotModelled(
+                        ENGINE,
+                        figure,
+                        f[0] if p is PAD_LAYERS else f[1] if p is TOKENS else f[2],
+                        "the speculative draft's layers join the KV cache, and its config could not "
+                        "be read (give the draft as a shipped spec, a config path or a Hub id)",
+                    )
+                )
         rows = [r for r in rows if not r.figure.startswith("padding layers")]
     else:
         rows += capacity_rows(log, sc, mode, s, notes)
@@ -667,9 +836,10 @@ def _check(log: Log, given: LogGiven, rel: Release | None) -> LogCheck:
     return LogCheck(sc.spec.name, s.listed(), tuple(rows), tuple(out), tuple(notes), estimates)
 
 
-def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[tuple[Estimate, ...],
-                                                                                  list[NotModelled]]:
-    """"Model loading took" beside the weights counted for the log's model, TP and dtype."""
+def weights_estimate(
+    log: Log, sc: Scenario, quantization: str | None
+) -> tuple[tuple[Estimate, ...], list[NotModelled]]:
+    """ "Model loading took" beside the weights counted for the log's model, TP and dtype."""
     from hybridplan.engines.vllm.dtypes import model_dtype
     from hybridplan.weights import weights
 
@@ -677,8 +847,15 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     if f is None:
         return (), []
     if quantization not in (None, "None") and "quantization_config" not in sc.spec.facts.fields:
-        return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], f"{article(quantization)} {quantization} checkpoint of a spec whose "
-                                "config is not: pass the checkpoint's config.json as the model")]
+        return (), [
+            NotModelled(
+                ENGINE,
+                "weights loaded (GiB)",
+                f[1],
+                f"{article(quantization)} {quantization} checkpoint of a spec whose "
+                "config is not: pass the checkpoint's config.json as the model",
+            )
+        ]
     from hybridplan.engines.vllm.memory import drafter
 
     try:
@@ -687,9 +864,16 @@ def weights_estimate(log: Log, sc: Scenario, quantization: str | None) -> tuple[
     except PlanError as exc:
         return (), [NotModelled(ENGINE, "weights loaded (GiB)", f[1], str(exc))]
     extra = draft.bytes if draft is not None else 0
-    return (Estimate(ENGINE, "weights loaded (GiB)", float(f[1]), round((w.bytes_per_rank + extra) / GiB, 4),
-                     f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"
-                     + (f"; with the drafter's {extra / GiB:.2f} GiB ({draft.note})" if draft else "")),), []
+    return (
+        Estimate(
+            ENGINE,
+            "weights loaded (GiB)",
+            float(f[1]),
+            round((w.bytes_per_rank + extra) / GiB, 4),
+            f"{w.source}: {w.params / 1e9:.2f}B parameters, {w.dtype}, one rank of TP {sc.tp}"
+            + (f"; with the drafter's {extra / GiB:.2f} GiB ({draft.note})" if draft else ""),
+        ),
+    ), []
 
 
 def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:
@@ -701,4 +885,3 @@ def _verdict(rel: Release, seqs: int, blocks: int, eager: bool) -> str:
 
 def _pads(pads: set[tuple[int, str]]) -> str:
     return "; ".join(f"{n}, {pct}%" for n, pct in sorted(pads)) or "none"
-

@@ -67,8 +67,12 @@ def activation(rel: Release, max_num_seqs: int, vocab: int, batched_tokens: int)
     per = SAMPLER_BYTES_OLD if rel.before("0.13.0") else SAMPLER_BYTES
     rows = min(max_num_seqs, batched_tokens)
     size = int(rows * vocab * per) + BATCH_ACTIVATION
-    return Term("activation", size, "estimate",
-                f"profiling peak: {rows:,} rows × {vocab:,} logits × {per:g} B, and the dummy batch")
+    return Term(
+        "activation",
+        size,
+        "estimate",
+        f"profiling peak: {rows:,} rows × {vocab:,} logits × {per:g} B, and the dummy batch",
+    )
 
 
 def non_torch(tp: int, nvswitch: bool = True) -> Term:
@@ -77,10 +81,15 @@ def non_torch(tp: int, nvswitch: bool = True) -> Term:
     if tp == 1:
         return Term("non-torch", NON_TORCH_TP1, "estimate", "CUDA context growth")
     if nvswitch:
-        return Term("non-torch", NON_TORCH_NVSWITCH + NON_TORCH_NVSWITCH_PER_RANK * tp, "estimate",
-                    "NCCL and all-reduce buffers over an NVLink switch")
-    return Term("non-torch", NON_TORCH_TP2 + NON_TORCH_PER_RANK * (tp - 2), "estimate",
-                "NCCL and all-reduce buffers over PCIe")
+        return Term(
+            "non-torch",
+            NON_TORCH_NVSWITCH + NON_TORCH_NVSWITCH_PER_RANK * tp,
+            "estimate",
+            "NCCL and all-reduce buffers over an NVLink switch",
+        )
+    return Term(
+        "non-torch", NON_TORCH_TP2 + NON_TORCH_PER_RANK * (tp - 2), "estimate", "NCCL and all-reduce buffers over PCIe"
+    )
 
 
 def cuda_graphs(rel: Release, eager: bool) -> Term | None:
@@ -90,8 +99,9 @@ def cuda_graphs(rel: Release, eager: bool) -> Term | None:
     return Term("CUDA graphs", CUDA_GRAPHS, "estimate", "vLLM's own estimate, subtracted from 0.20.0")
 
 
-def overheads(rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: bool,
-              nvswitch: bool = True) -> list[Term]:
+def overheads(
+    rel: Release, tp: int, batch: tuple[int, int], vocab: int, eager: bool, nvswitch: bool = True
+) -> list[Term]:
     """Every estimated term between the weights and the KV cache; ``batch``: (max_num_seqs,
     max_num_batched_tokens)."""
     graphs = cuda_graphs(rel, eager)
@@ -103,11 +113,16 @@ def encoder_note(rel: Release, multimodal: bool) -> str | None:
     dummy images (gpu_model_runner.py ``profile_run``), which no term here estimates."""
     if not multimodal:
         return None
-    ways = [f for f, since in (("--skip-mm-profiling", "0.10.2"), ("--language-model-only", "0.17.0"))
-            if rel.at_least(since)]
+    ways = [
+        f
+        for f, since in (("--skip-mm-profiling", "0.10.2"), ("--language-model-only", "0.17.0"))
+        if rel.at_least(since)
+    ]
     way = f"; {' or '.join(ways)} leaves it out" if ways else ""
-    return ("a multimodal checkpoint: vLLM's profiling run also encodes its largest dummy images, which the "
-            "estimate leaves out (a Qwen3-VL-30B-A3B log on H100 printed 2.4 GiB less, docs/memory.md)" + way)
+    return (
+        "a multimodal checkpoint: vLLM's profiling run also encodes its largest dummy images, which the "
+        "estimate leaves out (a Qwen3-VL-30B-A3B log on H100 printed 2.4 GiB less, docs/memory.md)" + way
+    )
 
 
 def offloaded(weights: int, source: str, cpu_offload: int | None) -> tuple[int, str]:
@@ -129,8 +144,19 @@ MTP_HEAD_SHARED = "0.16.0"
 #: every EAGLE-3 head (``method != "eagle3"``) and shares any embedding of the target's shape
 DRAFT_SHARING_BY_CONTENT = "0.16.0"
 #: methods whose drafter is the target's own MTP layers (before 0.11.0 each model had its name)
-_MTP = frozenset({"mtp", "deepseek_mtp", "qwen3_next_mtp", "ernie_mtp", "mimo_mtp", "glm4_moe_mtp",
-                  "longcat_flash_mtp", "qwen3_5_mtp", "nemotron_h_mtp"})
+_MTP = frozenset(
+    {
+        "mtp",
+        "deepseek_mtp",
+        "qwen3_next_mtp",
+        "ernie_mtp",
+        "mimo_mtp",
+        "glm4_moe_mtp",
+        "longcat_flash_mtp",
+        "qwen3_5_mtp",
+        "nemotron_h_mtp",
+    }
+)
 #: methods whose drafter is a model of its own (``--speculative-config`` ``model``)
 _DRAFTS = frozenset({"eagle", "eagle3", "dflash", "dspark", "draft_model"})
 
@@ -170,8 +196,9 @@ def drafter(sc: Scenario) -> Term | None:
         if sc.pp > 1:
             size += head_rank_bytes(sc.spec, sc.tp, dtype)
             own.append("its own embedding (PP > 1)")
-        what = (f"the target's MTP layers, {params / 1e9:.2f}B parameters; "
-                + (", ".join(own) if own else "embedding and LM head shared with the target"))
+        what = f"the target's MTP layers, {params / 1e9:.2f}B parameters; " + (
+            ", ".join(own) if own else "embedding and LM head shared with the target"
+        )
         return Term("drafter weights", size, "counted", what)
     if sp.method not in _DRAFTS or sp.draft is None:
         return None
@@ -184,12 +211,25 @@ def drafter(sc: Scenario) -> Term | None:
         own_head = sp.method != "eagle" and draft_vocab and draft_vocab != _vocab(sc)
         head = draft_vocab if own_head or (sp.method == "eagle3" and rel.before(DRAFT_SHARING_BY_CONTENT)) else None
     kind = "model" if sp.method == "draft_model" else sp.method
-    params, size = draft_rank_bytes(draft, sc.tp, dtype, kind=kind, ends=(embedding, head),
-                                    target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0)
-    shared = ("embedding and LM head its own" if sp.method == "draft_model"
-              else f"embedding {'its own' if embedding else 'shared'}, LM head {'its own' if head else 'shared'}")
-    return Term("drafter weights", size, "counted",
-                f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; {shared}")
+    params, size = draft_rank_bytes(
+        draft,
+        sc.tp,
+        dtype,
+        kind=kind,
+        ends=(embedding, head),
+        target_hidden=draft.facts.draft.target_hidden_size or sc.spec.hidden_size or 0,
+    )
+    shared = (
+        "embedding and LM head its own"
+        if sp.method == "draft_model"
+        else f"embedding {'its own' if embedding else 'shared'}, LM head {'its own' if head else 'shared'}"
+    )
+    return Term(
+        "drafter weights",
+        size,
+        "counted",
+        f"the {sp.method} draft {sp.draft_ref or draft.name}, {params / 1e9:.2f}B parameters; {shared}",
+    )
 
 
 def memory(sc: Scenario) -> Waterfall:
@@ -214,6 +254,7 @@ def memory(sc: Scenario) -> Waterfall:
         d = for_scenario(sc)
         # a GPU given by its memory alone is taken as switched: the larger figure
         nvswitch = gpu(b.gpu).nvswitch if b.gpu else True
-        terms += overheads(rel, sc.tp, (d.max_num_seqs, d.max_num_batched_tokens), _vocab(sc), sc.vllm.enforce_eager,
-                           nvswitch)
+        terms += overheads(
+            rel, sc.tp, (d.max_num_seqs, d.max_num_batched_tokens), _vocab(sc), sc.vllm.enforce_eager, nvswitch
+        )
     return Waterfall(b.gpu_mem, util, requested, tuple(terms), requested - sum(t.bytes for t in terms))

@@ -59,12 +59,16 @@ DRAFT_PP: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 #: the MTP drafter's class for each target architecture (vllm/config/speculative.py rewrites the draft's
 #: architectures to these)
-MTP_DRAFT = {"Qwen3NextForCausalLM": "Qwen3NextMTP", "Qwen3_5ForConditionalGeneration": "Qwen3_5MTP",
-             "Qwen3_5ForCausalLM": "Qwen3_5MTP", "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeMTP",
-             "Qwen3_5MoeForCausalLM": "Qwen3_5MoeMTP", "NemotronHForCausalLM": "NemotronHMTPModel",
-             "DeepseekV3ForCausalLM": "DeepSeekMTPModel"}
-REFUSAL = ("Pipeline parallelism is not supported for this model. Supported models implement the `SupportsPP` "
-           "interface.")
+MTP_DRAFT = {
+    "Qwen3NextForCausalLM": "Qwen3NextMTP",
+    "Qwen3_5ForConditionalGeneration": "Qwen3_5MTP",
+    "Qwen3_5ForCausalLM": "Qwen3_5MTP",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeMTP",
+    "Qwen3_5MoeForCausalLM": "Qwen3_5MoeMTP",
+    "NemotronHForCausalLM": "NemotronHMTPModel",
+    "DeepseekV3ForCausalLM": "DeepSeekMTPModel",
+}
+REFUSAL = "Pipeline parallelism is not supported for this model. Supported models implement the `SupportsPP` interface."
 
 
 def split(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...]:
@@ -101,8 +105,10 @@ def check(sc: Scenario) -> None:
     """Refuse what vLLM refuses at ``--pipeline-parallel-size`` > 1, with its reason."""
     rel = sc.vllm.release
     if sc.spec.architecture in NO_PP:
-        raise PlanError(f"vLLM {rel.version} refuses --pipeline-parallel-size {sc.pp} for {sc.spec.architecture}: "
-                        f"\"{REFUSAL}\" (vllm/config/model.py)")
+        raise PlanError(
+            f"vLLM {rel.version} refuses --pipeline-parallel-size {sc.pp} for {sc.spec.architecture}: "
+            f'"{REFUSAL}" (vllm/config/model.py)'
+        )
     drafter = draft_class(sc)
     if drafter is None:
         return
@@ -113,9 +119,11 @@ def check(sc: Scenario) -> None:
         else:
             return  # a draft model of a target architecture: checked as one
     if not _supported(rel, ranges):
-        raise PlanError(f"vLLM {rel.version} refuses --pipeline-parallel-size {sc.pp} with {sc.speculative.method} "
-                        f"speculative decoding: its drafter {drafter} does not implement SupportsPP: \"{REFUSAL}\" "
-                        "(raised from vllm/config/speculative.py)")
+        raise PlanError(
+            f"vLLM {rel.version} refuses --pipeline-parallel-size {sc.pp} with {sc.speculative.method} "
+            f'speculative decoding: its drafter {drafter} does not implement SupportsPP: "{REFUSAL}" '
+            "(raised from vllm/config/speculative.py)"
+        )
 
 
 #: from this release the experts ``ep`` does not divide go one each to the first ``experts % ep`` ranks
@@ -159,16 +167,20 @@ def check_moe(sc: Scenario) -> None:
 
     rel = sc.vllm.release
     if sc.expert_parallel and "moe" not in sc.spec.ffn:
-        raise PlanError(f"vLLM {rel.version} refuses --enable-expert-parallel for {sc.spec.name}: "
-                        "\"Number of experts in the model must be greater than 0 when expert parallelism is "
-                        "enabled.\" (vllm/config/model.py)")
+        raise PlanError(
+            f"vLLM {rel.version} refuses --enable-expert-parallel for {sc.spec.name}: "
+            '"Number of experts in the model must be greater than 0 when expert parallelism is '
+            'enabled." (vllm/config/model.py)'
+        )
     shape = expert_shape(sc.spec) if "moe" in sc.spec.ffn else None
     moe_tp = 1 if sc.expert_parallel else sc.tp * sc.dp
     if shape is not None and shape.intermediate % moe_tp:
-        raise PlanError(f"vLLM {rel.version} cannot build {sc.spec.name}'s fused MoE sliced over {moe_tp} ranks "
-                        f"(TP {sc.tp} × DP {sc.dp}): its experts' intermediate size {shape.intermediate} is not a "
-                        "multiple of it (FusedMoE asserts intermediate_size % tp_size == 0, "
-                        "vllm/model_executor/layers/fused_moe/); --enable-expert-parallel deals the experts whole")
+        raise PlanError(
+            f"vLLM {rel.version} cannot build {sc.spec.name}'s fused MoE sliced over {moe_tp} ranks "
+            f"(TP {sc.tp} × DP {sc.dp}): its experts' intermediate size {shape.intermediate} is not a "
+            "multiple of it (FusedMoE asserts intermediate_size % tp_size == 0, "
+            "vllm/model_executor/layers/fused_moe/); --enable-expert-parallel deals the experts whole"
+        )
 
 
 def pipeline(sc: Scenario) -> tuple[Stage, ...]:
@@ -209,12 +221,14 @@ def stage_memory(sc: Scenario, stage: Stage) -> Waterfall:
         elif t.name == "drafter weights" and not stage.last:
             continue  # the drafter is built on the last PP rank only (gpu_model_runner.py __init__, 0.10.0-0.33.0)
         elif t.name == "activation" and not stage.last:
-            t = Term("activation", BATCH_ACTIVATION, "estimate", "the dummy batch; the sampler runs on the last "
-                                                                 "stage only")
+            t = Term(
+                "activation", BATCH_ACTIVATION, "estimate", "the dummy batch; the sampler runs on the last stage only"
+            )
         terms.append(t)
     left = whole.requested - sum(t.bytes for t in terms)
-    return Waterfall(whole.gpu_bytes, whole.utilization, whole.requested, tuple(terms), left, whole.before,
-                     whole.factor_note)
+    return Waterfall(
+        whole.gpu_bytes, whole.utilization, whole.requested, tuple(terms), left, whole.before, whole.factor_note
+    )
 
 
 def _group_layers(sc: Scenario, cap: Capacity) -> list[list[int]]:
@@ -275,10 +289,15 @@ class StageCache(Struct, frozen=True):
         return self.budget // self.bytes_per_block
 
     def to_dict(self) -> dict:
-        return {**self.stage.to_dict(), "kv_budget_bytes": self.budget, "group_layers": list(self.group_layers),
-                "bytes_per_block": self.bytes_per_block, "num_blocks": self.num_blocks,
-                "request_bytes": self.request_bytes,
-                "weights_bytes": self.memory.term("weights") if self.memory else None}
+        return {
+            **self.stage.to_dict(),
+            "kv_budget_bytes": self.budget,
+            "group_layers": list(self.group_layers),
+            "bytes_per_block": self.bytes_per_block,
+            "num_blocks": self.num_blocks,
+            "request_bytes": self.request_bytes,
+            "weights_bytes": self.memory.term("weights") if self.memory else None,
+        }
 
 
 class StagedCapacity(Capacity, frozen=True):
@@ -310,21 +329,31 @@ class StagedCapacity(Capacity, frozen=True):
         from hybridplan.engines.vllm.sizing import _gib, seq_len_owner
 
         whose = seq_len_owner(self.rel)
-        checks = [(c.request_bytes, c.budget, f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}): ")
-                  for c in self.stage_caches]
+        checks = [
+            (c.request_bytes, c.budget, f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}): ")
+            for c in self.stage_caches
+        ]
         if self.rel.at_least(WHOLE_MODEL_CHECK[0]) and self.rel.before(WHOLE_MODEL_CHECK[1]):
-            checks = [(self.model_request_bytes, min(c.budget for c in self.stage_caches),
-                       "the whole model's request against the smallest stage's memory: ")]
+            checks = [
+                (
+                    self.model_request_bytes,
+                    min(c.budget for c in self.stage_caches),
+                    "the whole model's request against the smallest stage's memory: ",
+                )
+            ]
         for need, have, where in checks:
             if need > have:
-                return (f"{where}To serve at least one request with the {whose} max seq len ({self.max_len}), "
-                        f"({_gib(need, self.rel)} GiB KV cache is needed, which is larger than the available KV "
-                        f"cache memory ({_gib(have, self.rel)} GiB).")
+                return (
+                    f"{where}To serve at least one request with the {whose} max seq len ({self.max_len}), "
+                    f"({_gib(need, self.rel)} GiB KV cache is needed, which is larger than the available KV "
+                    f"cache memory ({_gib(have, self.rel)} GiB)."
+                )
         return super().problem(max_num_seqs)
 
 
-def _stage_caches(sc: Scenario, mode: str, budgets: list[int], sts: tuple[Stage, ...],
-                  waters: list[Waterfall | None]) -> StagedCapacity:
+def _stage_caches(
+    sc: Scenario, mode: str, budgets: list[int], sts: tuple[Stage, ...], waters: list[Waterfall | None]
+) -> StagedCapacity:
     rel = sc.vllm.release
     caches = []
     if rel.at_least(GLOBAL_GROUPS):
@@ -345,11 +374,25 @@ def _stage_caches(sc: Scenario, mode: str, budgets: list[int], sts: tuple[Stage,
             base = base or own  # the scheduler takes the first stage's groups
     for c in caches:
         if c.bytes_per_block == 0:
-            raise PlanError(f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}) holds no attention or "
-                            "recurrent layer: vLLM has no KV cache to size on it (give VLLM_PP_LAYER_PARTITION)")
+            raise PlanError(
+                f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}) holds no attention or "
+                "recurrent layer: vLLM has no KV cache to size on it (give VLLM_PP_LAYER_PARTITION)"
+            )
     binding = min(range(len(caches)), key=lambda i: caches[i].num_blocks)
-    fields = {f: getattr(base, f) for f in ("layout", "group_size", "groups", "pages_per_request", "max_len", "rel",
-                                             "eager", "batched_tokens", "cache_block")}
+    fields = {
+        f: getattr(base, f)
+        for f in (
+            "layout",
+            "group_size",
+            "groups",
+            "pages_per_request",
+            "max_len",
+            "rel",
+            "eager",
+            "batched_tokens",
+            "cache_block",
+        )
+    }
     return StagedCapacity(**fields, kv_budget=caches[binding].budget, stage_caches=tuple(caches), binding=binding)
 
 
@@ -385,9 +428,12 @@ class PipelineFit(Fit, frozen=True):
 
     @property
     def flags(self) -> str:
-        return super().flags + (f" --pipeline-parallel-size {self.pp}" if self.pp > 1 else "") + (
-            f" --data-parallel-size {self.dp}" if self.dp > 1 else "") + (
-            " --enable-expert-parallel" if self.expert_parallel else "")
+        return (
+            super().flags
+            + (f" --pipeline-parallel-size {self.pp}" if self.pp > 1 else "")
+            + (f" --data-parallel-size {self.dp}" if self.dp > 1 else "")
+            + (" --enable-expert-parallel" if self.expert_parallel else "")
+        )
 
     @property
     def total_concurrency(self) -> float:
@@ -395,9 +441,15 @@ class PipelineFit(Fit, frozen=True):
         return self.dp * self.chosen.capacity.max_concurrency
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "pp": self.pp, "dp": self.dp, "expert_parallel": self.expert_parallel,
-                "total_max_concurrency": self.total_concurrency, "binding_stage": self.binding,
-                "stages": [c.to_dict() for c in self.stage_caches]}
+        return {
+            **super().to_dict(),
+            "pp": self.pp,
+            "dp": self.dp,
+            "expert_parallel": self.expert_parallel,
+            "total_max_concurrency": self.total_concurrency,
+            "binding_stage": self.binding,
+            "stages": [c.to_dict() for c in self.stage_caches],
+        }
 
 
 def fit(sc: Scenario) -> PipelineFit | Shortfall:
@@ -420,8 +472,10 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
         budgets = [w.cache_bytes for w in waters]
     n = max_num_seqs(sc)
     modes = rel.modes_for(sc.spec, sc.vllm.mode)
-    fits = {mode: ModeFit(_stage_caches(sc, mode, budgets, sts, waters), n, sc.vllm.max_num_seqs is not None)
-            for mode in modes}
+    fits = {
+        mode: ModeFit(_stage_caches(sc, mode, budgets, sts, waters), n, sc.vllm.max_num_seqs is not None)
+        for mode in modes
+    }
     chosen = modes[0] if sc.vllm.mode else rel.default_mode(sc.spec, sc.spec_tokens)
     cap = fits[chosen].capacity
     assert isinstance(cap, StagedCapacity)  # _stage_caches builds one
@@ -431,27 +485,52 @@ def fit(sc: Scenario) -> PipelineFit | Shortfall:
 
         notes += filter(None, [encoder_note(rel, sc.spec.facts.multimodal)])
         if sc.pp > 1 or sc.dp > 1:
-            notes.append("non-torch memory is estimated at the TP degree of one engine stage; the estimate was "
-                         "fitted to logs without PP or DP")
+            notes.append(
+                "non-torch memory is estimated at the TP degree of one engine stage; the estimate was "
+                "fitted to logs without PP or DP"
+            )
     from hybridplan.engines.vllm import defaults
 
     notes += filter(None, [defaults.note(sc), defaults.gdn_note(sc)])
     b = cap.stage_caches[cap.binding]
     if sc.dp > 1:
-        notes.append(f"--data-parallel-size {sc.dp}: {sc.dp} engines of {sc.tp * sc.pp} GPUs each "
-                     f"({sc.tp * sc.pp * sc.dp} in all), each with its own scheduler and KV cache as shown: "
-                     f"{sc.dp} × {cap.max_concurrency:.2f} = {sc.dp * cap.max_concurrency:.2f} requests of the "
-                     "context together")
-    notes += [(f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}, {_kinds(c.stage)}; "
-               f"{c.stage.ends})" if sc.pp > 1 else f"each of the {sc.tp * sc.dp} ranks") + f": weights {_gib_text(c.memory.term('weights')) if c.memory else '—'}, KV budget "
-              f"{_gib_text(c.budget)}, {c.bytes_per_block:,} B a block ({max(c.group_layers)} layers of its "
-              f"fullest group), {c.num_blocks:,} blocks" for c in cap.stage_caches]
+        notes.append(
+            f"--data-parallel-size {sc.dp}: {sc.dp} engines of {sc.tp * sc.pp} GPUs each "
+            f"({sc.tp * sc.pp * sc.dp} in all), each with its own scheduler and KV cache as shown: "
+            f"{sc.dp} × {cap.max_concurrency:.2f} = {sc.dp * cap.max_concurrency:.2f} requests of the "
+            "context together"
+        )
+    notes += [
+        (
+            f"PP stage {c.stage.rank} (layers {c.stage.start}-{c.stage.end - 1}, {_kinds(c.stage)}; {c.stage.ends})"
+            if sc.pp > 1
+            else f"each of the {sc.tp * sc.dp} ranks"
+        )
+        + f": weights {_gib_text(c.memory.term('weights')) if c.memory else '—'}, KV budget "
+        f"{_gib_text(c.budget)}, {c.bytes_per_block:,} B a block ({max(c.group_layers)} layers of its "
+        f"fullest group), {c.num_blocks:,} blocks"
+        for c in cap.stage_caches
+    ]
     if sc.pp > 1:
-        notes.append(f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds: "
-                 f"{b.num_blocks:,} blocks; vLLM keeps the smallest block count of all stages "
-                 "(vllm/v1/core/kv_cache_utils.py get_kv_cache_configs)")
-    return PipelineFit(rel, b.budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes), b.memory, pp=sc.pp,
-                       dp=sc.dp, expert_parallel=sc.expert_parallel)
+        notes.append(
+            f"PP stage {b.stage.rank} (layers {b.stage.start}-{b.stage.end - 1}) binds: "
+            f"{b.num_blocks:,} blocks; vLLM keeps the smallest block count of all stages "
+            "(vllm/v1/core/kv_cache_utils.py get_kv_cache_configs)"
+        )
+    return PipelineFit(
+        rel,
+        b.budget,
+        chosen,
+        fits,
+        sc.ctx,
+        sc.tp,
+        refusal(sc),
+        tuple(notes),
+        b.memory,
+        pp=sc.pp,
+        dp=sc.dp,
+        expert_parallel=sc.expert_parallel,
+    )
 
 
 class StageSize(Struct, frozen=True):
@@ -472,14 +551,20 @@ class StageSize(Struct, frozen=True):
         w += f" ({self.experts})" if self.experts else ""
         if self.stage.first and self.stage.last:
             return f"each rank: {w.replace(' a rank', '')}"
-        return (f"PP stage {self.stage.rank} (layers {self.stage.start}-{self.stage.end - 1}, {_kinds(self.stage)}; "
-                f"{self.stage.ends}): state {self.state_bytes / (1 << 20):,.2f} MiB a sequence, KV "
-                f"{self.kv_bytes_per_token / 1024:,.1f} KiB a token, {w}")
+        return (
+            f"PP stage {self.stage.rank} (layers {self.stage.start}-{self.stage.end - 1}, {_kinds(self.stage)}; "
+            f"{self.stage.ends}): state {self.state_bytes / (1 << 20):,.2f} MiB a sequence, KV "
+            f"{self.kv_bytes_per_token / 1024:,.1f} KiB a token, {w}"
+        )
 
     def to_dict(self) -> dict:
-        return {**self.stage.to_dict(), "state_bytes_per_sequence": self.state_bytes,
-                "kv_bytes_per_token": self.kv_bytes_per_token, "kv_bytes_at_ctx": self.kv_bytes_at_ctx,
-                "weights_bytes_per_rank": self.weights_bytes}
+        return {
+            **self.stage.to_dict(),
+            "state_bytes_per_sequence": self.state_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_at_ctx": self.kv_bytes_at_ctx,
+            "weights_bytes_per_rank": self.weights_bytes,
+        }
 
 
 def stage_sizes(sc: Scenario) -> tuple[StageSize, ...]:
@@ -491,11 +576,13 @@ def stage_sizes(sc: Scenario) -> tuple[StageSize, ...]:
     for st in pipeline(sc):
         fp = footprint(replace(sc, spec=st.spec, pp=1, pp_partition=None))
         try:
-            w: int | None = stage_rank_bytes(sc.spec, st, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype),
-                                             sharding(sc))[0]
+            w: int | None = stage_rank_bytes(sc.spec, st, sc.tp, model_dtype(sc.spec, sc.dtypes.dtype), sharding(sc))[0]
         except PlanError:
             w = None
-        experts = "" if "moe" not in sc.spec.ffn or (sc.dp == 1 and not sc.expert_parallel) else (
-            f"routed experts {'dealt whole' if sc.expert_parallel else 'sliced'} over {sc.tp * sc.dp} ranks")
+        experts = (
+            ""
+            if "moe" not in sc.spec.ffn or (sc.dp == 1 and not sc.expert_parallel)
+            else (f"routed experts {'dealt whole' if sc.expert_parallel else 'sliced'} over {sc.tp * sc.dp} ranks")
+        )
         out.append(StageSize(st, fp.state_bytes, fp.kv_bytes_per_token, fp.kv_bytes_at(sc.ctx), w, experts))
     return tuple(out)

@@ -98,12 +98,21 @@ class Rules(Struct, frozen=True):
         return self.mamba_groups > 0 and not self.attention_only
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "mode": self.mode, "block_size": self.block, "hash_unit": self.unit,
-                "max_num_batched_tokens": self.chunk, "attention_groups": self.attn_groups,
-                "mamba_groups": self.mamba_groups, "num_gpu_blocks": self.num_blocks,
-                "retention_interval": self.retention, "retention_source": self.retention_source,
-                "marconi_admission": self.marconi, "eagle": self.eagle,
-                "shared_prefix_checkpoint": self.shared_prefix_checkpoint}
+        return {
+            "version": self.version,
+            "mode": self.mode,
+            "block_size": self.block,
+            "hash_unit": self.unit,
+            "max_num_batched_tokens": self.chunk,
+            "attention_groups": self.attn_groups,
+            "mamba_groups": self.mamba_groups,
+            "num_gpu_blocks": self.num_blocks,
+            "retention_interval": self.retention,
+            "retention_source": self.retention_source,
+            "marconi_admission": self.marconi,
+            "eagle": self.eagle,
+            "shared_prefix_checkpoint": self.shared_prefix_checkpoint,
+        }
 
 
 def chunk_ending_at_block(shared: int, block: int) -> int:
@@ -126,8 +135,10 @@ def retention(sc: Scenario, rs: ReplaySettings) -> tuple[int | None, str]:
     given = rs.retention_interval
     if rel.before("0.24.0"):
         if given is not None:
-            raise PlanError(f"vLLM {rel.version} has no prefix-cache retention for Mamba states: it comes in 0.24.0 "
-                            "(VLLM_PREFIX_CACHE_RETENTION_INTERVAL, #45845); try --vllm-version 0.24")
+            raise PlanError(
+                f"vLLM {rel.version} has no prefix-cache retention for Mamba states: it comes in 0.24.0 "
+                "(VLLM_PREFIX_CACHE_RETENTION_INTERVAL, #45845); try --vllm-version 0.24"
+            )
         return None, "dense (no retention before 0.24.0)"
     if given is not None:
         how = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" if rel.before("0.29.0") else "--prefix-cache-retention-interval"
@@ -165,24 +176,32 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
         if rel.before("0.26.0"):
             raise PlanError(f"vLLM {rel.version} has no --prefix-match-unit: it comes in 0.26.0 (#46384)")
         if block % rs.prefix_match_unit:
-            raise PlanError(f"Invalid prefix_match_unit={rs.prefix_match_unit}; prefix-cacheable KV cache group block "
-                            f"sizes must be divisible by prefix_match_unit (block {block}; vllm/v1/core/"
-                            "kv_cache_utils.py)")
+            raise PlanError(
+                f"Invalid prefix_match_unit={rs.prefix_match_unit}; prefix-cacheable KV cache group block "
+                f"sizes must be divisible by prefix_match_unit (block {block}; vllm/v1/core/"
+                "kv_cache_utils.py)"
+            )
         unit = rs.prefix_match_unit
     ret, source = retention(sc, rs)
     if ret and ret % block:
-        raise PlanError(f"prefix_cache_retention_interval ({ret}) must be a multiple of the scheduler block size "
-                        f"({block}) (vllm/v1/core/kv_cache_coordinator.py)")
+        raise PlanError(
+            f"prefix_cache_retention_interval ({ret}) must be a multiple of the scheduler block size "
+            f"({block}) (vllm/v1/core/kv_cache_coordinator.py)"
+        )
     spc = rs.shared_prefix_checkpoint
     if spc:
         if rel.before("0.30.0"):
-            raise PlanError(f"vLLM {rel.version} has no shared-prefix checkpoint: "
-                            "--enable-mamba-fine-grained-prefix-cache comes in 0.30.0 (#53945), renamed "
-                            "--enable-mamba-shared-prefix-checkpoint in 0.31.0")
+            raise PlanError(
+                f"vLLM {rel.version} has no shared-prefix checkpoint: "
+                "--enable-mamba-fine-grained-prefix-cache comes in 0.30.0 (#53945), renamed "
+                "--enable-mamba-shared-prefix-checkpoint in 0.31.0"
+            )
         if mode != "align" or not eagle(sc) or unit >= block:
-            raise PlanError("the shared-prefix checkpoint takes effect only with --mamba-cache-mode align, EAGLE/MTP "
-                            "speculative decoding and a --prefix-match-unit smaller than the block (vllm/config/"
-                            "cache.py)")
+            raise PlanError(
+                "the shared-prefix checkpoint takes effect only with --mamba-cache-mode align, EAGLE/MTP "
+                "speculative decoding and a --prefix-match-unit smaller than the block (vllm/config/"
+                "cache.py)"
+            )
     fp = footprint(sc)
     pages = max((recurrent_pages(sc, g.kind, mode, block) for g in fp.state), default=0) if mode != "all" else 0
     align = None
@@ -191,11 +210,29 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
         # --prefix-match-unit lcm(unit, 64) (abstract.py get_mamba_prefill_checkpoint_grid, gdn_attn.py)
         align = 1 if fp.state[0].kind == "mamba2" else (lcm(unit, 64) if unit < block else block)
     override = rs.num_gpu_blocks_override
-    return Rules(f"vLLM {rel.version} {mode}", rel.version, mode, block, unit, batched_tokens(sc), attn,
-                 mamba if mode != "none" else mamba, override or cap.num_blocks, ret, source,
-                 rel.at_least("0.24.0"), eagle(sc), rel.at_least("0.32.0"), pages, spc, sc.ctx,
-                 group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
-                 uncached_first=rel.at_least("0.24.0"), junction_kept=rel.at_least("0.26.0"), checkpoint_align=align)
+    return Rules(
+        f"vLLM {rel.version} {mode}",
+        rel.version,
+        mode,
+        block,
+        unit,
+        batched_tokens(sc),
+        attn,
+        mamba if mode != "none" else mamba,
+        override or cap.num_blocks,
+        ret,
+        source,
+        rel.at_least("0.24.0"),
+        eagle(sc),
+        rel.at_least("0.32.0"),
+        pages,
+        spc,
+        sc.ctx,
+        group_order=tuple("m" if g.recurrent else "a" for g in cap.groups),
+        uncached_first=rel.at_least("0.24.0"),
+        junction_kept=rel.at_least("0.26.0"),
+        checkpoint_align=align,
+    )
 
 
 def unbounded(r: Rules, blocks: int) -> Rules:
@@ -203,8 +240,9 @@ def unbounded(r: Rules, blocks: int) -> Rules:
     a kind takes and caches the same blocks (``Cache._plan``), and only eviction, which runs group by group, sets
     them apart: with none, one group of each kind answers for them all, at a fraction of the work."""
     kinds = tuple(dict.fromkeys(r.group_order or ("a",) * r.attn_groups + ("m",) * r.mamba_groups))
-    return replace(r, num_blocks=blocks, attn_groups=min(r.attn_groups, 1), mamba_groups=min(r.mamba_groups, 1),
-                   group_order=kinds)
+    return replace(
+        r, num_blocks=blocks, attn_groups=min(r.attn_groups, 1), mamba_groups=min(r.mamba_groups, 1), group_order=kinds
+    )
 
 
 # --- counterfactuals: the same rules with one cause of a gap lifted (`replay`'s attribution) ---------------
@@ -232,8 +270,17 @@ def every_checkpoint(r: Rules) -> Rules:
     layers alone, or a model without Mamba layers, keep what they have."""
     if not r.recurrent:
         return r
-    return replace(r, mode="all", block=r.unit, retention=None, retention_source="dense (counterfactual)",
-                   eagle=False, shared_prefix_checkpoint=False, checkpoint_align=None, mamba_pages=0)
+    return replace(
+        r,
+        mode="all",
+        block=r.unit,
+        retention=None,
+        retention_source="dense (counterfactual)",
+        eagle=False,
+        shared_prefix_checkpoint=False,
+        checkpoint_align=None,
+        mamba_pages=0,
+    )
 
 
 def state_grid(r: Rules) -> int:
@@ -252,9 +299,26 @@ def attention_rules(sc: Scenario, kv_budget: int) -> Rules:
     per_block = ATTENTION_BLOCK * fp.kv_bytes_per_token
     if per_block <= 0:
         raise NotServed(f"{sc.spec.name} has no attention layers")
-    return Rules("attention layers alone", sc.vllm.release.version, "attention-only", ATTENTION_BLOCK,
-                 ATTENTION_BLOCK, batched_tokens(sc), 1, 0, max(kv_budget // per_block, 1), None, "—", False, False,
-                 False, 0, False, sc.ctx, attention_only=True)
+    return Rules(
+        "attention layers alone",
+        sc.vllm.release.version,
+        "attention-only",
+        ATTENTION_BLOCK,
+        ATTENTION_BLOCK,
+        batched_tokens(sc),
+        1,
+        0,
+        max(kv_budget // per_block, 1),
+        None,
+        "—",
+        False,
+        False,
+        False,
+        0,
+        False,
+        sc.ctx,
+        attention_only=True,
+    )
 
 
 # --- the replay ----------------------------------------------------------------------------------------
@@ -375,8 +439,11 @@ class Cache:
         # the shared prefix the attention blocks reach past the Mamba hit (Marconi-style admission): align stops a
         # chunk there (0.24+), and retention keeps its state in align and all (0.26+)
         junction = 0
-        if r.marconi and full_blocks * B - hit >= B and (
-                r.mode == "align" or (r.retention is not None and r.junction_kept)):
+        if (
+            r.marconi
+            and full_blocks * B - hit >= B
+            and (r.mode == "align" or (r.retention is not None and r.junction_kept))
+        ):
             junction = full_blocks * B
         return Lookup(hit, a_tokens, evicted, dropped, cut, junction)
 
@@ -455,8 +522,12 @@ class Cache:
         if align is None or end < req.prompt_len or start % r.unit:
             return None
         cp = self.checkpoint_position(req)
-        if (cdiv(end, r.block) - 2 > (start - 1) // r.block and start + r.unit <= cp and start < cp < end
-                and (cp - start) % align == 0):
+        if (
+            cdiv(end, r.block) - 2 > (start - 1) // r.block
+            and start + r.unit <= cp
+            and start < cp < end
+            and (cp - start) % align == 0
+        ):
             return cp
         return None
 

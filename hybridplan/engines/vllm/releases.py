@@ -13,40 +13,107 @@ from hybridplan.errors import NotServed, PlanError
 from hybridplan.spec import ModelSpec
 
 #: every vLLM release on PyPI from 0.10.0 on (there are no post releases)
-VERSIONS = ("0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.0",
-            "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
-            "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
-            "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+VERSIONS = (
+    "0.10.0",
+    "0.10.1",
+    "0.10.1.1",
+    "0.10.2",
+    "0.11.0",
+    "0.11.1",
+    "0.11.2",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.14.1",
+    "0.15.0",
+    "0.15.1",
+    "0.16.0",
+    "0.17.0",
+    "0.17.1",
+    "0.18.0",
+    "0.18.1",
+    "0.19.0",
+    "0.19.1",
+    "0.20.0",
+    "0.20.1",
+    "0.20.2",
+    "0.21.0",
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+)
 
 #: Architectures whose class implements Mamba prefix caching in `all` mode (``SupportsMambaPrefixCaching``
 #: in vllm/model_executor/models/*.py, 0.11.1–0.31; Bamba left the registry in 0.24.0)
-ALL_MODE_ARCHS = frozenset({"NemotronHForCausalLM", "JambaForCausalLM", "Zamba2ForCausalLM", "FalconH1ForCausalLM",
-                            "GraniteMoeHybridForCausalLM", "BambaForCausalLM", "MambaForCausalLM",
-                            "FalconMambaForCausalLM", "Mamba2ForCausalLM"})
+ALL_MODE_ARCHS = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "JambaForCausalLM",
+        "Zamba2ForCausalLM",
+        "FalconH1ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "BambaForCausalLM",
+        "MambaForCausalLM",
+        "FalconMambaForCausalLM",
+        "Mamba2ForCausalLM",
+    }
+)
 
 #: when a hybrid architecture entered the registry (vllm/model_executor/models/registry.py), and when it left
 _REGISTERED = {
-    "Lfm2ForCausalLM": ("0.10.2", None), "Qwen3NextForCausalLM": ("0.10.2", None),
-    "KimiLinearForCausalLM": ("0.11.1", None), "Lfm2MoeForCausalLM": ("0.11.1", None),
-    "Qwen3_5ForConditionalGeneration": ("0.17.0", None), "Qwen3_5MoeForConditionalGeneration": ("0.17.0", None),
-    "Qwen3_5ForCausalLM": ("0.27.0", None), "Qwen3_5MoeForCausalLM": ("0.27.0", None),
+    "Lfm2ForCausalLM": ("0.10.2", None),
+    "Qwen3NextForCausalLM": ("0.10.2", None),
+    "KimiLinearForCausalLM": ("0.11.1", None),
+    "Lfm2MoeForCausalLM": ("0.11.1", None),
+    "Qwen3_5ForConditionalGeneration": ("0.17.0", None),
+    "Qwen3_5MoeForConditionalGeneration": ("0.17.0", None),
+    "Qwen3_5ForCausalLM": ("0.27.0", None),
+    "Qwen3_5MoeForCausalLM": ("0.27.0", None),
     # Nemotron-H's vision-language and omni wrappers (vllm/model_executor/models/nano_nemotron_vl.py)
-    "NemotronH_Nano_VL_V2": ("0.11.0", None), "NemotronH_Nano_Omni_Reasoning_V3": ("0.20.0", None),
-    "NemotronH_Super_Omni_Reasoning_V3": ("0.20.0", None), "NemotronH_Omni_Reasoning_V3": ("0.29.0", None),
-    "BambaForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxForCausalLM": ("0.10.0", "0.24.0"),
-    "MiniMaxM1ForCausalLM": ("0.10.0", "0.24.0"), "MiniMaxText01ForCausalLM": ("0.10.0", "0.24.0"),
+    "NemotronH_Nano_VL_V2": ("0.11.0", None),
+    "NemotronH_Nano_Omni_Reasoning_V3": ("0.20.0", None),
+    "NemotronH_Super_Omni_Reasoning_V3": ("0.20.0", None),
+    "NemotronH_Omni_Reasoning_V3": ("0.29.0", None),
+    "BambaForCausalLM": ("0.10.0", "0.24.0"),
+    "MiniMaxForCausalLM": ("0.10.0", "0.24.0"),
+    "MiniMaxM1ForCausalLM": ("0.10.0", "0.24.0"),
+    "MiniMaxText01ForCausalLM": ("0.10.0", "0.24.0"),
 }
 
 #: Nemotron-H and the wrappers that build it as their language model (vllm/model_executor/models/
 #: nano_nemotron_vl.py ``NemotronH_Nano_VL_V2``, which also serves the Omni architectures): their cache shapes are
 #: NemotronH's (``get_mamba_state_shape_from_config`` hands the text config to NemotronHForCausalLM's); the
 #: config hooks keyed on the architecture's name (vllm/model_executor/models/config.py) are not shared
-NEMOTRON_H = frozenset({"NemotronHForCausalLM", "NemotronH_Nano_VL_V2", "NemotronH_Nano_Omni_Reasoning_V3",
-                        "NemotronH_Super_Omni_Reasoning_V3", "NemotronH_Omni_Reasoning_V3"})
+NEMOTRON_H = frozenset(
+    {
+        "NemotronHForCausalLM",
+        "NemotronH_Nano_VL_V2",
+        "NemotronH_Nano_Omni_Reasoning_V3",
+        "NemotronH_Super_Omni_Reasoning_V3",
+        "NemotronH_Omni_Reasoning_V3",
+    }
+)
 
 #: classes marked ``SupportsV0Only`` (no V1 engine at all) until the release given
-_V0_ONLY = {"JambaForCausalLM": "0.10.1", "MambaForCausalLM": "0.10.1", "FalconMambaForCausalLM": "0.10.1",
-            "MiniMaxText01ForCausalLM": "0.10.1", "MiniMaxM1ForCausalLM": "0.10.1"}
+_V0_ONLY = {
+    "JambaForCausalLM": "0.10.1",
+    "MambaForCausalLM": "0.10.1",
+    "FalconMambaForCausalLM": "0.10.1",
+    "MiniMaxText01ForCausalLM": "0.10.1",
+    "MiniMaxM1ForCausalLM": "0.10.1",
+}
 
 #: a version as typed or logged (compiled on first use, by re's own cache: the newest release needs none)
 _VERSION = r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?P<rest>.*)"
@@ -87,30 +154,42 @@ class Release(Struct, frozen=True, order=True):
             added, removed = _REGISTERED.get(spec.architecture, ("0.10.0", None))
             if removed is not None and self.at_least(removed):
                 last = _last_before(removed)
-                raise NotServed(f"vLLM {self.version} refuses {spec.architecture} ({spec.name}): \"was supported in "
-                                f"vLLM until v{last}, and is not supported anymore\" (_PREVIOUSLY_SUPPORTED_MODELS, "
-                                f"vllm/model_executor/models/registry.py); try --vllm-version {last}")
-            raise NotServed(f"vLLM {self.version} does not serve {spec.architecture} ({spec.name}): it enters the "
-                            f"registry in {added}; try --vllm-version {added}")
+                raise NotServed(
+                    f'vLLM {self.version} refuses {spec.architecture} ({spec.name}): "was supported in '
+                    f'vLLM until v{last}, and is not supported anymore" (_PREVIOUSLY_SUPPORTED_MODELS, '
+                    f"vllm/model_executor/models/registry.py); try --vllm-version {last}"
+                )
+            raise NotServed(
+                f"vLLM {self.version} does not serve {spec.architecture} ({spec.name}): it enters the "
+                f"registry in {added}; try --vllm-version {added}"
+            )
         if spec.architecture in NEMOTRON_H and "moe" in spec.ffn and self.before("0.11.1"):
-            raise NotServed(f"vLLM {self.version} cannot build {spec.name}: its MoE layers (\"E\" in "
-                            "hybrid_override_pattern) are not in NemotronH's ALL_DECODER_LAYER_TYPES "
-                            "(vllm/model_executor/models/nemotron_h.py) until 0.11.1; try --vllm-version 0.11.1")
+            raise NotServed(
+                f'vLLM {self.version} cannot build {spec.name}: its MoE layers ("E" in '
+                "hybrid_override_pattern) are not in NemotronH's ALL_DECODER_LAYER_TYPES "
+                "(vllm/model_executor/models/nemotron_h.py) until 0.11.1; try --vllm-version 0.11.1"
+            )
         if spec.architecture == "Mamba2ForCausalLM" and self.at_least("0.14.0") and self.before("0.18.0"):
-            raise NotServed(f"vLLM {self.version} fails to load {spec.name}'s config: \"'Mamba2Config' object has no "
-                            "attribute 'num_attention_heads'\" (vllm/transformers_utils/model_arch_config_convertor.py "
-                            "has no Mamba-2 entry, 0.14.0-0.17.1); try --vllm-version 0.18.0")
+            raise NotServed(
+                f"vLLM {self.version} fails to load {spec.name}'s config: \"'Mamba2Config' object has no "
+                "attribute 'num_attention_heads'\" (vllm/transformers_utils/model_arch_config_convertor.py "
+                "has no Mamba-2 entry, 0.14.0-0.17.1); try --vllm-version 0.18.0"
+            )
         v0_only = _V0_ONLY.get(spec.architecture)
         if v0_only and self.before(v0_only):
-            raise NotServed(f"vLLM {self.version} serves {spec.architecture} on its V0 engine only (SupportsV0Only "
-                            "in vllm/model_executor/models/); hybridplan models the V1 engine")
+            raise NotServed(
+                f"vLLM {self.version} serves {spec.architecture} on its V0 engine only (SupportsV0Only "
+                "in vllm/model_executor/models/); hybridplan models the V1 engine"
+            )
 
     def caveats(self, spec: ModelSpec) -> tuple[str, ...]:
         """What a reader of figures for this release should know before trusting them."""
         if spec.recurrent and self.before("0.10.2"):
-            return (f"vLLM {self.version} runs Mamba layers on its V0 engine unless VLLM_USE_V1=1 is set "
-                    "(vllm/engine/arg_utils.py), and V1 then needs --no-enable-prefix-caching: these are the V1 "
-                    "engine's figures",)
+            return (
+                f"vLLM {self.version} runs Mamba layers on its V0 engine unless VLLM_USE_V1=1 is set "
+                "(vllm/engine/arg_utils.py), and V1 then needs --no-enable-prefix-caching: these are the V1 "
+                "engine's figures",
+            )
         return ()
 
     # --- Mamba cache modes (vllm/config/cache.py, vllm/model_executor/models/config.py) -------------------
@@ -207,7 +286,7 @@ class Release(Struct, frozen=True, order=True):
 
     @property
     def rounds_available_memory(self) -> bool:
-        """"Available KV cache memory" prints ``round(GiB, 2)`` from 0.14.0 (format_gib), ``%.2f`` before."""
+        """ "Available KV cache memory" prints ``round(GiB, 2)`` from 0.14.0 (format_gib), ``%.2f`` before."""
         return self.at_least("0.14.0")
 
 

@@ -86,8 +86,9 @@ def _half_ssm_block(sc: Scenario, mode: str) -> int | None:
         return None
 
 
-def _rerun(sc: Scenario, rs: ReplaySettings, rules: dict, replay_one: Callable[[Policy], Run] | None,
-           **change) -> Run | None:
+def _rerun(
+    sc: Scenario, rs: ReplaySettings, rules: dict, replay_one: Callable[[Policy], Run] | None, **change
+) -> Run | None:
     """The row's policy with one thing changed (``vllm_version``, ``chunk``, ``retention``, ``double``: twice the
     blocks), replayed (None: the trace is too long, or vLLM refuses it)."""
     if replay_one is None:
@@ -115,8 +116,9 @@ def _rerun(sc: Scenario, rs: ReplaySettings, rules: dict, replay_one: Callable[[
     return replay_one(pol)
 
 
-def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
-             replay_one: Callable[[Policy], Run] | None) -> list[str]:
+def diagnose(
+    run: Run, rules: dict, sc: Scenario, rs: ReplaySettings, replay_one: Callable[[Policy], Run] | None
+) -> list[str]:
     """A vLLM row's misses in words: what stood in the way, the flag that changes it and by how much (a what-if
     replay with ``replay_one``; None: the trace is too long to replay)."""
     c, B = run.reasons, run.block
@@ -135,8 +137,9 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
         if mode != "attention-only":
             alt = _half_ssm_block(sc, mode)
             if alt and alt < B:
-                msg += (f"; --mamba-ssm-cache-dtype bfloat16 shrinks the Mamba page and the block to {alt:,} tokens"
-                        + (", under the prefix" if alt <= x else ", still past the prefix"))
+                msg += f"; --mamba-ssm-cache-dtype bfloat16 shrinks the Mamba page and the block to {alt:,} tokens" + (
+                    ", under the prefix" if alt <= x else ", still past the prefix"
+                )
             else:
                 msg += "; no flag takes the block below one Mamba page"
         out.append(msg)
@@ -145,18 +148,26 @@ def diagnose(run: Run, rules: dict, sc: Scenario, rs: ReplaySettings,
         if mode == "align":
             target = vpc.chunk_ending_at_block(x, B)
             if sc.vllm.release.before(ADMITTING_RELEASE):
-                msg += adv.advice(f"vLLM {ADMITTING_RELEASE}+ saves a state at the shared prefix on its second "
-                                  f"sighting ({ADMISSION})", rerun(vllm_version=ADMITTING_RELEASE), run)
+                msg += adv.advice(
+                    f"vLLM {ADMITTING_RELEASE}+ saves a state at the shared prefix on its second "
+                    f"sighting ({ADMISSION})",
+                    rerun(vllm_version=ADMITTING_RELEASE),
+                    run,
+                )
             if target:
-                msg += adv.advice(f"--max-num-batched-tokens {target} puts a prefill chunk end at {target:,}",
-                                  rerun(chunk=target), run)
+                msg += adv.advice(
+                    f"--max-num-batched-tokens {target} puts a prefill chunk end at {target:,}",
+                    rerun(chunk=target),
+                    run,
+                )
         out.append(msg)
     out += adv.common(run, rules, ADMISSION, "--num-gpu-blocks-override", rerun)
     return out
 
 
-def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario,
-               rs: ReplaySettings) -> list[tuple[str, str, object]]:
+def candidates(
+    p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scenario, rs: ReplaySettings
+) -> list[tuple[str, str, object]]:
     """(cause, change, rules) for each vLLM flag or memory that may recover a cause that costs tokens: the row's
     rules rebuilt with that change (those vLLM refuses left out)."""
     out: list[tuple[str, str, object]] = []
@@ -179,8 +190,11 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     B = r0.block
     if lost.get("eviction", 0) > 0:
         for k in (2, 8):
-            add("eviction", f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
-                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks))  # type: ignore[misc]  # a default argument binds the loop's value
+            add(
+                "eviction",
+                f"--num-gpu-blocks-override {k * r0.num_blocks} ({k}× the KV memory)",
+                lambda k=k: replace(r0, num_blocks=k * r0.num_blocks),  # type: ignore[misc]  # binds the loop's k
+            )
     if lost.get("max_model_len", 0) > 0 and run.longest_refused:
         m = run.longest_refused + 1
         add("max_model_len", f"--max-model-len {m}", lambda: vl(replace(sc, ctx=m)))
@@ -192,17 +206,28 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
         if rules.get("retention_interval") is not None:
             # the retention interval: an environment variable before 0.29.0, a flag from it (prefix_cache.py
             # ``retention``)
-            flag = ("VLLM_PREFIX_CACHE_RETENTION_INTERVAL=" if rel.before("0.29.0")
-                    else "--prefix-cache-retention-interval ")
+            flag = (
+                "VLLM_PREFIX_CACHE_RETENTION_INTERVAL="
+                if rel.before("0.29.0")
+                else "--prefix-cache-retention-interval "
+            )
             add("policy", f"{flag}{B}", lambda: vl(r=replace(rs, retention_interval=B)))
         if mode == "align" and r0.eagle and rel.at_least("0.30.0") and not r0.shared_prefix_checkpoint:
             # the shared-prefix checkpoint with EAGLE: 0.30.0+, renamed in 0.31.0 (prefix_cache.py)
-            flag = ("--enable-mamba-fine-grained-prefix-cache" if rel.before("0.31.0")
-                    else "--enable-mamba-shared-prefix-checkpoint")
+            flag = (
+                "--enable-mamba-fine-grained-prefix-cache"
+                if rel.before("0.31.0")
+                else "--enable-mamba-shared-prefix-checkpoint"
+            )
             for u in (64, 16):
                 if B % u == 0 and u < B:
-                    add("policy", f"{flag} --prefix-match-unit {u}",
-                        lambda u=u: vl(r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)))  # type: ignore[misc]  # a default argument binds the loop's value
+                    add(
+                        "policy",
+                        f"{flag} --prefix-match-unit {u}",
+                        lambda u=u: vl(  # type: ignore[misc]  # a default argument binds the loop's u
+                            r=replace(rs, shared_prefix_checkpoint=True, prefix_match_unit=u)
+                        ),
+                    )
         x = adv.median(run, "checkpoint_past_divergence")
         target = vpc.chunk_ending_at_block(x, B) if mode == "align" else 0
         if target and target != sc.chunk:
@@ -210,8 +235,11 @@ def candidates(p: Policy, rules: dict, run: Run, lost: dict[str, int], sc: Scena
     if lost.get("grid", 0) > 0 and mode != "none":
         alt = _half_ssm_block(sc, mode)
         if alt and alt < B:
-            add("grid", "--mamba-ssm-cache-dtype bfloat16", lambda: vl(replace(sc, dtypes=replace(sc.dtypes,
-                                                                                                  ssm="bfloat16"))))
+            add(
+                "grid",
+                "--mamba-ssm-cache-dtype bfloat16",
+                lambda: vl(replace(sc, dtypes=replace(sc.dtypes, ssm="bfloat16"))),
+            )
         if r0.unit == B and rel.at_least("0.26.0") and mode == "align":  # --prefix-match-unit: 0.26.0+
             for u in (64, 16):
                 if B % u == 0 and u < B:
@@ -234,8 +262,9 @@ def state_grid(r: vpc.Rules) -> int:
     return vpc.state_grid(r)
 
 
-def sweep_point(sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float,
-                block: int) -> tuple[Policy, float] | None:
+def sweep_point(
+    sc: Scenario, rs: ReplaySettings, rules: dict, over: str, k: float, block: int
+) -> tuple[Policy, float] | None:
     """The row's policy at one point of a ``--plot``: the budget times ``k``, or the block (``block`` times
     ``k``, as --block-size); None where the row is not swept."""
     if over == "budget":

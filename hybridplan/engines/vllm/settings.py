@@ -47,10 +47,12 @@ class VllmSettings(Struct, frozen=True):
         if self.gdn_backend is not None and self.gdn_backend not in GDN_BACKENDS:
             raise PlanError(f"unknown --gdn-prefill-backend {self.gdn_backend!r} (known: {', '.join(GDN_BACKENDS)})")
         if self.performance_mode is not None and self.performance_mode not in PERFORMANCE_MODES:
-            raise PlanError(f"unknown --performance-mode {self.performance_mode!r} (known: "
-                            f"{', '.join(PERFORMANCE_MODES)})")
+            raise PlanError(
+                f"unknown --performance-mode {self.performance_mode!r} (known: {', '.join(PERFORMANCE_MODES)})"
+            )
         if self.performance_mode is not None and self.release.before(PERFORMANCE_MODE_FROM):
-            raise PlanError(f"vLLM {self.release.version} has no --performance-mode (it appears in "
-                            f"{PERFORMANCE_MODE_FROM})")
+            raise PlanError(
+                f"vLLM {self.release.version} has no --performance-mode (it appears in {PERFORMANCE_MODE_FROM})"
+            )
         if self.max_num_seqs is not None and self.max_num_seqs <= 0:
             raise PlanError(f"--max-num-seqs must be positive, got {self.max_num_seqs}")

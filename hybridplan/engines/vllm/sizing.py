@@ -101,8 +101,10 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
 
     fp, rel = footprint(sc), sc.vllm.release
     kv = [[k, Bucket(g.kind, g.count, g.window, False)] for k, g in zip(_keys(sc.spec.mixers, sc.tp), fp.kv)]
-    state = [[("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype),
-              Bucket(g.kind, g.count, None, True)] for g in fp.state]
+    state = [
+        [("state", g.kind, g.conv_shape, g.ssm_shape, g.conv_dtype, g.ssm_dtype), Bucket(g.kind, g.count, None, True)]
+        for g in fp.state
+    ]
     # in the order of the layers' first appearance, as vLLM fills its buckets (and prints their padding lines)
     kinds = [m.kind in ATTENTION_KINDS for m in dict.fromkeys(sc.spec.mixers)]
     firsts = list(dict.fromkeys(_keys(sc.spec.mixers, sc.tp)))
@@ -137,10 +139,12 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
         same[1] = replace(same[1], layers=same[1].layers + s.count)
     common = max([page, *own_pages.values()])
     if common > page and fp.state and rel.before(PAD_MAMBA_PAGE):
-        raise Refused(f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
-                        f"{block} tokens) is larger than the Mamba page ({page:,} B), which grows with its block no "
-                        f"more (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py; vLLM {PAD_MAMBA_PAGE} "
-                        "pads the Mamba page to it)")
+        raise Refused(
+            f"vLLM {rel.version} cannot unify the KV pages: the draft's attention page ({common:,} B at "
+            f"{block} tokens) is larger than the Mamba page ({page:,} B), which grows with its block no "
+            f"more (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_utils.py; vLLM {PAD_MAMBA_PAGE} "
+            "pads the Mamba page to it)"
+        )
     for i, own in own_pages.items():
         if own == common:
             continue
@@ -148,10 +152,12 @@ def buckets(sc: Scenario, lay: Layout) -> tuple[tuple[Bucket, ...], int]:
             out[i][1] = replace(out[i][1], block=block * (common // own))
         elif not rel.at_least(PAD_ATTENTION_PAGE):
             whose = "the draft's" if out[i][1].draft else "the target's"
-            raise Refused(f"vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: \"The page size of the "
-                            "layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.\" "
-                            f"({own:,} B against {common:,} B; unify_kv_cache_spec_page_size, "
-                            "vllm/v1/core/kv_cache_utils.py)")
+            raise Refused(
+                f'vLLM {rel.version} refuses {whose} {out[i][1].kind} layers: "The page size of the '
+                'layer is not divisible by the maximum page size. Cannot unify by adjusting block_size." '
+                f"({own:,} B against {common:,} B; unify_kv_cache_spec_page_size, "
+                "vllm/v1/core/kv_cache_utils.py)"
+            )
         # else the page is padded to the common page, its block kept
     return tuple(b for _, b in out), common
 
@@ -164,8 +170,9 @@ def _threshold(rel: Release) -> float | None:
     return 1.5 if rel.at_least("0.18.0") else 1.25
 
 
-def cache_groups(fp: Footprint, rel: Release = NEWEST,
-                 given: tuple[Bucket, ...] | None = None) -> tuple[int, tuple[CacheGroup, ...]]:
+def cache_groups(
+    fp: Footprint, rel: Release = NEWEST, given: tuple[Bucket, ...] | None = None
+) -> tuple[int, tuple[CacheGroup, ...]]:
     """Bucket layers by identical spec (``given``, else one bucket per footprint group); group size = the
     smallest bucket, or the largest when that is close enough (``_threshold``); each bucket of n layers makes
     cdiv(n, size) groups (layers assigned strided; contiguous in 0.10, which counts the same)."""
@@ -269,8 +276,9 @@ class Capacity(Struct, frozen=True):
 
     @property
     def logs(self) -> tuple[str, ...]:
-        pads = tuple(f"Add {p} padding layers, may waste at most {pct:.2f}% KV cache memory"
-                     for p, pct in self.padding_layers)
+        pads = tuple(
+            f"Add {p} padding layers, may waste at most {pct:.2f}% KV cache memory" for p, pct in self.padding_layers
+        )
         size = f"GPU KV cache size: {self.kv_tokens:,} tokens"
         conc = f"Maximum concurrency for {self.max_len:,} tokens per request: {self.max_concurrency:.2f}x"
         return pads + ((f"{size}, {conc}",) if self.rel.one_line_capacity_log else (size, conc))
@@ -290,10 +298,17 @@ class Capacity(Struct, frozen=True):
         """0.17.0–0.26: align mode refuses a block larger than ``--max-num-batched-tokens`` (vllm/config/vllm.py:
         in ``__post_init__`` in 0.17, in ``validate_block_size``, called by the engine core, from 0.18)."""
         block = self.layout.block_size
-        if (self.layout.mode == "align" and block and block > self.batched_tokens and self.rel.at_least("0.17.0")
-                and self.rel.before("0.27.0")):
-            return (f"In Mamba cache align mode, block_size ({block}) must be <= max_num_batched_tokens "
-                    f"({self.batched_tokens}).")
+        if (
+            self.layout.mode == "align"
+            and block
+            and block > self.batched_tokens
+            and self.rel.at_least("0.17.0")
+            and self.rel.before("0.27.0")
+        ):
+            return (
+                f"In Mamba cache align mode, block_size ({block}) must be <= max_num_batched_tokens "
+                f"({self.batched_tokens})."
+            )
         return None
 
     @property
@@ -303,9 +318,11 @@ class Capacity(Struct, frozen=True):
         if self.request_bytes <= self.kv_budget:
             return None
         whose = seq_len_owner(self.rel)
-        return (f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
-                f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
-                f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB).")
+        return (
+            f"To serve at least one request with the {whose} max seq len ({self.max_len}), "
+            f"({_gib(self.request_bytes, self.rel)} GiB KV cache is needed, which is larger than the "
+            f"available KV cache memory ({_gib(self.kv_budget, self.rel)} GiB)."
+        )
 
     def problem(self, max_num_seqs: int) -> str | None:
         """Why vLLM would not start with this many sequences, in its own words; None when it starts."""
@@ -314,13 +331,16 @@ class Capacity(Struct, frozen=True):
         if self.memory_problem:
             return self.memory_problem
         if self.max_concurrency < 1:
-            return (f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, "
-                    f"only {self.num_blocks} fit")
+            return (
+                f"one {self.max_len:,}-token request needs {self.blocks_per_request} blocks, only {self.num_blocks} fit"
+            )
         lim = self.max_num_seqs_limit
         if lim is not None and max_num_seqs > lim:
-            return (f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({lim}). Each decode "
-                    "sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower "
-                    f"max_num_seqs to at most {lim} or increase gpu_memory_utilization.")
+            return (
+                f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks ({lim}). Each decode "
+                "sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower "
+                f"max_num_seqs to at most {lim} or increase gpu_memory_utilization."
+            )
         return None
 
 
@@ -331,11 +351,25 @@ def capacity(sc: Scenario, mode: str, kv_budget: int) -> Capacity:
     lay = layout(sc, mode)
     given, common = buckets(sc, lay)
     size, groups = cache_groups(footprint(sc), sc.vllm.release, given)
-    pages = tuple(recurrent_pages(sc, g.kind, mode, lay.block_size) if g.recurrent
-                  else attention_pages(sc, g.window, g.block or lay.block_size) for g in groups)
-    return Capacity(lay, size, groups, pages, kv_budget, sc.ctx, sc.vllm.release, sc.vllm.enforce_eager,
-                    batched_tokens(sc),
-                    sc.vllm.block_size or KERNEL_BLOCK, None if common == lay.page_bytes else common)
+    pages = tuple(
+        recurrent_pages(sc, g.kind, mode, lay.block_size)
+        if g.recurrent
+        else attention_pages(sc, g.window, g.block or lay.block_size)
+        for g in groups
+    )
+    return Capacity(
+        lay,
+        size,
+        groups,
+        pages,
+        kv_budget,
+        sc.ctx,
+        sc.vllm.release,
+        sc.vllm.enforce_eager,
+        batched_tokens(sc),
+        sc.vllm.block_size or KERNEL_BLOCK,
+        None if common == lay.page_bytes else common,
+    )
 
 
 def max_num_seqs(sc: Scenario) -> int:
@@ -344,7 +378,7 @@ def max_num_seqs(sc: Scenario) -> int:
 
 
 def kv_budget(sc: Scenario) -> int:
-    """"Available KV cache memory" on one rank: given, or what the memory waterfall leaves (``memory``)."""
+    """ "Available KV cache memory" on one rank: given, or what the memory waterfall leaves (``memory``)."""
     if sc.budget.kv_budget is not None:
         return sc.budget.kv_budget
     from hybridplan.engines.vllm.memory import memory
@@ -392,12 +426,22 @@ class ModeFit(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         c = self.capacity
-        return {"block_size": c.layout.block_size, "page_bytes": c.page_bytes, "group_size": c.group_size,
-                "groups": len(c.groups), "bytes_per_block": c.bytes_per_block, "num_blocks": c.num_blocks,
-                "blocks_per_request": c.blocks_per_request, "max_concurrency": c.max_concurrency,
-                "kv_tokens": c.kv_tokens, "max_num_seqs": self.max_num_seqs,
-                "largest_max_num_seqs": self.largest_max_num_seqs, "starts": self.starts, "problem": self.problem,
-                "logs": list(c.layout.logs) + list(c.logs)}
+        return {
+            "block_size": c.layout.block_size,
+            "page_bytes": c.page_bytes,
+            "group_size": c.group_size,
+            "groups": len(c.groups),
+            "bytes_per_block": c.bytes_per_block,
+            "num_blocks": c.num_blocks,
+            "blocks_per_request": c.blocks_per_request,
+            "max_concurrency": c.max_concurrency,
+            "kv_tokens": c.kv_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "largest_max_num_seqs": self.largest_max_num_seqs,
+            "starts": self.starts,
+            "problem": self.problem,
+            "logs": list(c.layout.logs) + list(c.logs),
+        }
 
 
 class Fit(Struct, frozen=True):
@@ -435,7 +479,8 @@ class Fit(Struct, frozen=True):
         f = self.chosen
         n = f.max_num_seqs if f.starts else (f.largest_max_num_seqs or 0)
         return f"--max-model-len {self.ctx} --max-num-seqs {max(n, 1)}" + (
-            f" --tensor-parallel-size {self.tp}" if self.tp > 1 else "")
+            f" --tensor-parallel-size {self.tp}" if self.tp > 1 else ""
+        )
 
     @property
     def logs(self) -> tuple[str, ...]:
@@ -444,14 +489,20 @@ class Fit(Struct, frozen=True):
         drafter = self.memory.term("drafter weights") if self.memory else 0
         weights = (self.memory.term("weights") + drafter) if self.memory else 0
         loading = (("Loading drafter model...",) if drafter else ()) + (
-            (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ())
+            (f"Model loading took {_gib(weights, self.rel)} GiB memory",) if weights else ()
+        )
         return loading + (available_kv_memory_log(self.budget, self.rel),)
 
     def to_dict(self) -> dict:
-        return {"version": self.rel.version, "default_mode": self.default_mode, "kv_budget_bytes": self.budget,
-                "available_kv_cache_memory_log": available_kv_memory_log(self.budget, self.rel),
-                "memory": self.memory.to_dict() if self.memory else None, "max_model_len_refused": self.refusal,
-                "modes": {m: f.to_dict() for m, f in self.modes.items()}}
+        return {
+            "version": self.rel.version,
+            "default_mode": self.default_mode,
+            "kv_budget_bytes": self.budget,
+            "available_kv_cache_memory_log": available_kv_memory_log(self.budget, self.rel),
+            "memory": self.memory.to_dict() if self.memory else None,
+            "max_model_len_refused": self.refusal,
+            "modes": {m: f.to_dict() for m, f in self.modes.items()},
+        }
 
 
 def fit(sc: Scenario) -> Fit | Shortfall:
@@ -475,6 +526,8 @@ def fit(sc: Scenario) -> Fit | Shortfall:
     notes += filter(None, [defaults.note(sc), defaults.gdn_note(sc)])
     blocks = fits[chosen].capacity.mamba_blocks
     if rel.max_num_seqs_check == "cap" and blocks is not None and n > blocks and not sc.vllm.enforce_eager:
-        notes.append(f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
-                     f"blocks: batches above {blocks} sequences run without graphs (vllm/config/compilation.py)")
+        notes.append(
+            f"vLLM {rel.version} starts, but caps its CUDA-graph capture sizes at the {blocks} Mamba cache "
+            f"blocks: batches above {blocks} sequences run without graphs (vllm/config/compilation.py)"
+        )
     return Fit(rel, budget, chosen, fits, sc.ctx, sc.tp, refusal(sc), tuple(notes), water)

@@ -24,22 +24,41 @@ from hybridplan.speculative import load_draft, mtp_layers, token_count
 #: from the wheels of 0.10.0, 0.10.1, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.16.0-0.20.1, 0.22.0, 0.24.0, 0.26.0,
 #: 0.28.0-0.30.0, 0.32.0 and 0.33.0; a name that came between two of them is given from the later one.
 VLLM_METHODS: dict[str, tuple[str, str | None]] = {
-    "ngram": ("0.10.0", None), "eagle": ("0.10.0", None), "eagle3": ("0.10.0", None),
-    "draft_model": ("0.10.0", None), "deepseek_mtp": ("0.10.0", None),
-    "medusa": ("0.10.0", "0.33.0"), "mlp_speculator": ("0.10.0", "0.33.0"),
-    "qwen3_next_mtp": ("0.10.2", None), "ernie_mtp": ("0.10.2", None),
-    "mtp": ("0.11.0", None), "mimo_mtp": ("0.11.0", None), "glm4_moe_mtp": ("0.11.0", None),
+    "ngram": ("0.10.0", None),
+    "eagle": ("0.10.0", None),
+    "eagle3": ("0.10.0", None),
+    "draft_model": ("0.10.0", None),
+    "deepseek_mtp": ("0.10.0", None),
+    "medusa": ("0.10.0", "0.33.0"),
+    "mlp_speculator": ("0.10.0", "0.33.0"),
+    "qwen3_next_mtp": ("0.10.2", None),
+    "ernie_mtp": ("0.10.2", None),
+    "mtp": ("0.11.0", None),
+    "mimo_mtp": ("0.11.0", None),
+    "glm4_moe_mtp": ("0.11.0", None),
     "longcat_flash_mtp": ("0.11.0", None),
     "suffix": ("0.12.0", None),
-    "qwen3_5_mtp": ("0.17.0", None), "nemotron_h_mtp": ("0.17.0", None),
-    "extract_hidden_states": ("0.17.0", None), "ngram_gpu": ("0.18.0", None),
+    "qwen3_5_mtp": ("0.17.0", None),
+    "nemotron_h_mtp": ("0.17.0", None),
+    "extract_hidden_states": ("0.17.0", None),
+    "ngram_gpu": ("0.18.0", None),
     "dflash": ("0.20.0", None),
     "custom_class": ("0.22.0", None),
     "dspark": ("0.26.0", None),
 }
 #: the per-model MTP names that 0.11.0 on rewrites to ``mtp`` ("method `…` is deprecated and replaced with mtp")
-VLLM_MTP_NAMES = frozenset({"deepseek_mtp", "qwen3_next_mtp", "ernie_mtp", "mimo_mtp", "glm4_moe_mtp",
-                            "longcat_flash_mtp", "qwen3_5_mtp", "nemotron_h_mtp"})
+VLLM_MTP_NAMES = frozenset(
+    {
+        "deepseek_mtp",
+        "qwen3_next_mtp",
+        "ernie_mtp",
+        "mimo_mtp",
+        "glm4_moe_mtp",
+        "longcat_flash_mtp",
+        "qwen3_5_mtp",
+        "nemotron_h_mtp",
+    }
+)
 #: methods whose draft is a model of its own, named by ``model``
 VLLM_DRAFT_METHODS = frozenset({"eagle", "eagle3", "dflash", "draft_model", "dspark"})
 #: methods that propose without a model (nothing joins the caches)
@@ -81,16 +100,31 @@ def speculative_from_vllm(config: str | dict, target: ModelSpec, release: Any = 
         if model is None:
             raise PlanError("--speculative-config names neither a method nor a model")
         low = model.lower()
-        method = ("ngram" if model in ("ngram", "[ngram]") else "eagle" if "eagle-" in low
-                  else "eagle3" if "eagle3" in low else "dflash" if "dflash" in low and rel.at_least("0.20.0")
-                  else "draft_model")
+        method = (
+            "ngram"
+            if model in ("ngram", "[ngram]")
+            else "eagle"
+            if "eagle-" in low
+            else "eagle3"
+            if "eagle3" in low
+            else "dflash"
+            if "dflash" in low and rel.at_least("0.20.0")
+            else "draft_model"
+        )
     since, until = VLLM_METHODS.get(method, (None, None))
     if since is None or rel.before(since) or (until is not None and rel.at_least(until)):
         known = sorted(m for m, (a, b) in VLLM_METHODS.items() if rel.at_least(a) and (b is None or rel.before(b)))
-        when = (f"; it is accepted from vLLM {since}" if since and rel.before(since)
-                else f"; vLLM {until} dropped it" if until and rel.at_least(until) else "")
-        raise PlanError(f"vLLM {rel.version} refuses speculative method {method!r} (SpeculativeMethod, "
-                        f"vllm/config/speculative.py: input should be one of {', '.join(known)}){when}")
+        when = (
+            f"; it is accepted from vLLM {since}"
+            if since and rel.before(since)
+            else f"; vLLM {until} dropped it"
+            if until and rel.at_least(until)
+            else ""
+        )
+        raise PlanError(
+            f"vLLM {rel.version} refuses speculative method {method!r} (SpeculativeMethod, "
+            f"vllm/config/speculative.py: input should be one of {', '.join(known)}){when}"
+        )
     if method in VLLM_MTP_NAMES and rel.at_least("0.11.0"):
         method = "mtp"
     if method in VLLM_MODEL_FREE or method in VLLM_HEADS_ONLY:
@@ -100,18 +134,24 @@ def speculative_from_vllm(config: str | dict, target: ModelSpec, release: Any = 
         return Speculative(method=method, num_tokens=k, draft_ref=ref)
     if method in VLLM_DRAFT_METHODS:
         if model is None:
-            raise PlanError("num_speculative_tokens was provided but without speculative model "
-                            f"(vLLM {rel.version}, vllm/config/speculative.py): {method} needs \"model\"")
+            raise PlanError(
+                "num_speculative_tokens was provided but without speculative model "
+                f'(vLLM {rel.version}, vllm/config/speculative.py): {method} needs "model"'
+            )
         draft = load_draft(model)
         if k is None:
-            raise PlanError("num_speculative_tokens must be provided with speculative model unless the draft "
-                            "model config contains an n_predict parameter (vllm/config/speculative.py)")
+            raise PlanError(
+                "num_speculative_tokens must be provided with speculative model unless the draft "
+                "model config contains an n_predict parameter (vllm/config/speculative.py)"
+            )
         return Speculative(method=method, num_tokens=k, draft=draft, draft_ref=model, layers=draft.mixers)
     # MTP: the target drafts with its own MTP layers; num_speculative_tokens defaults to their count
     layers, n_predict = mtp_layers(target)
     if k is None:
         k = n_predict
     elif k > n_predict and k % n_predict:
-        raise PlanError(f"num_speculative_tokens:{k} must be divisible by n_predict={n_predict} "
-                        f"(vLLM {rel.version}, vllm/config/speculative.py)")
+        raise PlanError(
+            f"num_speculative_tokens:{k} must be divisible by n_predict={n_predict} "
+            f"(vLLM {rel.version}, vllm/config/speculative.py)"
+        )
     return Speculative(method=method, num_tokens=k, draft_ref=model, layers=layers)
