@@ -369,7 +369,7 @@ PENDING = {
     "vllm-0.20.0-nemotron-3-nano-omni-30b-a3b-nvfp4-rtx5090-1.log": (
         (),
         "model not shipped as an Omni spec: nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-NVFP4 resolves "
-        "NemotronH_Nano_Omni_Reasoning_V3 (accepted since issue 28, its backbone read from llm_config, its SSM state "
+        "NemotronH_Nano_Omni_Reasoning_V3 (accepted: its backbone read from llm_config, its SSM state "
         'bf16 in 0.20.0), but no config of it is saved, so the log is not named ("pass --model") and '
         "nemotron-3-nano-30b-a3b is of another architecture; the note quotes only 289,408 KV tokens, with no budget",
     ),

@@ -199,15 +199,15 @@ LEFT_OUT = {
     "vllm-0.25.1-gemma-4-26B-A4B-it-AWQ-INT4-GB10-1.log": "its vocabulary (Gemma 4's) is in no shipped config",
     "vllm-0.25.1-gemma-4-26B-A4B-it-NVFP4-GB10-1.log": "its vocabulary (Gemma 4's) is in no shipped config",
     # tests/data/logs (the logs of tests/test_real_logs.py that print both lines)
-    # the held-out logs of tests/test_real_logs.py HELD_OUT (issue 28 item 7) that print both lines
+    # the held-out logs of tests/test_real_logs.py HELD_OUT that print both lines
     "vllm-0.23.1rc1-qwen3.6-27b-nvfp4-mtp-arm64-1.log": "the GPU is not named (an arm64 host without native FP4); "
-    "and an MTP drafter, whose weights are not counted yet",
-    "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP), whose weights are not "
-    "counted yet (issue 28 item 2)",
-    "vllm-0.20.2-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP), whose weights are not "
-    "counted yet (issue 28 item 2)",
-    "vllm-0.22.1rc1-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP), whose weights are not "
-    "counted yet (issue 28 item 2)",
+    "and an MTP drafter (the table holds starts without one)",
+    "vllm-0.20.0-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP): the table holds "
+    "starts without a drafter",
+    "vllm-0.20.2-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP): the table holds "
+    "starts without a drafter",
+    "vllm-0.22.1rc1-qwen3.6-35b-a3b-nvfp4-mtp-gb10-1.log": "an MTP drafter (Qwen3_5MoeMTP): the table holds "
+    "starts without a drafter",
     "vllm-0.13.0-nemotron-3-nano-4b-fp8-unknown-1.log": "the same start as "
     "vllm-0.13.0-Nemotron-3-Nano-4B-FP8-GB10-1.log (same "
     "process ids, times and figures)",

@@ -189,7 +189,7 @@ class PyPool:
         avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
         # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
         if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
-            steps, hit_blocks, nblocks, m_needs, m_index, avail, m_kept
+            steps, hit_blocks, nblocks, (m_needs, m_index, m_kept), avail
         ):
             return False
         slots: list[int | None] = [None] * len(ents)
@@ -347,10 +347,8 @@ class PyPool:
         steps: list[int],
         hit_blocks: int,
         nblocks: int,
-        m_needs: list[int],
-        m_index: list[int],
+        mamba: tuple[list[int], list[int], int],
         avail: int,
-        m_kept: int,
     ) -> bool:
         """The dry run: at no step does the request take more blocks than are free (the attention groups' new
         blocks b ≥ ``hit_blocks`` are needed at b·B + 1 tokens; the Mamba groups' at ``m_needs``, and each
@@ -358,7 +356,9 @@ class PyPool:
         blocks another request still holds: vLLM's free_blocks puts a block in the free queue only when its
         ref_cnt falls to 0, and allocate_slots compares the new blocks with the free queue's length after
         remove_skipped_blocks, vllm/v1/core/kv_cache_manager.py and block_pool.py, 0.29.0). The hit's Mamba
-        block stands for the lowest index, so it is passed first: with any block passed."""
+        block stands for the lowest index, so it is passed first: with any block passed. ``mamba``: the Mamba
+        groups' ``(m_needs, m_index, m_kept)``."""
+        m_needs, m_index, m_kept = mamba
         B = self.block
         na, nm = len(self._attn), len(self._mamba)
         new = na * (nblocks - hit_blocks) + nm * len(m_needs)
