@@ -492,3 +492,30 @@ def test_one_request_is_singular(run_cli, tmp_path):
     p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n')
     code, out, _ = run_cli("replay", p, "nemotron-h", "--kv-budget", "40GiB")
     assert code == 0 and "1 request of one.jsonl (mooncake), 1 in flight" in out and "1 requests" not in out
+
+
+def test_a_context_past_the_configs_length_is_refused_as_vllm_refuses_it(run_cli):
+    # Nemotron-H-8B's config: max_position_embeddings 8192 (model_specs, its config.json); vLLM's
+    # _get_and_verify_max_len (vllm/config/model.py) refuses a larger --max-model-len unless
+    # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, as `fit` says; `replay` replays no engine that does not start
+    args = (
+        "replay",
+        "synthetic",
+        "nemotron-h",
+        "--shared",
+        "100",
+        "--private",
+        "100",
+        "--users",
+        "2",
+        "--kv-budget",
+        "40GiB",
+        "--engine",
+        "vllm",
+    )
+    code, out, err = run_cli(*args, "--ctx", "131072")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "User-specified max_model_len (131072) is greater than the derived max_model_len" in err
+    assert err.count("will not start") == 1
+    code, out, _ = run_cli(*args, "--ctx", "131072", "--allow-long-context")
+    assert code == 0 and "vLLM 0.33.0" in out

@@ -156,8 +156,13 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     from hybridplan.engines.vllm.dtypes import footprint
     from hybridplan.engines.vllm.sizing import capacity
 
+    from hybridplan.engines.vllm.context import refusal
+
     rel = sc.vllm.release
     rel.check_served(sc.spec)
+    long_context = refusal(sc)  # --max-model-len past the config's length: vLLM does not start (as `fit` says)
+    if long_context is not None:
+        raise NotServed(f'vLLM {rel.version} will not start: "{long_context}"')
     lay = layout(sc, mode)
     block = lay.block_size or ATTENTION_BLOCK
     cap = capacity(sc, mode, kv_budget)

@@ -67,7 +67,7 @@ def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[list[tu
         label = r.label if sc.spec.recurrent else f"vLLM {rel.version} prefix caching"
         out.append((_policy(r, label, min(rs.concurrency, running_limit(sc))), r.to_dict()))
     if len(refused) == len(modes):
-        raise NotServed("; ".join(refused.values()))
+        raise NotServed("; ".join(dict.fromkeys(refused.values())))  # one reason once, whatever the modes
     return out, {f"vLLM {rel.version} {m}": why for m, why in refused.items()}
 
 
