@@ -153,10 +153,9 @@ def retention(sc: Scenario, rs: ReplaySettings) -> tuple[int | None, str]:
 def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
     """The rules ``mode`` runs with on this release, with the pool the budget buys."""
     from hybridplan.engines.vllm.blocks import layout, prefill_checkpoint, recurrent_pages
+    from hybridplan.engines.vllm.context import refusal
     from hybridplan.engines.vllm.dtypes import footprint
     from hybridplan.engines.vllm.sizing import capacity
-
-    from hybridplan.engines.vllm.context import refusal
 
     rel = sc.vllm.release
     rel.check_served(sc.spec)
