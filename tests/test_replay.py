@@ -519,3 +519,7 @@ def test_a_context_past_the_configs_length_is_refused_as_vllm_refuses_it(run_cli
     assert err.count("will not start") == 1
     code, out, _ = run_cli(*args, "--ctx", "131072", "--allow-long-context")
     assert code == 0 and "vLLM 0.33.0" in out
+    # SGLang likewise: ModelConfig's context check (srt/configs/model_config.py) unless
+    # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+    code, out, err = run_cli(*args[:-1], "sglang", "--ctx", "131072")
+    assert code == 2 and "User-specified context_length (131072) is greater than the derived context_length" in err
