@@ -120,7 +120,7 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
         raise NotServed(f'SGLang {rel.version} will not start: "{exc}"') from None
     if isinstance(f, Shortfall):
         raise NotServed(f"SGLang {rel.version}: {f.problem}")
-    if f.refusal is not None:  # SGLang does not start (pool.py fit): a --context-length past the config, HiCache it refuses
+    if f.refusal is not None:  # pool.py fit: a context past the config, HiCache it refuses
         raise NotServed(f"SGLang {rel.version} will not start: {f.refusal}")
     kv = rs.max_total_tokens or f.kv_tokens
     slots = sc.sglang.max_mamba_cache_size or f.pool.size
