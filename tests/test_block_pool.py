@@ -52,7 +52,8 @@ def _trace(shapes: list[tuple[list[int], int]]) -> list[Request]:
 def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, pool) -> dict:
     model, minor, mode, given_rs = rule
     rs = ReplaySettings(concurrency=concurrency, num_gpu_blocks_override=blocks, **given_rs)
-    r = vpc.rules(scenario(model, 32768, minor=minor), rs, mode, 40 * GiB)
+    # 32k tokens: past Nemotron-H-8B's 8,192, so with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (--allow-long-context)
+    r = vpc.rules(scenario(model, 32768, minor=minor, allow_long_context=True), rs, mode, 40 * GiB)
     cache = vpc.Cache(r)
     cache.pool = pool(r.num_blocks, "".join(cache.groups), r.uncached_first, r.block)
     runs, _ = replay([Policy(r.label, cache, r.block, r.max_model_len)], trace, concurrency)

@@ -160,7 +160,10 @@ def test_replay_chunks_by_the_gpus_default():
     # block b) ends its steps at multiples of the chunk floored to b, so a 2,048-token chunk on an L40S gives
     # about four times the steps of an 8,192-token one on an H100
     def ends(key):
-        sc = scenario("nemotron-h", 32768, engine="vllm", budget=Budget(gpu=key, gpu_mem=gpu(key).total))
+        # past Nemotron-H-8B's 8,192 tokens: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (--allow-long-context)
+        sc = scenario(
+            "nemotron-h", 32768, engine="vllm", allow_long_context=True, budget=Budget(gpu=key, gpu_mem=gpu(key).total)
+        )
         r = vpc.rules(sc, ReplaySettings(), "align", 40 * GiB)
         return r, vpc.Cache(r).prefill_ends(Request(0, Prompt(runs=((("p",), 20_000),)), 1), 0, 0)
 
