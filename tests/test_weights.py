@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hybridplan.errors import PlanError
 from hybridplan.loader import load_model, shipped_specs
@@ -171,3 +173,45 @@ def test_quantized_checkpoint_keeps_embeddings_and_norms():
 def test_unsized_quantization_is_refused():
     with pytest.raises(PlanError, match="does not size the quantization 'hqq'"):
         scheme({"quantization_config": {"quant_method": "hqq"}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    patterns=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "lm_head",
+                    "model.layers.0.mlp",
+                    "*.mixer.in_proj",
+                    "model.layers.1?.*",
+                    "re:.*self_attn.*",
+                    "re:model\\.layers\\.[0-3]\\.",
+                    "re:(?i)LM_HEAD",
+                    "model.layers.[12].mlp.gate",
+                    "backbone.layers.*.mixer",
+                ]
+            ),
+            st.text(alphabet="abl.*?[]01_", max_size=12),
+        ),
+        max_size=6,
+    ),
+    name=st.sampled_from(
+        [
+            "lm_head",
+            "model.layers.0.mlp.down_proj",
+            "model.layers.12.mlp.gate",
+            "model.layers.1.mlp.gate",
+            "backbone.layers.3.mixer.in_proj",
+            "model.layers.2.self_attn.q_proj",
+            "model.visual.blocks.0",
+        ]
+    )
+    | st.text(alphabet="abl.*?[]01_", max_size=12),
+)
+def test_the_joined_ignore_list_matches_as_each_pattern_does(patterns, name):
+    # the joined matcher is an implementation of the per-pattern rule (quant.py ``_matches``: vLLM's and
+    # ModelOpt's ``re:`` expressions, globs and module names): the two must agree on every list and name
+    from hybridplan.weights.quant import _matches, _skipper
+
+    assert _skipper(tuple(patterns))(name) == any(_matches(name, p) for p in patterns)

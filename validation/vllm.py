@@ -67,50 +67,14 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hybridplan.engines.vllm.releases import VERSIONS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
-#: every vLLM release from 0.10.0 on, as hybridplan knows them (hybridplan/engines/vllm/releases.py VERSIONS)
-ALL_RELEASES = (
-    "0.10.0",
-    "0.10.1",
-    "0.10.1.1",
-    "0.10.2",
-    "0.11.0",
-    "0.11.1",
-    "0.11.2",
-    "0.12.0",
-    "0.13.0",
-    "0.14.0",
-    "0.14.1",
-    "0.15.0",
-    "0.15.1",
-    "0.16.0",
-    "0.17.0",
-    "0.17.1",
-    "0.18.0",
-    "0.18.1",
-    "0.19.0",
-    "0.19.1",
-    "0.20.0",
-    "0.20.1",
-    "0.20.2",
-    "0.21.0",
-    "0.22.0",
-    "0.22.1",
-    "0.23.0",
-    "0.24.0",
-    "0.25.0",
-    "0.25.1",
-    "0.26.0",
-    "0.27.0",
-    "0.27.1",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-)
+#: every vLLM release from 0.10.0 on: the list of releases to run is hybridplan's (which releases it claims),
+#: read from hybridplan/engines/vllm/releases.py; every figure compared comes from the release's own code
+ALL_RELEASES = VERSIONS
 RELEASES = ALL_RELEASES
 TPS = (1, 2, 4, 8)
 #: pipeline-parallel degrees run at TP 1: the layers split by vLLM's own get_pp_indices, one worker a stage

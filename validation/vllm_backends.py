@@ -42,28 +42,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hybridplan.engines.vllm.releases import VERSIONS  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES = (
-    "0.20.0",
-    "0.20.1",
-    "0.20.2",
-    "0.21.0",
-    "0.22.0",
-    "0.22.1",
-    "0.23.0",
-    "0.24.0",
-    "0.25.0",
-    "0.25.1",
-    "0.26.0",
-    "0.27.0",
-    "0.27.1",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-)
+#: the releases from 0.20.0, where the hybrid block alignment reads the backend's kernel block sizes
+RELEASES = VERSIONS[VERSIONS.index("0.20.0") :]
 CAPABILITIES = ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0), (12, 1))
 
 WORKER = r'''
