@@ -143,6 +143,10 @@ def test_a_hub_id_reads_the_headers_the_hub_serves(run_cli, tmp_path, monkeypatc
     snap.joinpath("config.json").write_text(CONFIG.read_text())
     (snap.parents[1] / "refs").mkdir()
     (snap.parents[1] / "refs" / "main").write_text("0" * 40)
+    # the cache records that the repository has no hf_quant_config.json (huggingface_hub's ``.no_exist`` entry,
+    # as a download that found none leaves it), so nothing is asked of the network beyond the headers
+    (snap.parents[1] / ".no_exist" / ("0" * 40)).mkdir(parents=True)
+    (snap.parents[1] / ".no_exist" / ("0" * 40) / "hf_quant_config.json").touch()
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
