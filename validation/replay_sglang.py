@@ -113,8 +113,8 @@ STAND_INS = (
     "setproctitle and sgl_kernel: modules imported for names only",
     "torch.Tensor.pin_memory, torch.tensor(pin_memory=True): the tensor itself",
     "transformers.AutoConfig.register(exist_ok=True): the release's own config over transformers 5.19's",
-    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() as ServerArgs reads them: True (extra_buffer's "
-    "device check)",
+    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() / arg_groups/mamba_hook.py's get_platform().is_cuda "
+    "as ServerArgs reads them: True (extra_buffer's device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
 )
 STUB_MODULES = ("setproctitle", "sgl_kernel")
@@ -196,7 +196,9 @@ QUICK_TRACES = ("shared-prefix", "conversation", "mooncake-conversation-300")
 # ==================================================================================================
 
 
-def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, trace_file: Path) -> dict:
+def hybridplan_side(
+    version: str, model: str, strategy: str, concurrency: int, trace_file: Path, overlap: bool = False
+) -> dict:
     """`hybridplan replay TRACE MODEL --engine sglang ... --json`: the rules and each request's reuse."""
     sys.path.insert(0, str(ROOT))
     from hybridplan import api
@@ -211,7 +213,7 @@ def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, t
         "concurrency": concurrency,
         "no_gap": True,
     }
-    opts["no_overlap"] = True  # event_loop_normal (OVERLAP below)
+    opts["no_overlap"] = not overlap  # --disable-overlap-schedule unless the case runs event_loop_overlap
     try:
         doc = api.replay(str(trace_file), name, **opts).to_dict()
     except api.PlanError as exc:
@@ -346,6 +348,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
 
     case_sizes: dict = {}
     outs: dict = {}
+    sampled: dict = {}  # rid -> the index of the output token its last forward sampled
 
     def state_params():
         from sglang.srt.configs import mamba_utils as mu
@@ -391,6 +394,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                         moe_ep_size=1,
                         attn_cp_size=1,
                         moe_dp_size=1,
+                        dcp_size=1,  # 0.5.15's decode context parallel group (model_runner.py)
                         dist_port=kw.get("nccl_port"),
                         is_draft_worker=False,
                         local_omp_cpuid=None,
@@ -442,9 +446,10 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 max_total_num_tokens=kv,
                 max_token_pool_size=kv,
                 effective_max_total_num_tokens=kv,
+                dcp_size=1,  # 0.5.17's get_worker_info: the decode context parallel size (tp_worker.py)
                 max_running_requests=reqs,
                 device="cpu",
-                forward_stream=None,
+                forward_stream=torch.get_device_module("cpu").Stream(),  # ModelRunner's own, on its device
                 mtp_draft_device_pools=None,
                 mtp_draft_mamba_pools=None,
                 hybrid_gdn_config=None,
@@ -483,7 +488,14 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             return real_worker.get_worker_info(self)
 
         def forward_batch_generation(self, batch, *a, **k):
-            ids = [outs[r.rid][min(len(r.output_ids), len(outs[r.rid]) - 1)] for r in batch.reqs]
+            # the next trace token of each request: counted here, as the overlap scheduler launches a forward
+            # before the previous one's tokens reach the request (a prefill samples the first, each decode the
+            # next; a chunk's token is dropped by SGLang)
+            decode = batch.forward_mode.is_decode()
+            ids = []
+            for r in batch.reqs:
+                j = sampled[r.rid] = sampled.get(r.rid, -1) + 1 if decode else len(r.output_ids)
+                ids.append(outs[r.rid][min(j, len(outs[r.rid]) - 1)])
             res = GenerationBatchResult(next_token_ids=torch.tensor(ids, dtype=torch.int64), can_run_cuda_graph=False)
             return res
 
@@ -499,6 +511,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             sa = _server_args(prepare_server_args, case["argv"])
             publish(sa)
             sched = _scheduler(S, sa, PortArgs.init_new(sa))
+            sampled.clear()
             loop = _Loop(sched, outs, TokenizedGenerateReqInput, SamplingParams, array)
             reused, cached = loop.run(doc["traces"][case["trace"]], case["concurrency"])
         except Exception as exc:  # noqa: BLE001 - one case that will not run is reported; the others run
@@ -562,7 +575,29 @@ def _server_args(prepare, argv):
         for f in DEVICE_CHECKS:
             if f in m.__dict__:
                 setattr(m, f, _true)
+        # 0.5.19-0.5.21: validate_mamba_extra_buffer asks the platform itself (arg_groups/mamba_hook.py
+        # ``get_platform().is_cuda or ...``): that module's platform answers is_cuda as a CUDA host's would
+        if m.__name__.endswith("arg_groups.mamba_hook") and callable(m.__dict__.get("get_platform")):
+            if not getattr(m.get_platform, "_hp_cuda", False):
+                m.get_platform = _cuda_platform(m.get_platform)
     return prepare(argv)
+
+
+def _cuda_platform(get):
+    """``get_platform`` whose answer says ``is_cuda`` (the rest is the CPU host's)."""
+
+    class View:
+        def __init__(self, p):
+            self._p = p
+
+        def __getattr__(self, n):
+            return True if n == "is_cuda" else getattr(self._p, n)
+
+    def wrapped():
+        return View(get())
+
+    wrapped._hp_cuda = True
+    return wrapped
 
 
 def _true(*a, **k) -> bool:
@@ -687,7 +722,7 @@ class _Loop:
         req = self.reqs.get(f"r{i}")
         return req is None or req.finished()
 
-    def step(self) -> bool:
+    def _schedule(self):
         s = self.s
         if "running_batch" in __import__("inspect").signature(s.get_next_batch_to_run).parameters:
             plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
@@ -702,10 +737,55 @@ class _Loop:
                 for r in batch.reqs:
                     if r.rid not in self.hit:
                         self.hit[r.rid] = r.prefix_len if hasattr(r, "prefix_len") else len(r.prefix_indices)
+        return batch
+
+    def step(self) -> bool:
+        if getattr(self.s, "enable_overlap", False):
+            return self.step_overlap()
+        s = self.s
+        batch = self._schedule()
+        if batch:
             result = s.run_batch(batch)
             s.process_batch_result(batch, result)
         s.last_batch = batch
         return bool(batch)
+
+    def step_overlap(self) -> bool:
+        """One pass of ``event_loop_overlap``'s body (0.5.9-0.5.23 managers/scheduler.py): the next batch is
+        scheduled and launched before the last one's result is processed (``pop_and_process``), unless
+        ``is_disable_overlap_for_batch`` says so; then the current batch's delayed sample. Left out: the
+        loop's stream fence (``_apply_war_barrier``) and its idle self-checks."""
+        import inspect
+        from collections import deque
+
+        s = self.s
+        if not hasattr(s, "result_queue"):  # the loop's preamble
+            s.result_queue = deque()
+            if hasattr(s, "enable_skip_finishing_decode"):  # 0.5.22-0.5.23
+                s.enable_skip_finishing_decode = True
+        last = s.last_batch
+        batch = self._schedule()
+        if "last_batch" in inspect.signature(s.is_disable_overlap_for_batch).parameters:
+            disable = s.is_disable_overlap_for_batch(batch, last_batch=last)
+        else:
+            disable = s.is_disable_overlap_for_batch(batch)
+        processed = False
+        if disable and s.result_queue:
+            s.process_batch_result(*s.result_queue.popleft())
+            processed = True
+        result = None
+        if batch:
+            result = s.run_batch(batch)
+            s.result_queue.append((batch.copy(), result))
+        if last and not disable and s.result_queue and (s.result_queue[0][1] is not result):
+            s.process_batch_result(*s.result_queue.popleft())
+            processed = True
+        if len(inspect.signature(s.launch_batch_sample_if_needed).parameters) >= 2:
+            s.launch_batch_sample_if_needed(result, batch)
+        else:
+            s.launch_batch_sample_if_needed(result)
+        s.last_batch = batch
+        return bool(batch) or processed
 
     def run(self, requests: list, concurrency: int):
         from collections import deque
@@ -789,7 +869,9 @@ def model_dir(model: str, tmp: Path) -> Path:
     raise SystemExit(f"no config.json for {model} ({cfg})")
 
 
-def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: dict, tp: int) -> list[str]:
+def argv_for(
+    version: str, src: Path, model_path: Path, strategy: str, rules: dict, tp: int, overlap: bool = False
+) -> list[str]:
     text = (
         "".join(p.read_text() for p in (src / "sglang/srt").glob("arg_groups/**/*.py"))
         + (src / "sglang/srt/server_args.py").read_text()
@@ -814,7 +896,7 @@ def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: di
         "--max-running-requests",
         str(MAX_RUNNING),
     ]  # one rank: the pools are already the TP rank's
-    if not OVERLAP:
+    if not overlap:
         argv.append("--disable-overlap-schedule")
     return argv
 
@@ -826,6 +908,12 @@ def main() -> int:
     ap.add_argument("--strategies", nargs="*", default=["no_buffer", "extra_buffer"])
     ap.add_argument("--concurrency", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--traces", nargs="*", metavar="TRACE")
+    ap.add_argument(
+        "--overlap",
+        action="store_true",
+        help="run extra_buffer under the overlap scheduler (event_loop_overlap, SGLang's default) on both sides; "
+        "no_buffer cases are left out (SGLang runs no_buffer without it)",
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -874,10 +962,12 @@ def main() -> int:
             for model in args.models:
                 mdir = model_dir(model, tmp)
                 for strategy in args.strategies:
+                    if args.overlap and strategy == "no_buffer":
+                        continue
                     for t in traces:
                         for c in args.concurrency:
-                            name = f"{model} {strategy} {t} c{c}"
-                            side = hybridplan_side(version, model, strategy, c, files[t])
+                            name = f"{model} {strategy} {t} c{c}" + (" overlap" if args.overlap else "")
+                            side = hybridplan_side(version, model, strategy, c, files[t], args.overlap)
                             if "refused" in side:
                                 report["refused"][f"{version} {name}"] = side["refused"]
                                 continue
@@ -888,13 +978,15 @@ def main() -> int:
                                     "name": name,
                                     "concurrency": c,
                                     "trace": t,
-                                    "argv": argv_for(version, src, mdir, r["strategy"], r, MODELS[model][2]),
+                                    "argv": argv_for(
+                                        version, src, mdir, r["strategy"], r, MODELS[model][2], args.overlap
+                                    ),
                                     "sizes": {
                                         "kv": r["kv_pool_tokens"],
                                         "slots": r["mamba_pool_slots"],
                                         "reqs": MAX_RUNNING,
                                         "extra_buffer": r["strategy"] != "no_buffer",
-                                        "overlap": OVERLAP,
+                                        "overlap": args.overlap,
                                     },
                                 }
                             )
