@@ -640,7 +640,21 @@ def _publisher(S):
     except ImportError:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-        return set_global_server_args_for_scheduler
+        try:  # 0.5.15: the Scheduler freezes the process's flags; a new process would start unfrozen
+            from sglang.srt.runtime_context import reset_context
+        except ImportError:
+            return set_global_server_args_for_scheduler
+
+        def fresh(sa):
+            try:
+                set_global_server_args_for_scheduler(sa)
+            except RuntimeError as exc:
+                if "freeze_flags" not in str(exc):
+                    raise
+                reset_context()  # runtime_context.py: drops the published server_args, a fresh unfrozen Flags
+                set_global_server_args_for_scheduler(sa)
+
+        return fresh
 
 
 _PARALLEL_DONE = []
