@@ -3,7 +3,7 @@
 
     python validation/replay_sglang.py [--releases 0.5.9 ... 0.5.23] [--models qwen3-next nemotron-h]
                                        [--strategies no_buffer extra_buffer] [--concurrency 1 8]
-                                       [--traces NAME ...] [--quick] [--progress FILE] [--json]
+                                       [--traces NAME ...] [--overlap] [--quick] [--progress FILE] [--json]
 
 Needs the validation environment of validation/README.md (/tmp/hp-validation, Python 3.11). SGLang is never
 installed: each release's wheel (``/tmp/wheels/sglang-X/`` or the cache folder, else ``pip download``) is
@@ -40,8 +40,12 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 - the KV cache object behind the allocator (the allocator only keeps indices), the attention backends and
   CUDA graphs (none), ``setproctitle`` and ``sgl_kernel`` (modules imported for names only);
 - ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` as ``ServerArgs`` (server_args.py,
-  arg_groups/) reads them: True, as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer
-  off CUDA);
+  arg_groups/) reads them, and 0.5.19–0.5.21's ``get_platform().is_cuda`` in arg_groups/mamba_hook.py: True,
+  as on the GPU host (``DEVICE_CHECKS``, ``_cuda_platform``: the checks that refuse extra_buffer off CUDA);
+- the model runner's ``dcp_size`` (1: no decode context parallelism; 0.5.15 on read it) and its
+  ``forward_stream`` (a CPU stream, as ``ModelRunner`` makes one on its device);
+- 0.5.15's frozen flags: the Scheduler freezes the process's runtime context, so each later case starts from
+  ``runtime_context.reset_context()``, as a new process would;
 - ``transformers.AutoConfig.register`` with ``exist_ok``: transformers 5.19 ships a config (qwen3_asr) that
   0.5.12 on register themselves;
 - ``torch.Tensor.pin_memory`` and ``torch.tensor(..., pin_memory=True)``: the tensor itself (page-locking is
@@ -49,8 +53,13 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
-The overlap scheduler is not driven (``OVERLAP``): every case runs ``event_loop_normal`` with
-``--disable-overlap-schedule`` on both sides (no_buffer runs so anyway; extra_buffer then holds one slot fewer).
+The overlap scheduler: by default every case runs ``event_loop_normal`` with ``--disable-overlap-schedule`` on
+both sides. ``--overlap`` runs the extra_buffer cases under ``event_loop_overlap`` instead (SGLang's default
+loop; no_buffer runs without it in every release), driven as its body is: the next batch scheduled and
+launched (``run_batch`` on the overlap path, the release's ``FutureMap`` and streams on the CPU device), then
+the last batch's result processed (``pop_and_process``, unless ``is_disable_overlap_for_batch``), then the
+delayed sample; the loop's preamble (``enable_skip_finishing_decode``, 0.5.22 on) as the loop sets it. Not
+driven: the loop's stream fence (``_apply_war_barrier``) and its idle self-checks.
 
 The client is hybridplan's replay loop: at most N requests in flight (N the concurrency), the next one sent
 once the oldest in flight has finished; a request SGLang aborts on arrival (a prompt of
@@ -102,9 +111,6 @@ MODELS = {
     "nemotron-h": ("nemotron-h", "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", 1),
 }
 GPU = "h100"
-#: the overlap scheduler (event_loop_overlap, which processes a batch's result after launching the next) is
-#: not driven: every case runs with --disable-overlap-schedule, which no_buffer takes anyway
-OVERLAP = False
 STAND_INS = (
     "TpModelWorker: no model; its pools are the release's HybridReqToTokenPool/MambaPool and "
     "TokenToKVPoolAllocator at hybridplan's KV tokens and Mamba slots (one-element tensors); get_worker_info is "
@@ -116,6 +122,8 @@ STAND_INS = (
     "is_cuda() / _platform_supports_mamba_cache_extra_buffer() / arg_groups/mamba_hook.py's get_platform().is_cuda "
     "as ServerArgs reads them: True (extra_buffer's device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
+    "the model runner's dcp_size 1 and a CPU forward_stream",
+    "0.5.15: runtime_context.reset_context() before a case whose flags the last case's Scheduler froze",
 )
 STUB_MODULES = ("setproctitle", "sgl_kernel")
 
@@ -274,6 +282,15 @@ def _stub_finder(names):
             pass
 
     return Finder()
+
+
+class _Empty:
+    """The logits output of a forward with no logprobs or hidden states asked for: every field None."""
+
+    def __getattr__(self, n):
+        if n.startswith("__"):
+            raise AttributeError(n)
+        return None
 
 
 class _Nop:
@@ -497,6 +514,8 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 j = sampled[r.rid] = sampled.get(r.rid, -1) + 1 if decode else len(r.output_ids)
                 ids.append(outs[r.rid][min(j, len(outs[r.rid]) - 1)])
             res = GenerationBatchResult(next_token_ids=torch.tensor(ids, dtype=torch.int64), can_run_cuda_graph=False)
+            if case_sizes["overlap"]:  # the overlap path copies the logits output to the host (copy_to_cpu)
+                res.logits_output = _Empty()
             return res
 
     tpw.TpModelWorker = Worker
@@ -802,6 +821,28 @@ class _Loop:
         return bool(batch) or processed
 
     def run(self, requests: list, concurrency: int):
+        """The client, run where the release runs its loop: under the overlap scheduler inside
+        ``Scheduler.run_event_loop`` where that sets the schedule stream up (0.5.12-0.5.19: the stream, its
+        CPU no-op synchronize, its stream context), the release's ``dispatch_event_loop`` calling the client."""
+        s = self.s
+        mod = sys.modules[type(s).__module__]
+        if not (
+            getattr(s, "enable_overlap", False)
+            and not hasattr(s, "schedule_stream")
+            and hasattr(s, "run_event_loop")
+            and "dispatch_event_loop" in vars(mod)
+        ):
+            return self._run(requests, concurrency)
+        out: list = []
+        dispatch = mod.dispatch_event_loop
+        mod.dispatch_event_loop = lambda sched: out.append(self._run(requests, concurrency))
+        try:
+            s.run_event_loop()
+        finally:
+            mod.dispatch_event_loop = dispatch
+        return out[0]
+
+    def _run(self, requests: list, concurrency: int):
         from collections import deque
 
         n, sent = len(requests), 0
