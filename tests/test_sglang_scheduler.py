@@ -156,3 +156,65 @@ def test_a_refused_prompt_takes_one_token_of_the_batch():
     out = runs[r.label].outcomes
     assert [o.reason for o in out][1] == "refused"
     assert [o.reused for o in out] == [0, 0, 0, 0, 1391]
+
+
+def overlap_run(work, radix: str, overlap: bool, concurrency: int = 8, version: str = "0.5.23"):
+    sc = scenario(
+        "qwen3.5-4b",
+        32768,
+        sglang_version=version,
+        chunk=8192,
+        budget=Budget(kv_budget=40 * GiB),
+        sglang=dict(radix=radix, overlap=overlap),
+    )
+    r = spc.rules(sc, ReplaySettings())
+    runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], work.requests(), concurrency)
+    return [o.reused for o in runs[r.label].outcomes], r
+
+
+def test_the_overlap_scheduler_matches_the_next_batch_before_the_last_is_cached():
+    # extra_buffer, grid 64, 8 in flight, chunk 8,192. Batch 1: r0 and r1 whole (3,400 each), r2 cut at 1,392
+    # (its state at ⌊1,392/64⌋·64 = 1,344). event_loop_normal processes batch 1 first: r0's and r1's prompts
+    # enter the tree (states at 3,392, past the 3,000 shared), then r2's chunk (get_next_batch_to_run's
+    # stash_chunked_request). Batch 2: r3-r6 match r2's 1,344; the 3,000 they share with r0 ends inside r0's
+    # node, so each keeps its state at that branching point, ⌊3,000/64⌋·64 = 2,944; r6 is cut. Batch 3: r7
+    # matches 2,944. event_loop_overlap (SGLang 0.5.9-0.5.23 managers/scheduler.py) forms batch 2 before it
+    # processes batch 1 (pop_and_process after run_batch): the tree holds r2's chunk alone, no node branches
+    # inside the shared prompt, and batch 3 is formed before batch 2's r3-r5 are cached: every one matches
+    # 1,344. SGLang 0.5.23's own Scheduler driven so (validation/replay_sglang.py --overlap, Qwen3-Next
+    # shared-prefix c8) reuses 6,720 = 5 × 1,344.
+    normal, r = overlap_run(SHARED, "extra_buffer", False)
+    assert not r.overlap
+    assert normal == [0, 0, 0, 1344, 1344, 1344, 1344, 2944]
+    lagged, r = overlap_run(SHARED, "extra_buffer", True)
+    assert r.overlap
+    assert lagged == [0, 0, 0, 1344, 1344, 1344, 1344, 1344]
+
+
+def test_the_overlap_scheduler_one_at_a_time_changes_nothing():
+    # one in flight, the next request is sent once the last has finished, i.e. once its result is processed:
+    # the tree it is matched against is the same under either loop
+    conversation = Synthetic(shared=1000, users=3, turns=3, private=700, output=8, order="round-robin")
+    for work in (SHARED, conversation):
+        assert overlap_run(work, "extra_buffer", True, 1)[0] == overlap_run(work, "extra_buffer", False, 1)[0]
+
+
+def test_the_overlap_scheduler_on_the_conversation():
+    # the three-user conversation at 8 in flight: SGLang 0.5.23's own Scheduler under event_loop_overlap
+    # (validation/replay_sglang.py --overlap, Qwen3-Next conversation c8, grid 64 as here) reuses 4,288 tokens
+    # in all, 3 × 640 + 2,368, where SGLang 0.5.16-0.5.18's own Scheduler under event_loop_normal reuses 8,064
+    # (benchmarks/results/replay-validation-sglang-2026-12-02b.md)
+    conversation = Synthetic(shared=1000, users=3, turns=3, private=700, output=8, order="round-robin")
+    lagged, _ = overlap_run(conversation, "extra_buffer", True)
+    normal, _ = overlap_run(conversation, "extra_buffer", False)
+    assert sum(lagged) == 4288
+    assert sum(normal) == 8064
+
+
+def test_no_buffer_runs_without_the_overlap_scheduler():
+    # SGLang 0.5.9-0.5.13 turn the overlap scheduler off for no_buffer (server_args.py "Disabling overlap
+    # schedule since mamba no_buffer is not compatible with overlap schedule"); 0.5.14-0.5.23 refuse it
+    # (releases.py): no_buffer's reuse is event_loop_normal's
+    reused, r = overlap_run(SHARED, "no_buffer", True, version="0.5.9")
+    assert not r.overlap
+    assert reused == overlap_run(SHARED, "no_buffer", False, version="0.5.9")[0]

@@ -3,7 +3,7 @@
 
     python validation/replay_sglang.py [--releases 0.5.9 ... 0.5.23] [--models qwen3-next nemotron-h]
                                        [--strategies no_buffer extra_buffer] [--concurrency 1 8]
-                                       [--traces NAME ...] [--quick] [--progress FILE] [--json]
+                                       [--traces NAME ...] [--overlap] [--quick] [--progress FILE] [--json]
 
 Needs the validation environment of validation/README.md (/tmp/hp-validation, Python 3.11). SGLang is never
 installed: each release's wheel (``/tmp/wheels/sglang-X/`` or the cache folder, else ``pip download``) is
@@ -40,8 +40,12 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 - the KV cache object behind the allocator (the allocator only keeps indices), the attention backends and
   CUDA graphs (none), ``setproctitle`` and ``sgl_kernel`` (modules imported for names only);
 - ``is_cuda()`` and ``_platform_supports_mamba_cache_extra_buffer()`` as ``ServerArgs`` (server_args.py,
-  arg_groups/) reads them: True, as on the GPU host (``DEVICE_CHECKS``: the checks that refuse extra_buffer
-  off CUDA);
+  arg_groups/) reads them, and 0.5.19–0.5.21's ``get_platform().is_cuda`` in arg_groups/mamba_hook.py: True,
+  as on the GPU host (``DEVICE_CHECKS``, ``_cuda_platform``: the checks that refuse extra_buffer off CUDA);
+- the model runner's ``dcp_size`` (1: no decode context parallelism; 0.5.15 on read it) and its
+  ``forward_stream`` (a CPU stream, as ``ModelRunner`` makes one on its device);
+- 0.5.15's frozen flags: the Scheduler freezes the process's runtime context, so each later case starts from
+  ``runtime_context.reset_context()``, as a new process would;
 - ``transformers.AutoConfig.register`` with ``exist_ok``: transformers 5.19 ships a config (qwen3_asr) that
   0.5.12 on register themselves;
 - ``torch.Tensor.pin_memory`` and ``torch.tensor(..., pin_memory=True)``: the tensor itself (page-locking is
@@ -49,8 +53,13 @@ Stand-ins (``STAND_INS``; the fields the Scheduler read from them are listed in 
 - ``--max-running-requests`` (``MAX_RUNNING``): above the concurrency, so only the client limits what runs;
 - one rank (``--tp-size 1``): the pools are already one TP rank's; the scheduler of rank 0 decides for all.
 
-The overlap scheduler is not driven (``OVERLAP``): every case runs ``event_loop_normal`` with
-``--disable-overlap-schedule`` on both sides (no_buffer runs so anyway; extra_buffer then holds one slot fewer).
+The overlap scheduler: by default every case runs ``event_loop_normal`` with ``--disable-overlap-schedule`` on
+both sides. ``--overlap`` runs the extra_buffer cases under ``event_loop_overlap`` instead (SGLang's default
+loop; no_buffer runs without it in every release), driven as its body is: the next batch scheduled and
+launched (``run_batch`` on the overlap path, the release's ``FutureMap`` and streams on the CPU device), then
+the last batch's result processed (``pop_and_process``, unless ``is_disable_overlap_for_batch``), then the
+delayed sample; the loop's preamble (``enable_skip_finishing_decode``, 0.5.22 on) as the loop sets it. Not
+driven: the loop's stream fence (``_apply_war_barrier``) and its idle self-checks.
 
 The client is hybridplan's replay loop: at most N requests in flight (N the concurrency), the next one sent
 once the oldest in flight has finished; a request SGLang aborts on arrival (a prompt of
@@ -102,9 +111,6 @@ MODELS = {
     "nemotron-h": ("nemotron-h", "nvidia__Nemotron-H-8B-Base-8K.from-python-dict.json", 1),
 }
 GPU = "h100"
-#: the overlap scheduler (event_loop_overlap, which processes a batch's result after launching the next) is
-#: not driven: every case runs with --disable-overlap-schedule, which no_buffer takes anyway
-OVERLAP = False
 STAND_INS = (
     "TpModelWorker: no model; its pools are the release's HybridReqToTokenPool/MambaPool and "
     "TokenToKVPoolAllocator at hybridplan's KV tokens and Mamba slots (one-element tensors); get_worker_info is "
@@ -113,9 +119,11 @@ STAND_INS = (
     "setproctitle and sgl_kernel: modules imported for names only",
     "torch.Tensor.pin_memory, torch.tensor(pin_memory=True): the tensor itself",
     "transformers.AutoConfig.register(exist_ok=True): the release's own config over transformers 5.19's",
-    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() as ServerArgs reads them: True (extra_buffer's "
-    "device check)",
+    "is_cuda() / _platform_supports_mamba_cache_extra_buffer() / arg_groups/mamba_hook.py's get_platform().is_cuda "
+    "as ServerArgs reads them: True (extra_buffer's device check)",
     f"--max-running-requests {MAX_RUNNING}: above the concurrency, the client alone limits what runs",
+    "the model runner's dcp_size 1 and a CPU forward_stream",
+    "0.5.15: runtime_context.reset_context() before a case whose flags the last case's Scheduler froze",
 )
 STUB_MODULES = ("setproctitle", "sgl_kernel")
 
@@ -196,7 +204,9 @@ QUICK_TRACES = ("shared-prefix", "conversation", "mooncake-conversation-300")
 # ==================================================================================================
 
 
-def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, trace_file: Path) -> dict:
+def hybridplan_side(
+    version: str, model: str, strategy: str, concurrency: int, trace_file: Path, overlap: bool = False
+) -> dict:
     """`hybridplan replay TRACE MODEL --engine sglang ... --json`: the rules and each request's reuse."""
     sys.path.insert(0, str(ROOT))
     from hybridplan import api
@@ -211,7 +221,7 @@ def hybridplan_side(version: str, model: str, strategy: str, concurrency: int, t
         "concurrency": concurrency,
         "no_gap": True,
     }
-    opts["no_overlap"] = True  # event_loop_normal (OVERLAP below)
+    opts["no_overlap"] = not overlap  # --disable-overlap-schedule unless the case runs event_loop_overlap
     try:
         doc = api.replay(str(trace_file), name, **opts).to_dict()
     except api.PlanError as exc:
@@ -272,6 +282,15 @@ def _stub_finder(names):
             pass
 
     return Finder()
+
+
+class _Empty:
+    """The logits output of a forward with no logprobs or hidden states asked for: every field None."""
+
+    def __getattr__(self, n):
+        if n.startswith("__"):
+            raise AttributeError(n)
+        return None
 
 
 class _Nop:
@@ -346,6 +365,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
 
     case_sizes: dict = {}
     outs: dict = {}
+    sampled: dict = {}  # rid -> the index of the output token its last forward sampled
 
     def state_params():
         from sglang.srt.configs import mamba_utils as mu
@@ -391,6 +411,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                         moe_ep_size=1,
                         attn_cp_size=1,
                         moe_dp_size=1,
+                        dcp_size=1,  # 0.5.15's decode context parallel group (model_runner.py)
                         dist_port=kw.get("nccl_port"),
                         is_draft_worker=False,
                         local_omp_cpuid=None,
@@ -442,9 +463,10 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
                 max_total_num_tokens=kv,
                 max_token_pool_size=kv,
                 effective_max_total_num_tokens=kv,
+                dcp_size=1,  # 0.5.17's get_worker_info: the decode context parallel size (tp_worker.py)
                 max_running_requests=reqs,
                 device="cpu",
-                forward_stream=None,
+                forward_stream=torch.get_device_module("cpu").Stream(),  # ModelRunner's own, on its device
                 mtp_draft_device_pools=None,
                 mtp_draft_mamba_pools=None,
                 hybrid_gdn_config=None,
@@ -483,8 +505,17 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             return real_worker.get_worker_info(self)
 
         def forward_batch_generation(self, batch, *a, **k):
-            ids = [outs[r.rid][min(len(r.output_ids), len(outs[r.rid]) - 1)] for r in batch.reqs]
+            # the next trace token of each request: counted here, as the overlap scheduler launches a forward
+            # before the previous one's tokens reach the request (a prefill samples the first, each decode the
+            # next; a chunk's token is dropped by SGLang)
+            decode = batch.forward_mode.is_decode()
+            ids = []
+            for r in batch.reqs:
+                j = sampled[r.rid] = sampled.get(r.rid, -1) + 1 if decode else len(r.output_ids)
+                ids.append(outs[r.rid][min(j, len(outs[r.rid]) - 1)])
             res = GenerationBatchResult(next_token_ids=torch.tensor(ids, dtype=torch.int64), can_run_cuda_graph=False)
+            if case_sizes["overlap"]:  # the overlap path copies the logits output to the host (copy_to_cpu)
+                res.logits_output = _Empty()
             return res
 
     tpw.TpModelWorker = Worker
@@ -499,6 +530,7 @@ def worker_main(version: str, src: Path, cases_file: Path, out_file: Path) -> in
             sa = _server_args(prepare_server_args, case["argv"])
             publish(sa)
             sched = _scheduler(S, sa, PortArgs.init_new(sa))
+            sampled.clear()
             loop = _Loop(sched, outs, TokenizedGenerateReqInput, SamplingParams, array)
             reused, cached = loop.run(doc["traces"][case["trace"]], case["concurrency"])
         except Exception as exc:  # noqa: BLE001 - one case that will not run is reported; the others run
@@ -562,7 +594,29 @@ def _server_args(prepare, argv):
         for f in DEVICE_CHECKS:
             if f in m.__dict__:
                 setattr(m, f, _true)
+        # 0.5.19-0.5.21: validate_mamba_extra_buffer asks the platform itself (arg_groups/mamba_hook.py
+        # ``get_platform().is_cuda or ...``): that module's platform answers is_cuda as a CUDA host's would
+        if m.__name__.endswith("arg_groups.mamba_hook") and callable(m.__dict__.get("get_platform")):
+            if not getattr(m.get_platform, "_hp_cuda", False):
+                m.get_platform = _cuda_platform(m.get_platform)
     return prepare(argv)
+
+
+def _cuda_platform(get):
+    """``get_platform`` whose answer says ``is_cuda`` (the rest is the CPU host's)."""
+
+    class View:
+        def __init__(self, p):
+            self._p = p
+
+        def __getattr__(self, n):
+            return True if n == "is_cuda" else getattr(self._p, n)
+
+    def wrapped():
+        return View(get())
+
+    wrapped._hp_cuda = True
+    return wrapped
 
 
 def _true(*a, **k) -> bool:
@@ -605,7 +659,21 @@ def _publisher(S):
     except ImportError:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-        return set_global_server_args_for_scheduler
+        try:  # 0.5.15: the Scheduler freezes the process's flags; a new process would start unfrozen
+            from sglang.srt.runtime_context import reset_context
+        except ImportError:
+            return set_global_server_args_for_scheduler
+
+        def fresh(sa):
+            try:
+                set_global_server_args_for_scheduler(sa)
+            except RuntimeError as exc:
+                if "freeze_flags" not in str(exc):
+                    raise
+                reset_context()  # runtime_context.py: drops the published server_args, a fresh unfrozen Flags
+                set_global_server_args_for_scheduler(sa)
+
+        return fresh
 
 
 _PARALLEL_DONE = []
@@ -687,7 +755,7 @@ class _Loop:
         req = self.reqs.get(f"r{i}")
         return req is None or req.finished()
 
-    def step(self) -> bool:
+    def _schedule(self):
         s = self.s
         if "running_batch" in __import__("inspect").signature(s.get_next_batch_to_run).parameters:
             plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
@@ -702,12 +770,79 @@ class _Loop:
                 for r in batch.reqs:
                     if r.rid not in self.hit:
                         self.hit[r.rid] = r.prefix_len if hasattr(r, "prefix_len") else len(r.prefix_indices)
+        return batch
+
+    def step(self) -> bool:
+        if getattr(self.s, "enable_overlap", False):
+            return self.step_overlap()
+        s = self.s
+        batch = self._schedule()
+        if batch:
             result = s.run_batch(batch)
             s.process_batch_result(batch, result)
         s.last_batch = batch
         return bool(batch)
 
+    def step_overlap(self) -> bool:
+        """One pass of ``event_loop_overlap``'s body (0.5.9-0.5.23 managers/scheduler.py): the next batch is
+        scheduled and launched before the last one's result is processed (``pop_and_process``), unless
+        ``is_disable_overlap_for_batch`` says so; then the current batch's delayed sample. Left out: the
+        loop's stream fence (``_apply_war_barrier``) and its idle self-checks."""
+        import inspect
+        from collections import deque
+
+        s = self.s
+        if not hasattr(s, "result_queue"):  # the loop's preamble
+            s.result_queue = deque()
+            if hasattr(s, "enable_skip_finishing_decode"):  # 0.5.22-0.5.23
+                s.enable_skip_finishing_decode = True
+        last = s.last_batch
+        batch = self._schedule()
+        if "last_batch" in inspect.signature(s.is_disable_overlap_for_batch).parameters:
+            disable = s.is_disable_overlap_for_batch(batch, last_batch=last)
+        else:
+            disable = s.is_disable_overlap_for_batch(batch)
+        processed = False
+        if disable and s.result_queue:
+            s.process_batch_result(*s.result_queue.popleft())
+            processed = True
+        result = None
+        if batch:
+            result = s.run_batch(batch)
+            s.result_queue.append((batch.copy(), result))
+        if last and not disable and s.result_queue and (s.result_queue[0][1] is not result):
+            s.process_batch_result(*s.result_queue.popleft())
+            processed = True
+        if len(inspect.signature(s.launch_batch_sample_if_needed).parameters) >= 2:
+            s.launch_batch_sample_if_needed(result, batch)
+        else:
+            s.launch_batch_sample_if_needed(result)
+        s.last_batch = batch
+        return bool(batch) or processed
+
     def run(self, requests: list, concurrency: int):
+        """The client, run where the release runs its loop: under the overlap scheduler inside
+        ``Scheduler.run_event_loop`` where that sets the schedule stream up (0.5.12-0.5.19: the stream, its
+        CPU no-op synchronize, its stream context), the release's ``dispatch_event_loop`` calling the client."""
+        s = self.s
+        mod = sys.modules[type(s).__module__]
+        if not (
+            getattr(s, "enable_overlap", False)
+            and not hasattr(s, "schedule_stream")
+            and hasattr(s, "run_event_loop")
+            and "dispatch_event_loop" in vars(mod)
+        ):
+            return self._run(requests, concurrency)
+        out: list = []
+        dispatch = mod.dispatch_event_loop
+        mod.dispatch_event_loop = lambda sched: out.append(self._run(requests, concurrency))
+        try:
+            s.run_event_loop()
+        finally:
+            mod.dispatch_event_loop = dispatch
+        return out[0]
+
+    def _run(self, requests: list, concurrency: int):
         from collections import deque
 
         n, sent = len(requests), 0
@@ -789,7 +924,9 @@ def model_dir(model: str, tmp: Path) -> Path:
     raise SystemExit(f"no config.json for {model} ({cfg})")
 
 
-def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: dict, tp: int) -> list[str]:
+def argv_for(
+    version: str, src: Path, model_path: Path, strategy: str, rules: dict, tp: int, overlap: bool = False
+) -> list[str]:
     text = (
         "".join(p.read_text() for p in (src / "sglang/srt").glob("arg_groups/**/*.py"))
         + (src / "sglang/srt/server_args.py").read_text()
@@ -814,7 +951,7 @@ def argv_for(version: str, src: Path, model_path: Path, strategy: str, rules: di
         "--max-running-requests",
         str(MAX_RUNNING),
     ]  # one rank: the pools are already the TP rank's
-    if not OVERLAP:
+    if not overlap:
         argv.append("--disable-overlap-schedule")
     return argv
 
@@ -826,6 +963,12 @@ def main() -> int:
     ap.add_argument("--strategies", nargs="*", default=["no_buffer", "extra_buffer"])
     ap.add_argument("--concurrency", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--traces", nargs="*", metavar="TRACE")
+    ap.add_argument(
+        "--overlap",
+        action="store_true",
+        help="run extra_buffer under the overlap scheduler (event_loop_overlap, SGLang's default) on both sides; "
+        "no_buffer cases are left out (SGLang runs no_buffer without it)",
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -874,10 +1017,12 @@ def main() -> int:
             for model in args.models:
                 mdir = model_dir(model, tmp)
                 for strategy in args.strategies:
+                    if args.overlap and strategy == "no_buffer":
+                        continue
                     for t in traces:
                         for c in args.concurrency:
-                            name = f"{model} {strategy} {t} c{c}"
-                            side = hybridplan_side(version, model, strategy, c, files[t])
+                            name = f"{model} {strategy} {t} c{c}" + (" overlap" if args.overlap else "")
+                            side = hybridplan_side(version, model, strategy, c, files[t], args.overlap)
                             if "refused" in side:
                                 report["refused"][f"{version} {name}"] = side["refused"]
                                 continue
@@ -888,13 +1033,15 @@ def main() -> int:
                                     "name": name,
                                     "concurrency": c,
                                     "trace": t,
-                                    "argv": argv_for(version, src, mdir, r["strategy"], r, MODELS[model][2]),
+                                    "argv": argv_for(
+                                        version, src, mdir, r["strategy"], r, MODELS[model][2], args.overlap
+                                    ),
                                     "sizes": {
                                         "kv": r["kv_pool_tokens"],
                                         "slots": r["mamba_pool_slots"],
                                         "reqs": MAX_RUNNING,
                                         "extra_buffer": r["strategy"] != "no_buffer",
-                                        "overlap": OVERLAP,
+                                        "overlap": args.overlap,
                                     },
                                 }
                             )

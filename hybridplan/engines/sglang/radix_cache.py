@@ -70,6 +70,9 @@ class Rules(Struct, frozen=True):
     write_threshold: int | None = None
     #: what SGLang warns of its host pools (hicache.py ``host_pools``)
     host_notes: tuple[str, ...] = ()
+    #: the overlap scheduler runs (``event_loop_overlap``: on unless --disable-overlap-schedule, never under
+    #: no_buffer), which caches a batch's results after the next batch is scheduled (scheduler.py)
+    overlap: bool = False
 
     def to_dict(self) -> dict:
         d = {
@@ -137,6 +140,7 @@ def rules(sc: Scenario, rs: ReplaySettings) -> Rules:
         rs.mamba_max_states_per_path,
         rs.int8_checkpoint,
         sc.ctx,
+        overlap=sc.sglang.overlap and name != "no_buffer",  # radix.py strategy: no_buffer runs without it
     )
     if sc.sglang.hicache is not None:
         from hybridplan.engines.sglang.hicache import host_tier

@@ -25,6 +25,18 @@ One step of the loop is one forward:
 Where a cached chunk keeps a Mamba state is the strategy's (radix_cache.py module docstring): no_buffer at the
 chunk's end, extra_buffer at the chunk's last grid point or at the branching point inside it.
 
+The overlap scheduler (``event_loop_overlap``, SGLang's default loop: on unless ``--disable-overlap-schedule``,
+and never under no_buffer, which SGLang 0.5.9–0.5.13 run without it and 0.5.14–0.5.23 refuse with it) launches
+batch k+1 before it processes batch k's result (``pop_and_process``; ``is_disable_overlap_for_batch`` keeps
+the overlap unless ``SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP`` is set, off by default in every release).
+What a prefill batch's finished prompts cache (``cache_unfinished_req`` in ``process_batch_result``) and what a
+finished request caches (``cache_finished_req``) therefore reach the tree one batch late: the batch scheduled
+next is matched without them, and the client learns of a finish one batch later. The chunked request is
+cached as before, at the start of the next ``get_next_batch_to_run`` (``stash_chunked_request``), and the
+requests of a prefill batch join the running batch there too, before their first token is processed. The
+states a request tracks do not move: a prefill's at scheduling (``prepare_for_extend``), a decode's from the
+tokens processed (``_mamba_prefix_cache_update``), in the same order either way.
+
 The client keeps at most N requests in flight (the replay's concurrency), the next sent once the oldest in
 flight has finished (the replay loop's ``finish``). Decoding with nothing to admit runs to the next finish in
 one jump (nothing reaches the tree meanwhile).
@@ -33,6 +45,7 @@ one jump (nothing reaches the tree meanwhile).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,6 +77,8 @@ class _Entry:
     states: list[int] = field(default_factory=list)
     #: a prompt SGLang refuses: it passes the scheduler as one token and ends at that prefill
     aborted: bool = False
+    #: output tokens launched (the overlap scheduler: its forwards run ahead of ``generated``)
+    launched: int = 0
 
 
 class Scheduled:
@@ -85,6 +100,13 @@ class Scheduled:
         self.chunked: _Entry | None = None
         self.done: set[int] = set()
         self.resolved: list[tuple[Request, Lookup | None]] = []
+        #: the overlap scheduler: the last batch's result, processed after the next batch is scheduled
+        self.overlap = r.overlap
+        self.pending: Callable[[], None] | None = None
+        #: whether ``pending`` is a decode step that finishes nobody (a state the next steps repeat)
+        self.pending_plain = False
+        #: the overlap scheduler's chunked request, cached at the start of the next step: (entry, start, end)
+        self.stash: tuple[_Entry, int, int] | None = None
 
     # the figures the loop reads off a cache
     @property
@@ -148,6 +170,8 @@ class Scheduled:
 
     def step(self) -> bool:
         """One forward: a prefill batch if one forms, else a decode jump; False when nothing can run."""
+        if self.overlap:
+            return self._step_overlap()
         batch = self._prefill_batch()
         if batch:
             self._after_prefill(batch)
@@ -273,3 +297,88 @@ class Scheduled:
                     self.cache.insert(e.req, e.keys, [last], last)
         self.cache.finish(e.req)
         self.done.add(e.req.index)
+
+    # --- the overlap scheduler ---------------------------------------------------------------------------
+
+    def _step_overlap(self) -> bool:
+        """One pass of ``event_loop_overlap``: the chunked request of the last batch is cached, the next batch
+        is formed against the tree as it stands and launched, then the last batch's result is processed; this
+        batch's is left for the next pass. False when nothing ran and nothing was left to process."""
+        if self.stash is not None:  # get_next_batch_to_run's start: stash_chunked_request
+            e, start, end = self.stash
+            self.stash = None
+            self._cache_chunk(e, start, end)
+        last, plain = self.pending, self.pending_plain
+        self.pending, self.pending_plain = None, False
+        batch = self._prefill_batch()
+        if batch:
+            self.pending = self._launch_prefill(batch)
+        else:
+            decoding = [e for e in self.running if e.launched < max(e.req.output_len, 1)]
+            if decoding:
+                if plain or last is None:  # nothing changes until one of them finishes: the steps between at once
+                    k = min(max(e.req.output_len, 1) - e.launched for e in decoding) - 1
+                    for e in decoding:
+                        e.launched += k
+                        e.generated += k
+                self.pending, self.pending_plain = self._launch_decode(decoding)
+        if last is not None:
+            last()
+        return bool(batch) or self.pending is not None or last is not None
+
+    def _launch_prefill(self, batch: list[tuple[_Entry, int]]) -> Callable[[], None]:
+        """The batch launched: its chunks counted, its finished prompts in the running batch, the chunked
+        request stashed; what ``process_batch_result`` then caches, returned."""
+        chunked = self.chunked
+        done: list[tuple[_Entry, int, int]] = []
+        for e, n in batch:
+            if e.aborted:
+                continue
+            start = e.done
+            e.done += n
+            if e is chunked:
+                self.stash = (e, start, e.done)
+                continue
+            e.launched = 1
+            self.running.append(e)
+            done.append((e, start, e.done))
+
+        def process() -> None:
+            for e, start, end in done:
+                if self.r.strategy in (EVERY, "off"):
+                    self.running.remove(e)
+                    self._admit_rest(e)
+                    continue
+                self._cache_chunk(e, start, end)
+                e.generated = 1
+                if e.generated >= max(e.req.output_len, 1):
+                    self.running.remove(e)
+                    self._finished(e)
+
+        return process
+
+    def _launch_decode(self, decoding: list[_Entry]) -> tuple[Callable[[], None], bool]:
+        """One decode step launched for ``decoding``; its processing returned, and whether it finishes
+        nobody."""
+        for e in decoding:
+            e.launched += 1
+        finishing = [e for e in decoding if e.launched >= max(e.req.output_len, 1)]
+
+        def process() -> None:
+            for e in decoding:
+                e.generated += 1
+            for e in finishing:
+                self.running.remove(e)
+                self._finished(e)
+
+        return process, not finishing
+
+    def _cache_chunk(self, e: _Entry, start: int, end: int) -> None:
+        """``cache_unfinished_req`` after the chunk [start, end) of ``e``'s prompt (as ``_after_prefill``)."""
+        if self.r.strategy in (EVERY, "off"):
+            return
+        pos = self._chunk_state(e, start, end)
+        if pos is not None:
+            e.states.append(pos)
+        limit = end if self.r.strategy == "no_buffer" else max(e.states, default=e.look.hit)
+        self.cache.insert(e.req, e.keys, [pos] if pos is not None else [], limit)
