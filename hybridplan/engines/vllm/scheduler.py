@@ -94,6 +94,10 @@ class Scheduled:
         self.unacked = 0
         self.done: set[int] = set()
         self.resolved: list[tuple[Request, Lookup | None]] = []
+        #: per request, the tokens each step scheduled for its prompt (kept when ``record`` is set, as
+        #: validation/replay_vllm.py records vLLM's)
+        self.record = False
+        self.chunks: dict[int, list[int]] = {}
 
     # the figures the loop reads off a cache
     @property
@@ -249,6 +253,8 @@ class Scheduled:
         e.finish = end_step
         self.running.append(e)
         self.resolved.append((req, look))
+        if self.record:
+            self.chunks[req.index] = [prefill[step] for step in sorted(prefill)]
         for step, tokens in prefill.items():
             if step in self.used:
                 self.used[step] += tokens
