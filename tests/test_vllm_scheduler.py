@@ -106,10 +106,7 @@ def test_a_lookup_does_not_see_a_running_requests_later_chunks():
     # at 14,960 comes at step 4. So request 2 resumes at 9,792 (seeing the whole plan it would resume at 14,960)
     # and runs to 14,960 at once (5,168: no junction past what it found), then 40.
     shared = (("S",), 10000)
-    reqs = [
-        Request(i, Prompt(runs=(shared, ((own,), 5000))), 1)
-        for i, own in enumerate(("a", "b", "b"))
-    ]
+    reqs = [Request(i, Prompt(runs=(shared, ((own,), 5000))), 1) for i, own in enumerate(("a", "b", "b"))]
     reused, chunks = run(qwen3_next("0.26.0"), reqs, 8)
     assert reused == [0, 8160, 9792]
     assert chunks[1] == [1360, 272, 5168, 40]

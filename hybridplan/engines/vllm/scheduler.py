@@ -46,6 +46,7 @@ from hybridplan.engines.common import cdiv
 from hybridplan.engines.vllm.prefix_cache import Cache, Lookup, Rules
 
 if TYPE_CHECKING:
+    from hybridplan.engines.vllm.block_pool import Plan
     from hybridplan.replay.trace import Request
 
 
@@ -269,7 +270,16 @@ class Scheduled:
             (hidden_m if kind else hidden_a).add(key)
         return True
 
-    def _visible(self, e, look, plan, t, prefill, last_prefill, skipped) -> list[tuple[int, int, int]]:
+    def _visible(
+        self,
+        e: _Entry,
+        look: Lookup,
+        plan: Plan,
+        t: int,
+        prefill: dict[int, int],
+        last_prefill: int,
+        skipped: set[int],
+    ) -> list[tuple[int, int, int]]:
         """The blocks and states ``e``'s plan caches that no block caches yet (or only another running request's,
         still hidden), each with the step from which a lookup sees it: the first whose computed plus scheduled
         tokens reach it (step ``t``'s own are seen by the requests admitted after it at ``t``, so they are left
