@@ -77,20 +77,23 @@ def test_before_marconi_0_23_reuses_more_in_flight_than_alone():
 
 def test_from_0_26_the_junction_stops_every_step():
     # 0.26.0 keeps the junction on the request (request.shared_prefix_boundary) and the split stops each step at
-    # it: step 3 request 1 runs 9,520 → 9,792 (272) before request 2 is looked up, which then resumes from
-    # 9,792 and runs to the last boundary with the 7,880 left (8,192 − 40 − 272): 5,168, then 40.
+    # it: step 3 request 1 runs 9,520 → 9,792 (272). Request 2, looked up after it in step 3, would resume from
+    # that state, but a Mamba hit on a block cached in the same step is refused (single_type_kv_cache_manager.py
+    # MambaManager.get_num_blocks_to_allocate, cached_blocks_this_step: its forward has not run), so it is
+    # admitted at step 4 behind request 1's 5,168 (9,792 → 14,960) with 3,024 left: 9,792 → 12,784 (floored to
+    # the block, 2,992), then 2,176 to the last boundary 14,960, then 40.
     reused, chunks = run(qwen3_next("0.26.0"), three_users(), 8)
     assert reused == [0, 8160, 9792]
     assert chunks[1] == [1360, 272, 5168, 40]
-    assert chunks[2] == [5168, 40]
+    assert chunks[2] == [2992, 2176, 40]
 
 
-def test_a_waiting_request_is_looked_up_again_each_step_until_the_budget_admits_it():
+def test_a_waiting_request_is_looked_up_again_each_step_until_it_is_admitted():
     # Two identical 20,000-token prompts at 2 in flight on 0.24.0: request 0 takes 8,160 a step (8,160, 16,320,
     # then 3,536 to 19,856, the last boundary below 20,000: floor(20,000/272)·272, then 144), leaving 32 each
-    # step, too few for a block of request 1 (the split gives 0 and admission stops), so request 1 is looked up
-    # at step 1, 2 and 3 and admitted at step 3 with 8,192 − 3,536 = 4,656 left: request 0's state at 19,856 is
-    # allocated by then (it was scheduled first), and request 1 resumes there and computes the 144 left.
+    # step, too few for a block of request 1 (the split gives 0 and admission stops). At step 3 4,656 are left,
+    # but request 1's hit, request 0's state at 19,856, is cached in that step (refused, as above); at step 4 it
+    # resumes there and computes the 144 left.
     same = list(Synthetic(shared=20000, users=2, private=0, output=1).requests())
     assert same[0].prompt_len == same[1].prompt_len == 20000
     reused, chunks = run(qwen3_next("0.24.0"), same, 2)
@@ -98,19 +101,21 @@ def test_a_waiting_request_is_looked_up_again_each_step_until_the_budget_admits_
     assert reused == [0, 19856] and chunks[1] == [144]
 
 
-def test_a_lookup_does_not_see_a_running_requests_later_chunks():
-    # 0.26.0, three prompts: S + a, S + b, S + b (S 10,000 tokens, a and b 5,000), all in flight. As in the case
-    # above, request 1 is admitted at step 2 (hit 8,160, chunk to 9,520) and at step 3 runs to the junction
-    # 9,792 (272) before request 2 is looked up, with 7,880 left. Request 2's whole prompt is request 1's, but
-    # allocate_slots has cached request 1's blocks only up to its computed + scheduled tokens (9,792): its state
-    # at 14,960 comes at step 4. So request 2 resumes at 9,792 (seeing the whole plan it would resume at 14,960)
-    # and runs to 14,960 at once (5,168: no junction past what it found), then 40.
-    shared = (("S",), 10000)
-    reqs = [Request(i, Prompt(runs=(shared, ((own,), 5000))), 1) for i, own in enumerate(("a", "b", "b"))]
-    reused, chunks = run(qwen3_next("0.26.0"), reqs, 8)
-    assert reused == [0, 8160, 9792]
-    assert chunks[1] == [1360, 272, 5168, 40]
-    assert chunks[2] == [5168, 40]
+def test_a_lookup_does_not_see_a_running_requests_later_blocks():
+    # 0.28.0: request 0, a 1,000-token prompt generating 600 tokens, and request 1, whose prompt is request 0's
+    # prompt and output and 100 tokens more, both in flight. Step 1: request 0 runs to 816 (the last boundary
+    # below 1,000); request 1 would hit its state at 816, cached in that step, and waits. Step 2: request 0
+    # computes 184 (to 1,000) and samples its first token; request 1 is looked up: allocate_slots has cached
+    # request 0's blocks up to its computed + scheduled tokens only (1,000: three full blocks, and the state at
+    # 816), not the blocks and states its decoding will reach (1,088, 1,360), so request 1 resumes from 816
+    # (from 1,360 if the whole plan were seen).
+    first = Request(0, Prompt(runs=((("p",), 1000),)), 600, output_key="o")
+    second = Request(1, Prompt(runs=(*first.with_output().runs, (("w",), 100))), 1)
+    assert second.prompt_len == 1700 and first.with_output().common_prefix(second.prompt) == 1600
+    reused, chunks = run(qwen3_next("0.28.0"), [first, second], 2)
+    assert chunks[0] == [816, 184]
+    assert reused == [0, 816]
+    assert chunks[1] == [816, 68]  # to 1,632, the last boundary below 1,700, with 8,192 − 184 left; then 68
 
 
 def test_at_one_in_flight_the_loop_is_the_cache_alone():

@@ -89,6 +89,9 @@ class Scheduled:
         self.pending: list[tuple[int, int, int, int]] = []
         self._n = 0
         self.hidden: tuple[set[int], set[int]] = (set(), set())
+        #: step → the Mamba states the requests' chunks of that step cache (MambaManager
+        #: ``cached_blocks_this_step``)
+        self.step_states: dict[int, set[int]] = {}
         #: the waiting head found too few free blocks: nothing changes until a request finishes
         self.blocked = False
         #: requests finished (or refused) that the loop has not yet taken (``finish``)
@@ -192,12 +195,19 @@ class Scheduled:
         used = self.used
         while self.used_steps and self.used_steps[0] <= t:
             used.pop(self.used_steps.pop(0), None)
+        for step in [q for q in self.step_states if q <= t]:
+            del self.step_states[step]
 
     def _admit(self, e: _Entry, t: int) -> bool:
         """Look ``e`` up at step ``t`` and lay out its steps; False when it is not admitted at this step."""
         r, cache = self.r, self.cache
         req = e.req
         look = cache.lookup(req, e.keys, self.hidden)
+        if look.hit and cache._mamba and e.keys[look.hit // r.unit - 1] in self.step_states.get(t, ()):
+            # a Mamba hit on a state another request's chunk caches in this very step: its forward has not run,
+            # so allocate_slots refuses (MambaManager.get_num_blocks_to_allocate returns more blocks than the
+            # pool has when the hit's last block is in cached_blocks_this_step, 0.23.0-0.33.0): it waits a step
+            return False
         L = req.prompt_len
         pos = look.hit
         prefill: dict[int, int] = {}
@@ -238,7 +248,7 @@ class Scheduled:
         else:
             end_step = last_prefill
         plan = cache._plan(req, look, e.keys, ends)
-        visible = self._visible(e, look, plan, t, prefill, last_prefill, skipped)
+        visible, reached = self._visible(e, look, plan, t, prefill, last_prefill, skipped)
         if not cache.pool.admit(req.index, look.hit, plan):
             if self.running:
                 self.blocked = True
@@ -263,6 +273,8 @@ class Scheduled:
                 self.used[step] = tokens
                 insort(self.used_steps, step)
         self.finishing.setdefault(end_step, []).append(e)
+        for step, key in reached:
+            self.step_states.setdefault(step, set()).add(key)
         hidden_a, hidden_m = self.hidden
         for step, kind, key in visible:
             self._n += 1
@@ -279,11 +291,11 @@ class Scheduled:
         prefill: dict[int, int],
         last_prefill: int,
         skipped: set[int],
-    ) -> list[tuple[int, int, int]]:
+    ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
         """The blocks and states ``e``'s plan caches that no block caches yet (or only another running request's,
         still hidden), each with the step from which a lookup sees it: the first whose computed plus scheduled
         tokens reach it (step ``t``'s own are seen by the requests admitted after it at ``t``, so they are left
-        out)."""
+        out); and every state it caches past its hit with the step that caches it."""
         cache, r = self.cache, self.r
         B, unit = r.block, r.unit
         L = e.req.prompt_len
@@ -332,11 +344,13 @@ class Scheduled:
                     step = step_at(end)
                     if step > t:
                         out.append((step, 0, key))
+        reached: list[tuple[int, int]] = []
         if cache._mamba:
             for p, key in cache.planned_states.items():
-                if p <= look.hit or (cache.cached("m", key) and key not in hidden_m):
+                if p <= look.hit:
                     continue
                 step = step_at(min(p, kv_end))
-                if step > t:
+                reached.append((step, key))
+                if step > t and not (cache.cached("m", key) and key not in hidden_m):
                     out.append((step, 1, key))
-        return out
+        return out, reached
