@@ -92,6 +92,11 @@ class Rules(Struct, frozen=True):
     #: ``prefill_checkpoint``): the scheduler's ``prefill_checkpoint_alignment``; None where they do not, and
     #: the prefill is split at the checkpoint instead
     checkpoint_align: int | None = None
+    #: the shared-prefix junction stops every prefill step of the request (``request.shared_prefix_boundary``,
+    #: read by ``_mamba_block_aligned_split`` each step): 0.26.0+; 0.24.0–0.25.x stop only the admitting step at
+    #: it (vllm/v1/core/sched/scheduler.py: ``num_uncached_common_prefix_tokens`` is passed for a waiting
+    #: request alone)
+    junction_every_step: bool = True
 
     @property
     def recurrent(self) -> bool:
@@ -236,6 +241,7 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
         uncached_first=rel.at_least("0.24.0"),
         junction_kept=rel.at_least("0.26.0"),
         checkpoint_align=align,
+        junction_every_step=rel.at_least("0.26.0"),
     )
 
 
@@ -363,6 +369,8 @@ class Cache:
         # read for every request: resolved once (``Rules.recurrent`` is a property)
         self._recurrent = r.recurrent
         self._align = r.recurrent and r.mode == "align"
+        #: the Mamba states the last plan kept (position → key), for the scheduler model's visibility
+        self.planned_states: dict[int, int] = {}
 
     @property
     def evictions(self) -> int:
@@ -409,7 +417,10 @@ class Cache:
 
     # --- one request ----------------------------------------------------------------------------------
 
-    def lookup(self, req: Request, keys: list[int]) -> Lookup:
+    def lookup(self, req: Request, keys: list[int], hidden: tuple[set[int], set[int]] | None = None) -> Lookup:
+        """What ``req`` resumes from (``get_computed_blocks``). ``hidden``: the attention and the Mamba keys the
+        pool holds for requests still running but that vLLM has not cached yet (allocate_slots caches a block
+        once the computed plus the scheduled tokens reach it: the scheduler model, scheduler.py)."""
         r = self.r
         unit, B = r.unit, r.block
         per_block = B // unit
@@ -422,6 +433,12 @@ class Cache:
                 a += 1
         else:
             a = self.pool.prefix(self._attn, keys, n)
+        if hidden is not None and hidden[0]:
+            seen = hidden[0]
+            for i in range(a):
+                if keys[i] in seen:
+                    a = i
+                    break
         a_tokens = a * unit
         full_blocks = a // per_block
         if not self._recurrent:
@@ -436,6 +453,9 @@ class Cache:
             cut = True
         # the last unit whose state every Mamba group holds, and what stood in the way past it
         u = self.pool.last_held(self._mamba, keys, reach)
+        if hidden is not None and hidden[1]:
+            while u and keys[u - 1] in hidden[1]:
+                u = self.pool.last_held(self._mamba, keys, u - 1)
         hit = u * unit
         evicted = dropped = False
         if u < reach and not hit:
@@ -452,14 +472,40 @@ class Cache:
         return Lookup(hit, a_tokens, evicted, dropped, cut, junction)
 
     def prefill_ends(self, req: Request, start: int, junction: int) -> list[int]:
-        """Where each prefill step of the request ends (``_mamba_block_aligned_split`` in align; chunks of
-        ``--max-num-batched-tokens`` otherwise)."""
+        """Where each prefill step of the request ends when it runs alone, each step given the whole
+        ``--max-num-batched-tokens`` (``_mamba_block_aligned_split`` in align; chunks of the budget otherwise):
+        ``step_end`` step after step. Before 0.26.0 the junction stops only the first step (``junction_every_step``).
+        """
         r = self.r
-        L, B, chunk = req.prompt_len, r.block, r.chunk
+        L, chunk = req.prompt_len, r.chunk
         if start >= L:
             return []
         if not self._align:  # chunks of --max-num-batched-tokens, the last one what is left
             return [*range(start + chunk, L, chunk), L]
+        ends: list[int] = []
+        pos = start
+        while pos < L:
+            end = self.step_end(req, pos, chunk, junction if (r.junction_every_step or pos == start) else 0)
+            if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
+                break
+            ends.append(end)
+            pos = end
+        return ends
+
+    def step_end(self, req: Request, pos: int, budget: int, junction: int) -> int:
+        """Where one prefill step from ``pos`` ends when the scheduler has ``budget`` tokens left for it
+        (vllm/v1/core/sched/scheduler.py ``schedule``: ``num_new_tokens = min(remaining, token_budget)``, then
+        ``_mamba_block_aligned_split`` in align mode); ``pos`` or less when the split leaves no token (the
+        budget reaches no block boundary: vLLM skips a running request then, and stops admitting a waiting
+        one). ``junction``: the shared-prefix junction this step stops at (0: none; before 0.26.0 vLLM passes
+        it only to the admitting step, ``num_uncached_common_prefix_tokens``; from 0.26.0 it is the request's
+        ``shared_prefix_boundary``, every step)."""
+        r = self.r
+        L, B, chunk = req.prompt_len, r.block, r.chunk
+        if budget <= 0 or pos >= L:
+            return pos
+        if not self._align:
+            return min(pos + budget, L)
         # the last cacheable boundary: floor(L/B)·B up to 0.31, floor((L − 1)/B)·B from 0.32
         # (kv_cache_interface.py get_mamba_prefill_checkpoint_position); EAGLE backs off one block (0.16+)
         last = floor_to(L - 1 if r.last_minus_one and not r.eagle else L, B)
@@ -469,43 +515,37 @@ class Cache:
         if not last < tail < L:
             tail = 0
         checkpoints = r.checkpoint_align is not None
-        ends: list[int] = []
-        pos = start
-        while pos < L:
-            end = pos + chunk
-            if end >= L:
-                end = L
-                inside = checkpoints and self.internal_checkpoint(req, pos, end) is not None
-            else:  # inside: only a step to the prompt's end takes the checkpoint inside it
-                inside = False
-                aligned = floor_to(end, B)
-                if aligned > pos or B <= chunk:
-                    end = aligned
-            # the first of these inside the step ends it: the next block boundary (a step from inside a block),
-            # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint);
-            # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)
-            cut = end
-            if not inside:
-                if pos % B and floor_to(pos, B) + B < cut:
-                    cut = floor_to(pos, B) + B
-                if pos < last < cut:
-                    cut = last
-                if pos < tail < cut:
-                    cut = tail
-            if pos < junction < end:
-                at = pos + floor_to(junction - pos, B)
+        end = pos + budget
+        if end >= L:
+            end = L
+            inside = checkpoints and self.internal_checkpoint(req, pos, end) is not None
+        else:  # inside: only a step to the prompt's end takes the checkpoint inside it
+            inside = False
+            aligned = floor_to(end, B)
+            # 0.28.0+: a block wider than --max-num-batched-tokens advances sub-block (the chunk limit, not
+            # the budget left, decides)
+            if aligned > pos or B <= chunk:
+                end = aligned
+        # the first of these inside the step ends it: the next block boundary (a step from inside a block),
+        # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint);
+        # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)
+        cut = end
+        if not inside:
+            if pos % B and floor_to(pos, B) + B < cut:
+                cut = floor_to(pos, B) + B
+            if pos < last < cut:
+                cut = last
+            if pos < tail < cut:
+                cut = tail
+        if pos < junction < end:
+            at = pos + floor_to(junction - pos, B)
+            if pos < at < cut:
+                cut = at
+            if r.shared_prefix_checkpoint:
+                at = pos + floor_to(junction - pos, r.unit)
                 if pos < at < cut:
                     cut = at
-                if r.shared_prefix_checkpoint:
-                    at = pos + floor_to(junction - pos, r.unit)
-                    if pos < at < cut:
-                        cut = at
-            end = cut
-            if end <= pos:  # a block wider than the chunk: vLLM refuses this start (sizing.py block_problem)
-                break
-            ends.append(end)
-            pos = end
-        return ends
+        return cut
 
     def checkpoint_position(self, req: Request) -> int:
         """The prompt's checkpoint (kv_cache_interface.py ``get_mamba_prefill_checkpoint_position``): the last
@@ -595,7 +635,7 @@ class Cache:
             n += r.mamba_groups * (cdiv(tokens, r.block) if r.mode == "all" else r.mamba_pages)
         return n
 
-    def _plan(self, req: Request, look: Lookup, keys: list[int]):
+    def _plan(self, req: Request, look: Lookup, keys: list[int], ends: list[int] | None = None):
         """The request's steps (the computed tokens at each: the hit, its prefill step ends, then the decode
         steps that end in a new block or cross a boundary) and its blocks, the same in every group of a kind:
         attention, the key each block caches (None: none), block b held from the start when b is below the hit,
@@ -610,8 +650,10 @@ class Cache:
         nblocks = cdiv(L + out, B)
         n_keys = len(keys)
         hit = look.hit
-        ends = self.prefill_ends(req, hit, look.junction)
+        if ends is None:  # running alone (the scheduler model, scheduler.py, passes the ends it scheduled)
+            ends = self.prefill_ends(req, hit, look.junction)
         states: dict[int, int] = {}
+        self.planned_states = states
         if self._recurrent:
             kept, dropped = self.retained(req, look.junction, self._state_positions(req, hit, ends))
             for pos in kept:
@@ -709,10 +751,10 @@ class Cache:
                     need += [1] * late
         return steps, attn, (mamba, index, need)
 
-    def admit(self, req: Request, look: Lookup, keys: list[int]) -> bool:
+    def admit(self, req: Request, look: Lookup, keys: list[int], ends: list[int] | None = None) -> bool:
         """The request's plan run against the pool (``BlockPool.admit``); False when a step finds too few
-        blocks."""
-        return self.pool.admit(req.index, look.hit, self._plan(req, look, keys))
+        blocks. ``ends``: where its prefill steps end (None: ``prefill_ends``, the request running alone)."""
+        return self.pool.admit(req.index, look.hit, self._plan(req, look, keys, ends))
 
     def finish(self, req: Request) -> None:
         self.pool.finish(req.index)

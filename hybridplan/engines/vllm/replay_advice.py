@@ -45,7 +45,11 @@ def budget(sc: Scenario, rs: ReplaySettings) -> int:
 
 
 def _policy(r: vpc.Rules, label: str | None = None, concurrency: int | None = None) -> Policy:
-    return Policy(label or r.label, vpc.Cache(r), r.block, r.max_model_len, concurrency)
+    """A row's policy: the prefix cache behind vLLM's scheduler loop (scheduler.py: the shared token budget, where
+    each chunk ends, what a lookup sees of the requests still running)."""
+    from hybridplan.engines.vllm.scheduler import Scheduled
+
+    return Policy(label or r.label, Scheduled(r), r.block, r.max_model_len, concurrency)
 
 
 def policies(sc: Scenario, rs: ReplaySettings, unbounded: bool) -> tuple[list[tuple[Policy, dict]], dict[str, str]]:
