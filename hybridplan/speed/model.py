@@ -373,9 +373,13 @@ def step_time(
     ]
     comm = comm_time(step, g, eff, tp)
     gpu = sum(k.seconds for k in kinds) + comm
-    host = (
-        eff.cpu_step_us(step.engine, step.batch) if step.phase == "decode" else eff.cpu_prefill_us(step.tokens)
-    ) * 1e-6
+    if step.phase == "decode":
+        host_us = eff.cpu_step_us(step.engine, step.batch)
+    elif step.phase == "mixed":  # one step: the decodes' host time and the prompt tokens' preparation
+        host_us = eff.cpu_step_us(step.engine, step.batch) + eff.prefill_token_us * (step.tokens - step.batch)
+    else:
+        host_us = eff.cpu_prefill_us(step.tokens)
+    host = host_us * 1e-6
     visible = max(0.0, host - gpu) if overlap else host
     extra = [KindTime("all-reduce", comm, "communication", 1.0, 0, 0, 0, 0)] if comm else []
     extra.append(KindTime("engine", visible, "step overhead", 1.0, 0, 0, 0, 0))

@@ -156,3 +156,15 @@ def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     if sc.pp > 1:
         return False, "async scheduling is off with pipeline parallelism (vllm/config/vllm.py): the host's step adds"
     return True, "async scheduling (vLLM's default from 0.11.2): the host's step overlaps the GPU's"
+
+
+def mixes_prefill(sc: Scenario) -> tuple[bool, str]:
+    """Whether a step carries the running requests' decodes and waiting prompts' tokens together: always in V1
+    (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``: the running requests are scheduled first, a token each,
+    then the waiting ones' prompt tokens up to what is left of ``max_num_batched_tokens``; chunked prefill is on
+    in every V1 release hybridplan knows)."""
+    return True, (
+        "vLLM's scheduler puts the running requests' decodes and the waiting prompts' tokens in one step "
+        "(up to --max-num-batched-tokens): a prompt adds its compute to the running batch's step, not a step of "
+        "its own"
+    )
