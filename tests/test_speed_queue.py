@@ -109,3 +109,19 @@ def test_bench_reports_the_loaded_prefill_and_median_tpot():
     per_token = (b.mixed.seconds - b.decode.seconds) / (b.mixed.step.tokens - b.mixed.step.batch)
     assert b.loaded_prefill_s == pytest.approx(per_token * 1024, rel=1e-12)
     assert b.median_tpot_s is not None and b.median_tpot_s > b.decode.seconds
+
+
+def test_weight_only_schemes_multiply_in_bf16():
+    from hybridplan.engines.vllm.kernels import gemm_dtype
+    from hybridplan.weights.quant import read
+
+    def q(cfg):
+        return read({"quantization_config": cfg})
+
+    # AWQ and GPTQ int4 run Marlin (bf16 MMA on dequantized tiles): bf16 whatever the 4-bit weights; ModelOpt FP8
+    # and NVFP4 quantize the activations too and multiply on the low-precision tensor cores
+    assert gemm_dtype(q({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True})) == "bf16"
+    assert gemm_dtype(q({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True})) == "bf16"
+    assert gemm_dtype(q({"quant_method": "modelopt", "quant_algo": "FP8"})) == "fp8"
+    assert gemm_dtype(q({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16})) == "fp8"
+    assert gemm_dtype(None) == "bf16"

@@ -227,7 +227,9 @@ def rank_weights(spec: ModelSpec, tp: int, dtype: str) -> RankWeights:
             routed_b += b
             routed_p += rp
     scale = w.bytes_per_rank / counted if counted and w.source != "config" else 1.0
-    tensor = "fp8" if q is not None and q.bytes_per_param < 1.5 else "bf16"
+    from hybridplan.engines.vllm.kernels import gemm_dtype  # the same rule in both engines (its docstring)
+
+    tensor = gemm_dtype(spec.quantization)
     return RankWeights(
         bytes=tuple((k, v * scale) for k, v in by.items()),
         params=tuple(params.items()),
