@@ -127,6 +127,7 @@ def _bench_rows(b, labelled: bool, ranges: dict, dataset: str | None = None) -> 
             ("Mean TPOT (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_tpot_ms"])),
             ("Mean ITL (ms)", _with_range(b.tpot_s * 1e3, ranges["mean_itl_ms"])),
             *([("draft (speculative)", f"{b.draft_s * 1e3:,.3f} ms a step")] if b.draft_s is not None else []),
+            *_queue_rows(b),
             (
                 "host per decode step",
                 f"{b.decode.host_s * 1e3:,.3f} ms" + (" (overlapped with the GPU's step)" if b.decode.overlap else ""),
@@ -137,3 +138,21 @@ def _bench_rows(b, labelled: bool, ranges: dict, dataset: str | None = None) -> 
         left=(0, 1),
         prose=(1,),
     )
+
+
+def _queue_rows(b) -> list[tuple[str, str]]:
+    """The queue's terms (hybridplan/speed/queue.py): what a prompt costs the running batch, and the median TPOT."""
+    out = []
+    if b.median_tpot_s is not None:
+        out.append(("Median TPOT (ms)", f"{b.median_tpot_s * 1e3:,.2f}"))
+    if b.loaded_prefill_s is not None:
+        if b.mixed is not None:
+            extra = b.mixed.step.tokens - b.mixed.step.batch
+            how = (
+                f"its tokens' share of steps carrying the {b.running:,} decodes and {extra:,} prompt tokens "
+                f"({b.mixed.seconds * 1e3:,.3f} ms a step against {b.decode.seconds * 1e3:,.3f} ms decoding alone)"
+            )
+        else:
+            how = "its prefill batch, which the running requests wait for"
+        out.append(("a prompt in the running batch", f"{b.loaded_prefill_s * 1e3:,.3f} ms ({how})"))
+    return out

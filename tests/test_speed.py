@@ -146,17 +146,31 @@ def test_allreduce_time():
     assert comm_time(step, datasheet("h100"), eff, 2) == pytest.approx(64 * (8e-6 + 8 * 4096 * 2 / (450e9 * 0.7)))
 
 
-def test_bench_formulas():
-    # TPOT = t_decode + (B − 1) · t_prefill / O; output = B · O / (O · TPOT + t_prefill); with no GPU memory
-    # nothing caps B
+def test_bench_at_concurrency_one_is_each_request_alone():
+    # --max-concurrency 1: each request finds the engine idle, so its TTFT is its prompt's prefill alone (host time
+    # added), its TPOT (latency − TTFT) / (O − 1) the decode step of one request, and the run's output tok/s
+    # N·O over N requests each taking t_pf + (O − 1)·t_dec
     sc = Scenario(spec=load_model("nemotron-h"), ctx=8192)
-    wl = Workload(1024, 256, 8, num_prompts=16)
+    wl = Workload(1024, 256, 1, num_prompts=4)
     b = bench(sc, datasheet("h100"), wl)
+    assert b.running == 1
+    assert b.mean_ttft_s == pytest.approx(b.prefill_s, rel=1e-12)
+    assert b.median_ttft_s == pytest.approx(b.prefill_s, rel=1e-12)
+    assert b.tpot_s == pytest.approx(b.decode.seconds, rel=1e-12)
+    assert b.output_tok_s == pytest.approx(4 * 256 / (4 * (b.prefill_s + 255 * b.decode.seconds)), rel=1e-12)
+
+
+def test_bench_a_burst_in_one_step_waits_for_the_whole_step():
+    # 8 prompts of 1,024 tokens sent at once to vLLM with --max-num-batched-tokens 8,192: one step takes all 8
+    # (8 × 1,024 = 8,192), so every first token comes at that step's end, 8 prompts' prefill, not 1 to 8 of them
+    # one after another; the 8 decode together and finish together, and the next 8 are again one step
+    sc = replace(Scenario(spec=load_model("nemotron-h"), ctx=8192), chunk=8192)
+    b = bench(sc, datasheet("h100"), Workload(1024, 256, 8, num_prompts=16))
     assert b.running == 8
-    assert b.tpot_s == pytest.approx((b.decode.seconds * 256 + 7 * b.prefill_s) / 256)
-    assert b.output_tok_s == pytest.approx(8 * 256 / (256 * b.tpot_s + b.prefill_s))
-    # the first 8 are prefilled one after another: (1 + … + 8) · t_pf; the 8 after them wait for no slot
-    assert b.mean_ttft_s == pytest.approx((36 * b.prefill_s + 8 * b.prefill_s) / 16)
+    assert b.mean_ttft_s == pytest.approx(8 * b.prefill_s, rel=1e-12)
+    assert b.median_ttft_s == pytest.approx(8 * b.prefill_s, rel=1e-12)
+    # between a request's first and last token only decode steps of 8 (no other prompt is prefilled meanwhile)
+    assert b.tpot_s == pytest.approx(b.decode.seconds, rel=1e-12)
 
 
 def test_bench_speculative_tokens_a_step():

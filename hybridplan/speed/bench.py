@@ -29,10 +29,11 @@ from msgspec.structs import replace
 
 from hybridplan.errors import NotServed, PlanError
 from hybridplan.scenario import Scenario
-from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
+from hybridplan.speed.costs import arrival_lag, decode_mode, draft_step, graph_max_batch, mixes_prefill, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
-from hybridplan.speed.work import Step, decode_step, prefill_step
+from hybridplan.speed.queue import Schedule, schedule
+from hybridplan.speed.work import Step, decode_step, mixed_step, prefill_step
 
 #: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
 DEFAULT_PROMPTS = 1000
@@ -76,6 +77,13 @@ class Bench(Struct, frozen=True):
     notes: tuple[str, ...] = ()
     #: speculative decoding: the draft's forward passes a step (seconds), None without one
     draft_s: float | None = None
+    #: the median over requests of each one's TPOT (``tpot_s`` is the mean)
+    median_tpot_s: float | None = None
+    #: what one prompt's prefill adds to the running requests' time in a loaded engine: vLLM, its tokens' share
+    #: of mixed steps (``mixed``, the step at the running batch carrying a chunk of prompt tokens); SGLang, its
+    #: prefill batch, which the running requests wait for, the host's part hidden by the overlap scheduler
+    loaded_prefill_s: float | None = None
+    mixed: StepTime | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -95,6 +103,9 @@ class Bench(Struct, frozen=True):
             "decode_step_ms": self.decode.seconds * 1e3,
             "prefill_ms": self.prefill_s * 1e3,
             "draft_ms": None if self.draft_s is None else self.draft_s * 1e3,
+            "median_tpot_ms": (self.median_tpot_s if self.median_tpot_s is not None else self.tpot_s) * 1e3,
+            "loaded_prefill_ms": None if self.loaded_prefill_s is None else self.loaded_prefill_s * 1e3,
+            "mixed_step_ms": None if self.mixed is None else self.mixed.seconds * 1e3,
             "decode_host_ms": self.decode.host_s * 1e3,
             "decode_host_overlapped": self.decode.overlap,
             "notes": list(self.notes),
@@ -176,9 +187,10 @@ def prefill_time(sc: Scenario, g: Datasheet, eff: Efficiency, tokens: int) -> tu
 
 
 class Prepared(Struct, frozen=True):
-    """What a benchmark's figures need that no efficiency changes: the running batch (from ``fit``) and the
-    work of its decode step and of one prompt's prefill. ``price`` times it at an ``Efficiency``, so a fit can
-    try many efficiencies on one scenario without sizing the engine again."""
+    """What a benchmark's figures need that no efficiency changes: the running batch (from ``fit``), the work of
+    its decode step, of one prompt's prefill and of a step carrying both, and the benchmark's queue counted step
+    by step (hybridplan/speed/queue.py). ``price`` times it at an ``Efficiency``, so a fit can try many
+    efficiencies on one scenario without sizing the engine or running the queue again."""
 
     sc: Scenario
     workload: Workload
@@ -192,41 +204,102 @@ class Prepared(Struct, frozen=True):
     #: one draft forward pass (speculative decoding), None without one
     draft: Step | None = None
     mode_notes: tuple[str, ...] = ()
+    #: the decode step of one request (a decode step's time grows with its batch, from this to ``decode``'s)
+    decode_one: Step | None = None
+    #: vLLM: the decode step at the running batch carrying ``mixed_tokens`` prompt tokens (work.py ``mixed_step``)
+    mixed: Step | None = None
+    mixed_tokens: int = 0
+    mixed_graphs: bool = False
+    #: tokens a decode step emits per request (speculative decoding: more than one)
+    per_step: float = 1.0
+    queue: Schedule | None = None
+
+
+def _per_step(sc: Scenario, wl: Workload) -> float:
+    k = sc.spec_tokens
+    if k and wl.acceptance is not None:
+        a = wl.acceptance
+        return (1 - a ** (k + 1)) / (1 - a)
+    return 1.0
 
 
 def prepare(sc: Scenario, wl: Workload) -> Prepared:
     running, running_from = running_cap(sc, wl)
     if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
         running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
-    dec = decode_step(sc, running, wl.input + wl.output // 2)
+    ctx = wl.input + wl.output // 2
+    dec = decode_step(sc, running, ctx)
+    one = dec if running == 1 else decode_step(sc, 1, ctx)
     graphs, overlap = decode_mode(sc, running)
     draft = draft_step(dec, sc) if sc.spec_tokens and wl.acceptance is not None else None
+    pf = prefill_step(sc, wl.input)
+    budget = prefill_chunk(sc)
+    mixed, why = mixes_prefill(sc)
+    mixed_st, mixed_tokens, mixed_graphs = None, 0, False
+    if mixed:
+        # the prompt tokens a loaded step carries: what the budget leaves after the running decodes, at most a prompt
+        mixed_tokens = max(1, min(wl.input, budget - running))
+        mixed_st = mixed_step(dec, pf, mixed_tokens)
+        mixed_graphs = graphs and running + mixed_tokens <= graph_max_batch(sc)
+    per_step = _per_step(sc, wl)
+    q = schedule(
+        mixed=mixed,
+        prompts=wl.prompts,
+        concurrency=wl.concurrency,
+        running=running,
+        prompt=wl.input,
+        rounds=ceil((wl.output - 1) / per_step) if wl.output > 1 else 0,
+        budget=budget,
+        lag=arrival_lag(sc),
+    )
     return Prepared(
         sc,
         wl,
         running,
         running_from,
         dec,
-        prefill_step(sc, wl.input),
+        pf,
         graphs,
         overlap,
         draft,
-        tuple(mode_notes(sc, running)),
+        (*mode_notes(sc, running), why),
+        one,
+        mixed_st,
+        mixed_tokens,
+        mixed_graphs,
+        per_step,
+        q,
     )
 
 
+def loaded_prefill(st: StepTime, seconds: float, overlap: bool) -> float:
+    """One prompt's prefill (``seconds``: its GPU work and its host time, every chunk's) while the engine is busy:
+    where the engine overlaps its host with the GPU the host's time shows only past the GPU's."""
+    host = seconds - (st.seconds - st.host_s)
+    gpu = st.seconds - st.host_s
+    return gpu + (max(0.0, host - gpu) if overlap else host)
+
+
 def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
+    """The benchmark's figures at ``eff``: each request's TTFT and TPOT from its queue counts (queue.py) times the
+    step's costs: a decode step of b requests (from one request's to the running batch's, linear in b), a prompt
+    token in a loaded step (vLLM: its share of the mixed step beyond the decode step; SGLang: its prefill batch,
+    host hidden where overlapped) and a prompt token alone (its prefill, the host's time added)."""
+    import numpy as np
+
     sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
     dec = step_time(p.decode, g, eff, tp=sc.tp, graphs=p.graphs, overlap=p.overlap)
+    one = dec if p.decode_one is None or p.decode_one is p.decode else None
+    if one is None:
+        one = step_time(p.decode_one, g, eff, tp=sc.tp, graphs=graph_max_batch(sc) >= 1, overlap=p.overlap)
     pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
     t_pf = _prefill_seconds(sc, pf, eff, wl.input)
     k = sc.spec_tokens
     notes: list[str] = list(filter(None, [prefill_chunk_note(sc)])) + list(p.mode_notes)
-    per_step = 1.0
+    per_step = p.per_step
     draft_s = None
     if k and wl.acceptance is not None:
         a = wl.acceptance
-        per_step = (1 - a ** (k + 1)) / (1 - a)
         draft_s = k * step_time(p.draft, g, eff, tp=sc.tp, graphs=p.graphs).seconds
         notes.append(
             f"speculative: {k} proposed tokens a step at acceptance {a:g}: {per_step:.2f} tokens a step; "
@@ -238,13 +311,22 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
             f"--spec-tokens {k} without --acceptance: every step verifies {k + 1} tokens a request but "
             "only one is counted as emitted"
         )
-    steps = wl.output / per_step
-    tpot = ((dec.seconds + (draft_s or 0.0)) * steps + (running - 1) * t_pf) / wl.output
-    cycle = tpot * wl.output + t_pf  # one request's lifetime, its own prefill with it; a slot frees every cycle / B
+    t1 = one.seconds + (draft_s or 0.0)
+    tb = dec.seconds + (draft_s or 0.0)
+    grow = (tb - t1) / (running - 1) if running > 1 else 0.0
+    mixed = None
+    if p.mixed is not None:
+        mixed = step_time(p.mixed, g, eff, tp=sc.tp, graphs=p.mixed_graphs, overlap=p.overlap)
+        loaded_token = max(0.0, mixed.seconds - dec.seconds) / p.mixed_tokens
+    else:
+        loaded_token = loaded_prefill(pf, t_pf, p.overlap) / wl.input
+    cost = np.array([t1, grow, loaded_token, t_pf / wl.input])
+    q = p.queue
+    ttft = np.asarray(q.ttft, dtype=float) @ cost
+    life = np.asarray(q.decode, dtype=float) @ cost
+    tpots = life / (wl.output - 1) if wl.output > 1 else np.zeros_like(life)
+    duration = float(np.asarray(q.total, dtype=float) @ cost)
     n, c = wl.prompts, min(wl.concurrency, wl.prompts)
-    ttft = [(i + 1) * t_pf for i in range(min(running, n))]
-    ttft += [(j + 1) * cycle / running + t_pf for j in range(max(0, c - running))]
-    ttft += [max(0, c - running) * cycle / running + t_pf] * max(0, n - c)
     if wl.concurrency > n:
         notes.append(
             f"--concurrency {wl.concurrency:,} is more than the workload's {n:,} prompts: at most {n:,} "
@@ -261,12 +343,15 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
         pf,
         t_pf,
         per_step,
-        tpot,
-        sum(ttft) / len(ttft),
-        median(ttft),
-        running * wl.output / cycle,
+        float(tpots.mean()),
+        float(ttft.mean()),
+        float(np.median(ttft)),
+        n * wl.output / duration if duration > 0 else 0.0,
         tuple(notes),
         draft_s,
+        float(np.median(tpots)),
+        loaded_token * wl.input,
+        mixed,
     )
 
 

@@ -34,6 +34,18 @@ def decode_mode(sc: Scenario, batch: int) -> tuple[bool, bool]:
     return batch <= graph_max_batch(sc), _engine_module(sc).overlaps_cpu(sc)[0]
 
 
+def mixes_prefill(sc: Scenario) -> tuple[bool, str]:
+    """Whether the engine's step carries decodes and prompt tokens together, and why (hybridplan/engines/*/
+    kernels.py ``mixes_prefill``)."""
+    return _engine_module(sc).mixes_prefill(sc)
+
+
+def arrival_lag(sc: Scenario) -> int:
+    """Steps a prompt sent while the engine is busy waits before it can be scheduled: 1 where the engine
+    schedules step k + 1 while step k runs (vLLM's async scheduling, SGLang's overlap scheduler), else 0."""
+    return 1 if _engine_module(sc).overlaps_cpu(sc)[0] else 0
+
+
 def mode_notes(sc: Scenario, batch: int) -> list[str]:
     """Whether the decode step replays a CUDA graph and whether the host's step is hidden, in words."""
     top = graph_max_batch(sc)

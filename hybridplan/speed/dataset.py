@@ -20,7 +20,9 @@ What the mix changes against one request of the mean lengths, and how each figur
 - a request's lifetime is its output at that TPOT plus its own prefill; a slot frees every c̄ / B; the output
   throughput is the total output over the benchmark's duration, B·ō / c̄.
 
-With every record alike these are exactly ``hybridplan/speed/bench.py`` ``price``'s figures for that one length.
+With every record alike the mix is priced as ``hybridplan/speed/bench.py`` prices one length: the benchmark's
+queue step by step (hybridplan/speed/queue.py). The steady-state figures above are kept for lengths that differ
+(the queue counts one length's requests).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from msgspec.structs import replace
 
 from hybridplan.errors import PlanError
 from hybridplan.scenario import Scenario
-from hybridplan.speed.bench import Bench, Prepared, Workload, price, running_cap
+from hybridplan.speed.bench import Bench, Workload, prepare, price, running_cap
 from hybridplan.speed.costs import decode_mode, draft_step, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency
@@ -146,19 +148,23 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     graphs, overlap = decode_mode(sc, running)
     draft = draft_step(decode, sc) if sc.spec_tokens and mix.acceptance is not None else None
     notes_mode = tuple(mode_notes(sc, running))
+    base = prepare(sc, wl)
+    if len(set(reqs)) == 1:  # every request alike: the benchmark's own queue (bench.py), step by step
+        b = price(base, g, eff)
+        return replace(b, notes=(f"{source}: {n:,} requests of {reqs[0][0]:,} prompt and {reqs[0][1]:,} output "
+                                 "tokens each", *b.notes))
+    # lengths that differ: the steady-state mix below (the queue's step-by-step count is of one length)
     priced: dict[int, Bench] = {}
     for i in sorted({i for i, _ in reqs}):
-        p = Prepared(
-            sc,
-            replace(wl, input=i),
-            running,
-            running_from,
-            decode,
-            prefill_step(sc, i),
-            graphs,
-            overlap,
-            draft,
-            notes_mode,
+        p = replace(
+            base,
+            workload=replace(wl, input=i),
+            decode=decode,
+            prefill=prefill_step(sc, i),
+            graphs=graphs,
+            overlap=overlap,
+            draft=draft,
+            mode_notes=notes_mode,
         )
         priced[i] = price(p, g, eff)
     one = priced[reqs[0][0]]

@@ -227,7 +227,9 @@ def rank_weights(spec: ModelSpec, tp: int, dtype: str) -> RankWeights:
             routed_b += b
             routed_p += rp
     scale = w.bytes_per_rank / counted if counted and w.source != "config" else 1.0
-    tensor = "fp8" if q is not None and q.bytes_per_param < 1.5 else "bf16"
+    from hybridplan.engines.vllm.kernels import gemm_dtype  # the same rule in both engines (its docstring)
+
+    tensor = gemm_dtype(spec.quantization)
     return RankWeights(
         bytes=tuple((k, v * scale) for k, v in by.items()),
         params=tuple(params.items()),
@@ -485,3 +487,48 @@ def prefill_step(sc: Scenario, tokens: int, sequences: int = 1) -> Step:
 
 def _engine(sc: Scenario) -> str:
     return "sglang" if sc.engine == "sglang" else "vllm"
+
+
+def mixed_step(dec: Step, pf: Step, tokens: int) -> Step:
+    """A decode step of ``dec.batch`` requests carrying ``tokens`` prompt tokens of ``pf`` (one prompt's whole
+    prefill) in the same forward pass, as vLLM's scheduler builds it: each layer's weights are read once for all
+    the step's tokens (the larger of the two steps' reads: the prefill's experts touched cover the decode's), the
+    KV, state, FLOPs and scans of the prompt's share (``tokens`` of its ``pf.tokens``) add to the decode's, the
+    kernels are the decode step's (the same GEMMs and attention over a longer token list), the sampler the
+    decode's rows (a prompt samples only at its last chunk), and the all-reduces carry both steps' rows."""
+    share = tokens / pf.tokens if pf.tokens else 0.0
+    by = {w.kind: w for w in pf.kinds}
+    kinds = []
+    for w in dec.kinds:
+        p = by.get(w.kind)
+        if p is None or w.kind == SAMPLING:
+            kinds.append(w)
+            continue
+        kinds.append(
+            Work(
+                w.kind,
+                w.layers,
+                weight_bytes=max(w.weight_bytes, p.weight_bytes),
+                kv_bytes=w.kv_bytes + share * p.kv_bytes,
+                state_bytes=w.state_bytes + share * p.state_bytes,
+                flops=w.flops + share * p.flops,
+                scalar_flops=w.scalar_flops + share * p.scalar_flops,
+                kernels=w.kernels,
+                scan_flops=w.scan_flops + share * p.scan_flops,
+                routed_flops=share * p.routed_flops,
+                expert_tokens=share * p.expert_tokens,
+                logit_bytes=w.logit_bytes,
+            )
+        )
+    return Step(
+        "mixed",
+        dec.batch,
+        dec.ctx,
+        dec.tokens + tokens,
+        tuple(kinds),
+        allreduces=dec.allreduces,
+        allreduce_bytes=dec.allreduce_bytes + share * pf.allreduce_bytes,
+        tensor_dtype=dec.tensor_dtype,
+        notes=dec.notes,
+        engine=dec.engine,
+    )

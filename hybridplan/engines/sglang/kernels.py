@@ -73,3 +73,13 @@ def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     if not sc.sglang.overlap:
         return False, "--disable-overlap-schedule: the host's step adds to the GPU's"
     return True, "the overlap scheduler (SGLang's default): the host's step overlaps the GPU's"
+
+
+def mixes_prefill(sc: Scenario) -> tuple[bool, str]:
+    """Whether a step carries decodes and prompt tokens together: only with ``--enable-mixed-chunk`` (off by
+    default, sglang/srt/server_args.py); otherwise ``Scheduler.get_next_batch_to_run`` (managers/scheduler.py)
+    runs a prefill batch whenever a waiting request can be admitted, and the running requests wait for it."""
+    return False, (
+        "SGLang runs a prefill batch apart whenever a waiting request can be admitted (no --enable-mixed-chunk): "
+        "the running requests' decodes wait for it"
+    )

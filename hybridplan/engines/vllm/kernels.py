@@ -156,3 +156,40 @@ def overlaps_cpu(sc: Scenario) -> tuple[bool, str]:
     if sc.pp > 1:
         return False, "async scheduling is off with pipeline parallelism (vllm/config/vllm.py): the host's step adds"
     return True, "async scheduling (vLLM's default from 0.11.2): the host's step overlaps the GPU's"
+
+
+def mixes_prefill(sc: Scenario) -> tuple[bool, str]:
+    """Whether a step carries the running requests' decodes and waiting prompts' tokens together: always in V1
+    (vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``: the running requests are scheduled first, a token each,
+    then the waiting ones' prompt tokens up to what is left of ``max_num_batched_tokens``; chunked prefill is on
+    in every V1 release hybridplan knows)."""
+    return True, (
+        "vLLM's scheduler puts the running requests' decodes and the waiting prompts' tokens in one step "
+        "(up to --max-num-batched-tokens): a prompt adds its compute to the running batch's step, not a step of "
+        "its own"
+    )
+
+
+#: weight-only schemes (activations stay bf16): the GEMM loads the packed weights, dequantizes each tile in the
+#: kernel and multiplies on the bf16 tensor cores, so the tensor peak is bf16's whatever the weights' width.
+#: vLLM: AWQ and GPTQ run Marlin (layers/quantization/awq_marlin.py, gptq_marlin.py ``apply_*_marlin_linear``,
+#: its ``mma.sync`` on bf16 fragments); SGLang 0.5.15–0.5.16: the same, and ModelOpt ``W4A16_NVFP4``
+#: (layers/quantization/modelopt_quant.py ``ModelOptNvFp4A16LinearMethod.apply`` → ``apply_fp4_marlin_linear``);
+#: bitsandbytes dequantizes to bf16 before a bf16 GEMM
+WEIGHT_ONLY_METHODS = frozenset(
+    {"awq", "awq_marlin", "gptq", "gptq_marlin", "auto-round", "auto_round", "bitsandbytes"}
+)
+WEIGHT_ONLY_ALGOS = frozenset({"W4A16_NVFP4", "W4A16_AWQ", "W4A16"})
+
+
+def gemm_dtype(q) -> str:
+    """The tensor-core class a checkpoint's linear layers multiply in: ``bf16`` for a weight-only scheme
+    (``WEIGHT_ONLY_*``) and for unquantized weights, ``fp8`` for 8-bit-and-narrower weights whose activations
+    are quantized too (FP8 W8A8, NVFP4 and MXFP4 W4A4; the tensor peak falls back to bf16 where the GPU has no
+    fp8 figure, model.py ``tensor_peak``)."""
+    scheme = None if q is None else q.scheme
+    if scheme is None:
+        return "bf16"
+    if q.method in WEIGHT_ONLY_METHODS or (q.algo or "").upper() in WEIGHT_ONLY_ALGOS:
+        return "bf16"
+    return "fp8" if scheme.bytes_per_param < 1.5 else "bf16"
