@@ -22,7 +22,6 @@ per-request list. Speculative decoding with an acceptance rate a and k proposed 
 from __future__ import annotations
 
 from math import ceil, floor
-from statistics import median
 
 from msgspec import Struct
 from msgspec.structs import replace

@@ -139,4 +139,4 @@ def schedule(
             finish(decoding.popleft()[0])
     ttft = tuple(_sub(first[i], send[i]) for i in range(prompts))
     dec = tuple(_sub(fin[i], first[i]) for i in range(prompts))
-    return Schedule(ttft, dec, tuple(acc), mixed)
+    return Schedule(ttft, dec, (acc[0], acc[1], acc[2], acc[3]), mixed)
