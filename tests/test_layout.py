@@ -42,7 +42,7 @@ def _functions() -> list[tuple[Path, ast.FunctionDef]]:
         ("kv_budget", "hybridplan/engines/vllm/sizing.py"),  # vLLM's KV budget formula
         ("budget_bytes", "hybridplan/engines/sglang/pool.py"),  # SGLang's memory to split
         # where a cache holds states along a request (`prefix`'s checkpoints of the first request): one per engine's
-        # replay cache (SGLang's scheduler loop runs the request, then asks its radix cache), and no analytic copy of where states land (`checkpoints`) or of the junction a second request
+        # replay cache (each engine's scheduler loop runs the request, then asks its cache), and no analytic copy of where states land (`checkpoints`) or of the junction a second request
         # saves (`junction`) beside the replay's rules: `prefix` replays its trace through those caches
         (
             "held_states",
@@ -50,6 +50,7 @@ def _functions() -> list[tuple[Path, ast.FunctionDef]]:
                 "hybridplan/engines/sglang/radix_cache.py",
                 "hybridplan/engines/sglang/scheduler.py",
                 "hybridplan/engines/vllm/prefix_cache.py",
+                "hybridplan/engines/vllm/scheduler.py",
             ),
         ),
         ("checkpoints", ()),

@@ -223,7 +223,7 @@ def test_fixtures_each_predicted():
     docs = validation.fixtures()
     assert sum(len(d["measurements"]) for d in docs) >= 30
     assert all(d["source"].startswith("https://") for d in docs)
-    rows = validation.rows()
+    rows = validation.rows(files=frozenset(d["_file"] for d in docs))  # the sealed set too
     assert len(rows) == sum(len(d["measurements"]) for d in docs)
     # the efficiencies were fitted on the attention fixtures alone
     from hybridplan.speed.model import FITTED_ON

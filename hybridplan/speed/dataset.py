@@ -151,8 +151,13 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     base = prepare(sc, wl)
     if len(set(reqs)) == 1:  # every request alike: the benchmark's own queue (bench.py), step by step
         b = price(base, g, eff)
-        return replace(b, notes=(f"{source}: {n:,} requests of {reqs[0][0]:,} prompt and {reqs[0][1]:,} output "
-                                 "tokens each", *b.notes))
+        return replace(
+            b,
+            notes=(
+                f"{source}: {n:,} requests of {reqs[0][0]:,} prompt and {reqs[0][1]:,} output tokens each",
+                *b.notes,
+            ),
+        )
     # lengths that differ: the steady-state mix below (the queue's step-by-step count is of one length)
     priced: dict[int, Bench] = {}
     for i in sorted({i for i, _ in reqs}):

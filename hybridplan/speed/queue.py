@@ -33,6 +33,7 @@ decode step's time growing with its batch), prompt tokens in steps that also dec
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from msgspec import Struct
 
@@ -55,11 +56,27 @@ def _sub(a: list[float], b: list[float]) -> Counts:
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
 
 
-def schedule(
-    *, mixed: bool, prompts: int, concurrency: int, running: int, prompt: int, rounds: int, budget: int, lag: int
-) -> Schedule:
-    """Run the benchmark's queue: ``prompts`` requests of ``prompt`` tokens, each decoding ``rounds`` steps after
-    its first token, ``concurrency`` in flight, ``running`` admitted at most, ``budget`` prompt tokens a step."""
+class Queue(Struct, frozen=True):
+    """The benchmark's queue: ``prompts`` requests of ``prompt`` tokens, each decoding ``rounds`` steps after its
+    first token, ``concurrency`` in flight, ``running`` admitted at most, ``budget`` prompt tokens a step;
+    ``mixed``: the engine's steps carry decodes and prompt tokens together; ``lag``: the steps an arriving prompt
+    waits on a busy engine."""
+
+    mixed: bool
+    prompts: int
+    concurrency: int
+    running: int
+    prompt: int
+    rounds: int
+    budget: int
+    lag: int
+
+
+def schedule(queue: Queue | None = None, **kw: Any) -> Schedule:
+    """Run the benchmark's queue (a ``Queue``, or its fields by name)."""
+    q = queue if queue is not None else Queue(**kw)
+    mixed, prompts, concurrency, running = q.mixed, q.prompts, q.concurrency, q.running
+    prompt, rounds, budget, lag = q.prompt, q.rounds, q.budget, q.lag
     if min(prompts, concurrency, running, prompt, budget) < 1 or rounds < 0 or lag < 0:
         raise ValueError("the queue needs positive counts")
     acc = [0.0, 0.0, 0.0, 0.0]

@@ -248,7 +248,7 @@ class Scheduled:
         else:
             end_step = last_prefill
         plan = cache._plan(req, look, e.keys, ends)
-        visible, reached = self._visible(e, look, plan, t, prefill, last_prefill, skipped)
+        visible, reached = self._visible(e, look, plan, t, (prefill, last_prefill, skipped))
         if not cache.pool.admit(req.index, look.hit, plan):
             if self.running:
                 self.blocked = True
@@ -288,14 +288,14 @@ class Scheduled:
         look: Lookup,
         plan: Plan,
         t: int,
-        prefill: dict[int, int],
-        last_prefill: int,
-        skipped: set[int],
+        steps: tuple[dict[int, int], int, set[int]],
     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
         """The blocks and states ``e``'s plan caches that no block caches yet (or only another running request's,
         still hidden), each with the step from which a lookup sees it: the first whose computed plus scheduled
         tokens reach it (step ``t``'s own are seen by the requests admitted after it at ``t``, so they are left
         out); and every state it caches past its hit with the step that caches it."""
+        # its prefill tokens per step, its last prefill step, the steps its decoding skips
+        prefill, last_prefill, skipped = steps
         cache, r = self.cache, self.r
         B, unit = r.block, r.unit
         L = e.req.prompt_len
