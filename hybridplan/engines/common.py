@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from math import gcd
+from typing import Any
 
 from msgspec import Struct
 
@@ -254,3 +255,26 @@ class Shortfall(Struct, frozen=True):
 
     def to_dict(self) -> dict:
         return {"memory": self.memory.to_dict(), "starts": False, "problem": self.problem}
+
+
+class SchedulerLoop:
+    """What an engine's scheduler loop for ``replay`` (engines/vllm/scheduler.py, engines/sglang/scheduler.py)
+    passes straight through from the cache it drives (``cache``): the figures the replay loop reads off a cache,
+    and a request's keys."""
+
+    cache: Any
+
+    @property
+    def evictions(self) -> int:
+        return self.cache.evictions
+
+    @property
+    def peak_states(self) -> int:
+        return self.cache.peak_states
+
+    @property
+    def peak_blocks(self) -> int:
+        return self.cache.peak_blocks
+
+    def keys(self, req: Any, stop: int) -> list[int]:
+        return self.cache.keys(req, stop)

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import floor_to
+from hybridplan.engines.common import SchedulerLoop, floor_to
 from hybridplan.engines.sglang.radix_cache import EVERY, Cache, Lookup, Rules, decode_track
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class _Entry:
     launched: int = 0
 
 
-class Scheduled:
+class Scheduled(SchedulerLoop):
     """The radix cache behind SGLang's scheduler loop: requests are submitted, stepped through prefill batches
     and decoding, and their lookups come out (``resolved``) when each is first scheduled. The replay loop
     (hybridplan/replay/loop.py) drives it through ``submit`` and ``finish``."""
@@ -107,22 +107,6 @@ class Scheduled:
         self.pending_plain = False
         #: the overlap scheduler's chunked request, cached at the start of the next step: (entry, start, end)
         self.stash: tuple[_Entry, int, int] | None = None
-
-    # the figures the loop reads off a cache
-    @property
-    def evictions(self) -> int:
-        return self.cache.evictions
-
-    @property
-    def peak_states(self) -> int:
-        return self.cache.peak_states
-
-    @property
-    def peak_blocks(self) -> int:
-        return self.cache.peak_blocks
-
-    def keys(self, req: Request, stop: int) -> list[int]:
-        return self.cache.keys(req, stop)
 
     def held_states(self, req: Request) -> list[int]:
         """Where the tree holds states along ``req`` once it has run (the loop runs it to its end first: the

@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hybridplan.engines.common import cdiv
+from hybridplan.engines.common import SchedulerLoop, cdiv
 from hybridplan.engines.vllm.prefix_cache import Cache, Lookup, Rules
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class _Entry:
     finish: int = 0
 
 
-class Scheduled:
+class Scheduled(SchedulerLoop):
     """vLLM's prefix cache behind its scheduler loop: requests are submitted, stepped through the shared token
     budget, and their lookups come out (``take_resolved``) at the step that admits each. The replay loop
     (hybridplan/replay/loop.py) drives it through ``submit`` and ``finish``."""
@@ -102,22 +102,6 @@ class Scheduled:
         #: validation/replay_vllm.py records vLLM's)
         self.record = False
         self.chunks: dict[int, list[int]] = {}
-
-    # the figures the loop reads off a cache
-    @property
-    def evictions(self) -> int:
-        return self.cache.evictions
-
-    @property
-    def peak_states(self) -> int:
-        return self.cache.peak_states
-
-    @property
-    def peak_blocks(self) -> int:
-        return self.cache.peak_blocks
-
-    def keys(self, req: Request, stop: int) -> list[int]:
-        return self.cache.keys(req, stop)
 
     def held_states(self, req: Request) -> list[int]:
         """Where the pool holds states along ``req`` once it has run."""
