@@ -85,17 +85,7 @@ def test_to_0_5_12_a_long_prompt_waits_for_the_next_batch():
     work = Synthetic(shared=3000, users=4, private=12000, output=1)
 
     def reuse(version):
-        sc = scenario(
-            "qwen3.5-4b",
-            32768,
-            sglang_version=version,
-            chunk=8192,
-            budget=Budget(kv_budget=40 * GiB),
-            sglang=dict(radix="no_buffer", overlap=False),
-        )
-        r = spc.rules(sc, ReplaySettings())
-        runs, _ = replay([Policy(r.label, Scheduled(r), r.grid, r.max_model_len)], work.requests(), 4)
-        return [o.reused for o in runs[r.label].outcomes]
+        return overlap_run(work, "no_buffer", False, concurrency=4, version=version)[0]
 
     assert reuse("0.5.23") == [0, 0, 1384, 1384]
     assert reuse("0.5.9") == [0, 0, 0, 0]
