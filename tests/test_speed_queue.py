@@ -11,7 +11,7 @@ from hybridplan.speed.bench import Workload, bench
 from hybridplan.speed.costs import arrival_lag, mixes_prefill
 from hybridplan.speed.gpus import datasheet
 from hybridplan.speed.model import step_time
-from hybridplan.speed.queue import schedule
+from hybridplan.speed.queue import Queue, schedule
 from hybridplan.speed.work import decode_step, mixed_step, prefill_step
 
 pytestmark = pytest.mark.unit
@@ -22,7 +22,7 @@ def test_vllm_budget_splits_a_burst_and_the_decodes_take_their_tokens_first():
     # step 1: nothing runs, prompts 1 and 2 (2,048 tokens, alone); step 2: 2 decodes take 2 of the budget, prompt 3
     # whole and 1,022 of prompt 4 (2,046 loaded); step 3: 3 decodes, the last 2 of prompt 4; step 4: 4 decodes,
     # prompts 1–2's third round, they finish; step 5: 2 decodes, prompt 3 finishes; step 6: prompt 4 finishes
-    q = schedule(mixed=True, prompts=4, concurrency=4, running=4, prompt=1024, rounds=3, budget=2048, lag=0)
+    q = schedule(Queue(mixed=True, prompts=4, concurrency=4, running=4, prompt=1024, rounds=3, budget=2048, lag=0))
     # (decode steps, Σ batch − 1 over them, prompt tokens loaded, prompt tokens alone)
     assert q.ttft == ((0, 0, 0, 2048), (0, 0, 0, 2048), (1, 1, 2046, 2048), (2, 3, 2048, 2048))
     # prompt 1 from its first token: steps 2, 3, 4 (batches 2, 3, 4) and the 2,048 prompt tokens they carried
@@ -37,7 +37,7 @@ def test_sglang_prefill_batches_stall_the_running_decodes():
     # 3 prompts of 100 at once, --chunked-prefill-size 100 (one prompt a batch), 4 decode rounds: three prefill
     # batches run first (SGLang's prefill-first loop), the 2nd and 3rd while requests wait to decode (loaded); no
     # decode round runs in a prefill batch, so prompt 1's 4 rounds come after both other prefills
-    q = schedule(mixed=False, prompts=3, concurrency=3, running=3, prompt=100, rounds=4, budget=100, lag=0)
+    q = schedule(Queue(mixed=False, prompts=3, concurrency=3, running=3, prompt=100, rounds=4, budget=100, lag=0))
     assert q.ttft == ((0, 0, 0, 100), (0, 0, 100, 100), (0, 0, 200, 100))
     assert q.decode == ((4, 8, 200, 0), (4, 8, 100, 0), (4, 8, 0, 0))
     assert q.total == (4, 8, 200, 100)
@@ -45,7 +45,7 @@ def test_sglang_prefill_batches_stall_the_running_decodes():
 
 def test_a_request_beyond_the_running_limit_waits_for_a_slot():
     # 3 prompts at once, 2 admitted: the third waits for both to finish their 2 rounds at batch 2, then is prefilled
-    q = schedule(mixed=False, prompts=3, concurrency=3, running=2, prompt=100, rounds=2, budget=1000, lag=0)
+    q = schedule(Queue(mixed=False, prompts=3, concurrency=3, running=2, prompt=100, rounds=2, budget=1000, lag=0))
     assert q.ttft[2] == (2, 2, 0, 300)
 
 
@@ -55,13 +55,13 @@ def test_a_prompt_sent_to_a_busy_overlapping_engine_waits_one_step():
     # steps and 10 loaded tokens. With the lag of an engine that scheduled step 5 while step 4 ran, step 5 is a
     # decode step only and its tokens come in step 6 (9 loaded) and step 7 (1 alone, prompt 2 finished)
     kw = dict(mixed=True, prompts=3, concurrency=2, running=2, prompt=10, rounds=3, budget=10)
-    assert schedule(lag=0, **kw).ttft[2] == (2, 0, 10, 0)
-    assert schedule(lag=1, **kw).ttft[2] == (2, 0, 9, 1)
+    assert schedule(Queue(lag=0, **kw)).ttft[2] == (2, 0, 10, 0)
+    assert schedule(Queue(lag=1, **kw)).ttft[2] == (2, 0, 9, 1)
 
 
 def test_concurrency_one_never_waits_a_lag():
     # the engine is idle whenever a request arrives at --max-concurrency 1: each TTFT is its prompt alone
-    q = schedule(mixed=True, prompts=3, concurrency=1, running=1, prompt=512, rounds=7, budget=8192, lag=1)
+    q = schedule(Queue(mixed=True, prompts=3, concurrency=1, running=1, prompt=512, rounds=7, budget=8192, lag=1))
     assert q.ttft == ((0, 0, 0, 512),) * 3
     assert q.decode == ((7, 0, 0, 0),) * 3
 

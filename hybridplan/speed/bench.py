@@ -31,7 +31,7 @@ from hybridplan.scenario import Scenario
 from hybridplan.speed.costs import arrival_lag, decode_mode, draft_step, graph_max_batch, mixes_prefill, mode_notes
 from hybridplan.speed.gpus import Datasheet
 from hybridplan.speed.model import DEFAULT, Efficiency, StepTime, step_time
-from hybridplan.speed.queue import Schedule, schedule
+from hybridplan.speed.queue import Queue, Schedule, schedule
 from hybridplan.speed.work import Step, decode_step, mixed_step, prefill_step
 
 #: ``vllm bench serve --num-prompts`` default (vllm/benchmarks/serve.py)
@@ -242,14 +242,16 @@ def prepare(sc: Scenario, wl: Workload) -> Prepared:
         mixed_graphs = graphs and running + mixed_tokens <= graph_max_batch(sc)
     per_step = _per_step(sc, wl)
     q = schedule(
-        mixed=mixed,
-        prompts=wl.prompts,
-        concurrency=wl.concurrency,
-        running=running,
-        prompt=wl.input,
-        rounds=ceil((wl.output - 1) / per_step) if wl.output > 1 else 0,
-        budget=budget,
-        lag=arrival_lag(sc),
+        Queue(
+            mixed=mixed,
+            prompts=wl.prompts,
+            concurrency=wl.concurrency,
+            running=running,
+            prompt=wl.input,
+            rounds=ceil((wl.output - 1) / per_step) if wl.output > 1 else 0,
+            budget=budget,
+            lag=arrival_lag(sc),
+        )
     )
     return Prepared(
         sc,

@@ -33,7 +33,6 @@ decode step's time growing with its batch), prompt tokens in steps that also dec
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from msgspec import Struct
 
@@ -72,9 +71,8 @@ class Queue(Struct, frozen=True):
     lag: int
 
 
-def schedule(queue: Queue | None = None, **kw: Any) -> Schedule:
-    """Run the benchmark's queue (a ``Queue``, or its fields by name)."""
-    q = queue if queue is not None else Queue(**kw)
+def schedule(q: Queue) -> Schedule:
+    """Run the benchmark's queue."""
     mixed, prompts, concurrency, running = q.mixed, q.prompts, q.concurrency, q.running
     prompt, rounds, budget, lag = q.prompt, q.rounds, q.budget, q.lag
     if min(prompts, concurrency, running, prompt, budget) < 1 or rounds < 0 or lag < 0:
