@@ -116,6 +116,6 @@ def qwen3_moe_layers(f: Fields) -> list[bool]:
     not named in ``mlp_only_layers`` (vllm/model_executor/models/qwen3_moe.py, Qwen3MoeDecoderLayer)."""
     n = f.int("num_hidden_layers")
     step = f.int("decoder_sparse_step", default=1)
-    dense = {int(i) for i in (f.raw.get("mlp_only_layers") or [])}
+    dense = set(f.int_list("mlp_only_layers")) if f.raw.get("mlp_only_layers") is not None else set()
     experts = display_int(f.raw.get("num_experts")) > 0
     return [experts and i not in dense and (i + 1) % step == 0 for i in range(n)]

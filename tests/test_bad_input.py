@@ -397,3 +397,16 @@ def test_profile_without_a_gpu_names_interpret(run_cli, monkeypatch):
     # without the gpu extra
     monkeypatch.setitem(sys.modules, "torch", None)
     one_line_error(*run_cli("profile", "nemotron-h", "--gpu", "0"), "hybridplan[gpu]", "--interpret")
+
+
+@pytest.mark.parametrize("bad", [[""], False, "0,1", [1.5]])
+def test_qwen3_moe_mlp_only_layers_must_be_layer_indices(bad):
+    # found by the fuzz test above: vLLM's Qwen3MoeDecoderLayer tests `layer_idx in config.mlp_only_layers`, which
+    # a string of digits or a bool cannot answer as layers; hybridplan refuses it in one line, naming the field
+    from tests.conftest import CONFIGS
+
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-30B-A3B.json").read_text())
+    cfg["mlp_only_layers"] = bad
+    with pytest.raises(PlanError, match="'mlp_only_layers' must be a list of integers") as exc:
+        spec_from_config(cfg, name="mutant")
+    assert "\n" not in str(exc.value)
