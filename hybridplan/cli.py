@@ -42,6 +42,7 @@ from hybridplan.options import (
     option,
     param,
     plot_option,
+    range_ratio_value,
     size_option,
     tokens_option,
 )
@@ -630,6 +631,22 @@ SPEED = (
         ),
         None,
     ),
+    param(
+        "range_ratio",
+        Flag(
+            float,
+            option(
+                "--random-range-ratio",
+                metavar="R",
+                parser=range_ratio_value,
+                help="Spread of each request's lengths as the bench client draws them "
+                "(default 0.0, both clients' own): vllm bench serve takes "
+                "[I(1-R), I(1+R)], so 0 is exactly --input; sglang.bench_serving "
+                "takes [I*R, I], so 0 is anything from 1 to --input and 1 is exact.",
+            ),
+        ),
+        0.0,
+    ),
     param("plot", plot_option("Write tokens/s against batch with the roofline to this file."), None),
     param(
         "dataset_lengths",
@@ -689,6 +706,7 @@ def speed(o: Options) -> None:
     \b
       hybridplan speed qwen3-next --gpu-type h100 --tp 4 --ctx 32k --concurrency 64 --output 512
       hybridplan speed nemotron-h --gpu-type h200 --input 4096 --output 1024 --concurrency 256 --json
+      hybridplan speed qwen3-next --gpu-type h200 --tp 4 --engine sglang --random-range-ratio 0.8
       hybridplan speed nemotron-h --gpu-type h100 --calibration h100-nemotron-h.json
     """
     from msgspec.structs import replace
@@ -722,7 +740,7 @@ def speed(o: Options) -> None:
     if given < 1:
         raise PlanError(f"--ctx {o.ctx} leaves no prompt for --output {out}: give --input")
     sc = replace(scenario(o), ctx=o.ctx if o.ctx is not None else given + out)
-    wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance)
+    wl = Workload(given, out, o.concurrency, o.num_prompts, o.acceptance, range_ratio=o.range_ratio)
     show(speed_report(sc, wl, given + out // 2, calibration=cal), o, "hybridplan.render_speed:speed_view", "speed_plot")
 
 

@@ -116,6 +116,18 @@ def number_value(flag: str, low: float, high: float | None, why: str) -> Callabl
     return read
 
 
+def range_ratio_value(text: Any) -> float:
+    """--random-range-ratio: a number, 0 or more; each client's own bound is checked where its draw is made
+    (hybridplan/engines/*/client.py), with that client's reason."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise PlanError(f"--random-range-ratio: cannot read {text!r} as a number") from None
+    if not 0 <= value < float("inf"):
+        raise PlanError(f"--random-range-ratio must be 0 or more, got {text}")
+    return value
+
+
 def _offload_gb(text: Any) -> int | None:
     """--cpu-offload-gb: GiB per GPU, 0 or more (vllm/config/offload.py ``Field(default=0, ge=0)``), as the bytes
     both engines move: ``int(gb * 1024**3)`` (vllm/model_executor/offloader, sglang/srt/utils/offloader.py)."""

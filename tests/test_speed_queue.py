@@ -22,31 +22,37 @@ def test_vllm_budget_splits_a_burst_and_the_decodes_take_their_tokens_first():
     # step 1: nothing runs, prompts 1 and 2 (2,048 tokens, alone); step 2: 2 decodes take 2 of the budget, prompt 3
     # whole and 1,022 of prompt 4 (2,046 loaded); step 3: 3 decodes, the last 2 of prompt 4; step 4: 4 decodes,
     # prompts 1–2's third round, they finish; step 5: 2 decodes, prompt 3 finishes; step 6: prompt 4 finishes
-    q = schedule(Queue(mixed=True, prompts=4, concurrency=4, running=4, prompt=1024, rounds=3, budget=2048, lag=0))
-    # (decode steps, Σ batch − 1 over them, prompt tokens loaded, prompt tokens alone)
-    assert q.ttft == ((0, 0, 0, 2048), (0, 0, 0, 2048), (1, 1, 2046, 2048), (2, 3, 2048, 2048))
+    q = schedule(Queue.alike(4, 1024, 3, mixed=True, concurrency=4, running=4, budget=2048, lag=0))
+    # (decode steps, Σ batch − 1 over them, prompt tokens loaded, prompt tokens alone, prefill steps loaded, alone):
+    # vLLM's loaded prompt tokens ride decode steps, so it counts no loaded prefill step
+    assert q.ttft == ((0, 0, 0, 2048, 0, 1), (0, 0, 0, 2048, 0, 1), (1, 1, 2046, 2048, 0, 1), (2, 3, 2048, 2048, 0, 1))
     # prompt 1 from its first token: steps 2, 3, 4 (batches 2, 3, 4) and the 2,048 prompt tokens they carried
-    assert q.decode[0] == (3, 1 + 2 + 3, 2048, 0)
+    assert q.decode[0] == (3, 1 + 2 + 3, 2048, 0, 0, 0)
     # prompt 3: steps 3, 4, 5 (batches 3, 4, 2) and the 2 tokens step 3 carried; prompt 4: steps 4, 5, 6 (4, 2, 1)
-    assert q.decode[2] == (3, 2 + 3 + 1, 2, 0)
-    assert q.decode[3] == (3, 3 + 1 + 0, 0, 0)
-    assert q.total == (5, 7, 2048, 2048)
+    assert q.decode[2] == (3, 2 + 3 + 1, 2, 0, 0, 0)
+    assert q.decode[3] == (3, 3 + 1 + 0, 0, 0, 0, 0)
+    assert q.total == (5, 7, 2048, 2048, 0, 1)
+    # the one step with prompt tokens alone carried 2,048 of them
+    assert q.prompt_tokens_per_step() == 2048
 
 
 def test_sglang_prefill_batches_stall_the_running_decodes():
     # 3 prompts of 100 at once, --chunked-prefill-size 100 (one prompt a batch), 4 decode rounds: three prefill
     # batches run first (SGLang's prefill-first loop), the 2nd and 3rd while requests wait to decode (loaded); no
     # decode round runs in a prefill batch, so prompt 1's 4 rounds come after both other prefills
-    q = schedule(Queue(mixed=False, prompts=3, concurrency=3, running=3, prompt=100, rounds=4, budget=100, lag=0))
-    assert q.ttft == ((0, 0, 0, 100), (0, 0, 100, 100), (0, 0, 200, 100))
-    assert q.decode == ((4, 8, 200, 0), (4, 8, 100, 0), (4, 8, 0, 0))
-    assert q.total == (4, 8, 200, 100)
+    q = schedule(Queue.alike(3, 100, 4, mixed=False, concurrency=3, running=3, budget=100, lag=0))
+    # each prefill batch is a step of its own: the first alone, the 2nd and 3rd loaded
+    assert q.ttft == ((0, 0, 0, 100, 0, 1), (0, 0, 100, 100, 1, 1), (0, 0, 200, 100, 2, 1))
+    assert q.decode == ((4, 8, 200, 0, 2, 0), (4, 8, 100, 0, 1, 0), (4, 8, 0, 0, 0, 0))
+    assert q.total == (4, 8, 200, 100, 2, 1)
+    assert q.prompt_tokens_per_step() == 100
 
 
 def test_a_request_beyond_the_running_limit_waits_for_a_slot():
     # 3 prompts at once, 2 admitted: the third waits for both to finish their 2 rounds at batch 2, then is prefilled
-    q = schedule(Queue(mixed=False, prompts=3, concurrency=3, running=2, prompt=100, rounds=2, budget=1000, lag=0))
-    assert q.ttft[2] == (2, 2, 0, 300)
+    q = schedule(Queue.alike(3, 100, 2, mixed=False, concurrency=3, running=2, budget=1000, lag=0))
+    # step 1 prefills the first two together (200 tokens, one step), the third comes in a step of its own
+    assert q.ttft[2] == (2, 2, 0, 300, 0, 2)
 
 
 def test_a_prompt_sent_to_a_busy_overlapping_engine_waits_one_step():
@@ -54,16 +60,32 @@ def test_a_prompt_sent_to_a_busy_overlapping_engine_waits_one_step():
     # Without a lag it joins step 5 (9 tokens beside prompt 2's decode) and step 6 (its last token): TTFT 2 decode
     # steps and 10 loaded tokens. With the lag of an engine that scheduled step 5 while step 4 ran, step 5 is a
     # decode step only and its tokens come in step 6 (9 loaded) and step 7 (1 alone, prompt 2 finished)
-    kw = dict(mixed=True, prompts=3, concurrency=2, running=2, prompt=10, rounds=3, budget=10)
-    assert schedule(Queue(lag=0, **kw)).ttft[2] == (2, 0, 10, 0)
-    assert schedule(Queue(lag=1, **kw)).ttft[2] == (2, 0, 9, 1)
+    kw = dict(mixed=True, concurrency=2, running=2, budget=10)
+    assert schedule(Queue.alike(3, 10, 3, lag=0, **kw)).ttft[2] == (2, 0, 10, 0, 0, 0)
+    assert schedule(Queue.alike(3, 10, 3, lag=1, **kw)).ttft[2] == (2, 0, 9, 1, 0, 1)
 
 
 def test_concurrency_one_never_waits_a_lag():
     # the engine is idle whenever a request arrives at --max-concurrency 1: each TTFT is its prompt alone
-    q = schedule(Queue(mixed=True, prompts=3, concurrency=1, running=1, prompt=512, rounds=7, budget=8192, lag=1))
-    assert q.ttft == ((0, 0, 0, 512),) * 3
-    assert q.decode == ((7, 0, 0, 0),) * 3
+    q = schedule(Queue.alike(3, 512, 7, mixed=True, concurrency=1, running=1, budget=8192, lag=1))
+    assert q.ttft == ((0, 0, 0, 512, 0, 1),) * 3
+    assert q.decode == ((7, 0, 0, 0, 0, 0),) * 3
+
+
+def test_a_shorter_request_finishes_first_and_its_successor_is_sent_then():
+    # SGLang, 2 in flight, prompts of 10, budget 100; request 1 decodes 1 round after its first token, request 2
+    # five, request 3 one. Step 1 prefills 1 and 2 together (alone); decode round 1 (batch 2) finishes request 1
+    # and the client sends request 3, prefilled in a batch of its own while request 2 waits (loaded): its TTFT is
+    # that one prefill step. Round 2 (batch 2) finishes request 3, before request 2, sent earlier
+    q = schedule(
+        Queue(mixed=False, concurrency=2, running=2, prompts=(10, 10, 10), rounds=(1, 5, 1), budget=100, lag=0)
+    )
+    assert q.ttft == ((0, 0, 0, 20, 0, 1), (0, 0, 0, 20, 0, 1), (0, 0, 10, 0, 1, 0))
+    assert q.decode[2] == (1, 1, 0, 0, 0, 0)
+    # request 2: rounds 1 and 2 at batch 2, request 3's prefill between them, then rounds 3-5 alone
+    assert q.decode[1] == (5, 2, 10, 0, 1, 0)
+    with pytest.raises(ValueError):
+        schedule(Queue(mixed=False, concurrency=2, running=2, prompts=(10, 10), rounds=(1,), budget=100, lag=0))
 
 
 def test_the_mixed_step_reads_the_weights_once():
@@ -125,3 +147,58 @@ def test_weight_only_schemes_multiply_in_bf16():
     assert gemm_dtype(q({"quant_method": "modelopt", "quant_algo": "FP8"})) == "fp8"
     assert gemm_dtype(q({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16})) == "fp8"
     assert gemm_dtype(None) == "bf16"
+
+
+def test_a_prefill_step_is_a_fixed_part_and_a_part_per_token():
+    # the line through a step of one 1,000-token prompt and a step of four: exact at both points
+    from hybridplan.speed.bench import prefill_line
+
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=4096, engine="sglang")
+    g = datasheet("h100")
+    one = step_time(prefill_step(sc, 1000), g, graphs=False)
+    four = step_time(prefill_step(sc, 1000, 4), g, graphs=False)
+    fixed, per_token = prefill_line(one, four, one.seconds, 1000, 1, None)
+    assert fixed + 1000 * per_token == pytest.approx(one.seconds, rel=1e-12)
+    assert fixed + 4000 * per_token == pytest.approx(four.seconds, rel=1e-12)
+    # a batch of four costs less than four prompts apart: the weights are read and the kernels launched once
+    assert fixed > 0 and four.seconds < 4 * one.seconds
+    # while requests wait on an overlapping engine, the host's part is hidden behind the GPU's
+    assert prefill_line(one, four, one.seconds, 1000, 1, True)[0] <= fixed
+
+
+def test_sglang_prefills_a_burst_in_one_batch():
+    # SGLang, 8 prompts of 1,000 sent at once, --chunked-prefill-size 8,192 (its H100 default): one prefill batch of
+    # all 8 (8,000 tokens), so every first token comes at that one step's end, not after eight prefills in a row
+    sc = Scenario(spec=load_model("nemotron-h"), ctx=4096, engine="sglang", chunk=8192)
+    g = datasheet("h100")
+    b = bench(sc, g, Workload(1000, 2, 8, num_prompts=8))
+    batch = step_time(prefill_step(sc, 1000, 8), g, graphs=False).seconds
+    assert b.mean_ttft_s == pytest.approx(batch, rel=1e-9)
+    assert b.mean_ttft_s < 8 * b.prefill_s
+
+
+def test_the_clients_draw_lengths_as_their_random_datasets_do():
+    from hybridplan.engines.sglang.client import length_range as sglang_range
+    from hybridplan.engines.vllm.client import length_range as vllm_range
+    from hybridplan.errors import PlanError
+    from hybridplan.speed.bench import requests, spread
+
+    # vllm/benchmarks/datasets.py RandomDataset: [floor(X(1 - R)), ceil(X(1 + R))], R in [0, 1)
+    assert vllm_range(1000, 0.0) == (1000, 1000)
+    assert vllm_range(1000, 0.25) == (750, 1250)
+    with pytest.raises(PlanError, match=r"range_ratio must be in \[0, 1\)"):
+        vllm_range(1000, 1.0)
+    # sglang bench_serving sample_random_requests: [max(int(X R), 1), X]; the default 0.0 spans 1 to X
+    assert sglang_range(1000, 0.0) == (1, 1000)
+    assert sglang_range(1024, 0.8) == (819, 1024)
+    with pytest.raises(PlanError):
+        sglang_range(1000, 1.5)
+    # stratified draws: every value in range and the mean the range's, (lo + hi) / 2
+    ds = spread((1, 1000), (819, 1024), 1000)
+    assert min(i for i, _ in ds) >= 1 and max(i for i, _ in ds) <= 1000
+    assert sum(i for i, _ in ds) / 1000 == pytest.approx(500.5, abs=0.01)
+    assert sum(o for _, o in ds) / 1000 == pytest.approx(921.5, abs=0.2)
+    # a workload's requests: exact without a range ratio, the engine client's draws with one
+    assert set(requests(Workload(1000, 100, 4, num_prompts=10), "sglang")) == {(1000, 100)}
+    drawn = requests(Workload(1000, 100, 4, num_prompts=10, range_ratio=0.0), "sglang")
+    assert len(drawn) == 10 and len({i for i, _ in drawn}) == 10

@@ -49,7 +49,7 @@ from hybridplan.errors import PlanError  # noqa: E402
 from hybridplan.gpus import gpu as gpu_entry  # noqa: E402
 from hybridplan.loader import load_model  # noqa: E402
 from hybridplan.scenario import Budget, DtypeChoice, Scenario  # noqa: E402
-from hybridplan.speed.bench import Workload, prepare, price  # noqa: E402
+from hybridplan.speed.bench import DEFAULT_PROMPTS, Workload, prepare, price, spread  # noqa: E402
 from hybridplan.speed.gpus import datasheet  # noqa: E402
 from hybridplan.speed.model import DEFAULT, FITTED_ON_MOE, Efficiency, kind_time  # noqa: E402
 from hybridplan.speed.work import Work, footprint_of, recurrent_update_flops, scan_layer_work  # noqa: E402
@@ -253,7 +253,14 @@ def _prepare(file: str, index: int):
             raise PlanError("speculative decoding without a stated accept length (or draft token count)")
         spec_tokens = int(sp["tokens"])
         acceptance = acceptance_of(float(sp["accept_length"]), spec_tokens)
-    wl = Workload(s["input"], s["output"], s["concurrency"], s.get("num_prompts"), acceptance)
+    lengths = None
+    if s.get("input_range") or s.get("output_range"):
+        # each request's lengths as the run drew them: uniform over the stated ranges (the file says whence)
+        n = s.get("num_prompts") or DEFAULT_PROMPTS
+        i_range = tuple(s.get("input_range") or (s["input"], s["input"]))
+        o_range = tuple(s.get("output_range") or (s["output"], s["output"]))
+        lengths = spread((int(i_range[0]), int(i_range[1])), (int(o_range[0]), int(o_range[1])), n)
+    wl = Workload(s["input"], s["output"], s["concurrency"], s.get("num_prompts"), acceptance, lengths=lengths)
     sc = Scenario(
         spec=spec,
         ctx=wl.input + wl.output,

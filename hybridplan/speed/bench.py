@@ -45,6 +45,12 @@ class Workload(Struct, frozen=True):
     num_prompts: int | None = None
     #: speculative decoding: the chance a proposed token is accepted (None: no speculative decoding)
     acceptance: float | None = None
+    #: the client's ``--random-range-ratio``: each request's lengths drawn as the engine's benchmark client draws
+    #: them around ``input`` and ``output`` (hybridplan/engines/*/client.py); None: every request exactly those
+    range_ratio: float | None = None
+    #: every request's (prompt, output) tokens in send order, where a dataset gives them (repeated to fill the
+    #: prompts); ``input``/``output`` are then their means
+    lengths: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         for value, flag in ((self.input, "--input"), (self.output, "--output"), (self.concurrency, "--concurrency")):
@@ -54,10 +60,44 @@ class Workload(Struct, frozen=True):
             raise PlanError(f"--num-prompts must be a positive integer, got {self.num_prompts}")
         if self.acceptance is not None and not 0 <= self.acceptance < 1:
             raise PlanError(f"--acceptance must be in [0, 1), got {self.acceptance}")
+        if self.range_ratio is not None and self.range_ratio < 0:
+            raise PlanError(f"--random-range-ratio must be 0 or more, got {self.range_ratio:g}")
+        if self.lengths is not None and (not self.lengths or min(min(r) for r in self.lengths) < 1):
+            raise PlanError("every request needs a prompt and an output of at least one token")
 
     @property
     def prompts(self) -> int:
         return self.num_prompts or DEFAULT_PROMPTS
+
+
+def spread(inputs: tuple[int, int], outputs: tuple[int, int], n: int) -> tuple[tuple[int, int], ...]:
+    """``n`` requests whose prompts and outputs are uniform over the integers of two ranges, drawn independently,
+    as the benchmark clients draw them; stratified rather than random (the (i + ½)/n quantiles of each range, in
+    an order shuffled with a fixed seed), so that the means are the ranges' own and a prediction never depends
+    on a random draw."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def draws(lo: int, hi: int) -> list[int]:
+        width = hi - lo + 1
+        return [int(x) for x in rng.permutation([lo + min(width - 1, int((i + 0.5) / n * width)) for i in range(n)])]
+
+    return tuple(zip(draws(*inputs), draws(*outputs)))
+
+
+def requests(wl: Workload, engine: str) -> tuple[tuple[int, int], ...]:
+    """Each request's (prompt, output) tokens, in the order the client sends them."""
+    n = wl.prompts
+    if wl.lengths is not None:
+        return tuple(wl.lengths[i % len(wl.lengths)] for i in range(n))
+    if wl.range_ratio is None:
+        return ((wl.input, wl.output),) * n
+    if engine == "sglang":
+        from hybridplan.engines.sglang.client import length_range
+    else:
+        from hybridplan.engines.vllm.client import length_range
+    return spread(length_range(wl.input, wl.range_ratio), length_range(wl.output, wl.range_ratio), n)
 
 
 class Bench(Struct, frozen=True):
@@ -212,6 +252,14 @@ class Prepared(Struct, frozen=True):
     #: tokens a decode step emits per request (speculative decoding: more than one)
     per_step: float = 1.0
     queue: Schedule | None = None
+    #: a prefill step of one prompt's chunk (the mean prompt, at most the budget) and of the mean batch of such
+    #: chunks the queue's prefill steps carried: the line through the two is a step's fixed part and its part per
+    #: prompt token
+    chunk: Step | None = None
+    batch: Step | None = None
+    #: each request's prompt and output tokens, in send order
+    prompts: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
 
 
 def _per_step(sc: Scenario, wl: Workload) -> float:
@@ -223,36 +271,42 @@ def _per_step(sc: Scenario, wl: Workload) -> float:
 
 
 def prepare(sc: Scenario, wl: Workload) -> Prepared:
+    reqs = requests(wl, "sglang" if sc.engine == "sglang" else "vllm")
+    ins, outs = tuple(i for i, _ in reqs), tuple(o for _, o in reqs)
+    mean_in = max(1, round(sum(ins) / len(ins)))
     running, running_from = running_cap(sc, wl)
     if running > wl.prompts:  # the benchmark sends no more than its prompts, however many it may keep in flight
         running, running_from = wl.prompts, f"the workload's {wl.prompts:,} prompts"
-    ctx = wl.input + wl.output // 2
+    # the context a slot holds on average: a request of output o stays o steps, at i + o/2 on average
+    ctx = sum(o * i + o * (o // 2) for i, o in reqs) // sum(outs)
     dec = decode_step(sc, running, ctx)
     one = dec if running == 1 else decode_step(sc, 1, ctx)
     graphs, overlap = decode_mode(sc, running)
     draft = draft_step(dec, sc) if sc.spec_tokens and wl.acceptance is not None else None
-    pf = prefill_step(sc, wl.input)
+    pf = prefill_step(sc, mean_in)
     budget = prefill_chunk(sc)
     mixed, why = mixes_prefill(sc)
     mixed_st, mixed_tokens, mixed_graphs = None, 0, False
     if mixed:
         # the prompt tokens a loaded step carries: what the budget leaves after the running decodes, at most a prompt
-        mixed_tokens = max(1, min(wl.input, budget - running))
+        mixed_tokens = max(1, min(mean_in, budget - running))
         mixed_st = mixed_step(dec, pf, mixed_tokens)
         mixed_graphs = graphs and running + mixed_tokens <= graph_max_batch(sc)
     per_step = _per_step(sc, wl)
     q = schedule(
         Queue(
             mixed=mixed,
-            prompts=wl.prompts,
             concurrency=wl.concurrency,
             running=running,
-            prompt=wl.input,
-            rounds=ceil((wl.output - 1) / per_step) if wl.output > 1 else 0,
+            prompts=ins,
+            rounds=tuple(ceil((o - 1) / per_step) if o > 1 else 0 for o in outs),
             budget=budget,
             lag=arrival_lag(sc),
         )
     )
+    chunk = min(mean_in, budget)
+    per = q.prompt_tokens_per_step()
+    batch = max(2, round(per / chunk)) if per else 2
     return Prepared(
         sc,
         wl,
@@ -270,6 +324,10 @@ def prepare(sc: Scenario, wl: Workload) -> Prepared:
         mixed_graphs,
         per_step,
         q,
+        prefill_step(sc, chunk),
+        prefill_step(sc, chunk, batch),
+        ins,
+        outs,
     )
 
 
@@ -281,11 +339,30 @@ def loaded_prefill(st: StepTime, seconds: float, overlap: bool) -> float:
     return gpu + (max(0.0, host - gpu) if overlap else host)
 
 
+def prefill_line(
+    chunk: StepTime, batch: StepTime, whole_s: float, prompt: int, chunks: int, overlap: bool | None
+) -> tuple[float, float]:
+    """A prefill step's (fixed seconds, seconds per prompt token): the line through a step of one prompt's chunk
+    (``chunk``) and a step of several (``batch``), each as it runs alone (``overlap`` None) or while requests wait
+    (its host hidden where ``overlap``). Per token, at least what makes one prompt alone cost its prefill as one
+    pass (``whole_s``: attention over the whole prompt, not chunk by chunk from an empty context)."""
+
+    def t(st: StepTime) -> float:
+        return st.seconds if overlap is None else loaded_prefill(st, st.seconds, overlap)
+
+    tokens = chunk.step.tokens
+    extra = batch.step.tokens - tokens
+    slope = max(0.0, (t(batch) - t(chunk)) / extra) if extra > 0 else 0.0
+    fixed = max(0.0, t(chunk) - slope * tokens)
+    slope += max(0.0, whole_s - (chunks * fixed + slope * prompt)) / prompt
+    return fixed, slope
+
+
 def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     """The benchmark's figures at ``eff``: each request's TTFT and TPOT from its queue counts (queue.py) times the
     step's costs: a decode step of b requests (from one request's to the running batch's, linear in b), a prompt
     token in a loaded step (vLLM: its share of the mixed step beyond the decode step; SGLang: its prefill batch,
-    host hidden where overlapped) and a prompt token alone (its prefill, the host's time added)."""
+    host hidden where overlapped), a prompt token alone, and each prefill step's fixed part (loaded and alone)."""
     import numpy as np
 
     sc, wl, running, running_from = p.sc, p.workload, p.running, p.running_from
@@ -293,10 +370,19 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     one = dec if p.decode_one is None or p.decode_one is p.decode else None
     if one is None:
         one = step_time(p.decode_one, g, eff, tp=sc.tp, graphs=graph_max_batch(sc) >= 1, overlap=p.overlap)
+    prompt = p.prefill.tokens
     pf = step_time(p.prefill, g, eff, tp=sc.tp, graphs=False)
-    t_pf = _prefill_seconds(sc, pf, eff, wl.input)
+    t_pf = _prefill_seconds(sc, pf, eff, prompt)
     k = sc.spec_tokens
     notes: list[str] = list(filter(None, [prefill_chunk_note(sc)])) + list(p.mode_notes)
+    if wl.range_ratio is not None and wl.lengths is None and (min(p.prompts), min(p.outputs)) != (wl.input, wl.output):
+        client = "sglang.bench_serving" if sc.engine == "sglang" else "vllm bench serve"
+        notes.append(
+            f"{client} --random-range-ratio {wl.range_ratio:g}: prompts of {min(p.prompts):,}-{max(p.prompts):,} "
+            "tokens "
+            f"(mean {prompt:,}), outputs of {min(p.outputs):,}-{max(p.outputs):,} "
+            f"(mean {sum(p.outputs) / len(p.outputs):,.0f}), drawn as the client draws them"
+        )
     per_step = p.per_step
     draft_s = None
     if k and wl.acceptance is not None:
@@ -315,17 +401,26 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
     t1 = one.seconds + (draft_s or 0.0)
     tb = dec.seconds + (draft_s or 0.0)
     grow = (tb - t1) / (running - 1) if running > 1 else 0.0
+    chunks = ceil(prompt / prefill_chunk(sc))
+    chunk = step_time(p.chunk or p.prefill, g, eff, tp=sc.tp, graphs=False)
+    batch = step_time(p.batch or p.prefill, g, eff, tp=sc.tp, graphs=False)
+    alone_step, alone_token = prefill_line(chunk, batch, t_pf, prompt, chunks, None)
     mixed = None
     if p.mixed is not None:
         mixed = step_time(p.mixed, g, eff, tp=sc.tp, graphs=p.mixed_graphs, overlap=p.overlap)
-        loaded_token = max(0.0, mixed.seconds - dec.seconds) / p.mixed_tokens
+        loaded_step, loaded_token = 0.0, max(0.0, mixed.seconds - dec.seconds) / p.mixed_tokens
+        loaded_s = loaded_token * prompt
     else:
-        loaded_token = loaded_prefill(pf, t_pf, p.overlap) / wl.input
-    cost = np.array([t1, grow, loaded_token, t_pf / wl.input])
+        whole = loaded_prefill(pf, t_pf, p.overlap)
+        loaded_step, loaded_token = prefill_line(chunk, batch, whole, prompt, chunks, p.overlap)
+        loaded_s = whole
+    cost = np.array([t1, grow, loaded_token, alone_token, loaded_step, alone_step])
     q = p.queue
     ttft = np.asarray(q.ttft, dtype=float) @ cost
     life = np.asarray(q.decode, dtype=float) @ cost
-    tpots = life / (wl.output - 1) if wl.output > 1 else np.zeros_like(life)
+    outs = np.asarray(p.outputs or (wl.output,) * len(life), dtype=float)
+    long = outs > 1
+    tpots = life[long] / (outs[long] - 1) if long.any() else np.zeros(1)
     duration = float(np.asarray(q.total, dtype=float) @ cost)
     n, c = wl.prompts, min(wl.concurrency, wl.prompts)
     if wl.concurrency > n:
@@ -347,11 +442,11 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
         float(tpots.mean()),
         float(ttft.mean()),
         float(np.median(ttft)),
-        n * wl.output / duration if duration > 0 else 0.0,
+        float(outs.sum()) / duration if duration > 0 else 0.0,
         tuple(notes),
         draft_s,
         float(np.median(tpots)),
-        loaded_token * wl.input,
+        loaded_s,
         mixed,
     )
 

@@ -21,8 +21,9 @@ What the mix changes against one request of the mean lengths, and how each figur
   throughput is the total output over the benchmark's duration, B·ō / c̄.
 
 With every record alike the mix is priced as ``hybridplan/speed/bench.py`` prices one length: the benchmark's
-queue step by step (hybridplan/speed/queue.py). The steady-state figures above are kept for lengths that differ
-(the queue counts one length's requests).
+queue step by step (hybridplan/speed/queue.py). The steady-state figures above are kept for lengths that differ:
+the queue prices every prompt token on the line of the mean prompt's prefill, where the mix prices each prompt at
+its own length, attention's square included.
 """
 
 from __future__ import annotations

@@ -25,19 +25,28 @@ A request that finishes at the end of step k frees its slot and the client sends
 engine overlaps its host with the GPU (vLLM's async scheduling, SGLang's overlap scheduler) step k + 1 was
 already scheduled, so the new prompt joins step k + 2 (``lag`` 1); an idle engine takes it at once.
 
-The counts are four per interval: steps that decode (S), the decode batch above one summed over them (Bs, for a
+Each request has its own prompt and output (the random dataset's ``--random-range-ratio`` draws, or a dataset's
+records): requests of unequal lengths finish at different steps, so their successors arrive spread out and
+are prefilled a few at a time, where requests all alike arrive in waves.
+
+The counts are six per interval: steps that decode (S), the decode batch above one summed over them (Bs, for a
 decode step's time growing with its batch), prompt tokens in steps that also decode or wait on running decodes
-(P, "loaded") and prompt tokens in steps with nothing else running (Q, "alone").
+(P, "loaded"), prompt tokens in steps with nothing else running (Q, "alone"), and the prefill steps of each
+kind (Ps: SGLang's prefill batches while requests wait to decode; vLLM's loaded prompt tokens ride a decode step
+and add no step; Qs: steps with prompt tokens alone). A prefill step's time is a fixed part (its weights read,
+its kernels launched, its host's step) and a part per token, so a batch of prompts costs less than each apart.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from msgspec import Struct
 
-#: one interval's counts: steps that decode, their batch above one summed, prompt tokens loaded, prompt tokens alone
-Counts = tuple[float, float, float, float]
+#: one interval's counts: steps that decode, their batch above one summed, prompt tokens loaded, prompt tokens
+#: alone, prefill steps loaded, prefill steps alone
+Counts = tuple[float, float, float, float, float, float]
 
 
 class Schedule(Struct, frozen=True):
@@ -50,34 +59,48 @@ class Schedule(Struct, frozen=True):
     #: whether a step carries decodes and prompt tokens together (vLLM) or runs a prefill batch apart (SGLang)
     mixed: bool
 
+    def prompt_tokens_per_step(self) -> float:
+        """The mean prompt tokens a prefill step carries over the run (vLLM: its steps with prompt tokens alone;
+        SGLang: every prefill batch); 0 where no step was counted."""
+        t = self.total
+        steps = t[5] if self.mixed else t[4] + t[5]
+        tokens = t[3] if self.mixed else t[2] + t[3]
+        return tokens / steps if steps else 0.0
+
 
 def _sub(a: list[float], b: list[float]) -> Counts:
-    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3])
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4], a[5] - b[5])
 
 
 class Queue(Struct, frozen=True):
-    """The benchmark's queue: ``prompts`` requests of ``prompt`` tokens, each decoding ``rounds`` steps after its
-    first token, ``concurrency`` in flight, ``running`` admitted at most, ``budget`` prompt tokens a step;
-    ``mixed``: the engine's steps carry decodes and prompt tokens together; ``lag``: the steps an arriving prompt
-    waits on a busy engine."""
+    """The benchmark's queue: each request's ``prompts`` tokens and the ``rounds`` it decodes after its first
+    token, in send order; ``concurrency`` in flight, ``running`` admitted at most, ``budget`` prompt tokens a
+    step; ``mixed``: the engine's steps carry decodes and prompt tokens together; ``lag``: the steps an arriving
+    prompt waits on a busy engine."""
 
     mixed: bool
-    prompts: int
     concurrency: int
     running: int
-    prompt: int
-    rounds: int
+    prompts: tuple[int, ...]
+    rounds: tuple[int, ...]
     budget: int
     lag: int
+
+    @classmethod
+    def alike(cls, n: int, prompt: int, rounds: int, **kw) -> Queue:
+        """``n`` requests of one prompt length and one decode length."""
+        return cls(prompts=(prompt,) * n, rounds=(rounds,) * n, **kw)
 
 
 def schedule(q: Queue) -> Schedule:
     """Run the benchmark's queue."""
-    mixed, prompts, concurrency, running = q.mixed, q.prompts, q.concurrency, q.running
-    prompt, rounds, budget, lag = q.prompt, q.rounds, q.budget, q.lag
-    if min(prompts, concurrency, running, prompt, budget) < 1 or rounds < 0 or lag < 0:
+    mixed, concurrency, running, budget, lag = q.mixed, q.concurrency, q.running, q.budget, q.lag
+    prompts = len(q.prompts)
+    if len(q.rounds) != prompts:
+        raise ValueError("the queue needs a decode length for each prompt")
+    if min(prompts, concurrency, running, budget, *q.prompts) < 1 or min(q.rounds) < 0 or lag < 0:
         raise ValueError("the queue needs positive counts")
-    acc = [0.0, 0.0, 0.0, 0.0]
+    acc = [0.0] * 6
     k = 0  # steps run
     rnd = 0  # decode rounds run
     sent = done = 0
@@ -86,7 +109,7 @@ def schedule(q: Queue) -> Schedule:
     fin: list[list[float] | None] = [None] * prompts
     waiting: deque[tuple[int, int]] = deque()  # (request, the step it may join)
     filling: deque[list[int]] = deque()  # [request, prompt tokens left], admitted
-    decoding: deque[tuple[int, int]] = deque()  # (request, the round it finishes at), finishing in order
+    decoding: list[tuple[int, int]] = []  # heap of (the round it finishes at, request)
 
     def send_next(ready: int) -> None:
         nonlocal sent
@@ -101,12 +124,17 @@ def schedule(q: Queue) -> Schedule:
         done += 1
         send_next(k + lag)
 
+    def finish_due() -> None:
+        while decoding and decoding[0][0] <= rnd:
+            finish(heapq.heappop(decoding)[1])
+
     for _ in range(min(concurrency, prompts)):
         send_next(0)
     while done < prompts:
         idle = not (decoding or filling)  # an idle engine takes what has arrived at once
         while waiting and len(filling) + len(decoding) < running and (waiting[0][1] <= k or idle):
-            filling.append([waiting.popleft()[0], prompt])
+            r = waiting.popleft()[0]
+            filling.append([r, q.prompts[r]])
         nd = len(decoding)
         if filling:
             # a step with prompt tokens: vLLM's carries the running decodes too (their tokens first in the budget),
@@ -125,24 +153,29 @@ def schedule(q: Queue) -> Schedule:
             if decodes:
                 acc[0] += 1
                 acc[1] += nd - 1
-            acc[2 if nd else 3] += toks
+                acc[2] += toks
+            elif nd:  # SGLang: a prefill batch the running requests wait for
+                acc[2] += toks
+                acc[4] += 1
+            else:
+                acc[3] += toks
+                acc[5] += 1
             k += 1
             if decodes:
                 rnd += 1
-                while decoding and decoding[0][1] <= rnd:
-                    finish(decoding.popleft()[0])
+                finish_due()
             while filling and filling[0][1] == 0:
                 r = filling.popleft()[0]
                 first[r] = list(acc)
-                if rounds == 0:
+                if q.rounds[r] == 0:
                     finish(r)
                 else:
-                    decoding.append((r, rnd + rounds))
+                    heapq.heappush(decoding, (rnd + q.rounds[r], r))
             continue
         if not decoding:  # nothing admitted, nothing running: the waiting ones are admitted at the next pass
             continue
         # decode steps only, up to the next event: a request finishing, or a waiting one allowed in
-        n = decoding[0][1] - rnd
+        n = decoding[0][0] - rnd
         if waiting and len(decoding) < running and waiting[0][1] > k:
             n = min(n, waiting[0][1] - k)
         n = max(n, 1)
@@ -150,8 +183,7 @@ def schedule(q: Queue) -> Schedule:
         acc[1] += n * (nd - 1)
         k += n
         rnd += n
-        while decoding and decoding[0][1] <= rnd:
-            finish(decoding.popleft()[0])
+        finish_due()
     ttft = tuple(_sub(first[i], send[i]) for i in range(prompts))
     dec = tuple(_sub(fin[i], first[i]) for i in range(prompts))
-    return Schedule(ttft, dec, (acc[0], acc[1], acc[2], acc[3]), mixed)
+    return Schedule(ttft, dec, (acc[0], acc[1], acc[2], acc[3], acc[4], acc[5]), mixed)
