@@ -271,9 +271,11 @@ def _prepare(file: str, index: int):
         dp=s.get("dp") or 1,
         ep_size=s.get("ep") or 1,
         expert_parallel=(s.get("ep") or 1) > 1,
-        vllm=VllmSettings(release=vllm_release(s.get("vllm_version"))),
+        vllm=VllmSettings(release=vllm_release(s.get("vllm_version")), max_num_seqs=s.get("max_num_seqs")),
         sglang=SglangSettings(
-            release=sglang_release(s.get("sglang_version")), mem_fraction_static=s.get("mem_fraction_static")
+            release=sglang_release(s.get("sglang_version")),
+            mem_fraction_static=s.get("mem_fraction_static"),
+            max_running_requests=s.get("max_running_requests"),
         ),
         budget=Budget(gpu_mem=g.total, gpu=g.key) if s.get("cap", True) else Budget(),
         allow_long_context=True,
@@ -387,6 +389,7 @@ PREFILL_GRID = {
     "tensor": (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8),
     "prefill_step_us": (0, 250, 500, 1000, 2000, 4000, 8000),
     "prefill_token_us": (0, 0.25, 0.5, 1, 2, 4),
+    "ttft_request_us": (0, 2500, 5000, 10000, 20000, 40000, 80000),
 }
 MOE_GRID = {"expert_tokens_half": (0, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)}
 #: the recurrent kernels' own fractions, each on its kernel rows alone

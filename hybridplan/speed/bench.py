@@ -416,7 +416,12 @@ def price(p: Prepared, g: Datasheet, eff: Efficiency = DEFAULT) -> Bench:
         loaded_s = whole
     cost = np.array([t1, grow, loaded_token, alone_token, loaded_step, alone_step])
     q = p.queue
-    ttft = np.asarray(q.ttft, dtype=float) @ cost
+    ttft = np.asarray(q.ttft, dtype=float) @ cost + eff.ttft_request_us * 1e-6
+    if eff.ttft_request_us:
+        notes.append(
+            f"each first token adds {eff.ttft_request_us / 1e3:,.1f} ms of the request's path outside the engine's "
+            "steps (receiving and tokenizing it, streaming the token back; fitted)"
+        )
     life = np.asarray(q.decode, dtype=float) @ cost
     outs = np.asarray(p.outputs or (wl.output,) * len(life), dtype=float)
     long = outs > 1

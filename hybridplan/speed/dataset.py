@@ -181,7 +181,8 @@ def bench_mix(sc: Scenario, g: Datasheet, mix: Mix, eff: Efficiency = DEFAULT) -
     cycle = sum(cycles) / n
     c = min(concurrency, n)
     ttft, waited = [], 0.0
-    for k, t in enumerate(t_pf):
+    t_pf_first = [t + eff.ttft_request_us * 1e-6 for t in t_pf]  # a first token's path outside the steps
+    for k, t in enumerate(t_pf_first):
         if k < running:  # the first burst: each prompt prefills after the ones before it
             waited += t
             ttft.append(waited)

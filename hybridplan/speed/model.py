@@ -84,6 +84,9 @@ class Efficiency(Struct, frozen=True):
     #: preparation, the positions and slot mapping the engine builds per token)
     prefill_step_us: float = 0.0
     prefill_token_us: float = 0.0
+    #: µs each request's first token takes outside the engine's steps (the server's request path: receiving and
+    #: tokenizing the prompt, queueing it to the scheduler, detokenizing and streaming the first token back)
+    ttft_request_us: float = 0.0
     #: where the figures come from
     source: str = "round starting values, not fitted (validation/speed.py fit starts from them)"
 
@@ -146,16 +149,19 @@ FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
 #: times, a prefill chunk's host time and the grouped GEMM's m½ sit at the top of their grids (reported, not
 #: widened)
 DEFAULT = Efficiency(
-    hbm=0.65,
-    tensor=0.6,
+    hbm=0.7,
+    tensor=0.7,
     gdn_state_hbm=0.5,
     ssd_scan=0.2,
     expert_tokens_half=512.0,
     kernel_floor_graph_us=6.0,
     vllm_step_us=3200.0,
     vllm_request_us=40.0,
-    prefill_step_us=8000.0,
+    sglang_step_us=400.0,
+    sglang_request_us=40.0,
+    prefill_step_us=0.0,
     prefill_token_us=4.0,
+    ttft_request_us=80000.0,
     source="fitted on every file of tests/data/speed (python validation/speed.py --fit); "
     "held-out accuracy: docs/VALIDATION.md",
 )
