@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hybridplan.engines.vllm import block_pool
 from hybridplan.engines.vllm import prefix_cache as vpc
+from hybridplan.engines.vllm.scheduler import Scheduled
 from hybridplan.replay.loop import Policy, replay
 from hybridplan.replay.settings import ReplaySettings
 from hybridplan.replay.trace import Prompt, Request
@@ -49,14 +50,19 @@ def _trace(shapes: list[tuple[list[int], int]]) -> list[Request]:
     return out
 
 
-def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, pool) -> dict:
+def _figures(rule: tuple, trace: list[Request], blocks: int, concurrency: int, pool, scheduled: bool = False) -> dict:
+    """The replay's figures over ``pool``: through the cache alone, or (``scheduled``) through vLLM's scheduler
+    loop, whose pool runs each request's steps as the scheduler reaches them (``admit(..., stepwise=True)``,
+    ``advance``)."""
     model, minor, mode, given_rs = rule
     rs = ReplaySettings(concurrency=concurrency, num_gpu_blocks_override=blocks, **given_rs)
     # 32k tokens: past Nemotron-H-8B's 8,192, so with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (--allow-long-context)
-    r = vpc.rules(scenario(model, 32768, minor=minor, allow_long_context=True), rs, mode, 40 * GiB)
-    cache = vpc.Cache(r)
+    budget = {"chunk": 2048} if scheduled else {}
+    r = vpc.rules(scenario(model, 32768, minor=minor, allow_long_context=True, **budget), rs, mode, 40 * GiB)
+    sched = Scheduled(r) if scheduled else None
+    cache = sched.cache if sched is not None else vpc.Cache(r)
     cache.pool = pool(r.num_blocks, "".join(cache.groups), r.uncached_first, r.block)
-    runs, _ = replay([Policy(r.label, cache, r.block, r.max_model_len)], trace, concurrency)
+    runs, _ = replay([Policy(r.label, sched or cache, r.block, r.max_model_len)], trace, concurrency)
     run = runs[r.label]
     return {
         "outcomes": [(o.index, o.reused, o.attention_hit, o.reason) for o in run.outcomes],
@@ -92,6 +98,27 @@ def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
     trace = _trace(shapes)
     assert _figures(rule, trace, blocks, concurrency, block_pool.BlockPool) == _figures(
         rule, trace, blocks, concurrency, block_pool.PyPool
+    )
+
+
+@C
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rule=st.sampled_from(RULES),
+    shapes=st.lists(
+        st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4), st.integers(0, 700)),
+        min_size=3,
+        max_size=14,
+    ),
+    blocks=st.sampled_from([None, 14, 24, 40]),
+    concurrency=st.integers(2, 6),
+)
+def test_the_pools_agree_step_by_step_under_the_scheduler(rule, shapes, blocks, concurrency):
+    """Through vLLM's scheduler loop (a 2,048-token step budget, so that prompts take several steps and the
+    running requests' steps interleave) both pools run each request's later steps when the loop reaches them."""
+    trace = _trace(shapes)
+    assert _figures(rule, trace, blocks, concurrency, block_pool.BlockPool, True) == _figures(
+        rule, trace, blocks, concurrency, block_pool.PyPool, True
     )
 
 

@@ -6,6 +6,7 @@ vllm/v1/core/sched/scheduler.py ``schedule`` / ``_mamba_block_aligned_split`` in
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,44 @@ def test_at_one_in_flight_the_loop_is_the_cache_alone():
     stepped, _ = run(r, reqs, 1)
     assert stepped == [o.reused for o in plain[r.label].outcomes]
     assert sum(stepped) > 0
+
+
+def mooncake_capped(folder: Path) -> list[Request]:
+    """The Mooncake excerpt as validation/replay_vllm.py replays it: every output capped at 8 tokens."""
+    path = folder / "mooncake-capped.jsonl"
+    lines = []
+    for line in MOONCAKE.read_text().splitlines():
+        obj = json.loads(line)
+        obj["output_length"] = min(obj.get("output_length", 0), 8)
+        lines.append(json.dumps(obj))
+    path.write_text("\n".join(lines) + "\n")
+    return list(mooncake(path))
+
+
+def test_a_running_requests_later_blocks_are_taken_at_their_own_steps(tmp_path):
+    # vLLM 0.27.0's own run of the Mooncake excerpt at 8 in flight (validation/replay_vllm.py, Qwen3-Next at TP 4,
+    # align, 40 GiB; benchmarks/results/replay-validation-vllm-2026-12-02c.md): request 262 reuses 8,432 tokens,
+    # the state request 42 (the same conversation's earlier turn) left at 8,432, and the case 207,264. vLLM takes a
+    # running request's blocks step by step (kv_cache_manager.py ``allocate_slots`` for the tokens each step
+    # schedules), each step's running requests before its waiting ones, so at step 493, when request 262 is
+    # looked up, request 261 (1,902 prompt tokens and 8 out, admitted at step 491) holds the blocks its steps so
+    # far reach, not those of its later decode steps. Taking all of 261's blocks when it was admitted evicted
+    # request 42's Mamba states at 8,432 (the least recently freed) before 262's lookup, and 262 resumed from 272
+    # (199,104 over the case).
+    r = qwen3_next("0.27.0")
+    reused, chunks = run(r, mooncake_capped(tmp_path), 8)
+    assert reused[262] == 8432 and chunks[262] == [3264, 8160, 7344, 94]
+    assert sum(reused) == 207264
+
+
+@pytest.mark.parametrize(("version", "expected"), [("0.26.0", [544, 82, 16]), ("0.27.0", [544, 98])])
+def test_before_0_27_a_step_past_the_last_boundary_takes_what_the_budget_leaves(tmp_path, version, expected):
+    # vLLM's own runs of the Mooncake excerpt at 8 in flight (as above): request 135, 914 prompt tokens resuming
+    # from 272, is scheduled 544 tokens at step 261 (to 816, the last block boundary, 3 × 272), then at step 262
+    # the running requests leave 82 of the 8,192. 0.26.0's _mamba_block_aligned_split floors a step only when it
+    # ends before the last cacheable boundary (``end < last_cache_position``: 898 is past 816), so it takes the
+    # 82 and its last 16 at step 263; 0.27.0 floors wherever the step ends before the prompt's end
+    # (``end < prefill_end``), 898 to 816, no token: it waits until step 266 has its 98 (vllm/v1/core/sched/
+    # scheduler.py of each release)
+    reused, chunks = run(qwen3_next(version), mooncake_capped(tmp_path), 8)
+    assert reused[135] == 272 and chunks[135] == expected

@@ -67,6 +67,10 @@ typedef struct {
     i64 *slots; /* per entry: its block (-1: none) */
     i64 *keys;  /* per entry: its key */
     int *group; /* per entry: its group (-1: the block caches nothing) */
+    /* stepwise (PyPool.pending): the later steps' takes and frees, where each step's end among them, how many
+     * steps have run, and the most blocks those still to run hold at once beyond what they free */
+    i64 n_pend, n_rounds, done, most;
+    i64 *pend, *bounds;
 } Running;    /* one allocation: the arrays follow the struct */
 
 static void running_free(Running *r) { free(r); }
@@ -195,6 +199,7 @@ typedef struct {
     i64 n_holders, cap_holders, free_holders; /* free_holders: a free list through slots == NULL, n = next */
     Arena arena;                              /* an admit's scratch arrays */
     Vec events, last;                         /* an admit's takes and frees, their room kept */
+    i64 reserved; /* the blocks the stepwise requests' later steps still take (PyPool.reserved) */
 } Pool;
 
 static i64 floordiv(i64 a, i64 b) {
@@ -499,6 +504,8 @@ typedef struct {
     int *ents_group;                          /* per entry: its group, -1 where the block caches nothing */
     i64 *m_order, *m_needs, *m_behind, *m_index, *tmp, *hits;
     char *held, *freed;
+    i64 *bounds; /* per step: where its takes and frees end in events */
+    i64 n_rounds;
     Vec events, last;
 } Work;
 
@@ -679,6 +686,8 @@ static int lay_out(Pool *p, Work *w) {
     }
     i64 a_next = w->hit_blocks, m_next = 0, m_gone = 0, last_step = w->n_steps - 1;
     i64 rounds = last_step > 1 ? last_step : 1;
+    w->n_rounds = rounds;
+    if (!(w->bounds = (i64 *)arena_take(&p->arena, (size_t)rounds * sizeof(i64)))) return -1;
     for (i64 k = 0; k < rounds; k++) {
         i64 c = w->steps[k], end = k < last_step ? w->steps[k + 1] : c;
         i64 limit = floordiv(c - 1, B);
@@ -722,6 +731,7 @@ static int lay_out(Pool *p, Work *w) {
             }
         }
         a_next = a_stop;
+        w->bounds[k] = ev->n;
     }
     for (int g = 0; g < G; g++) { /* what no step reached (a request of one token) */
         i64 o = w->offset[g];
@@ -733,6 +743,7 @@ static int lay_out(Pool *p, Work *w) {
                 if (vec_push(ev, o + w->m_order[t]) < 0) return -1;
         }
     }
+    w->bounds[rounds - 1] = ev->n;
     /* at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free */
     for (int g = 0; g < G; g++) {
         i64 o = w->offset[g];
@@ -748,12 +759,39 @@ static int lay_out(Pool *p, Work *w) {
 }
 
 /* what the request holds till it finishes, kept by its index (copied out of w, in one allocation) */
-static int keep_running(Pool *p, Work *w, i64 request) {
+/* the most blocks events[start:n] take beyond what they surely free (a block caching nothing), at any point of
+ * them (PyPool's _peak) */
+static i64 peak(const i64 *events, i64 start, i64 n, const int *group) {
+    i64 c = 0, most = 0;
+    for (i64 i = start; i < n; i++) {
+        if (events[i] >= 0) {
+            if (++c > most) most = c;
+        } else if (group[~events[i]] < 0) {
+            c--;
+        }
+    }
+    return most;
+}
+
+static int keep_running(Pool *p, Work *w, i64 request, int stepwise) {
     size_t nl = (size_t)w->last.n, ne = (size_t)w->n_ents;
-    Running *r = (Running *)malloc(sizeof(Running) + (nl + 2 * ne) * sizeof(i64) + ne * sizeof(int));
+    /* stepwise: the events past the first step, and the later steps' ends (relative to them) */
+    size_t np = 0, nr = 0;
+    if (stepwise && w->n_rounds > 1) {
+        np = (size_t)(w->events.n - w->bounds[0]);
+        nr = (size_t)(w->n_rounds - 1);
+    }
+    Running *r = (Running *)malloc(sizeof(Running) + (nl + 2 * ne + np + nr) * sizeof(i64) + ne * sizeof(int));
     if (!r) return -1;
     i64 *arrays = (i64 *)(r + 1);
-    *r = (Running){(i64)nl, (i64)ne, arrays, arrays + nl, arrays + nl + ne, (int *)(arrays + nl + 2 * ne)};
+    *r = (Running){(i64)nl, (i64)ne, arrays, arrays + nl, arrays + nl + ne, (int *)(arrays + nl + 2 * ne + np + nr),
+                   (i64)np, (i64)nr, 0, 0, arrays + nl + 2 * ne, arrays + nl + 2 * ne + np};
+    if (nr) {
+        if (np) memcpy(r->pend, w->events.a + w->bounds[0], np * sizeof(i64));
+        for (size_t k = 0; k < nr; k++) r->bounds[k] = w->bounds[k + 1] - w->bounds[0];
+        r->most = peak(r->pend, 0, r->n_pend, w->ents_group);
+        p->reserved += r->most;
+    }
     if (nl) memcpy(r->last, w->last.a, nl * sizeof(i64));
     memcpy(r->slots, w->slots, ne * sizeof(i64));
     memcpy(r->keys, w->ents_key, ne * sizeof(i64));
@@ -764,18 +802,24 @@ static int keep_running(Pool *p, Work *w, i64 request) {
         running_free(r);
         return -1;
     }
-    if (!fresh) running_free((Running *)(intptr_t)c->v1);
+    if (!fresh) { /* admitted again while running (PyPool keeps the last admit's too) */
+        Running *old = (Running *)(intptr_t)c->v1;
+        p->reserved -= old->most;
+        running_free(old);
+    }
     c->v1 = (i64)(intptr_t)r;
     return 0;
 }
 
 static PyObject *Pool_admit(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "admit(request, hit, plan)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "admit(request, hit, plan, stepwise=False)");
         return NULL;
     }
     long long request = AS_I64(args[0]), hit = AS_I64(args[1]);
     if (PyErr_Occurred()) return NULL;
+    int stepwise = 0;
+    if (nargs == 4 && (stepwise = PyObject_IsTrue(args[3])) < 0) return NULL;
     PyObject *plan = args[2], *result = NULL;
     Work w;
     work_start(p, &w);
@@ -783,14 +827,15 @@ static PyObject *Pool_admit(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
     if (read_plan(p, plan, &w) < 0) goto fail;
     i64 queued = hits_of(p, &w);
     if (queued < 0) goto fail;
-    i64 avail = p->fresh + p->queued - queued;
+    i64 avail = p->fresh + p->queued - queued - p->reserved;
     /* the dry run can only fail when the free blocks are fewer than the new ones (frees only add) */
     if (avail < w.na * (w.nblocks - w.hit_blocks) + w.nm * w.n_needs && !fits(p, &w, avail)) {
         result = Py_False;
     } else {
-        if (touch_hits(p, &w) < 0 || lay_out(p, &w) < 0 ||
-            run_events(p, w.events.a, w.events.n, w.slots, w.ents_key, w.ents_group) < 0 ||
-            keep_running(p, &w, (i64)request) < 0)
+        if (touch_hits(p, &w) < 0 || lay_out(p, &w) < 0) goto fail;
+        i64 now = stepwise && w.n_rounds > 1 ? w.bounds[0] : w.events.n;
+        if (run_events(p, w.events.a, now, w.slots, w.ents_key, w.ents_group) < 0 ||
+            keep_running(p, &w, (i64)request, stepwise) < 0)
             goto fail;
         /* the blocks held or caching an entry: all but the fresh ones and the uncached ones in the queue */
         i64 used = p->num_blocks - 1 - p->fresh - p->uncached_queued;
@@ -806,6 +851,39 @@ fail:
     return NULL;
 }
 
+/* a stepwise request's later steps run up to its step-th (PyPool.advance) */
+static int run_steps(Pool *p, Running *r, i64 step) {
+    if (step > r->n_rounds) step = r->n_rounds;
+    if (step <= r->done) return 0;
+    i64 start = r->done ? r->bounds[r->done - 1] : 0, stop = r->bounds[step - 1];
+    p->reserved -= r->most;
+    r->most = 0;
+    if (run_events(p, r->pend + start, stop - start, r->slots, r->keys, r->group) < 0) return -1;
+    i64 used = p->num_blocks - 1 - p->fresh - p->uncached_queued;
+    if (used > p->peak_blocks) p->peak_blocks = used;
+    r->done = step;
+    if (step < r->n_rounds) {
+        r->most = peak(r->pend, stop, r->n_pend, r->group);
+        p->reserved += r->most;
+    }
+    return 0;
+}
+
+static PyObject *Pool_advance(Pool *p, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "advance(request, step)");
+        return NULL;
+    }
+    long long request = AS_I64(args[0]), step = AS_I64(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    Cell *c = table_find(&p->running, (i64)request);
+    if (c && run_steps(p, (Running *)(intptr_t)c->v1, (i64)step) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Pool_finish(Pool *p, PyObject *arg) {
     long long request = AS_I64(arg);
     if (request == -1 && PyErr_Occurred()) return NULL;
@@ -816,7 +894,8 @@ static PyObject *Pool_finish(Pool *p, PyObject *arg) {
     }
     Running *r = (Running *)(intptr_t)c->v1;
     table_remove(&p->running, c);
-    int rc = run_events(p, r->last, r->n_last, r->slots, r->keys, r->group);
+    int rc = run_steps(p, r, r->n_rounds);
+    if (rc == 0) rc = run_events(p, r->last, r->n_last, r->slots, r->keys, r->group);
     running_free(r);
     if (rc < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -1059,6 +1138,8 @@ static PyMemberDef Pool_members[] = {
     {"peak_blocks", T_LONGLONG, offsetof(Pool, peak_blocks), READONLY, "the most blocks held or caching at once"},
     {"uncached_queued", T_LONGLONG, offsetof(Pool, uncached_queued), READONLY,
      "blocks in the free queue caching nothing (before 0.24.0)"},
+    {"reserved", T_LONGLONG, offsetof(Pool, reserved), READONLY,
+     "the blocks the stepwise requests' later steps still take beyond what they free"},
     {NULL}};
 
 static PyGetSetDef Pool_getset[] = {{"available", (getter)Pool_available, NULL, "fresh and queued blocks", NULL},
@@ -1074,7 +1155,10 @@ static PyMethodDef Pool_methods[] = {
     {"drop", (PyCFunction)Pool_drop, METH_O, "drop(keys): the Mamba states the rules did not keep"},
     {"lost", (PyCFunction)(void (*)(void))Pool_lost, METH_FASTCALL,
      "lost(keys, start, stop): whether any of keys[start:stop] was evicted from a Mamba block, and dropped"},
-    {"admit", (PyCFunction)(void (*)(void))Pool_admit, METH_FASTCALL, "admit(request, hit, plan): run the plan; False if it does not fit"},
+    {"admit", (PyCFunction)(void (*)(void))Pool_admit, METH_FASTCALL,
+     "admit(request, hit, plan, stepwise=False): run the plan (stepwise: its first step); False if it does not fit"},
+    {"advance", (PyCFunction)(void (*)(void))Pool_advance, METH_FASTCALL,
+     "advance(request, step): run a stepwise request's later steps up to its step-th"},
     {"finish", (PyCFunction)Pool_finish, METH_O, "finish(request): free what it still holds"},
     {NULL}};
 

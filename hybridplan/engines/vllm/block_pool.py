@@ -6,7 +6,8 @@ needed (its plan); the pool runs the plan.
 Every group's blocks come from one pool; never-used blocks first, then the free queue from its head, a cached
 block popped there being evicted; a finished request frees each group's blocks tail first, group by group; a
 hit takes its blocks out of the queue. Several blocks may hold one key (a prefix recomputed past a shorter
-Mamba hit): a lookup finds the first. From 0.24.0 a freed block that caches nothing is reused before any cached
+Mamba hit): a lookup finds the first. Under the scheduler loop (scheduler.py) a request runs stepwise: its
+first step's takes and frees at admission, each later step's when the loop reaches it (``advance``). From 0.24.0 a freed block that caches nothing is reused before any cached
 block is evicted (``free_blocks`` prepends it); before, it waits in the queue with the others
 (``uncached_first``).
 
@@ -40,7 +41,8 @@ class Pool(Protocol):
     def last_held(self, groups: list[int], keys: list[int], reach: int) -> int: ...
     def drop(self, keys: list[int]) -> None: ...
     def lost(self, keys: list[int], start: int, stop: int) -> tuple[bool, bool]: ...
-    def admit(self, request: int, hit: int, plan: Plan) -> bool: ...
+    def admit(self, request: int, hit: int, plan: Plan, stepwise: bool = False) -> bool: ...
+    def advance(self, request: int, step: int) -> None: ...
     def finish(self, request: int) -> None: ...
 
 
@@ -76,6 +78,11 @@ class PyPool:
         #: the Mamba keys whose states the rules did not keep (retention), for a lookup to tell why it missed
         self.dropped_states: set[int] = set()
         self.running: dict[int, tuple[list[int], list[int | None], list[tuple[int, int] | None]]] = {}
+        #: stepwise requests (``admit``): their events, each later step's span of them, the steps run, and the
+        #: most blocks the events still to run take at once beyond what they surely free (``_peak``);
+        #: ``reserved`` sums the last over them: the blocks a new request's dry run leaves to them
+        self.pending: dict[int, tuple[list[int], list[tuple[int, int]], int, int]] = {}
+        self.reserved = 0
         self.states = 0
         self.peak_states = 0
         self.peak_blocks = 0
@@ -147,12 +154,15 @@ class PyPool:
 
     # --- one request -----------------------------------------------------------------------------------
 
-    def admit(self, request: int, hit: int, plan: Plan) -> bool:
+    def admit(self, request: int, hit: int, plan: Plan, stepwise: bool = False) -> bool:
         """Run the request step by step as the scheduler allocates for it (allocate_slots: first the Mamba
         blocks behind the computed tokens are freed, tail first, then each group's new blocks); False when a
         step finds too few blocks (nothing is taken then). Which block is taken or freed when follows from the
         plan alone, so the steps are laid out first as one sequence of takes and frees, then run against the
-        pool. ``hit``: the tokens the request resumes from."""
+        pool. ``hit``: the tokens the request resumes from. ``stepwise``: only the first step's takes and frees
+        run now, each later step's when ``advance`` reaches it (the scheduler loop, which interleaves the
+        running requests' steps as vLLM's ``schedule`` does); the dry run then counts the blocks the running
+        requests' later steps still take (``reserved``)."""
         steps, attn, (mamba, index, need) = plan
         B = self.block
         hit_blocks = hit // B
@@ -186,7 +196,7 @@ class PyPool:
         m_needs = [need[i] for i in m_order]
         m_behind = sorted(range(len(index)), key=index.__getitem__)
         m_index = [index[i] for i in m_behind]
-        avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0)
+        avail = self.fresh + len(self.queue) - (len(touched & self.queue.keys()) if touched else 0) - self.reserved
         # the dry run can only fail when the free blocks are fewer than the new ones (frees only add)
         if avail < len(self._attn) * (nblocks - hit_blocks) + len(self._mamba) * len(m_needs) and not self._fits(
             steps, hit_blocks, nblocks, (m_needs, m_index, m_kept), avail
@@ -196,6 +206,7 @@ class PyPool:
         for f in hits:
             slots[f] = self._touch(ents[f])
         events: list[int] = []  # f: take block f; ~f: free it
+        bounds: list[int] = []  # per step k: where its events end in ``events``
         held = [n is None for n in need]  # per Mamba block: held (a hit, or taken at an earlier step)
         freed = [False] * len(need)
         a_next, m_next, m_gone = hit_blocks, 0, 0
@@ -244,11 +255,23 @@ class PyPool:
                 for o in a_offsets:
                     events += range(o + a_next, o + a_stop)
             a_next = a_stop
+            bounds.append(len(events))
         for g, kind in enumerate(self.groups):  # what no step reached (a request of one token)
             if kind == "a":
                 events += range(offset[g] + a_next, offset[g] + nblocks)
             else:
                 events += [offset[g] + i for i in m_order[m_next:]]
+        bounds[-1] = len(events)
+        pending: list[tuple[int, int]] = []  # per later step: its events' start and end
+        before = self.pending.pop(request, None)  # admitted again while running: the last admit's steps count
+        if before is not None:
+            self.reserved -= before[3]
+        if stepwise and len(bounds) > 1:
+            pending = [(bounds[k - 1], bounds[k]) for k in range(1, len(bounds))]
+            most = _peak(events, bounds[0], ents)
+            self.reserved += most
+            self.pending[request] = (events, pending, 0, most)
+            events = events[: bounds[0]]
         self._run(events, slots, ents)
         # at the end: group by group, each tail first (KVCacheManager.free), what the steps did not free
         last: list[int] = []
@@ -373,10 +396,49 @@ class PyPool:
                 return False
         return avail + freed - new >= 0
 
+    def advance(self, request: int, step: int) -> None:
+        """Run a stepwise request's steps up to its ``step``-th (0: the one ``admit`` ran): the takes and frees
+        of vLLM's ``allocate_slots`` for the tokens that step schedules."""
+        held = self.pending.get(request)
+        if held is None:
+            return
+        events, pending, done, need = held
+        if step > len(pending):
+            step = len(pending)
+        if step <= done:
+            return
+        _, slots, ents = self.running[request]
+        self.reserved -= need
+        self._run(events[pending[done][0] : pending[step - 1][1]], slots, ents)
+        self.peak_blocks = max(self.peak_blocks, self.num_blocks - 1 - self.fresh - self.uncached_queued)
+        if step == len(pending):
+            del self.pending[request]
+        else:
+            need = _peak(events, pending[step][0], ents)
+            self.reserved += need
+            self.pending[request] = (events, pending, step, need)
+
     def finish(self, request: int) -> None:
-        """Free what the request still holds (KVCacheManager.free)."""
+        """Free what the request still holds (KVCacheManager.free), its steps not yet run first."""
+        if request in self.pending:
+            self.advance(request, len(self.pending[request][1]))
         last, slots, ents = self.running.pop(request)
         self._run(last, slots, ents)
+
+
+def _peak(events: list[int], start: int, ents: list[tuple[int, int] | None]) -> int:
+    """The most blocks ``events[start:]`` take beyond what they free, at any point of them (at least 0). Only a
+    freed block that caches nothing counts as freed: one that caches an entry may be held by a request that hit
+    it in the meantime, and then frees nothing."""
+    n = most = 0
+    for f in events[start:]:
+        if f >= 0:
+            n += 1
+            if n > most:
+                most = n
+        elif ents[~f] is None:
+            n -= 1
+    return most
 
 
 try:

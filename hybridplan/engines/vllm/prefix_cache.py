@@ -13,7 +13,9 @@ request finds, and what the block pool evicts. Each rule names its release range
 - Where states are written (vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split``): `align` runs a
   prefill in chunks of ``--max-num-batched-tokens`` cut down to block boundaries, stops at the last block
   boundary before the prompt ends (one block earlier with EAGLE, 0.16.0+), and from 0.24.0 (#37898,
-  Marconi-style admission) at the shared prefix the attention blocks found beyond the Mamba hit. A state
+  Marconi-style admission) at the shared prefix the attention blocks found beyond the Mamba hit; a step is
+  floored to the block where it ends before the prompt's end from 0.27.0, before the last cacheable boundary
+  only up to 0.26.0 (``floor_until_prompt_end``). A state
   exists at each chunk end on a block boundary, and at every block boundary decoding crosses. `all`
   (0.11.1–0.31.0) keeps one at every block.
 - Retention (single_type_kv_cache_manager.py ``MambaManager.reachable_block_mask``): from 0.24.0 the env
@@ -97,6 +99,11 @@ class Rules(Struct, frozen=True):
     #: it (vllm/v1/core/sched/scheduler.py: ``num_uncached_common_prefix_tokens`` is passed for a waiting
     #: request alone)
     junction_every_step: bool = True
+    #: align floors a prefill step to the block wherever it ends before the prompt's end: 0.27.0+
+    #: (vllm/v1/core/sched/scheduler.py ``_mamba_block_aligned_split``, ``end < prefill_end``); 0.15.0–0.26.0
+    #: floor only a step that ends before the last cacheable boundary (``end < last_cache_position``), so a
+    #: step from that boundary on takes what the budget leaves it
+    floor_until_prompt_end: bool = True
 
     @property
     def recurrent(self) -> bool:
@@ -242,6 +249,7 @@ def rules(sc: Scenario, rs: ReplaySettings, mode: str, kv_budget: int) -> Rules:
         junction_kept=rel.at_least("0.26.0"),
         checkpoint_align=align,
         junction_every_step=rel.at_least("0.26.0"),
+        floor_until_prompt_end=rel.at_least("0.27.0"),
     )
 
 
@@ -521,11 +529,14 @@ class Cache:
             inside = checkpoints and self.internal_checkpoint(req, pos, end) is not None
         else:  # inside: only a step to the prompt's end takes the checkpoint inside it
             inside = False
-            aligned = floor_to(end, B)
-            # 0.28.0+: a block wider than --max-num-batched-tokens advances sub-block (the chunk limit, not
-            # the budget left, decides)
-            if aligned > pos or B <= chunk:
-                end = aligned
+            # floored to the block before the prompt's end (0.27.0+), before the last cacheable boundary only
+            # before 0.27.0 (``floor_until_prompt_end``)
+            if r.floor_until_prompt_end or end < last:
+                aligned = floor_to(end, B)
+                # 0.28.0+: a block wider than --max-num-batched-tokens advances sub-block (the chunk limit, not
+                # the budget left, decides)
+                if aligned > pos or B <= chunk:
+                    end = aligned
         # the first of these inside the step ends it: the next block boundary (a step from inside a block),
         # the last cacheable boundary, a partial tail, the junction (and its unit, shared-prefix checkpoint);
         # none but the junction where the step's last chunk takes the checkpoint inside it (0.32.0+)

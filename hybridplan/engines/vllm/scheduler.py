@@ -25,9 +25,13 @@ One step is one ``Scheduler.schedule`` (vllm/v1/core/sched/scheduler.py, 0.23.0�
 
 Every request's steps depend only on those admitted before it (they take the budget first), so its whole
 timeline (the tokens each step gives it, when it decodes, when it finishes) is known when it is admitted, and
-its plan goes to the pool then (the pool holds its blocks from admission to its end: under memory pressure vLLM
-holds them a chunk at a time). The blocks and states of its later steps are hidden from lookups until the step
-that reaches them (``hidden``).
+its plan goes to the pool then, stepwise: the pool takes (and frees) the blocks of its first step at once and
+those of each later step at the scheduler step that reaches it (``allocs``, ``Pool.advance``), the running
+requests' before the step's admissions, as ``allocate_slots`` runs for them first (0.23.0–0.33.0). So a lookup
+finds the pool as the running requests have left it so far: a block they will take later has evicted nothing
+yet. A new request's dry run leaves the blocks the running requests' later steps still need to them (vLLM would
+preempt, which is not modelled). The blocks and states of its later steps are hidden from lookups until the
+step that reaches them (``hidden``).
 
 The client keeps at most N requests in flight (the replay's concurrency, capped at ``--max-num-seqs``); the
 next is sent as soon as one finishes, and is first scheduled at the next step (validation/replay_vllm.py adds
@@ -87,6 +91,9 @@ class Scheduled(SchedulerLoop):
         self.finishing: dict[int, list[_Entry]] = {}
         #: (step, n, kind, key): a running request's block or state, visible to lookups from that step
         self.pending: list[tuple[int, int, int, int]] = []
+        #: (step, n, request, k): a running request's k-th step of its plan, whose blocks the pool takes (and
+        #: frees) at that step, before the step's admissions (``allocate_slots`` for the running requests first)
+        self.allocs: list[tuple[int, int, int, int]] = []
         self._n = 0
         self.hidden: tuple[set[int], set[int]] = (set(), set())
         #: step → the Mamba states the requests' chunks of that step cache (MambaManager
@@ -160,6 +167,10 @@ class Scheduled(SchedulerLoop):
         return self.r.chunk - self.used.get(t, 0) - self._decoding(t)
 
     def _step(self, t: int) -> None:
+        allocs, advance = self.allocs, self.cache.pool.advance
+        while allocs and allocs[0][0] <= t:
+            _, _, index, k = heapq.heappop(allocs)
+            advance(index, k)
         pending, (hidden_a, hidden_m) = self.pending, self.hidden
         while pending and pending[0][0] <= t:
             _, _, kind, key = heapq.heappop(pending)
@@ -233,7 +244,7 @@ class Scheduled(SchedulerLoop):
             end_step = last_prefill
         plan = cache._plan(req, look, e.keys, ends)
         visible, reached = self._visible(e, look, plan, t, (prefill, last_prefill, skipped))
-        if not cache.pool.admit(req.index, look.hit, plan):
+        if not cache.pool.admit(req.index, look.hit, plan, True):
             if self.running:
                 self.blocked = True
                 return False
@@ -257,6 +268,13 @@ class Scheduled(SchedulerLoop):
                 self.used[step] = tokens
                 insort(self.used_steps, step)
         self.finishing.setdefault(end_step, []).append(e)
+        # the plan's later steps, each at the scheduler step whose tokens reach its end
+        marks = self._marks(look.hit, prefill)
+        plan_steps = plan[0]
+        for k in range(1, len(plan_steps) - 1):
+            self._n += 1
+            at = _step_at(marks, L, last_prefill, skipped, plan_steps[k + 1])
+            heapq.heappush(self.allocs, (at, self._n, req.index, k))
         for step, key in reached:
             self.step_states.setdefault(step, set()).add(key)
         hidden_a, hidden_m = self.hidden
@@ -265,6 +283,16 @@ class Scheduled(SchedulerLoop):
             heapq.heappush(self.pending, (step, self._n, kind, key))
             (hidden_m if kind else hidden_a).add(key)
         return True
+
+    @staticmethod
+    def _marks(hit: int, prefill: dict[int, int]) -> list[tuple[int, int]]:
+        """(the tokens reached, the step) of each prefill step in order, from the hit."""
+        marks: list[tuple[int, int]] = []
+        pos = hit
+        for step in sorted(prefill):
+            pos += prefill[step]
+            marks.append((pos, step))
+        return marks
 
     def _visible(
         self,
@@ -283,27 +311,12 @@ class Scheduled(SchedulerLoop):
         cache, r = self.cache, self.r
         B, unit = r.block, r.unit
         L = e.req.prompt_len
-        # (the tokens reached, the step) in order: the prefill steps, then the decode steps (a token each)
-        marks: list[tuple[int, int]] = []
-        pos = look.hit
-        for step in sorted(prefill):
-            pos += prefill[step]
-            marks.append((pos, step))
+        marks = self._marks(look.hit, prefill)
         kv_end = L + max(e.req.output_len - 1, 0)
         hidden_a, hidden_m = self.hidden
 
         def step_at(p: int) -> int:
-            for reached, step in marks:
-                if reached >= p:
-                    return step
-            # decoding: position L + j is reached at the j-th decode step
-            j, d = p - L, last_prefill + 1
-            while True:
-                if d not in skipped:
-                    j -= 1
-                    if j <= 0:
-                        return d
-                d += 1
+            return _step_at(marks, L, last_prefill, skipped, p)
 
         out: list[tuple[int, int, int]] = []
         _, attn, _ = plan
@@ -338,3 +351,19 @@ class Scheduled(SchedulerLoop):
                 if step > t and not (cache.cached("m", key) and key not in hidden_m):
                     out.append((step, 1, key))
         return out, reached
+
+
+def _step_at(marks: list[tuple[int, int]], prompt: int, last_prefill: int, skipped: set[int], p: int) -> int:
+    """The scheduler step at which a request's computed tokens reach ``p``: a prefill step (``marks``: the tokens
+    reached and the step, in order), else the decode step (position ``prompt`` + j is reached at the j-th, the
+    steps in ``skipped`` giving it none)."""
+    for reached, step in marks:
+        if reached >= p:
+            return step
+    j, d = p - prompt, last_prefill + 1
+    while True:
+        if d not in skipped:
+            j -= 1
+            if j <= 0:
+                return d
+        d += 1
