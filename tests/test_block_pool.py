@@ -82,16 +82,21 @@ def test_the_c_pool_is_built():
     assert block_pool.BlockPool is not block_pool.PyPool
 
 
+#: traces of 3-14 requests, each a few shared segments and a tail, and the block budgets they run under
+SHAPES = st.lists(
+    st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4), st.integers(0, 700)),
+    min_size=3,
+    max_size=14,
+)
+BLOCKS = st.sampled_from([None, 14, 24, 40])
+
+
 @C
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule=st.sampled_from(RULES),
-    shapes=st.lists(
-        st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4), st.integers(0, 700)),
-        min_size=3,
-        max_size=14,
-    ),
-    blocks=st.sampled_from([None, 14, 24, 40]),
+    shapes=SHAPES,
+    blocks=BLOCKS,
     concurrency=st.integers(1, 3),
 )
 def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
@@ -105,12 +110,8 @@ def test_the_c_pool_equals_the_python_pool(rule, shapes, blocks, concurrency):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rule=st.sampled_from(RULES),
-    shapes=st.lists(
-        st.tuples(st.lists(st.integers(0, 3 * len(SEGMENTS) - 1), min_size=1, max_size=4), st.integers(0, 700)),
-        min_size=3,
-        max_size=14,
-    ),
-    blocks=st.sampled_from([None, 14, 24, 40]),
+    shapes=SHAPES,
+    blocks=BLOCKS,
     concurrency=st.integers(2, 6),
 )
 def test_the_pools_agree_step_by_step_under_the_scheduler(rule, shapes, blocks, concurrency):
