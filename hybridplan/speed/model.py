@@ -142,11 +142,11 @@ ALLREDUCE_PCIE_TP8_US = 42.14
 FITTED_ON_DENSE: tuple[str, ...] = ("tt-143-qwen2.5-72b-2xh100.json", "pages-llama-3.1-8b-decode.json")
 FITTED_ON_MOE: tuple[str, ...] = ("tt-340-qwen3-30b-a3b-a100.json",)
 FITTED_ON: tuple[str, ...] = FITTED_ON_DENSE + FITTED_ON_MOE
-#: the shipped figures: ``python validation/speed.py --fit`` on every file of tests/data/speed (19 files, 232 of
-#: 317 benchmark rows priced, 2026-12-02d: benchmarks/results/speed-kfold-2026-12-02d.md, the benchmark's queue
-#: step by step, hybridplan/speed/queue.py); the terms the corpus does not resolve keep the starting values
-#: (scalar, link, the eager launch) or fit to 0 (SGLang's host times); vLLM's per-step and per-request host
-#: times, a prefill chunk's host time and the grouped GEMM's m½ sit at the top of their grids (reported, not
+#: the shipped figures: ``python validation/speed.py --fit`` on every file of tests/data/speed (38 files,
+#: 2026-12-02e: benchmarks/results/speed-kfold-2026-12-02e.md, the benchmark's queue step by step with each
+#: request's lengths, hybridplan/speed/queue.py); the terms the corpus does not resolve keep the starting values
+#: (scalar, link, the eager launch); vLLM's per-step and per-request host times, the prefill's host time per
+#: token, a first token's request path and the grouped GEMM's m½ sit at the top of their grids (reported, not
 #: widened)
 DEFAULT = Efficiency(
     hbm=0.7,

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from hybridplan.errors import PlanError
 
-#: ``--random-range-ratio``'s default (sglang/bench_serving.py; sglang/benchmark/serving.py in 0.5.23)
-DEFAULT_RANGE_RATIO = 0.0
-
 
 def length_range(length: int, ratio: float) -> tuple[int, int]:
     """The lowest and highest length the client draws for a flag value of ``length`` at ``ratio``."""

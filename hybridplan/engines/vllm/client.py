@@ -14,9 +14,6 @@ from math import ceil, floor
 
 from hybridplan.errors import PlanError
 
-#: ``--random-range-ratio``'s default (vllm/benchmarks/datasets.py ``add_dataset_parser``)
-DEFAULT_RANGE_RATIO = 0.0
-
 
 def length_range(length: int, ratio: float) -> tuple[int, int]:
     """The lowest and highest length the client draws for a flag value of ``length`` at ``ratio``."""
